@@ -1,0 +1,25 @@
+# Two commands: `make demo` and `make test`. Each sets up .venv with pinned
+# dependencies (skipped when already installed) and then runs.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test setup clean
+
+setup: $(STAMP)
+
+$(STAMP): requirements.txt setup.py
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps -e .
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest -q tests
+
+demo: $(STAMP)
+	$(PY) -m neuroshard.pipeline --preset quick
+
+clean:
+	rm -rf $(VENV) results

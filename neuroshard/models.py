@@ -1,0 +1,212 @@
+"""Neural cost models (DESIGN §6): one compute model, forward and backward comm models.
+
+All predictions are in ms. Checkpoints are self-describing: `load_model(path)`
+rebuilds the model with no other flags.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from neuroshard.cli import atomic_write
+from neuroshard.types import NUM_BINS, InputError, TableConfig
+
+TABLE_EMBED_DIM = 32
+
+
+def table_features(configs: Sequence[TableConfig]) -> torch.Tensor:
+    """Per-table features [N, F]: dim, log10(row), pooling factor, dim×pooling, 17 bins.
+
+    The dim×pooling product is the number of floats a table reads per sample,
+    the first-order driver of TBE time; giving it directly spares the MLP
+    from learning a product. Configs must carry a dim.
+    """
+    rows = []
+    for c in configs:
+        if c.dim is None:
+            raise ValueError("table_features needs configs with a dim")
+        rows.append([float(c.dim), math.log10(c.row), c.pooling_factor, c.dim * c.pooling_factor, *c.bins])
+    return torch.tensor(rows, dtype=torch.float32).reshape(len(rows), NUM_FEATURES)
+
+
+NUM_FEATURES = 4 + NUM_BINS
+
+
+def feature_stats(features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean and std (std of a constant column is taken as 1) for normalisation."""
+    mean = features.mean(0)
+    std = features.std(0, unbiased=False)
+    std = torch.where(std > 1e-12, std, torch.ones_like(std))
+    return mean, std
+
+
+def _mlp(sizes: Sequence[int], final_relu: bool = False) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for i in range(len(sizes) - 1):
+        layers.append(nn.Linear(sizes[i], sizes[i + 1]))
+        if i < len(sizes) - 2 or final_relu:
+            layers.append(nn.ReLU())
+    return nn.Sequential(*layers)
+
+
+class ComputeCostModel(nn.Module):
+    """Shard compute cost: table MLP (F→128→32) per table, summed, then head (32→64→1).
+
+    Because a shard's cost depends only on the sum of its tables' 32-d
+    embeddings, a search can embed each table once and keep running sums.
+    `target_scale` (ms) is set from the training targets so the network
+    works on O(1) numbers; outputs are multiplied back to ms.
+    """
+
+    def __init__(self, feat_mean: torch.Tensor, feat_std: torch.Tensor, num_features: int = NUM_FEATURES,
+                 target_scale: float = 1.0):
+        super().__init__()
+        self.num_features = num_features
+        self.register_buffer("feat_mean", torch.as_tensor(feat_mean, dtype=torch.float32).clone())
+        self.register_buffer("feat_std", torch.as_tensor(feat_std, dtype=torch.float32).clone())
+        self.register_buffer("target_scale", torch.tensor(float(target_scale)))
+        self.table_mlp = _mlp([num_features, 128, TABLE_EMBED_DIM], final_relu=True)
+        self.head = _mlp([TABLE_EMBED_DIM, 64, 1])
+
+    def config(self) -> dict:
+        return {"num_features": self.num_features}
+
+    def embed(self, feats: torch.Tensor) -> torch.Tensor:
+        """Per-table embeddings [N, 32] from raw features [N, F]."""
+        return self.table_mlp((feats - self.feat_mean) / self.feat_std)
+
+    def cost_from_sums(self, sums: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        """Costs [M] in ms of M shards given their embedding sums [M, 32] and sizes [M]."""
+        out = self.head(sums).squeeze(-1) * self.target_scale
+        return torch.where(counts > 0, out, torch.zeros_like(out))
+
+    def forward(self, feats: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Costs [B] in ms of B shards: feats [B, K, F] padded, mask [B, K] true for real tables."""
+        emb = self.embed(feats) * mask.unsqueeze(-1)
+        return self.cost_from_sums(emb.sum(1), mask.sum(1))
+
+    @torch.inference_mode()
+    def predict_tables(self, configs: Sequence[TableConfig]) -> np.ndarray:
+        """Embeddings [N, 32] of N tables (configs with dims), for a search to sum."""
+        if len(configs) == 0:
+            return np.zeros((0, TABLE_EMBED_DIM), dtype=np.float32)
+        return self.embed(table_features(configs)).numpy()
+
+    @torch.inference_mode()
+    def predict_sets(self, configs: Sequence[TableConfig], sets: Sequence[Sequence[int]]) -> np.ndarray:
+        """Costs [M] in ms of M shards, each a list of indices into `configs` (batched)."""
+        emb = torch.from_numpy(self.predict_tables(configs))
+        sums = torch.zeros((len(sets), TABLE_EMBED_DIM))
+        counts = torch.zeros(len(sets))
+        for m, s in enumerate(sets):
+            if len(s):
+                sums[m] = emb[list(s)].sum(0)
+                counts[m] = len(s)
+        return self.cost_from_sums(sums, counts).numpy()
+
+
+class CommCostModel(nn.Module):
+    """All-to-all cost per device: MLP (128, 64, 32, 16) to `ndevices` outputs in ms.
+
+    kind "fw": input dims + sleeps (2n); kind "bw": input dims (n).
+    """
+
+    def __init__(self, kind: str, ndevices: int, x_mean: torch.Tensor, x_std: torch.Tensor,
+                 target_scale: float = 1.0):
+        super().__init__()
+        if kind not in ("fw", "bw"):
+            raise ValueError(f"kind must be 'fw' or 'bw', got {kind!r}")
+        self.kind = kind
+        self.ndevices = int(ndevices)
+        n_in = 2 * self.ndevices if kind == "fw" else self.ndevices
+        self.register_buffer("x_mean", torch.as_tensor(x_mean, dtype=torch.float32).clone().reshape(n_in))
+        self.register_buffer("x_std", torch.as_tensor(x_std, dtype=torch.float32).clone().reshape(n_in))
+        self.register_buffer("target_scale", torch.tensor(float(target_scale)))
+        self.mlp = _mlp([n_in, 128, 64, 32, 16, self.ndevices])
+
+    def config(self) -> dict:
+        return {"kind": self.kind, "ndevices": self.ndevices}
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.mlp((x - self.x_mean) / self.x_std) * self.target_scale
+
+    @staticmethod
+    def make_input(kind: str, dims, sleeps=None) -> torch.Tensor:
+        dims = torch.as_tensor(np.asarray(dims, dtype=np.float32))
+        if kind == "bw":
+            return dims
+        if sleeps is None:
+            raise ValueError("the forward comm model needs sleeps")
+        return torch.cat([dims, torch.as_tensor(np.asarray(sleeps, dtype=np.float32))], dim=-1)
+
+    @torch.inference_mode()
+    def predict(self, dims, sleeps=None) -> np.ndarray:
+        """Per-device ms [M, n] for M dim vectors [M, n] (and sleeps [M, n] for fw)."""
+        x = self.make_input(self.kind, dims, sleeps)
+        if x.shape[-1] != self.x_mean.shape[0]:
+            raise ValueError(f"{self.kind} comm model for {self.ndevices} devices got input of width {x.shape[-1]}")
+        return self(x).numpy()
+
+
+# --------------------------------------------------------------------------- checkpoints
+
+_BUILDERS = {"compute": ComputeCostModel, "comm": CommCostModel}
+
+
+def save_model(model: nn.Module, path, extra: Optional[dict] = None) -> None:
+    """Write a self-describing checkpoint atomically (unique temp file + rename)."""
+    if isinstance(model, ComputeCostModel):
+        mtype = "compute"
+    elif isinstance(model, CommCostModel):
+        mtype = "comm"
+    else:
+        raise TypeError(f"not a cost model: {type(model).__name__}")
+    ckpt = {"type": mtype, "config": model.config(), "state_dict": model.state_dict(),
+            "ndevices": getattr(model, "ndevices", None), "extra": extra or {}}
+    with atomic_write(path, "wb") as fh:
+        torch.save(ckpt, fh)
+
+
+def load_model(path) -> nn.Module:
+    """Rebuild a cost model from its checkpoint; bad or missing files are InputError."""
+    if not os.path.exists(path):
+        raise InputError(path, "model checkpoint not found")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+        mtype, cfg, state = ckpt["type"], ckpt["config"], ckpt["state_dict"]
+    except Exception as e:  # noqa: BLE001 - any unreadable file gets the same one-line report
+        raise InputError(path, f"not a NeuroShard cost model checkpoint ({type(e).__name__}: {e})") from None
+    if mtype == "compute":
+        model = ComputeCostModel(state["feat_mean"], state["feat_std"], cfg["num_features"])
+    elif mtype == "comm":
+        model = CommCostModel(cfg["kind"], cfg["ndevices"], state["x_mean"], state["x_std"])
+    else:
+        raise InputError(path, f"unknown model type {mtype!r}")
+    model.load_state_dict(state)
+    model.eval()
+    return model
+
+
+def load_compute_model(path) -> ComputeCostModel:
+    model = load_model(path)
+    if not isinstance(model, ComputeCostModel):
+        raise InputError(path, "expected a compute cost model, found a comm cost model")
+    return model
+
+
+def load_comm_model(path, ndevices: int, kind: str) -> CommCostModel:
+    """Load a comm model and check it was trained for `ndevices` devices and direction `kind`."""
+    model = load_model(path)
+    if not isinstance(model, CommCostModel):
+        raise InputError(path, "expected a comm cost model, found a compute cost model")
+    if model.kind != kind:
+        raise InputError(path, f"expected a {kind} comm model, found a {model.kind} one")
+    if model.ndevices != ndevices:
+        raise InputError(path, f"comm model was trained for ndevices={model.ndevices}, asked for {ndevices}")
+    return model

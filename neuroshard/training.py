@@ -1,0 +1,204 @@
+"""The one training loop, shared by the compute and the two comm cost models (DESIGN §6)."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import asdict, dataclass, field
+from typing import Optional
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm import tqdm
+
+
+@dataclass
+class TrainConfig:
+    """Training settings; defaults follow DESIGN §6 (0.8/0.1/0.1, Adam 1e-3, batch 512)."""
+
+    train_ratio: float = 0.8
+    valid_ratio: float = 0.1
+    batch_size: int = 512
+    lr: float = 1e-3
+    epochs: int = 300
+    eval_every: int = 1
+    seed: int = 0
+    patience: Optional[int] = 50  # evaluations without a better val loss before stopping
+    num_samples: Optional[int] = None  # use at most this many samples (after shuffling)
+
+    def validate(self) -> None:
+        if not (0 < self.train_ratio < 1 and 0 <= self.valid_ratio < 1
+                and self.train_ratio + self.valid_ratio < 1):
+            raise ValueError(f"bad split ratios train={self.train_ratio} valid={self.valid_ratio}: "
+                             "need 0 < train, 0 <= valid, train + valid < 1")
+        if self.batch_size < 1 or self.epochs < 1 or self.eval_every < 1 or self.lr <= 0:
+            raise ValueError("batch_size, epochs, eval_every must be >= 1 and lr > 0")
+
+
+@dataclass
+class TrainReport:
+    metrics: dict
+    best_epoch: int
+    test_pred: np.ndarray
+    test_true: np.ndarray
+    history: list = field(default_factory=list)
+    config: dict = field(default_factory=dict)
+
+
+def rankdata(x: np.ndarray) -> np.ndarray:
+    """Ranks 1..n with ties given their average rank."""
+    x = np.asarray(x, dtype=np.float64)
+    order = np.argsort(x, kind="mergesort")
+    ranks = np.empty(len(x), dtype=np.float64)
+    ranks[order] = np.arange(1, len(x) + 1)
+    uniq, inv, counts = np.unique(x, return_inverse=True, return_counts=True)
+    if len(uniq) < len(x):
+        sums = np.bincount(inv, weights=ranks)
+        ranks = (sums / counts)[inv]
+    return ranks
+
+
+def spearman(a, b) -> float:
+    """Spearman rank correlation; nan when either side is constant or too short."""
+    a, b = np.ravel(a), np.ravel(b)
+    if len(a) < 2:
+        return float("nan")
+    ra, rb = rankdata(a), rankdata(b)
+    if ra.std() == 0 or rb.std() == 0:
+        return float("nan")
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def regression_metrics(pred, true) -> dict:
+    """MSE (ms²), MAPE (fraction, over targets > 0), Spearman, count, of flattened arrays."""
+    pred = np.ravel(np.asarray(pred, dtype=np.float64))
+    true = np.ravel(np.asarray(true, dtype=np.float64))
+    pos = np.abs(true) > 1e-9
+    mape = float(np.mean(np.abs(pred[pos] - true[pos]) / np.abs(true[pos]))) if pos.any() else float("nan")
+    mse = float(np.mean((pred - true) ** 2)) if len(true) else float("nan")
+    return {"mse": mse, "mape": mape, "spearman": spearman(pred, true), "n": int(len(true))}
+
+
+def split_indices(n: int, cfg: TrainConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Seeded shuffle, optional cap to num_samples, then train/val/test index arrays."""
+    perm = np.random.default_rng(cfg.seed).permutation(n)
+    if cfg.num_samples is not None:
+        perm = perm[:cfg.num_samples]
+    n_train = int(len(perm) * cfg.train_ratio)
+    n_val = int(len(perm) * cfg.valid_ratio)
+    return perm[:n_train], perm[n_train:n_train + n_val], perm[n_train + n_val:]
+
+
+@torch.no_grad()
+def _predict(model: nn.Module, inputs, idx: np.ndarray, batch_size: int) -> torch.Tensor:
+    outs = [model(*(x[idx[i:i + batch_size]] for x in inputs)) for i in range(0, len(idx), batch_size)]
+    return torch.cat(outs) if outs else torch.zeros(0)
+
+
+def train_model(model: nn.Module, inputs: tuple, targets: torch.Tensor, cfg: TrainConfig,
+                desc: str = "train") -> TrainReport:
+    """Train `model` with MSE, keep the best-validation weights, report per-split metrics.
+
+    `inputs[i][j]` is input i of sample j; `model(*batch_inputs)` predicts
+    targets of shape [S] or [S, n] in ms. If the model has a `target_scale`
+    buffer it is set to the mean |target| of the training split first, and
+    the loss is taken on targets divided by it (so lr works at any ms scale).
+    The model is left holding the best weights.
+    """
+    cfg.validate()
+    torch.manual_seed(cfg.seed)
+    targets = targets.float()
+    tr, va, te = split_indices(len(targets), cfg)
+    if len(tr) == 0:
+        raise ValueError(f"no training samples (have {len(targets)})")
+    val_idx = va if len(va) else tr  # tiny data sets: early-stop on train
+
+    scale = float(targets[tr].abs().mean()) or 1.0
+    if hasattr(model, "target_scale"):
+        model.target_scale.fill_(scale)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    tr_t = torch.as_tensor(tr)
+
+    def val_loss() -> float:
+        model.eval()
+        pred = _predict(model, inputs, val_idx, 4096)
+        model.train()
+        return float(torch.mean(((pred - targets[val_idx]) / scale) ** 2))
+
+    best_loss, best_epoch, best_state, since_best = float("inf"), 0, None, 0
+    history = []
+    bar = tqdm(range(1, cfg.epochs + 1), desc=desc, unit="epoch", leave=False)
+    model.train()
+    for epoch in bar:
+        perm = tr_t[torch.randperm(len(tr_t), generator=gen)]
+        total = 0.0
+        for i in range(0, len(perm), cfg.batch_size):
+            idx = perm[i:i + cfg.batch_size]
+            pred = model(*(x[idx] for x in inputs))
+            loss = torch.mean(((pred - targets[idx]) / scale) ** 2)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            total += float(loss.detach()) * len(idx)
+        if epoch % cfg.eval_every and epoch != cfg.epochs:
+            continue
+        vl = val_loss()
+        history.append({"epoch": epoch, "train_loss": total / len(perm), "val_loss": vl})
+        bar.set_postfix(train=f"{total / len(perm):.4f}", val=f"{vl:.4f}")
+        if vl < best_loss:
+            best_loss, best_epoch, since_best = vl, epoch, 0
+            best_state = copy.deepcopy(model.state_dict())
+        else:
+            since_best += 1
+            if cfg.patience is not None and since_best >= cfg.patience:
+                break
+    bar.close()
+    model.load_state_dict(best_state)
+    model.eval()
+
+    metrics = {}
+    preds = {}
+    for name, idx in (("train", tr), ("val", va), ("test", te)):
+        p = _predict(model, inputs, idx, 4096).numpy()
+        preds[name] = p
+        metrics[name] = regression_metrics(p, targets[idx].numpy())
+    return TrainReport(metrics=metrics, best_epoch=best_epoch, test_pred=preds["test"],
+                       test_true=targets[te].numpy(), history=history, config=asdict(cfg))
+
+
+def format_metrics(metrics: dict) -> str:
+    """One line per split: MSE, MAPE %, Spearman."""
+    lines = []
+    for split in ("train", "val", "test"):
+        m = metrics.get(split)
+        if m:
+            lines.append(f"{split:>5}: MSE {m['mse']:.4f} ms^2  MAPE {100 * m['mape']:.2f}%  "
+                         f"Spearman {m['spearman']:.4f}  (n={m['n']})")
+    return "\n".join(lines)
+
+
+def scatter_plot(pred, true, path, title: str) -> None:
+    """Predicted-vs-measured scatter (log-log when all values are positive) as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pred, true = np.ravel(pred), np.ravel(true)
+    fig, ax = plt.subplots(figsize=(4.5, 4.5), dpi=120)
+    ax.scatter(true, pred, s=6, alpha=0.5)
+    if len(true):
+        lo = float(min(true.min(), pred.min()))
+        hi = float(max(true.max(), pred.max()))
+        ax.plot([lo, hi], [lo, hi], color="black", linewidth=0.8)
+        if lo > 0:
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+    m = regression_metrics(pred, true)
+    ax.set_title(f"{title}\nMAPE {100 * m['mape']:.1f}%  Spearman {m['spearman']:.3f}", fontsize=9)
+    ax.set_xlabel("measured (ms)")
+    ax.set_ylabel("predicted (ms)")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

@@ -1,0 +1,228 @@
+"""Shared data types of NeuroShard: table configs, tasks, plans, costs, errors.
+
+Every stage (dataset processing, benchmarks, cost models, simulator, search,
+baselines, hardware evaluation) speaks these types; stage modules import this
+one and hardly each other. Units: sizes in GB (2**30 bytes), times in ms.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Sequence
+
+NUM_BINS = 17
+BYTES_PER_ELEMENT = 4  # fp32 weights
+
+
+def size_gb(row: int, dim: int) -> float:
+    """Size in GB of an fp32 embedding table of `row` rows and `dim` columns."""
+    return row * dim * BYTES_PER_ELEMENT / 2**30
+
+
+def dim_set(max_dim: int) -> list[int]:
+    """Dims from `max_dim` halving down to 4: 128 -> [128, 64, 32, 16, 8, 4]."""
+    if max_dim < 4 or max_dim & (max_dim - 1):
+        raise ValueError(f"max_dim must be a power of two >= 4, got {max_dim}")
+    dims = []
+    d = max_dim
+    while d >= 4:
+        dims.append(d)
+        d //= 2
+    return dims
+
+
+def can_split(dim: int) -> bool:
+    """A table can be column-split while its half dim is still a multiple of 4."""
+    return dim % 8 == 0
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class NeuroShardError(Exception):
+    """Base of all errors this package raises on purpose (reported in one line)."""
+
+
+class InputError(NeuroShardError):
+    """Malformed or missing input: names the file, the line (if any) and the value."""
+
+    def __init__(self, path, message: str, line: int | None = None):
+        self.path = str(path)
+        self.line = line
+        where = self.path if line is None else f"{self.path}:{line}"
+        super().__init__(f"{where}: {message}")
+
+
+class OutOfMemoryError(NeuroShardError):
+    """A table (or a plan) does not fit within the per-device memory cap."""
+
+    def __init__(self, message: str, table: int | None = None, size: float | None = None,
+                 max_mem: float | None = None, used: Sequence[float] | None = None):
+        self.table = table
+        self.size = size
+        self.max_mem = max_mem
+        self.used = list(used) if used is not None else None
+        super().__init__(message)
+
+
+class InvalidPlanError(NeuroShardError):
+    """A plan that breaks the rules: bad indices, tables placed twice or never, illegal splits."""
+
+
+# --------------------------------------------------------------------------- tables
+
+
+@dataclass(frozen=True)
+class TableConfig:
+    """Statistics of one embedding table (one entry of `table_configs.json`).
+
+    `row`: number of rows; `pooling_factor`: mean lookups per sample;
+    `bins`: the 17 locality bins (fraction of distinct indices by access
+    count); `dim`: the embedding dim, set for augmented/task tables only.
+    """
+
+    row: int
+    pooling_factor: float
+    bins: tuple[float, ...]
+    dim: int | None = None
+
+    def __post_init__(self):
+        if len(self.bins) != NUM_BINS:
+            raise ValueError(f"expected {NUM_BINS} bins, got {len(self.bins)}")
+
+    def with_dim(self, dim: int) -> "TableConfig":
+        return replace(self, dim=dim)
+
+    @property
+    def size_gb(self) -> float:
+        if self.dim is None:
+            raise ValueError("table has no dim")
+        return size_gb(self.row, self.dim)
+
+    def to_json(self) -> dict:
+        d = {"row": self.row, "pooling_factor": self.pooling_factor}
+        d.update({f"bin_{j}": b for j, b in enumerate(self.bins)})
+        if self.dim is not None:
+            d["dim"] = self.dim
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> "TableConfig":
+        """Build from a JSON object; raises KeyError/TypeError/ValueError on bad fields."""
+        row = d["row"]
+        if isinstance(row, bool) or not isinstance(row, (int, float)) or row != int(row) or row < 1:
+            raise ValueError(f"row must be a positive integer, got {row!r}")
+        pf = float(d["pooling_factor"])
+        if not pf >= 0:
+            raise ValueError(f"pooling_factor must be >= 0, got {d['pooling_factor']!r}")
+        bins = tuple(float(d[f"bin_{j}"]) for j in range(NUM_BINS))
+        dim = d.get("dim")
+        if dim is not None:
+            if isinstance(dim, bool) or not isinstance(dim, int) or dim <= 0 or dim % 4:
+                raise ValueError(f"dim must be a positive multiple of 4, got {dim!r}")
+        return cls(int(row), pf, bins, dim)
+
+
+@dataclass(frozen=True)
+class Task:
+    """A sharding task: dataset table ids (may repeat) and the dim chosen for each."""
+
+    table_ids: tuple[int, ...]
+    dims: tuple[int, ...]
+
+    def __post_init__(self):
+        if len(self.table_ids) != len(self.dims):
+            raise ValueError("table_ids and dims differ in length")
+
+    def __len__(self) -> int:
+        return len(self.table_ids)
+
+    def tables(self, configs: Sequence[TableConfig]) -> list["ShardTable"]:
+        """The task's tables as `ShardTable`s (before any column split)."""
+        return [ShardTable(i, tid, configs[tid].with_dim(d))
+                for i, (tid, d) in enumerate(zip(self.table_ids, self.dims))]
+
+
+@dataclass(frozen=True)
+class ShardTable:
+    """A (possibly column-split) table of a task.
+
+    `origin`: index of the task table it comes from; `table_id`: dataset table
+    whose lookups it uses; `config`: statistics with the (split) dim.
+    """
+
+    origin: int
+    table_id: int
+    config: TableConfig
+
+    @property
+    def dim(self) -> int:
+        return self.config.dim
+
+    @property
+    def size_gb(self) -> float:
+        return self.config.size_gb
+
+
+def apply_column_steps(tables: Sequence[ShardTable], column_steps: Sequence[int]) -> list[ShardTable]:
+    """Apply column-wise splits: step i halves table i and appends its other half.
+
+    Raises InvalidPlanError on an index out of range or a dim that cannot be split.
+    """
+    out = list(tables)
+    for i in column_steps:
+        if not 0 <= i < len(out):
+            raise InvalidPlanError(f"column step {i} out of range (0..{len(out) - 1})")
+        t = out[i]
+        if not can_split(t.dim):
+            raise InvalidPlanError(f"column step {i}: dim {t.dim} cannot be halved into a multiple of 4")
+        half = replace(t, config=t.config.with_dim(t.dim // 2))
+        out[i] = half
+        out.append(half)
+    return out
+
+
+# --------------------------------------------------------------------------- plans and costs
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A sharding plan: column-wise splits, then the (post-split) tables on each device."""
+
+    column_steps: tuple[int, ...]
+    shards: tuple[tuple[int, ...], ...]
+
+    @property
+    def ndevices(self) -> int:
+        return len(self.shards)
+
+    def to_json(self) -> dict:
+        return {"column_steps": list(self.column_steps), "shards": [list(s) for s in self.shards]}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Plan":
+        return cls(tuple(int(i) for i in d["column_steps"]),
+                   tuple(tuple(int(i) for i in s) for s in d["shards"]))
+
+
+@dataclass
+class CostBreakdown:
+    """Per-device costs in ms of one plan: compute, backward comm, forward comm."""
+
+    compute: list[float]
+    bw_comm: list[float]
+    fw_comm: list[float]
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def total(self) -> list[float]:
+        return [c + b + f for c, b, f in zip(self.compute, self.bw_comm, self.fw_comm)]
+
+    @property
+    def cost(self) -> float:
+        """Plan cost: the largest per-device total (ms)."""
+        return max(self.total)
+
+    def to_json(self) -> dict:
+        return {"compute": self.compute, "bw_comm": self.bw_comm, "fw_comm": self.fw_comm,
+                "total": self.total, "cost": self.cost, **self.extra}
