@@ -166,18 +166,29 @@ def process_public(indices: torch.Tensor, offsets: torch.Tensor, lengths: torch.
 class SyntheticSpec:
     """Parameters of the synthetic DLRM-like dataset.
 
-    Per table (all drawn from a generator seeded by (seed, table index)):
-    * rows log-uniform in [100, max_rows];
-    * pooling factor: with probability `p_zero` near zero (U(0, zero_pf) lookups
-      per sample), else log-normal(mu, `pf_sigma`) capped at `max_pooling`;
-      the non-zero factors are then rescaled so the mean over all tables is
-      `mean_pooling` (mu is irrelevant after that rescaling);
-    * per-sample lengths: Poisson with a Gamma(`length_shape`) mixed rate
-      (over-dispersed, like real multi-hot features);
-    * accessed rows: Zipf over a random permutation of the rows with exponent
-      s ~ U(`skew_lo`, `skew_hi`) (varying skew; s < 1 is near-uniform).
+    Per table t (drawn from generators seeded by (seed, t), so a table does
+    not depend on the other tables):
+
+    * rows: log(rows) = log(100) + (log(max_rows) - log(100)) * u**`rows_power`,
+      u ~ U(0, 1) (log-uniform for rows_power = 1);
+    * pooling factor: with probability `p_zero` near zero (U(0, `zero_pf`)
+      lookups per sample), else log-normal with sigma `pf_sigma`, capped at
+      `max_pooling`; the non-zero factors are then rescaled so that the mean
+      over all tables is `mean_pooling` (the heavy tail makes the raw mean of
+      100-odd tables unstable);
+    * per-sample lengths: Poisson with a Gamma(`length_shape`)-distributed
+      rate (over-dispersed like real multi-hot features);
+    * accessed rows: Zipf with exponent s ~ U(`skew_lo`, `skew_hi`) over an
+      "active" subset of the rows, scattered at random over the table. The
+      active subset holds N / m rows (N = the table's lookups, m log-uniform in
+      [`reuse_lo`, `reuse_hi`] times (pooling / mean_pooling)**`reuse_pf_power`,
+      at most all rows): as in hashed production
+      tables most rows are cold within one batch, so a table's locality does
+      not follow from its size.
+
     The defaults are tuned so that the aggregate histograms of the default
-    dataset are close to the published 2021 stats (see tests/test_dataset.py).
+    dataset are close to the published 2021 stats (tests/test_dataset.py
+    states the tolerance).
     """
 
     num_tables: int = 150
@@ -192,6 +203,10 @@ class SyntheticSpec:
     length_shape: float = 1.0
     skew_lo: float = 0.6
     skew_hi: float = 1.4
+    reuse_lo: float = 1.0
+    reuse_hi: float = 20.0
+    reuse_pf_power: float = 0.0
+    rows_power: float = 1.0
 
     def validate(self) -> None:
         from neuroshard.types import NeuroShardError
@@ -201,7 +216,8 @@ class SyntheticSpec:
         if self.batch_size < 1:
             raise NeuroShardError(f"--batch_size must be >= 1, got {self.batch_size}")
         if not MIN_ROWS <= self.max_rows <= INT32_MAX:
-            raise NeuroShardError(f"--max_rows must be in [{MIN_ROWS}, {INT32_MAX}], got {self.max_rows}")
+            raise NeuroShardError(f"--max_rows must be in [{MIN_ROWS}, {INT32_MAX}], "
+                                  f"got {self.max_rows}")
         if not self.mean_pooling > 0:
             raise NeuroShardError(f"mean pooling must be > 0, got {self.mean_pooling}")
 
@@ -209,53 +225,63 @@ class SyntheticSpec:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class SyntheticTable:
+    """Drawn parameters of one synthetic table."""
+
+    rows: int
+    pooling: float
+    skew: float
+    reuse: float
+
+
 def _table_rng(seed: int, t: int, stream: int) -> np.random.Generator:
-    """Independent generator per (table, stream): table t does not depend on other tables."""
+    """Independent generator per (table, stream)."""
     return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(t, stream)))
 
 
-def _zipf_cdf(rows: int, s: float) -> np.ndarray:
-    w = np.arange(1, rows + 1, dtype=np.float64) ** -s
-    cdf = np.cumsum(w)
-    cdf /= cdf[-1]
-    return cdf
-
-
-def synthetic_params(spec: SyntheticSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per-table (rows, pooling factor, Zipf exponent) of the synthetic dataset."""
-    rows, pfs, skews, zero = [], [], [], []
+def synthetic_params(spec: SyntheticSpec) -> list[SyntheticTable]:
+    """Per-table parameters of the synthetic dataset."""
+    drawn, zero = [], []
     lo, hi = math.log(MIN_ROWS), math.log(spec.max_rows)
     for t in range(spec.num_tables):
         rng = _table_rng(spec.seed, t, 0)
-        rows.append(int(round(math.exp(rng.uniform(lo, hi)))))
-        is_zero = rng.random() < spec.p_zero
+        rows = int(round(math.exp(lo + (hi - lo) * rng.random() ** spec.rows_power)))
+        is_zero = bool(rng.random() < spec.p_zero)
+        pf = (rng.uniform(0.0, spec.zero_pf) if is_zero
+              else min(spec.max_pooling, math.exp(rng.normal(0.0, spec.pf_sigma))))
+        skew = rng.uniform(spec.skew_lo, spec.skew_hi)
+        reuse = math.exp(rng.uniform(math.log(spec.reuse_lo), math.log(spec.reuse_hi)))
+        drawn.append((rows, pf, skew, reuse))
         zero.append(is_zero)
-        pfs.append(rng.uniform(0.0, spec.zero_pf) if is_zero
-                   else min(spec.max_pooling, math.exp(rng.normal(0.0, spec.pf_sigma))))
-        skews.append(rng.uniform(spec.skew_lo, spec.skew_hi))
-    pfs = np.array(pfs)
+    pfs = np.array([d[1] for d in drawn])
     zero = np.array(zero)
-    # Rescale the non-zero factors so the mean over all tables is mean_pooling
-    # (a heavy tail makes the raw sample mean of 100-odd tables unstable).
     if (~zero).any():
         need = spec.mean_pooling * spec.num_tables - pfs[zero].sum()
         if need > 0:
             pfs[~zero] *= need / pfs[~zero].sum()
-    return np.array(rows, dtype=np.int64), pfs, np.array(skews)
+    return [SyntheticTable(d[0], float(pf), float(d[2]), float(d[3])) for d, pf in zip(drawn, pfs)]
 
 
-def synthetic_table(spec: SyntheticSpec, t: int, rows: int, pooling: float, skew: float):
-    """Lookups (indices int32, offsets int32 of length B+1) of synthetic table t."""
+def synthetic_table(spec: SyntheticSpec, t: int, p: SyntheticTable):
+    """Lookups (indices int32, offsets of length B+1) of synthetic table t."""
     rng = _table_rng(spec.seed, t, 1)
-    rate = rng.gamma(spec.length_shape, pooling / spec.length_shape, size=spec.batch_size)
+    rate = rng.gamma(spec.length_shape, p.pooling / spec.length_shape, size=spec.batch_size)
     lengths = rng.poisson(rate)
     offsets = np.zeros(spec.batch_size + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     n = int(offsets[-1])
-    ranks = np.searchsorted(_zipf_cdf(rows, skew), rng.random(n), side="right")
-    np.minimum(ranks, rows - 1, out=ranks)  # guard against cdf[-1] rounding
-    perm = rng.permutation(rows)  # hot rows scattered over the table, not all at row 0
-    indices = perm[ranks]
+    reuse = p.reuse * (max(p.pooling, 1e-3) / spec.mean_pooling) ** spec.reuse_pf_power
+    active = int(min(p.rows, max(1, round(n / reuse))))
+    w = np.arange(1, active + 1, dtype=np.float64) ** -p.skew
+    cdf = np.cumsum(w)
+    cdf /= cdf[-1]
+    ranks = np.searchsorted(cdf, rng.random(n), side="right")
+    np.minimum(ranks, active - 1, out=ranks)  # guard against cdf[-1] rounding
+    # the active rows, hottest first, scattered over the whole table
+    rows = rng.permutation(p.rows)[:active] if active * 4 > p.rows else \
+        rng.choice(p.rows, size=active, replace=False)
+    indices = rows[ranks]
     return (torch.from_numpy(indices.astype(np.int32)),
             torch.from_numpy(offsets.astype(np.int32 if n <= INT32_MAX else np.int64)))
 
@@ -265,15 +291,15 @@ def generate_synthetic(spec: SyntheticSpec, progress: bool = True):
     from tqdm import tqdm
 
     spec.validate()
-    rows, pfs, skews = synthetic_params(spec)
+    params = synthetic_params(spec)
     configs, localities, out_idx, out_off = [], [], [], []
     for t in tqdm(range(spec.num_tables), desc="tables", unit="table", disable=not progress):
-        idx, off = synthetic_table(spec, t, int(rows[t]), float(pfs[t]), float(skews[t]))
+        idx, off = synthetic_table(spec, t, params[t])
         loc = table_locality(idx)
         cfg = loc.config(spec.batch_size)
-        # keep the drawn row count: a table's size does not shrink because its
-        # last rows were not looked up in this one batch
-        configs.append(TableConfig(max(cfg.row, int(rows[t])), cfg.pooling_factor, cfg.bins))
+        # keep the drawn row count: a table does not shrink because its last
+        # rows were not looked up in this one batch
+        configs.append(TableConfig(max(cfg.row, params[t].rows), cfg.pooling_factor, cfg.bins))
         localities.append(loc)
         out_idx.append(idx)
         out_off.append(off)

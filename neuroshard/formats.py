@@ -38,13 +38,13 @@ import os
 import shutil
 import sys
 import tempfile
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Iterator, Sequence
+from typing import IO, Sequence
 
 import torch
 
+from .cli import atomic_write
 from .types import (InputError, InvalidPlanError, Plan, ShardTable, Task, TableConfig,
                     apply_column_steps)
 
@@ -91,34 +91,8 @@ def _require_dir(path: Path) -> None:
         raise InputError(path, "not a directory")
 
 
-@contextmanager
-def _atomic_open(path, mode: str = "w") -> Iterator[IO]:
-    """Open a uniquely named temp file next to `path`; on success fsync and rename it over `path`.
-
-    The temp file lives in the same directory so `os.replace` is an atomic
-    rename on the same filesystem; `mkstemp` gives each writer its own name, so
-    two concurrent writers never clobber one shared temp path.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        encoding = None if "b" in mode else "utf-8"
-        with os.fdopen(fd, mode, encoding=encoding) as fh:
-            yield fh
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
 def _write_text_atomic(path, text: str) -> None:
-    with _atomic_open(path, "w") as fh:
+    with atomic_write(path, "w") as fh:
         fh.write(text)
 
 
@@ -154,6 +128,15 @@ def _parse_list(path, lineno: int, field: str, what: str, parse) -> list:
     """Parse a comma list like `3,17,402`; empty items (`3,,4`) are errors."""
     items = field.split(",")
     return [parse(path, lineno, item, what) for item in items]
+
+
+def _json_default(obj):
+    # numpy / torch scalars in records (costs computed with numpy) -> plain Python numbers.
+    if hasattr(obj, "item"):
+        return obj.item()
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
 
 
 def _fmt_float(x: float) -> str:
@@ -192,11 +175,12 @@ def write_table_configs(path, configs: Sequence[TableConfig]) -> None:
 # =========================================================================== torch files
 
 
-def _torch_load(path: Path, mmap: bool):
+def _torch_load(path: Path, mmap: bool, name=None):
     """torch.load with tensors only (no arbitrary pickles); memory-mapped where the format allows.
 
     mmap needs the zip format of torch >= 1.6; older (legacy) files fall back to
-    a normal load, which reads everything into memory.
+    a normal load, which reads everything into memory. `name`: the file to
+    blame in errors (the user's file when `path` is a decompressed copy).
     """
     try:
         try:
@@ -206,7 +190,14 @@ def _torch_load(path: Path, mmap: bool):
                 raise
             return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # pickle, zip and torch errors all mean "not a valid file"
-        raise InputError(path, f"cannot load torch file: {type(e).__name__}: {_one_line(str(e))}") from None
+        reason = f"{type(e).__name__}: {_one_line(str(e))}"
+        text = str(e)
+        if "Weights only load failed" in text:
+            # torch's message is a paragraph; the cause is the line after "WeightsUnpickler error:".
+            cause = text.split("WeightsUnpickler error:", 1)[-1] if "WeightsUnpickler error:" in text else ""
+            reason = ("not a torch.save file of plain tensors/lists/dicts (weights-only unpickling: "
+                      f"{_one_line(cause) or 'failed'})")
+        raise InputError(name or path, f"cannot load torch file: {reason}") from None
 
 
 def _int_vector_problem(x, what: str) -> str | None:
@@ -327,6 +318,17 @@ def read_dataset(dataset_dir, validate: bool = True) -> Dataset:
     return Dataset(configs, list(data["indices"]), list(data["offsets"]))
 
 
+def _compact(x: torch.Tensor) -> torch.Tensor:
+    """`x` itself if it owns its storage exactly, else a compact copy.
+
+    torch.save writes a view's whole storage: a table sliced out of the public
+    file's 887 M indices would otherwise drag all of them into data.pt.
+    """
+    if x.is_contiguous() and x.untyped_storage().nbytes() == x.numel() * x.element_size():
+        return x
+    return x.clone(memory_format=torch.contiguous_format)
+
+
 def write_dataset(dataset_dir, configs: Sequence[TableConfig], indices: Sequence[torch.Tensor],
                   offsets: Sequence[torch.Tensor]) -> None:
     """Write a dataset dir: `table_configs.json` and `data.pt` (both atomic).
@@ -339,8 +341,9 @@ def write_dataset(dataset_dir, configs: Sequence[TableConfig], indices: Sequence
     if problem:
         raise ValueError(f"write_dataset: {problem}")
     dataset_dir.mkdir(parents=True, exist_ok=True)
-    with _atomic_open(dataset_dir / DATA_PT, "wb") as fh:
-        torch.save({"indices": list(indices), "offsets": list(offsets)}, fh)
+    with atomic_write(dataset_dir / DATA_PT, "wb") as fh:
+        torch.save({"indices": [_compact(x) for x in indices],
+                    "offsets": [_compact(x) for x in offsets]}, fh)
     write_table_configs(dataset_dir / TABLE_CONFIGS, configs)
 
 
@@ -382,9 +385,11 @@ def read_public_dlrm(path) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
                     shutil.copyfileobj(src, out, 16 * 2**20)
             except (OSError, EOFError, gzip.BadGzipFile) as e:
                 if isinstance(e, OSError) and e.errno is not None:
-                    raise  # a real I/O error (disk full...), not a bad file
+                    # A real I/O error (disk full...), not a bad file: say where the copy went.
+                    raise OSError(e.errno, f"{e.strerror} while decompressing to {tmp} (set TMPDIR "
+                                  "to a folder with room for the uncompressed file)", str(path)) from e
                 raise InputError(path, f"corrupt gzip file: {_one_line(str(e))}") from None
-            data = _torch_load(Path(tmp), mmap=True)
+            data = _torch_load(Path(tmp), mmap=True, name=path)
         finally:
             os.unlink(tmp)
     else:
@@ -440,7 +445,7 @@ def write_public_dlrm(path, indices: torch.Tensor, offsets: torch.Tensor, length
     problem = _public_problem((indices, offsets, lengths))
     if problem:
         raise ValueError(f"write_public_dlrm: {problem}")
-    with _atomic_open(path, "wb") as fh:
+    with atomic_write(path, "wb") as fh:
         if path.name.endswith(".gz"):
             with gzip.GzipFile(fileobj=fh, mode="wb") as gz:
                 torch.save((indices, offsets, lengths), gz)
@@ -767,13 +772,13 @@ def write_plans(path, records: Sequence[dict]) -> None:
         if isinstance(rec.get("plan"), Plan):
             rec["plan"] = rec["plan"].to_json()
         view = rec.pop("view", None)
-        head = json.dumps(rec)
+        head = json.dumps(rec, default=_json_default)
         if view is None:
             chunks.append(" " + head)
             continue
-        rows = ",\n".join("   " + json.dumps(v) for v in view)
+        rows = ",\n".join("   " + json.dumps(v, default=_json_default) for v in view)
         body = "[\n" + rows + "\n  ]" if view else "[]"
-        chunks.append(" " + head[:-1] + (", " if rec else "") + '\n  "view": ' + body + "}")
+        chunks.append(" " + head[:-1] + ("," if rec else "") + '\n  "view": ' + body + "}")
     _write_text_atomic(path, "[\n" + ",\n".join(chunks) + "\n]\n" if chunks else "[]\n")
 
 

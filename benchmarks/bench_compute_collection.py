@@ -1,0 +1,67 @@
+"""Throughput of compute cost collection: samples/s and where worker time goes, for 1 and 2 workers.
+
+    python benchmarks/bench_compute_collection.py --dataset_dir data/dlrm_datasets --samples 60
+
+Runs the real collector (`neuroshard.compute_collect.collect`) into a
+temporary directory once per worker count and prints samples/s and the
+share of worker wall time (after process start-up) spent inside timed
+kernel iterations; the rest is split into op construction, input
+gathering, warm-up + cache flushes, and waiting for the next task (IPC).
+"""
+
+import argparse
+import json
+import sys
+import tempfile
+
+from neuroshard.cli import parse_int_list, run_main, write_json_atomic
+from neuroshard.compute_collect import CollectSettings, collect
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--dataset_dir", type=str, default="data/dlrm_datasets")
+    p.add_argument("--samples", type=int, default=60, help="samples per run")
+    p.add_argument("--workers", type=str, default="1,2", help="worker counts to compare")
+    p.add_argument("--max_tables", type=int, default=15)
+    p.add_argument("--max_mem", type=float, default=4.0)
+    p.add_argument("--max_dim", type=int, default=128)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--iters", type=int, default=10)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out_json", type=str, default=None, help="also write the results here")
+    args = p.parse_args()
+
+    rows = []
+    for n in parse_int_list(args.workers, "--workers"):
+        with tempfile.TemporaryDirectory(prefix="bench_compute_") as tmp:
+            s = CollectSettings(dataset_dir=args.dataset_dir, out_dir=tmp, data_size=args.samples,
+                                max_tables=args.max_tables, max_mem=args.max_mem, max_dim=args.max_dim,
+                                devices=["cpu"] * n, warmup=args.warmup, iters=args.iters, seed=args.seed)
+            summary = collect(s, progress=False)
+        w = summary.workers
+        wall = w.busy_s + w.idle_s
+        startup = w.startup_s / n
+        row = {"workers": n, "samples": summary.new, "failed": summary.failed, "elapsed_s": summary.elapsed_s,
+               "samples_per_s": summary.new / summary.elapsed_s,
+               "samples_per_s_after_startup": summary.new / max(1e-9, summary.elapsed_s - startup),
+               "worker_startup_s": startup, "kernel_share": w.kernel_share,
+               "build_share": w.build_s / wall, "inputs_share": w.inputs_s / wall,
+               "warmup_flush_share": (w.bench_s - w.timed_s) / wall, "idle_share": w.idle_s / wall,
+               "other_share": (w.busy_s - w.build_s - w.inputs_s - w.bench_s) / wall}
+        rows.append(row)
+        print(f"{n} worker(s): {row['samples_per_s']:.2f} samples/s ({row['samples_per_s_after_startup']:.2f} "
+              f"after {startup:.1f} s start-up); worker time: timed kernels {100 * row['kernel_share']:.1f}%, "
+              f"warm-up+flush {100 * row['warmup_flush_share']:.1f}%, build {100 * row['build_share']:.1f}%, "
+              f"inputs {100 * row['inputs_share']:.1f}%, waiting {100 * row['idle_share']:.1f}%, "
+              f"other {100 * row['other_share']:.1f}%", flush=True)
+    if args.out_json:
+        write_json_atomic(args.out_json, {"settings": vars(args), "runs": rows})
+    else:
+        json.dump(rows, sys.stdout, indent=1)
+        print()
+
+
+if __name__ == "__main__":
+    run_main(main)

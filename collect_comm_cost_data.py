@@ -1,0 +1,79 @@
+"""Collect all-to-all communication cost data (DESIGN.md §5; data format §3).
+
+Each sample: per-device dim sums (T tables spread by a random greedy) and
+straggler sleeps; measured per-rank forward/backward all-to-all ms, appended to
+OUT_DIR/data.txt as `dims sleeps fw bw`. Resumable: rerun the same command to
+continue up to --data_size samples.
+
+    # 4 CPU ranks (gloo), 1000 samples
+    python collect_comm_cost_data.py --device cpu --ndevices 4 --data_size 1000 --out_dir data/cost_data/comm_4
+    # 4 GPUs (NCCL)
+    python collect_comm_cost_data.py --gpu_devices 0,1,2,3 --data_size 100000
+    # noise floor: re-measure 100 recorded samples, report the relative difference
+    python collect_comm_cost_data.py --device cpu --ndevices 4 --out_dir data/cost_data/comm_4 --noise_floor 100
+"""
+
+import argparse
+import json
+
+from neuroshard.cli import add_device_arg, parse_range, resolve_device, run_main
+from neuroshard.comm_bench import DEFAULT_TIMEOUT_S, resolve_ranks
+from neuroshard.comm_collect import CommCollectConfig, collect, noise_floor, print_summary
+
+
+def main():
+    p = argparse.ArgumentParser(description="NeuroShard comm cost data collection")
+    p.add_argument("--data_size", type=int, default=999999999,
+                   help="total samples wanted in OUT_DIR/data.txt (existing ones count)")
+    p.add_argument("--gpu_devices", default=None,
+                   help="GPUs to use, e.g. 0,1,2,3 (one NCCL rank each; implies --device cuda)")
+    add_device_arg(p)
+    p.add_argument("--ndevices", type=int, default=None,
+                   help="number of ranks; on CPU gloo ranks (default 4), on GPU defaults to "
+                        "the --gpu_devices count")
+    p.add_argument("--T_range", default="10,60", help="inclusive range of tables per sample")
+    p.add_argument("--sleep_range", default="1,20", help="range of the straggler spread, ms")
+    p.add_argument("--max_dim", type=int, default=128, help="dims are max_dim halving down to 4")
+    p.add_argument("--batch_size", type=int, default=None,
+                   help="global batch B, divisible by the rank count "
+                        "(default 4096 on CPU, 65536 on GPU as upstream)")
+    p.add_argument("--warmup", type=int, default=5, help="untimed iterations per sample and direction")
+    p.add_argument("--iters", type=int, default=10, help="timed iterations (median kept)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--chunk", type=int, default=250,
+                   help="samples per torchrun job (start-up is paid once per job)")
+    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
+                   help="collective timeout, s: a dead or hung rank ends the job after about this")
+    p.add_argument("--out_dir", default=None, help="default data/cost_data/comm_<ndevices>")
+    p.add_argument("--noise_floor", type=int, default=0, metavar="N",
+                   help="instead of collecting, re-measure N recorded samples and report the "
+                        "median relative difference (fw, bw) to OUT_DIR/noise_floor.json")
+    p.add_argument("--check", action="store_true",
+                   help="also verify the exchanged values and gradients of every sample "
+                        "against a reference (validates a new setup; slower)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    args = p.parse_args()
+
+    device, n = resolve_ranks(resolve_device(args.device) if not args.gpu_devices else "cuda",
+                              args.ndevices, args.gpu_devices)
+    cfg = CommCollectConfig(
+        ndevices=n, device=device,
+        batch_size=args.batch_size or (65536 if device == "cuda" else 4096),
+        T_range=parse_range(args.T_range, "--T_range", int),
+        sleep_range=parse_range(args.sleep_range, "--sleep_range", float),
+        max_dim=args.max_dim, warmup=args.warmup, iters=args.iters)
+    out_dir = args.out_dir or f"data/cost_data/comm_{n}"
+    if args.noise_floor:
+        res = noise_floor(out_dir, cfg, args.noise_floor, seed=args.seed,
+                          gpu_devices=args.gpu_devices, timeout=args.timeout,
+                          progress=not args.quiet)
+        print(json.dumps(res, indent=2))
+        return
+    summary = collect(out_dir, cfg, args.data_size, seed=args.seed, chunk=args.chunk,
+                      gpu_devices=args.gpu_devices, timeout=args.timeout, progress=not args.quiet,
+                      check=args.check)
+    print_summary(summary)
+
+
+if __name__ == "__main__":
+    run_main(main)

@@ -1,0 +1,90 @@
+"""Shard every task with one (or every) algorithm and estimate the plans' costs with the simulator.
+
+    python eval_simulator.py --alg neuroshard
+    python eval_simulator.py --data_dir data/dlrm_datasets --task_path data/tasks/4_gpu/data.txt \
+        --compute_model models/compute.pt --fw_comm_model models/comm_4_fw.pt \
+        --bw_comm_model models/comm_4_bw.pt --ndevices 4 --max_mem 4 --alg all --out_dir results/sim
+
+Per task it prints the plan and its estimated cost, then the mean cost over
+the valid tasks and `Valid v / N`, as the upstream script did. `--alg all`
+runs every registered algorithm on the same tasks and adds the comparison
+table (mean cost over the tasks valid for all of them, NeuroShard's gain over
+each). With `--out_dir`, it writes config.json, plans.json (plans with a
+readable per-table view), results.json/.csv and summary.json/.csv/.md there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from neuroshard.cli import run_main
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description="Benchmark sharding with the simulator (estimated costs, no hardware).")
+    p.add_argument("--data_dir", default="data/dlrm_datasets", help="dataset dir with table_configs.json")
+    p.add_argument("--task_path", default="data/tasks/4_gpu/data.txt", help="task file (one task per line)")
+    p.add_argument("--compute_model", default="models/compute.pt", help="compute cost model checkpoint")
+    p.add_argument("--fw_comm_model", default=None,
+                   help="forward comm cost model checkpoint (default: models/comm_<ndevices>_fw.pt)")
+    p.add_argument("--bw_comm_model", default=None,
+                   help="backward comm cost model checkpoint (default: models/comm_<ndevices>_bw.pt)")
+    p.add_argument("--alg", default="neuroshard",
+                   help="sharding algorithm: neuroshard, random, dim_greedy, lookup_greedy, size_greedy, "
+                        "size_lookup_greedy (any registered name), a comma list, or 'all' (default: neuroshard)")
+    p.add_argument("--ndevices", type=int, default=4, help="number of devices (GPUs) (default: 4)")
+    p.add_argument("--max_mem", type=float, default=4.0, help="memory per device in GB (default: 4)")
+    p.add_argument("--out_dir", default=None, help="write plans, results and the summary here (default: print only)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the randomised algorithms (default: 0)")
+    p.add_argument("--max_tasks", type=int, default=None, help="evaluate only the first N tasks")
+    g = p.add_argument_group("NeuroShard search (DESIGN §8; paper defaults)")
+    g.add_argument("--beam_k", type=int, default=3, help="beam width k (default: 3)")
+    g.add_argument("--beam_n", type=int, default=10,
+                   help="split candidates: the n largest tables by size and by compute cost (default: 10)")
+    g.add_argument("--max_length", type=int, default=10, help="beam search rounds (most splits) (default: 10)")
+    g.add_argument("--grid_steps", type=int, default=11,
+                   help="greedy grid search scales, evenly spaced in [1.0, 1.5] (default: 11)")
+    p.add_argument("--quiet", action="store_true", help="no per-task lines")
+    p.add_argument("--no_progress", action="store_true", help="no progress bar")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    from neuroshard import evaluation as ev
+    from neuroshard.search import SearchConfig
+    from neuroshard.types import NeuroShardError
+
+    if not args.max_mem > 0:
+        raise NeuroShardError(f"--max_mem must be > 0 GB, got {args.max_mem}")
+    options = {"beam_k": args.beam_k, "beam_n": args.beam_n, "max_length": args.max_length,
+               "grid_steps": args.grid_steps}
+    SearchConfig.from_options(options)  # one-line error on a bad value, before any work
+    algs = ev.resolve_algs(args.alg)
+    fw_path = args.fw_comm_model or ev.default_comm_model_path(args.ndevices, "fw")
+    bw_path = args.bw_comm_model or ev.default_comm_model_path(args.ndevices, "bw")
+    inputs = ev.load_inputs(args.data_dir, args.task_path, args.compute_model, fw_path, bw_path,
+                            args.ndevices, args.max_tasks)
+    n = len(inputs.tasks)
+
+    def show(rec):
+        if not args.quiet:
+            from tqdm import tqdm
+            tqdm.write(ev.format_record(rec, n), file=sys.stdout)
+
+    records = ev.compute_plans(inputs.configs, inputs.tasks, algs, args.ndevices, args.max_mem, inputs.models,
+                               seed=args.seed, options=options, progress=not args.no_progress, on_record=show)
+    summary = ev.summarize(records, algs, n)
+    ev.print_summary(summary)
+    if args.out_dir:
+        config = {k: v for k, v in vars(args).items() if k not in ("quiet", "no_progress")}
+        config.update(fw_comm_model=fw_path, bw_comm_model=bw_path, algs=algs, num_tasks=n)
+        ev.write_outputs(args.out_dir, records, summary, config)
+        print(f"wrote {os.path.join(args.out_dir, ev.SUMMARY_MD)} and the rest of the results", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main)

@@ -1,0 +1,268 @@
+"""Communication cost data collection (DESIGN.md §5 "Comm data collection").
+
+Samples are drawn in the parent, measured in chunks by :class:`CommJob`
+(one torchrun job per chunk, so process start-up is paid once per chunk) and
+appended to ``out_dir/data.txt`` as ``dims sleeps fw bw`` lines (DESIGN.md §3),
+one flushed and fsynced line per sample; only the parent writes the file.
+
+A killed run resumes: the sample count already on disk is kept, a torn last
+line is dropped, and the random stream is seeded with (seed, count) so a
+resumed run draws new samples instead of replaying the old ones.
+
+The noise floor re-measures a random subset of recorded samples and reports
+the relative difference to the recorded times, the number to put next to a
+cost model's test MAPE.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass
+from typing import Sequence
+
+import numpy as np
+
+from neuroshard.comm_bench import (DEFAULT_TIMEOUT_S, CommBenchError, CommJob, SampleResult)
+from neuroshard.formats import (DATA_TXT, CommSample, append_line, check_run_config,
+                                format_comm_sample, open_append, read_comm_data)
+from neuroshard.types import InputError, dim_set
+
+JOBS_DIR = ".jobs"  # per-job scratch (sample list, results, torchrun log) inside out_dir
+NOISE_FLOOR_JSON = "noise_floor.json"
+
+
+@dataclass(frozen=True)
+class CommCollectConfig:
+    """Settings that shape the measurements (written to ``out_dir/config.json``).
+
+    `T_range`: inclusive range of the number of tables per sample;
+    `sleep_range`: range (ms) of the straggler spread; `batch_size`: global
+    batch B (B % ndevices == 0); `warmup`/`iters`: untimed/timed iterations
+    per sample and direction.
+    """
+
+    ndevices: int = 4
+    device: str = "cpu"
+    batch_size: int = 4096
+    T_range: tuple[int, int] = (10, 60)
+    sleep_range: tuple[float, float] = (1.0, 20.0)
+    max_dim: int = 128
+    warmup: int = 5
+    iters: int = 10
+
+    def validate(self) -> None:
+        if self.ndevices < 1:
+            raise InputError("--ndevices", f"need at least 1 device, got {self.ndevices}")
+        if self.batch_size < 1 or self.batch_size % self.ndevices:
+            raise InputError("--batch_size", f"batch size {self.batch_size} must be a positive "
+                             f"multiple of the number of devices ({self.ndevices})")
+        lo, hi = self.T_range
+        if not 1 <= lo <= hi:
+            raise InputError("--T_range", f"need 1 <= lo <= hi, got {lo},{hi}")
+        slo, shi = self.sleep_range
+        if not 0 <= slo <= shi:
+            raise InputError("--sleep_range", f"need 0 <= lo <= hi (ms), got {slo},{shi}")
+        try:
+            dim_set(self.max_dim)
+        except ValueError as e:
+            raise InputError("--max_dim", str(e)) from None
+        if self.iters < 1 or self.warmup < 0:
+            raise InputError("--iters/--warmup", f"need iters >= 1, warmup >= 0, "
+                             f"got {self.iters}, {self.warmup}")
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+# --------------------------------------------------------------------------- sampling
+
+
+def random_greedy(dims: Sequence[int], p: float, ndevices: int, rng: np.random.Generator) -> list[int]:
+    """Spread table dims over devices: largest first, each to a uniformly random
+    device with probability `p`, else to the device with the smallest dim sum
+    (lowest index on ties). Returns per-device dim sums."""
+    sums = [0] * ndevices
+    for d in sorted(dims, reverse=True):
+        if rng.random() < p:
+            r = int(rng.integers(ndevices))
+        else:
+            r = int(np.argmin(sums))
+        sums[r] += int(d)
+    return sums
+
+
+def draw_sample(rng: np.random.Generator, cfg: CommCollectConfig) -> dict:
+    """One sample ``{"dims": per-device dim sums, "sleeps": per-device ms}``.
+
+    T uniform in `T_range` (inclusive), T dims uniform over the dim set, spread
+    by :func:`random_greedy` with p ~ U(0, 1) per sample. Sleeps: spread ~
+    U(sleep_range), per-device U(0, spread), shifted so the smallest is 0.
+    """
+    choices = dim_set(cfg.max_dim)
+    t = int(rng.integers(cfg.T_range[0], cfg.T_range[1] + 1))
+    dims = [choices[i] for i in rng.integers(len(choices), size=t)]
+    sums = random_greedy(dims, float(rng.random()), cfg.ndevices, rng)
+    spread = float(rng.uniform(cfg.sleep_range[0], cfg.sleep_range[1]))
+    sleeps = rng.uniform(0.0, spread, size=cfg.ndevices)
+    sleeps = sleeps - sleeps.min()
+    return {"dims": sums, "sleeps": [round(float(s), 3) for s in sleeps]}
+
+
+def to_comm_sample(sample: dict, res: SampleResult) -> CommSample:
+    # 0.1 us resolution is far below the measurement noise; keeps data.txt readable.
+    return CommSample(list(sample["dims"]), list(sample["sleeps"]),
+                      [round(v, 4) for v in res.fw], [round(v, 4) for v in res.bw])
+
+
+# --------------------------------------------------------------------------- collection
+
+
+def _count_existing(out_dir: str, ndevices: int) -> int:
+    if not os.path.exists(os.path.join(out_dir, DATA_TXT)):
+        return 0
+    return len(read_comm_data(out_dir, ndevices))
+
+
+def collect(out_dir: str, cfg: CommCollectConfig, data_size: int, *, seed: int = 0,
+            chunk: int = 250, gpu_devices: str | None = None, timeout: float = DEFAULT_TIMEOUT_S,
+            progress: bool = True, check: bool = False, fault: str | None = None) -> dict:
+    """Append samples to ``out_dir/data.txt`` until it holds `data_size` of them.
+
+    Returns a summary: samples added, elapsed s, samples per minute, median
+    algorithm bandwidth (GB/s). Raises CommBenchError if a job fails (samples
+    measured before the failure are kept; rerun to resume). `check`: before
+    timing each sample, verify the exchanged values and gradients against the
+    reference (a rank with a mismatch fails the job).
+    """
+    from tqdm import tqdm
+
+    cfg.validate()
+    if data_size < 0:
+        raise InputError("--data_size", f"must be >= 0, got {data_size}")
+    if chunk < 1:
+        raise InputError("--chunk", f"must be >= 1, got {chunk}")
+    os.makedirs(out_dir, exist_ok=True)
+    check_run_config(out_dir, cfg.to_json())
+    fh = open_append(os.path.join(out_dir, DATA_TXT))  # drops a torn last line first
+    try:
+        _lock(fh, out_dir)
+        existing = _count_existing(out_dir, cfg.ndevices)
+        # A new stream per resume point: a resumed run never replays samples on disk.
+        rng = np.random.default_rng([seed, existing])
+        todo = max(0, data_size - existing)
+        added, bandwidth = 0, []
+        t0 = time.monotonic()
+        bar = tqdm(total=data_size, initial=existing, unit="sample", disable=not progress,
+                   desc="comm samples", dynamic_ncols=True)
+        try:
+            while added < todo:
+                samples = [draw_sample(rng, cfg) for _ in range(min(chunk, todo - added))]
+                with CommJob(samples, cfg.ndevices, cfg.batch_size, warmup=cfg.warmup,
+                             iters=cfg.iters, device=cfg.device, gpu_devices=gpu_devices,
+                             timeout=timeout, work_dir=os.path.join(out_dir, JOBS_DIR),
+                             check=check, fault=fault) as job:
+                    for res in job.results():
+                        append_line(fh, format_comm_sample(to_comm_sample(samples[res.index], res)))
+                        added += 1
+                        bandwidth.append(res.algbw_bw)
+                        bar.update(1)
+                        bar.set_postfix(fw=f"{max(res.fw):.2f}ms", bw=f"{max(res.bw):.2f}ms",
+                                        algbw=f"{res.algbw_bw:.2f}GB/s", refresh=False)
+        finally:
+            bar.close()
+        _remove_empty_jobs_dir(out_dir)
+        elapsed = time.monotonic() - t0
+        return {"existing": existing, "added": added, "total": existing + added,
+                "elapsed_s": round(elapsed, 2),
+                "samples_per_min": round(added / elapsed * 60, 1) if added and elapsed > 0 else None,
+                "median_algbw_bw_gbps": float(np.median(bandwidth)) if bandwidth else None}
+    finally:
+        fh.close()
+
+
+def _lock(fh, out_dir: str) -> None:
+    """One writer per data dir: a second collector would interleave and double-count."""
+    import fcntl
+
+    try:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise InputError(out_dir, "another collection is writing to this directory") from None
+
+
+def _remove_empty_jobs_dir(out_dir: str) -> None:
+    try:
+        os.rmdir(os.path.join(out_dir, JOBS_DIR))
+    except OSError:
+        pass  # missing, or holds the logs of a failed job (kept for inspection)
+
+
+# --------------------------------------------------------------------------- noise floor
+
+
+def relative_differences(old: np.ndarray, new: np.ndarray) -> np.ndarray:
+    """|new - old| / old per entry (entries with old <= 0 dropped)."""
+    old, new = np.asarray(old, float).ravel(), np.asarray(new, float).ravel()
+    keep = old > 0
+    return np.abs(new[keep] - old[keep]) / old[keep]
+
+
+def noise_floor(out_dir: str, cfg: CommCollectConfig, num: int, *, seed: int = 0,
+                gpu_devices: str | None = None, timeout: float = DEFAULT_TIMEOUT_S,
+                progress: bool = True) -> dict:
+    """Re-measure `num` random recorded samples (one job, random order) and compare.
+
+    Returns, for fw and bw separately (keys "median", "mean", "n"), the relative
+    difference ``|remeasured - recorded| / recorded`` over every (sample, rank)
+    entry; the mean is the MAPE one would get by "predicting" a recorded time
+    with a repeat measurement, the floor for a cost model's test MAPE.
+    Written to ``out_dir/noise_floor.json``. data.txt is not modified.
+    """
+    from tqdm import tqdm
+
+    from neuroshard.cli import write_json_atomic
+
+    cfg.validate()
+    check_run_config(out_dir, cfg.to_json())  # same settings as the recorded samples
+    recorded = read_comm_data(out_dir, cfg.ndevices)
+    if not recorded:
+        raise InputError(os.path.join(out_dir, DATA_TXT), "no samples to re-measure")
+    rng = np.random.default_rng([seed, len(recorded), 7919])
+    pick = rng.choice(len(recorded), size=min(num, len(recorded)), replace=False)
+    samples = [{"dims": recorded[i].dims, "sleeps": recorded[i].sleeps} for i in pick]
+    new_fw, new_bw = [], []
+    t0 = time.monotonic()
+    with tqdm(total=len(samples), unit="sample", desc="re-measuring", disable=not progress) as bar:
+        with CommJob(samples, cfg.ndevices, cfg.batch_size, warmup=cfg.warmup, iters=cfg.iters,
+                     device=cfg.device, gpu_devices=gpu_devices, timeout=timeout,
+                     work_dir=os.path.join(out_dir, JOBS_DIR)) as job:
+            for res in job.results():
+                new_fw.append(res.fw)
+                new_bw.append(res.bw)
+                bar.update(1)
+    _remove_empty_jobs_dir(out_dir)
+    old_fw = np.array([recorded[i].fw for i in pick])
+    old_bw = np.array([recorded[i].bw for i in pick])
+    out = {"n_samples": len(samples), "elapsed_s": round(time.monotonic() - t0, 2)}
+    for name, old, new in (("fw", old_fw, np.array(new_fw)), ("bw", old_bw, np.array(new_bw))):
+        rel = relative_differences(old, new)
+        out[name] = {"median": float(np.median(rel)) if rel.size else math.nan,
+                     "mean": float(np.mean(rel)) if rel.size else math.nan,
+                     "n": int(rel.size)}
+    write_json_atomic(os.path.join(out_dir, NOISE_FLOOR_JSON), out)
+    return out
+
+
+def print_summary(summary: dict, file=sys.stdout) -> None:
+    rate = summary.get("samples_per_min")
+    bw = summary.get("median_algbw_bw_gbps")
+    print(f"{summary['added']} samples added ({summary['total']} in total) in "
+          f"{summary['elapsed_s']:.1f} s" + (f", {rate:.0f} samples/min" if rate else "")
+          + (f", median backward algbw {bw:.3f} GB/s" if bw else ""), file=file)
+
+
+__all__ = ["CommCollectConfig", "random_greedy", "draw_sample", "collect", "noise_floor",
+           "relative_differences", "CommBenchError"]

@@ -1,0 +1,226 @@
+"""Run the whole pipeline (DESIGN §2, steps 1-6) at a preset, then write the report.
+
+    python -m neuroshard.pipeline --preset quick          # what `make demo` runs
+    python -m neuroshard.pipeline --preset quick --force  # redo every step
+    python -m neuroshard.pipeline --preset paper --data fbgemm_t856_bs65536.pt.gz --gpu_devices 0,1,2,3
+
+Every step is a top-level script; the driver prints each command before it
+runs it, so any step can be rerun by hand. A step is skipped when its outputs
+exist and were made by the same command (a stamp in `<out>/steps/`); a
+changed upstream step invalidates everything after it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from neuroshard.cli import run_main, write_json_atomic
+from neuroshard.types import NeuroShardError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Preset:
+    """Sizes of one pipeline run. Times are for the 2-core CPU machine unless noted."""
+
+    name: str
+    ndevices: int
+    max_mem: float  # GB per device
+    max_dim: int
+    # step 1: dataset (synthetic unless --data is given)
+    num_tables: int
+    batch_size: int
+    max_rows: int
+    # step 2: tasks
+    num_tasks: int
+    t_range: str
+    # step 3: cost data
+    compute_samples: int
+    max_tables: int
+    comm_samples: int
+    comm_t_range: str
+    sleep_range: str
+    comm_batch_size: int
+    warmup: int
+    iters: int
+    # step 4: training
+    epochs: int
+    # steps 5-6: evaluation
+    eval_tasks: int
+    eval_warmup: int
+    eval_iters: int
+    gpu: bool = False
+    extra: dict = field(default_factory=dict)
+
+
+PRESETS = {
+    # For the end-to-end smoke test: every step, seconds each.
+    "tiny": Preset("tiny", ndevices=2, max_mem=1.0, max_dim=32, num_tables=16, batch_size=256, max_rows=20000,
+                   num_tasks=3, t_range="4,8", compute_samples=40, max_tables=4, comm_samples=16,
+                   comm_t_range="4,8", sleep_range="0,2", comm_batch_size=256, warmup=1, iters=2, epochs=20,
+                   eval_tasks=2, eval_warmup=1, eval_iters=2),
+    # `make demo`: the whole pipeline on CPU in about ten minutes.
+    "quick": Preset("quick", ndevices=4, max_mem=1.0, max_dim=128, num_tables=100, batch_size=2048,
+                    max_rows=1_000_000, num_tasks=20, t_range="10,30", compute_samples=1200, max_tables=10,
+                    comm_samples=500, comm_t_range="10,30", sleep_range="0,10", comm_batch_size=2048, warmup=3,
+                    iters=7, epochs=300, eval_tasks=10, eval_warmup=3, eval_iters=7),
+    # The paper's setting on the public dataset and GPUs (DESIGN §2 defaults: 4 GB per GPU,
+    # T from 10 to 60, 100 tasks, batch 65536); run once with 4 and once with 8 GPUs.
+    "paper": Preset("paper", ndevices=4, max_mem=4.0, max_dim=128, num_tables=856, batch_size=65536,
+                    max_rows=0, num_tasks=100, t_range="10,60", compute_samples=100_000, max_tables=15,
+                    comm_samples=20_000, comm_t_range="10,60", sleep_range="0,30", comm_batch_size=65536,
+                    warmup=5, iters=10, epochs=1000, eval_tasks=100, eval_warmup=5, eval_iters=10, gpu=True),
+}
+
+
+@dataclass
+class Step:
+    key: str  # the README's step number, e.g. "3a"
+    title: str
+    argv: list[str]  # script and flags, relative to the repository root
+    outputs: list[Path]
+
+
+def build_steps(p: Preset, out: Path, data: str | None, gpu_devices: str | None) -> list[Step]:
+    """The commands of one pipeline run, in order."""
+    n = p.ndevices
+    ds, tasks, cdata, mdata = out / "dataset", out / "tasks", out / "compute_data", out / "comm_data"
+    models = out / "models"
+    compute_model, fw_model, bw_model = models / "compute.pt", models / f"comm_{n}_fw.pt", models / f"comm_{n}_bw.pt"
+    dev = ["--gpu_devices", gpu_devices] if gpu_devices else ["--device", "cpu"]
+    if data:
+        gen = ["tools/gen_dlrm_data.py", "--data", data, "--out_dir", str(ds)]
+    else:
+        gen = ["tools/gen_dlrm_data.py", "--synthetic", "--num_tables", str(p.num_tables), "--batch_size",
+               str(p.batch_size), "--max_rows", str(p.max_rows), "--seed", "0", "--out_dir", str(ds)]
+    models_flags = ["--compute_model", str(compute_model), "--fw_comm_model", str(fw_model),
+                    "--bw_comm_model", str(bw_model)]
+    eval_common = ["--data_dir", str(ds), "--task_path", str(tasks / "data.txt"), *models_flags, "--alg", "all",
+                   "--ndevices", str(n), "--max_mem", str(p.max_mem), "--max_tasks", str(p.eval_tasks)]
+    comm_ranks = dev if gpu_devices else ["--ndevices", str(n)]
+    return [
+        Step("1", "dataset", gen, [ds / "table_configs.json", ds / "data.pt"]),
+        Step("2", "tasks", ["tools/gen_tasks.py", "--data_dir", str(ds), "--out_dir", str(tasks), "--data_size",
+                            str(p.num_tasks), "--T_range", p.t_range, "--max_mem", str(p.max_mem), "--ndevices",
+                            str(n), "--max_dim", str(p.max_dim), "--seed", "0"], [tasks / "data.txt"]),
+        Step("3a", "compute cost data",
+             ["collect_compute_cost_data.py", "--dataset_dir", str(ds), "--out_dir", str(cdata), "--data_size",
+              str(p.compute_samples), "--max_tables", str(p.max_tables), "--max_mem", str(p.max_mem),
+              "--max_dim", str(p.max_dim), "--warmup", str(p.warmup), "--iters", str(p.iters), *dev],
+             [cdata / "data.txt"]),
+        Step("3b", "comm cost data",
+             ["collect_comm_cost_data.py", "--out_dir", str(mdata), "--data_size", str(p.comm_samples),
+              "--T_range", p.comm_t_range, "--sleep_range", p.sleep_range, "--max_dim", str(p.max_dim),
+              "--batch_size", str(p.comm_batch_size), "--warmup", str(p.warmup), "--iters", str(p.iters),
+              *comm_ranks], [mdata / "data.txt"]),
+        Step("4a", "compute cost model",
+             ["train_compute_cost_model.py", "--data_dir", str(cdata), "--epochs", str(p.epochs), "--out_path",
+              str(compute_model)], [compute_model]),
+        Step("4b", "comm cost models",
+             ["train_comm_cost_model.py", "--data_dir", str(mdata), "--epochs", str(p.epochs), "--fw_out_path",
+              str(fw_model), "--bw_out_path", str(bw_model)], [fw_model, bw_model]),
+        Step("5", "simulator evaluation", ["eval_simulator.py", *eval_common, "--out_dir", str(out / "sim")],
+             [out / "sim" / "summary.json"]),
+        Step("6", "hardware evaluation",
+             ["eval.py", *eval_common, "--out_dir", str(out / "hw"), "--warmup", str(p.eval_warmup), "--iters",
+              str(p.eval_iters), *dev], [out / "hw" / "summary.json"]),
+    ]
+
+
+def _stamp_path(out: Path, step: Step) -> Path:
+    return out / "steps" / f"{step.key}.json"
+
+
+def _up_to_date(out: Path, step: Step, upstream: list[dict]) -> bool:
+    path = _stamp_path(out, step)
+    if not path.exists() or not all(o.exists() for o in step.outputs):
+        return False
+    try:
+        stamp = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return False
+    return stamp.get("argv") == step.argv and stamp.get("upstream") == upstream
+
+
+def run_steps(steps: list[Step], out: Path, force: bool, only: set[str] | None = None) -> list[dict]:
+    """Run (or skip) each step; returns one record per step with its wall time."""
+    records, upstream = [], []
+    for step in steps:
+        if only and step.key not in only:
+            continue
+        shown = "python " + " ".join(shlex.quote(a) for a in step.argv)
+        if not force and _up_to_date(out, step, upstream):
+            print(f"[{step.key}] {step.title}: up to date, skipped\n      {shown}", flush=True)
+            records.append({"step": step.key, "title": step.title, "command": shown, "skipped": True, "seconds": 0.0})
+        else:
+            print(f"[{step.key}] {step.title}\n  $ {shown}", flush=True)
+            t0 = time.perf_counter()
+            rc = subprocess.call([sys.executable, *step.argv], cwd=ROOT)
+            seconds = time.perf_counter() - t0
+            if rc != 0:
+                raise NeuroShardError(f"step {step.key} ({step.title}) failed with exit code {rc}; "
+                                      f"rerun it by hand: {shown}")
+            write_json_atomic(_stamp_path(out, step), {"argv": step.argv, "upstream": upstream})
+            records.append({"step": step.key, "title": step.title, "command": shown, "skipped": False,
+                            "seconds": round(seconds, 2)})
+            print(f"[{step.key}] done in {seconds:.1f} s", flush=True)
+        upstream = upstream + [{"step": step.key, "argv": step.argv}]
+    return records
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--preset", choices=sorted(PRESETS), default="quick", help="sizes of the run (default: quick)")
+    ap.add_argument("--out_dir", default=None, help="output folder (default: results/<preset>)")
+    ap.add_argument("--data", default=None, help="public DLRM dataset file (.pt or .pt.gz) instead of synthetic data")
+    ap.add_argument("--gpu_devices", default=None, help="GPUs to use, e.g. 0,1,2,3 (default: CPU)")
+    ap.add_argument("--ndevices", type=int, default=None, help="override the preset's device count")
+    ap.add_argument("--force", action="store_true", default=os.environ.get("FORCE", "") not in ("", "0"),
+                    help="redo every step even if its outputs are up to date (also FORCE=1)")
+    ap.add_argument("--only", default=None, help="comma list of steps to run, e.g. 5,6")
+    args = ap.parse_args()
+
+    preset = PRESETS[args.preset]
+    if args.gpu_devices:
+        preset = _replace(preset, ndevices=len(args.gpu_devices.split(",")))
+    if args.ndevices:
+        preset = _replace(preset, ndevices=args.ndevices)
+    if preset.gpu and not args.gpu_devices:
+        raise NeuroShardError(f"preset {preset.name!r} is meant for GPUs: pass --gpu_devices (e.g. 0,1,2,3)")
+    if args.preset == "paper" and not args.data:
+        raise NeuroShardError("preset 'paper' needs the public dataset: pass --data fbgemm_t856_bs65536.pt.gz")
+    # Commands run from the repository root with paths relative to it, so the
+    # printed commands can be pasted as they are.
+    out = Path(os.path.relpath(os.path.abspath(args.out_dir), ROOT)) if args.out_dir else Path("results") / preset.name
+    data = os.path.abspath(args.data) if args.data else None
+    os.chdir(ROOT)
+    out.mkdir(parents=True, exist_ok=True)
+    steps = build_steps(preset, out, data, args.gpu_devices)
+    only = set(args.only.split(",")) if args.only else None
+
+    t0 = time.perf_counter()
+    records = run_steps(steps, out, args.force, only)
+    from neuroshard.report import write_report
+
+    report = write_report(out, preset, records, time.perf_counter() - t0)
+    print(f"report: {report}")
+    return 0
+
+
+def _replace(preset: Preset, **changes) -> Preset:
+    from dataclasses import replace
+
+    return replace(preset, **changes)
+
+
+if __name__ == "__main__":
+    run_main(main)

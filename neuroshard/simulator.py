@@ -1,0 +1,459 @@
+"""Plan validation and the simulated plan cost (DESIGN §7).
+
+A plan's estimated cost comes from the three pre-trained cost models and
+nothing else: per device, `compute[r]` from the compute model (0 for an
+empty device), `bw[r]` from the backward comm model on the per-device dim
+sums, `skew[r] = compute[r] + bw[r] - min_r(compute + bw)`, `fw[r]` from the
+forward comm model on `dims + skew`; `total[r] = compute + bw + fw`; plan
+cost = `max_r total[r]`. Times in ms, sizes in GB.
+
+`score_placements` is the one plan-cost function: `simulate` calls it for one
+plan, the NeuroShard search for thousands of candidate placements at once,
+and reports go through `simulate`. Per-device compute costs come from
+`PlanScorer`, which keeps a running accumulator per device (see its
+docstring), in the same order for the search and for `simulate`.
+
+`PlanScorer` evaluates the models as NumPy copies of their weights, made once
+per model: for the small batches of a search that is several times faster
+than torch. If a model's layout is not recognised (or the copy disagrees
+with the model), it falls back to the model's own torch methods.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import math
+import weakref
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from neuroshard.models import table_features
+from neuroshard.types import (
+    BYTES_PER_ELEMENT,
+    CostBreakdown,
+    InvalidPlanError,
+    NeuroShardError,
+    OutOfMemoryError,
+    Plan,
+    ShardTable,
+    TableConfig,
+    apply_column_steps,
+)
+
+# --------------------------------------------------------------------------- memory
+
+
+def mem_cap_elements(max_mem: float) -> int:
+    """Largest number of fp32 elements that fits in `max_mem` GB.
+
+    Memory is checked in whole elements (rows × dim, exact integers) so that
+    the search, the baselines' plans and the validator agree to the byte.
+    """
+    if not max_mem > 0:
+        raise NeuroShardError(f"max_mem must be > 0 GB, got {max_mem}")
+    return int(math.floor(max_mem * 2**30 / BYTES_PER_ELEMENT))
+
+
+def table_elements(table: ShardTable) -> int:
+    return int(table.config.row) * int(table.dim)
+
+
+def _gb(elements: int) -> float:
+    return elements * BYTES_PER_ELEMENT / 2**30
+
+
+def validate_plan(tables: Sequence[ShardTable], plan: Plan, ndevices: int, max_mem: float) -> list[ShardTable]:
+    """Check a plan against its task and return the post-split tables.
+
+    Raises InvalidPlanError when the plan has the wrong number of devices, an
+    illegal column step, a table index out of range, or a post-split table
+    placed twice or never; OutOfMemoryError (with the per-device GB used) when
+    a device holds more than `max_mem` GB.
+    """
+    if not isinstance(plan, Plan):
+        raise InvalidPlanError(f"expected a Plan, got {type(plan).__name__}")
+    if plan.ndevices != ndevices:
+        raise InvalidPlanError(f"plan has {plan.ndevices} devices, the task has {ndevices}")
+    split = apply_column_steps(tables, plan.column_steps)
+    owner: dict[int, int] = {}
+    for r, shard in enumerate(plan.shards):
+        for i in shard:
+            if isinstance(i, bool) or not isinstance(i, (int, np.integer)):
+                raise InvalidPlanError(f"device {r}: table index {i!r} is not an integer")
+            if not 0 <= i < len(split):
+                raise InvalidPlanError(f"device {r}: table {i} out of range (0..{len(split) - 1})")
+            if i in owner:
+                where = f"twice on device {r}" if owner[i] == r else f"on devices {owner[i]} and {r}"
+                raise InvalidPlanError(f"table {i} placed {where}")
+            owner[int(i)] = r
+    missing = [i for i in range(len(split)) if i not in owner]
+    if missing:
+        shown = missing[:10] + (["..."] if len(missing) > 10 else [])
+        raise InvalidPlanError(f"{len(missing)} table(s) placed on no device: {shown}")
+    cap = mem_cap_elements(max_mem)
+    used = [sum(table_elements(split[i]) for i in shard) for shard in plan.shards]
+    over = [r for r in range(ndevices) if used[r] > cap]
+    if over:
+        r = over[0]
+        raise OutOfMemoryError(
+            f"device {r} holds {_gb(used[r]):.4g} GB > max_mem {max_mem:g} GB "
+            f"(used per device: {', '.join(f'{_gb(u):.3g}' for u in used)} GB)",
+            size=_gb(used[r]), max_mem=max_mem, used=[_gb(u) for u in used])
+    return split
+
+
+# --------------------------------------------------------------------------- model evaluation
+
+
+def _find_openblas_local_setter():
+    """OpenBLAS's thread-local `openblas_set_num_threads_local`, if NumPy uses OpenBLAS (Linux)."""
+    try:
+        with open("/proc/self/maps") as fh:
+            paths = {line.split()[-1] for line in fh if "openblas" in line.lower() and "/" in line}
+        for path in sorted(paths):
+            fn = getattr(ctypes.CDLL(path), "openblas_set_num_threads_local", None)
+            if fn is not None:
+                fn.argtypes, fn.restype = [ctypes.c_int], ctypes.c_int
+                return fn
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+_blas_setter: list = []
+
+
+@contextlib.contextmanager
+def single_threaded_blas():
+    """Run NumPy's BLAS single-threaded in this thread, then restore.
+
+    The search multiplies many small matrices (hundreds of rows); a threaded
+    BLAS gains nothing there and, on a loaded machine, its threads wait for
+    each other: measured 16 ms vs 1.1 ms for one comm-model batch.
+    """
+    if not _blas_setter:
+        np.dot(np.ones((2, 2)), np.ones((2, 2)))  # make sure the BLAS library is loaded
+        _blas_setter.append(_find_openblas_local_setter())
+    setter = _blas_setter[0]
+    if setter is None:
+        yield
+        return
+    previous = setter(1)
+    try:
+        yield
+    finally:
+        setter(previous)
+
+
+
+def _numpy_mlp(seq) -> list[tuple[np.ndarray, np.ndarray, bool]] | None:
+    """(W^T, b, relu_after) float64 layers of an nn.Sequential of Linear/ReLU, or None."""
+    layers: list[list] = []
+    for m in seq:
+        if isinstance(m, torch.nn.Linear):
+            w = m.weight.detach().to(torch.float64).numpy().T.copy()
+            b = (m.bias.detach().to(torch.float64).numpy().copy() if m.bias is not None
+                 else np.zeros(w.shape[1]))
+            layers.append([w, b, False])
+        elif isinstance(m, torch.nn.ReLU) and layers and not layers[-1][2]:
+            layers[-1][2] = True
+        else:
+            return None
+    return [tuple(layer) for layer in layers] or None
+
+
+def _run_mlp(layers, x: np.ndarray) -> np.ndarray:
+    for w, b, relu in layers:
+        x = x @ w
+        x += b
+        if relu:
+            np.maximum(x, 0.0, out=x)
+    return x
+
+
+ACC_DTYPE = np.float32  # compute-model accumulators and compute costs (the models are float32 nets)
+
+
+class PlanScorer:
+    """The three cost models as fast batched NumPy functions (ms).
+
+    Build with `get_scorer(models)` (cached per model triple). `ndevices` is
+    the comm models' device count.
+
+    Compute cost: the head's first layer is linear, so instead of summing
+    32-d embeddings and then applying it, each table's embedding is projected
+    once (`project`) and a device keeps an accumulator `acc0 + sum of its
+    tables' projections`; its cost is `cost_from_acc(acc)`, the rest of the
+    head (ReLU, 64 -> 1). One placement update is then O(64), not O(32 x 64).
+    Accumulators are float32 and each row's cost is computed without BLAS
+    (einsum), so a device's cost does not depend on which batch it was
+    computed in: equal shards get bit-equal costs and ties are real ties.
+    """
+
+    def __init__(self, compute_model, fw_model, bw_model):
+        if compute_model is None or fw_model is None or bw_model is None:
+            raise NeuroShardError("the simulator needs a compute, a forward and a backward cost model")
+        self.compute_model, self.fw_model, self.bw_model = compute_model, fw_model, bw_model
+        nd_fw, nd_bw = getattr(fw_model, "ndevices", None), getattr(bw_model, "ndevices", None)
+        if nd_fw != nd_bw:
+            raise NeuroShardError(f"forward comm model is for {nd_fw} devices, backward for {nd_bw}")
+        self.ndevices = int(nd_fw)
+        self._table = self._extract_table_mlp(compute_model)
+        self._head = self._extract_head(compute_model)
+        self._fw = self._extract_comm(fw_model)
+        self._bw = self._extract_comm(bw_model)
+        self._check_against_torch()
+
+    # -- extraction (None: fall back to the model's torch methods)
+
+    @staticmethod
+    def _extract_table_mlp(model):
+        mlp = getattr(model, "table_mlp", None)
+        layers = _numpy_mlp(mlp) if isinstance(mlp, torch.nn.Sequential) else None
+        if layers is None or not all(hasattr(model, a) for a in ("feat_mean", "feat_std")):
+            return None
+        mean = model.feat_mean.detach().to(torch.float64).numpy().copy()
+        std = model.feat_std.detach().to(torch.float64).numpy().copy()
+        return layers, mean, std
+
+    @staticmethod
+    def _extract_head(model):
+        """(W1, b1, relu1, rest, scale): first linear layer apart, the rest as NumPy layers."""
+        head = getattr(model, "head", None)
+        scale = getattr(model, "target_scale", None)
+        layers = _numpy_mlp(head) if isinstance(head, torch.nn.Sequential) else None
+        if layers is None or scale is None or len(layers) < 2 or layers[-1][0].shape[1] != 1:
+            return None
+        (w1, b1, relu1), rest = layers[0], layers[1:]
+        scale = float(scale)
+        if len(rest) == 1 and not rest[0][2]:
+            # the usual 64 -> 1 output layer: fold the target scale into it
+            w, b, _ = rest[0]
+            rest = ((w[:, 0] * scale).astype(ACC_DTYPE), ACC_DTYPE(b[0] * scale))
+        else:
+            rest = [(w.astype(ACC_DTYPE), b.astype(ACC_DTYPE), r) for w, b, r in rest]
+        return w1, b1.astype(ACC_DTYPE), relu1, rest, scale
+
+    @staticmethod
+    def _extract_comm(model):
+        mlp = getattr(model, "mlp", None)
+        layers = _numpy_mlp(mlp) if isinstance(mlp, torch.nn.Sequential) else None
+        if layers is None or not all(hasattr(model, a) for a in ("x_mean", "x_std", "target_scale")):
+            return None
+        # float32 like the model itself: scoring thousands of placements is the second-largest
+        # cost of the search, and float32 halves it
+        layers = [(w.astype(np.float32), b.astype(np.float32), r) for w, b, r in layers]
+        mean = model.x_mean.detach().numpy().astype(np.float32)
+        std = model.x_std.detach().numpy().astype(np.float32)
+        return layers, mean, std, np.float32(model.target_scale)
+
+    def _check_against_torch(self) -> None:
+        """Drop a NumPy copy that disagrees with its torch model (an unknown layout)."""
+        rng = np.random.default_rng(0)
+
+        def close(fast, ref):
+            return fast.shape == ref.shape and np.allclose(fast, ref, rtol=1e-3, atol=1e-4 * (1 + np.abs(ref).max()))
+
+        if self._table is not None:
+            layers, mean, std = self._table
+            feats = mean + std * rng.normal(size=(8, len(mean)))
+            with torch.inference_mode():
+                ref = self.compute_model.embed(torch.as_tensor(feats, dtype=torch.float32)).numpy()
+            if not close(_run_mlp(layers, (feats - mean) / std), ref):
+                self._table = None
+        if self._head is not None:
+            sums = np.abs(rng.normal(size=(8, self._head[0].shape[0]))) * 3
+            if not close(self.cost_from_acc(self.acc0 + self.project(sums)), self._torch_compute(sums)):
+                self._head = None
+        dims = rng.integers(0, 512, size=(8, self.ndevices)).astype(np.float64)
+        sleeps = rng.uniform(0, 10, size=(8, self.ndevices))
+        for kind in ("fw", "bw"):
+            if getattr(self, f"_{kind}") is not None:
+                x = sleeps if kind == "fw" else None
+                if not close(self._comm(kind, dims, x), self._torch_comm(kind, dims, x)):
+                    setattr(self, f"_{kind}", None)
+
+    @property
+    def uses_numpy(self) -> bool:
+        """True when all three models run as NumPy copies (the fast path)."""
+        return all(p is not None for p in (self._table, self._head, self._fw, self._bw))
+
+    # -- torch fall-backs
+
+    def _torch_compute(self, sums: np.ndarray) -> np.ndarray:
+        with torch.inference_mode():
+            sums_t = torch.as_tensor(np.asarray(sums), dtype=torch.float32)
+            out = self.compute_model.cost_from_sums(sums_t, torch.ones(len(sums_t)))
+        return out.numpy().astype(ACC_DTYPE)
+
+    def _torch_comm(self, kind: str, dims: np.ndarray, sleeps) -> np.ndarray:
+        model = self.fw_model if kind == "fw" else self.bw_model
+        return np.asarray(model.predict(dims, sleeps), dtype=np.float64)
+
+    # -- compute cost
+
+    @property
+    def embed_dim(self) -> int:
+        if self._head is not None:
+            return self._head[0].shape[0]
+        return int(getattr(self.compute_model.head[0], "in_features", 32))
+
+    def embed(self, configs: Sequence[TableConfig]) -> np.ndarray:
+        """Per-table 32-d embeddings [N, 32] (float64) of configs with dims, one model call.
+
+        Equal configs are embedded once, so they get bit-equal embeddings.
+        """
+        if len(configs) == 0:
+            return np.zeros((0, self.embed_dim))
+        uniq: dict[TableConfig, int] = {}
+        index = np.array([uniq.setdefault(c, len(uniq)) for c in configs])
+        distinct = list(uniq)
+        if self._table is None:
+            emb = np.asarray(self.compute_model.predict_tables(distinct), dtype=np.float64)
+        else:
+            layers, mean, std = self._table
+            emb = _run_mlp(layers, (table_features(distinct).numpy().astype(np.float64) - mean) / std)
+        return emb[index]
+
+    def project(self, emb: np.ndarray) -> np.ndarray:
+        """Per-table accumulator increments [N, A] (float32) from embeddings [N, 32]."""
+        emb = np.asarray(emb, dtype=np.float64)
+        if self._head is None:
+            return emb.astype(ACC_DTYPE)
+        return (emb @ self._head[0]).astype(ACC_DTYPE)
+
+    @property
+    def acc0(self) -> np.ndarray:
+        """The accumulator of an empty device [A] (float32)."""
+        if self._head is None:
+            return np.zeros(self.embed_dim, dtype=ACC_DTYPE)
+        return self._head[1].copy()
+
+    def cost_from_acc(self, acc: np.ndarray, overwrite: bool = False) -> np.ndarray:
+        """Compute ms [M] (float32) of non-empty shards from their accumulators [M, A].
+
+        The hot path of the search; `overwrite=True` lets it use `acc` as scratch.
+        """
+        if self._head is None:
+            return self._torch_compute(acc)
+        _, _, relu, rest, _ = self._head
+        x = acc if overwrite else acc.copy()
+        if relu:
+            np.maximum(x, 0, out=x)
+        if isinstance(rest, tuple):
+            out = np.einsum("ij,j->i", x, rest[0])  # row by row, no BLAS: batch-independent bits
+            out += rest[1]
+            return out
+        for w, b, r in rest:
+            x = x @ w
+            x += b
+            if r:
+                np.maximum(x, 0, out=x)
+        return x[:, 0] * ACC_DTYPE(self._head[4])
+
+    def shard_costs(self, emb: np.ndarray, shards: Sequence[Sequence[int]]) -> np.ndarray:
+        """Compute ms [n] of each shard (indices into emb), accumulated in shard-list order; empty -> 0."""
+        proj = self.project(emb)
+        acc = np.tile(self.acc0, (len(shards), 1))
+        for r, shard in enumerate(shards):
+            for i in shard:  # sequential on purpose: the search accumulates in this order too
+                acc[r] += proj[i]
+        counts = np.array([len(s) for s in shards])
+        return np.where(counts > 0, self.cost_from_acc(acc).astype(np.float64), 0.0)
+
+    # -- communication
+
+    def _comm(self, kind: str, dims: np.ndarray, sleeps) -> np.ndarray:
+        params = self._fw if kind == "fw" else self._bw
+        if params is None:
+            return self._torch_comm(kind, dims, sleeps)
+        layers, mean, std, scale = params
+        x = dims if kind == "bw" else np.concatenate([dims, sleeps], axis=-1)
+        out = _run_mlp(layers, (x.astype(np.float32) - mean) / std)
+        out *= scale
+        return out.astype(np.float64)
+
+    def comm(self, dims: np.ndarray, compute: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Backward and forward comm ms [M, n] (float64) from dim sums [M, n] and compute ms [M, n]."""
+        dims = np.asarray(dims, dtype=np.float64)
+        compute = np.asarray(compute, dtype=np.float64)
+        if dims.ndim != 2 or dims.shape[1] != self.ndevices:
+            raise NeuroShardError(f"comm models are for {self.ndevices} devices, got dims of shape {dims.shape}")
+        bw = self._comm("bw", dims, None)
+        ready = compute + bw
+        skew = ready - ready.min(axis=1, keepdims=True)
+        fw = self._comm("fw", dims, skew)
+        return bw, fw
+
+
+_SCORERS: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
+
+
+def get_scorer(models) -> PlanScorer:
+    """The PlanScorer of `models` (anything with compute_model, fw_model, bw_model), cached.
+
+    The cache assumes the models' weights do not change after first use.
+    """
+    cm, fw, bw = models.compute_model, models.fw_model, models.bw_model
+    if cm is None:
+        raise NeuroShardError("the simulator needs a compute cost model")
+    try:
+        per_model = _SCORERS.setdefault(cm, {})
+    except TypeError:  # not weak-referenceable: no caching
+        return PlanScorer(cm, fw, bw)
+    key = (id(fw), id(bw))
+    hit = per_model.get(key)
+    if hit is None or hit.fw_model is not fw or hit.bw_model is not bw:
+        hit = per_model[key] = PlanScorer(cm, fw, bw)
+    return hit
+
+
+# --------------------------------------------------------------------------- plan cost
+
+
+def score_placements(scorer: PlanScorer, compute: np.ndarray, dims: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The plan-cost function for M placements at once (DESIGN §7).
+
+    `compute` [M, n]: per-device compute ms (0 for empty devices); `dims`
+    [M, n]: per-device dim sums. Returns (bw, fw, total) [M, n] and cost [M]
+    = max over devices of total, all in ms.
+    """
+    compute = np.asarray(compute, dtype=np.float64)
+    bw, fw = scorer.comm(dims, compute)
+    total = compute + bw + fw
+    return bw, fw, total, total.max(axis=1)
+
+
+def simulate(tables: Sequence[ShardTable], plan: Plan, models, max_mem: float) -> CostBreakdown:
+    """Estimated per-device costs (ms) of a plan under the cost models (DESIGN §7).
+
+    `tables`: the task's tables before splits; `models`: anything with
+    compute_model, fw_model, bw_model (e.g. a ShardingContext). Validates the
+    plan first: InvalidPlanError / OutOfMemoryError, never a score for a plan
+    that does not fit. The breakdown's `extra` holds per-device `dims`, `skew`
+    and `mem_gb`.
+    """
+    with single_threaded_blas():
+        return _simulate(tables, plan, models, max_mem)
+
+
+def _simulate(tables, plan, models, max_mem) -> CostBreakdown:
+    if not isinstance(plan, Plan):
+        raise InvalidPlanError(f"expected a Plan, got {type(plan).__name__}")
+    scorer = get_scorer(models)
+    n = plan.ndevices
+    if n != scorer.ndevices:
+        raise NeuroShardError(f"plan has {n} devices but the comm models are for {scorer.ndevices}")
+    split = validate_plan(tables, plan, n, max_mem)
+    emb = scorer.embed([t.config for t in split])
+    compute = scorer.shard_costs(emb, plan.shards)[None, :]
+    dims = np.array([[sum(split[i].dim for i in s) for s in plan.shards]], dtype=np.float64)
+    bw, fw, total, _ = score_placements(scorer, compute, dims)
+    ready = compute[0] + bw[0]
+    mem = [_gb(sum(table_elements(split[i]) for i in s)) for s in plan.shards]
+    return CostBreakdown(
+        compute=compute[0].tolist(), bw_comm=bw[0].tolist(), fw_comm=fw[0].tolist(),
+        extra={"dims": [int(d) for d in dims[0]], "skew": (ready - ready.min()).tolist(), "mem_gb": mem})

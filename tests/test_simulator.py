@@ -1,0 +1,207 @@
+import numpy as np
+import pytest
+import torch
+
+from neuroshard.models import CommCostModel, ComputeCostModel, NUM_FEATURES, feature_stats, table_features
+from neuroshard.sharders import ShardingContext
+from neuroshard.simulator import PlanScorer, get_scorer, mem_cap_elements, score_placements, simulate, validate_plan
+from neuroshard.types import InvalidPlanError, OutOfMemoryError, Plan, ShardTable, TableConfig
+
+BINS = tuple([1 / 17] * 17)
+
+
+# --------------------------------------------------------------------------- hand-set models
+
+
+def linear_compute_model(per_dim=0.01, base=0.5) -> ComputeCostModel:
+    """cost(shard) = base + per_dim * (sum of dims), 0 for an empty shard (ms)."""
+    m = ComputeCostModel(torch.zeros(NUM_FEATURES), torch.ones(NUM_FEATURES), target_scale=1.0)
+    with torch.no_grad():
+        for p in m.parameters():
+            p.zero_()
+        m.table_mlp[0].weight[0, 0] = 1.0  # feature 0 is the dim
+        m.table_mlp[2].weight[0, 0] = 1.0  # embedding[0] = dim
+        m.head[0].weight[0, 0] = 1.0  # hidden[0] = sum of dims
+        m.head[2].weight[0, 0] = per_dim
+        m.head[2].bias[0] = base
+    return m.eval()
+
+
+def linear_comm_model(kind: str, n: int, a: float, b: float, c: float = 0.0) -> CommCostModel:
+    """bw: out[r] = a * dims[r] + c; fw: out[r] = a * dims[r] + b * sleeps[r] + c (ms)."""
+    n_in = 2 * n if kind == "fw" else n
+    m = CommCostModel(kind, n, torch.zeros(n_in), torch.ones(n_in), target_scale=1.0)
+    linears = [layer for layer in m.mlp if isinstance(layer, torch.nn.Linear)]
+    with torch.no_grad():
+        for p in m.parameters():
+            p.zero_()
+        for layer in linears[:-1]:  # pass the (non-negative) inputs through the ReLU layers
+            for i in range(n_in):
+                layer.weight[i, i] = 1.0
+        last = linears[-1]
+        for r in range(n):
+            last.weight[r, r] = a
+            if kind == "fw":
+                last.weight[r, n + r] = b
+            last.bias[r] = c
+    return m.eval()
+
+
+def hand_models(n=2) -> ShardingContext:
+    return ShardingContext(linear_compute_model(), linear_comm_model("fw", n, 0.01, 0.5, 0.2),
+                           linear_comm_model("bw", n, 0.02, 0.0, 0.1))
+
+
+def random_models(n, seed=0, scale=5.0) -> ShardingContext:
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    configs = [random_config(rng).with_dim(int(d)) for _ in range(40) for d in (4, 8, 16, 32, 64, 128)]
+    mean, std = feature_stats(table_features(configs))
+    cm = ComputeCostModel(mean, std, target_scale=scale).eval()
+    fw = CommCostModel("fw", n, torch.full((2 * n,), 64.0), torch.full((2 * n,), 64.0), target_scale=2.0).eval()
+    bw = CommCostModel("bw", n, torch.full((n,), 64.0), torch.full((n,), 64.0), target_scale=2.0).eval()
+    return ShardingContext(cm, fw, bw)
+
+
+def random_config(rng) -> TableConfig:
+    return TableConfig(int(10 ** rng.uniform(2, 6)), float(rng.uniform(1, 30)), tuple(rng.dirichlet(np.ones(17))))
+
+
+def tables_of(dims, rows=1000) -> list[ShardTable]:
+    return [ShardTable(i, i, TableConfig(rows, 1.0, BINS, d)) for i, d in enumerate(dims)]
+
+
+# --------------------------------------------------------------------------- the breakdown by hand
+
+
+def test_breakdown_matches_hand_computation():
+    tables = tables_of([16, 32, 8])
+    bd = simulate(tables, Plan((), ((0, 2), (1,))), hand_models(2), max_mem=1.0)
+    # compute = 0.5 + 0.01 * dims; bw = 0.02 * dims + 0.1; skew = ready - min(ready);
+    # fw = 0.01 * dims + 0.5 * skew + 0.2
+    assert bd.extra["dims"] == [24, 32]
+    np.testing.assert_allclose(bd.compute, [0.74, 0.82], rtol=1e-6)
+    np.testing.assert_allclose(bd.bw_comm, [0.58, 0.74], rtol=1e-6)
+    np.testing.assert_allclose(bd.extra["skew"], [0.0, 0.24], atol=1e-6)
+    np.testing.assert_allclose(bd.fw_comm, [0.44, 0.64], rtol=1e-6)
+    np.testing.assert_allclose(bd.total, [1.76, 2.20], rtol=1e-6)
+    assert bd.cost == pytest.approx(2.20, rel=1e-6)
+    assert bd.extra["mem_gb"][1] == pytest.approx(1000 * 32 * 4 / 2**30)
+
+
+def test_empty_device_costs_zero_compute_and_splits_are_applied():
+    tables = tables_of([64, 16])
+    # split table 0 into two 32s (indices 0 and 2); device 2 stays empty
+    bd = simulate(tables, Plan((0,), ((0, 1), (2,), ())), hand_models(3), max_mem=1.0)
+    assert bd.extra["dims"] == [48, 32, 0]
+    np.testing.assert_allclose(bd.compute, [0.98, 0.82, 0.0], rtol=1e-6)
+    np.testing.assert_allclose(bd.bw_comm, [1.06, 0.74, 0.1], rtol=1e-6)
+    ready = np.array([0.98 + 1.06, 0.82 + 0.74, 0.1])
+    np.testing.assert_allclose(bd.extra["skew"], ready - ready.min(), atol=1e-6)
+
+
+# --------------------------------------------------------------------------- fast copies equal the models
+
+
+def test_numpy_scorer_agrees_with_torch_models():
+    n = 4
+    models = random_models(n, seed=3)
+    scorer = get_scorer(models)
+    assert scorer.uses_numpy
+    rng = np.random.default_rng(0)
+    configs = [random_config(rng).with_dim(int(rng.choice([8, 32, 128]))) for _ in range(12)]
+    tables = [ShardTable(i, i, c) for i, c in enumerate(configs)]
+    shards = ((0, 5, 7), (1, 2), (3, 4, 6, 8, 9), (10, 11))
+    bd = simulate(tables, Plan((), shards), models, max_mem=100.0)
+    want_compute = models.compute_model.predict_sets(configs, [list(s) for s in shards])
+    np.testing.assert_allclose(bd.compute, want_compute, rtol=1e-4, atol=1e-5)
+    dims = np.array([[sum(configs[i].dim for i in s) for s in shards]], dtype=np.float32)
+    want_bw = models.bw_model.predict(dims)[0]
+    np.testing.assert_allclose(bd.bw_comm, want_bw, rtol=1e-4, atol=1e-5)
+    ready = np.asarray(bd.compute) + np.asarray(bd.bw_comm)
+    want_fw = models.fw_model.predict(dims, (ready - ready.min())[None].astype(np.float32))[0]
+    np.testing.assert_allclose(bd.fw_comm, want_fw, rtol=1e-4, atol=1e-5)
+
+
+def test_torch_fallback_gives_the_same_costs():
+    models = random_models(2, seed=5)
+    fast = PlanScorer(models.compute_model, models.fw_model, models.bw_model)
+    slow = PlanScorer(models.compute_model, models.fw_model, models.bw_model)
+    slow._table = slow._head = slow._fw = slow._bw = None  # as for a model layout it does not know
+    rng = np.random.default_rng(1)
+    configs = [random_config(rng).with_dim(16) for _ in range(5)]
+    for scorer_a, scorer_b in [(fast, slow)]:
+        ea, eb = scorer_a.embed(configs), scorer_b.embed(configs)
+        np.testing.assert_allclose(ea, eb, rtol=1e-5, atol=1e-6)
+        ca = scorer_a.shard_costs(ea, [[0, 1], [2, 3, 4]])
+        cb = scorer_b.shard_costs(eb, [[0, 1], [2, 3, 4]])
+        np.testing.assert_allclose(ca, cb, rtol=1e-4, atol=1e-5)
+        dims = np.array([[40.0, 120.0]])
+        for x, y in zip(scorer_a.comm(dims, ca[None]), scorer_b.comm(dims, cb[None])):
+            np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-5)
+
+
+def test_batched_plan_cost_equals_simulate():
+    models = random_models(3, seed=2)
+    scorer = get_scorer(models)
+    tables = tables_of([8, 16, 32, 64, 8])
+    plans = [Plan((), ((0, 1), (2,), (3, 4))), Plan((3,), ((0, 5), (3, 2), (1, 4))), Plan((), ((0, 1, 2, 3, 4), (), ()))]
+    bds = [simulate(tables, p, models, 1.0) for p in plans]
+    compute = np.array([b.compute for b in bds])
+    dims = np.array([b.extra["dims"] for b in bds], dtype=np.float64)
+    bw, fw, total, cost = score_placements(scorer, compute, dims)
+    # float32 comm models: the batch size may change the last bits
+    np.testing.assert_allclose(cost, [b.cost for b in bds], rtol=1e-6)
+    np.testing.assert_allclose(fw, [b.fw_comm for b in bds], rtol=1e-6, atol=1e-7)
+
+
+def test_equal_shards_get_bit_equal_costs_in_any_batch():
+    models = random_models(2, seed=4)
+    scorer = get_scorer(models)
+    rng = np.random.default_rng(0)
+    acc = scorer.acc0 + scorer.project(np.abs(rng.normal(size=(50, 32))))
+    alone = np.array([scorer.cost_from_acc(acc[i:i + 1])[0] for i in range(50)])
+    assert np.array_equal(scorer.cost_from_acc(acc), alone)
+    assert np.array_equal(scorer.cost_from_acc(acc[7:40]), alone[7:40])
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def test_validate_plan_rejects_broken_plans():
+    tables = tables_of([16, 32, 8])
+    ok = validate_plan(tables, Plan((1,), ((0, 3), (1, 2))), 2, 1.0)
+    assert [t.dim for t in ok] == [16, 16, 8, 16]
+    cases = {
+        "devices": Plan((), ((0, 1, 2),)),
+        "range": Plan((), ((0, 1), (2, 3))),
+        "twice": Plan((), ((0, 1), (1, 2))),
+        "never": Plan((), ((0,), (2,))),
+        "split": Plan((2, 2), ((0, 1), (2, 3, 4))),  # 8 -> 4 -> 2 is not a multiple of 4
+        "split range": Plan((5,), ((0, 1), (2, 3))),
+    }
+    for name, plan in cases.items():
+        with pytest.raises(InvalidPlanError):
+            validate_plan(tables, plan, 2, 1.0)
+    with pytest.raises(InvalidPlanError, match="twice on device 0"):
+        validate_plan(tables, Plan((), ((0, 0, 1, 2), ())), 2, 1.0)
+    with pytest.raises(InvalidPlanError):
+        simulate(tables, "not a plan", hand_models(2), 1.0)
+
+
+def test_memory_is_checked_exactly_and_reported_with_numbers():
+    # 2**28 fp32 elements are exactly 1 GB
+    t = [ShardTable(0, 0, TableConfig(2**22, 1.0, BINS, 64)), ShardTable(1, 1, TableConfig(4, 1.0, BINS, 4))]
+    assert mem_cap_elements(1.0) == 2**28
+    validate_plan(t, Plan((), ((0,), (1,))), 2, 1.0)  # exactly at the cap fits
+    with pytest.raises(OutOfMemoryError) as e:
+        validate_plan(t, Plan((), ((0, 1), ())), 2, 1.0)
+    assert e.value.max_mem == 1.0 and e.value.used[0] > 1.0 and e.value.used[1] == 0.0
+    assert "device 0" in str(e.value)
+    with pytest.raises(OutOfMemoryError):
+        simulate(t, Plan((), ((0, 1), ())), hand_models(2), 1.0)
+
+
+def test_models_for_another_device_count_are_refused():
+    with pytest.raises(Exception, match="devices"):
+        simulate(tables_of([8, 8, 8]), Plan((), ((0,), (1,), (2,))), hand_models(2), 1.0)

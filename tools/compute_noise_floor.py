@@ -1,0 +1,63 @@
+"""Noise floor of compute cost data: re-measure collected shards and compare.
+
+    python tools/compute_noise_floor.py --data_dir data/cost_data/compute \\
+        --dataset_dir data/dlrm_datasets --num_samples 200
+
+Re-measures a random subset of the shards in --data_dir twice (all shards
+once, then all again, so slow spells of the machine hit both rounds) with
+the warm-up/iterations recorded in its config.json, and reports the
+relative difference |fresh - stored| / stored and |fresh2 - fresh1| / fresh1
+(median and mean; the mean is the MAPE a model predicting the re-measurement
+exactly would score). No cost model can be more accurate than this.
+Writes --out_path (default <data_dir>/noise_floor.json).
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from neuroshard.cli import add_device_arg, parse_int_list, resolve_device, run_main, write_json_atomic
+from neuroshard.compute_collect import NOISE_JSON, measure_noise_floor, worker_devices
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--data_dir", type=str, default="data/cost_data/compute")
+    p.add_argument("--dataset_dir", type=str, default="data/dlrm_datasets")
+    p.add_argument("--num_samples", type=int, default=200, help="shards to re-measure")
+    p.add_argument("--repeats", type=int, default=2, help="fresh measurements per shard")
+    add_device_arg(p)
+    p.add_argument("--gpu_devices", type=str, default="0", help="with --device cuda: GPUs, one worker each")
+    p.add_argument("--num_workers", type=int, default=1, help="with --device cpu: benchmark processes "
+                   "(use the count the data was collected with)")
+    p.add_argument("--warmup", type=int, default=None, help="default: as recorded in <data_dir>/config.json")
+    p.add_argument("--iters", type=int, default=None, help="default: as recorded in <data_dir>/config.json")
+    p.add_argument("--seed", type=int, default=0, help="which shards are picked")
+    p.add_argument("--out_path", type=str, default=None, help=f"default: <data_dir>/{NOISE_JSON}")
+    args = p.parse_args()
+
+    recorded = {}
+    cfg_path = Path(args.data_dir) / "config.json"
+    if cfg_path.exists():
+        with open(cfg_path) as fh:
+            recorded = json.load(fh)
+    warmup = args.warmup if args.warmup is not None else recorded.get("warmup", 5)
+    iters = args.iters if args.iters is not None else recorded.get("iters", 10)
+    devices = worker_devices(resolve_device(args.device), parse_int_list(args.gpu_devices, "--gpu_devices"),
+                             args.num_workers)
+    report = measure_noise_floor(args.data_dir, args.dataset_dir, args.num_samples, devices, warmup, iters,
+                                 seed=args.seed, repeats=max(1, args.repeats))
+    out_path = args.out_path or str(Path(args.data_dir) / NOISE_JSON)
+    write_json_atomic(out_path, report)
+    for key, label in (("fresh_vs_stored", "re-measured vs stored"), ("fresh_vs_fresh", "two fresh repeats")):
+        if key in report:
+            r = report[key]
+            print(f"{label:>22}: median {100 * r['median']:.2f}%  mean {100 * r['mean']:.2f}%  "
+                  f"p90 {100 * r['p90']:.2f}%  (n={r['n']})")
+    print(f"wrote {out_path}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    run_main(main)

@@ -1,0 +1,48 @@
+"""Train the compute cost model on collected compute cost data (DESIGN.md §6).
+
+    python train_compute_cost_model.py --data_dir data/cost_data/compute --out_path models/compute.pt
+
+Writes the checkpoint (--out_path, self-describing), a predicted-vs-measured
+scatter of the test split (<out_path stem>_test_scatter.png) and the metrics
+(<out_path stem>_metrics.json) next to it. If the data dir holds a
+noise_floor.json (tools/compute_noise_floor.py), the test MAPE is shown next
+to it: no model can beat the measurement noise.
+"""
+
+import argparse
+
+from neuroshard.cli import run_main
+from neuroshard.compute_train import train_compute_model
+from neuroshard.training import TrainConfig, format_metrics
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--data_dir", type=str, default="data/cost_data/compute/")
+    p.add_argument("--train_ratio", type=float, default=0.8)
+    p.add_argument("--valid_ratio", type=float, default=0.1)
+    p.add_argument("--batch_size", type=int, default=512)
+    p.add_argument("--num_samples", type=int, default=100_000, help="use at most this many samples")
+    p.add_argument("--lr", type=float, default=0.001)
+    p.add_argument("--epochs", type=int, default=1000, help="at most; training stops early on validation")
+    p.add_argument("--eval_every", type=int, default=1, help="epochs between validation checks")
+    p.add_argument("--out_path", type=str, default="models/compute.pt")
+    p.add_argument("--seed", type=int, default=0, help="split shuffle and weight init")
+    args = p.parse_args()
+
+    cfg = TrainConfig(train_ratio=args.train_ratio, valid_ratio=args.valid_ratio, batch_size=args.batch_size,
+                      lr=args.lr, epochs=args.epochs, eval_every=args.eval_every, seed=args.seed,
+                      num_samples=args.num_samples)
+    result = train_compute_model(args.data_dir, cfg, args.out_path)
+    print(format_metrics(result["metrics"]))
+    print(f"best epoch {result['best_epoch']}; model {args.out_path}; scatter {result['scatter']}; "
+          f"metrics {result['metrics_path']}")
+    if "noise_floor" in result:
+        nf = result["noise_floor"]
+        print(f"test MAPE {100 * result['metrics']['test']['mape']:.2f}% vs noise floor "
+              f"{100 * nf['mean']:.2f}% (mean |re-measured - stored| / stored; median {100 * nf['median']:.2f}%)")
+
+
+if __name__ == "__main__":
+    run_main(main)
