@@ -22,7 +22,8 @@ from neuroshard.comm_collect import CommCollectConfig, collect, noise_floor, pri
 
 
 def main():
-    p = argparse.ArgumentParser(description="NeuroShard comm cost data collection")
+    p = argparse.ArgumentParser(description="NeuroShard comm cost data collection",
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--data_size", type=int, default=999999999,
                    help="total samples wanted in OUT_DIR/data.txt (existing ones count)")
     p.add_argument("--gpu_devices", default=None,
@@ -54,7 +55,7 @@ def main():
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     args = p.parse_args()
 
-    device, n = resolve_ranks(resolve_device(args.device) if not args.gpu_devices else "cuda",
+    device, n = resolve_ranks(resolve_device("cuda" if args.gpu_devices else args.device),
                               args.ndevices, args.gpu_devices)
     cfg = CommCollectConfig(
         ndevices=n, device=device,

@@ -37,6 +37,10 @@ def main():
                         "and adds noise to the times; keep it at or below the number of idle cores")
     p.add_argument("--warmup", type=int, default=5, help="untimed iterations per shard")
     p.add_argument("--iters", type=int, default=10, help="timed iterations per shard (their median is kept)")
+    p.add_argument("--clock", choices=["cpu", "wall"], default="cpu",
+                   help="CPU kernels: cpu = CPU time of the benchmark thread (leaves out time spent "
+                        "descheduled, so a busy shared machine disturbs it far less; equals wall time on "
+                        "an idle one), wall = elapsed time. GPUs always use CUDA events")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     args = p.parse_args()
@@ -45,7 +49,8 @@ def main():
                              args.num_workers)
     settings = CollectSettings(dataset_dir=args.dataset_dir, out_dir=args.out_dir, data_size=args.data_size,
                                max_tables=args.max_tables, max_mem=args.max_mem, max_dim=args.max_dim,
-                               devices=devices, warmup=args.warmup, iters=args.iters, seed=args.seed)
+                               devices=devices, warmup=args.warmup, iters=args.iters, seed=args.seed,
+                               clock=args.clock)
     summary = collect(settings, progress=not args.quiet)
     rate = summary.new / summary.elapsed_s if summary.elapsed_s else 0.0
     print(f"{summary.new} new samples ({summary.failed} failed) in {summary.elapsed_s:.1f} s "

@@ -142,6 +142,11 @@ def main(argv=None) -> int:
     _, summary = hw.run_evaluation(records, args.data_dir, args.task_path, cfg, args.out_dir, algs, n,
                                    config=config, show=show, fault=args.fault)
     hw.print_summary(summary)
+    t = summary["hardware"]
+    if t["plans_measured"]:
+        per = f", then {t['per_plan_s']:.1f} s per plan" if t["per_plan_s"] is not None else ""
+        print(f"hardware job: {t['plans_measured']} plans in {t['job_s']:.1f} s (first result after "
+              f"{t['first_plan_s']:.1f} s{per})", file=sys.stderr)
     print(f"wrote {os.path.join(args.out_dir, hw.SUMMARY_MD)} and the rest of the results", file=sys.stderr)
     return 0
 

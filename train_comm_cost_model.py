@@ -14,6 +14,8 @@ it: no model can beat the measurement noise.
 
 import argparse
 
+import torch
+
 from neuroshard.cli import run_main
 from neuroshard.comm_train import train_comm_models
 from neuroshard.training import TrainConfig, format_metrics
@@ -33,7 +35,10 @@ def main():
     p.add_argument("--fw_out_path", type=str, default=None, help="default models/comm_<n>_fw.pt")
     p.add_argument("--bw_out_path", type=str, default=None, help="default models/comm_<n>_bw.pt")
     p.add_argument("--seed", type=int, default=0, help="split shuffle and weight init")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch intra-op threads; the MLPs are tiny, more threads mostly add contention")
     args = p.parse_args()
+    torch.set_num_threads(args.threads)
 
     cfg = TrainConfig(train_ratio=args.train_ratio, valid_ratio=args.valid_ratio, batch_size=args.batch_size,
                       lr=args.lr, epochs=args.epochs, eval_every=args.eval_every, seed=args.seed,

@@ -29,6 +29,7 @@ def main():
     p.add_argument("--max_dim", type=int, default=128)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--iters", type=int, default=10)
+    p.add_argument("--clock", choices=["cpu", "wall"], default="cpu")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out_json", type=str, default=None, help="also write the results here")
     args = p.parse_args()
@@ -38,7 +39,8 @@ def main():
         with tempfile.TemporaryDirectory(prefix="bench_compute_") as tmp:
             s = CollectSettings(dataset_dir=args.dataset_dir, out_dir=tmp, data_size=args.samples,
                                 max_tables=args.max_tables, max_mem=args.max_mem, max_dim=args.max_dim,
-                                devices=["cpu"] * n, warmup=args.warmup, iters=args.iters, seed=args.seed)
+                                devices=["cpu"] * n, warmup=args.warmup, iters=args.iters, seed=args.seed,
+                                clock=args.clock)
             summary = collect(s, progress=False)
         w = summary.workers
         wall = w.busy_s + w.idle_s

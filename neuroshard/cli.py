@@ -38,7 +38,7 @@ def run_main(main: Callable[[], object]) -> None:
 def add_device_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
                         help="where kernels run: cpu (fbgemm-gpu-cpu) or cuda (fbgemm-gpu); "
-                             "auto picks cuda when a GPU is visible (default: auto)")
+                             "auto picks cuda when a GPU is visible")
 
 
 def resolve_device(name: str) -> str:

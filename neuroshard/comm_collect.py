@@ -226,8 +226,8 @@ def noise_floor(out_dir: str, cfg: CommCollectConfig, num: int, *, seed: int = 0
     from neuroshard.cli import write_json_atomic
 
     cfg.validate()
-    check_run_config(out_dir, cfg.to_json())  # same settings as the recorded samples
     recorded = read_comm_data(out_dir, cfg.ndevices)
+    check_run_config(out_dir, cfg.to_json())  # same settings as the recorded samples
     if not recorded:
         raise InputError(os.path.join(out_dir, DATA_TXT), "no samples to re-measure")
     rng = np.random.default_rng([seed, len(recorded), 7919])

@@ -34,7 +34,7 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from neuroshard.compute_bench import DEFAULT_ARENA_GB, BenchTable
+from neuroshard.compute_bench import CLOCKS, DEFAULT_ARENA_GB, BenchTable
 from neuroshard.formats import (DATA_TXT, TABLE_CONFIGS, append_line, check_run_config, format_compute_sample,
                                 open_append, read_compute_data, read_dataset, read_lines_tolerant,
                                 read_table_configs, write_table_configs)
@@ -141,7 +141,7 @@ def _one_line(e: BaseException) -> str:
 
 
 def _worker_main(slot: int, device: str, dataset_dir: str, tables: list[BenchTable], warmup: int, iters: int,
-                 arena_gb: float, seed: int, tasks, results) -> None:
+                 arena_gb: float, clock: str, seed: int, tasks, results) -> None:
     """Worker process: take (task_no, ids) from `tasks`, put results on `results`, stop on None."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides how a Ctrl-C ends the run
     parent = os.getppid()
@@ -152,7 +152,7 @@ def _worker_main(slot: int, device: str, dataset_dir: str, tables: list[BenchTab
         from neuroshard.compute_bench import ShardBenchmark
 
         bench = ShardBenchmark(read_dataset(dataset_dir, validate=False), device, warmup, iters, seed=seed,
-                               arena_gb=arena_gb)
+                               arena_gb=arena_gb, clock=clock)
         bench.prefault()  # page faults at start-up rather than in the first shards' warm-up
     except BaseException as e:  # noqa: BLE001 - reported to the parent, which stops the run
         results.put(("fatal", slot, None, None, _one_line(e)))
@@ -160,19 +160,19 @@ def _worker_main(slot: int, device: str, dataset_dir: str, tables: list[BenchTab
     fail, crash = _env_ints("NEUROSHARD_TEST_FAIL_TASKS"), _env_ints("NEUROSHARD_TEST_CRASH_TASKS")
     delay = float(os.environ.get("NEUROSHARD_TEST_SAMPLE_DELAY_S", "0") or 0)
     results.put(("ready", slot, None, None, None))
+    t_wait = time.perf_counter()
     while True:
-        t_wait = time.perf_counter()
         try:
             task = tasks.get(timeout=1.0)
         except queue.Empty:
             if os.getppid() != parent:  # orphaned: the parent was killed
                 return
             continue
-        idle = time.perf_counter() - t_wait
         if task is None:
             return
         task_no, ids = task
         t0 = time.perf_counter()
+        idle = t0 - t_wait
         try:
             if task_no in crash:
                 os._exit(3)
@@ -185,10 +185,11 @@ def _worker_main(slot: int, device: str, dataset_dir: str, tables: list[BenchTab
             if device.startswith("cuda"):
                 torch.cuda.empty_cache()
             results.put(("err", slot, task_no, ids, _one_line(e)))
-            continue
-        stats = {"samples": 1, "busy_s": time.perf_counter() - t0, "idle_s": idle, "build_s": r.build_s,
-                 "inputs_s": r.inputs_s, "bench_s": r.bench_s, "timed_s": r.timed_s}
-        results.put(("ok", slot, task_no, ids, (r.median_ms, stats)))
+        else:
+            stats = {"samples": 1, "busy_s": time.perf_counter() - t0, "idle_s": idle, "build_s": r.build_s,
+                     "inputs_s": r.inputs_s, "bench_s": r.bench_s, "timed_s": r.timed_s}
+            results.put(("ok", slot, task_no, ids, (r.median_ms, stats)))
+        t_wait = time.perf_counter()
 
 
 def _exit_reason(code: Optional[int]) -> str:
@@ -219,13 +220,14 @@ class WorkerPool:
     """
 
     def __init__(self, devices: Sequence[str], dataset_dir, tables: Sequence[BenchTable], warmup: int, iters: int,
-                 seed: int = 0, max_restarts: Optional[int] = None, arena_gb: float = DEFAULT_ARENA_GB):
+                 seed: int = 0, max_restarts: Optional[int] = None, arena_gb: float = DEFAULT_ARENA_GB,
+                 clock: str = "wall"):
         if not devices:
             raise NeuroShardError("need at least one worker")
         self.ctx = mp.get_context("spawn")
         self.results = self.ctx.Queue()
         self.slots = [_Slot(d) for d in devices]
-        self.args = (str(dataset_dir), list(tables), warmup, iters, arena_gb)
+        self.args = (str(dataset_dir), list(tables), warmup, iters, arena_gb, clock)
         self.seed = seed
         self.restarts = 0
         self.max_restarts = 2 * len(devices) if max_restarts is None else max_restarts
@@ -390,6 +392,7 @@ class CollectSettings:
     warmup: int = 5
     iters: int = 10
     seed: int = 0
+    clock: str = "cpu"  # "cpu" or "wall", see ShardBenchmark; GPUs always use CUDA events
 
     def validate(self) -> None:
         if self.data_size < 0:
@@ -402,6 +405,8 @@ class CollectSettings:
             raise NeuroShardError(f"need --iters >= 1 and --warmup >= 0, got {self.iters}, {self.warmup}")
         if not self.devices:
             raise NeuroShardError("need at least one worker")
+        if self.clock not in CLOCKS:
+            raise NeuroShardError(f"--clock must be one of {', '.join(CLOCKS)}, got {self.clock!r}")
         try:
             dim_set(self.max_dim)
         except ValueError as e:
@@ -409,10 +414,18 @@ class CollectSettings:
 
     def run_config(self, batch_size: int) -> dict:
         """What config.json records: the settings that change the samples (not how many or where)."""
-        device = "cuda" if self.devices[0].startswith("cuda") else "cpu"
         return {"max_tables": self.max_tables, "max_mem": self.max_mem, "max_dim": self.max_dim,
-                "warmup": self.warmup, "iters": self.iters, "seed": self.seed, "device": device,
-                "batch_size": batch_size}
+                "warmup": self.warmup, "iters": self.iters, "seed": self.seed, "device": self.device_kind,
+                "clock": self.effective_clock, "batch_size": batch_size}
+
+    @property
+    def device_kind(self) -> str:
+        return "cuda" if self.devices[0].startswith("cuda") else "cpu"
+
+    @property
+    def effective_clock(self) -> str:
+        """What times the kernels: CUDA events on GPUs, else the chosen CPU clock."""
+        return "cuda_events" if self.device_kind == "cuda" else self.clock
 
 
 @dataclass
@@ -504,8 +517,9 @@ def collect(s: CollectSettings, progress: bool = True) -> CollectSummary:
             tables = augmented_bench_tables(aug, len(dataset.configs))
             # no shard exceeds max_mem, so a larger weight arena would never be used
             arena_gb = min(DEFAULT_ARENA_GB, s.max_mem)
+            clock = "wall" if s.device_kind == "cuda" else s.clock
             with WorkerPool(s.devices, s.dataset_dir, tables, s.warmup, s.iters, seed=s.seed,
-                            arena_gb=arena_gb) as pool:
+                            arena_gb=arena_gb, clock=clock) as pool:
                 pool.run(next_task, on_ok, on_error)
         finally:
             bar.close()
@@ -529,7 +543,7 @@ def _rel_diff_stats(a: np.ndarray, b: np.ndarray) -> dict:
 
 
 def measure_noise_floor(data_dir, dataset_dir, num_samples: int, devices: Sequence[str], warmup: int, iters: int,
-                        seed: int = 0, repeats: int = 2, progress: bool = True) -> dict:
+                        seed: int = 0, repeats: int = 2, progress: bool = True, clock: str = "wall") -> dict:
     """Re-measure `num_samples` random collected shards `repeats` times (rounds interleaved over shards).
 
     Returns relative differences: repeat 1 vs the stored measurement, and
@@ -573,14 +587,14 @@ def measure_noise_floor(data_dir, dataset_dir, num_samples: int, devices: Sequen
     try:
         largest = max(sum(aug[i].size_gb for i in samples[int(p)][0]) for p in pick)
         with WorkerPool(devices, dataset_dir, tables, warmup, iters, seed=seed,
-                        arena_gb=min(DEFAULT_ARENA_GB, largest)) as pool:
+                        arena_gb=min(DEFAULT_ARENA_GB, largest), clock=clock) as pool:
             pool.run(next_task, on_ok, on_error)
     finally:
         bar.close()
     stored = np.array([samples[int(p)][1] for p in pick])
     ok = ~np.isnan(fresh).any(0)
     report = {"data_dir": str(data_dir), "num_shards": int(ok.sum()), "repeats": repeats, "warmup": warmup,
-              "iters": iters, "workers": len(devices), "seed": seed,
+              "iters": iters, "clock": clock, "workers": len(devices), "seed": seed,
               "fresh_vs_stored": _rel_diff_stats(fresh[0][ok], stored[ok])}
     if repeats >= 2:
         report["fresh_vs_fresh"] = _rel_diff_stats(fresh[1][ok], fresh[0][ok])

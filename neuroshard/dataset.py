@@ -23,6 +23,7 @@ import math
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from statistics import NormalDist
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -125,37 +126,26 @@ def process_public(indices: torch.Tensor, offsets: torch.Tensor, lengths: torch.
     """Split the public layout into per-table lookups and compute each table's stats.
 
     `indices`: flat lookups of all tables one after another; `offsets`:
-    length T*B+1; `lengths`: [T, B]. Works table by table on slice views, so
-    the only large extra memory is the compact (int32) copy of the lookups.
-    Returns (configs, locality, per-table indices, per-table offsets).
+    length T*B+1; `lengths`: [T, B] (as returned by `formats.read_public_dlrm`,
+    memory-mapped). Works table by table on slice views, so the only large
+    extra memory is the compact (int32 where possible) copy of the lookups
+    that goes into `data.pt`.
+    Returns (configs, localities, per-table indices, per-table offsets from 0).
     """
     from tqdm import tqdm
 
-    if lengths.dim() != 2:
-        raise InputError(path, f"lengths must be 2-D [tables, batch], got shape {tuple(lengths.shape)}")
+    from neuroshard.formats import check_public_table
+
     num_tables, batch = lengths.shape
-    if offsets.numel() != num_tables * batch + 1:
-        raise InputError(path, f"offsets has {offsets.numel()} entries, expected "
-                               f"tables*batch+1 = {num_tables * batch + 1}")
     configs, localities, out_idx, out_off = [], [], [], []
     for t in tqdm(range(num_tables), desc="tables", unit="table", disable=not progress):
-        lo, hi = int(offsets[t * batch]), int(offsets[(t + 1) * batch])
-        if not 0 <= lo <= hi <= indices.numel():
-            raise InputError(path, f"table {t}: offsets [{lo}, {hi}) outside the "
-                                   f"{indices.numel()} indices")
-        idx = indices[lo:hi]
-        if idx.numel() and int(idx.min()) < 0:
-            raise InputError(path, f"table {t}: negative index {int(idx.min())}")
+        idx, off = check_public_table(path, t, indices, offsets, lengths)
         loc = table_locality(idx)
-        length_sum = int(lengths[t].sum())
-        if length_sum != hi - lo:
-            raise InputError(path, f"table {t}: lengths sum to {length_sum} but offsets "
-                                   f"span {hi - lo} indices")
         configs.append(loc.config(batch))
         localities.append(loc)
         out_idx.append(compact(idx, loc.max_index))
-        out_off.append(compact(offsets[t * batch:(t + 1) * batch + 1] - lo, hi - lo))
-        del idx
+        out_off.append(compact(off, idx.numel()))
+        del idx, off
     return configs, localities, out_idx, out_off
 
 
@@ -235,37 +225,41 @@ class SyntheticTable:
     reuse: float
 
 
-def _table_rng(seed: int, t: int, stream: int) -> np.random.Generator:
-    """Independent generator per (table, stream)."""
-    return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(t, stream)))
+def _stratified(rng: np.random.Generator, n: int) -> np.ndarray:
+    """n uniforms in (0, 1), one in each of the n equal strata, in random order.
+
+    With 100-odd tables a few heavy-tailed draws would dominate the aggregate
+    statistics; one draw per stratum keeps every dataset close to the target
+    shape while the tables stay random.
+    """
+    return (rng.permutation(n) + rng.random(n)) / n
 
 
 def synthetic_params(spec: SyntheticSpec) -> list[SyntheticTable]:
-    """Per-table parameters of the synthetic dataset."""
-    drawn, zero = [], []
+    """Per-table parameters of the synthetic dataset (see SyntheticSpec)."""
+    n = spec.num_tables
+    rng = np.random.default_rng(np.random.SeedSequence(spec.seed, spawn_key=(0,)))
+    u_rows, u_pf, u_zero, u_skew, u_reuse = (_stratified(rng, n) for _ in range(5))
     lo, hi = math.log(MIN_ROWS), math.log(spec.max_rows)
-    for t in range(spec.num_tables):
-        rng = _table_rng(spec.seed, t, 0)
-        rows = int(round(math.exp(lo + (hi - lo) * rng.random() ** spec.rows_power)))
-        is_zero = bool(rng.random() < spec.p_zero)
-        pf = (rng.uniform(0.0, spec.zero_pf) if is_zero
-              else min(spec.max_pooling, math.exp(rng.normal(0.0, spec.pf_sigma))))
-        skew = rng.uniform(spec.skew_lo, spec.skew_hi)
-        reuse = math.exp(rng.uniform(math.log(spec.reuse_lo), math.log(spec.reuse_hi)))
-        drawn.append((rows, pf, skew, reuse))
-        zero.append(is_zero)
-    pfs = np.array([d[1] for d in drawn])
-    zero = np.array(zero)
+    rows = np.rint(np.exp(lo + (hi - lo) * u_rows ** spec.rows_power)).astype(np.int64)
+    zero = u_zero < spec.p_zero
+    normal = NormalDist(0.0, spec.pf_sigma)
+    pfs = np.where(zero, u_pf * spec.zero_pf,
+                   np.minimum(spec.max_pooling, np.exp([normal.inv_cdf(u) for u in u_pf])))
+    # Rescale the non-zero factors so the mean over all tables is mean_pooling.
     if (~zero).any():
-        need = spec.mean_pooling * spec.num_tables - pfs[zero].sum()
+        need = spec.mean_pooling * n - pfs[zero].sum()
         if need > 0:
             pfs[~zero] *= need / pfs[~zero].sum()
-    return [SyntheticTable(d[0], float(pf), float(d[2]), float(d[3])) for d, pf in zip(drawn, pfs)]
+    reuse = np.exp(math.log(spec.reuse_lo) + u_reuse * math.log(spec.reuse_hi / spec.reuse_lo))
+    skew = spec.skew_lo + (spec.skew_hi - spec.skew_lo) * u_skew
+    return [SyntheticTable(int(r), float(p), float(s), float(m))
+            for r, p, s, m in zip(rows, pfs, skew, reuse)]
 
 
 def synthetic_table(spec: SyntheticSpec, t: int, p: SyntheticTable):
     """Lookups (indices int32, offsets of length B+1) of synthetic table t."""
-    rng = _table_rng(spec.seed, t, 1)
+    rng = np.random.default_rng(np.random.SeedSequence(spec.seed, spawn_key=(1, t)))
     rate = rng.gamma(spec.length_shape, p.pooling / spec.length_shape, size=spec.batch_size)
     lengths = rng.poisson(rate)
     offsets = np.zeros(spec.batch_size + 1, dtype=np.int64)
@@ -450,3 +444,52 @@ def quantiles(values: Sequence[float], qs=(0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0))
            for q in qs}
     out["mean"] = float(arr.mean()) if arr.size else 0.0
     return out
+
+
+def dataset_localities(indices: Sequence[torch.Tensor], progress: bool = False) -> list[TableLocality]:
+    """Raw locality counts of every table of a dataset (from its lookups)."""
+    from tqdm import tqdm
+
+    return [table_locality(idx) for idx in tqdm(indices, desc="tables", unit="table",
+                                                disable=not progress)]
+
+
+def table_summary(configs: Sequence[TableConfig]) -> dict:
+    """Quantiles of rows and pooling factors over the tables of a dataset."""
+    pfs = [c.pooling_factor for c in configs]
+    return {"num_tables": len(configs),
+            "rows": quantiles([c.row for c in configs]),
+            "pooling_factor": quantiles(pfs),
+            "tables_pooling_below_1": int(sum(pf < 1 for pf in pfs))}
+
+
+def format_table_summary(summary: dict) -> str:
+    def row(name, q, fmt):
+        return f"{name:<16}" + "  ".join(f"{k} {fmt(v)}" for k, v in q.items())
+
+    return "\n".join([
+        f"Tables: {summary['num_tables']}",
+        row("rows:", summary["rows"], lambda v: f"{v:.4g}"),
+        row("pooling factor:", summary["pooling_factor"], lambda v: f"{v:.3g}"),
+        f"tables with pooling factor < 1: {summary['tables_pooling_below_1']}"])
+
+
+def compare_to_reference(stats: LocalityStats, ref: LocalityStats) -> dict:
+    """L1 distances of both histograms to a reference block."""
+    return {"reference": ref.name, "reference_batch_size": ref.batch_size,
+            "col_hist_l1": histogram_l1(stats.col_hist, ref.col_hist),
+            "index_ratio_l1": histogram_l1(stats.index_ratio, ref.index_ratio)}
+
+
+def format_comparison(stats: LocalityStats, ref: LocalityStats) -> str:
+    """Both histograms next to the reference's, with their L1 distances."""
+    cmp = compare_to_reference(stats, ref)
+    lines = [f"Reference: {ref.name} (batch size {ref.batch_size}); "
+             f"avg col size {stats.avg_col_size:.1f} vs {ref.avg_col_size:.1f}",
+             f"{'bin':<16}{'col sizes':>18}{'index ratio':>22}",
+             f"{'':<16}{'ours':>9}{'ref':>9}{'ours':>13}{'ref':>9}"]
+    for j, label in enumerate(BIN_LABELS):
+        lines.append(f"{label:<16}{stats.col_hist[j]:>9.3f}{ref.col_hist[j]:>9.3f}"
+                     f"{stats.index_ratio[j]:>13.3f}{ref.index_ratio[j]:>9.3f}")
+    lines.append(f"{'L1 distance':<16}{cmp['col_hist_l1']:>18.3f}{cmp['index_ratio_l1']:>22.3f}")
+    return "\n".join(lines)

@@ -32,7 +32,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from neuroshard.sharders import ShardingContext, algorithm_names, get_sharder
-from neuroshard.simulator import simulate
+from neuroshard.simulator import get_scorer, simulate
 from neuroshard.types import (
     InvalidPlanError,
     NeuroShardError,
@@ -152,8 +152,12 @@ def compute_plans(configs: Sequence[TableConfig], tasks: Sequence[Task], algs: S
     """Plan records for every task (outer loop, with a progress bar) and algorithm (inner loop)."""
     from tqdm import tqdm
 
+    if getattr(models, "compute_model", None) is not None:
+        get_scorer(models)  # build the fast model copies now, so the first task's search time is fair
     records = []
-    for i in tqdm(range(len(tasks)), desc="tasks", unit="task", disable=not progress, file=sys.stderr):
+    # disable=None: no bar when stderr is not a terminal (logs, pipes)
+    for i in tqdm(range(len(tasks)), desc="tasks", unit="task", disable=None if progress else True,
+                  file=sys.stderr):
         tables = tasks[i].tables(configs)
         for alg in algs:
             rec = {"task": i, **plan_task(tables, alg, ndevices, max_mem, models, task_seed(seed, i), options)}
@@ -254,8 +258,9 @@ def summary_markdown(summary: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def print_summary(summary: dict, file=sys.stdout) -> None:
+def print_summary(summary: dict, file=None) -> None:
     """Upstream's closing lines per algorithm (Average, Valid v / N); the table when several."""
+    file = file or sys.stdout
     rows = summary["algorithms"]
     for r in rows:
         if len(rows) > 1:

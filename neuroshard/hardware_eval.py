@@ -35,21 +35,20 @@ JSON line per plan to the launcher. Times are in ms.
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import itertools
 import json
 import math
 import os
 import sys
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
-from neuroshard.comm_bench import (DEFAULT_STARTUP_TIMEOUT_S, WATCHDOG_GRACE_S, CommBenchError, TorchrunJob,
-                                   _parse_fault, fail_rank, init_group, start_rank)
+from neuroshard.comm_bench import (DEFAULT_STARTUP_TIMEOUT_S, RESULTS_FILE, WATCHDOG_GRACE_S, CommBenchError,
+                                   TorchrunJob, _inject, _parse_fault, fail_rank, init_group, start_rank)
 from neuroshard.types import CostBreakdown, InputError, NeuroShardError, Plan, Task, apply_column_steps
 
 PLANS_FILE = "plans.json"
@@ -174,6 +173,9 @@ class _Rank:
         st = self.state
         item = self.items[k]
         task = self.tasks[item["task"]]
+        if item["plan"].ndevices != self.world:
+            raise ValueError(f"plan for task {item['task']} ({item.get('alg')}) has {item['plan'].ndevices} "
+                             f"devices, the job has {self.world} ranks")
         _, shards, dims = shard_layout(task, self.dataset.configs, item["plan"])
         mine = bench_tables(shards[self.rank])
 
@@ -230,7 +232,7 @@ class _Rank:
 
         st = self.state
         st["phase"] = "end-to-end set-up"
-        n, b, d = self.world, self.batch // self.world, dims[self.rank]
+        b, d = self.batch // self.world, dims[self.rank]
         op = indices = offsets = None
         if mine:
             op, indices, offsets, _ = self.bench.prepare(mine)
@@ -241,8 +243,10 @@ class _Rank:
         empty = torch.empty(self.batch, 0, device=self.device)
 
         def before_each():
-            if self.bench.flush:
-                flush_gpu_cache(self.device) if self.bench.cuda else flush_cpu_cache()
+            if self.bench.flush and self.bench.cuda:
+                flush_gpu_cache(self.device)
+            elif self.bench.flush:
+                flush_cpu_cache()
             st["phase"] = "end-to-end barrier"
             self.barrier()
 
@@ -257,12 +261,6 @@ class _Rank:
         times = benchmark(step, warmup=self.warmup, iters=self.iters, device=self.device, before_each=before_each)
         del op
         return times
-
-
-def _inject(fault, rank: int, index: int) -> None:
-    from neuroshard.comm_bench import _inject as inject
-
-    inject(fault, rank, index)
 
 
 def worker_main(argv: Sequence[str] | None = None) -> None:
@@ -287,8 +285,6 @@ def worker_main(argv: Sequence[str] | None = None) -> None:
         state["phase"] = "process-group init"
         device = init_group(args.device, args.timeout)
         runner = _Rank(args, rank, world, device, state)
-        from neuroshard.comm_bench import RESULTS_FILE
-
         results = open(os.path.join(job_dir, RESULTS_FILE), "a") if rank == 0 else None
         for k in range(len(runner.items)):
             state["sample"] = k
@@ -626,10 +622,11 @@ def write_outputs(out_dir, results: Sequence[dict], summary: dict) -> None:
         fh.write(summary_markdown(summary))
 
 
-def print_summary(summary: dict, file=sys.stdout) -> None:
+def print_summary(summary: dict, file=None) -> None:
     """Upstream's closing lines per algorithm (Average, Valid v / N), then the comparison table."""
     from neuroshard.evaluation import _fmt
 
+    file = file or sys.stdout
     rows = summary["algorithms"]
     for r in rows:
         if len(rows) > 1:
@@ -658,9 +655,10 @@ def check_plans(records: Sequence[dict], configs, tasks: Sequence[Task], ndevice
             try:
                 validate_plan(tasks[rec["task"]].tables(configs), rec["plan"], ndevices, max_mem)
             except OutOfMemoryError as e:
-                rec.update(plan=None, status="oom", message=str(e))
+                rec.update(plan=None, status="oom", message=str(e), estimated_cost=None, estimate=None, view=None)
             except InvalidPlanError as e:
-                rec.update(plan=None, status="invalid", message=f"plan does not fit task {rec['task']}: {e}")
+                rec.update(plan=None, status="invalid", message=f"plan does not fit task {rec['task']}: {e}",
+                           estimated_cost=None, estimate=None, view=None)
         out.append(rec)
     return out
 
@@ -685,15 +683,25 @@ def run_evaluation(records: Sequence[dict], data_dir, task_path, cfg: HardwareCo
             if rec.get("plan") is None:
                 show(format_result({**rec, "cost": None}, num_tasks))
 
+    stamps = [time.perf_counter()]
+
     def arrived(m: dict) -> None:
+        stamps.append(time.perf_counter())
         if show is not None:
             [res] = merge_results([items[m["i"]]], [m])
             show(format_result(res, num_tasks))
 
-    measured = measure_plans(plans_path, data_dir, task_path, cfg, on_result=arrived, fault=fault)
+    # the job's scratch dir (kept, with the ranks' logs, if the job fails) lives beside the results
+    measured = measure_plans(plans_path, data_dir, task_path, cfg, on_result=arrived, work_dir=str(out),
+                             fault=fault)
     results = merge_results(records, measured)
     summary = summarize(results, algs, num_tasks)
-    summary["hardware"] = {**cfg.to_json(), "plans_measured": len(items)}
+    # wall time: the whole job (start-up included) and per plan (time between results after the first)
+    job_s = time.perf_counter() - stamps[0]
+    per_plan = np.diff(stamps[1:])
+    summary["hardware"] = {**cfg.to_json(), "plans_measured": len(items), "job_s": job_s,
+                           "first_plan_s": stamps[1] - stamps[0] if len(stamps) > 1 else None,
+                           "per_plan_s": float(np.median(per_plan)) if len(per_plan) else None}
     write_outputs(out, results, summary)
     return results, summary
 

@@ -52,6 +52,7 @@ class Preset:
     comm_batch_size: int
     warmup: int
     iters: int
+    noise_samples: int  # shards / all-to-alls re-measured for the noise floors
     # step 4: training
     epochs: int
     # steps 5-6: evaluation
@@ -66,19 +67,21 @@ PRESETS = {
     # For the end-to-end smoke test: every step, seconds each.
     "tiny": Preset("tiny", ndevices=2, max_mem=1.0, max_dim=32, num_tables=16, batch_size=256, max_rows=20000,
                    num_tasks=3, t_range="4,8", compute_samples=40, max_tables=4, comm_samples=16,
-                   comm_t_range="4,8", sleep_range="0,2", comm_batch_size=256, warmup=1, iters=2, epochs=20,
+                   comm_t_range="4,8", sleep_range="0,2", comm_batch_size=256, warmup=1, iters=2, noise_samples=4,
+                   epochs=20,
                    eval_tasks=2, eval_warmup=1, eval_iters=2),
     # `make demo`: the whole pipeline on CPU in about ten minutes.
     "quick": Preset("quick", ndevices=4, max_mem=1.0, max_dim=128, num_tables=100, batch_size=2048,
                     max_rows=1_000_000, num_tasks=20, t_range="10,30", compute_samples=1200, max_tables=10,
-                    comm_samples=500, comm_t_range="10,30", sleep_range="0,10", comm_batch_size=2048, warmup=3,
-                    iters=7, epochs=300, eval_tasks=10, eval_warmup=3, eval_iters=7),
+                    comm_samples=500, comm_t_range="10,30", sleep_range="0,50", comm_batch_size=2048, warmup=3,
+                    iters=7, noise_samples=100, epochs=300, eval_tasks=10, eval_warmup=3, eval_iters=7),
     # The paper's setting on the public dataset and GPUs (DESIGN §2 defaults: 4 GB per GPU,
     # T from 10 to 60, 100 tasks, batch 65536); run once with 4 and once with 8 GPUs.
     "paper": Preset("paper", ndevices=4, max_mem=4.0, max_dim=128, num_tables=856, batch_size=65536,
                     max_rows=0, num_tasks=100, t_range="10,60", compute_samples=100_000, max_tables=15,
                     comm_samples=20_000, comm_t_range="10,60", sleep_range="0,30", comm_batch_size=65536,
-                    warmup=5, iters=10, epochs=1000, eval_tasks=100, eval_warmup=5, eval_iters=10, gpu=True),
+                    warmup=5, iters=10, noise_samples=500, epochs=1000, eval_tasks=100, eval_warmup=5,
+                    eval_iters=10, gpu=True),
 }
 
 
@@ -117,11 +120,19 @@ def build_steps(p: Preset, out: Path, data: str | None, gpu_devices: str | None)
               str(p.compute_samples), "--max_tables", str(p.max_tables), "--max_mem", str(p.max_mem),
               "--max_dim", str(p.max_dim), "--warmup", str(p.warmup), "--iters", str(p.iters), *dev],
              [cdata / "data.txt"]),
+        Step("3a-noise", "compute noise floor",
+             ["tools/compute_noise_floor.py", "--data_dir", str(cdata), "--dataset_dir", str(ds), "--num_samples",
+              str(p.noise_samples), *dev], [cdata / "noise_floor.json"]),
         Step("3b", "comm cost data",
              ["collect_comm_cost_data.py", "--out_dir", str(mdata), "--data_size", str(p.comm_samples),
               "--T_range", p.comm_t_range, "--sleep_range", p.sleep_range, "--max_dim", str(p.max_dim),
               "--batch_size", str(p.comm_batch_size), "--warmup", str(p.warmup), "--iters", str(p.iters),
               *comm_ranks], [mdata / "data.txt"]),
+        Step("3b-noise", "comm noise floor",
+             ["collect_comm_cost_data.py", "--out_dir", str(mdata), "--noise_floor", str(p.noise_samples),
+              "--T_range", p.comm_t_range, "--sleep_range", p.sleep_range, "--max_dim", str(p.max_dim),
+              "--batch_size", str(p.comm_batch_size), "--warmup", str(p.warmup), "--iters", str(p.iters),
+              *comm_ranks], [mdata / "noise_floor.json"]),
         Step("4a", "compute cost model",
              ["train_compute_cost_model.py", "--data_dir", str(cdata), "--epochs", str(p.epochs), "--out_path",
               str(compute_model)], [compute_model]),
@@ -130,8 +141,9 @@ def build_steps(p: Preset, out: Path, data: str | None, gpu_devices: str | None)
               str(fw_model), "--bw_out_path", str(bw_model)], [fw_model, bw_model]),
         Step("5", "simulator evaluation", ["eval_simulator.py", *eval_common, "--out_dir", str(out / "sim")],
              [out / "sim" / "summary.json"]),
+        # eval.py measures the plans eval_simulator.py made: planned once, by the same code.
         Step("6", "hardware evaluation",
-             ["eval.py", *eval_common, "--out_dir", str(out / "hw"), "--warmup", str(p.eval_warmup), "--iters",
+             ["eval.py", *eval_common, "--plans", str(out / "sim" / "plans.json"), "--out_dir", str(out / "hw"), "--warmup", str(p.eval_warmup), "--iters",
               str(p.eval_iters), *dev], [out / "hw" / "summary.json"]),
     ]
 

@@ -173,20 +173,21 @@ class _Problem:
         return out
 
     def _grid_chunk(self, gids: np.ndarray) -> list[_Scored]:
+        """The greedy at every scale for S states of P tables each (one batch), then each state's best."""
         S, P = gids.shape
         n, R, G = self.n, len(self.limits), len(self.scales)
         # greedy order per state: single-table compute cost desc, ties by index (stable sort)
         order = np.argsort(-self.cost1[gids], axis=1, kind="stable")
         gid_order = np.take_along_axis(gids, order, axis=1)
 
-        # One row per (state, scale). Per-device arrays are flat [rows * n], row-major,
-        # so "device d of row b" is one integer index b * n + d.
+        # One row per (state, scale). Per-device arrays are row-major [rows, n], so "device d
+        # of row b" is the flat index b * n + d.
         B = S * R
         row_state = np.repeat(np.arange(S), R)
         limit = np.tile(self.limits, S)
-        mroom = np.full(B * n, self.cap, dtype=np.int64)  # memory left (fp32 elements)
-        droom = np.repeat(limit, n)  # dim budget left
-        cost = np.zeros(B * n, dtype=self.proj.dtype)  # current compute ms (0: empty)
+        mroom = np.full((B, n), self.cap, dtype=np.int64)  # memory left (fp32 elements)
+        droom = np.repeat(limit[:, None], n, axis=1)  # dims left under the row's dim limit
+        cost = np.zeros((B, n), dtype=self.proj.dtype)  # current compute ms (0: empty)
         acc = np.tile(self.scorer.acc0, (B * n, 1))  # compute-model accumulators
         dev_hist = np.zeros((P, B), dtype=np.int32)  # device chosen at each step, by original row
         ok = np.ones(B, dtype=bool)  # row has not failed
@@ -194,57 +195,55 @@ class _Problem:
         rid = np.arange(B)  # original row of each current row (failed rows get compacted away)
         compacted = False
         n_failed = 0
-        gid_cur = gid_order[row_state]
+        gid_cur = gid_order[row_state]  # per row and step: the table, its size and its dim
+        sz_cur, dm_cur = self.size[gid_cur], self.dim[gid_cur]
         base = np.arange(B) * n
-        m2, d2, c2 = mroom.reshape(-1, n), droom.reshape(-1, n), cost.reshape(-1, n)
-        proj, size, dim, head = self.proj, self.size, self.dim, self.scorer.cost_from_acc
+        mflat, dflat, cflat = mroom.ravel(), droom.ravel(), cost.ravel()
+        proj, head = self.proj, self.scorer.cost_from_acc
         for j in range(P):
-            g = gid_cur[:, j]
-            sz, dm = size[g], dim[g]
-            feas = m2 >= sz[:, None]
-            feas &= d2 >= dm[:, None]
-            key = np.where(feas, c2, np.inf)
-            kflat = key.ravel()
-            # NumPy's min/max along a short last axis are slow, argmin is not: find the best
-            # and the runner-up device with argmin only
+            g, sz, dm = gid_cur[:, j], sz_cur[:, j], dm_cur[:, j]
+            fits = mroom >= sz[:, None]
+            fits &= droom >= dm[:, None]
+            key = np.where(fits, cost, np.inf)
             dev = key.argmin(axis=1)
             fi = base + dev
+            kflat = key.ravel()
             best = kflat[fi]
-            if n > 1:
+            if n > 1 and np.count_nonzero(key == best[:, None]) > len(best):
+                # some row has equal costs at its minimum: least memory used (most room left),
+                # then lowest device (NumPy's min/max along a short axis are slow; argmin is not)
                 kflat[fi] = np.inf
-                tie = kflat[base + key.argmin(axis=1)] == best
-                if tie.any():
-                    # equal compute cost: least memory used (most room left), then lowest device
-                    t = np.flatnonzero(tie)
+                tie = (kflat[base + key.argmin(axis=1)] == best) & (best < np.inf)
+                t = np.flatnonzero(tie)
+                if len(t):
                     kflat[fi[t]] = best[t]
-                    room = np.where(key[t] == best[t, None], m2[t], -1)
-                    dev[t] = room.argmax(axis=1)
+                    dev[t] = np.where(key[t] == best[t, None], mroom[t], -1).argmax(axis=1)
                     fi[t] = base[t] + dev[t]
-            dead = best == np.inf
-            if dead.any():
-                d = np.flatnonzero(dead)
+            if best.max() == np.inf:
+                d = np.flatnonzero(best == np.inf)
                 ok[rid[d]] = False
                 n_failed += len(d)
                 if n_failed == len(rid):
                     break
                 # park failed rows: unlimited room, so they never fail again; their results are ignored
-                m2[d] = _NO_LIMIT
-                d2[d] = _NO_LIMIT
+                mroom[d] = _NO_LIMIT
+                droom[d] = _NO_LIMIT
                 if 3 * n_failed >= len(rid):  # drop them once they are a third of the rows
                     keep = ok[rid]
-                    rid, g, sz, dm, dev, gid_cur = rid[keep], g[keep], sz[keep], dm[keep], dev[keep], gid_cur[keep]
-                    flat_keep = (np.flatnonzero(keep)[:, None] * n + np.arange(n)).ravel()
-                    mroom, droom, cost, acc = mroom[flat_keep], droom[flat_keep], cost[flat_keep], acc[flat_keep]
-                    m2, d2, c2 = mroom.reshape(-1, n), droom.reshape(-1, n), cost.reshape(-1, n)
+                    rid, g, sz, dm, dev = rid[keep], g[keep], sz[keep], dm[keep], dev[keep]
+                    gid_cur, sz_cur, dm_cur = gid_cur[keep], sz_cur[keep], dm_cur[keep]
+                    mroom, droom, cost = mroom[keep], droom[keep], cost[keep]
+                    mflat, dflat, cflat = mroom.ravel(), droom.ravel(), cost.ravel()
+                    acc = acc[(np.flatnonzero(keep)[:, None] * n + np.arange(n)).ravel()]
                     base = np.arange(len(rid)) * n
                     fi = base + dev
                     compacted, n_failed = True, 0
             a = np.take(acc, fi, axis=0)
             a += np.take(proj, g, axis=0)
             acc[fi] = a
-            cost[fi] = head(a, overwrite=True)
-            mroom[fi] -= sz
-            droom[fi] -= dm
+            cflat[fi] = head(a, overwrite=True)
+            mflat[fi] -= sz
+            dflat[fi] -= dm
             if compacted:
                 dev_hist[j, rid] = dev
             else:
@@ -253,11 +252,10 @@ class _Problem:
         costs = np.full(B, np.inf)
         live = ok[rid]
         if live.any():
-            compute = c2[live].astype(np.float64)
-            dims = (limit[rid[live]][:, None] - d2[live]).astype(np.float64)
-            # several scales often give the same placement: score each distinct one once
-            uniq, inv = np.unique(np.concatenate([compute, dims], axis=1), axis=0, return_inverse=True)
-            costs[rid[live]] = score_placements(self.scorer, uniq[:, :n], uniq[:, n:])[3][inv.ravel()]
+            compute = cost[live].astype(np.float64)
+            dims = (limit[rid[live]][:, None] - droom[live]).astype(np.float64)
+            uniq, inv = _distinct_rows(np.concatenate([compute, dims], axis=1))
+            costs[rid[live]] = score_placements(self.scorer, uniq[:, :n], uniq[:, n:])[3][inv]
         costs = costs.reshape(S, R)
         out = []
         for s in range(S):
@@ -277,6 +275,24 @@ class _Problem:
         for i, d in zip(scored.order, scored.devices):  # greedy order: simulate() accumulates the same way
             shards[int(d)].append(int(i))
         return Plan(tuple(int(s) for s in steps), tuple(tuple(s) for s in shards))
+
+
+_HASH_WEIGHTS: dict[int, np.ndarray] = {}
+
+
+def _distinct_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct rows, index of each row's copy): several scales often give the same placement,
+    which is then scored once. Rows are matched by a random projection, then checked exactly
+    (np.unique(axis=0) is 10x slower for a few hundred rows)."""
+    w = _HASH_WEIGHTS.get(x.shape[1])
+    if w is None:
+        w = _HASH_WEIGHTS[x.shape[1]] = np.random.default_rng(0).uniform(1.0, 2.0, size=x.shape[1])
+    h = x @ w
+    _, first, inv = np.unique(h, return_index=True, return_inverse=True)
+    uniq = x[first]
+    if not np.array_equal(uniq[inv], x):  # two different rows with the same projection
+        uniq, inv = np.unique(x, axis=0, return_inverse=True)
+    return uniq, inv.ravel()
 
 
 def _check_models(scorer: PlanScorer, ndevices: int) -> None:

@@ -71,3 +71,21 @@ def test_inputs_are_table_major_lookups_of_each_dataset_table(dataset, bench):
                                           dataset.offsets[t.table_id][:-1].long(), mode="sum")
         for t, w in zip(tables, weights)], dim=1)
     torch.testing.assert_close(out, expected)
+
+
+def test_cpu_clock_counts_this_threads_cpu_time(dataset):
+    tables = [BenchTable(dataset.configs[t].row, 16, t) for t in range(4)]
+    old = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        r = ShardBenchmark(dataset, "cpu", warmup=1, iters=3, arena_gb=0.01, clock="cpu").measure(tables)
+        assert r.median_ms > 0 and len(r.times_ms) == 3
+        assert r.timed_s >= sum(r.times_ms) / 1e3 * 0.99  # CPU time never exceeds elapsed time
+        if old > 1:
+            torch.set_num_threads(2)
+            with pytest.raises(ValueError, match="set_num_threads"):
+                ShardBenchmark(dataset, "cpu", clock="cpu").measure(tables)
+    finally:
+        torch.set_num_threads(old)
+    with pytest.raises(ValueError, match="clock"):
+        ShardBenchmark(dataset, "cpu", clock="sundial")

@@ -12,7 +12,7 @@ import pytest
 from neuroshard import comm_bench as cb
 from neuroshard.dataset import SyntheticSpec, generate_synthetic
 from neuroshard.formats import plan_view, read_plans, write_dataset, write_plans, write_tasks
-from neuroshard.hardware_eval import (HardwareConfig, HardwareEvalError, measure_plans, merge_results,
+from neuroshard.hardware_eval import (HardwareConfig, HardwareEvalError, check_plans, measure_plans, merge_results,
                                       shard_layout, simulator_accuracy, summarize, write_outputs)
 from neuroshard.types import Plan, Task
 
@@ -44,6 +44,19 @@ def test_shard_layout_applies_splits(tiny):
     assert [t.dim for t in split] == [16, 8, 16, 16, 16]
     assert [t.table_id for t in shards[0]] == [0, 2]  # the split half keeps table 2's lookups
     assert dims == [32, 40]
+
+
+def test_plans_from_a_file_are_checked_against_the_tasks(tiny):
+    _, configs, tasks = tiny
+    records = [{"task": 1, "alg": "a", "plan": Plan((), ((0, 1), ())), "estimated_cost": 1.0},
+               {"task": 1, "alg": "b", "plan": Plan((), ((0,), (1,), ())), "estimated_cost": 1.0},
+               {"task": 0, "alg": "c", "plan": None, "status": "oom", "message": "no room"}]
+    fits, wrong, oom = check_plans(records, configs, tasks, ndevices=2, max_mem=1.0)
+    assert fits["plan"] is not None and fits["estimated_cost"] == 1.0
+    assert wrong["status"] == "invalid" and wrong["plan"] is None and "3 devices" in wrong["message"]
+    assert oom["status"] == "oom"
+    tight = check_plans(records[:1], configs, tasks, ndevices=2, max_mem=1e-6)[0]
+    assert (tight["status"], tight["plan"], tight["estimated_cost"]) == ("oom", None, None)
 
 
 def test_two_rank_job_measures_each_plan_and_reports_oom(tiny):
@@ -132,5 +145,8 @@ def test_summary_compares_on_common_tasks_by_hand():
     assert rows["neuroshard"]["average"] == 15.0 and rows["neuroshard"]["mean_common"] == 10.0
     assert (rows["random"]["valid"], rows["random"]["oom"], rows["random"]["average"]) == (1, 1, 40.0)
     assert rows["dim_greedy"]["neuroshard_gain"] == pytest.approx((15 - 10) / 15)
-    assert s["hardware_ranking"] == ["neuroshard", "dim_greedy", "random"]
-    assert s["neuroshard_beats_greedy"] == {"dim_greedy": True}
+    assert s["ranking"] == ["neuroshard", "dim_greedy", "random"]
+    assert s["neuroshard_beats"] == {"random": True, "dim_greedy": True} and s["neuroshard_beats_every_greedy"]
+    # the same table for the simulator's estimates of the same plans
+    assert rows["dim_greedy"]["mean_common_estimated"] == 9.0 and rows["neuroshard"]["average_estimated"] == 9.0
+    assert s["simulator_accuracy"]["plans"] == 5

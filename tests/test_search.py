@@ -167,15 +167,33 @@ def test_fast_search_matches_reference(n, T, mem, seed):
     models = random_models(n, seed)
     tables = random_task(rng, T)
     cfg = SearchConfig(beam_k=2, beam_n=4, max_length=3)
-    try:
-        want_cost, want_plan = Reference(tables, n, mem, models, cfg).search()
-    except Exception:  # pragma: no cover - the reference itself must not fail
-        raise
+    want_cost, want_plan = Reference(tables, n, mem, models, cfg).search()
     if want_plan is None:
         with pytest.raises(OutOfMemoryError):
             search(tables, n, mem, models, cfg)
         return
     got = search(tables, n, mem, models, cfg)
+    assert got.plan == want_plan
+    assert got.cost == pytest.approx(want_cost, rel=1e-5, abs=1e-6)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_fast_search_matches_reference_on_random_settings(seed):
+    # device counts from 1 to 8, memory from very tight to loose, random beam settings, and a
+    # constant compute model now and then (every choice is then decided by the tie rules)
+    rng = np.random.default_rng(100 + seed)
+    n = int(rng.choice([1, 2, 3, 4, 8]))
+    mem = float(rng.choice([0.002, 0.01, 0.05, 1.0]))
+    models = random_models(n, seed) if seed % 3 else linear_models(n, per_dim=float(rng.choice([0.0, 0.01])))
+    tables = random_task(rng, int(rng.integers(1, 12)), dims=(4, 8, 16, 32, 64))
+    cfg = SearchConfig(beam_k=int(rng.integers(1, 4)), beam_n=int(rng.integers(1, 6)),
+                       max_length=int(rng.integers(0, 4)), grid_steps=int(rng.integers(1, 12)))
+    want_cost, want_plan = Reference(tables, n, mem, models, cfg).search()
+    try:
+        got = search(tables, n, mem, models, cfg)
+    except OutOfMemoryError:
+        assert want_plan is None
+        return
     assert got.plan == want_plan
     assert got.cost == pytest.approx(want_cost, rel=1e-5, abs=1e-6)
 

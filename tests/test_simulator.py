@@ -145,7 +145,8 @@ def test_batched_plan_cost_equals_simulate():
     models = random_models(3, seed=2)
     scorer = get_scorer(models)
     tables = tables_of([8, 16, 32, 64, 8])
-    plans = [Plan((), ((0, 1), (2,), (3, 4))), Plan((3,), ((0, 5), (3, 2), (1, 4))), Plan((), ((0, 1, 2, 3, 4), (), ()))]
+    plans = [Plan((), ((0, 1), (2,), (3, 4))), Plan((3,), ((0, 5), (3, 2), (1, 4))),
+             Plan((), ((0, 1, 2, 3, 4), (), ()))]
     bds = [simulate(tables, p, models, 1.0) for p in plans]
     compute = np.array([b.compute for b in bds])
     dims = np.array([b.extra["dims"] for b in bds], dtype=np.float64)

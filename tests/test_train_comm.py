@@ -40,7 +40,16 @@ def test_comm_tensors_layout():
     assert x.tolist() == [[4.0, 8.0]] and y.tolist() == [[3.0, 4.0]]
 
 
-def test_train_checkpoint_round_trip_and_device_guard(tmp_path):
+@pytest.fixture
+def one_thread():
+    # Tiny MLPs: extra intra-op threads only add contention on a shared 2-core box.
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+def test_train_checkpoint_round_trip_and_device_guard(tmp_path, one_thread):
     data = tmp_path / "comm"
     data.mkdir()
     samples = synthetic_samples()
@@ -48,7 +57,7 @@ def test_train_checkpoint_round_trip_and_device_guard(tmp_path):
     (data / "noise_floor.json").write_text(json.dumps(
         {"fw": {"median": 0.1, "mean": 0.12, "n": 8}, "bw": {"median": 0.2, "mean": 0.25, "n": 8}}))
     fw_path, bw_path = tmp_path / "m" / "comm_3_fw.pt", tmp_path / "m" / "comm_3_bw.pt"
-    cfg = TrainConfig(epochs=60, batch_size=64, lr=3e-3, seed=0)
+    cfg = TrainConfig(epochs=40, batch_size=64, lr=3e-3, seed=0)
     res = train_comm_models(data, cfg, fw_path, bw_path)
     for kind, path in (("fw", fw_path), ("bw", bw_path)):
         r = res[kind]

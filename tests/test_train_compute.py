@@ -11,9 +11,20 @@ from neuroshard.compute_train import build_model, companion_paths, shard_tensors
 from neuroshard.formats import write_compute_data
 from neuroshard.models import load_model, table_features
 from neuroshard.training import TrainConfig, regression_metrics
-from neuroshard.types import TableConfig
+from neuroshard.types import InputError, TableConfig
 
 ROOT = Path(__file__).resolve().parents[1]
+ENV = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
+
+
+@pytest.fixture
+def one_thread():
+    # These MLPs are far too small for intra-op threads; on a busy 2-core
+    # machine two threads made training 6x slower (measured).
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
 
 
 def random_tables(n, seed=0):
@@ -43,10 +54,10 @@ def test_shard_tensors_pad_and_mask():
     assert torch.equal(x[1], feats[[0, 3, 3]]) and torch.equal(x[0, 1:], torch.zeros(2, 3))
 
 
-def test_training_on_additive_costs_beats_a_constant_and_round_trips(tmp_path):
+def test_training_on_additive_costs_beats_a_constant_and_round_trips(tmp_path, one_thread):
     tables, sets, costs = additive_data()
     write_compute_data(tmp_path / "data", tables, list(zip(sets, costs)))
-    cfg = TrainConfig(epochs=60, patience=15, seed=0, batch_size=128, lr=3e-3)
+    cfg = TrainConfig(epochs=30, patience=10, seed=0, batch_size=128, lr=3e-3)
     out = tmp_path / "models" / "compute.pt"
     result = train_compute_model(tmp_path / "data", cfg, out)
     test = result["metrics"]["test"]
@@ -101,11 +112,16 @@ def test_train_script_end_to_end(tmp_path):
     out = tmp_path / "m" / "compute.pt"
     r = subprocess.run([sys.executable, str(ROOT / "train_compute_cost_model.py"), "--data_dir",
                         str(tmp_path / "data"), "--epochs", "3", "--out_path", str(out), "--seed", "1"],
-                       capture_output=True, text=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+                       capture_output=True, text=True, env=ENV)
     assert r.returncode == 0, r.stderr
     assert "test: MSE" in r.stdout and "Spearman" in r.stdout
     assert out.exists() and all(p.exists() for p in companion_paths(out))
-    missing = subprocess.run([sys.executable, str(ROOT / "train_compute_cost_model.py"), "--data_dir",
-                              str(tmp_path / "nope"), "--out_path", str(out)],
-                             capture_output=True, text=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
-    assert missing.returncode == 1 and missing.stderr.startswith("error:")
+
+
+def test_missing_or_tiny_data_is_an_input_error(tmp_path):
+    with pytest.raises(InputError, match="directory not found"):
+        train_compute_model(tmp_path / "nope", TrainConfig(), tmp_path / "m.pt")
+    tables, sets, costs = additive_data(2)
+    write_compute_data(tmp_path / "d", tables, list(zip(sets, costs)))
+    with pytest.raises(InputError, match="at least 3 samples"):
+        train_compute_model(tmp_path / "d", TrainConfig(), tmp_path / "m.pt")

@@ -5,7 +5,7 @@
 
 Re-measures a random subset of the shards in --data_dir twice (all shards
 once, then all again, so slow spells of the machine hit both rounds) with
-the warm-up/iterations recorded in its config.json, and reports the
+the warm-up, iterations and clock recorded in its config.json, and reports the
 relative difference |fresh - stored| / stored and |fresh2 - fresh1| / fresh1
 (median and mean; the mean is the MAPE a model predicting the re-measurement
 exactly would score). No cost model can be more accurate than this.
@@ -34,6 +34,8 @@ def main():
                    "(use the count the data was collected with)")
     p.add_argument("--warmup", type=int, default=None, help="default: as recorded in <data_dir>/config.json")
     p.add_argument("--iters", type=int, default=None, help="default: as recorded in <data_dir>/config.json")
+    p.add_argument("--clock", choices=["cpu", "wall"], default=None,
+                   help="CPU kernel clock; default: as recorded in <data_dir>/config.json")
     p.add_argument("--seed", type=int, default=0, help="which shards are picked")
     p.add_argument("--out_path", type=str, default=None, help=f"default: <data_dir>/{NOISE_JSON}")
     args = p.parse_args()
@@ -45,10 +47,11 @@ def main():
             recorded = json.load(fh)
     warmup = args.warmup if args.warmup is not None else recorded.get("warmup", 5)
     iters = args.iters if args.iters is not None else recorded.get("iters", 10)
+    clock = args.clock or ("cpu" if recorded.get("clock") == "cpu" else "wall")
     devices = worker_devices(resolve_device(args.device), parse_int_list(args.gpu_devices, "--gpu_devices"),
                              args.num_workers)
     report = measure_noise_floor(args.data_dir, args.dataset_dir, args.num_samples, devices, warmup, iters,
-                                 seed=args.seed, repeats=max(1, args.repeats))
+                                 seed=args.seed, repeats=max(1, args.repeats), clock=clock)
     out_path = args.out_path or str(Path(args.data_dir) / NOISE_JSON)
     write_json_atomic(out_path, report)
     for key, label in (("fresh_vs_stored", "re-measured vs stored"), ("fresh_vs_fresh", "two fresh repeats")):

@@ -1,0 +1,369 @@
+"""NeuroShard search: speed, scale and quality against exhaustive search and the baselines.
+
+    python benchmarks/bench_search.py                      # everything, synthetic cost models
+    python benchmarks/bench_search.py --parts speed,scale --tasks_per_size 5
+    python benchmarks/bench_search.py --compute_model models/compute.pt \
+        --comm_models 4:models/comm_4_fw.pt,models/comm_4_bw.pt --comm_models 8:models/comm_8_fw.pt,models/comm_8_bw.pt
+
+Parts (--parts, comma list):
+
+* speed: median search time per task for T = 10, 20, ..., 60 tables on 4 and
+  8 devices (targets: 4 devices <= 50 ms, 8 devices <= 100 ms per task),
+  wall and CPU time, default settings (k=3, n=10, max_length=10, 11 scales).
+* scale: one task of 1,000 tables on 128 devices with a feasible memory cap
+  (1.3 x the mean load, at least 1.05 x the largest table); target <= 10 s;
+  peak memory (ru_maxrss) of the process.
+* exhaustive: small tasks (4-8 tables, 2-3 devices): the greedy grid search
+  (no splits) against the best of all n^T placements under the same cost
+  models, and NeuroShard against the best of all placements of every
+  "each table split at most once" state (T <= 5); the gap distribution.
+* baselines: a task set (T in 10..60, 4 and 8 devices): mean simulated cost
+  of NeuroShard, of its own no-split start, and of every registered baseline
+  on the tasks valid for all; NeuroShard's relative improvement.
+
+Cost models: trained checkpoints when given (--compute_model, and
+--comm_models per device count); otherwise synthetic ones, built here with
+hand-set weights plus a seeded random part, at the scale of PLATFORM.md's
+CPU FBGEMM timings (10 tables x dim 64 x pooling 16 ~ 60 ms):
+compute(shard) ~ 1 ms + 0.005 ms x sum(dim x pooling) + 0.01 ms x sum(dim)
++ a seeded random non-linear term (a few %); bw[r] ~ 0.3 ms + 0.01 ms x
+dims[r] + 0.002 ms x sum(dims); fw[r] ~ the same + 0.5 x (mean skew -
+skew[r]) (a rank that is ready early waits for the others); beyond 8 devices
+(the scale part) only the all-device terms. Synthetic tables:
+rows log-uniform in [1e2, 2e6], pooling uniform in [1, 30], random locality
+bins, dims drawn from {8, ..., 128}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+import resource
+import time
+
+import numpy as np
+import torch
+
+from neuroshard.cli import run_main, write_json_atomic
+from neuroshard.models import (CommCostModel, ComputeCostModel, NUM_FEATURES, feature_stats, load_comm_model,
+                               load_compute_model, table_features)
+from neuroshard.search import grid_search, search
+from neuroshard.sharders import ShardingContext
+from neuroshard.simulator import get_scorer, mem_cap_elements, score_placements, single_threaded_blas
+from neuroshard.types import NeuroShardError, OutOfMemoryError, ShardTable, TableConfig, apply_column_steps, can_split
+
+DIMS = (8, 16, 32, 64, 128)
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def random_config(rng) -> TableConfig:
+    return TableConfig(int(10 ** rng.uniform(2, math.log10(2e6))), float(rng.uniform(1, 30)),
+                       tuple(float(x) for x in rng.dirichlet(np.ones(17))))
+
+
+def random_task(rng, T: int) -> list[ShardTable]:
+    return [ShardTable(i, i, random_config(rng).with_dim(int(rng.choice(DIMS)))) for i in range(T)]
+
+
+def synthetic_compute_model(seed: int = 0, noise: float = 0.2) -> ComputeCostModel:
+    """compute ~ 1 + 0.005 x sum(dim x pooling) + 0.01 x sum(dim) ms, plus a seeded random term."""
+    rng = np.random.default_rng(seed)
+    sample = [random_config(rng).with_dim(int(d)) for _ in range(200) for d in DIMS]
+    mean, std = feature_stats(table_features(sample))
+    m = ComputeCostModel(mean, std, target_scale=1.0)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        l1, l2 = m.table_mlp[0], m.table_mlp[2]
+        h1, h2 = m.head[0], m.head[2]
+        l1.weight.normal_(0, 1 / math.sqrt(NUM_FEATURES), generator=g)
+        l1.bias.zero_()
+        # channels 0 and 1 carry dim x pooling (feature 3) and dim (feature 0) unchanged
+        for ch, f in ((0, 3), (1, 0)):
+            l1.weight[ch].zero_()
+            l1.weight[ch, f] = std[f]
+            l1.bias[ch] = mean[f]
+        l2.weight.normal_(0, 1 / math.sqrt(126), generator=g)
+        l2.weight[:, :2] = 0
+        l2.weight[:2] = 0
+        l2.weight[0, 0] = l2.weight[1, 1] = 1.0
+        l2.bias.zero_()
+        h1.weight.normal_(0, 1 / math.sqrt(30), generator=g)
+        h1.weight[:, :2] = 0
+        h1.weight[:2] = 0
+        h1.weight[0, 0] = h1.weight[1, 1] = 1.0
+        h1.bias.zero_()
+        h2.weight.normal_(0, noise / math.sqrt(62), generator=g)
+        h2.weight[0, 0], h2.weight[0, 1] = 0.005, 0.01
+        h2.bias[0] = 1.0
+    return m.eval()
+
+
+def synthetic_comm_model(kind: str, n: int) -> CommCostModel:
+    """bw[r] = 0.3 + 0.01 dims[r] + 0.002 sum(dims); fw adds 0.5 x (mean skew - skew[r]) (ms)."""
+    n_in = 2 * n if kind == "fw" else n
+    if n_in > 16:
+        raise NeuroShardError(f"synthetic comm models pass inputs through 16 units: at most {16 // (n_in // n)} "
+                              f"devices, got {n}; give --comm_models for more")
+    m = CommCostModel(kind, n, torch.zeros(n_in), torch.ones(n_in))
+    linears = [layer for layer in m.mlp if isinstance(layer, torch.nn.Linear)]
+    with torch.no_grad():
+        for p in m.parameters():
+            p.zero_()
+        for layer in linears[:-1]:
+            for i in range(n_in):
+                layer.weight[i, i] = 1.0
+        last = linears[-1]
+        for r in range(n):
+            last.bias[r] = 0.3
+            for q in range(n):
+                last.weight[r, q] = 0.002 + (0.01 if q == r else 0.0)
+                if kind == "fw":
+                    last.weight[r, n + q] = 0.5 / n - (0.5 if q == r else 0.0)
+    return m.eval()
+
+
+def synthetic_comm_for_scale(kind: str, n: int) -> CommCostModel:
+    """For more than 8 devices: only the all-device terms of the formulas (0.3 + 0.002 x sum(dims),
+    fw + 0.5 x mean skew); per-device inputs cannot pass the MLP's 16-unit layer one by one."""
+    n_in = 2 * n if kind == "fw" else n
+    m = CommCostModel(kind, n, torch.zeros(n_in), torch.ones(n_in))
+    linears = [layer for layer in m.mlp if isinstance(layer, torch.nn.Linear)]
+    with torch.no_grad():
+        for p in m.parameters():
+            p.zero_()
+        # unit 0: sum(dims); unit 1: sum(skew) (both >= 0), carried through the hidden layers
+        linears[0].weight[0, :n] = 1.0
+        if kind == "fw":
+            linears[0].weight[1, n:] = 1.0
+        for layer in linears[1:-1]:
+            layer.weight[0, 0] = layer.weight[1, 1] = 1.0
+        last = linears[-1]
+        last.weight[:, 0] = 0.002
+        if kind == "fw":
+            last.weight[:, 1] = 0.5 / n
+        last.bias[:] = 0.3
+    return m.eval()
+
+
+def load_models(args, n: int, seed: int) -> ShardingContext:
+    compute = load_compute_model(args.compute_model) if args.compute_model else synthetic_compute_model(seed)
+    paths = dict(args.comm_models or {})
+    if n in paths:
+        fw, bw = paths[n]
+        return ShardingContext(compute, load_comm_model(fw, n, "fw"), load_comm_model(bw, n, "bw"))
+    if n <= 8:
+        return ShardingContext(compute, synthetic_comm_model("fw", n), synthetic_comm_model("bw", n))
+    return ShardingContext(compute, synthetic_comm_for_scale("fw", n), synthetic_comm_for_scale("bw", n))
+
+
+def parse_comm_models(text: str):
+    try:
+        n, paths = text.split(":")
+        fw, bw = paths.split(",")
+        return int(n), (fw, bw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected N:FW_PATH,BW_PATH, got {text!r}") from None
+
+
+# --------------------------------------------------------------------------- parts
+
+
+def part_speed(args, out: dict) -> None:
+    print("== speed: search time per task (default settings), min of 2 runs per task ==")
+    res = {}
+    for n, target in ((4, 50.0), (8, 100.0)):
+        models = load_models(args, n, args.seed)
+        rng = np.random.default_rng(args.seed + n)
+        walls, cpus, rows = [], [], []
+        for T in range(10, 61, 10):
+            w_t, c_t = [], []
+            for _ in range(args.tasks_per_size):
+                tables = random_task(rng, T)
+                best_w = best_c = math.inf
+                for _rep in range(2):
+                    t0, c0 = time.perf_counter(), time.process_time()
+                    try:
+                        search(tables, n, args.max_mem, models)
+                    except OutOfMemoryError:
+                        pass
+                    best_w = min(best_w, time.perf_counter() - t0)
+                    best_c = min(best_c, time.process_time() - c0)
+                w_t.append(1e3 * best_w)
+                c_t.append(1e3 * best_c)
+            walls += w_t
+            cpus += c_t
+            rows.append({"T": T, "median_wall_ms": float(np.median(w_t)), "median_cpu_ms": float(np.median(c_t))})
+            print(f"  {n} devices, T={T:2d}: median {np.median(w_t):7.1f} ms wall, {np.median(c_t):7.1f} ms CPU",
+                  flush=True)
+        med = float(np.median(walls))
+        print(f"  {n} devices, all T: median {med:.1f} ms wall ({float(np.median(cpus)):.1f} ms CPU), "
+              f"target <= {target:.0f} ms: {'met' if med <= target else 'NOT met'}")
+        res[n] = {"per_T": rows, "median_wall_ms": med, "median_cpu_ms": float(np.median(cpus)), "target_ms": target}
+    out["speed"] = res
+
+
+def part_scale(args, out: dict) -> None:
+    n, T = 128, args.scale_tables
+    print(f"== scale: {T} tables on {n} devices ==")
+    models = load_models(args, n, args.seed)
+    rng = np.random.default_rng(args.seed + 1000)
+    tables = random_task(rng, T)
+    total = sum(t.size_gb for t in tables)
+    cap = max(1.3 * total / n, 1.05 * max(t.size_gb for t in tables))
+    t0, c0 = time.perf_counter(), time.process_time()
+    res = search(tables, n, cap, models)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"  max_mem {cap:.3f} GB (total {total:.1f} GB): {wall:.2f} s wall, {cpu:.2f} s CPU, "
+          f"{res.states_scored} states, {res.rounds} rounds, {len(res.plan.column_steps)} splits, "
+          f"cost {res.cost:.3f} ms (no-split start {res.start_cost:.3f} ms); target <= 10 s: "
+          f"{'met' if wall <= 10 else 'NOT met'}; peak RSS {peak_mb:.0f} MB")
+    out["scale"] = {"tables": T, "devices": n, "max_mem_gb": cap, "wall_s": wall, "cpu_s": cpu,
+                    "states": res.states_scored, "cost": res.cost, "start_cost": res.start_cost,
+                    "peak_rss_mb": peak_mb}
+
+
+def exhaustive_best(tables, steps, n: int, max_mem: float, models, chunk: int = 20000) -> float:
+    """The lowest simulated cost over every placement of the split state `steps` (inf if none fits)."""
+    scorer = get_scorer(models)
+    split = apply_column_steps(tables, steps)
+    P = len(split)
+    proj = scorer.project(scorer.embed([t.config for t in split]))
+    size = np.array([t.config.row * t.dim for t in split], dtype=np.int64)
+    dim = np.array([t.dim for t in split], dtype=np.float64)
+    cap = mem_cap_elements(max_mem)
+    best = math.inf
+    assignments = itertools.product(range(n), repeat=P)
+    while True:
+        block = np.array(list(itertools.islice(assignments, chunk)), dtype=np.int64).reshape(-1, P)
+        if not len(block):
+            return best
+        onehot = (block[:, :, None] == np.arange(n)).astype(np.float32)  # [M, P, n]
+        mem = np.einsum("mpn,p->mn", onehot.astype(np.float64), size.astype(np.float64))
+        fits = (mem <= cap).all(axis=1)
+        if not fits.any():
+            continue
+        onehot = onehot[fits]
+        acc = scorer.acc0 + np.einsum("mpn,pa->mna", onehot, proj)
+        count = onehot.sum(axis=1)
+        compute = np.where(count > 0, scorer.cost_from_acc(acc.reshape(-1, acc.shape[-1])).reshape(count.shape), 0.0)
+        dims = np.einsum("mpn,p->mn", onehot.astype(np.float64), dim)
+        best = min(best, float(score_placements(scorer, compute, dims)[3].min()))
+
+
+def split_states(tables):
+    """Every state where each table is split at most once (as column-step tuples)."""
+    idx = [i for i, t in enumerate(tables) if can_split(t.dim)]
+    for r in range(len(idx) + 1):
+        yield from itertools.combinations(idx, r)
+
+
+def _dist(gaps) -> str:
+    g = 100 * np.asarray(gaps)
+    q = np.percentile(g, [50, 90, 100])
+    # within 1e-6 relative counts as optimal: the two sides add the same float32 numbers in other orders
+    return (f"optimal {np.mean(np.abs(g) < 1e-4) * 100:.0f}% of tasks, gap mean {g.mean():.2f}%, "
+            f"median {q[0]:.2f}%, p90 {q[1]:.2f}%, max {q[2]:.2f}%")
+
+
+def part_exhaustive(args, out: dict) -> None:
+    print("== quality: greedy grid search and NeuroShard vs exhaustive search (same cost models) ==")
+    res = {}
+    for n in (2, 3):
+        models = load_models(args, n, args.seed)
+        rng = np.random.default_rng(args.seed + 10 * n)
+        gaps, split_gaps, ns_vs_grid = [], [], []
+        for k in range(args.exhaustive_tasks):
+            T = int(rng.integers(4, 9 if n == 2 else 8))
+            tables = random_task(rng, T)
+            mem = max(1.5 * sum(t.size_gb for t in tables) / n, 1.1 * max(t.size_gb for t in tables))
+            try:
+                _, grid_cost = grid_search(tables, n, mem, models)
+            except OutOfMemoryError:
+                continue
+            with single_threaded_blas():
+                opt = exhaustive_best(tables, (), n, mem, models)
+            gaps.append((grid_cost - opt) / abs(opt))
+            if T <= (5 if n == 2 else 4):
+                ns = search(tables, n, mem, models).cost
+                with single_threaded_blas():
+                    opt_split = min(exhaustive_best(tables, s, n, mem, models) for s in split_states(tables))
+                split_gaps.append((ns - opt_split) / abs(opt_split))
+                ns_vs_grid.append((ns - grid_cost) / abs(grid_cost))
+        print(f"  {n} devices, {len(gaps)} tasks of 4-{7 if n == 3 else 8} tables, grid search (no splits) vs "
+              f"all placements: {_dist(gaps)}")
+        if split_gaps:
+            print(f"  {n} devices, {len(split_gaps)} tasks of <= {5 if n == 2 else 4} tables, NeuroShard vs all "
+                  f"placements of all at-most-one-split-per-table states: {_dist(split_gaps)} "
+                  f"(negative: NeuroShard better, it may split twice)")
+        res[n] = {"grid_gaps": gaps, "split_gaps": split_gaps, "neuroshard_vs_grid": ns_vs_grid}
+    out["exhaustive"] = res
+
+
+def part_baselines(args, out: dict) -> None:
+    from neuroshard.evaluation import plan_task, summarize, task_seed
+    from neuroshard.sharders import algorithm_names
+
+    print("== quality: NeuroShard vs its no-split start and the baselines (simulated cost, common tasks) ==")
+    algs = algorithm_names()
+    res = {}
+    for n in (4, 8):
+        models = load_models(args, n, args.seed)
+        rng = np.random.default_rng(args.seed + 100 * n)
+        records = []
+        for i in range(args.baseline_tasks):
+            tables = random_task(rng, int(rng.integers(10, 61)))
+            for alg in algs:
+                records.append({"task": i, **plan_task(tables, alg, n, args.max_mem, models, task_seed(args.seed, i))})
+            try:
+                _, start = grid_search(tables, n, args.max_mem, models)
+            except OutOfMemoryError:
+                start = None
+            records.append({"task": i, "alg": "neuroshard_no_split", "estimated_cost": start, "search_ms": None,
+                            "status": "ok" if start is not None else "oom"})
+        names = algs + ["neuroshard_no_split"]
+        s = summarize(records, names, args.baseline_tasks)
+        print(f"  {n} devices, {args.baseline_tasks} tasks (T in 10..60, {args.max_mem:g} GB), "
+              f"{s['common_tasks']} valid for all:")
+        for r in s["algorithms"]:
+            gain = "" if r["alg"] == "neuroshard" else f"  NeuroShard better by {100 * r['neuroshard_gain']:+.1f}%"
+            print(f"    {r['alg']:<20} mean {r['mean_common']:.3f} ms  valid {r['valid']}/{r['tasks']}{gain}")
+        res[n] = s
+    out["baselines"] = res
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--parts", default="speed,scale,exhaustive,baselines")
+    p.add_argument("--compute_model", default=None, help="trained compute model (default: synthetic)")
+    p.add_argument("--comm_models", type=parse_comm_models, action="append", default=None,
+                   help="N:FW_PATH,BW_PATH trained comm models for N devices (repeatable; default: synthetic)")
+    p.add_argument("--max_mem", type=float, default=4.0, help="GB per device for the speed and baseline tasks")
+    p.add_argument("--tasks_per_size", type=int, default=5, help="speed: tasks per table count")
+    p.add_argument("--scale_tables", type=int, default=1000)
+    p.add_argument("--exhaustive_tasks", type=int, default=60, help="per device count")
+    p.add_argument("--baseline_tasks", type=int, default=20, help="per device count")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out_json", default=None, help="also write the results here")
+    args = p.parse_args()
+    parts = [x.strip() for x in args.parts.split(",") if x.strip()]
+    known = {"speed": part_speed, "scale": part_scale, "exhaustive": part_exhaustive, "baselines": part_baselines}
+    bad = [x for x in parts if x not in known]
+    if bad:
+        raise NeuroShardError(f"--parts: unknown {', '.join(bad)}; choose from {', '.join(known)}")
+    print(f"cost models: {'trained' if args.compute_model else 'synthetic (see --help)'}; "
+          f"torch {torch.__version__}, numpy {np.__version__}")
+    out = {"config": vars(args)}
+    for x in parts:
+        known[x](args, out)
+    if args.out_json:
+        write_json_atomic(args.out_json, out)
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main)

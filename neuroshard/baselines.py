@@ -1,0 +1,132 @@
+"""Baseline sharders (DESIGN.md §9): random and four greedy heuristics.
+
+All place whole tables (no column-wise splits). Each greedy gives every table
+a cost key, orders tables by (key, size, index) descending -- largest first,
+ties broken by the larger size, then the larger index -- and puts each on the
+device with the smallest key sum among the devices with memory room
+(`used + size <= max_mem`), ties broken by least memory used, then the lowest
+device index.
+
+Keys: `dim_greedy` = dim; `size_greedy` = size in GB; `lookup_greedy` = dim x
+pooling factor; `size_lookup_greedy` = dim x pooling factor x log10(row).
+
+`random` visits tables in task order and puts each on a device drawn
+uniformly among the devices where it still fits (np.random.default_rng(ctx.seed)).
+Upstream drew among all devices and silently overfilled; drawing among the
+devices with room keeps the plan valid whenever a random order allows it.
+
+A table that fits on no device raises OutOfMemoryError with the numbers;
+callers report the task as out-of-memory. Sizes are row*dim/2**28 GB, exact
+binary fractions, so the memory sums are exact and `<=` needs no tolerance.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Sequence
+
+import numpy as np
+
+from neuroshard.sharders import ShardingContext, register
+from neuroshard.types import NeuroShardError, OutOfMemoryError, Plan, ShardTable
+
+
+def _no_room(t: int, table: ShardTable, max_mem: float, used: Sequence[float]) -> OutOfMemoryError:
+    return OutOfMemoryError(
+        f"table {t} ({table.size_gb:.4g} GB, rows {table.config.row}, dim {table.dim}) fits on no device: "
+        f"max_mem {max_mem:g} GB, used per device "
+        f"[{', '.join(f'{u:.4g}' for u in used)}] GB",
+        table=t, size=table.size_gb, max_mem=max_mem, used=used)
+
+
+def _plan(assignment: Sequence[int], ndevices: int) -> Plan:
+    shards = [[] for _ in range(ndevices)]
+    for t, d in enumerate(assignment):
+        shards[d].append(t)
+    return Plan(column_steps=(), shards=tuple(tuple(s) for s in shards))
+
+
+def _check_args(ndevices: int, max_mem: float) -> None:
+    if ndevices < 1:
+        raise NeuroShardError(f"ndevices must be >= 1, got {ndevices}")
+    if not max_mem > 0:
+        raise NeuroShardError(f"max_mem must be > 0 GB, got {max_mem}")
+
+
+def greedy_place(tables: Sequence[ShardTable], ndevices: int, max_mem: float,
+                 key: Callable[[ShardTable], float]) -> Plan:
+    """Largest-key-first greedy placement on the device with the smallest key sum (see module doc)."""
+    _check_args(ndevices, max_mem)
+    keys = [float(key(t)) for t in tables]
+    order = sorted(range(len(tables)), key=lambda i: (keys[i], tables[i].size_gb, i), reverse=True)
+    key_sum = [0.0] * ndevices
+    used = [0.0] * ndevices
+    assignment = [-1] * len(tables)
+    for i in order:
+        size = tables[i].size_gb
+        room = [d for d in range(ndevices) if used[d] + size <= max_mem]
+        if not room:
+            raise _no_room(i, tables[i], max_mem, used)
+        d = min(room, key=lambda r: (key_sum[r], used[r], r))
+        assignment[i] = d
+        key_sum[d] += keys[i]
+        used[d] += size
+    return _plan(assignment, ndevices)
+
+
+def dim_key(t: ShardTable) -> float:
+    return float(t.dim)
+
+
+def size_key(t: ShardTable) -> float:
+    return t.size_gb
+
+
+def lookup_key(t: ShardTable) -> float:
+    return t.dim * t.config.pooling_factor
+
+
+def size_lookup_key(t: ShardTable) -> float:
+    return t.dim * t.config.pooling_factor * math.log10(t.config.row)
+
+
+@register("dim_greedy")
+def dim_greedy(tables, ndevices, max_mem, ctx: ShardingContext | None = None) -> Plan:
+    """Greedy on dim: balances the pooled-embedding width (communication) per device."""
+    return greedy_place(tables, ndevices, max_mem, dim_key)
+
+
+@register("size_greedy")
+def size_greedy(tables, ndevices, max_mem, ctx: ShardingContext | None = None) -> Plan:
+    """Greedy on table size (GB): balances memory."""
+    return greedy_place(tables, ndevices, max_mem, size_key)
+
+
+@register("lookup_greedy")
+def lookup_greedy(tables, ndevices, max_mem, ctx: ShardingContext | None = None) -> Plan:
+    """Greedy on dim x pooling factor: balances lookup work (compute)."""
+    return greedy_place(tables, ndevices, max_mem, lookup_key)
+
+
+@register("size_lookup_greedy")
+def size_lookup_greedy(tables, ndevices, max_mem, ctx: ShardingContext | None = None) -> Plan:
+    """Greedy on dim x pooling factor x log10(row): lookup work weighted by table size."""
+    return greedy_place(tables, ndevices, max_mem, size_lookup_key)
+
+
+@register("random")
+def random_sharder(tables, ndevices, max_mem, ctx: ShardingContext | None = None) -> Plan:
+    """Each table (in task order) on a uniformly random device among those where it fits."""
+    _check_args(ndevices, max_mem)
+    rng = np.random.default_rng(ctx.seed if ctx is not None else 0)
+    used = [0.0] * ndevices
+    assignment = []
+    for i, table in enumerate(tables):
+        size = table.size_gb
+        room = [d for d in range(ndevices) if used[d] + size <= max_mem]
+        if not room:
+            raise _no_room(i, table, max_mem, used)
+        d = room[int(rng.integers(len(room)))]
+        assignment.append(d)
+        used[d] += size
+    return _plan(assignment, ndevices)

@@ -1,0 +1,99 @@
+"""Sharding task generation (DESIGN.md §2, §4).
+
+A task is T dataset tables (ids drawn uniformly, repeats allowed), each with a
+dim drawn uniformly from the dim set (max_dim halving down to 4). T is drawn
+uniformly from the inclusive range `T_range`. As upstream, the ids and dims
+are redrawn until the task fits; here "fits" means each table fits one device
+(`size <= max_mem`) and all tables fit the devices together
+(`total <= ndevices * max_mem`). Upstream took a single total budget (its
+default 15 GB = 4 devices x 4 GB - 1) and looped forever when nothing fitted;
+here `max_tries` bounds the draws and the error says what to change.
+
+Fitting the total budget does not guarantee that a bin packing exists; a
+sharder that cannot place a table reports that task as out-of-memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Sequence
+
+import numpy as np
+
+from neuroshard.types import NeuroShardError, Task, TableConfig, dim_set, size_gb
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """Settings of a task file (written as its config.json).
+
+    `max_mem`: GB per device; `T_range`: inclusive (lo, hi) number of tables.
+    """
+
+    data_size: int = 100
+    T_range: tuple[int, int] = (10, 60)
+    max_mem: float = 4.0
+    max_dim: int = 128
+    ndevices: int = 4
+    seed: int = 0
+    max_tries: int = 1000
+
+    def validate(self) -> None:
+        lo, hi = self.T_range
+        if self.data_size < 1:
+            raise NeuroShardError(f"--data_size must be >= 1, got {self.data_size}")
+        if lo < 1 or hi < lo:
+            raise NeuroShardError(f"--T_range must be 'lo,hi' with 1 <= lo <= hi, got {lo},{hi}")
+        if not self.max_mem > 0:
+            raise NeuroShardError(f"--max_mem must be > 0 GB, got {self.max_mem}")
+        if self.ndevices < 1:
+            raise NeuroShardError(f"--ndevices must be >= 1, got {self.ndevices}")
+        if self.max_tries < 1:
+            raise NeuroShardError(f"--max_tries must be >= 1, got {self.max_tries}")
+        try:
+            dim_set(self.max_dim)
+        except ValueError as e:
+            raise NeuroShardError(f"--max_dim: {e}") from None
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["T_range"] = list(self.T_range)
+        return d
+
+
+def generate_task(configs: Sequence[TableConfig], T: int, dims: Sequence[int], max_mem: float,
+                  ndevices: int, rng: np.random.Generator, max_tries: int) -> Task:
+    """Draw one task of T tables that fits (see module doc); NeuroShardError after max_tries draws."""
+    rows = np.array([c.row for c in configs], dtype=np.int64)
+    dims_arr = np.asarray(dims, dtype=np.int64)
+    budget = ndevices * max_mem
+    best = None
+    for _ in range(max_tries):
+        ids = rng.integers(len(configs), size=T)
+        ds = dims_arr[rng.integers(len(dims_arr), size=T)]
+        sizes = [size_gb(int(r), int(d)) for r, d in zip(rows[ids], ds)]
+        total, largest = sum(sizes), max(sizes)
+        if largest <= max_mem and total <= budget:
+            return Task(tuple(int(i) for i in ids), tuple(int(d) for d in ds))
+        if best is None or total < best[0]:
+            best = (total, largest)
+    raise NeuroShardError(
+        f"no task of {T} tables fits after {max_tries} tries: need every table <= --max_mem "
+        f"{max_mem:g} GB and the total <= --ndevices x --max_mem = {budget:g} GB (smallest total "
+        f"drawn {best[0]:.3g} GB, its largest table {best[1]:.3g} GB); raise --max_mem or "
+        f"--ndevices, or lower --T_range / --max_dim")
+
+
+def generate_tasks(configs: Sequence[TableConfig], spec: TaskSpec) -> list[Task]:
+    """`spec.data_size` tasks over the dataset tables `configs`, deterministic for `spec.seed`."""
+    spec.validate()
+    if not configs:
+        raise NeuroShardError("the dataset has no tables")
+    rng = np.random.default_rng(spec.seed)
+    dims = dim_set(spec.max_dim)
+    lo, hi = spec.T_range
+    tasks = []
+    for _ in range(spec.data_size):
+        T = int(rng.integers(lo, hi + 1))
+        tasks.append(generate_task(configs, T, dims, spec.max_mem, spec.ndevices, rng, spec.max_tries))
+    return tasks

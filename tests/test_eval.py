@@ -1,0 +1,124 @@
+"""eval.py end to end on a tiny dataset with 2 CPU ranks: plans computed by the
+simulator's code for every algorithm, measured in one job, an out-of-memory task
+reported and not run, every output written; a failing rank ends the script with
+a one-line message and exit code 1."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from neuroshard.dataset import SyntheticSpec, generate_synthetic
+from neuroshard.formats import read_plans, write_dataset, write_tasks
+from neuroshard.models import NUM_FEATURES, CommCostModel, ComputeCostModel, save_model
+from neuroshard.types import Task, size_gb
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _linear_models(out: Path, n: int) -> None:
+    """compute = 0.5 + 0.01 x (sum of dims) ms; comm = 0.1 + 0.02 x dims (+ 0.5 x sleep) ms."""
+    cm = ComputeCostModel(torch.zeros(NUM_FEATURES), torch.ones(NUM_FEATURES), target_scale=1.0)
+    with torch.no_grad():
+        for p in cm.parameters():
+            p.zero_()
+        cm.table_mlp[0].weight[0, 0] = cm.table_mlp[2].weight[0, 0] = cm.head[0].weight[0, 0] = 1.0
+        cm.head[2].weight[0, 0], cm.head[2].bias[0] = 0.01, 0.5
+    save_model(cm, out / "compute.pt")
+    for kind in ("fw", "bw"):
+        n_in = 2 * n if kind == "fw" else n
+        m = CommCostModel(kind, n, torch.zeros(n_in), torch.ones(n_in), target_scale=1.0)
+        linears = [layer for layer in m.mlp if isinstance(layer, torch.nn.Linear)]
+        with torch.no_grad():
+            for p in m.parameters():
+                p.zero_()
+            for layer in linears[:-1]:
+                for i in range(n_in):
+                    layer.weight[i, i] = 1.0
+            for r in range(n):
+                linears[-1].weight[r, r] = 0.02
+                if kind == "fw":
+                    linears[-1].weight[r, n + r] = 0.5
+                linears[-1].bias[r] = 0.1
+        save_model(m, out / f"comm_{n}_{kind}.pt")
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    d = tmp_path_factory.mktemp("eval")
+    configs, _, idx, off = generate_synthetic(SyntheticSpec(num_tables=6, batch_size=128, max_rows=200_000, seed=2),
+                                              progress=False)
+    write_dataset(d / "ds", configs, idx, off)
+    by_rows = sorted(range(len(configs)), key=lambda t: configs[t].row)
+    small, big = by_rows[:4], by_rows[-1]
+    dims = (8, 16, 4, 8)
+    # task 0 fits on one device (so every algorithm is valid); task 1 holds the largest
+    # table at dim 4 (it cannot be split) and that exceeds the cap
+    write_tasks(d / "tasks.txt", [Task(tuple(small), dims), Task((big, small[0]), (4, 4))])
+    max_mem = 0.9 * size_gb(configs[big].row, 4)
+    assert sum(size_gb(configs[t].row, dim) for t, dim in zip(small, dims)) < max_mem
+    _linear_models(d, 2)
+    args = ["--data_dir", str(d / "ds"), "--task_path", str(d / "tasks.txt"), "--compute_model",
+            str(d / "compute.pt"), "--fw_comm_model", str(d / "comm_2_fw.pt"), "--bw_comm_model",
+            str(d / "comm_2_bw.pt"), "--ndevices", "2", "--device", "cpu", "--max_mem", repr(max_mem),
+            "--warmup", "1", "--iters", "2", "--timeout", "20", "--no_progress"]
+    return d, args
+
+
+def test_eval_script_measures_every_algorithm_and_reports_oom(setup, capsys):
+    import importlib.util
+
+    d, args = setup
+    spec = importlib.util.spec_from_file_location("eval_script", ROOT / "eval.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    out = d / "out"
+    assert script.main([*args, "--alg", "all", "--out_dir", str(out)]) == 0
+    printed = capsys.readouterr().out
+
+    summary = json.loads((out / "summary.json").read_text())
+    algs = [r["alg"] for r in summary["algorithms"]]
+    assert algs[0] == "neuroshard" and len(algs) > 1
+    for row in summary["algorithms"]:
+        assert (row["valid"], row["tasks"], row["oom"]) == (1, 2, 1)  # task 1 is out of memory for all
+        assert row["average"] > 0 and row["average_estimated"] > 0
+    assert printed.count("Average: ") == len(algs) and printed.count("Valid 1 / 2") == len(algs)
+    assert "Out of memory" in printed and "Simulator vs hardware" in printed
+    acc = summary["simulator_accuracy"]
+    assert acc["plans"] == len(algs) and acc["mape"] is not None
+    assert acc["pairs"] + acc["pairs_tied"] == len(algs) * (len(algs) - 1) // 2
+
+    results = json.loads((out / "results.json").read_text())
+    assert len(results) == 2 * len(algs)
+    for r in results:
+        if r["task"] == 1:
+            assert r["status"] == "oom" and r["cost"] is None and "measured" not in r
+        else:
+            m = r["measured"]
+            assert r["status"] == "ok" and r["cost"] == pytest.approx(max(m["total"]))
+            assert m["total"] == pytest.approx([a + b + c for a, b, c in zip(m["compute"], m["bw_comm"],
+                                                                               m["fw_comm"])])
+    # the plans handed to the job are the ones eval_simulator's code computed, with their estimates
+    plans = read_plans(out / "plans.json")
+    assert [(p["task"], p["alg"]) for p in plans] == [(r["task"], r["alg"]) for r in results]
+    assert all(p["estimated_cost"] == r["estimated_cost"] for p, r in zip(plans, results))
+    for name in ("config.json", "results.csv", "ranks.csv", "summary.csv", "summary.md"):
+        assert (out / name).exists()
+
+
+def test_eval_script_failing_rank_exits_nonzero_with_its_message(setup, tmp_path):
+    _, args = setup
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, str(ROOT / "eval.py"), *args, "--alg", "neuroshard", "--out_dir",
+                           str(tmp_path / "out"), "--fault", "1:0:raise"], capture_output=True, text=True,
+                          timeout=150, env=env, cwd=tmp_path)
+    assert time.monotonic() - t0 < 120
+    assert proc.returncode == 1
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and "rank 1 (plan 0, before compute)" in last and "injected fault" in last

@@ -1,0 +1,177 @@
+"""The dataset and task tools end to end, including bad input.
+
+Bad input must give one line `error: ...` on stderr, a non-zero exit and no
+traceback. Each tool runs as a subprocess for the main paths and one bad
+input each; the other bad inputs call the tool's `main` in-process (a
+subprocess costs ~2 s of torch import) and check for a one-line
+NeuroShardError, which `run_main` turns into that one line.
+"""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from test_dataset import REFERENCE, check_tiny_configs, write_tiny_public
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(tool, *args, cwd=None):
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([sys.executable, str(ROOT / "tools" / tool), *map(str, args)],
+                          capture_output=True, text=True, env=env, cwd=cwd, timeout=120)
+
+
+def load_tool(name):
+    spec = importlib.util.spec_from_file_location(f"tool_{name}", ROOT / "tools" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def assert_raises_one_line(tool, argv, *fragments):
+    from neuroshard.types import NeuroShardError
+
+    with pytest.raises(NeuroShardError) as err:
+        load_tool(tool).main([str(a) for a in argv])
+    msg = str(err.value)
+    assert "\n" not in msg
+    for f in fragments:
+        assert f in msg, msg
+
+
+def assert_one_line_error(res, *fragments):
+    assert res.returncode != 0, res.stdout
+    assert "Traceback" not in res.stderr, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr
+    for f in fragments:
+        assert f in lines[0], lines[0]
+
+
+@pytest.fixture(scope="module")
+def synthetic_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("synthetic")
+    res = run("gen_dlrm_data.py", "--synthetic", "--num_tables", 8, "--batch_size", 128,
+              "--max_rows", 20000, "--seed", 3, "--out-dir", out, "--quiet")
+    assert res.returncode == 0, res.stderr
+    return out
+
+
+def test_gen_dlrm_data_synthetic(synthetic_dir):
+    cfg = json.loads((synthetic_dir / "config.json").read_text())
+    assert cfg["source"] == "synthetic" and cfg["num_tables"] == 8 and cfg["seed"] == 3
+    configs = json.loads((synthetic_dir / "table_configs.json").read_text())
+    assert len(configs) == 8 and set(configs[0]) == {"row", "pooling_factor"} | {f"bin_{j}" for j in range(17)}
+    data = torch.load(synthetic_dir / "data.pt")
+    assert [len(o) for o in data["offsets"]] == [129] * 8
+
+
+def test_help_states_defaults():
+    res = run("gen_dlrm_data.py", "--help")
+    assert res.returncode == 0
+    for text in ("--num_tables", "(default: 150)", "(default: 4096)", "(default: 1000000)", "--out-dir"):
+        assert text in res.stdout
+
+
+def test_gen_dlrm_data_public(tmp_path):
+    src = write_tiny_public(tmp_path / "tiny.pt.gz")
+    res = run("gen_dlrm_data.py", "--data", src, "--out_dir", tmp_path / "ds", "--quiet")
+    assert res.returncode == 0, res.stderr
+    from neuroshard.formats import read_dataset
+
+    ds = read_dataset(tmp_path / "ds")
+    check_tiny_configs(ds.configs)
+    assert ds.offsets[2].tolist() == [0, 10, 20, 30, 43]
+    # the uncompressed file, in-process
+    load_tool("gen_dlrm_data").main(["--data", str(write_tiny_public(tmp_path / "tiny.pt")),
+                                     "--out_dir", str(tmp_path / "ds2"), "--quiet"])
+    assert (tmp_path / "ds2" / "data.pt").read_bytes() == (tmp_path / "ds" / "data.pt").read_bytes()
+    assert json.loads((tmp_path / "ds2" / "config.json").read_text())["source"] == "public"
+
+
+def test_gen_dlrm_data_bad_inputs(tmp_path):
+    assert_one_line_error(run("gen_dlrm_data.py", "--data", tmp_path / "missing.pt"), "missing.pt")
+    junk = tmp_path / "junk.pt"
+    junk.write_text("not a torch file\n")
+    out = tmp_path / "o"
+    assert_raises_one_line("gen_dlrm_data", ["--data", junk, "--out_dir", out], "junk.pt")
+    two = tmp_path / "two.pt"
+    torch.save((torch.zeros(3, dtype=torch.int64), torch.zeros(2, dtype=torch.int64)), two)
+    assert_raises_one_line("gen_dlrm_data", ["--data", two, "--out_dir", out], "two.pt", "expected a tuple")
+    assert_raises_one_line("gen_dlrm_data", ["--synthetic", "--num_tables", 0, "--out_dir", out],
+                           "--num_tables")
+    with pytest.raises(SystemExit) as err:  # neither --data nor --synthetic: argparse usage error
+        load_tool("gen_dlrm_data").main(["--out_dir", str(out)])
+    assert err.value.code == 2
+    assert not out.exists()
+
+
+def test_gen_tasks(synthetic_dir, tmp_path):
+    out = tmp_path / "tasks"
+    res = run("gen_tasks.py", "--data_dir", synthetic_dir, "--out_dir", out, "--data_size", 30,
+              "--T_range", "2,6", "--max_mem", 0.05, "--ndevices", 2, "--max_dim", 32, "--seed", 1)
+    assert res.returncode == 0, res.stderr
+    from neuroshard.formats import read_table_configs, read_tasks
+    from neuroshard.types import size_gb
+
+    configs = read_table_configs(synthetic_dir / "table_configs.json")
+    tasks = read_tasks(out / "data.txt", num_tables=len(configs))
+    assert len(tasks) == 30 and all(2 <= len(t) <= 6 for t in tasks)
+    for t in tasks:
+        sizes = [size_gb(configs[i].row, d) for i, d in zip(t.table_ids, t.dims)]
+        assert set(t.dims) <= {32, 16, 8, 4} and max(sizes) <= 0.05 and sum(sizes) <= 0.1
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["T_range"] == [2, 6] and cfg["ndevices"] == 2 and cfg["data_size"] == 30
+
+
+def test_gen_tasks_bad_inputs(synthetic_dir, tmp_path):
+    out = tmp_path / "t"
+    assert_one_line_error(run("gen_tasks.py", "--data_dir", synthetic_dir, "--out_dir", out,
+                              "--T_range", "a,b"), "--T_range")
+    assert_raises_one_line("gen_tasks", ["--data_dir", tmp_path / "nope", "--out_dir", out],
+                           "table_configs.json")
+    assert_raises_one_line("gen_tasks", ["--data_dir", synthetic_dir, "--out_dir", out,
+                                         "--T_range", "6,2"], "--T_range")
+    assert_raises_one_line("gen_tasks", ["--data_dir", synthetic_dir, "--out_dir", out,
+                                         "--max_dim", 100], "--max_dim")
+    assert_raises_one_line("gen_tasks", ["--data_dir", synthetic_dir, "--out_dir", out,
+                                         "--max_mem", 1e-6, "--max_tries", 20], "after 20 tries")
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "table_configs.json").write_text('[{"row": 10, "pooling_factor": "x"}]')
+    assert_raises_one_line("gen_tasks", ["--data_dir", bad, "--out_dir", out],
+                           "table_configs.json", "table 0")
+    assert not out.exists()
+
+
+@pytest.mark.skipif(not REFERENCE.exists(), reason="published stats not available")
+def test_dataset_stats(synthetic_dir, tmp_path):
+    res = run("dataset_stats.py", synthetic_dir, "--reference", REFERENCE, "--json", tmp_path / "s.json")
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
+    for text in ("Locality stats after processing 1 batches of size 128", "Avg # of unique cols:",
+                 "Histogram of col sizes:", "Ratio of index distribution at different column sizes:",
+                 "(32768+:", "Tables: 8", "pooling factor:", "Reference: fbgemm_t856_bs65536.pt",
+                 "L1 distance"):
+        assert text in out
+    js = json.loads((tmp_path / "s.json").read_text())
+    assert js["tables"]["num_tables"] == 8 and len(js["stats"]["col_hist"]) == 17
+    assert 0 <= js["reference"]["col_hist_l1"] <= 2 and js["reference"]["block"] == 0
+
+
+def test_dataset_stats_bad_inputs(synthetic_dir, tmp_path):
+    bad_ref = tmp_path / "ref.txt"
+    bad_ref.write_text("x\nLocality stats after processing 1 batches of size 4\nAvg # of indices: lots\n")
+    assert_one_line_error(run("dataset_stats.py", synthetic_dir, "--reference", bad_ref),
+                          "ref.txt:3", "lots")
+    assert_raises_one_line("dataset_stats", [tmp_path / "none"], "none")
+    if REFERENCE.exists():
+        assert_raises_one_line("dataset_stats", [synthetic_dir, "--reference", REFERENCE,
+                                                 "--reference_block", 99], "block 99")
