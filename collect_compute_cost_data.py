@@ -7,7 +7,8 @@ Writes to --out_dir: table_configs.json (every dataset table once per dim),
 data.txt (one `ids cost_ms` line per shard, appended as results arrive),
 errors.txt (shards that failed, with the reason) and config.json. Rerun the
 same command to continue an interrupted run: --data_size counts all samples.
-On GPUs: --device cuda --gpu_devices 0,1 (one worker per GPU).
+On GPUs: --device cuda --gpu_devices 0,1 (one worker per GPU). Then
+tools/compute_noise_floor.py tells how repeatable the measurements are.
 """
 
 import argparse
@@ -28,8 +29,10 @@ def main():
     p.add_argument("--max_tables", type=int, default=15, help="tables per shard: uniform in 1..max_tables")
     p.add_argument("--max_mem", type=float, default=4.0, help="memory cap of one shard (GB)")
     p.add_argument("--max_dim", type=int, default=128, help="largest dim; the dim set halves down to 4")
-    p.add_argument("--dataset_dir", type=str, default="data/dlrm_datasets")
-    p.add_argument("--out_dir", type=str, default="data/cost_data/compute")
+    p.add_argument("--dataset_dir", type=str, default="data/dlrm_datasets",
+                   help="dataset dir (tools/gen_dlrm_data.py) whose tables and lookups are benchmarked")
+    p.add_argument("--out_dir", type=str, default="data/cost_data/compute",
+                   help="compute cost data dir to create or continue")
     add_device_arg(p)
     p.add_argument("--num_workers", type=int, default=1,
                    help="with --device cpu: benchmark processes, one thread each. More workers collect "

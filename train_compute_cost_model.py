@@ -19,7 +19,8 @@ from neuroshard.training import TrainConfig, format_metrics
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--data_dir", type=str, default="data/cost_data/compute/")
+    p.add_argument("--data_dir", type=str, default="data/cost_data/compute/",
+                   help="compute cost data dir (collect_compute_cost_data.py)")
     p.add_argument("--train_ratio", type=float, default=0.8)
     p.add_argument("--valid_ratio", type=float, default=0.1)
     p.add_argument("--batch_size", type=int, default=512)
@@ -27,7 +28,7 @@ def main():
     p.add_argument("--lr", type=float, default=0.001)
     p.add_argument("--epochs", type=int, default=1000, help="at most; training stops early on validation")
     p.add_argument("--eval_every", type=int, default=1, help="epochs between validation checks")
-    p.add_argument("--out_path", type=str, default="models/compute.pt")
+    p.add_argument("--out_path", type=str, default="models/compute.pt", help="checkpoint to write")
     p.add_argument("--seed", type=int, default=0, help="split shuffle and weight init")
     args = p.parse_args()
 

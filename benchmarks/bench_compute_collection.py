@@ -21,7 +21,7 @@ from neuroshard.compute_collect import CollectSettings, collect
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--dataset_dir", type=str, default="data/dlrm_datasets")
+    p.add_argument("--dataset_dir", type=str, default="data/dlrm_datasets", help="dataset to benchmark on")
     p.add_argument("--samples", type=int, default=60, help="samples per run")
     p.add_argument("--workers", type=str, default="1,2", help="worker counts to compare")
     p.add_argument("--max_tables", type=int, default=15)

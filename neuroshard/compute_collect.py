@@ -28,7 +28,7 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
@@ -124,9 +124,6 @@ class WorkerStats:
         """Share of worker wall time (after start-up) inside timed kernel iterations."""
         wall = self.busy_s + self.idle_s
         return self.timed_s / wall if wall > 0 else float("nan")
-
-    def to_json(self) -> dict:
-        return {**asdict(self), "kernel_share": self.kernel_share}
 
 
 def _env_ints(name: str) -> set[int]:
@@ -416,20 +413,17 @@ class CollectSettings:
         """What config.json records: the settings that change the samples (not how many or where)."""
         return {"max_tables": self.max_tables, "max_mem": self.max_mem, "max_dim": self.max_dim,
                 "warmup": self.warmup, "iters": self.iters, "seed": self.seed, "device": self.device_kind,
-                "clock": self.effective_clock, "batch_size": batch_size}
+                "clock": "cuda_events" if self.device_kind == "cuda" else self.clock, "batch_size": batch_size}
 
     @property
     def device_kind(self) -> str:
         return "cuda" if self.devices[0].startswith("cuda") else "cpu"
 
-    @property
-    def effective_clock(self) -> str:
-        """What times the kernels: CUDA events on GPUs, else the chosen CPU clock."""
-        return "cuda_events" if self.device_kind == "cuda" else self.clock
-
 
 @dataclass
 class CollectSummary:
+    """Outcome of one `collect` call: samples found, added and failed; wall time (s); worker time breakdown."""
+
     existing: int
     new: int
     failed: int
@@ -439,11 +433,6 @@ class CollectSummary:
     @property
     def total(self) -> int:
         return self.existing + self.new
-
-    def to_json(self) -> dict:
-        return {"existing": self.existing, "new": self.new, "failed": self.failed, "total": self.total,
-                "elapsed_s": self.elapsed_s, "samples_per_s": self.new / self.elapsed_s if self.elapsed_s else 0.0,
-                "workers": self.workers.to_json()}
 
 
 def _check_augmented(path: Path, aug: Sequence[TableConfig], s: CollectSettings) -> bool:
@@ -517,9 +506,8 @@ def collect(s: CollectSettings, progress: bool = True) -> CollectSummary:
             tables = augmented_bench_tables(aug, len(dataset.configs))
             # no shard exceeds max_mem, so a larger weight arena would never be used
             arena_gb = min(DEFAULT_ARENA_GB, s.max_mem)
-            clock = "wall" if s.device_kind == "cuda" else s.clock
-            with WorkerPool(s.devices, s.dataset_dir, tables, s.warmup, s.iters, seed=s.seed,
-                            arena_gb=arena_gb, clock=clock) as pool:
+            with WorkerPool(s.devices, s.dataset_dir, tables, s.warmup, s.iters, seed=s.seed, arena_gb=arena_gb,
+                            clock="wall" if s.device_kind == "cuda" else s.clock) as pool:
                 pool.run(next_task, on_ok, on_error)
         finally:
             bar.close()

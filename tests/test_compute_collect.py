@@ -5,7 +5,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from neuroshard.compute_collect import (ERRORS_TXT, CollectSettings, ShardSampler, augment_table_configs, collect,

@@ -14,17 +14,7 @@ from neuroshard.training import TrainConfig, regression_metrics
 from neuroshard.types import InputError, TableConfig
 
 ROOT = Path(__file__).resolve().parents[1]
-ENV = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
-
-
-@pytest.fixture
-def one_thread():
-    # These MLPs are far too small for intra-op threads; on a busy 2-core
-    # machine two threads made training 6x slower (measured).
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+ENV = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
 
 
 def random_tables(n, seed=0):
@@ -54,7 +44,7 @@ def test_shard_tensors_pad_and_mask():
     assert torch.equal(x[1], feats[[0, 3, 3]]) and torch.equal(x[0, 1:], torch.zeros(2, 3))
 
 
-def test_training_on_additive_costs_beats_a_constant_and_round_trips(tmp_path, one_thread):
+def test_training_on_additive_costs_beats_a_constant_and_round_trips(tmp_path):
     tables, sets, costs = additive_data()
     write_compute_data(tmp_path / "data", tables, list(zip(sets, costs)))
     cfg = TrainConfig(epochs=30, patience=10, seed=0, batch_size=128, lr=3e-3)

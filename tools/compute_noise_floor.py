@@ -24,8 +24,8 @@ from neuroshard.compute_collect import NOISE_JSON, measure_noise_floor, worker_d
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--data_dir", type=str, default="data/cost_data/compute")
-    p.add_argument("--dataset_dir", type=str, default="data/dlrm_datasets")
+    p.add_argument("--data_dir", type=str, default="data/cost_data/compute", help="collected compute cost data")
+    p.add_argument("--dataset_dir", type=str, default="data/dlrm_datasets", help="the dataset it was collected on")
     p.add_argument("--num_samples", type=int, default=200, help="shards to re-measure")
     p.add_argument("--repeats", type=int, default=2, help="fresh measurements per shard")
     add_device_arg(p)
