@@ -212,7 +212,9 @@ def main() -> int:
         raise NeuroShardError("preset 'paper' needs the public dataset: pass --data fbgemm_t856_bs65536.pt.gz")
     # Commands run from the repository root with paths relative to it, so the
     # printed commands can be pasted as they are.
-    out = Path(os.path.relpath(os.path.abspath(args.out_dir), ROOT)) if args.out_dir else Path("results") / preset.name
+    out = Path(args.out_dir or ROOT / "results" / preset.name).resolve()
+    if out.is_relative_to(ROOT):
+        out = out.relative_to(ROOT)
     data = os.path.abspath(args.data) if args.data else None
     os.chdir(ROOT)
     out.mkdir(parents=True, exist_ok=True)

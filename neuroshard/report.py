@@ -66,6 +66,21 @@ def comparison_table(sim: dict | None, hw: dict | None) -> tuple[str, dict]:
     return "\n".join(lines) + "\n", beats
 
 
+def accuracy_table(acc: dict) -> str:
+    """Markdown: how well the simulator's estimates match the measured plan costs and parts."""
+    pct = lambda x: "-" if x is None else f"{100 * x:.1f}%"  # noqa: E731
+    num = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
+    lines = ["| what | MAPE | Spearman | n |", "|---|---|---|---|",
+             f"| plan cost | {pct(acc.get('mape'))} | {num(acc.get('spearman'))} | {acc.get('plans')} |"]
+    for part, m in acc.get("parts", {}).items():
+        lines.append(f"| per-rank {part} | {pct(m.get('mape'))} | {num(m.get('spearman'))} | {m.get('n')} |")
+    lines.append("")
+    lines.append(f"The simulator orders two algorithms' plans for the same task as the hardware does in "
+                 f"{pct(acc.get('pair_agreement'))} of {acc.get('pairs')} cases "
+                 f"({acc.get('pairs_tied', 0)} ties left out).")
+    return "\n".join(lines) + "\n"
+
+
 def model_table(out: Path) -> tuple[str, list[dict]]:
     """Markdown: test MSE, MAPE, Spearman of each cost model next to its measured noise floor."""
     rows = []
@@ -77,7 +92,7 @@ def model_table(out: Path) -> tuple[str, list[dict]]:
             continue
         test = m["metrics"]["test"]
         noise = m.get("noise_floor")
-        noise_val = noise.get("median_rel_diff") if isinstance(noise, dict) else noise
+        noise_val = noise.get("median") if isinstance(noise, dict) else noise
         rows.append({"model": name, "samples": m.get("num_samples"), "mse": test["mse"], "mape": test["mape"],
                      "spearman": test["spearman"], "noise_floor": noise_val, "scatter": m.get("scatter")})
     lines = ["| model | samples | test MSE (ms²) | test MAPE | Spearman | noise floor (median rel. diff.) |",
@@ -152,9 +167,7 @@ def write_report(out, preset, steps: list[dict], seconds: float) -> Path:
             text.append(f"- {where}: NeuroShard beats " + ("every baseline." if not losers
                                                               else f"all but {', '.join(losers)}."))
     if hw and hw.get("simulator_accuracy"):
-        acc = hw["simulator_accuracy"]
-        text += ["", "## Simulator vs hardware", "",
-                 "```", json.dumps(acc, indent=2), "```"]
+        text += ["", "## Simulator vs hardware", "", accuracy_table(hw["simulator_accuracy"])]
     text += ["", "## Cost models", "", models_md, ""]
     for r in model_rows:
         if r.get("scatter"):
