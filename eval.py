@@ -30,6 +30,7 @@ import os
 import sys
 
 from neuroshard.cli import run_main
+from neuroshard.search import SearchConfig
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -74,13 +75,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help=f"collective timeout in s; a hung rank ends the job after about this "
                         f"(default: {DEFAULT_TIMEOUT_S:g})")
     g.add_argument("--fault", default=None, help=argparse.SUPPRESS)  # testing: RANK:PLAN:raise|hang|exit
-    s = p.add_argument_group("NeuroShard search (DESIGN §8; paper defaults; as in eval_simulator.py)")
-    s.add_argument("--beam_k", type=int, default=3, help="beam width k (default: 3)")
-    s.add_argument("--beam_n", type=int, default=10,
-                   help="split candidates: the n largest tables by size and by compute cost (default: 10)")
-    s.add_argument("--max_length", type=int, default=10, help="beam search rounds (most splits) (default: 10)")
-    s.add_argument("--grid_steps", type=int, default=11,
-                   help="greedy grid search scales, evenly spaced in [1.0, 1.5] (default: 11)")
+    SearchConfig.add_args(p)
     p.add_argument("--quiet", action="store_true", help="no per-task lines")
     p.add_argument("--no_progress", action="store_true", help="no progress bar while planning")
     return p.parse_args(argv)
@@ -93,7 +88,6 @@ def main(argv=None) -> int:
     from neuroshard.cli import resolve_device
     from neuroshard.comm_bench import resolve_ranks
     from neuroshard.formats import read_dataset, read_plans
-    from neuroshard.search import SearchConfig
     from neuroshard.types import InputError, NeuroShardError
 
     if not args.max_mem > 0:
@@ -103,9 +97,7 @@ def main(argv=None) -> int:
                             iters=args.iters, fw_sleep=args.fw_sleep, end_to_end=args.end_to_end,
                             timeout=args.timeout, seed=args.seed)
     cfg.validate()
-    options = {"beam_k": args.beam_k, "beam_n": args.beam_n, "max_length": args.max_length,
-               "grid_steps": args.grid_steps}
-    SearchConfig.from_options(options)  # one-line error on a bad value, before any work
+    options = SearchConfig.options_from_args(args)  # one-line error on a bad value, before any work
     # The ranks exchange [B/ndevices, sum(dims)] slices: check B before planning.
     batch = read_dataset(args.data_dir, validate=False).batch_size
     if batch % ndevices:

@@ -20,6 +20,7 @@ import os
 import sys
 
 from neuroshard.cli import run_main
+from neuroshard.search import SearchConfig
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -39,13 +40,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--out_dir", default=None, help="write plans, results and the summary here (default: print only)")
     p.add_argument("--seed", type=int, default=0, help="seed of the randomised algorithms (default: 0)")
     p.add_argument("--max_tasks", type=int, default=None, help="evaluate only the first N tasks")
-    g = p.add_argument_group("NeuroShard search (DESIGN §8; paper defaults)")
-    g.add_argument("--beam_k", type=int, default=3, help="beam width k (default: 3)")
-    g.add_argument("--beam_n", type=int, default=10,
-                   help="split candidates: the n largest tables by size and by compute cost (default: 10)")
-    g.add_argument("--max_length", type=int, default=10, help="beam search rounds (most splits) (default: 10)")
-    g.add_argument("--grid_steps", type=int, default=11,
-                   help="greedy grid search scales, evenly spaced in [1.0, 1.5] (default: 11)")
+    SearchConfig.add_args(p)
     p.add_argument("--quiet", action="store_true", help="no per-task lines")
     p.add_argument("--no_progress", action="store_true", help="no progress bar")
     return p.parse_args(argv)
@@ -54,14 +49,11 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
     args = parse_args(argv)
     from neuroshard import evaluation as ev
-    from neuroshard.search import SearchConfig
     from neuroshard.types import NeuroShardError
 
     if not args.max_mem > 0:
         raise NeuroShardError(f"--max_mem must be > 0 GB, got {args.max_mem}")
-    options = {"beam_k": args.beam_k, "beam_n": args.beam_n, "max_length": args.max_length,
-               "grid_steps": args.grid_steps}
-    SearchConfig.from_options(options)  # one-line error on a bad value, before any work
+    options = SearchConfig.options_from_args(args)  # one-line error on a bad value, before any work
     algs = ev.resolve_algs(args.alg)
     fw_path = args.fw_comm_model or ev.default_comm_model_path(args.ndevices, "fw")
     bw_path = args.bw_comm_model or ev.default_comm_model_path(args.ndevices, "bw")

@@ -258,8 +258,9 @@ def summary_markdown(summary: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def print_summary(summary: dict, file=None) -> None:
-    """Upstream's closing lines per algorithm (Average, Valid v / N); the table when several."""
+def print_summary(summary: dict, file=None, table: Callable[[dict], str] | None = None) -> None:
+    """Upstream's closing lines per algorithm (Average, Valid v / N), then the comparison table
+    (`table(summary)`, this module's `summary_markdown` by default) when given or when several."""
     file = file or sys.stdout
     rows = summary["algorithms"]
     for r in rows:
@@ -267,9 +268,9 @@ def print_summary(summary: dict, file=None) -> None:
             print(f"[{r['alg']}]", file=file)
         print(f"Average: {_fmt(r['average'], 4)}", file=file)
         print(f"Valid {r['valid']} / {r['tasks']}", file=file)
-    if len(rows) > 1:
+    if len(rows) > 1 or table is not None:
         print(file=file)
-        print(summary_markdown(summary), file=file, end="")
+        print((table or summary_markdown)(summary), file=file, end="")
 
 
 # --------------------------------------------------------------------------- outputs

@@ -624,17 +624,9 @@ def write_outputs(out_dir, results: Sequence[dict], summary: dict) -> None:
 
 def print_summary(summary: dict, file=None) -> None:
     """Upstream's closing lines per algorithm (Average, Valid v / N), then the comparison table."""
-    from neuroshard.evaluation import _fmt
+    from neuroshard.evaluation import print_summary as print_lines
 
-    file = file or sys.stdout
-    rows = summary["algorithms"]
-    for r in rows:
-        if len(rows) > 1:
-            print(f"[{r['alg']}]", file=file)
-        print(f"Average: {_fmt(r['average'], 4)}", file=file)
-        print(f"Valid {r['valid']} / {r['tasks']}", file=file)
-    print(file=file)
-    print(summary_markdown(summary), file=file, end="")
+    print_lines(summary, file, table=summary_markdown)
 
 
 # =========================================================================== the whole run

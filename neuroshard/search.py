@@ -83,6 +83,25 @@ class SearchConfig:
     def scales(self) -> np.ndarray:
         return np.linspace(self.grid_min, self.grid_max, self.grid_steps)
 
+    @staticmethod
+    def add_args(parser) -> None:
+        """The search flags shared by eval_simulator.py and eval.py."""
+        g = parser.add_argument_group("NeuroShard search (DESIGN §8; paper defaults)")
+        g.add_argument("--beam_k", type=int, default=3, help="beam width k (default: 3)")
+        g.add_argument("--beam_n", type=int, default=10,
+                       help="split candidates: the n largest tables by size and by compute cost (default: 10)")
+        g.add_argument("--max_length", type=int, default=10, help="beam search rounds (most splits) (default: 10)")
+        g.add_argument("--grid_steps", type=int, default=11,
+                       help="greedy grid search scales, evenly spaced in [1.0, 1.5] (default: 11)")
+
+    @classmethod
+    def options_from_args(cls, args) -> dict:
+        """`ShardingContext.options` from the parsed flags, checked (one-line error on a bad value)."""
+        options = {"beam_k": args.beam_k, "beam_n": args.beam_n, "max_length": args.max_length,
+                   "grid_steps": args.grid_steps}
+        cls.from_options(options)
+        return options
+
 
 @dataclass
 class _Scored:
