@@ -14,7 +14,6 @@ it: no model can beat the measurement noise.
 
 import argparse
 
-import torch
 
 from neuroshard.cli import run_main
 from neuroshard.comm_train import train_comm_models
@@ -25,24 +24,12 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--data_dir", type=str, default="data/cost_data/comm_4/")
-    p.add_argument("--train_ratio", type=float, default=0.8)
-    p.add_argument("--valid_ratio", type=float, default=0.1)
-    p.add_argument("--batch_size", type=int, default=512)
-    p.add_argument("--num_samples", type=int, default=100_000, help="use at most this many samples")
-    p.add_argument("--lr", type=float, default=0.001)
-    p.add_argument("--epochs", type=int, default=1000, help="at most; training stops early on validation")
-    p.add_argument("--eval_every", type=int, default=1, help="epochs between validation checks")
     p.add_argument("--fw_out_path", type=str, default=None, help="default models/comm_<n>_fw.pt")
     p.add_argument("--bw_out_path", type=str, default=None, help="default models/comm_<n>_bw.pt")
-    p.add_argument("--seed", type=int, default=0, help="split shuffle and weight init")
-    p.add_argument("--threads", type=int, default=1,
-                   help="torch intra-op threads; the MLPs are tiny, more threads mostly add contention")
+    TrainConfig.add_args(p)
     args = p.parse_args()
-    torch.set_num_threads(args.threads)
 
-    cfg = TrainConfig(train_ratio=args.train_ratio, valid_ratio=args.valid_ratio, batch_size=args.batch_size,
-                      lr=args.lr, epochs=args.epochs, eval_every=args.eval_every, seed=args.seed,
-                      num_samples=args.num_samples)
+    cfg = TrainConfig.from_args(args)
     results = train_comm_models(args.data_dir, cfg, args.fw_out_path, args.bw_out_path)
     for kind, res in results.items():
         name = "forward" if kind == "fw" else "backward"

@@ -21,20 +21,12 @@ def main():
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--data_dir", type=str, default="data/cost_data/compute/",
                    help="compute cost data dir (collect_compute_cost_data.py)")
-    p.add_argument("--train_ratio", type=float, default=0.8)
-    p.add_argument("--valid_ratio", type=float, default=0.1)
-    p.add_argument("--batch_size", type=int, default=512)
-    p.add_argument("--num_samples", type=int, default=100_000, help="use at most this many samples")
-    p.add_argument("--lr", type=float, default=0.001)
-    p.add_argument("--epochs", type=int, default=1000, help="at most; training stops early on validation")
-    p.add_argument("--eval_every", type=int, default=1, help="epochs between validation checks")
     p.add_argument("--out_path", type=str, default="models/compute.pt", help="checkpoint to write")
-    p.add_argument("--seed", type=int, default=0, help="split shuffle and weight init")
+    # Relative loss by default: it meets the MAPE target where plain MSE does not (see training.py).
+    TrainConfig.add_args(p, loss="rel_mse")
     args = p.parse_args()
 
-    cfg = TrainConfig(train_ratio=args.train_ratio, valid_ratio=args.valid_ratio, batch_size=args.batch_size,
-                      lr=args.lr, epochs=args.epochs, eval_every=args.eval_every, seed=args.seed,
-                      num_samples=args.num_samples)
+    cfg = TrainConfig.from_args(args)
     result = train_compute_model(args.data_dir, cfg, args.out_path)
     print(format_metrics(result["metrics"]))
     print(f"best epoch {result['best_epoch']}; model {args.out_path}; scatter {result['scatter']}; "

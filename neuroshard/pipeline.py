@@ -70,11 +70,12 @@ PRESETS = {
                    comm_t_range="4,8", sleep_range="0,2", comm_batch_size=256, warmup=1, iters=2, noise_samples=4,
                    epochs=20,
                    eval_tasks=2, eval_warmup=1, eval_iters=2),
-    # `make demo`: the whole pipeline on CPU in about ten minutes.
-    "quick": Preset("quick", ndevices=4, max_mem=1.0, max_dim=128, num_tables=100, batch_size=2048,
-                    max_rows=1_000_000, num_tasks=20, t_range="10,30", compute_samples=1200, max_tables=10,
-                    comm_samples=500, comm_t_range="10,30", sleep_range="0,50", comm_batch_size=2048, warmup=3,
-                    iters=7, noise_samples=100, epochs=300, eval_tasks=10, eval_warmup=3, eval_iters=7),
+    # `make demo`: the whole pipeline on CPU in about ten minutes, on the default synthetic
+    # dataset of tools/gen_dlrm_data.py. The comm batch equals the dataset's, as eval.py uses it.
+    "quick": Preset("quick", ndevices=4, max_mem=1.0, max_dim=128, num_tables=150, batch_size=4096,
+                    max_rows=1_000_000, num_tasks=20, t_range="10,30", compute_samples=1000, max_tables=10,
+                    comm_samples=500, comm_t_range="10,30", sleep_range="0,50", comm_batch_size=4096, warmup=3,
+                    iters=7, noise_samples=100, epochs=1000, eval_tasks=10, eval_warmup=3, eval_iters=7),
     # The paper's setting on the public dataset and GPUs (DESIGN §2 defaults: 4 GB per GPU,
     # T from 10 to 60, 100 tasks, batch 65536); run once with 4 and once with 8 GPUs.
     "paper": Preset("paper", ndevices=4, max_mem=4.0, max_dim=128, num_tables=856, batch_size=65536,
@@ -100,6 +101,8 @@ def build_steps(p: Preset, out: Path, data: str | None, gpu_devices: str | None)
     models = out / "models"
     compute_model, fw_model, bw_model = models / "compute.pt", models / f"comm_{n}_fw.pt", models / f"comm_{n}_bw.pt"
     dev = ["--gpu_devices", gpu_devices] if gpu_devices else ["--device", "cpu"]
+    # One benchmark process per core for the compute collection on CPU.
+    workers = [] if gpu_devices else ["--num_workers", str(min(2, os.cpu_count() or 1))]
     if data:
         gen = ["tools/gen_dlrm_data.py", "--data", data, "--out_dir", str(ds)]
     else:
@@ -118,11 +121,11 @@ def build_steps(p: Preset, out: Path, data: str | None, gpu_devices: str | None)
         Step("3a", "compute cost data",
              ["collect_compute_cost_data.py", "--dataset_dir", str(ds), "--out_dir", str(cdata), "--data_size",
               str(p.compute_samples), "--max_tables", str(p.max_tables), "--max_mem", str(p.max_mem),
-              "--max_dim", str(p.max_dim), "--warmup", str(p.warmup), "--iters", str(p.iters), *dev],
+              "--max_dim", str(p.max_dim), "--warmup", str(p.warmup), "--iters", str(p.iters), *dev, *workers],
              [cdata / "data.txt"]),
         Step("3a-noise", "compute noise floor",
              ["tools/compute_noise_floor.py", "--data_dir", str(cdata), "--dataset_dir", str(ds), "--num_samples",
-              str(p.noise_samples), *dev], [cdata / "noise_floor.json"]),
+              str(p.noise_samples), *dev, *workers], [cdata / "noise_floor.json"]),
         Step("3b", "comm cost data",
              ["collect_comm_cost_data.py", "--out_dir", str(mdata), "--data_size", str(p.comm_samples),
               "--T_range", p.comm_t_range, "--sleep_range", p.sleep_range, "--max_dim", str(p.max_dim),

@@ -39,3 +39,16 @@ def test_train_model_learns_linear_comm_costs(tmp_path):
     assert rep.test_pred.shape == (120, 2)
     scatter_plot(rep.test_pred, rep.test_true, tmp_path / "s.png", "bw")
     assert (tmp_path / "s.png").stat().st_size > 1000
+
+
+def test_relative_loss_fits_costs_spanning_orders_of_magnitude():
+    # cost = 0.01 ms per dim on device 0's input, from 0.1 ms to 40 ms: the relative loss must
+    # keep the small costs accurate too
+    rng = np.random.default_rng(1)
+    dims = torch.tensor(np.exp(rng.uniform(np.log(10), np.log(4000), size=(1000, 1))), dtype=torch.float32)
+    y = 0.01 * dims
+    model = CommCostModel("bw", 1, dims.mean(0), dims.std(0))
+    rep = train_model(model, (dims,), y, TrainConfig(epochs=80, batch_size=64, seed=0, lr=3e-3, loss="rel_mse"))
+    assert rep.metrics["test"]["mape"] < 0.15
+    with pytest.raises(ValueError, match="loss must be one of"):
+        TrainConfig(loss="l1").validate()
