@@ -155,15 +155,16 @@ def _stamp_path(out: Path, step: Step) -> Path:
     return out / "steps" / f"{step.key}.json"
 
 
-def _up_to_date(out: Path, step: Step, upstream: list[dict]) -> bool:
+def _up_to_date(out: Path, step: Step, upstream: list[dict]) -> dict | None:
+    """The step's stamp if its outputs exist and were made by the same command, else None."""
     path = _stamp_path(out, step)
     if not path.exists() or not all(o.exists() for o in step.outputs):
-        return False
+        return None
     try:
         stamp = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError):
-        return False
-    return stamp.get("argv") == step.argv and stamp.get("upstream") == upstream
+        return None
+    return stamp if stamp.get("argv") == step.argv and stamp.get("upstream") == upstream else None
 
 
 def run_steps(steps: list[Step], out: Path, force: bool, only: set[str] | None = None) -> list[dict]:
@@ -173,9 +174,12 @@ def run_steps(steps: list[Step], out: Path, force: bool, only: set[str] | None =
         if only and step.key not in only:
             continue
         shown = "python " + " ".join(shlex.quote(a) for a in step.argv)
-        if not force and _up_to_date(out, step, upstream):
+        stamp = None if force else _up_to_date(out, step, upstream)
+        if stamp is not None:
             print(f"[{step.key}] {step.title}: up to date, skipped\n      {shown}", flush=True)
-            records.append({"step": step.key, "title": step.title, "command": shown, "skipped": True, "seconds": 0.0})
+            # keep the time the step took when it ran, for the report
+            records.append({"step": step.key, "title": step.title, "command": shown, "skipped": True,
+                            "seconds": stamp.get("seconds", 0.0)})
         else:
             print(f"[{step.key}] {step.title}\n  $ {shown}", flush=True)
             t0 = time.perf_counter()
@@ -184,7 +188,8 @@ def run_steps(steps: list[Step], out: Path, force: bool, only: set[str] | None =
             if rc != 0:
                 raise NeuroShardError(f"step {step.key} ({step.title}) failed with exit code {rc}; "
                                       f"rerun it by hand: {shown}")
-            write_json_atomic(_stamp_path(out, step), {"argv": step.argv, "upstream": upstream})
+            write_json_atomic(_stamp_path(out, step), {"argv": step.argv, "upstream": upstream,
+                                                       "seconds": round(seconds, 2)})
             records.append({"step": step.key, "title": step.title, "command": shown, "skipped": False,
                             "seconds": round(seconds, 2)})
             print(f"[{step.key}] done in {seconds:.1f} s", flush=True)

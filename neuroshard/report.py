@@ -157,7 +157,8 @@ def write_report(out, preset, steps: list[dict], seconds: float) -> Path:
     plots = _plots(out, sim, hw)
     text = [f"# NeuroShard report — preset `{preset.name}`", "",
             f"{preset.ndevices} devices, {preset.max_mem} GB each; tasks of {preset.t_range.replace(',', '–')} "
-            f"tables; pipeline wall time {seconds:.0f} s. Every command is listed at the end.", "",
+            f"tables. The steps took {sum(st['seconds'] for st in steps):.0f} s when they ran "
+            f"(this run: {seconds:.0f} s; up-to-date steps are skipped). Every command is listed at the end.", "",
             "## Embedding cost per algorithm", "",
             "Mean cost (ms) over the tasks valid for every algorithm; gain = (baseline − NeuroShard) / baseline.", "",
             cmp_md]
@@ -176,7 +177,7 @@ def write_report(out, preset, steps: list[dict], seconds: float) -> Path:
     text += ["", "## Plots", ""] + [f"![{p}]({p})" for p in plots]
     text += ["", "## Steps", "", "| step | what | seconds | command |", "|---|---|---|---|"]
     for s in steps:
-        secs = "skipped" if s["skipped"] else f"{s['seconds']:.1f}"
+        secs = f"{s['seconds']:.1f}" + (" (earlier run)" if s["skipped"] else "")
         text.append(f"| {s['step']} | {s['title']} | {secs} | `{s['command']}` |")
     report = out / "report.md"
     with atomic_write(report) as fh:
