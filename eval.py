@@ -30,6 +30,7 @@ import os
 import sys
 
 from neuroshard.cli import run_main
+from neuroshard.evaluation import add_input_args
 from neuroshard.search import SearchConfig
 
 
@@ -38,27 +39,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     from neuroshard.hardware_eval import DEFAULT_TIMEOUT_S, FW_SLEEP_MODES
 
     p = argparse.ArgumentParser(description="Benchmark sharding plans on hardware (measured costs).")
-    p.add_argument("--data_dir", default="data/dlrm_datasets",
-                   help="dataset dir with table_configs.json and data.pt (the lookups the kernels run)")
-    p.add_argument("--task_path", default="data/tasks/4_gpu/data.txt", help="task file (one task per line)")
-    p.add_argument("--compute_model", default="models/compute.pt", help="compute cost model checkpoint")
-    p.add_argument("--fw_comm_model", default=None,
-                   help="forward comm cost model checkpoint (default: models/comm_<ndevices>_fw.pt)")
-    p.add_argument("--bw_comm_model", default=None,
-                   help="backward comm cost model checkpoint (default: models/comm_<ndevices>_bw.pt)")
-    p.add_argument("--alg", default="neuroshard",
-                   help="sharding algorithm: neuroshard, random, dim_greedy, lookup_greedy, size_greedy, "
-                        "size_lookup_greedy (any registered name), a comma list, or 'all' (default: neuroshard)")
+    add_input_args(p, data_help="dataset dir with table_configs.json and data.pt (the lookups the kernels run)")
     p.add_argument("--gpu_devices", default=None,
                    help="GPUs to use, one rank each, e.g. 0,1,2,3 (implies --device cuda)")
     p.add_argument("--ndevices", type=int, default=None,
                    help="number of ranks: CPU processes (default 4), or GPUs (default: all visible, "
                         "or those of --gpu_devices)")
     add_device_arg(p)
-    p.add_argument("--max_mem", type=float, default=4.0, help="memory per device in GB (default: 4)")
     p.add_argument("--out_dir", default="results/eval", help="output directory (default: results/eval)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the randomised algorithms (default: 0)")
-    p.add_argument("--max_tasks", type=int, default=None, help="evaluate only the first N tasks")
     p.add_argument("--plans", default=None,
                    help="measure the plans of this file (eval_simulator.py's plans.json for the same "
                         "--task_path) instead of computing them")

@@ -20,26 +20,15 @@ import os
 import sys
 
 from neuroshard.cli import run_main
+from neuroshard.evaluation import add_input_args
 from neuroshard.search import SearchConfig
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="Benchmark sharding with the simulator (estimated costs, no hardware).")
-    p.add_argument("--data_dir", default="data/dlrm_datasets", help="dataset dir with table_configs.json")
-    p.add_argument("--task_path", default="data/tasks/4_gpu/data.txt", help="task file (one task per line)")
-    p.add_argument("--compute_model", default="models/compute.pt", help="compute cost model checkpoint")
-    p.add_argument("--fw_comm_model", default=None,
-                   help="forward comm cost model checkpoint (default: models/comm_<ndevices>_fw.pt)")
-    p.add_argument("--bw_comm_model", default=None,
-                   help="backward comm cost model checkpoint (default: models/comm_<ndevices>_bw.pt)")
-    p.add_argument("--alg", default="neuroshard",
-                   help="sharding algorithm: neuroshard, random, dim_greedy, lookup_greedy, size_greedy, "
-                        "size_lookup_greedy (any registered name), a comma list, or 'all' (default: neuroshard)")
+    add_input_args(p)
     p.add_argument("--ndevices", type=int, default=4, help="number of devices (GPUs) (default: 4)")
-    p.add_argument("--max_mem", type=float, default=4.0, help="memory per device in GB (default: 4)")
     p.add_argument("--out_dir", default=None, help="write plans, results and the summary here (default: print only)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the randomised algorithms (default: 0)")
-    p.add_argument("--max_tasks", type=int, default=None, help="evaluate only the first N tasks")
     SearchConfig.add_args(p)
     p.add_argument("--quiet", action="store_true", help="no per-task lines")
     p.add_argument("--no_progress", action="store_true", help="no progress bar")

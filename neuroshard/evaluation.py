@@ -64,6 +64,23 @@ class EvalInputs:
     models: ShardingContext  # compute_model, fw_model, bw_model set; seed/options unused
 
 
+def add_input_args(parser, data_help: str = "dataset dir with table_configs.json") -> None:
+    """The flags naming what an evaluation reads, shared by eval_simulator.py and eval.py."""
+    parser.add_argument("--data_dir", default="data/dlrm_datasets", help=data_help)
+    parser.add_argument("--task_path", default="data/tasks/4_gpu/data.txt", help="task file (one task per line)")
+    parser.add_argument("--compute_model", default="models/compute.pt", help="compute cost model checkpoint")
+    for kind, name in (("fw", "forward"), ("bw", "backward")):
+        parser.add_argument(f"--{kind}_comm_model", default=None,
+                            help=f"{name} comm cost model checkpoint (default: models/comm_<ndevices>_{kind}.pt)")
+    parser.add_argument("--alg", default="neuroshard",
+                        help="sharding algorithm: neuroshard, random, dim_greedy, lookup_greedy, size_greedy, "
+                             "size_lookup_greedy (any registered name), a comma list, or 'all' "
+                             "(default: neuroshard)")
+    parser.add_argument("--max_mem", type=float, default=4.0, help="memory per device in GB (default: 4)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the randomised algorithms (default: 0)")
+    parser.add_argument("--max_tasks", type=int, default=None, help="evaluate only the first N tasks")
+
+
 def default_comm_model_path(ndevices: int, kind: str) -> str:
     """Where the pipeline puts the comm model for `ndevices` devices (`models/comm_<n>_<kind>.pt`)."""
     return os.path.join("models", f"comm_{ndevices}_{kind}.pt")
