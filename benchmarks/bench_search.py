@@ -46,8 +46,8 @@ import numpy as np
 import torch
 
 from neuroshard.cli import run_main, write_json_atomic
-from neuroshard.models import (CommCostModel, ComputeCostModel, NUM_FEATURES, feature_stats, load_comm_model,
-                               load_compute_model, table_features)
+from neuroshard.models import (CommCostModel, ComputeCostModel, NUM_FEATURES, feature_stats, linear_comm_model,
+                               load_comm_model, load_compute_model, table_features)
 from neuroshard.search import grid_search, search
 from neuroshard.sharders import ShardingContext
 from neuroshard.simulator import get_scorer, mem_cap_elements, score_placements, single_threaded_blas
@@ -103,26 +103,14 @@ def synthetic_compute_model(seed: int = 0, noise: float = 0.2) -> ComputeCostMod
 
 def synthetic_comm_model(kind: str, n: int) -> CommCostModel:
     """bw[r] = 0.3 + 0.01 dims[r] + 0.002 sum(dims); fw adds 0.5 x (mean skew - skew[r]) (ms)."""
-    n_in = 2 * n if kind == "fw" else n
-    if n_in > 16:
-        raise NeuroShardError(f"synthetic comm models pass inputs through 16 units: at most {16 // (n_in // n)} "
+    most = 8 if kind == "fw" else 16  # inputs pass through the 16-unit hidden layer one by one
+    if n > most:
+        raise NeuroShardError(f"synthetic comm models pass inputs through 16 units: at most {most} "
                               f"devices, got {n}; give --comm_models for more")
-    m = CommCostModel(kind, n, torch.zeros(n_in), torch.ones(n_in))
-    linears = [layer for layer in m.mlp if isinstance(layer, torch.nn.Linear)]
-    with torch.no_grad():
-        for p in m.parameters():
-            p.zero_()
-        for layer in linears[:-1]:
-            for i in range(n_in):
-                layer.weight[i, i] = 1.0
-        last = linears[-1]
-        for r in range(n):
-            last.bias[r] = 0.3
-            for q in range(n):
-                last.weight[r, q] = 0.002 + (0.01 if q == r else 0.0)
-                if kind == "fw":
-                    last.weight[r, n + q] = 0.5 / n - (0.5 if q == r else 0.0)
-    return m.eval()
+    weight = np.full((n, n), 0.002) + 0.01 * np.eye(n)
+    if kind == "fw":
+        weight = np.hstack([weight, np.full((n, n), 0.5 / n) - 0.5 * np.eye(n)])
+    return linear_comm_model(kind, n, weight, np.full(n, 0.3))
 
 
 def synthetic_comm_for_scale(kind: str, n: int) -> CommCostModel:

@@ -154,6 +154,45 @@ class CommCostModel(nn.Module):
         return self(x).numpy()
 
 
+# --------------------------------------------------------------------------- hand-set models
+
+
+def linear_compute_model(per_dim: float, base: float) -> ComputeCostModel:
+    """A compute model with known costs, for tests and benchmarks: a shard costs
+    `base + per_dim * (sum of its dims)` ms, an empty shard 0 (feature 0 is the dim)."""
+    m = ComputeCostModel(torch.zeros(NUM_FEATURES), torch.ones(NUM_FEATURES), target_scale=1.0)
+    with torch.no_grad():
+        for p in m.parameters():
+            p.zero_()
+        m.table_mlp[0].weight[0, 0] = m.table_mlp[2].weight[0, 0] = 1.0  # embedding[0] = dim
+        m.head[0].weight[0, 0] = 1.0  # hidden[0] = sum of dims
+        m.head[2].weight[0, 0], m.head[2].bias[0] = per_dim, base
+    return m.eval()
+
+
+def linear_comm_model(kind: str, ndevices: int, weight, bias) -> CommCostModel:
+    """A comm model computing exactly `weight @ x + bias` ms, for tests and benchmarks.
+
+    `weight` is [n, n_in] (n_in = 2n for "fw": dims then sleeps; n for "bw"), `bias` [n].
+    The inputs (dims, sleeps: non-negative) pass the ReLU layers unchanged, so n_in must
+    fit the narrowest hidden layer (16 units).
+    """
+    n_in = 2 * ndevices if kind == "fw" else ndevices
+    m = CommCostModel(kind, ndevices, torch.zeros(n_in), torch.ones(n_in), target_scale=1.0)
+    linears = [layer for layer in m.mlp if isinstance(layer, nn.Linear)]
+    if n_in > min(layer.out_features for layer in linears[:-1]):
+        raise ValueError(f"a linear {kind} comm model passes its {n_in} inputs through "
+                         f"{min(layer.out_features for layer in linears[:-1])} hidden units: too many devices")
+    with torch.no_grad():
+        for p in m.parameters():
+            p.zero_()
+        for layer in linears[:-1]:
+            layer.weight[:n_in, :n_in] = torch.eye(n_in)
+        linears[-1].weight[:, :n_in] = torch.as_tensor(np.asarray(weight, dtype=np.float32))
+        linears[-1].bias[:] = torch.as_tensor(np.asarray(bias, dtype=np.float32))
+    return m.eval()
+
+
 # --------------------------------------------------------------------------- checkpoints
 
 _BUILDERS = {"compute": ComputeCostModel, "comm": CommCostModel}

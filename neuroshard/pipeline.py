@@ -19,7 +19,7 @@ import shlex
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from neuroshard.cli import run_main, write_json_atomic
@@ -211,9 +211,9 @@ def main() -> int:
 
     preset = PRESETS[args.preset]
     if args.gpu_devices:
-        preset = _replace(preset, ndevices=len(args.gpu_devices.split(",")))
+        preset = replace(preset, ndevices=len(args.gpu_devices.split(",")))
     if args.ndevices:
-        preset = _replace(preset, ndevices=args.ndevices)
+        preset = replace(preset, ndevices=args.ndevices)
     if preset.gpu and not args.gpu_devices:
         raise NeuroShardError(f"preset {preset.name!r} is meant for GPUs: pass --gpu_devices (e.g. 0,1,2,3)")
     if args.preset == "paper" and not args.data:
@@ -236,12 +236,6 @@ def main() -> int:
     report = write_report(out, preset, records, time.perf_counter() - t0)
     print(f"report: {report}")
     return 0
-
-
-def _replace(preset: Preset, **changes) -> Preset:
-    from dataclasses import replace
-
-    return replace(preset, **changes)
 
 
 if __name__ == "__main__":

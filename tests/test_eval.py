@@ -10,12 +10,12 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
-import torch
 
 from neuroshard.dataset import SyntheticSpec, generate_synthetic
 from neuroshard.formats import read_plans, write_dataset, write_tasks
-from neuroshard.models import NUM_FEATURES, CommCostModel, ComputeCostModel, save_model
+from neuroshard.models import linear_comm_model, linear_compute_model, save_model
 from neuroshard.types import Task, size_gb
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -23,29 +23,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def _linear_models(out: Path, n: int) -> None:
     """compute = 0.5 + 0.01 x (sum of dims) ms; comm = 0.1 + 0.02 x dims (+ 0.5 x sleep) ms."""
-    cm = ComputeCostModel(torch.zeros(NUM_FEATURES), torch.ones(NUM_FEATURES), target_scale=1.0)
-    with torch.no_grad():
-        for p in cm.parameters():
-            p.zero_()
-        cm.table_mlp[0].weight[0, 0] = cm.table_mlp[2].weight[0, 0] = cm.head[0].weight[0, 0] = 1.0
-        cm.head[2].weight[0, 0], cm.head[2].bias[0] = 0.01, 0.5
-    save_model(cm, out / "compute.pt")
-    for kind in ("fw", "bw"):
-        n_in = 2 * n if kind == "fw" else n
-        m = CommCostModel(kind, n, torch.zeros(n_in), torch.ones(n_in), target_scale=1.0)
-        linears = [layer for layer in m.mlp if isinstance(layer, torch.nn.Linear)]
-        with torch.no_grad():
-            for p in m.parameters():
-                p.zero_()
-            for layer in linears[:-1]:
-                for i in range(n_in):
-                    layer.weight[i, i] = 1.0
-            for r in range(n):
-                linears[-1].weight[r, r] = 0.02
-                if kind == "fw":
-                    linears[-1].weight[r, n + r] = 0.5
-                linears[-1].bias[r] = 0.1
-        save_model(m, out / f"comm_{n}_{kind}.pt")
+    save_model(linear_compute_model(0.01, 0.5), out / "compute.pt")
+    save_model(linear_comm_model("fw", n, np.hstack([0.02 * np.eye(n), 0.5 * np.eye(n)]), np.full(n, 0.1)),
+               out / f"comm_{n}_fw.pt")
+    save_model(linear_comm_model("bw", n, 0.02 * np.eye(n), np.full(n, 0.1)), out / f"comm_{n}_bw.pt")
 
 
 @pytest.fixture(scope="module")

@@ -2,8 +2,9 @@ import numpy as np
 import pytest
 import torch
 
-from neuroshard.models import (TABLE_EMBED_DIM, CommCostModel, ComputeCostModel, feature_stats, load_comm_model,
-                               load_compute_model, load_model, save_model, table_features)
+from neuroshard.models import (TABLE_EMBED_DIM, CommCostModel, ComputeCostModel, feature_stats, linear_comm_model,
+                               linear_compute_model, load_comm_model, load_compute_model, load_model, save_model,
+                               table_features)
 from neuroshard.types import InputError, TableConfig
 
 BINS = tuple([0.25] * 4 + [0.0] * 13)
@@ -77,3 +78,15 @@ def test_load_model_bad_files(tmp_path):
     (tmp_path / "junk.pt").write_text("junk")
     with pytest.raises(InputError, match="junk.pt: not a NeuroShard cost model"):
         load_model(tmp_path / "junk.pt")
+
+
+def test_hand_set_linear_models_compute_their_formulas():
+    cm = linear_compute_model(0.01, 0.5)
+    configs = [TableConfig(1000, 2.0, BINS, dim=d) for d in (16, 64, 8)]
+    np.testing.assert_allclose(cm.predict_sets(configs, [[0, 1], [], [2]]), [0.5 + 0.8, 0.0, 0.5 + 0.08], rtol=1e-6)
+    w = np.array([[0.02, 0.0, 0.5, 0.0], [0.001, 0.03, 0.0, 0.5]])
+    fw = linear_comm_model("fw", 2, w, [0.1, 0.2])
+    dims, sleeps = np.array([[64.0, 32.0]]), np.array([[2.0, 0.0]])
+    np.testing.assert_allclose(fw.predict(dims, sleeps), w @ [64, 32, 2, 0] + [[0.1, 0.2]], rtol=1e-6)
+    with pytest.raises(ValueError, match="too many devices"):
+        linear_comm_model("fw", 9, np.zeros((9, 18)), np.zeros(9))

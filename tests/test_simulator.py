@@ -2,7 +2,8 @@ import numpy as np
 import pytest
 import torch
 
-from neuroshard.models import CommCostModel, ComputeCostModel, NUM_FEATURES, feature_stats, table_features
+from neuroshard.models import (CommCostModel, ComputeCostModel, feature_stats, linear_comm_model, linear_compute_model,
+                               table_features)
 from neuroshard.sharders import ShardingContext
 from neuroshard.simulator import PlanScorer, get_scorer, mem_cap_elements, score_placements, simulate, validate_plan
 from neuroshard.types import InvalidPlanError, OutOfMemoryError, Plan, ShardTable, TableConfig
@@ -13,43 +14,15 @@ BINS = tuple([1 / 17] * 17)
 # --------------------------------------------------------------------------- hand-set models
 
 
-def linear_compute_model(per_dim=0.01, base=0.5) -> ComputeCostModel:
-    """cost(shard) = base + per_dim * (sum of dims), 0 for an empty shard (ms)."""
-    m = ComputeCostModel(torch.zeros(NUM_FEATURES), torch.ones(NUM_FEATURES), target_scale=1.0)
-    with torch.no_grad():
-        for p in m.parameters():
-            p.zero_()
-        m.table_mlp[0].weight[0, 0] = 1.0  # feature 0 is the dim
-        m.table_mlp[2].weight[0, 0] = 1.0  # embedding[0] = dim
-        m.head[0].weight[0, 0] = 1.0  # hidden[0] = sum of dims
-        m.head[2].weight[0, 0] = per_dim
-        m.head[2].bias[0] = base
-    return m.eval()
-
-
-def linear_comm_model(kind: str, n: int, a: float, b: float, c: float = 0.0) -> CommCostModel:
+def diagonal_comm_model(kind: str, n: int, a: float, b: float, c: float = 0.0) -> CommCostModel:
     """bw: out[r] = a * dims[r] + c; fw: out[r] = a * dims[r] + b * sleeps[r] + c (ms)."""
-    n_in = 2 * n if kind == "fw" else n
-    m = CommCostModel(kind, n, torch.zeros(n_in), torch.ones(n_in), target_scale=1.0)
-    linears = [layer for layer in m.mlp if isinstance(layer, torch.nn.Linear)]
-    with torch.no_grad():
-        for p in m.parameters():
-            p.zero_()
-        for layer in linears[:-1]:  # pass the (non-negative) inputs through the ReLU layers
-            for i in range(n_in):
-                layer.weight[i, i] = 1.0
-        last = linears[-1]
-        for r in range(n):
-            last.weight[r, r] = a
-            if kind == "fw":
-                last.weight[r, n + r] = b
-            last.bias[r] = c
-    return m.eval()
+    weight = np.hstack([a * np.eye(n), b * np.eye(n)]) if kind == "fw" else a * np.eye(n)
+    return linear_comm_model(kind, n, weight, np.full(n, c))
 
 
 def hand_models(n=2) -> ShardingContext:
-    return ShardingContext(linear_compute_model(), linear_comm_model("fw", n, 0.01, 0.5, 0.2),
-                           linear_comm_model("bw", n, 0.02, 0.0, 0.1))
+    return ShardingContext(linear_compute_model(0.01, 0.5), diagonal_comm_model("fw", n, 0.01, 0.5, 0.2),
+                           diagonal_comm_model("bw", n, 0.02, 0.0, 0.1))
 
 
 def random_models(n, seed=0, scale=5.0) -> ShardingContext:
