@@ -18,6 +18,7 @@ from neuroshard.cli import atomic_write
 from neuroshard.types import NUM_BINS, InputError, TableConfig
 
 TABLE_EMBED_DIM = 32
+NUM_FEATURES = 4 + NUM_BINS  # see table_features
 
 
 def table_features(configs: Sequence[TableConfig]) -> torch.Tensor:
@@ -33,9 +34,6 @@ def table_features(configs: Sequence[TableConfig]) -> torch.Tensor:
             raise ValueError("table_features needs configs with a dim")
         rows.append([float(c.dim), math.log10(c.row), c.pooling_factor, c.dim * c.pooling_factor, *c.bins])
     return torch.tensor(rows, dtype=torch.float32).reshape(len(rows), NUM_FEATURES)
-
-
-NUM_FEATURES = 4 + NUM_BINS
 
 
 def feature_stats(features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
