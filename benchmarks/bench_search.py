@@ -167,25 +167,28 @@ def part_speed(args, out: dict) -> None:
         rng = np.random.default_rng(args.seed + n)
         walls, cpus, rows = [], [], []
         for T in range(10, 61, 10):
-            w_t, c_t = [], []
+            w_t, c_t, costs = [], [], []
             for _ in range(args.tasks_per_size):
                 tables = random_task(rng, T)
                 best_w = best_c = math.inf
                 for _rep in range(2):
                     t0, c0 = time.perf_counter(), time.process_time()
                     try:
-                        search(tables, n, args.max_mem, models)
+                        cost = search(tables, n, args.max_mem, models).cost
                     except OutOfMemoryError:
-                        pass
+                        cost = math.inf
                     best_w = min(best_w, time.perf_counter() - t0)
                     best_c = min(best_c, time.process_time() - c0)
                 w_t.append(1e3 * best_w)
                 c_t.append(1e3 * best_c)
+                costs.append(cost)
             walls += w_t
             cpus += c_t
-            rows.append({"T": T, "median_wall_ms": float(np.median(w_t)), "median_cpu_ms": float(np.median(c_t))})
-            print(f"  {n} devices, T={T:2d}: median {np.median(w_t):7.1f} ms wall, {np.median(c_t):7.1f} ms CPU",
-                  flush=True)
+            rows.append({"T": T, "median_wall_ms": float(np.median(w_t)), "median_cpu_ms": float(np.median(c_t)),
+                         "plan_costs": costs})
+            # the plan costs to the last digit: a change to the search's speed must leave them as they are
+            print(f"  {n} devices, T={T:2d}: median {np.median(w_t):7.1f} ms wall, {np.median(c_t):7.1f} ms CPU; "
+                  f"plan costs {' '.join(repr(c) for c in costs)} ms", flush=True)
         med = float(np.median(walls))
         print(f"  {n} devices, all T: median {med:.1f} ms wall ({float(np.median(cpus)):.1f} ms CPU), "
               f"target <= {target:.0f} ms: {'met' if med <= target else 'NOT met'}")
@@ -207,7 +210,7 @@ def part_scale(args, out: dict) -> None:
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"  max_mem {cap:.3f} GB (total {total:.1f} GB): {wall:.2f} s wall, {cpu:.2f} s CPU, "
           f"{res.states_scored} states, {res.rounds} rounds, {len(res.plan.column_steps)} splits, "
-          f"cost {res.cost:.3f} ms (no-split start {res.start_cost:.3f} ms); target <= 10 s: "
+          f"cost {res.cost!r} ms (no-split start {res.start_cost!r} ms); target <= 10 s: "
           f"{'met' if wall <= 10 else 'NOT met'}; peak RSS {peak_mb:.0f} MB")
     out["scale"] = {"tables": T, "devices": n, "max_mem_gb": cap, "wall_s": wall, "cpu_s": cpu,
                     "states": res.states_scored, "cost": res.cost, "start_cost": res.start_cost,
