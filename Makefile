@@ -19,7 +19,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q tests
 
 demo: $(STAMP)
-	$(PY) -m neuroshard.pipeline --preset quick
+	$(PY) -m neuroshard.eval.pipeline --preset quick
 
 clean:
 	rm -rf $(VENV) results

@@ -16,9 +16,10 @@ continue up to --data_size samples.
 import argparse
 import json
 
-from neuroshard.cli import add_device_arg, parse_range, resolve_device, run_main
-from neuroshard.comm_bench import DEFAULT_TIMEOUT_S, resolve_ranks
-from neuroshard.comm_collect import CommCollectConfig, collect, noise_floor, print_summary
+from neuroshard.bench.comm_collect import CommCollectConfig, collect, noise_floor, print_summary
+from neuroshard.bench.torchrun import DEFAULT_TIMEOUT_S
+from neuroshard.cli import add_device_arg, parse_range, resolve_device, resolve_ranks, run_main
+from neuroshard.formats import NOISE_JSON, write_noise_floor
 
 
 def main():
@@ -48,7 +49,9 @@ def main():
     p.add_argument("--out_dir", default=None, help="default data/cost_data/comm_<ndevices>")
     p.add_argument("--noise_floor", type=int, default=0, metavar="N",
                    help="instead of collecting, re-measure N recorded samples and report the "
-                        "median relative difference (fw, bw) to OUT_DIR/noise_floor.json")
+                        f"relative difference (fw, bw) to OUT_DIR/{NOISE_JSON}")
+    p.add_argument("--noise_repeats", type=int, default=1,
+                   help="with --noise_floor: fresh measurements per sample (2 also compares two fresh repeats)")
     p.add_argument("--check", action="store_true",
                    help="also verify the exchanged values and gradients of every sample "
                         "against a reference (validates a new setup; slower)")
@@ -62,15 +65,15 @@ def main():
         batch_size=args.batch_size or (65536 if device == "cuda" else 4096),
         T_range=parse_range(args.T_range, "--T_range", int),
         sleep_range=parse_range(args.sleep_range, "--sleep_range", float),
-        max_dim=args.max_dim, warmup=args.warmup, iters=args.iters)
+        max_dim=args.max_dim, warmup=args.warmup, iters=args.iters, seed=args.seed)
     out_dir = args.out_dir or f"data/cost_data/comm_{n}"
     if args.noise_floor:
-        res = noise_floor(out_dir, cfg, args.noise_floor, seed=args.seed,
-                          gpu_devices=args.gpu_devices, timeout=args.timeout,
-                          progress=not args.quiet)
-        print(json.dumps(res, indent=2))
+        res = noise_floor(out_dir, cfg, args.noise_floor, seed=args.seed, repeats=args.noise_repeats,
+                          gpu_devices=args.gpu_devices, timeout=args.timeout, progress=not args.quiet)
+        write_noise_floor(out_dir, res)
+        print(json.dumps({k: v for k, v in res.items() if k != "samples"}, indent=2))
         return
-    summary = collect(out_dir, cfg, args.data_size, seed=args.seed, chunk=args.chunk,
+    summary = collect(out_dir, cfg, args.data_size, chunk=args.chunk,
                       gpu_devices=args.gpu_devices, timeout=args.timeout, progress=not args.quiet,
                       check=args.check)
     print_summary(summary)

@@ -15,8 +15,9 @@ import argparse
 import os
 import sys
 
+from neuroshard.bench.compute_collect import ComputeCollectConfig, collect
+from neuroshard.bench.pool import worker_devices
 from neuroshard.cli import add_device_arg, parse_int_list, resolve_device, run_main
-from neuroshard.compute_collect import CollectSettings, collect, worker_devices
 
 
 def main():
@@ -48,13 +49,12 @@ def main():
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     args = p.parse_args()
 
-    devices = worker_devices(resolve_device(args.device), parse_int_list(args.gpu_devices, "--gpu_devices"),
-                             args.num_workers)
-    settings = CollectSettings(dataset_dir=args.dataset_dir, out_dir=args.out_dir, data_size=args.data_size,
-                               max_tables=args.max_tables, max_mem=args.max_mem, max_dim=args.max_dim,
-                               devices=devices, warmup=args.warmup, iters=args.iters, seed=args.seed,
-                               clock=args.clock)
-    summary = collect(settings, progress=not args.quiet)
+    device = resolve_device(args.device)
+    devices = worker_devices(device, parse_int_list(args.gpu_devices, "--gpu_devices"), args.num_workers)
+    cfg = ComputeCollectConfig(max_tables=args.max_tables, max_mem=args.max_mem, max_dim=args.max_dim,
+                               warmup=args.warmup, iters=args.iters, seed=args.seed, clock=args.clock,
+                               device=device)
+    summary = collect(args.dataset_dir, args.out_dir, cfg, args.data_size, devices, progress=not args.quiet)
     rate = summary.new / summary.elapsed_s if summary.elapsed_s else 0.0
     print(f"{summary.new} new samples ({summary.failed} failed) in {summary.elapsed_s:.1f} s "
           f"({rate:.2f} samples/s, {len(devices)} workers); {summary.total} in "

@@ -10,12 +10,12 @@
     python eval.py ... --end_to_end                               # also time the real step sequence
 
 The plans are computed once, by the code eval_simulator.py uses
-(`neuroshard.evaluation.compute_plans`, which also gives each plan's
+(`neuroshard.eval.plans.compute_plans`, which also gives each plan's
 estimated cost), written to `<out_dir>/plans.json`, and measured by ONE
 torchrun job: every rank builds its shard's FBGEMM op with the real lookups
 and times forward+backward (ranks take turns), then the backward and the
 forward all-to-all of the plan's dims; per-rank total = the sum, plan cost =
-the max over ranks (see neuroshard/hardware_eval.py). Out-of-memory plans are
+the max over ranks (see neuroshard/eval/hardware_rank.py). Out-of-memory plans are
 reported and not run. Per task it prints the measured cost beside the
 estimate, then `Average` and `Valid v / N` per algorithm as the upstream
 script did, the comparison table across algorithms and the simulator's
@@ -30,13 +30,13 @@ import os
 import sys
 
 from neuroshard.cli import run_main
-from neuroshard.evaluation import add_input_args
-from neuroshard.search import SearchConfig
+from neuroshard.eval.plans import add_input_args
+from neuroshard.planner.search import SearchConfig
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     from neuroshard.cli import add_device_arg
-    from neuroshard.hardware_eval import DEFAULT_TIMEOUT_S, FW_SLEEP_MODES
+    from neuroshard.eval.hardware import DEFAULT_TIMEOUT_S, FW_SLEEP_MODES
 
     p = argparse.ArgumentParser(description="Benchmark sharding plans on hardware (measured costs).")
     add_input_args(p, data_help="dataset dir with table_configs.json and data.pt (the lookups the kernels run)")
@@ -62,7 +62,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     g.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
                    help=f"collective timeout in s; a hung rank ends the job after about this "
                         f"(default: {DEFAULT_TIMEOUT_S:g})")
-    g.add_argument("--fault", default=None, help=argparse.SUPPRESS)  # testing: RANK:PLAN:raise|hang|exit
     SearchConfig.add_args(p)
     p.add_argument("--quiet", action="store_true", help="no per-task lines")
     p.add_argument("--no_progress", action="store_true", help="no progress bar while planning")
@@ -71,10 +70,10 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from neuroshard import evaluation as ev
-    from neuroshard import hardware_eval as hw
-    from neuroshard.cli import resolve_device
-    from neuroshard.comm_bench import resolve_ranks
+    from neuroshard.cli import resolve_device, resolve_ranks
+    from neuroshard.eval import hardware as hw
+    from neuroshard.eval import plans as ev
+    from neuroshard.eval import results
     from neuroshard.formats import read_dataset, read_plans
     from neuroshard.types import InputError, NeuroShardError
 
@@ -97,11 +96,11 @@ def main(argv=None) -> int:
                             args.max_tasks)
     n = len(inputs.tasks)
     if args.plans:
-        records = [r for r in read_plans(args.plans) if r["task"] < n]
-        algs = list(dict.fromkeys(r["alg"] for r in records))
+        records = [r for r in read_plans(args.plans) if r.task < n]
+        algs = list(dict.fromkeys(r.alg for r in records))
         if args.alg != "all":
             wanted = ev.resolve_algs(args.alg)
-            records = [r for r in records if r["alg"] in wanted]
+            records = [r for r in records if r.alg in wanted]
             algs = [a for a in wanted if a in algs]
         records = hw.check_plans(records, inputs.configs, inputs.tasks, ndevices, args.max_mem)
     else:
@@ -113,21 +112,21 @@ def main(argv=None) -> int:
         if not args.quiet:
             print(line, flush=True)
 
-    config = {k: v for k, v in vars(args).items() if k not in ("quiet", "no_progress", "fault")}
+    config = {k: v for k, v in vars(args).items() if k not in ("quiet", "no_progress")}
     config.update(device=device, ndevices=ndevices, fw_comm_model=fw_path, bw_comm_model=bw_path, algs=algs,
                   num_tasks=n, batch_size=batch)
     runnable = len(hw.runnable(records))
     print(f"measuring {runnable} plans ({len(records) - runnable} not run) on {ndevices} {device} ranks "
           f"in one torchrun job", file=sys.stderr, flush=True)
     _, summary = hw.run_evaluation(records, args.data_dir, args.task_path, cfg, args.out_dir, algs, n,
-                                   config=config, show=show, fault=args.fault)
-    hw.print_summary(summary)
+                                   config=config, show=show)
+    results.print_summary(summary)
     t = summary["hardware"]
     if t["plans_measured"]:
         per = f", then {t['per_plan_s']:.1f} s per plan" if t["per_plan_s"] is not None else ""
         print(f"hardware job: {t['plans_measured']} plans in {t['job_s']:.1f} s (first result after "
               f"{t['first_plan_s']:.1f} s{per})", file=sys.stderr)
-    print(f"wrote {os.path.join(args.out_dir, hw.SUMMARY_MD)} and the rest of the results", file=sys.stderr)
+    print(f"wrote {os.path.join(args.out_dir, results.SUMMARY_MD)} and the rest of the results", file=sys.stderr)
     return 0
 
 

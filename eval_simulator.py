@@ -20,8 +20,8 @@ import os
 import sys
 
 from neuroshard.cli import run_main
-from neuroshard.evaluation import add_input_args
-from neuroshard.search import SearchConfig
+from neuroshard.eval.plans import add_input_args
+from neuroshard.planner.search import SearchConfig
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -37,7 +37,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from neuroshard import evaluation as ev
+    from neuroshard.eval import plans as ev
+    from neuroshard.eval import results
     from neuroshard.types import NeuroShardError
 
     if not args.max_mem > 0:
@@ -57,13 +58,13 @@ def main(argv=None) -> int:
 
     records = ev.compute_plans(inputs.configs, inputs.tasks, algs, args.ndevices, args.max_mem, inputs.models,
                                seed=args.seed, options=options, progress=not args.no_progress, on_record=show)
-    summary = ev.summarize(records, algs, n)
-    ev.print_summary(summary)
+    summary = results.summarize(records, algs, n)
+    results.print_summary(summary)
     if args.out_dir:
         config = {k: v for k, v in vars(args).items() if k not in ("quiet", "no_progress")}
         config.update(fw_comm_model=fw_path, bw_comm_model=bw_path, algs=algs, num_tasks=n)
-        ev.write_outputs(args.out_dir, records, summary, config)
-        print(f"wrote {os.path.join(args.out_dir, ev.SUMMARY_MD)} and the rest of the results", file=sys.stderr)
+        results.write_outputs(args.out_dir, records, summary, config)
+        print(f"wrote {os.path.join(args.out_dir, results.SUMMARY_MD)} and the rest of the results", file=sys.stderr)
     return 0
 
 

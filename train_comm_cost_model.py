@@ -14,10 +14,10 @@ it: no model can beat the measurement noise.
 
 import argparse
 
-
 from neuroshard.cli import run_main
-from neuroshard.comm_train import train_comm_models
-from neuroshard.training import TrainConfig, format_metrics
+from neuroshard.train.comm import train_comm_models
+from neuroshard.train.loop import TrainConfig
+from neuroshard.train.metrics import format_metrics
 
 
 def main():

@@ -12,8 +12,9 @@ to it: no model can beat the measurement noise.
 import argparse
 
 from neuroshard.cli import run_main
-from neuroshard.compute_train import train_compute_model
-from neuroshard.training import TrainConfig, format_metrics
+from neuroshard.train.compute import train_compute_model
+from neuroshard.train.loop import TrainConfig
+from neuroshard.train.metrics import format_metrics
 
 
 def main():

@@ -2,7 +2,7 @@
 
     python benchmarks/bench_compute_collection.py --dataset_dir data/dlrm_datasets --samples 60
 
-Runs the real collector (`neuroshard.compute_collect.collect`) into a
+Runs the real collector (`neuroshard.bench.compute_collect.collect`) into a
 temporary directory once per worker count and prints samples/s and the
 share of worker wall time (after process start-up) spent inside timed
 kernel iterations; the rest is split into op construction, input
@@ -14,8 +14,9 @@ import json
 import sys
 import tempfile
 
-from neuroshard.cli import parse_int_list, run_main, write_json_atomic
-from neuroshard.compute_collect import CollectSettings, collect
+from neuroshard.bench.compute_collect import ComputeCollectConfig, collect
+from neuroshard.cli import parse_int_list, run_main
+from neuroshard.formats import write_json_atomic
 
 
 def main():
@@ -37,11 +38,9 @@ def main():
     rows = []
     for n in parse_int_list(args.workers, "--workers"):
         with tempfile.TemporaryDirectory(prefix="bench_compute_") as tmp:
-            s = CollectSettings(dataset_dir=args.dataset_dir, out_dir=tmp, data_size=args.samples,
-                                max_tables=args.max_tables, max_mem=args.max_mem, max_dim=args.max_dim,
-                                devices=["cpu"] * n, warmup=args.warmup, iters=args.iters, seed=args.seed,
-                                clock=args.clock)
-            summary = collect(s, progress=False)
+            cfg = ComputeCollectConfig(max_tables=args.max_tables, max_mem=args.max_mem, max_dim=args.max_dim,
+                                       warmup=args.warmup, iters=args.iters, seed=args.seed, clock=args.clock)
+            summary = collect(args.dataset_dir, tmp, cfg, args.samples, ["cpu"] * n, progress=False)
         w = summary.workers
         wall = w.busy_s + w.idle_s
         startup = w.startup_s / n

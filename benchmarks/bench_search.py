@@ -45,13 +45,15 @@ import time
 import numpy as np
 import torch
 
-from neuroshard.cli import run_main, write_json_atomic
-from neuroshard.models import (CommCostModel, ComputeCostModel, NUM_FEATURES, feature_stats, linear_comm_model,
-                               load_comm_model, load_compute_model, table_features)
-from neuroshard.search import grid_search, search
-from neuroshard.sharders import ShardingContext
-from neuroshard.simulator import get_scorer, mem_cap_elements, score_placements, single_threaded_blas
-from neuroshard.types import NeuroShardError, OutOfMemoryError, ShardTable, TableConfig, apply_column_steps, can_split
+from neuroshard.cli import run_main
+from neuroshard.formats import write_json_atomic
+from neuroshard.planner.models import NUM_FEATURES, CostModels, load_comm_model, load_compute_model
+from neuroshard.planner.nets import CommCostModel, ComputeCostModel, feature_stats, linear_comm_model, table_features
+from neuroshard.planner.scorer import get_scorer, single_threaded_blas
+from neuroshard.planner.search import grid_search, search
+from neuroshard.planner.simulator import mem_cap_elements, score_placements, simulate
+from neuroshard.types import (NeuroShardError, OutOfMemoryError, PlanRecord, ShardTable, TableConfig,
+                              apply_column_steps, can_split)
 
 DIMS = (8, 16, 32, 64, 128)
 
@@ -136,15 +138,15 @@ def synthetic_comm_for_scale(kind: str, n: int) -> CommCostModel:
     return m.eval()
 
 
-def load_models(args, n: int, seed: int) -> ShardingContext:
+def load_models(args, n: int, seed: int) -> CostModels:
     compute = load_compute_model(args.compute_model) if args.compute_model else synthetic_compute_model(seed)
     paths = dict(args.comm_models or {})
     if n in paths:
         fw, bw = paths[n]
-        return ShardingContext(compute, load_comm_model(fw, n, "fw"), load_comm_model(bw, n, "bw"))
+        return CostModels(compute, load_comm_model(fw, n, "fw"), load_comm_model(bw, n, "bw"))
     if n <= 8:
-        return ShardingContext(compute, synthetic_comm_model("fw", n), synthetic_comm_model("bw", n))
-    return ShardingContext(compute, synthetic_comm_for_scale("fw", n), synthetic_comm_for_scale("bw", n))
+        return CostModels(compute, synthetic_comm_model("fw", n), synthetic_comm_model("bw", n))
+    return CostModels(compute, synthetic_comm_for_scale("fw", n), synthetic_comm_for_scale("bw", n))
 
 
 def parse_comm_models(text: str):
@@ -295,8 +297,9 @@ def part_exhaustive(args, out: dict) -> None:
 
 
 def part_baselines(args, out: dict) -> None:
-    from neuroshard.evaluation import plan_task, summarize, task_seed
-    from neuroshard.sharders import algorithm_names
+    from neuroshard.eval.plans import plan_task, task_seed
+    from neuroshard.eval.results import summarize
+    from neuroshard.planner.registry import algorithm_names
 
     print("== quality: NeuroShard vs its no-split start and the baselines (simulated cost, common tasks) ==")
     algs = algorithm_names()
@@ -308,13 +311,14 @@ def part_baselines(args, out: dict) -> None:
         for i in range(args.baseline_tasks):
             tables = random_task(rng, int(rng.integers(10, 61)))
             for alg in algs:
-                records.append({"task": i, **plan_task(tables, alg, n, args.max_mem, models, task_seed(args.seed, i))})
+                records.append(plan_task(i, tables, alg, n, args.max_mem, models, task_seed(args.seed, i)))
             try:
-                _, start = grid_search(tables, n, args.max_mem, models)
-            except OutOfMemoryError:
-                start = None
-            records.append({"task": i, "alg": "neuroshard_no_split", "estimated_cost": start, "search_ms": None,
-                            "status": "ok" if start is not None else "oom"})
+                start_plan, _ = grid_search(tables, n, args.max_mem, models)
+            except OutOfMemoryError as e:
+                records.append(PlanRecord(i, "neuroshard_no_split", status="oom", message=str(e)))
+            else:
+                records.append(PlanRecord(i, "neuroshard_no_split", plan=start_plan,
+                                          estimate=simulate(tables, start_plan, models, args.max_mem)))
         names = algs + ["neuroshard_no_split"]
         s = summarize(records, names, args.baseline_tasks)
         print(f"  {n} devices, {args.baseline_tasks} tasks (T in 10..60, {args.max_mem:g} GB), "

@@ -1,3 +1,39 @@
-"""NeuroShard: embedding table sharding with pre-trained neural cost models."""
+"""NeuroShard: embedding table sharding with pre-trained neural cost models.
 
-__version__ = "0.1.0"
+The planner as a library, in one import:
+
+    import neuroshard as ns
+    models = ns.CostModels.load("results/quick/models", ndevices=4)    # checks ndevices once
+    configs = ns.read_dataset_configs("results/quick/dataset")
+    tables = ns.tables_from_task(configs, ns.read_tasks("results/quick/tasks/data.txt")[0])
+    # or your own tables: [ns.TableConfig(row=..., pooling_factor=..., bins=(...17 floats), dim=64), ...]
+    result = ns.shard(tables, ndevices=4, max_mem_gb=1.0, models=models, alg="neuroshard", beam_k=3)
+    result.plan, result.cost_ms, result.breakdown, result.view, result.search_ms
+
+Every registered algorithm (`ns.algorithm_names()`) goes through the same
+call; third-party sharders register with `@ns.register("name")` or through
+the `neuroshard.sharders` entry-point group. Importing this package does not
+import torch; loading cost models does.
+
+Package layout: `data/` (datasets, tasks), `planner/` (cost-model inference,
+simulator, search, baselines, registry), `bench/` (timing, FBGEMM and
+all-to-all benchmarks, torchrun launcher, collections), `train/` (cost-model
+training), `eval/` (plans, hardware evaluation, results, report, pipeline);
+`types.py`, `formats.py` and `checks.py` are shared by all of them.
+"""
+
+from neuroshard.formats import read_dataset_configs, read_plans, read_tasks, write_plans
+from neuroshard.planner.models import CostModels
+from neuroshard.planner.registry import ShardingContext, algorithm_names, get_sharder, register
+from neuroshard.planner.shard import ShardResult, shard, tables_from_task
+from neuroshard.types import (ConfigError, CostBreakdown, InputError, InvalidPlanError, NeuroShardError,
+                              OutOfMemoryError, Plan, PlanRecord, ShardTable, TableConfig, Task)
+
+__version__ = "0.2.0"
+
+__all__ = [
+    "CostModels", "shard", "ShardResult", "tables_from_task", "read_dataset_configs", "read_tasks", "read_plans",
+    "write_plans", "register", "algorithm_names", "get_sharder", "ShardingContext", "TableConfig", "Task",
+    "ShardTable", "Plan", "PlanRecord", "CostBreakdown", "NeuroShardError", "InputError", "ConfigError",
+    "OutOfMemoryError", "InvalidPlanError",
+]

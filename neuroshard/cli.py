@@ -1,16 +1,15 @@
-"""Shared command-line plumbing: one-line errors, device choice, atomic writes."""
+"""Command-line plumbing for the scripts: one-line errors (`run_main`) and flag helpers.
+
+No library module imports this one; scripts (and `python -m` entry points) do.
+"""
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
-import os
 import sys
-import tempfile
 from typing import Callable
 
-from neuroshard.types import NeuroShardError
+from neuroshard.types import ConfigError, NeuroShardError
 
 
 def run_main(main: Callable[[], object]) -> None:
@@ -74,30 +73,23 @@ def parse_range(text: str, name: str, cast=int) -> tuple:
     return lo, hi
 
 
-@contextlib.contextmanager
-def atomic_write(path, mode: str = "w"):
-    """Write to a unique temp file beside `path`, then rename it over `path`."""
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
-    # mkstemp makes the file 0600; give it the mode a plain open() would have.
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)
-    try:
-        with os.fdopen(fd, mode) as fh:
-            yield fh
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+def resolve_ranks(device: str, ndevices: int | None, gpu_devices: str | None) -> tuple[str, int]:
+    """(device, number of ranks) from `--device` (resolved), `--ndevices` and `--gpu_devices`."""
+    if ndevices is not None and ndevices < 1:
+        raise ConfigError("--ndevices", f"need at least 1 rank, got {ndevices}")
+    if gpu_devices:
+        n = len([g for g in gpu_devices.split(",") if g.strip()])
+        if device != "cuda":
+            raise ConfigError("--gpu_devices", "GPUs were named but the device is cpu; "
+                              "pass --device cuda (or leave --device out on a GPU machine)")
+        if ndevices is not None and ndevices != n:
+            raise ConfigError("--ndevices", f"{ndevices} ranks but --gpu_devices names {n} GPUs")
+        return device, n
+    if device == "cuda":
+        import torch
 
-
-def write_json_atomic(path, obj) -> None:
-    with atomic_write(path) as fh:
-        json.dump(obj, fh, indent=2)
-        fh.write("\n")
+        n = torch.cuda.device_count() if ndevices is None else ndevices
+        if n > torch.cuda.device_count():
+            raise ConfigError("--ndevices", f"{n} ranks but only {torch.cuda.device_count()} GPUs")
+        return device, n
+    return device, 4 if ndevices is None else ndevices

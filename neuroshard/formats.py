@@ -5,7 +5,7 @@ One reader and one writer per format:
 =====================  =========================================  ===========================
 format                 reader                                     writer
 =====================  =========================================  ===========================
-table configs          read_table_configs                         write_table_configs
+table configs          read_table_configs, read_dataset_configs   write_table_configs
 dataset dir            read_dataset                               write_dataset
 public DLRM file       read_public_dlrm                           write_public_dlrm
 task file              read_tasks                                 write_tasks
@@ -16,6 +16,7 @@ comm cost data dir     read_comm_data                             write_comm_dat
                                                                   open_append + append_line +
                                                                   format_comm_sample
 plans                  read_plans                                 write_plans (+ plan_view)
+noise floor JSON       read_noise_floor                           write_noise_floor
 run config.json        check_run_config (reads, compares, writes)
 =====================  =========================================  ===========================
 
@@ -31,6 +32,7 @@ warning and `open_append` cuts it off before appending.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import math
@@ -40,23 +42,61 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Sequence
+from typing import IO, TYPE_CHECKING, Sequence
 
-import torch
-
-from .cli import atomic_write
-from .types import (InputError, InvalidPlanError, Plan, ShardTable, Task, TableConfig,
-                    apply_column_steps)
+from .types import (PLAN_STATUSES, CostBreakdown, InputError, InvalidPlanError, Plan, PlanRecord, ShardTable, Task,
+                    TableConfig, apply_column_steps)
 
 TABLE_CONFIGS = "table_configs.json"
 DATA_PT = "data.pt"
 DATA_TXT = "data.txt"
 RUN_CONFIG = "config.json"
+NOISE_JSON = "noise_floor.json"
+NOISE_TARGETS = {"compute": ("cost",), "comm": ("fw", "bw")}
 
-_INT_DTYPES = (torch.int32, torch.int64)
+if TYPE_CHECKING:
+    import torch
 # Elements per chunk when scanning big tensors (64 MB of int64): bounds the
 # temporaries of the monotonicity check on the 56 M offsets of the public file.
 _CHUNK = 8 * 2**20
+
+
+# =========================================================================== atomic writes
+
+
+@contextlib.contextmanager
+def atomic_write(path, mode: str = "w"):
+    """Write to a unique temp file beside `path`, then rename it over `path`."""
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+    # mkstemp makes the file 0600; give it the mode a plain open() would have.
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)
+    try:
+        with os.fdopen(fd, mode) as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def write_json_atomic(path, obj) -> None:
+    """Write `obj` as indented JSON (atomic); numpy/torch scalars become plain numbers."""
+    with atomic_write(path) as fh:
+        json.dump(obj, fh, indent=2, default=_json_default)
+        fh.write("\n")
+
+
+def read_json(path):
+    """A JSON file's content; InputError naming the file (and line) if missing or malformed."""
+    return _load_json(Path(path))
 
 
 # =========================================================================== small helpers
@@ -166,6 +206,12 @@ def read_table_configs(path) -> list[TableConfig]:
     return configs
 
 
+def read_dataset_configs(path) -> list[TableConfig]:
+    """The table configs of a dataset: `path` is a dataset dir or its `table_configs.json`."""
+    path = Path(path)
+    return read_table_configs(path / TABLE_CONFIGS if path.is_dir() else path)
+
+
 def write_table_configs(path, configs: Sequence[TableConfig]) -> None:
     """Write `configs` as a `table_configs.json` (atomic), one table object per line."""
     body = ",\n".join(" " + json.dumps(c.to_json()) for c in configs)
@@ -182,6 +228,8 @@ def _torch_load(path: Path, mmap: bool, name=None):
     a normal load, which reads everything into memory. `name`: the file to
     blame in errors (the user's file when `path` is a decompressed copy).
     """
+    import torch
+
     try:
         try:
             return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
@@ -201,9 +249,11 @@ def _torch_load(path: Path, mmap: bool, name=None):
 
 
 def _int_vector_problem(x, what: str) -> str | None:
+    import torch
+
     if not isinstance(x, torch.Tensor):
         return f"{what} is a {type(x).__name__}, expected a tensor"
-    if x.dtype not in _INT_DTYPES:
+    if x.dtype not in (torch.int32, torch.int64):
         return f"{what} has dtype {x.dtype}, expected int32 or int64"
     if x.dim() != 1:
         return f"{what} has shape {list(x.shape)}, expected 1-D"
@@ -324,6 +374,8 @@ def _compact(x: torch.Tensor) -> torch.Tensor:
     torch.save writes a view's whole storage: a table sliced out of the public
     file's 887 M indices would otherwise drag all of them into data.pt.
     """
+    import torch
+
     if x.is_contiguous() and x.untyped_storage().nbytes() == x.numel() * x.element_size():
         return x
     return x.clone(memory_format=torch.contiguous_format)
@@ -336,6 +388,8 @@ def write_dataset(dataset_dir, configs: Sequence[TableConfig], indices: Sequence
     Raises ValueError if the tensors do not form a valid dataset for `configs`
     (same checks as `read_dataset(validate=True)`), so a bad dataset is never written.
     """
+    import torch
+
     dataset_dir = Path(dataset_dir)
     problem = _dataset_problem(configs, list(indices), list(offsets), validate=True)
     if problem:
@@ -401,6 +455,8 @@ def read_public_dlrm(path) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 
 
 def _public_problem(data) -> str | None:
+    import torch
+
     if not isinstance(data, (tuple, list)) or len(data) != 3:
         kind = type(data).__name__ + (f" of length {len(data)}" if isinstance(data, (tuple, list)) else "")
         return f"expected a tuple (indices, offsets, lengths), got a {kind}"
@@ -408,7 +464,7 @@ def _public_problem(data) -> str | None:
     problem = (_int_vector_problem(indices, "indices") or _int_vector_problem(offsets, "offsets"))
     if problem:
         return problem
-    if not isinstance(lengths, torch.Tensor) or lengths.dtype not in _INT_DTYPES:
+    if not isinstance(lengths, torch.Tensor) or lengths.dtype not in (torch.int32, torch.int64):
         return "lengths must be an int32/int64 tensor"
     if lengths.dim() != 2:
         return f"lengths has shape {list(lengths.shape)}, expected [T, B]"
@@ -441,6 +497,8 @@ def check_public_table(path, t: int, indices: torch.Tensor, offsets: torch.Tenso
 
 def write_public_dlrm(path, indices: torch.Tensor, offsets: torch.Tensor, lengths: torch.Tensor) -> None:
     """Write `(indices, offsets, lengths)` in the public file layout (atomic); gzip if the name ends in `.gz`."""
+    import torch
+
     path = Path(path)
     problem = _public_problem((indices, offsets, lengths))
     if problem:
@@ -482,16 +540,37 @@ def read_lines_tolerant(path) -> list[tuple[int, str]]:
     return out
 
 
-def open_append(path) -> IO[str]:
+def open_append(path, exclusive: bool = False) -> IO[str]:
     """Open an append-only line file for appending (text, UTF-8), creating it if missing.
 
-    If the file ends in a torn line (no trailing newline, left by a killed
-    writer), that tail is truncated first, with a warning on stderr, so the
-    next sample starts on its own line.
+    `exclusive`: hold an exclusive lock on it for as long as the handle is
+    open; if another process holds it (a second collection into the same
+    directory would interleave and double-count), InputError. If the file
+    ends in a torn line (no trailing newline, left by a killed writer), that
+    tail is truncated first, with a warning on stderr, so the next sample
+    starts on its own line.
     """
+    import fcntl
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "ab+") as fh:  # creates the file; we only truncate, never rewrite
+    out = open(path, "a", encoding="utf-8")
+    if exclusive:
+        try:
+            fcntl.flock(out.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            out.close()
+            raise InputError(path.parent, "another collection is writing to this directory") from None
+    try:
+        _cut_torn_line(path)
+    except BaseException:
+        out.close()
+        raise
+    return out
+
+
+def _cut_torn_line(path: Path) -> None:
+    with open(path, "rb+") as fh:  # we only truncate, never rewrite
         size = fh.seek(0, os.SEEK_END)
         if size:
             fh.seek(size - 1)
@@ -501,7 +580,6 @@ def open_append(path) -> IO[str]:
                 fh.flush()
                 os.fsync(fh.fileno())
                 _warn(f"{path}: truncated a torn last line ({size - keep} bytes without a trailing newline)")
-    return open(path, "a", encoding="utf-8")
 
 
 def _last_newline_end(fh, size: int, block: int = 65536) -> int:
@@ -757,51 +835,60 @@ def plan_view(tables: Sequence[ShardTable], plan: Plan) -> list[dict]:
     return view
 
 
-def write_plans(path, records: Sequence[dict]) -> None:
-    """Write plan records as JSON (atomic).
-
-    Each record is a dict such as `{"task": i, "alg": "neuroshard", "plan":
-    Plan.to_json() (or a Plan, or None for a task with no valid plan), "view":
-    plan_view(...), ...extra keys (costs...)}`. Layout: a JSON list, one
-    record per line, its "view" one original table per line, so the file
-    reads well and diffs well.
-    """
+def write_plans(path, records: Sequence[PlanRecord]) -> None:
+    """Write plan records as JSON (atomic): a JSON list, one record per line, its "view" one
+    original table per line, so the file reads well and diffs well."""
     chunks = []
     for rec in records:
-        rec = dict(rec)
-        if isinstance(rec.get("plan"), Plan):
-            rec["plan"] = rec["plan"].to_json()
-        view = rec.pop("view", None)
-        head = json.dumps(rec, default=_json_default)
+        d = rec.to_json()
+        view = d.pop("view", None)
+        head = json.dumps(d, default=_json_default)
         if view is None:
             chunks.append(" " + head)
             continue
         rows = ",\n".join("   " + json.dumps(v, default=_json_default) for v in view)
         body = "[\n" + rows + "\n  ]" if view else "[]"
-        chunks.append(" " + head[:-1] + ("," if rec else "") + '\n  "view": ' + body + "}")
+        chunks.append(" " + head[:-1] + ',\n  "view": ' + body + "}")
     _write_text_atomic(path, "[\n" + ",\n".join(chunks) + "\n]\n" if chunks else "[]\n")
 
 
-def read_plans(path) -> list[dict]:
-    """Read plan records written by `write_plans`; each record's "plan" comes back as a `Plan` (or None)."""
+def read_plans(path) -> list[PlanRecord]:
+    """Read plan records written by `write_plans` (or eval.py's results.json)."""
     path = Path(path)
     data = _load_json(path)
     if not isinstance(data, list):
         raise InputError(path, f"expected a JSON list of plan records, got {type(data).__name__}")
-    records = []
-    for k, rec in enumerate(data):
-        if not isinstance(rec, dict):
-            raise InputError(path, f"record {k}: expected a JSON object")
-        task = rec.get("task")
-        if isinstance(task, bool) or not isinstance(task, int) or task < 0:
-            raise InputError(path, f"record {k}: \"task\" must be a non-negative integer, got {json.dumps(task)}")
-        if "plan" not in rec:
-            raise InputError(path, f"record {k} (task {task}): missing \"plan\"")
-        rec = dict(rec)
-        if rec["plan"] is not None:
-            rec["plan"] = _plan_from_json(path, f"record {k} (task {task})", rec["plan"])
-        records.append(rec)
-    return records
+    return [_record_from_json(path, k, rec) for k, rec in enumerate(data)]
+
+
+def _record_from_json(path: Path, k: int, rec) -> PlanRecord:
+    if not isinstance(rec, dict):
+        raise InputError(path, f"record {k}: expected a JSON object")
+    task = rec.get("task")
+    if isinstance(task, bool) or not isinstance(task, int) or task < 0:
+        raise InputError(path, f"record {k}: \"task\" must be a non-negative integer, got {json.dumps(task)}")
+    where = f"record {k} (task {task})"
+    alg = rec.get("alg")
+    if not isinstance(alg, str) or not alg:
+        raise InputError(path, f"{where}: \"alg\" must be an algorithm name, got {json.dumps(alg)}")
+    if "plan" not in rec:
+        raise InputError(path, f"{where}: missing \"plan\"")
+    status = rec.get("status", "ok" if rec["plan"] is not None else None)
+    if status not in PLAN_STATUSES:
+        raise InputError(path, f"{where}: \"status\" must be one of {', '.join(PLAN_STATUSES)}, "
+                               f"got {json.dumps(status)}")
+    plan = None if rec["plan"] is None else _plan_from_json(path, where, rec["plan"])
+    if (plan is None) != (status != "ok"):
+        raise InputError(path, f"{where}: status {status!r} with "
+                               f"{'no plan' if plan is None else 'a plan'}")
+    try:
+        estimate = None if rec.get("estimate") is None else CostBreakdown.from_json(rec["estimate"])
+        measured = None if rec.get("measured") is None else CostBreakdown.from_json(rec["measured"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise InputError(path, f"{where}: malformed cost breakdown ({type(e).__name__}: {e})") from None
+    return PlanRecord(task=task, alg=alg, status=status, message=rec.get("message"), plan=plan,
+                      estimate=estimate, search_ms=rec.get("search_ms"), num_tables=rec.get("num_tables"),
+                      view=rec.get("view"), measured=measured, e2e=rec.get("e2e"))
 
 
 def _plan_from_json(path, where: str, d) -> Plan:
@@ -819,3 +906,28 @@ def _plan_from_json(path, where: str, d) -> Plan:
         raise InputError(path, f"{where}: \"shards\" must be a list of lists of table indices, "
                                f"got {_show(json.dumps(shards))}")
     return Plan.from_json(d)
+
+
+# =========================================================================== noise floor
+
+
+def write_noise_floor(data_dir, report: dict) -> None:
+    """Write `<data_dir>/noise_floor.json` (atomic): a report made by `bench.noise.noise_report`."""
+    write_json_atomic(Path(data_dir) / NOISE_JSON, report)
+
+
+def read_noise_floor(data_dir, target: str) -> dict | None:
+    """The `fresh_vs_stored` stats ({"median", "mean", "p90", "n"}) of `target` ("cost", "fw" or "bw")
+    in `<data_dir>/noise_floor.json`, or None when the file does not exist."""
+    path = Path(data_dir) / NOISE_JSON
+    if not path.exists():
+        return None
+    report = _load_json(path)
+    try:
+        stats = report["targets"][target]["fresh_vs_stored"]
+        if not all(isinstance(stats[k], (int, float)) for k in ("median", "mean", "n")):
+            raise TypeError
+    except (KeyError, TypeError):
+        raise InputError(path, f"no noise floor for {target!r} (expected \"targets\": "
+                               f"{{\"{target}\": {{\"fresh_vs_stored\": {{\"median\", \"mean\", \"n\"}}}}}})") from None
+    return stats

@@ -7,8 +7,9 @@ one and hardly each other. Units: sizes in GB (2**30 bytes), times in ms.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field, replace
-from typing import Sequence
+from typing import Any, Sequence
 
 NUM_BINS = 17
 BYTES_PER_ELEMENT = 4  # fp32 weights
@@ -67,6 +68,14 @@ class OutOfMemoryError(NeuroShardError):
 
 class InvalidPlanError(NeuroShardError):
     """A plan that breaks the rules: bad indices, tables placed twice or never, illegal splits."""
+
+
+class ConfigError(NeuroShardError):
+    """A bad setting (a flag or a config field): names the setting and the value."""
+
+    def __init__(self, name: str, message: str):
+        self.name = name
+        super().__init__(f"{name}: {message}")
 
 
 # --------------------------------------------------------------------------- tables
@@ -226,3 +235,77 @@ class CostBreakdown:
     def to_json(self) -> dict:
         return {"compute": self.compute, "bw_comm": self.bw_comm, "fw_comm": self.fw_comm,
                 "total": self.total, "cost": self.cost, **self.extra}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "CostBreakdown":
+        """Inverse of `to_json` ("total" and "cost" are derived, so they are not read back)."""
+        extra = {k: v for k, v in d.items() if k not in ("compute", "bw_comm", "fw_comm", "total", "cost")}
+        return cls([float(x) for x in d["compute"]], [float(x) for x in d["bw_comm"]],
+                   [float(x) for x in d["fw_comm"]], extra)
+
+
+PLAN_STATUSES = ("ok", "oom", "invalid")
+
+
+@dataclass
+class PlanRecord:
+    """One algorithm's plan for one task, with its simulated and (after eval.py) measured cost.
+
+    `status`: "ok"; "oom" (no plan fits the memory cap, or the sharder returned
+    one that does not fit); "invalid" (a plan that breaks the rules). Both
+    non-ok statuses count as invalid tasks (upstream's `Valid v / N`) and have
+    `plan` None and a `message`. `estimate`: the simulator's per-device
+    breakdown; `search_ms`: wall time of the sharder call; `view`: the readable
+    per-table view (`formats.plan_view`). Hardware evaluation adds `measured`
+    (the per-rank breakdown) and, in end-to-end mode, `e2e`. Costs in ms.
+    """
+
+    task: int
+    alg: str
+    status: str = "ok"
+    message: str | None = None
+    plan: Plan | None = None
+    estimate: CostBreakdown | None = None
+    search_ms: float | None = None
+    num_tables: int | None = None
+    view: list | None = None
+    measured: CostBreakdown | None = None
+    e2e: dict | None = None
+
+    @property
+    def estimated_cost(self) -> float | None:
+        return None if self.estimate is None else self.estimate.cost
+
+    @property
+    def cost(self) -> float | None:
+        """The measured plan cost (None when not measured)."""
+        return None if self.measured is None else self.measured.cost
+
+    @property
+    def e2e_cost(self) -> float | None:
+        return None if self.e2e is None else self.e2e.get("cost")
+
+    @property
+    def num_splits(self) -> int | None:
+        return None if self.plan is None else len(self.plan.column_steps)
+
+    @property
+    def plan_key(self) -> str | None:
+        """Equal for equal plans (compact JSON of the plan)."""
+        return None if self.plan is None else json.dumps(self.plan.to_json(), separators=(",", ":"))
+
+    def to_json(self, view: bool = True) -> dict[str, Any]:
+        """The record as written to plans.json / results.json (derived costs included for readers)."""
+        d: dict[str, Any] = {
+            "task": self.task, "alg": self.alg, "status": self.status, "message": self.message,
+            "plan": None if self.plan is None else self.plan.to_json(),
+            "estimated_cost": self.estimated_cost,
+            "estimate": None if self.estimate is None else self.estimate.to_json(),
+            "search_ms": self.search_ms, "num_tables": self.num_tables, "num_splits": self.num_splits}
+        if self.measured is not None:
+            d.update(cost=self.cost, measured=self.measured.to_json(), plan_key=self.plan_key)
+        if self.e2e is not None:
+            d.update(e2e_cost=self.e2e_cost, e2e=self.e2e)
+        if view:
+            d["view"] = self.view
+        return d

@@ -13,12 +13,13 @@ Writes --out_path (default <data_dir>/noise_floor.json).
 """
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
-from neuroshard.cli import add_device_arg, parse_int_list, resolve_device, run_main, write_json_atomic
-from neuroshard.compute_collect import NOISE_JSON, measure_noise_floor, worker_devices
+from neuroshard.bench.compute_collect import measure_noise_floor
+from neuroshard.bench.pool import worker_devices
+from neuroshard.cli import add_device_arg, parse_int_list, resolve_device, run_main
+from neuroshard.formats import NOISE_JSON, read_json, write_json_atomic
 
 
 def main():
@@ -43,20 +44,19 @@ def main():
     recorded = {}
     cfg_path = Path(args.data_dir) / "config.json"
     if cfg_path.exists():
-        with open(cfg_path) as fh:
-            recorded = json.load(fh)
+        recorded = read_json(cfg_path)
     warmup = args.warmup if args.warmup is not None else recorded.get("warmup", 5)
     iters = args.iters if args.iters is not None else recorded.get("iters", 10)
     clock = args.clock or ("cpu" if recorded.get("clock") == "cpu" else "wall")
     devices = worker_devices(resolve_device(args.device), parse_int_list(args.gpu_devices, "--gpu_devices"),
                              args.num_workers)
     report = measure_noise_floor(args.data_dir, args.dataset_dir, args.num_samples, devices, warmup, iters,
-                                 seed=args.seed, repeats=max(1, args.repeats), clock=clock)
+                                 seed=args.seed, repeats=args.repeats, clock=clock)
     out_path = args.out_path or str(Path(args.data_dir) / NOISE_JSON)
     write_json_atomic(out_path, report)
     for key, label in (("fresh_vs_stored", "re-measured vs stored"), ("fresh_vs_fresh", "two fresh repeats")):
-        if key in report:
-            r = report[key]
+        if key in report["targets"]["cost"]:
+            r = report["targets"]["cost"][key]
             print(f"{label:>22}: median {100 * r['median']:.2f}%  mean {100 * r['mean']:.2f}%  "
                   f"p90 {100 * r['p90']:.2f}%  (n={r['n']})")
     print(f"wrote {out_path}", file=sys.stderr)

@@ -21,9 +21,10 @@ import argparse
 import os
 import time
 
-from neuroshard.cli import run_main, write_json_atomic
-from neuroshard.dataset import SyntheticSpec, generate_synthetic, process_public
-from neuroshard.formats import read_public_dlrm, write_dataset
+from neuroshard.cli import run_main
+from neuroshard.data.public import process_public
+from neuroshard.data.synthetic import SyntheticSpec, generate_synthetic
+from neuroshard.formats import read_public_dlrm, write_dataset, write_json_atomic
 from neuroshard.types import NeuroShardError
 
 _D = SyntheticSpec()

@@ -17,9 +17,9 @@ from __future__ import annotations
 import argparse
 import os
 
-from neuroshard.cli import parse_range, run_main, write_json_atomic
-from neuroshard.formats import read_table_configs, write_tasks
-from neuroshard.tasks import TaskSpec, generate_tasks
+from neuroshard.cli import parse_range, run_main
+from neuroshard.data.tasks import TaskSpec, generate_tasks
+from neuroshard.formats import read_table_configs, write_json_atomic, write_tasks
 
 _D = TaskSpec()
 

@@ -1,111 +1,24 @@
-"""Plan validation and the simulated plan cost (DESIGN §7).
-
-A plan's estimated cost comes from the three pre-trained cost models and
-nothing else: per device, `compute[r]` from the compute model (0 for an
-empty device), `bw[r]` from the backward comm model on the per-device dim
-sums, `skew[r] = compute[r] + bw[r] - min_r(compute + bw)`, `fw[r]` from the
-forward comm model on `dims + skew`; `total[r] = compute + bw + fw`; plan
-cost = `max_r total[r]`. Times in ms, sizes in GB.
-
-`score_placements` is the one plan-cost function: `simulate` calls it for one
-plan, the NeuroShard search for thousands of candidate placements at once,
-and reports go through `simulate`. Per-device compute costs come from
-`PlanScorer`, which keeps a running accumulator per device (see its
-docstring), in the same order for the search and for `simulate`.
+"""The cost models as fast batched NumPy functions: the planner's one way of evaluating them.
 
 `PlanScorer` evaluates the models as NumPy copies of their weights, made once
 per model: for the small batches of a search that is several times faster
 than torch. If a model's layout is not recognised (or the copy disagrees
-with the model), it falls back to the model's own torch methods.
+with the model), it falls back to the model's own torch methods. Torch is
+imported only for those fall-backs (a model object is a torch module, so
+torch is loaded already when one is passed in). Times in ms.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
-import math
 import weakref
 from typing import Any, Sequence
 
 import numpy as np
-import torch
 
-from neuroshard.models import table_features
-from neuroshard.types import (
-    BYTES_PER_ELEMENT,
-    CostBreakdown,
-    InvalidPlanError,
-    NeuroShardError,
-    OutOfMemoryError,
-    Plan,
-    ShardTable,
-    TableConfig,
-    apply_column_steps,
-)
-
-# --------------------------------------------------------------------------- memory
-
-
-def mem_cap_elements(max_mem: float) -> int:
-    """Largest number of fp32 elements that fits in `max_mem` GB.
-
-    Memory is checked in whole elements (rows × dim, exact integers) so that
-    the search, the baselines' plans and the validator agree to the byte.
-    """
-    if not max_mem > 0:
-        raise NeuroShardError(f"max_mem must be > 0 GB, got {max_mem}")
-    return int(math.floor(max_mem * 2**30 / BYTES_PER_ELEMENT))
-
-
-def table_elements(table: ShardTable) -> int:
-    return int(table.config.row) * int(table.dim)
-
-
-def _gb(elements: int) -> float:
-    return elements * BYTES_PER_ELEMENT / 2**30
-
-
-def validate_plan(tables: Sequence[ShardTable], plan: Plan, ndevices: int, max_mem: float) -> list[ShardTable]:
-    """Check a plan against its task and return the post-split tables.
-
-    Raises InvalidPlanError when the plan has the wrong number of devices, an
-    illegal column step, a table index out of range, or a post-split table
-    placed twice or never; OutOfMemoryError (with the per-device GB used) when
-    a device holds more than `max_mem` GB.
-    """
-    if not isinstance(plan, Plan):
-        raise InvalidPlanError(f"expected a Plan, got {type(plan).__name__}")
-    if plan.ndevices != ndevices:
-        raise InvalidPlanError(f"plan has {plan.ndevices} devices, the task has {ndevices}")
-    split = apply_column_steps(tables, plan.column_steps)
-    owner: dict[int, int] = {}
-    for r, shard in enumerate(plan.shards):
-        for i in shard:
-            if isinstance(i, bool) or not isinstance(i, (int, np.integer)):
-                raise InvalidPlanError(f"device {r}: table index {i!r} is not an integer")
-            if not 0 <= i < len(split):
-                raise InvalidPlanError(f"device {r}: table {i} out of range (0..{len(split) - 1})")
-            if i in owner:
-                where = f"twice on device {r}" if owner[i] == r else f"on devices {owner[i]} and {r}"
-                raise InvalidPlanError(f"table {i} placed {where}")
-            owner[int(i)] = r
-    missing = [i for i in range(len(split)) if i not in owner]
-    if missing:
-        shown = missing[:10] + (["..."] if len(missing) > 10 else [])
-        raise InvalidPlanError(f"{len(missing)} table(s) placed on no device: {shown}")
-    cap = mem_cap_elements(max_mem)
-    used = [sum(table_elements(split[i]) for i in shard) for shard in plan.shards]
-    over = [r for r in range(ndevices) if used[r] > cap]
-    if over:
-        r = over[0]
-        raise OutOfMemoryError(
-            f"device {r} holds {_gb(used[r]):.4g} GB > max_mem {max_mem:g} GB "
-            f"(used per device: {', '.join(f'{_gb(u):.3g}' for u in used)} GB)",
-            size=_gb(used[r]), max_mem=max_mem, used=[_gb(u) for u in used])
-    return split
-
-
-# --------------------------------------------------------------------------- model evaluation
+from neuroshard.planner.models import feature_matrix
+from neuroshard.types import NeuroShardError, TableConfig
 
 
 def _find_openblas_local_setter():
@@ -150,11 +63,15 @@ def single_threaded_blas():
 
 def _numpy_mlp(seq) -> list[tuple[np.ndarray, np.ndarray, bool]] | None:
     """(W^T, b, relu_after) float64 layers of an nn.Sequential of Linear/ReLU, or None."""
+    import torch
+
+    if not isinstance(seq, torch.nn.Sequential):
+        return None
     layers: list[list] = []
     for m in seq:
         if isinstance(m, torch.nn.Linear):
-            w = m.weight.detach().to(torch.float64).numpy().T.copy()
-            b = (m.bias.detach().to(torch.float64).numpy().copy() if m.bias is not None
+            w = m.weight.detach().double().numpy().T.copy()
+            b = (m.bias.detach().double().numpy().copy() if m.bias is not None
                  else np.zeros(w.shape[1]))
             layers.append([w, b, False])
         elif isinstance(m, torch.nn.ReLU) and layers and not layers[-1][2]:
@@ -211,12 +128,11 @@ class PlanScorer:
 
     @staticmethod
     def _extract_table_mlp(model):
-        mlp = getattr(model, "table_mlp", None)
-        layers = _numpy_mlp(mlp) if isinstance(mlp, torch.nn.Sequential) else None
+        layers = _numpy_mlp(getattr(model, "table_mlp", None))
         if layers is None or not all(hasattr(model, a) for a in ("feat_mean", "feat_std")):
             return None
-        mean = model.feat_mean.detach().to(torch.float64).numpy().copy()
-        std = model.feat_std.detach().to(torch.float64).numpy().copy()
+        mean = model.feat_mean.detach().double().numpy().copy()
+        std = model.feat_std.detach().double().numpy().copy()
         return layers, mean, std
 
     @staticmethod
@@ -224,7 +140,7 @@ class PlanScorer:
         """(W1, b1, relu1, rest, scale): first linear layer apart, the rest as NumPy layers."""
         head = getattr(model, "head", None)
         scale = getattr(model, "target_scale", None)
-        layers = _numpy_mlp(head) if isinstance(head, torch.nn.Sequential) else None
+        layers = _numpy_mlp(head)
         if layers is None or scale is None or len(layers) < 2 or layers[-1][0].shape[1] != 1:
             return None
         (w1, b1, relu1), rest = layers[0], layers[1:]
@@ -239,8 +155,7 @@ class PlanScorer:
 
     @staticmethod
     def _extract_comm(model):
-        mlp = getattr(model, "mlp", None)
-        layers = _numpy_mlp(mlp) if isinstance(mlp, torch.nn.Sequential) else None
+        layers = _numpy_mlp(getattr(model, "mlp", None))
         if layers is None or not all(hasattr(model, a) for a in ("x_mean", "x_std", "target_scale")):
             return None
         # float32 like the model itself: scoring thousands of placements is the second-largest
@@ -260,6 +175,8 @@ class PlanScorer:
         if self._table is not None:
             layers, mean, std = self._table
             feats = mean + std * rng.normal(size=(8, len(mean)))
+            import torch
+
             with torch.inference_mode():
                 ref = self.compute_model.embed(torch.as_tensor(feats, dtype=torch.float32)).numpy()
             if not close(_run_mlp(layers, (feats - mean) / std), ref):
@@ -284,6 +201,8 @@ class PlanScorer:
     # -- torch fall-backs
 
     def _torch_compute(self, sums: np.ndarray) -> np.ndarray:
+        import torch
+
         with torch.inference_mode():
             sums_t = torch.as_tensor(np.asarray(sums), dtype=torch.float32)
             out = self.compute_model.cost_from_sums(sums_t, torch.ones(len(sums_t)))
@@ -315,7 +234,7 @@ class PlanScorer:
             emb = np.asarray(self.compute_model.predict_tables(distinct), dtype=np.float64)
         else:
             layers, mean, std = self._table
-            emb = _run_mlp(layers, (table_features(distinct).numpy().astype(np.float64) - mean) / std)
+            emb = _run_mlp(layers, (feature_matrix(distinct).astype(np.float64) - mean) / std)
         return emb[index]
 
     def project(self, emb: np.ndarray) -> np.ndarray:
@@ -394,13 +313,13 @@ _SCORERS: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
 
 
 def get_scorer(models) -> PlanScorer:
-    """The PlanScorer of `models` (anything with compute_model, fw_model, bw_model), cached.
+    """The PlanScorer of a `CostModels` bundle, cached per model triple.
 
     The cache assumes the models' weights do not change after first use.
     """
-    cm, fw, bw = models.compute_model, models.fw_model, models.bw_model
-    if cm is None:
-        raise NeuroShardError("the simulator needs a compute cost model")
+    if models is None:
+        raise NeuroShardError("the simulator needs a compute, a forward and a backward cost model")
+    cm, fw, bw = models.compute, models.fw, models.bw
     try:
         per_model = _SCORERS.setdefault(cm, {})
     except TypeError:  # not weak-referenceable: no caching
@@ -412,49 +331,3 @@ def get_scorer(models) -> PlanScorer:
     return hit
 
 
-# --------------------------------------------------------------------------- plan cost
-
-
-def score_placements(scorer: PlanScorer, compute: np.ndarray, dims: np.ndarray) -> tuple[np.ndarray, ...]:
-    """The plan-cost function for M placements at once (DESIGN §7).
-
-    `compute` [M, n]: per-device compute ms (0 for empty devices); `dims`
-    [M, n]: per-device dim sums. Returns (bw, fw, total) [M, n] and cost [M]
-    = max over devices of total, all in ms.
-    """
-    compute = np.asarray(compute, dtype=np.float64)
-    bw, fw = scorer.comm(dims, compute)
-    total = compute + bw + fw
-    return bw, fw, total, total.max(axis=1)
-
-
-def simulate(tables: Sequence[ShardTable], plan: Plan, models, max_mem: float) -> CostBreakdown:
-    """Estimated per-device costs (ms) of a plan under the cost models (DESIGN §7).
-
-    `tables`: the task's tables before splits; `models`: anything with
-    compute_model, fw_model, bw_model (e.g. a ShardingContext). Validates the
-    plan first: InvalidPlanError / OutOfMemoryError, never a score for a plan
-    that does not fit. The breakdown's `extra` holds per-device `dims`, `skew`
-    and `mem_gb`.
-    """
-    with single_threaded_blas():
-        return _simulate(tables, plan, models, max_mem)
-
-
-def _simulate(tables, plan, models, max_mem) -> CostBreakdown:
-    if not isinstance(plan, Plan):
-        raise InvalidPlanError(f"expected a Plan, got {type(plan).__name__}")
-    scorer = get_scorer(models)
-    n = plan.ndevices
-    if n != scorer.ndevices:
-        raise NeuroShardError(f"plan has {n} devices but the comm models are for {scorer.ndevices}")
-    split = validate_plan(tables, plan, n, max_mem)
-    emb = scorer.embed([t.config for t in split])
-    compute = scorer.shard_costs(emb, plan.shards)[None, :]
-    dims = np.array([[sum(split[i].dim for i in s) for s in plan.shards]], dtype=np.float64)
-    bw, fw, total, _ = score_placements(scorer, compute, dims)
-    ready = compute[0] + bw[0]
-    mem = [_gb(sum(table_elements(split[i]) for i in s)) for s in plan.shards]
-    return CostBreakdown(
-        compute=compute[0].tolist(), bw_comm=bw[0].tolist(), fw_comm=fw[0].tolist(),
-        extra={"dims": [int(d) for d in dims[0]], "skew": (ready - ready.min()).tolist(), "mem_gb": mem})

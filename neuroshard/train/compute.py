@@ -1,23 +1,20 @@
 """Train the compute cost model from a compute cost data dir (DESIGN.md §6).
 
-Glue between the data format and the shared pieces: `models.table_features`
-and `ComputeCostModel`, `training.train_model`. The checkpoint gets a test
+Glue between the data format and the shared pieces: the table features and
+`nets.ComputeCostModel`, the training loop. The checkpoint gets a test
 scatter PNG and a metrics JSON beside it.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Sequence
 
 import torch
 
-from neuroshard.cli import write_json_atomic
-from neuroshard.compute_collect import NOISE_JSON
-from neuroshard.formats import read_compute_data
-from neuroshard.models import ComputeCostModel, feature_stats, save_model, table_features
-from neuroshard.training import TrainConfig, scatter_plot, train_model
+from neuroshard.formats import read_compute_data, read_noise_floor
+from neuroshard.planner.nets import ComputeCostModel, feature_stats, table_features
+from neuroshard.train.loop import TrainConfig, save_trained, train_model
 from neuroshard.types import InputError, TableConfig
 
 
@@ -31,13 +28,6 @@ def shard_tensors(feats: torch.Tensor, sets: Sequence[Sequence[int]]) -> tuple[t
         mask[j, :len(s)] = True
     x = feats[idx] * mask.unsqueeze(-1)
     return x, mask
-
-
-def companion_paths(out_path) -> tuple[Path, Path]:
-    """Scatter PNG and metrics JSON beside a checkpoint: models/compute.pt -> compute_test_scatter.png, compute_metrics.json."""
-    out = Path(out_path)
-    stem = out.with_suffix("") if out.suffix else out
-    return Path(f"{stem}_test_scatter.png"), Path(f"{stem}_metrics.json")
 
 
 def build_model(configs: Sequence[TableConfig]) -> ComputeCostModel:
@@ -56,15 +46,8 @@ def train_compute_model(data_dir, cfg: TrainConfig, out_path) -> dict:
     x, mask = shard_tensors(table_features(configs), [ids for ids, _ in samples])
     y = torch.tensor([c for _, c in samples], dtype=torch.float32)
     report = train_model(model, (x, mask), y, cfg, desc="compute model")
-    scatter, metrics_path = companion_paths(out_path)
-    result = {"metrics": report.metrics, "best_epoch": report.best_epoch, "data_dir": str(data_dir),
-              "num_samples": len(samples), "train_config": report.config, "scatter": str(scatter),
-              "metrics_path": str(metrics_path)}
-    noise = Path(data_dir) / NOISE_JSON
-    if noise.exists():
-        with open(noise) as fh:
-            result["noise_floor"] = json.load(fh)["fresh_vs_stored"]
-    save_model(model, out_path, extra={"metrics": report.metrics, "data_dir": str(data_dir)})
-    scatter_plot(report.test_pred, report.test_true, scatter, "compute cost model, test split")
-    write_json_atomic(metrics_path, {**result, "history": report.history})
-    return result
+    result = {"data_dir": str(data_dir), "num_samples": len(samples)}
+    noise = read_noise_floor(data_dir, "cost")
+    if noise is not None:
+        result["noise_floor"] = noise
+    return save_trained(model, report, out_path, "compute cost model, test split", result)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from neuroshard.cli import atomic_write, write_json_atomic
+from neuroshard.formats import atomic_write, write_json_atomic
 
 
 def _load(path: Path):

@@ -9,14 +9,13 @@ A killed run resumes: the sample count already on disk is kept, a torn last
 line is dropped, and the random stream is seeded with (seed, count) so a
 resumed run draws new samples instead of replaying the old ones.
 
-The noise floor re-measures a random subset of recorded samples and reports
-the relative difference to the recorded times, the number to put next to a
-cost model's test MAPE.
+Only one collection may write a data dir at a time (a lock on `data.txt`).
+The noise floor re-measures a random subset of recorded samples (in the
+schema of `bench.noise`), the number to put next to a cost model's test MAPE.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 import time
@@ -25,13 +24,15 @@ from typing import Sequence
 
 import numpy as np
 
-from neuroshard.comm_bench import (DEFAULT_TIMEOUT_S, CommBenchError, CommJob, SampleResult)
-from neuroshard.formats import (DATA_TXT, CommSample, append_line, check_run_config,
-                                format_comm_sample, open_append, read_comm_data)
-from neuroshard.types import InputError, dim_set
+from neuroshard.bench.comm import CommJob, SampleResult
+from neuroshard.bench.noise import noise_report
+from neuroshard.bench.torchrun import DEFAULT_TIMEOUT_S
+from neuroshard.checks import check_choice, check_float, check_int, check_max_dim, check_range
+from neuroshard.formats import (DATA_TXT, CommSample, append_line, check_run_config, format_comm_sample,
+                                open_append, read_comm_data)
+from neuroshard.types import ConfigError, InputError, dim_set
 
 JOBS_DIR = ".jobs"  # per-job scratch (sample list, results, torchrun log) inside out_dir
-NOISE_FLOOR_JSON = "noise_floor.json"
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,7 @@ class CommCollectConfig:
     `T_range`: inclusive range of the number of tables per sample;
     `sleep_range`: range (ms) of the straggler spread; `batch_size`: global
     batch B (B % ndevices == 0); `warmup`/`iters`: untimed/timed iterations
-    per sample and direction.
+    per sample and direction; `seed`: the sample stream.
     """
 
     ndevices: int = 4
@@ -52,26 +53,21 @@ class CommCollectConfig:
     max_dim: int = 128
     warmup: int = 5
     iters: int = 10
+    seed: int = 0
 
     def validate(self) -> None:
-        if self.ndevices < 1:
-            raise InputError("--ndevices", f"need at least 1 device, got {self.ndevices}")
-        if self.batch_size < 1 or self.batch_size % self.ndevices:
-            raise InputError("--batch_size", f"batch size {self.batch_size} must be a positive "
-                             f"multiple of the number of devices ({self.ndevices})")
-        lo, hi = self.T_range
-        if not 1 <= lo <= hi:
-            raise InputError("--T_range", f"need 1 <= lo <= hi, got {lo},{hi}")
-        slo, shi = self.sleep_range
-        if not 0 <= slo <= shi:
-            raise InputError("--sleep_range", f"need 0 <= lo <= hi (ms), got {slo},{shi}")
-        try:
-            dim_set(self.max_dim)
-        except ValueError as e:
-            raise InputError("--max_dim", str(e)) from None
-        if self.iters < 1 or self.warmup < 0:
-            raise InputError("--iters/--warmup", f"need iters >= 1, warmup >= 0, "
-                             f"got {self.iters}, {self.warmup}")
+        check_int("--ndevices", self.ndevices, 1)
+        check_choice("--device", self.device, ("cpu", "cuda"))
+        check_int("--batch_size", self.batch_size, 1)
+        if self.batch_size % self.ndevices:
+            raise ConfigError("--batch_size", f"batch size {self.batch_size} must be a multiple of the "
+                                              f"number of devices ({self.ndevices})")
+        check_range("--T_range", self.T_range, 1, cast=int)
+        check_range("--sleep_range", self.sleep_range, 0.0)
+        check_max_dim("--max_dim", self.max_dim)
+        check_int("--warmup", self.warmup, 0)
+        check_int("--iters", self.iters, 1)
+        check_int("--seed", self.seed)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -126,32 +122,30 @@ def _count_existing(out_dir: str, ndevices: int) -> int:
     return len(read_comm_data(out_dir, ndevices))
 
 
-def collect(out_dir: str, cfg: CommCollectConfig, data_size: int, *, seed: int = 0,
-            chunk: int = 250, gpu_devices: str | None = None, timeout: float = DEFAULT_TIMEOUT_S,
-            progress: bool = True, check: bool = False, fault: str | None = None) -> dict:
+def collect(out_dir: str, cfg: CommCollectConfig, data_size: int, *, chunk: int = 250,
+            gpu_devices: str | None = None, timeout: float = DEFAULT_TIMEOUT_S, progress: bool = True,
+            check: bool = False) -> dict:
     """Append samples to ``out_dir/data.txt`` until it holds `data_size` of them.
 
     Returns a summary: samples added, elapsed s, samples per minute, median
-    algorithm bandwidth (GB/s). Raises CommBenchError if a job fails (samples
-    measured before the failure are kept; rerun to resume). `check`: before
-    timing each sample, verify the exchanged values and gradients against the
-    reference (a rank with a mismatch fails the job).
+    algorithm bandwidth (GB/s). Raises torchrun.JobError if a job fails
+    (samples measured before the failure are kept; rerun to resume). `check`:
+    before timing each sample, verify the exchanged values and gradients
+    against the reference (a rank with a mismatch fails the job).
     """
     from tqdm import tqdm
 
     cfg.validate()
-    if data_size < 0:
-        raise InputError("--data_size", f"must be >= 0, got {data_size}")
-    if chunk < 1:
-        raise InputError("--chunk", f"must be >= 1, got {chunk}")
+    check_int("--data_size", data_size, 0)
+    check_int("--chunk", chunk, 1)
+    check_float("--timeout", timeout, 0.0, lo_open=True)
     os.makedirs(out_dir, exist_ok=True)
-    check_run_config(out_dir, cfg.to_json())
-    fh = open_append(os.path.join(out_dir, DATA_TXT))  # drops a torn last line first
+    fh = open_append(os.path.join(out_dir, DATA_TXT), exclusive=True)  # one writer; drops a torn last line
     try:
-        _lock(fh, out_dir)
+        check_run_config(out_dir, cfg.to_json())
         existing = _count_existing(out_dir, cfg.ndevices)
         # A new stream per resume point: a resumed run never replays samples on disk.
-        rng = np.random.default_rng([seed, existing])
+        rng = np.random.default_rng([cfg.seed, existing])
         todo = max(0, data_size - existing)
         added, bandwidth = 0, []
         t0 = time.monotonic()
@@ -162,8 +156,7 @@ def collect(out_dir: str, cfg: CommCollectConfig, data_size: int, *, seed: int =
                 samples = [draw_sample(rng, cfg) for _ in range(min(chunk, todo - added))]
                 with CommJob(samples, cfg.ndevices, cfg.batch_size, warmup=cfg.warmup,
                              iters=cfg.iters, device=cfg.device, gpu_devices=gpu_devices,
-                             timeout=timeout, work_dir=os.path.join(out_dir, JOBS_DIR),
-                             check=check, fault=fault) as job:
+                             timeout=timeout, work_dir=os.path.join(out_dir, JOBS_DIR), check=check) as job:
                     for res in job.results():
                         append_line(fh, format_comm_sample(to_comm_sample(samples[res.index], res)))
                         added += 1
@@ -183,16 +176,6 @@ def collect(out_dir: str, cfg: CommCollectConfig, data_size: int, *, seed: int =
         fh.close()
 
 
-def _lock(fh, out_dir: str) -> None:
-    """One writer per data dir: a second collector would interleave and double-count."""
-    import fcntl
-
-    try:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        raise InputError(out_dir, "another collection is writing to this directory") from None
-
-
 def _remove_empty_jobs_dir(out_dir: str) -> None:
     try:
         os.rmdir(os.path.join(out_dir, JOBS_DIR))
@@ -203,29 +186,19 @@ def _remove_empty_jobs_dir(out_dir: str) -> None:
 # --------------------------------------------------------------------------- noise floor
 
 
-def relative_differences(old: np.ndarray, new: np.ndarray) -> np.ndarray:
-    """|new - old| / old per entry (entries with old <= 0 dropped)."""
-    old, new = np.asarray(old, float).ravel(), np.asarray(new, float).ravel()
-    keep = old > 0
-    return np.abs(new[keep] - old[keep]) / old[keep]
-
-
-def noise_floor(out_dir: str, cfg: CommCollectConfig, num: int, *, seed: int = 0,
+def noise_floor(out_dir: str, cfg: CommCollectConfig, num: int, *, seed: int = 0, repeats: int = 2,
                 gpu_devices: str | None = None, timeout: float = DEFAULT_TIMEOUT_S,
                 progress: bool = True) -> dict:
-    """Re-measure `num` random recorded samples (one job, random order) and compare.
+    """Re-measure `num` random recorded samples `repeats` times (rounds interleaved, one job).
 
-    Returns, for fw and bw separately (keys "median", "mean", "n"), the relative
-    difference ``|remeasured - recorded| / recorded`` over every (sample, rank)
-    entry; the mean is the MAPE one would get by "predicting" a recorded time
-    with a repeat measurement, the floor for a cost model's test MAPE.
-    Written to ``out_dir/noise_floor.json``. data.txt is not modified.
+    Returns the noise-floor report (`bench.noise` schema, targets "fw" and
+    "bw", over every (sample, rank) entry). data.txt is not modified.
     """
     from tqdm import tqdm
 
-    from neuroshard.cli import write_json_atomic
-
     cfg.validate()
+    check_int("--noise_floor", num, 1)
+    check_int("--noise_repeats", repeats, 1)
     recorded = read_comm_data(out_dir, cfg.ndevices)
     check_run_config(out_dir, cfg.to_json())  # same settings as the recorded samples
     if not recorded:
@@ -233,27 +206,22 @@ def noise_floor(out_dir: str, cfg: CommCollectConfig, num: int, *, seed: int = 0
     rng = np.random.default_rng([seed, len(recorded), 7919])
     pick = rng.choice(len(recorded), size=min(num, len(recorded)), replace=False)
     samples = [{"dims": recorded[i].dims, "sleeps": recorded[i].sleeps} for i in pick]
-    new_fw, new_bw = [], []
+    fresh = {"fw": np.full((repeats, len(pick), cfg.ndevices), np.nan), "bw": None}
+    fresh["bw"] = fresh["fw"].copy()
     t0 = time.monotonic()
-    with tqdm(total=len(samples), unit="sample", desc="re-measuring", disable=not progress) as bar:
-        with CommJob(samples, cfg.ndevices, cfg.batch_size, warmup=cfg.warmup, iters=cfg.iters,
+    with tqdm(total=repeats * len(samples), unit="sample", desc="re-measuring", disable=not progress) as bar:
+        with CommJob(samples * repeats, cfg.ndevices, cfg.batch_size, warmup=cfg.warmup, iters=cfg.iters,
                      device=cfg.device, gpu_devices=gpu_devices, timeout=timeout,
                      work_dir=os.path.join(out_dir, JOBS_DIR)) as job:
             for res in job.results():
-                new_fw.append(res.fw)
-                new_bw.append(res.bw)
+                r, j = divmod(res.index, len(samples))
+                fresh["fw"][r, j], fresh["bw"][r, j] = res.fw, res.bw
                 bar.update(1)
     _remove_empty_jobs_dir(out_dir)
-    old_fw = np.array([recorded[i].fw for i in pick])
-    old_bw = np.array([recorded[i].bw for i in pick])
-    out = {"n_samples": len(samples), "elapsed_s": round(time.monotonic() - t0, 2)}
-    for name, old, new in (("fw", old_fw, np.array(new_fw)), ("bw", old_bw, np.array(new_bw))):
-        rel = relative_differences(old, new)
-        out[name] = {"median": float(np.median(rel)) if rel.size else math.nan,
-                     "mean": float(np.mean(rel)) if rel.size else math.nan,
-                     "n": int(rel.size)}
-    write_json_atomic(os.path.join(out_dir, NOISE_FLOOR_JSON), out)
-    return out
+    stored = {"fw": np.array([recorded[i].fw for i in pick]), "bw": np.array([recorded[i].bw for i in pick])}
+    return noise_report("comm", stored, fresh, [{"line": int(i) + 1, **samples[k]} for k, i in enumerate(pick)],
+                        data_dir=str(out_dir), **cfg.to_json(), noise_seed=seed,
+                        elapsed_s=round(time.monotonic() - t0, 2))
 
 
 def print_summary(summary: dict, file=sys.stdout) -> None:
@@ -262,7 +230,3 @@ def print_summary(summary: dict, file=sys.stdout) -> None:
     print(f"{summary['added']} samples added ({summary['total']} in total) in "
           f"{summary['elapsed_s']:.1f} s" + (f", {rate:.0f} samples/min" if rate else "")
           + (f", median backward algbw {bw:.3f} GB/s" if bw else ""), file=file)
-
-
-__all__ = ["CommCollectConfig", "random_greedy", "draw_sample", "collect", "noise_floor",
-           "relative_differences", "CommBenchError"]

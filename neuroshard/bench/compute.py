@@ -21,8 +21,8 @@ from typing import Sequence
 
 import torch
 
+from neuroshard.bench.timing import CLOCKS, benchmark, median
 from neuroshard.formats import Dataset
-from neuroshard.timing import benchmark, flush_cpu_cache, flush_gpu_cache, median
 from neuroshard.types import NeuroShardError, ShardTable
 
 # CPU weights live in one arena per benchmark, reused by every shard that
@@ -36,7 +36,6 @@ from neuroshard.types import NeuroShardError, ShardTable
 # mapping (glibc's mmap threshold is capped at 32 MB), whose pages read as
 # zero and are faulted in during warm-up only where lookups touch them.
 DEFAULT_ARENA_GB = 1.0
-CLOCKS = ("wall", "cpu")
 _FRESH_MAPPING_BYTES = 64 * 2**20
 
 
@@ -235,16 +234,10 @@ class ShardBenchmark:
             self._arena = _zero_buffer(self._arena_numel)
         return self._arena[:numel]
 
-    def _flush(self) -> None:
-        if self.cuda:
-            flush_gpu_cache(self.device)
-        else:
-            flush_cpu_cache()
-
     def prepare(self, tables: Sequence[BenchTable]):
         """(op, indices, offsets, upstream gradient) of a non-empty shard, validated, on the
         benchmark's device: for callers that drive the op themselves (e.g. end-to-end timing
-        of a training step in neuroshard.hardware_eval)."""
+        of a training step in neuroshard.eval.hardware_rank)."""
         tables = list(tables)
         if not tables:
             raise ValueError("prepare needs at least one table")
@@ -269,31 +262,10 @@ class ShardBenchmark:
         op = self.build_op(tables)
         t2 = time.perf_counter()
 
-        walls = []  # elapsed s of every iteration (CPU), for the wall-time breakdown
-
-        def run_once() -> float | None:
-            w0, c0 = time.perf_counter(), time.thread_time()
-            op(indices, offsets).backward(grad)
-            c1, w1 = time.thread_time(), time.perf_counter()
-            walls.append(w1 - w0)
-            if self.clock == "cpu":
-                # the helper subtracts what we return: the time spent descheduled
-                return max(0.0, (w1 - w0) - (c1 - c0)) * 1e3
-            return None
-
-        calls = 0
-
-        def before_each() -> None:
-            # The helper calls this before warm-up iterations too; their times
-            # are thrown away, so flushing there would only cost wall time.
-            nonlocal calls
-            calls += 1
-            if calls > self.warmup:
-                self._flush()
-
-        times = benchmark(run_once, warmup=self.warmup, iters=self.iters, device=str(self.device),
-                          before_each=before_each if self.flush else None)
+        walls: list[float] = []  # elapsed ms of every timed iteration, for the wall-time breakdown
+        times = benchmark(lambda: op(indices, offsets).backward(grad), warmup=self.warmup, iters=self.iters,
+                          device=str(self.device), flush=self.flush, clock=self.clock, wall_ms=walls)
         t3 = time.perf_counter()
-        del op
+        op = None  # noqa: F841 - release the op (and its weights) now, not when the closure goes
         return BenchResult(median(times), times, build_s=t2 - t1, inputs_s=t1 - t0, bench_s=t3 - t2,
-                           timed_s=sum(times) / 1e3 if self.cuda else sum(walls[self.warmup:]))
+                           timed_s=sum(walls) / 1e3)

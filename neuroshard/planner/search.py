@@ -41,9 +41,12 @@ from typing import Sequence
 
 import numpy as np
 
-from neuroshard.sharders import ShardingContext, register
-from neuroshard.simulator import PlanScorer, get_scorer, mem_cap_elements, score_placements, single_threaded_blas
-from neuroshard.types import NeuroShardError, OutOfMemoryError, Plan, ShardTable, can_split
+from neuroshard.checks import check_float, check_int
+from neuroshard.planner.models import require_models
+from neuroshard.planner.registry import ShardingContext, register
+from neuroshard.planner.scorer import PlanScorer, get_scorer, single_threaded_blas
+from neuroshard.planner.simulator import mem_cap_elements, score_placements
+from neuroshard.types import ConfigError, NeuroShardError, OutOfMemoryError, Plan, ShardTable, can_split
 
 # The rows of one batched greedy are chunked so its per-device arrays stay below this size.
 _MAX_BATCH_BYTES = 64 * 2**20
@@ -51,9 +54,22 @@ _MAX_BATCH_BYTES = 64 * 2**20
 _NO_LIMIT = np.iinfo(np.int64).max // 4
 
 
+# Help text of each SearchConfig field, for its flag.
+_HELP = {
+    "beam_k": "beam width k",
+    "beam_n": "split candidates per state: the n largest tables by size and by compute cost",
+    "max_length": "beam search rounds (most splits)",
+    "grid_steps": "greedy grid search: number of dim-limit scales, evenly spaced in [grid_min, grid_max]",
+    "grid_min": "smallest dim-limit scale (a device may hold up to scale x the mean dim sum)",
+    "grid_max": "largest dim-limit scale",
+    "dim_fallback": "if every scale fails only because of the dim limit, run the greedy once more without it "
+                    "(beyond the paper; 0 to turn off)",
+}
+
+
 @dataclass(frozen=True)
 class SearchConfig:
-    """NeuroShard search settings (paper defaults). Names match the eval_simulator.py flags."""
+    """NeuroShard search settings (paper defaults). Every field is a flag of the same name."""
 
     beam_k: int = 3
     beam_n: int = 10
@@ -65,14 +81,11 @@ class SearchConfig:
 
     def __post_init__(self):
         for name in ("beam_k", "beam_n", "grid_steps"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-                raise NeuroShardError(f"{name} must be an integer >= 1, got {v!r}")
-        if isinstance(self.max_length, bool) or not isinstance(self.max_length, (int, np.integer)) \
-                or self.max_length < 0:
-            raise NeuroShardError(f"max_length must be an integer >= 0, got {self.max_length!r}")
-        if not 0 < self.grid_min <= self.grid_max:
-            raise NeuroShardError(f"need 0 < grid_min <= grid_max, got {self.grid_min}, {self.grid_max}")
+            check_int(f"--{name}", getattr(self, name), 1)
+        check_int("--max_length", self.max_length, 0)
+        check_float("--grid_min", self.grid_min, 0.0, lo_open=True)
+        if check_float("--grid_max", self.grid_max) < self.grid_min:
+            raise ConfigError("--grid_max", f"must be >= --grid_min {self.grid_min:g}, got {self.grid_max:g}")
 
     @classmethod
     def from_options(cls, options: dict | None) -> "SearchConfig":
@@ -83,22 +96,19 @@ class SearchConfig:
     def scales(self) -> np.ndarray:
         return np.linspace(self.grid_min, self.grid_max, self.grid_steps)
 
-    @staticmethod
-    def add_args(parser) -> None:
-        """The search flags shared by eval_simulator.py and eval.py."""
+    @classmethod
+    def add_args(cls, parser) -> None:
+        """One flag per field (defaults from the dataclass), shared by every script that searches."""
         g = parser.add_argument_group("NeuroShard search (DESIGN §8; paper defaults)")
-        g.add_argument("--beam_k", type=int, default=3, help="beam width k (default: 3)")
-        g.add_argument("--beam_n", type=int, default=10,
-                       help="split candidates: the n largest tables by size and by compute cost (default: 10)")
-        g.add_argument("--max_length", type=int, default=10, help="beam search rounds (most splits) (default: 10)")
-        g.add_argument("--grid_steps", type=int, default=11,
-                       help="greedy grid search scales, evenly spaced in [1.0, 1.5] (default: 11)")
+        for f in fields(cls):
+            kind = {"int": int, "float": float, "bool": lambda text: bool(int(text))}[f.type]
+            g.add_argument(f"--{f.name}", type=kind, default=f.default,
+                           help=f"{_HELP[f.name]} (default: {int(f.default) if f.type == 'bool' else f.default})")
 
     @classmethod
     def options_from_args(cls, args) -> dict:
         """`ShardingContext.options` from the parsed flags, checked (one-line error on a bad value)."""
-        options = {"beam_k": args.beam_k, "beam_n": args.beam_n, "max_length": args.max_length,
-                   "grid_steps": args.grid_steps}
+        options = {f.name: getattr(args, f.name) for f in fields(cls)}
         cls.from_options(options)
         return options
 
@@ -408,9 +418,7 @@ def _search(tables, ndevices, max_mem, models, config) -> SearchResult:
 def neuroshard(tables: Sequence[ShardTable], ndevices: int, max_mem: float, ctx: ShardingContext) -> Plan:
     """NeuroShard (beam search over column splits + greedy grid search) under ctx's cost models.
 
-    Options (ctx.options): beam_k, beam_n, max_length, grid_steps, grid_min,
-    grid_max, dim_fallback. Raises OutOfMemoryError when no plan fits.
+    Options (ctx.options): the fields of SearchConfig. Raises OutOfMemoryError when no plan fits.
     """
-    if ctx is None or ctx.compute_model is None or ctx.fw_model is None or ctx.bw_model is None:
-        raise NeuroShardError("neuroshard needs the compute, forward and backward cost models")
-    return search(tables, ndevices, max_mem, ctx, SearchConfig.from_options(ctx.options)).plan
+    models = require_models(ctx.models if ctx is not None else None, "neuroshard")
+    return search(tables, ndevices, max_mem, models, SearchConfig.from_options(ctx.options)).plan

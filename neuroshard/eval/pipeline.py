@@ -1,8 +1,8 @@
 """Run the whole pipeline (DESIGN §2, steps 1-6) at a preset, then write the report.
 
-    python -m neuroshard.pipeline --preset quick          # what `make demo` runs
-    python -m neuroshard.pipeline --preset quick --force  # redo every step
-    python -m neuroshard.pipeline --preset paper --data fbgemm_t856_bs65536.pt.gz --gpu_devices 0,1,2,3
+    python -m neuroshard.eval.pipeline --preset quick          # what `make demo` runs
+    python -m neuroshard.eval.pipeline --preset quick --force  # redo every step
+    python -m neuroshard.eval.pipeline --preset paper --data fbgemm_t856_bs65536.pt.gz --gpu_devices 0,1,2,3
 
 Every step is a top-level script; the driver prints each command before it
 runs it, so any step can be rerun by hand. A step is skipped when its outputs
@@ -19,13 +19,13 @@ import shlex
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from neuroshard.cli import run_main, write_json_atomic
+from neuroshard.formats import write_json_atomic
 from neuroshard.types import NeuroShardError
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,6 @@ class Preset:
     eval_warmup: int
     eval_iters: int
     gpu: bool = False
-    extra: dict = field(default_factory=dict)
 
 
 PRESETS = {
@@ -231,7 +230,7 @@ def main() -> int:
 
     t0 = time.perf_counter()
     records = run_steps(steps, out, args.force, only)
-    from neuroshard.report import write_report
+    from neuroshard.eval.report import write_report
 
     report = write_report(out, preset, records, time.perf_counter() - t0)
     print(f"report: {report}")
@@ -239,4 +238,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    from neuroshard.cli import run_main
+
     run_main(main)

@@ -27,7 +27,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from neuroshard.sharders import ShardingContext, register
+from neuroshard.planner.registry import ShardingContext, register
 from neuroshard.types import NeuroShardError, OutOfMemoryError, Plan, ShardTable
 
 

@@ -1,24 +1,21 @@
 """Train the forward and backward comm cost models from a comm cost data dir (DESIGN.md §6).
 
 Glue between the data format (`formats.read_comm_data`) and the shared pieces
-(`models.CommCostModel`, `training.train_model`): forward model
+(`nets.CommCostModel`, the training loop): forward model
 ``dims + sleeps -> per-device ms``, backward model ``dims -> per-device ms``.
 Each checkpoint gets a test scatter PNG and a metrics JSON beside it.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Sequence
 
 import torch
 
-from neuroshard.cli import write_json_atomic
-from neuroshard.comm_collect import NOISE_FLOOR_JSON
-from neuroshard.formats import DATA_TXT, CommSample, read_comm_data
-from neuroshard.models import CommCostModel, save_model
-from neuroshard.training import TrainConfig, scatter_plot, train_model
+from neuroshard.formats import DATA_TXT, CommSample, read_comm_data, read_noise_floor
+from neuroshard.planner.nets import CommCostModel
+from neuroshard.train.loop import TrainConfig, save_trained, train_model
 from neuroshard.types import InputError
 
 KINDS = ("fw", "bw")
@@ -40,26 +37,8 @@ def build_model(kind: str, ndevices: int, x: torch.Tensor) -> CommCostModel:
     return CommCostModel(kind, ndevices, mean, std)
 
 
-def companion_paths(out_path) -> tuple[Path, Path]:
-    """models/comm_4_fw.pt -> comm_4_fw_test_scatter.png, comm_4_fw_metrics.json."""
-    out = Path(out_path)
-    stem = out.with_suffix("") if out.suffix else out
-    return Path(f"{stem}_test_scatter.png"), Path(f"{stem}_metrics.json")
-
-
-def read_noise_floor(data_dir) -> dict | None:
-    path = Path(data_dir) / NOISE_FLOOR_JSON
-    if not path.exists():
-        return None
-    try:
-        with open(path) as fh:
-            return json.load(fh)
-    except (OSError, ValueError):
-        return None
-
-
 def train_comm_model(samples: Sequence[CommSample], kind: str, cfg: TrainConfig, out_path,
-                     data_dir=None, noise_floor: dict | None = None) -> dict:
+                     data_dir=None) -> dict:
     """Train one direction's model, write checkpoint + scatter + metrics; return the summary."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
@@ -68,19 +47,13 @@ def train_comm_model(samples: Sequence[CommSample], kind: str, cfg: TrainConfig,
     x, y = comm_tensors(samples, kind)
     model = build_model(kind, n, x)
     report = train_model(model, (x,), y, cfg, desc=f"{kind} comm model")
-    scatter, metrics_path = companion_paths(out_path)
-    result = {"kind": kind, "ndevices": n, "metrics": report.metrics, "best_epoch": report.best_epoch,
-              "data_dir": None if data_dir is None else str(data_dir), "num_samples": len(samples),
-              "train_config": report.config, "checkpoint": str(out_path), "scatter": str(scatter),
-              "metrics_path": str(metrics_path)}
-    if noise_floor and kind in noise_floor:
-        result["noise_floor"] = noise_floor[kind]
-    save_model(model, out_path, extra={"metrics": report.metrics, "data_dir": result["data_dir"]})
+    result = {"kind": kind, "ndevices": n, "data_dir": None if data_dir is None else str(data_dir),
+              "num_samples": len(samples)}
+    noise = read_noise_floor(data_dir, kind) if data_dir is not None else None
+    if noise is not None:
+        result["noise_floor"] = noise
     name = "forward" if kind == "fw" else "backward"
-    scatter_plot(report.test_pred, report.test_true, scatter,
-                 f"{name} comm model ({n} devices), test split")
-    write_json_atomic(metrics_path, {**result, "history": report.history})
-    return result
+    return save_trained(model, report, out_path, f"{name} comm model ({n} devices), test split", result)
 
 
 def train_comm_models(data_dir, cfg: TrainConfig, fw_out_path=None, bw_out_path=None) -> dict:
@@ -94,5 +67,4 @@ def train_comm_models(data_dir, cfg: TrainConfig, fw_out_path=None, bw_out_path=
         raise InputError(Path(data_dir) / DATA_TXT, f"need at least 3 samples to train, found {len(samples)}")
     n = samples[0].ndevices
     paths = {"fw": fw_out_path or f"models/comm_{n}_fw.pt", "bw": bw_out_path or f"models/comm_{n}_bw.pt"}
-    noise = read_noise_floor(data_dir)
-    return {kind: train_comm_model(samples, kind, cfg, paths[kind], data_dir, noise) for kind in KINDS}
+    return {kind: train_comm_model(samples, kind, cfg, paths[kind], data_dir) for kind in KINDS}

@@ -1,39 +1,25 @@
-"""Neural cost models (DESIGN §6): one compute model, forward and backward comm models.
+"""Neural cost models (DESIGN §6) as torch modules: one compute model, forward and backward comm models.
 
-All predictions are in ms. Checkpoints are self-describing: `load_model(path)`
-rebuilds the model with no other flags.
+Training builds and fits them (`neuroshard.train`); the planner loads them from
+checkpoints (`planner.models`) and scores plans with NumPy copies of their
+weights (`planner.scorer`). All predictions are in ms.
 """
 
 from __future__ import annotations
 
-import math
-import os
-from typing import Optional, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
 from torch import nn
 
-from neuroshard.cli import atomic_write
-from neuroshard.types import NUM_BINS, InputError, TableConfig
-
-TABLE_EMBED_DIM = 32
-NUM_FEATURES = 4 + NUM_BINS  # see table_features
+from neuroshard.planner.models import NUM_FEATURES, TABLE_EMBED_DIM, feature_matrix
+from neuroshard.types import TableConfig
 
 
 def table_features(configs: Sequence[TableConfig]) -> torch.Tensor:
-    """Per-table features [N, F]: dim, log10(row), pooling factor, dim×pooling, 17 bins.
-
-    The dim×pooling product is the number of floats a table reads per sample,
-    the first-order driver of TBE time; giving it directly spares the MLP
-    from learning a product. Configs must carry a dim.
-    """
-    rows = []
-    for c in configs:
-        if c.dim is None:
-            raise ValueError("table_features needs configs with a dim")
-        rows.append([float(c.dim), math.log10(c.row), c.pooling_factor, c.dim * c.pooling_factor, *c.bins])
-    return torch.tensor(rows, dtype=torch.float32).reshape(len(rows), NUM_FEATURES)
+    """Per-table features [N, F] as a tensor (see `planner.models.feature_matrix`)."""
+    return torch.from_numpy(feature_matrix(configs))
 
 
 def feature_stats(features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -189,61 +175,3 @@ def linear_comm_model(kind: str, ndevices: int, weight, bias) -> CommCostModel:
         linears[-1].weight[:, :n_in] = torch.as_tensor(np.asarray(weight, dtype=np.float32))
         linears[-1].bias[:] = torch.as_tensor(np.asarray(bias, dtype=np.float32))
     return m.eval()
-
-
-# --------------------------------------------------------------------------- checkpoints
-
-_BUILDERS = {"compute": ComputeCostModel, "comm": CommCostModel}
-
-
-def save_model(model: nn.Module, path, extra: Optional[dict] = None) -> None:
-    """Write a self-describing checkpoint atomically (unique temp file + rename)."""
-    if isinstance(model, ComputeCostModel):
-        mtype = "compute"
-    elif isinstance(model, CommCostModel):
-        mtype = "comm"
-    else:
-        raise TypeError(f"not a cost model: {type(model).__name__}")
-    ckpt = {"type": mtype, "config": model.config(), "state_dict": model.state_dict(),
-            "ndevices": getattr(model, "ndevices", None), "extra": extra or {}}
-    with atomic_write(path, "wb") as fh:
-        torch.save(ckpt, fh)
-
-
-def load_model(path) -> nn.Module:
-    """Rebuild a cost model from its checkpoint; bad or missing files are InputError."""
-    if not os.path.exists(path):
-        raise InputError(path, "model checkpoint not found")
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-        mtype, cfg, state = ckpt["type"], ckpt["config"], ckpt["state_dict"]
-    except Exception as e:  # noqa: BLE001 - any unreadable file gets the same one-line report
-        raise InputError(path, f"not a NeuroShard cost model checkpoint ({type(e).__name__}: {e})") from None
-    if mtype == "compute":
-        model = ComputeCostModel(state["feat_mean"], state["feat_std"], cfg["num_features"])
-    elif mtype == "comm":
-        model = CommCostModel(cfg["kind"], cfg["ndevices"], state["x_mean"], state["x_std"])
-    else:
-        raise InputError(path, f"unknown model type {mtype!r}")
-    model.load_state_dict(state)
-    model.eval()
-    return model
-
-
-def load_compute_model(path) -> ComputeCostModel:
-    model = load_model(path)
-    if not isinstance(model, ComputeCostModel):
-        raise InputError(path, "expected a compute cost model, found a comm cost model")
-    return model
-
-
-def load_comm_model(path, ndevices: int, kind: str) -> CommCostModel:
-    """Load a comm model and check it was trained for `ndevices` devices and direction `kind`."""
-    model = load_model(path)
-    if not isinstance(model, CommCostModel):
-        raise InputError(path, "expected a comm cost model, found a compute cost model")
-    if model.kind != kind:
-        raise InputError(path, f"expected a {kind} comm model, found a {model.kind} one")
-    if model.ndevices != ndevices:
-        raise InputError(path, f"comm model was trained for ndevices={model.ndevices}, asked for {ndevices}")
-    return model

@@ -1,0 +1,67 @@
+"""The one validation layer for settings (flags and config fields).
+
+Every config object's `validate()` and every script's flag check goes through
+these helpers, so a bad value always ends in the same kind of one-line error,
+`ConfigError("--name", "why, with the value")`: numbers must be finite and in
+range, counts at least 1 where 0 makes no sense, choices from their list.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable
+
+from neuroshard.types import ConfigError, dim_set
+
+
+def check_int(name: str, value, lo: int | None = None, hi: int | None = None) -> int:
+    """`value` as an int in [lo, hi] (bounds optional); bools and non-integral numbers are refused."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value) \
+            or not math.isfinite(value):
+        raise ConfigError(name, f"expected an integer, got {value!r}")
+    value = int(value)
+    if lo is not None and value < lo:
+        raise ConfigError(name, f"must be >= {lo}, got {value}")
+    if hi is not None and value > hi:
+        raise ConfigError(name, f"must be <= {hi}, got {value}")
+    return value
+
+
+def check_float(name: str, value, lo: float | None = None, hi: float | None = None,
+                lo_open: bool = False) -> float:
+    """`value` as a finite float with lo <= value (lo < value when `lo_open`) and value <= hi."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ConfigError(name, f"expected a finite number, got {value!r}")
+    value = float(value)
+    if lo is not None and (value <= lo if lo_open else value < lo):
+        raise ConfigError(name, f"must be {'>' if lo_open else '>='} {lo:g}, got {value:g}")
+    if hi is not None and value > hi:
+        raise ConfigError(name, f"must be <= {hi:g}, got {value:g}")
+    return value
+
+
+def check_choice(name: str, value, choices: Iterable) -> None:
+    choices = tuple(choices)
+    if value not in choices:
+        raise ConfigError(name, f"must be one of {', '.join(map(str, choices))}, got {value!r}")
+
+
+def check_range(name: str, pair, lo: float, cast=float) -> tuple:
+    """A (low, high) pair with lo <= low <= high, both finite."""
+    if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+        raise ConfigError(name, f"expected 'low,high', got {pair!r}")
+    check = check_int if cast is int else check_float
+    a, b = (check(name, x, lo) for x in pair)
+    if a > b:
+        raise ConfigError(name, f"low {a:g} > high {b:g}")
+    return a, b
+
+
+def check_max_dim(name: str, value) -> int:
+    """A power of two >= 4 (the dim set halves from it down to 4)."""
+    value = check_int(name, value, 4)
+    try:
+        dim_set(value)
+    except ValueError as e:
+        raise ConfigError(name, str(e)) from None
+    return value

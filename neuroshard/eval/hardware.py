@@ -1,0 +1,203 @@
+"""Hardware evaluation (DESIGN §10): every plan on real FBGEMM kernels and the real all-to-all.
+
+The plans are computed once, in the parent, by the code that `eval_simulator.py`
+uses (`eval.plans`), written to ``plans.json`` with `formats.write_plans`,
+and handed to ONE torchrun job (gloo on CPU, NCCL on GPUs) that measures all
+of them: what each rank does is `eval.hardware_rank`; the launcher, the
+process-group set-up and the failure handling are `bench.torchrun`'s; the
+measurements become the records' `measured` breakdown in
+`eval.hardware_merge`. Per-rank total = compute + backward comm + forward
+comm; plan cost = max over ranks. Times are in ms.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from neuroshard.bench.torchrun import DEFAULT_STARTUP_TIMEOUT_S, WATCHDOG_GRACE_S, TorchrunJob
+from neuroshard.checks import check_choice, check_float, check_int
+from neuroshard.types import InputError, InvalidPlanError, OutOfMemoryError, Plan, PlanRecord, Task, apply_column_steps
+
+JOB_FILE = "job.json"
+WORKER_MODULE = "neuroshard.eval.hardware_rank"
+DEFAULT_TIMEOUT_S = 120.0  # collective timeout: a hung rank ends the job after about this
+FW_SLEEP_MODES = ("skew", "none")
+
+
+class HardwareConfig:
+    """How the plans are measured.
+
+    `ndevices` ranks on `device` ("cpu": gloo, one process per rank;
+    "cuda": NCCL, one GPU per rank, `gpu_devices` picks them). `warmup` and
+    `iters`: untimed and timed iterations of every measurement (median kept).
+    `fw_sleep`: "skew" delays rank r's forward all-to-all by its measured
+    compute+backward skew (the simulator's definition), "none" starts all
+    ranks together. `end_to_end`: also time the real step sequence.
+    `timeout`: collective timeout in s (a hung rank ends the job after about
+    this long). `flush`: evict caches before each timed compute iteration.
+    """
+
+    ndevices: int = 4
+    device: str = "cpu"
+    gpu_devices: str | None = None
+    warmup: int = 5
+    iters: int = 10
+    fw_sleep: str = "skew"
+    end_to_end: bool = False
+    timeout: float = DEFAULT_TIMEOUT_S
+    startup_timeout: float = DEFAULT_STARTUP_TIMEOUT_S
+    flush: bool = True
+    seed: int = 0
+
+    def validate(self) -> None:
+        check_int("--ndevices", self.ndevices, 1)
+        check_choice("--device", self.device, ("cpu", "cuda"))
+        check_int("--warmup", self.warmup, 0)
+        check_int("--iters", self.iters, 1)
+        check_choice("--fw_sleep", self.fw_sleep, FW_SLEEP_MODES)
+        check_float("--timeout", self.timeout, 0.0, lo_open=True)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def runnable(records: Sequence[PlanRecord]) -> list[PlanRecord]:
+    """The plan records the job measures, in job order: those with a plan (others are reported only)."""
+    return [rec for rec in records if rec.plan is not None]
+
+
+def shard_layout(task: Task, configs, plan: Plan):
+    """(post-split tables, per-device table lists, per-device dim sums) of a plan for a task."""
+    split = apply_column_steps(task.tables(configs), plan.column_steps)
+    shards = [[split[i] for i in s] for s in plan.shards]
+    return split, shards, [sum(t.dim for t in s) for s in shards]
+
+
+# =========================================================================== the job
+
+
+class HardwareJob(TorchrunJob):
+    """One torchrun job measuring every runnable plan of a plan file; iterate `records()`."""
+
+    item = "plan"
+    job_prefix = "hw_eval_job_"
+
+    def __init__(self, plans_path, data_dir, task_path, num_plans: int, cfg: HardwareConfig, *,
+                 work_dir: str | None = None, keep_dir: bool = False, worker_module: str = WORKER_MODULE):
+        cfg.validate()
+        self.cfg = cfg
+        self.job = {"plans": os.path.abspath(plans_path), "data_dir": os.path.abspath(data_dir),
+                    "task_path": os.path.abspath(task_path), "warmup": cfg.warmup, "iters": cfg.iters,
+                    "fw_sleep": cfg.fw_sleep, "end_to_end": cfg.end_to_end, "flush": cfg.flush,
+                    "seed": cfg.seed}
+        # A plan takes one compute turn per rank, each bounded by the collective timeout
+        # (the waiting ranks' barrier would fire first), plus the all-to-alls.
+        stall = (cfg.ndevices + 2) * cfg.timeout + WATCHDOG_GRACE_S
+        super().__init__(worker_module, [], cfg.ndevices, num_plans, device=cfg.device,
+                         gpu_devices=cfg.gpu_devices, timeout=cfg.timeout, startup_timeout=cfg.startup_timeout,
+                         stall_timeout=stall, work_dir=work_dir, keep_dir=keep_dir)
+
+    def write_inputs(self, job_dir: str) -> None:
+        with open(os.path.join(job_dir, JOB_FILE), "w") as f:
+            json.dump(self.job, f)
+
+
+def measure_plans(plans_path, data_dir, task_path, cfg: HardwareConfig, *,
+                  on_result: Callable[[dict], None] | None = None, work_dir: str | None = None,
+                  worker_module: str = WORKER_MODULE) -> list[dict]:
+    """Measure every plan of `plans_path` (written by `formats.write_plans`) in one job.
+
+    Returns one raw measurement per runnable plan (see `runnable`), in file
+    order; `on_result(m)` is called as each arrives. Raises
+    `torchrun.JobError` (naming the failing rank and cause) if any rank fails.
+    """
+    from neuroshard.formats import read_plans
+
+    items = runnable(read_plans(plans_path))
+    if not items:
+        return []
+    out = []
+    with HardwareJob(plans_path, data_dir, task_path, len(items), cfg, work_dir=work_dir,
+                     worker_module=worker_module) as job:
+        for m in job.records():
+            out.append(m)
+            if on_result is not None:
+                on_result(m)
+    return out
+
+
+# =========================================================================== the whole run
+
+
+def check_plans(records: Sequence[PlanRecord], configs, tasks: Sequence[Task], ndevices: int,
+                max_mem: float) -> list[PlanRecord]:
+    """Re-validate plan records read from a file against the tasks (`--plans`): a plan for another
+    task file, device count or memory cap becomes "invalid"/"oom" (reported, not run)."""
+    from neuroshard.planner.simulator import validate_plan
+
+    out = []
+    for rec in records:
+        if rec.task >= len(tasks):
+            raise InputError("--plans", f"plan for task {rec.task} but the task file has {len(tasks)} tasks")
+        if rec.plan is not None:
+            try:
+                validate_plan(tasks[rec.task].tables(configs), rec.plan, ndevices, max_mem)
+            except OutOfMemoryError as e:
+                rec = replace(rec, plan=None, status="oom", message=str(e), estimate=None, view=None)
+            except InvalidPlanError as e:
+                rec = replace(rec, plan=None, status="invalid", message=f"plan does not fit task {rec.task}: {e}",
+                              estimate=None, view=None)
+        out.append(rec)
+    return out
+
+
+def run_evaluation(records: Sequence[PlanRecord], data_dir, task_path, cfg: HardwareConfig, out_dir,
+                   algs: Sequence[str], num_tasks: int, config: dict | None = None,
+                   show: Callable[[str], None] | None = print,
+                   worker_module: str = WORKER_MODULE) -> tuple[list[PlanRecord], dict]:
+    """Write the plans to `out_dir/plans.json`, measure them all in one job, write and return
+    (results, summary). Records without a plan (out of memory, invalid) are reported, not run."""
+    from neuroshard.eval.hardware_merge import merge_results
+    from neuroshard.eval.results import PLANS_JSON, format_measured, hardware_summary, write_outputs
+    from neuroshard.formats import write_json_atomic, write_plans
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    if config is not None:
+        write_json_atomic(out / "config.json", config)
+    plans_path = out / PLANS_JSON
+    write_plans(plans_path, records)
+    items = runnable(records)
+    if show is not None:
+        for rec in records:
+            if rec.plan is None:
+                show(format_measured(rec, num_tasks))
+
+    stamps = [time.perf_counter()]
+
+    def arrived(m: dict) -> None:
+        stamps.append(time.perf_counter())
+        if show is not None:
+            [res] = merge_results([items[m["i"]]], [m])
+            show(format_measured(res, num_tasks))
+
+    # the job's scratch dir (kept, with the ranks' logs, if the job fails) lives beside the results
+    measured = measure_plans(plans_path, data_dir, task_path, cfg, on_result=arrived, work_dir=str(out),
+                             worker_module=worker_module)
+    results = merge_results(records, measured)
+    summary = hardware_summary(results, algs, num_tasks)
+    # wall time: the whole job (start-up included) and per plan (time between results after the first)
+    job_s = time.perf_counter() - stamps[0]
+    per_plan = np.diff(stamps[1:])
+    summary["hardware"] = {**cfg.to_json(), "plans_measured": len(items), "job_s": job_s,
+                           "first_plan_s": stamps[1] - stamps[0] if len(stamps) > 1 else None,
+                           "per_plan_s": float(np.median(per_plan)) if len(per_plan) else None}
+    write_outputs(out, results, summary, plans=False)
+    return results, summary

@@ -1,0 +1,156 @@
+"""The cost models as the planner sees them: table features, the `CostModels` bundle, checkpoints.
+
+This module imports without torch (nor does any planner module except
+`nets`): a user who only plans with the baselines never pays torch's import,
+and the search itself runs on NumPy copies of the weights
+(`planner.scorer`). Loading a checkpoint imports torch and `planner.nets`
+(the `nn.Module` classes) on first use. Predictions are in ms.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from neuroshard.types import NUM_BINS, ConfigError, InputError, NeuroShardError, TableConfig
+
+TABLE_EMBED_DIM = 32
+NUM_FEATURES = 4 + NUM_BINS  # see feature_matrix
+
+
+def feature_matrix(configs: Sequence[TableConfig]) -> np.ndarray:
+    """Per-table features [N, F] (float32): dim, log10(row), pooling factor, dim×pooling, 17 bins.
+
+    The dim×pooling product is the number of floats a table reads per sample,
+    the first-order driver of TBE time; giving it directly spares the MLP
+    from learning a product. Configs must carry a dim.
+    """
+    rows = []
+    for c in configs:
+        if c.dim is None:
+            raise ValueError("table features need configs with a dim")
+        rows.append([float(c.dim), math.log10(c.row), c.pooling_factor, c.dim * c.pooling_factor, *c.bins])
+    return np.asarray(rows, dtype=np.float32).reshape(len(rows), NUM_FEATURES)
+
+
+@dataclass(frozen=True, eq=False)
+class CostModels:
+    """The three pre-trained cost models a plan's simulated cost comes from (DESIGN §6-7).
+
+    `compute`: shard compute ms; `fw` / `bw`: per-device forward / backward
+    all-to-all ms, both trained for `ndevices` devices (checked here once).
+    """
+
+    compute: Any
+    fw: Any
+    bw: Any
+
+    def __post_init__(self):
+        for name, model, kind in (("fw", self.fw, "fw"), ("bw", self.bw, "bw")):
+            if getattr(model, "kind", kind) != kind:
+                raise ConfigError(f"{name} model", f"expected a {kind} comm model, got a {model.kind} one")
+        if getattr(self.fw, "ndevices", None) != getattr(self.bw, "ndevices", None):
+            raise ConfigError("comm models", f"forward model is for {self.fw.ndevices} devices, "
+                                             f"backward for {self.bw.ndevices}")
+
+    @property
+    def ndevices(self) -> int:
+        """The device count the comm models were trained for."""
+        return int(self.fw.ndevices)
+
+    @classmethod
+    def load(cls, models_dir, ndevices: int) -> "CostModels":
+        """The pipeline's layout: `<dir>/compute.pt`, `<dir>/comm_<n>_fw.pt`, `<dir>/comm_<n>_bw.pt`."""
+        d = Path(models_dir)
+        if not d.is_dir():
+            raise InputError(d, "models directory not found")
+        return cls.from_paths(d / "compute.pt", d / f"comm_{ndevices}_fw.pt", d / f"comm_{ndevices}_bw.pt",
+                              ndevices)
+
+    @classmethod
+    def from_paths(cls, compute, fw, bw, ndevices: int) -> "CostModels":
+        """Load three checkpoints; the comm models must be trained for `ndevices` devices."""
+        return cls(load_compute_model(compute), load_comm_model(fw, ndevices, "fw"),
+                   load_comm_model(bw, ndevices, "bw"))
+
+
+# --------------------------------------------------------------------------- checkpoints
+
+
+def _nets():
+    from neuroshard.planner import nets
+
+    return nets
+
+
+def save_model(model, path, extra: Optional[dict] = None) -> None:
+    """Write a self-describing checkpoint atomically (unique temp file + rename)."""
+    import torch
+
+    from neuroshard.formats import atomic_write
+
+    nets = _nets()
+    if isinstance(model, nets.ComputeCostModel):
+        mtype = "compute"
+    elif isinstance(model, nets.CommCostModel):
+        mtype = "comm"
+    else:
+        raise TypeError(f"not a cost model: {type(model).__name__}")
+    ckpt = {"type": mtype, "config": model.config(), "state_dict": model.state_dict(),
+            "ndevices": getattr(model, "ndevices", None), "extra": extra or {}}
+    with atomic_write(path, "wb") as fh:
+        torch.save(ckpt, fh)
+
+
+def load_model(path):
+    """Rebuild a cost model from its checkpoint; bad or missing files are InputError."""
+    import torch
+
+    if not os.path.exists(path):
+        raise InputError(path, "model checkpoint not found")
+    nets = _nets()
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+        mtype, cfg, state = ckpt["type"], ckpt["config"], ckpt["state_dict"]
+    except Exception as e:  # noqa: BLE001 - any unreadable file gets the same one-line report
+        raise InputError(path, f"not a NeuroShard cost model checkpoint ({type(e).__name__}: {e})") from None
+    if mtype == "compute":
+        model = nets.ComputeCostModel(state["feat_mean"], state["feat_std"], cfg["num_features"])
+    elif mtype == "comm":
+        model = nets.CommCostModel(cfg["kind"], cfg["ndevices"], state["x_mean"], state["x_std"])
+    else:
+        raise InputError(path, f"unknown model type {mtype!r}")
+    model.load_state_dict(state)
+    model.eval()
+    return model
+
+
+def load_compute_model(path):
+    model = load_model(path)
+    if not isinstance(model, _nets().ComputeCostModel):
+        raise InputError(path, "expected a compute cost model, found a comm cost model")
+    return model
+
+
+def load_comm_model(path, ndevices: int, kind: str):
+    """Load a comm model and check it was trained for `ndevices` devices and direction `kind`."""
+    model = load_model(path)
+    if not isinstance(model, _nets().CommCostModel):
+        raise InputError(path, "expected a comm cost model, found a compute cost model")
+    if model.kind != kind:
+        raise InputError(path, f"expected a {kind} comm model, found a {model.kind} one")
+    if model.ndevices != ndevices:
+        raise InputError(path, f"comm model was trained for ndevices={model.ndevices}, asked for {ndevices}")
+    return model
+
+
+def require_models(models, alg: str) -> "CostModels":
+    """`models` if it is a full CostModels bundle, else a one-line error naming the algorithm."""
+    if not isinstance(models, CostModels):
+        raise NeuroShardError(f"{alg} needs the compute, forward and backward cost models")
+    return models

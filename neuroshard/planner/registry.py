@@ -1,0 +1,95 @@
+"""The one registry of sharding algorithms behind every `--alg` flag and `neuroshard.shard(alg=...)`.
+
+A sharder is a function `fn(tables, ndevices, max_mem_gb, ctx) -> Plan`
+registered under a name with `@register("name")`. The package's own sharders
+live in the modules of `_MODULES`; third-party packages register theirs
+through the Python entry-point group `neuroshard.sharders`, e.g. in their
+`pyproject.toml`:
+
+    [project.entry-points."neuroshard.sharders"]
+    round_robin = "my_package.sharders:round_robin"
+
+An entry point naming a function registers it under the entry point's name;
+one naming a module just imports it (its `@register` decorators run). Either
+way the algorithm then appears in `--alg all`, the comparison tables and the
+report, with no edit to this package.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Callable, Sequence
+
+from neuroshard.types import NeuroShardError, Plan, ShardTable
+
+Sharder = Callable[[Sequence[ShardTable], int, float, "ShardingContext"], Plan]
+
+ENTRY_POINT_GROUP = "neuroshard.sharders"
+# The order in which `--alg all` runs and reports algorithms (DESIGN §2); others follow, sorted.
+_ORDER = ["neuroshard", "random", "dim_greedy", "lookup_greedy", "size_greedy", "size_lookup_greedy"]
+# Modules that register algorithms when imported.
+_MODULES = ["neuroshard.planner.baselines", "neuroshard.planner.search"]
+
+_REGISTRY: dict[str, Sharder] = {}
+_loaded = False
+
+
+@dataclass
+class ShardingContext:
+    """What a sharder may use besides the task: the cost models, a seed, options.
+
+    `models`: a `planner.models.CostModels` bundle (None for algorithms that
+    need none); `options`: algorithm settings such as the beam width.
+    """
+
+    models: object = None
+    seed: int = 0
+    options: dict = field(default_factory=dict)
+
+
+def register(name: str) -> Callable[[Sharder], Sharder]:
+    """Decorator: make `fn(tables, ndevices, max_mem_gb, ctx) -> Plan` available as `--alg name`."""
+    def wrap(fn: Sharder) -> Sharder:
+        if name in _REGISTRY and _REGISTRY[name] is not fn:
+            raise ValueError(f"sharding algorithm {name!r} registered twice")
+        _REGISTRY[name] = fn
+        return fn
+    return wrap
+
+
+def _load_entry_points() -> None:
+    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            obj = ep.load()
+        except Exception as e:  # noqa: BLE001 - a broken plug-in is named, not a traceback
+            raise NeuroShardError(f"sharder plug-in {ep.name!r} ({ep.value}) failed to load: "
+                                  f"{type(e).__name__}: {e}") from None
+        if callable(obj):
+            register(ep.name)(obj)
+
+
+def _load_all() -> None:
+    global _loaded
+    if _loaded:
+        return
+    for module in _MODULES:
+        importlib.import_module(module)
+    _load_entry_points()
+    _loaded = True
+
+
+def algorithm_names() -> list[str]:
+    """Registered algorithm names: the paper's order first, then any others sorted."""
+    _load_all()
+    known = [n for n in _ORDER if n in _REGISTRY]
+    return known + sorted(n for n in _REGISTRY if n not in _ORDER)
+
+
+def get_sharder(name: str) -> Sharder:
+    """The sharder registered as `name`; an unknown name is an error listing the valid ones."""
+    _load_all()
+    if name not in _REGISTRY:
+        raise NeuroShardError(f"unknown sharding algorithm {name!r}; choose from {', '.join(algorithm_names())}")
+    return _REGISTRY[name]

@@ -1,0 +1,95 @@
+"""Shard a set of tables with any registered algorithm: the planner's library call.
+
+    import neuroshard as ns
+    models = ns.CostModels.load("results/quick/models", ndevices=4)
+    tables = ns.tables_from_task(ns.read_dataset_configs("results/quick/dataset"), task)
+    result = ns.shard(tables, ndevices=4, max_mem_gb=1.0, models=models, alg="neuroshard", beam_k=3)
+    result.plan, result.cost_ms, result.breakdown, result.view, result.search_ms
+
+Every algorithm goes through this one function; the evaluation scripts call
+it per task. The returned plan has been validated (each table placed once,
+legal splits, memory per device) and, when cost models are given, simulated.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+from neuroshard.planner.registry import ShardingContext, get_sharder
+from neuroshard.planner.simulator import simulate, validate_plan
+from neuroshard.types import (CostBreakdown, InvalidPlanError, OutOfMemoryError, Plan, ShardTable, TableConfig,
+                              Task)
+
+
+@dataclass
+class ShardResult:
+    """A validated plan and, with cost models, its simulated cost.
+
+    `plan`: column steps, then the post-split tables on each device;
+    `cost_ms` and `breakdown`: the simulator's plan cost and per-device parts
+    (None without models); `view`: one entry per input table with its shards'
+    dims and devices; `search_ms`: wall time of the sharder.
+    """
+
+    alg: str
+    plan: Plan
+    cost_ms: float | None
+    breakdown: CostBreakdown | None
+    view: list[dict]
+    search_ms: float
+    tables: list[ShardTable]
+
+
+def tables_from_task(configs: Sequence[TableConfig], task: Task) -> list[ShardTable]:
+    """A task's tables (dataset table ids with dims) as the planner's input."""
+    return task.tables(configs)
+
+
+def as_shard_tables(tables: Sequence[ShardTable | TableConfig]) -> list[ShardTable]:
+    """ShardTables from ShardTables or from TableConfigs that carry a dim (table i uses id i)."""
+    out = []
+    for i, t in enumerate(tables):
+        if isinstance(t, ShardTable):
+            out.append(t)
+        elif isinstance(t, TableConfig):
+            if t.dim is None:
+                raise InvalidPlanError(f"table {i} has no dim")
+            out.append(ShardTable(i, i, t))
+        else:
+            raise TypeError(f"table {i}: expected a ShardTable or TableConfig, got {type(t).__name__}")
+    return out
+
+
+def shard(tables: Sequence[ShardTable | TableConfig], ndevices: int, max_mem_gb: float, models=None,
+          alg: str = "neuroshard", seed: int = 0, **options) -> ShardResult:
+    """Plan `tables` on `ndevices` devices of `max_mem_gb` GB with the algorithm `alg`.
+
+    `models`: a `CostModels` (needed by `neuroshard`, and for the simulated
+    cost); `seed`: for randomised algorithms; `options`: the algorithm's
+    settings (e.g. `beam_k=3`). Raises OutOfMemoryError when no plan fits
+    (or the algorithm returned one that does not), InvalidPlanError when it
+    returned a plan that breaks the rules.
+    """
+    from neuroshard.formats import plan_view
+
+    tables = as_shard_tables(tables)
+    sharder = get_sharder(alg)
+    ctx = ShardingContext(models=models, seed=seed, options=dict(options))
+    t0 = time.perf_counter()
+    plan = sharder(list(tables), ndevices, max_mem_gb, ctx)
+    search_ms = 1e3 * (time.perf_counter() - t0)
+    try:
+        if models is not None:
+            breakdown = simulate(tables, plan, models, max_mem_gb)  # validates the plan first
+        else:
+            validate_plan(tables, plan, ndevices, max_mem_gb)
+            breakdown = None
+    except OutOfMemoryError as e:
+        raise OutOfMemoryError(f"{alg} returned a plan that does not fit: {e}", size=e.size, max_mem=e.max_mem,
+                               used=e.used) from None
+    except InvalidPlanError as e:
+        raise InvalidPlanError(f"{alg} returned an invalid plan: {e}") from None
+    return ShardResult(alg=alg, plan=plan, cost_ms=None if breakdown is None else breakdown.cost,
+                       breakdown=breakdown, view=plan_view(tables, plan), search_ms=search_ms, tables=tables)

@@ -1,0 +1,142 @@
+"""Plan validation and the simulated plan cost (DESIGN §7).
+
+A plan's estimated cost comes from the three pre-trained cost models and
+nothing else: per device, `compute[r]` from the compute model (0 for an
+empty device), `bw[r]` from the backward comm model on the per-device dim
+sums, `skew[r] = compute[r] + bw[r] - min_r(compute + bw)`, `fw[r]` from the
+forward comm model on `dims + skew`; `total[r] = compute + bw + fw`; plan
+cost = `max_r total[r]`. Times in ms, sizes in GB.
+
+`score_placements` is the one plan-cost function: `simulate` calls it for one
+plan, the NeuroShard search for thousands of candidate placements at once,
+and reports go through `simulate`. Per-device compute costs come from
+`scorer.PlanScorer`, which keeps a running accumulator per device (see its
+docstring), in the same order for the search and for `simulate`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+
+from neuroshard.planner.scorer import PlanScorer, get_scorer, single_threaded_blas
+from neuroshard.types import (
+    BYTES_PER_ELEMENT,
+    CostBreakdown,
+    InvalidPlanError,
+    NeuroShardError,
+    OutOfMemoryError,
+    Plan,
+    ShardTable,
+    apply_column_steps,
+)
+
+# --------------------------------------------------------------------------- memory
+
+
+def mem_cap_elements(max_mem: float) -> int:
+    """Largest number of fp32 elements that fits in `max_mem` GB.
+
+    Memory is checked in whole elements (rows × dim, exact integers) so that
+    the search, the baselines' plans and the validator agree to the byte.
+    """
+    if not max_mem > 0:
+        raise NeuroShardError(f"max_mem must be > 0 GB, got {max_mem}")
+    return int(math.floor(max_mem * 2**30 / BYTES_PER_ELEMENT))
+
+
+def table_elements(table: ShardTable) -> int:
+    return int(table.config.row) * int(table.dim)
+
+
+def _gb(elements: int) -> float:
+    return elements * BYTES_PER_ELEMENT / 2**30
+
+
+def validate_plan(tables: Sequence[ShardTable], plan: Plan, ndevices: int, max_mem: float) -> list[ShardTable]:
+    """Check a plan against its task and return the post-split tables.
+
+    Raises InvalidPlanError when the plan has the wrong number of devices, an
+    illegal column step, a table index out of range, or a post-split table
+    placed twice or never; OutOfMemoryError (with the per-device GB used) when
+    a device holds more than `max_mem` GB.
+    """
+    if not isinstance(plan, Plan):
+        raise InvalidPlanError(f"expected a Plan, got {type(plan).__name__}")
+    if plan.ndevices != ndevices:
+        raise InvalidPlanError(f"plan has {plan.ndevices} devices, the task has {ndevices}")
+    split = apply_column_steps(tables, plan.column_steps)
+    owner: dict[int, int] = {}
+    for r, shard in enumerate(plan.shards):
+        for i in shard:
+            if isinstance(i, bool) or not isinstance(i, (int, np.integer)):
+                raise InvalidPlanError(f"device {r}: table index {i!r} is not an integer")
+            if not 0 <= i < len(split):
+                raise InvalidPlanError(f"device {r}: table {i} out of range (0..{len(split) - 1})")
+            if i in owner:
+                where = f"twice on device {r}" if owner[i] == r else f"on devices {owner[i]} and {r}"
+                raise InvalidPlanError(f"table {i} placed {where}")
+            owner[int(i)] = r
+    missing = [i for i in range(len(split)) if i not in owner]
+    if missing:
+        shown = missing[:10] + (["..."] if len(missing) > 10 else [])
+        raise InvalidPlanError(f"{len(missing)} table(s) placed on no device: {shown}")
+    cap = mem_cap_elements(max_mem)
+    used = [sum(table_elements(split[i]) for i in shard) for shard in plan.shards]
+    over = [r for r in range(ndevices) if used[r] > cap]
+    if over:
+        r = over[0]
+        raise OutOfMemoryError(
+            f"device {r} holds {_gb(used[r]):.4g} GB > max_mem {max_mem:g} GB "
+            f"(used per device: {', '.join(f'{_gb(u):.3g}' for u in used)} GB)",
+            size=_gb(used[r]), max_mem=max_mem, used=[_gb(u) for u in used])
+    return split
+
+
+# --------------------------------------------------------------------------- plan cost
+
+
+def score_placements(scorer: PlanScorer, compute: np.ndarray, dims: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The plan-cost function for M placements at once (DESIGN §7).
+
+    `compute` [M, n]: per-device compute ms (0 for empty devices); `dims`
+    [M, n]: per-device dim sums. Returns (bw, fw, total) [M, n] and cost [M]
+    = max over devices of total, all in ms.
+    """
+    compute = np.asarray(compute, dtype=np.float64)
+    bw, fw = scorer.comm(dims, compute)
+    total = compute + bw + fw
+    return bw, fw, total, total.max(axis=1)
+
+
+def simulate(tables: Sequence[ShardTable], plan: Plan, models, max_mem: float) -> CostBreakdown:
+    """Estimated per-device costs (ms) of a plan under the cost models (DESIGN §7).
+
+    `tables`: the task's tables before splits; `models`: a `CostModels`. Validates the
+    plan first: InvalidPlanError / OutOfMemoryError, never a score for a plan
+    that does not fit. The breakdown's `extra` holds per-device `dims`, `skew`
+    and `mem_gb`.
+    """
+    with single_threaded_blas():
+        return _simulate(tables, plan, models, max_mem)
+
+
+def _simulate(tables, plan, models, max_mem) -> CostBreakdown:
+    if not isinstance(plan, Plan):
+        raise InvalidPlanError(f"expected a Plan, got {type(plan).__name__}")
+    scorer = get_scorer(models)
+    n = plan.ndevices
+    if n != scorer.ndevices:
+        raise NeuroShardError(f"plan has {n} devices but the comm models are for {scorer.ndevices}")
+    split = validate_plan(tables, plan, n, max_mem)
+    emb = scorer.embed([t.config for t in split])
+    compute = scorer.shard_costs(emb, plan.shards)[None, :]
+    dims = np.array([[sum(split[i].dim for i in s) for s in plan.shards]], dtype=np.float64)
+    bw, fw, total, _ = score_placements(scorer, compute, dims)
+    ready = compute[0] + bw[0]
+    mem = [_gb(sum(table_elements(split[i]) for i in s)) for s in plan.shards]
+    return CostBreakdown(
+        compute=compute[0].tolist(), bw_comm=bw[0].tolist(), fw_comm=fw[0].tolist(),
+        extra={"dims": [int(d) for d in dims[0]], "skew": (ready - ready.min()).tolist(), "mem_gb": mem})

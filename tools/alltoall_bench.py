@@ -1,0 +1,57 @@
+"""Time one pooled-embedding all-to-all by hand (forward with straggler sleeps, backward gradients).
+
+    python tools/alltoall_bench.py --ndevices 4 --dims 64,256,128,32 --sleeps 0,3,0,1
+    python tools/alltoall_bench.py --ndevices 4 --dims 64,256,128,32 --check   # verify values
+    python tools/alltoall_bench.py --gpu_devices 0,1,2,3 --dims 512,256,768,128 --batch_size 65536
+
+Runs one torchrun job (gloo on CPU, NCCL on GPUs) of the benchmark the comm
+collector uses (`neuroshard.bench.comm`) and prints per-rank forward and
+backward ms and the algorithm bandwidth (GB/s).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from neuroshard.bench.comm import run_samples
+from neuroshard.bench.torchrun import DEFAULT_TIMEOUT_S
+from neuroshard.cli import add_device_arg, parse_int_list, resolve_device, resolve_ranks, run_main
+from neuroshard.types import ConfigError
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    add_device_arg(p)
+    p.add_argument("--ndevices", type=int, default=None, help="number of ranks (default: one per --dims entry)")
+    p.add_argument("--gpu_devices", default=None, help="GPUs to use, e.g. 0,1,2,3 (implies cuda)")
+    p.add_argument("--dims", required=True, help="per-rank dim sums, e.g. 64,256,128,32")
+    p.add_argument("--sleeps", default=None, help="per-rank start delays in ms, e.g. 0,3,0,1 (default: 0)")
+    p.add_argument("--batch_size", type=int, default=None,
+                   help="global batch B (default 4096 on CPU, 65536 on GPU); B %% ranks == 0")
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--iters", type=int, default=10)
+    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
+                   help="collective timeout in s; a hung rank ends the job after about this")
+    p.add_argument("--check", action="store_true", help="also verify exchanged values and gradients")
+    args = p.parse_args(argv)
+    dims = parse_int_list(args.dims, "--dims")
+    device, n = resolve_ranks(resolve_device("cuda" if args.gpu_devices else args.device),
+                              len(dims) if args.ndevices is None else args.ndevices, args.gpu_devices)
+    sleeps = [0.0] * n if args.sleeps is None else [float(x) for x in args.sleeps.split(",")]
+    if len(dims) != n or len(sleeps) != n:
+        raise ConfigError("--dims/--sleeps", f"need {n} values each (one per rank), got {len(dims)} and "
+                                             f"{len(sleeps)}")
+    batch = args.batch_size or (65536 if device == "cuda" else 4096)
+    res = run_samples([{"dims": dims, "sleeps": sleeps}], n, batch, warmup=args.warmup, iters=args.iters,
+                      device=device, gpu_devices=args.gpu_devices, timeout=args.timeout, check=args.check)[0]
+    print(f"all-to-all  B={batch}  ranks={n}  device={device}  sum(dims)={sum(dims)}")
+    print(f"{'rank':>4} {'dim':>6} {'sleep ms':>9} {'fw ms':>9} {'bw ms':>9}")
+    for r in range(n):
+        print(f"{r:>4} {dims[r]:>6} {sleeps[r]:>9.2f} {res.fw[r]:>9.3f} {res.bw[r]:>9.3f}")
+    print(f"algbw: forward {res.algbw_fw:.3f} GB/s, backward {res.algbw_bw:.3f} GB/s"
+          + ("  (values and gradients verified)" if args.check else ""))
+
+
+if __name__ == "__main__":
+    run_main(main)
