@@ -6,7 +6,7 @@ The planner as a library, in one import:
     models = ns.CostModels.load("results/quick/models", ndevices=4)    # checks ndevices once
     configs = ns.read_dataset_configs("results/quick/dataset")
     tables = ns.tables_from_task(configs, ns.read_tasks("results/quick/tasks/data.txt")[0])
-    # or your own tables: [ns.TableConfig(row=..., pooling_factor=..., bins=(...17 floats), dim=64), ...]
+    # or your own tables: [ns.TableConfig(row=..., pooling_factor=..., bins=ns.DEFAULT_BINS, dim=64), ...]
     result = ns.shard(tables, ndevices=4, max_mem_gb=1.0, models=models, alg="neuroshard", beam_k=3)
     result.plan, result.cost_ms, result.breakdown, result.view, result.search_ms
 
@@ -26,14 +26,14 @@ from neuroshard.formats import read_dataset_configs, read_plans, read_tasks, wri
 from neuroshard.planner.models import CostModels
 from neuroshard.planner.registry import ShardingContext, algorithm_names, get_sharder, register
 from neuroshard.planner.shard import ShardResult, shard, tables_from_task
-from neuroshard.types import (ConfigError, CostBreakdown, InputError, InvalidPlanError, NeuroShardError,
-                              OutOfMemoryError, Plan, PlanRecord, ShardTable, TableConfig, Task)
+from neuroshard.types import (DEFAULT_BINS, ConfigError, CostBreakdown, InputError, InvalidPlanError,
+                              NeuroShardError, OutOfMemoryError, Plan, PlanRecord, ShardTable, TableConfig, Task)
 
 __version__ = "0.2.0"
 
 __all__ = [
     "CostModels", "shard", "ShardResult", "tables_from_task", "read_dataset_configs", "read_tasks", "read_plans",
     "write_plans", "register", "algorithm_names", "get_sharder", "ShardingContext", "TableConfig", "Task",
-    "ShardTable", "Plan", "PlanRecord", "CostBreakdown", "NeuroShardError", "InputError", "ConfigError",
+    "ShardTable", "Plan", "PlanRecord", "CostBreakdown", "DEFAULT_BINS", "NeuroShardError", "InputError", "ConfigError",
     "OutOfMemoryError", "InvalidPlanError",
 ]

@@ -13,6 +13,10 @@ from typing import Any, Sequence
 
 NUM_BINS = 17
 BYTES_PER_ELEMENT = 4  # fp32 weights
+# The locality profile to assume for a table whose access counts are unknown: the aggregate
+# "Histogram of col sizes" of the public 2021 DLRM dataset (reference/, first block), i.e. the
+# share of distinct rows looked up once, 2 times, 3-4 times, ... in a batch.
+DEFAULT_BINS = (0.473, 0.152, 0.139, 0.112, 0.072, 0.032, 0.011, 0.005, 0.002, 0.001) + (0.0,) * 7
 
 
 def size_gb(row: int, dim: int) -> float:
@@ -294,16 +298,21 @@ class PlanRecord:
         """Equal for equal plans (compact JSON of the plan)."""
         return None if self.plan is None else json.dumps(self.plan.to_json(), separators=(",", ":"))
 
-    def to_json(self, view: bool = True) -> dict[str, Any]:
-        """The record as written to plans.json / results.json (derived costs included for readers)."""
+    def to_json(self, view: bool = True, measured: bool = False) -> dict[str, Any]:
+        """The record as written to plans.json / results.json (derived costs included for readers).
+
+        `measured`: a record of a hardware evaluation: "cost" and "plan_key" even when not run.
+        """
         d: dict[str, Any] = {
             "task": self.task, "alg": self.alg, "status": self.status, "message": self.message,
             "plan": None if self.plan is None else self.plan.to_json(),
             "estimated_cost": self.estimated_cost,
             "estimate": None if self.estimate is None else self.estimate.to_json(),
             "search_ms": self.search_ms, "num_tables": self.num_tables, "num_splits": self.num_splits}
+        if measured or self.measured is not None:
+            d.update(cost=self.cost, plan_key=self.plan_key)
         if self.measured is not None:
-            d.update(cost=self.cost, measured=self.measured.to_json(), plan_key=self.plan_key)
+            d["measured"] = self.measured.to_json()
         if self.e2e is not None:
             d.update(e2e_cost=self.e2e_cost, e2e=self.e2e)
         if view:

@@ -3,9 +3,8 @@ import sys
 
 import pytest
 
-from neuroshard.cli import atomic_write, parse_int_list, parse_range, write_json_atomic
-from neuroshard.sharders import algorithm_names, get_sharder
-from neuroshard.types import NeuroShardError
+from neuroshard.cli import parse_int_list, parse_range, resolve_ranks
+from neuroshard.types import ConfigError, NeuroShardError
 
 
 def _run(code):
@@ -34,19 +33,10 @@ def test_parsers():
         parse_int_list("a,b", "--gpu_devices")
 
 
-def test_atomic_write_leaves_old_file_on_failure(tmp_path):
-    p = tmp_path / "x.json"
-    write_json_atomic(p, {"a": 1})
-    with pytest.raises(RuntimeError):
-        with atomic_write(p) as fh:
-            fh.write("partial")
-            raise RuntimeError
-    assert p.read_text().startswith("{") and len(list(tmp_path.iterdir())) == 1
-
-
-def test_registry_lists_paper_algorithms_and_rejects_unknown():
-    names = algorithm_names()
-    assert names[:6] == ["neuroshard", "random", "dim_greedy", "lookup_greedy", "size_greedy",
-                         "size_lookup_greedy"]
-    with pytest.raises(NeuroShardError, match="unknown sharding algorithm 'nope'"):
-        get_sharder("nope")
+def test_resolve_ranks_checks_the_device_flags():
+    assert resolve_ranks("cpu", None, None) == ("cpu", 4)
+    assert resolve_ranks("cpu", 2, None) == ("cpu", 2)
+    with pytest.raises(ConfigError, match="--ndevices: need at least 1 rank, got 0"):
+        resolve_ranks("cpu", 0, None)
+    with pytest.raises(ConfigError, match="--gpu_devices"):
+        resolve_ranks("cpu", None, "0,1")

@@ -13,9 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from neuroshard.dataset import SyntheticSpec, generate_synthetic
+from neuroshard.data.synthetic import SyntheticSpec, generate_synthetic
 from neuroshard.formats import read_plans, write_dataset, write_tasks
-from neuroshard.models import linear_comm_model, linear_compute_model, save_model
+from neuroshard.planner.models import save_model
+from neuroshard.planner.nets import linear_comm_model, linear_compute_model
 from neuroshard.types import Task, size_gb
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -86,18 +87,30 @@ def test_eval_script_measures_every_algorithm_and_reports_oom(setup, capsys):
                                                                                m["fw_comm"])])
     # the plans handed to the job are the ones eval_simulator's code computed, with their estimates
     plans = read_plans(out / "plans.json")
-    assert [(p["task"], p["alg"]) for p in plans] == [(r["task"], r["alg"]) for r in results]
-    assert all(p["estimated_cost"] == r["estimated_cost"] for p, r in zip(plans, results))
+    assert [(p.task, p.alg) for p in plans] == [(r["task"], r["alg"]) for r in results]
+    assert all(p.estimated_cost == r["estimated_cost"] for p, r in zip(plans, results))
     for name in ("config.json", "results.csv", "ranks.csv", "summary.csv", "summary.md"):
         assert (out / name).exists()
 
 
+# eval.py's own main and run_main, with the job's rank entry point swapped for one that fails
+# (tests/faulty_ranks.py): production code has no fault flag.
+_WITH_FAULTY_RANKS = """
+import runpy, sys
+from neuroshard.cli import run_main
+from neuroshard.eval import hardware
+hardware.WORKER_MODULE = "tests.faulty_ranks"
+script = runpy.run_path(sys.argv[1])
+run_main(lambda: script["main"](sys.argv[2:]))
+"""
+
+
 def test_eval_script_failing_rank_exits_nonzero_with_its_message(setup, tmp_path):
     _, args = setup
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = dict(os.environ, PYTHONPATH=str(ROOT), FAULTY_RANKS="hardware:1:0:raise")
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, str(ROOT / "eval.py"), *args, "--alg", "neuroshard", "--out_dir",
-                           str(tmp_path / "out"), "--fault", "1:0:raise"], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-c", _WITH_FAULTY_RANKS, str(ROOT / "eval.py"), *args, "--alg",
+                           "neuroshard", "--out_dir", str(tmp_path / "out")], capture_output=True, text=True,
                           timeout=150, env=env, cwd=tmp_path)
     assert time.monotonic() - t0 < 120
     assert proc.returncode == 1

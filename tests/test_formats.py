@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from neuroshard import formats as F
-from neuroshard.types import InputError, InvalidPlanError, Plan, Task, TableConfig
+from neuroshard.types import CostBreakdown, InputError, InvalidPlanError, Plan, PlanRecord, Task, TableConfig
 
 BINS = tuple([0.0] * 16 + [1.0])
 
@@ -498,19 +498,17 @@ def test_plans_round_trip(tmp_path):
     tables = two_table_task()
     plan = Plan((0,), ((0,), (1, 2)))
     records = [
-        {"task": 0, "alg": "dim_greedy", "plan": plan, "view": F.plan_view(tables, plan),
-         "cost": torch.tensor(1.5).item(), "breakdown": {"compute": [1.0, 0.5]}},
-        {"task": 1, "alg": "dim_greedy", "plan": None, "error": "out of memory"},
+        PlanRecord(0, "dim_greedy", plan=plan, view=F.plan_view(tables, plan), search_ms=1.5, num_tables=2,
+                   estimate=CostBreakdown([1.0, 0.5], [0.25, 0.25], [0.5, 0.5], {"dims": [8, 32]})),
+        PlanRecord(1, "dim_greedy", status="oom", message="out of memory", num_tables=2),
     ]
     path = tmp_path / "plans.json"
     F.write_plans(path, records)
     back = F.read_plans(path)
-    assert back[0] == records[0] and back[1] == records[1]
-    assert isinstance(back[0]["plan"], Plan)
+    assert back == records
+    assert isinstance(back[0].plan, Plan) and back[0].estimated_cost == 1.75 and back[0].num_splits == 1
     text = path.read_text()
     assert '   {"table": 1, "shards": [{"dim": 16, "device": 1}]}' in text.splitlines()
-    F.write_plans(path, [{**records[0], "plan": plan.to_json()}])  # plain JSON plans are accepted too
-    assert F.read_plans(path)[0]["plan"] == plan
     F.write_plans(path, [])
     assert F.read_plans(path) == []
 
@@ -518,10 +516,15 @@ def test_plans_round_trip(tmp_path):
 @pytest.mark.parametrize("data, fragments", [
     ({"task": 0}, ["JSON list"]),
     ([{"alg": "x", "plan": None}], ["record 0", '"task"']),
-    ([{"task": 0, "plan": None}, {"task": 1}], ["record 1 (task 1)", 'missing "plan"']),
-    ([{"task": 0, "plan": {"column_steps": [], "shards": [[0, "1"]]}}], ["record 0", '"shards"', '"1"']),
-    ([{"task": 0, "plan": {"shards": [[0]]}}], ["record 0", '"column_steps"']),
-    ([{"task": 0, "plan": [1, 2]}], ["record 0", '"plan" must be an object']),
+    ([{"task": 0, "alg": "x", "plan": None, "status": "oom"}, {"task": 1, "alg": "x"}],
+     ["record 1 (task 1)", 'missing "plan"']),
+    ([{"task": 0, "alg": "x", "plan": {"column_steps": [], "shards": [[0, "1"]]}}],
+     ["record 0", '"shards"', '"1"']),
+    ([{"task": 0, "alg": "x", "plan": {"shards": [[0]]}}], ["record 0", '"column_steps"']),
+    ([{"task": 0, "alg": "x", "plan": [1, 2]}], ["record 0", '"plan" must be an object']),
+    ([{"task": 0, "plan": None}], ["record 0 (task 0)", '"alg"']),
+    ([{"task": 0, "alg": "x", "plan": None}], ["record 0 (task 0)", '"status"']),
+    ([{"task": 0, "alg": "x", "plan": None, "status": "ok"}], ["record 0 (task 0)", "status 'ok' with no plan"]),
 ])
 def test_plans_malformed(tmp_path, data, fragments):
     path = tmp_path / "plans.json"
@@ -534,3 +537,12 @@ def test_plans_invalid_json_names_line(tmp_path):
     path.write_text('[\n {"task": 0,\n  "plan": nul}\n]\n')
     expect_error(lambda: F.read_plans(path), path, "invalid JSON", line=3)
 
+
+def test_atomic_write_leaves_old_file_on_failure(tmp_path):
+    p = tmp_path / "x.json"
+    F.write_json_atomic(p, {"a": 1})
+    with pytest.raises(RuntimeError):
+        with F.atomic_write(p) as fh:
+            fh.write("partial")
+            raise RuntimeError
+    assert p.read_text().startswith("{") and len(list(tmp_path.iterdir())) == 1

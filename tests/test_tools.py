@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from test_dataset import REFERENCE, check_tiny_configs, write_tiny_public
+from tests.data.test_public import check_tiny_configs, write_tiny_public
+from tests.data.test_stats import REFERENCE
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -210,9 +210,6 @@ def bench_sample(dims: Sequence[int], sleep_ms: float, rank: int, batch_size: in
     grad_in = torch.empty(batch_size * dims[rank], device=device)
     sleep_s = sleep_ms / 1000.0
 
-    def barrier():
-        barrier(dist, device)
-
     def forward_barrier():
         if state is not None:
             state["phase"] = "forward barrier"
@@ -233,7 +230,7 @@ def bench_sample(dims: Sequence[int], sleep_ms: float, rank: int, batch_size: in
         if state is not None:
             state["phase"] = "forward all-to-all"
         exchange_forward(x, dims, rank, batch_size, out=out)
-        barrier()
+        barrier(dist, device)
         return slept  # time.sleep overshoots; subtract what was really slept
 
     def backward_once():
@@ -370,7 +367,7 @@ class CommJob(TorchrunJob):
                  warmup: int = 5, iters: int = 10, device: str = "cpu",
                  gpu_devices: str | None = None, timeout: float = DEFAULT_TIMEOUT_S,
                  startup_timeout: float = DEFAULT_STARTUP_TIMEOUT_S, check: bool = False,
-                 work_dir: str | None = None, keep_dir: bool = False, worker_module: str = WORKER_MODULE):
+                 work_dir: str | None = None, keep_dir: bool = False, worker_module: str | None = None):
         if ndevices < 1:
             raise ConfigError("--ndevices", f"need at least 1 rank, got {ndevices}")
         if batch_size < 1 or batch_size % ndevices:
@@ -386,7 +383,7 @@ class CommJob(TorchrunJob):
         args = ["--batch_size", str(batch_size), "--warmup", str(warmup), "--iters", str(iters)]
         if check:
             args.append("--check")
-        super().__init__(worker_module, args, ndevices, len(self.samples), device=device,
+        super().__init__(worker_module or WORKER_MODULE, args, ndevices, len(self.samples), device=device,
                          gpu_devices=gpu_devices, timeout=timeout, startup_timeout=startup_timeout,
                          work_dir=work_dir, keep_dir=keep_dir)
 

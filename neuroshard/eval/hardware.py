@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -31,6 +31,7 @@ DEFAULT_TIMEOUT_S = 120.0  # collective timeout: a hung rank ends the job after 
 FW_SLEEP_MODES = ("skew", "none")
 
 
+@dataclass(frozen=True)
 class HardwareConfig:
     """How the plans are measured.
 
@@ -90,7 +91,7 @@ class HardwareJob(TorchrunJob):
     job_prefix = "hw_eval_job_"
 
     def __init__(self, plans_path, data_dir, task_path, num_plans: int, cfg: HardwareConfig, *,
-                 work_dir: str | None = None, keep_dir: bool = False, worker_module: str = WORKER_MODULE):
+                 work_dir: str | None = None, keep_dir: bool = False, worker_module: str | None = None):
         cfg.validate()
         self.cfg = cfg
         self.job = {"plans": os.path.abspath(plans_path), "data_dir": os.path.abspath(data_dir),
@@ -100,7 +101,7 @@ class HardwareJob(TorchrunJob):
         # A plan takes one compute turn per rank, each bounded by the collective timeout
         # (the waiting ranks' barrier would fire first), plus the all-to-alls.
         stall = (cfg.ndevices + 2) * cfg.timeout + WATCHDOG_GRACE_S
-        super().__init__(worker_module, [], cfg.ndevices, num_plans, device=cfg.device,
+        super().__init__(worker_module or WORKER_MODULE, [], cfg.ndevices, num_plans, device=cfg.device,
                          gpu_devices=cfg.gpu_devices, timeout=cfg.timeout, startup_timeout=cfg.startup_timeout,
                          stall_timeout=stall, work_dir=work_dir, keep_dir=keep_dir)
 
@@ -111,7 +112,7 @@ class HardwareJob(TorchrunJob):
 
 def measure_plans(plans_path, data_dir, task_path, cfg: HardwareConfig, *,
                   on_result: Callable[[dict], None] | None = None, work_dir: str | None = None,
-                  worker_module: str = WORKER_MODULE) -> list[dict]:
+                  worker_module: str | None = None) -> list[dict]:
     """Measure every plan of `plans_path` (written by `formats.write_plans`) in one job.
 
     Returns one raw measurement per runnable plan (see `runnable`), in file
@@ -161,7 +162,7 @@ def check_plans(records: Sequence[PlanRecord], configs, tasks: Sequence[Task], n
 def run_evaluation(records: Sequence[PlanRecord], data_dir, task_path, cfg: HardwareConfig, out_dir,
                    algs: Sequence[str], num_tasks: int, config: dict | None = None,
                    show: Callable[[str], None] | None = print,
-                   worker_module: str = WORKER_MODULE) -> tuple[list[PlanRecord], dict]:
+                   worker_module: str | None = None) -> tuple[list[PlanRecord], dict]:
     """Write the plans to `out_dir/plans.json`, measure them all in one job, write and return
     (results, summary). Records without a plan (out of memory, invalid) are reported, not run."""
     from neuroshard.eval.hardware_merge import merge_results

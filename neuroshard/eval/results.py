@@ -353,7 +353,7 @@ def write_outputs(out_dir, records: Sequence[PlanRecord], summary: dict, config:
         write_json_atomic(out / CONFIG_JSON, config)
     if plans:
         write_plans(out / PLANS_JSON, records)
-    write_json_atomic(out / RESULTS_JSON, [r.to_json(view=False) for r in records])
+    write_json_atomic(out / RESULTS_JSON, [r.to_json(view=False, measured=hw) for r in records])
     columns = _HW_COLUMNS if hw else _SIM_COLUMNS
     with atomic_write(out / RESULTS_CSV) as fh:
         fh.write(csv_text([h for h, _ in columns], ([get(r) for _, get in columns] for r in records)))

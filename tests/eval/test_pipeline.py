@@ -6,13 +6,13 @@ import sys
 from pathlib import Path
 
 from neuroshard.formats import read_comm_data, read_compute_data, read_dataset, read_plans, read_tasks
-from neuroshard.pipeline import Step, run_steps
+from neuroshard.eval.pipeline import Step, run_steps
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _driver(out: Path, *extra):
-    return subprocess.run([sys.executable, "-m", "neuroshard.pipeline", "--preset", "tiny", "--out_dir", str(out),
+    return subprocess.run([sys.executable, "-m", "neuroshard.eval.pipeline", "--preset", "tiny", "--out_dir", str(out),
                            *extra], cwd=ROOT, capture_output=True, text=True, timeout=600)
 
 

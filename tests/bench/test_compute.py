@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from neuroshard.compute_bench import BenchTable, IndexRangeError, ShardBenchmark, bench_tables
-from neuroshard.dataset import SyntheticSpec, generate_synthetic
+from neuroshard.bench.compute import BenchTable, IndexRangeError, ShardBenchmark, bench_tables
+from neuroshard.data.synthetic import SyntheticSpec, generate_synthetic
 from neuroshard.formats import Dataset
 from neuroshard.types import NeuroShardError, Task, apply_column_steps
 

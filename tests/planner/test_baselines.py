@@ -5,8 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from neuroshard import baselines
-from neuroshard.sharders import ShardingContext, algorithm_names, get_sharder
+from neuroshard.planner import baselines
+from neuroshard.planner.registry import ShardingContext, algorithm_names, get_sharder
 from neuroshard.types import OutOfMemoryError, Plan, Task, TableConfig
 
 BINS = (0.0,) * 17

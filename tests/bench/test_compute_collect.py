@@ -7,13 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from neuroshard.compute_collect import (ERRORS_TXT, CollectSettings, ShardSampler, augment_table_configs, collect,
-                                        measure_noise_floor)
-from neuroshard.dataset import SyntheticSpec, generate_synthetic
+from neuroshard.bench.compute_collect import (ERRORS_TXT, ComputeCollectConfig, FbgemmMeasurer, ShardSampler,
+                                              augment_table_configs, augmented_bench_tables, collect,
+                                              measure_noise_floor)
+from neuroshard.data.synthetic import SyntheticSpec, generate_synthetic
 from neuroshard.formats import read_compute_data, read_table_configs, write_dataset
 from neuroshard.types import InputError, NeuroShardError, TableConfig
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MAX_MEM = 0.001  # GB: keeps the workers' weight arenas small
 
 
@@ -26,9 +27,44 @@ def dataset_dir(tmp_path_factory):
     return d
 
 
-def settings(dataset_dir, out_dir, n, workers=1, **kw):
-    return CollectSettings(dataset_dir=str(dataset_dir), out_dir=str(out_dir), data_size=n, max_tables=4,
-                           max_mem=MAX_MEM, max_dim=16, devices=["cpu"] * workers, warmup=1, iters=2, **kw)
+# The subprocess tests time 20 iterations per shard (each after a cache flush), so that a shard takes
+# long enough for a kill or Ctrl-C to land mid-run.
+SLOW_ITERS = 20
+
+
+def config(**kw):
+    return ComputeCollectConfig(**{"max_tables": 4, "max_mem": MAX_MEM, "max_dim": 16, "warmup": 1, "iters": 2,
+                                   **kw})
+
+
+class FaultyMeasurer:
+    """The real FBGEMM measurer, except that the `fail`-th call in the whole run raises and the
+    `crash`-th kills its worker (calls counted across workers in a locked file)."""
+
+    def __init__(self, dataset_dir, counter, fail: int, crash: int):
+        configs = read_table_configs(Path(dataset_dir) / "table_configs.json")
+        self.real = FbgemmMeasurer(dataset_dir, augmented_bench_tables(augment_table_configs(configs, 16),
+                                                                       len(configs)), warmup=1, iters=2)
+        self.counter, self.fail, self.crash = str(counter), fail, crash
+
+    def __call__(self, device, seed):
+        measure = self.real(device, seed)
+
+        def faulty(ids):
+            import fcntl
+
+            with open(self.counter, "a+") as fh:
+                fcntl.flock(fh, fcntl.LOCK_EX)
+                fh.seek(0)
+                call = len(fh.read())
+                fh.write("x")
+            if call == self.fail:
+                raise RuntimeError("poisoned sample")
+            if call == self.crash:
+                os._exit(3)
+            return measure(ids)
+
+        return faulty
 
 
 def check_lines(out_dir, n):
@@ -65,11 +101,10 @@ def test_sampler_respects_limits_and_seed():
         ShardSampler(aug, 5, 1e-9, seed=0)
 
 
-def test_two_workers_poisoned_sample_and_dead_worker(dataset_dir, tmp_path, monkeypatch):
-    monkeypatch.setenv("NEUROSHARD_TEST_FAIL_TASKS", "2")
-    monkeypatch.setenv("NEUROSHARD_TEST_CRASH_TASKS", "5")
+def test_two_workers_poisoned_sample_and_dead_worker(dataset_dir, tmp_path):
     out = tmp_path / "c"
-    summary = collect(settings(dataset_dir, out, 10, workers=2), progress=False)
+    faulty = FaultyMeasurer(dataset_dir, tmp_path / "calls", fail=2, crash=5)
+    summary = collect(dataset_dir, out, config(), 10, ["cpu"] * 2, progress=False, make_measurer=faulty)
     assert (summary.new, summary.failed, summary.total) == (10, 2, 10)
     check_lines(out, 10)
     errors = (out / ERRORS_TXT).read_text().splitlines()
@@ -79,19 +114,18 @@ def test_two_workers_poisoned_sample_and_dead_worker(dataset_dir, tmp_path, monk
     assert summary.workers.samples == 10 and 0 < summary.workers.kernel_share < 1
 
     # the noise-floor mode re-measures collected shards with the same pool
-    monkeypatch.delenv("NEUROSHARD_TEST_FAIL_TASKS")
-    monkeypatch.delenv("NEUROSHARD_TEST_CRASH_TASKS")
     report = measure_noise_floor(out, dataset_dir, 3, ["cpu"], warmup=1, iters=2, progress=False)
-    assert report["num_shards"] == 3 and len(report["shards"]) == 3
+    assert report["num_samples"] == 3 and len(report["samples"]) == 3
     for key in ("fresh_vs_stored", "fresh_vs_fresh"):
-        assert report[key]["n"] == 3 and report[key]["median"] >= 0
+        assert report["targets"]["cost"][key]["n"] == 3 and report["targets"]["cost"][key]["median"] >= 0
 
 
 def _start(dataset_dir, out, n):
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "NEUROSHARD_TEST_SAMPLE_DELAY_S": "0.2"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, str(ROOT / "collect_compute_cost_data.py"), "--dataset_dir", str(dataset_dir),
            "--out_dir", str(out), "--data_size", str(n), "--max_tables", "4", "--max_mem", str(MAX_MEM),
-           "--max_dim", "16", "--warmup", "1", "--iters", "2", "--device", "cpu", "--num_workers", "1", "--quiet"]
+           "--max_dim", "16", "--warmup", "1", "--iters", str(SLOW_ITERS), "--device", "cpu", "--num_workers", "1",
+           "--quiet"]
     return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
 
 
@@ -126,16 +160,17 @@ def test_killed_run_resumes_without_duplicates_or_torn_lines_and_keeps_its_setti
     with open(out / "data.txt", "ab") as fh:  # what a kill inside a write would leave
         fh.write(b"1,2")
     before = [line for line in (out / "data.txt").read_bytes().splitlines(keepends=True) if line.endswith(b"\n")]
-    summary = collect(settings(dataset_dir, out, 12), progress=False)
+    slow = config(iters=SLOW_ITERS)
+    summary = collect(dataset_dir, out, slow, 12, ["cpu"], progress=False)
     assert summary.existing == len(before) and summary.total == 12
     lines = check_lines(out, 12)
     assert [line + b"\n" for line in lines[:len(before)]] == before
 
-    assert collect(settings(dataset_dir, out, 12), progress=False).new == 0  # already complete
+    assert collect(dataset_dir, out, slow, 12, ["cpu"], progress=False).new == 0  # already complete
     with pytest.raises(InputError, match="augmented table list differs"):
-        collect(CollectSettings(**{**vars(settings(dataset_dir, out, 14)), "max_dim": 8}), progress=False)
+        collect(dataset_dir, out, config(iters=SLOW_ITERS, max_dim=8), 14, ["cpu"], progress=False)
     with pytest.raises(InputError, match="iters"):
-        collect(CollectSettings(**{**vars(settings(dataset_dir, out, 14)), "iters": 3}), progress=False)
+        collect(dataset_dir, out, config(iters=3), 14, ["cpu"], progress=False)
     check_lines(out, 12)
 
 

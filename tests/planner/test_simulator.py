@@ -2,10 +2,11 @@ import numpy as np
 import pytest
 import torch
 
-from neuroshard.models import (CommCostModel, ComputeCostModel, feature_stats, linear_comm_model, linear_compute_model,
-                               table_features)
-from neuroshard.sharders import ShardingContext
-from neuroshard.simulator import PlanScorer, get_scorer, mem_cap_elements, score_placements, simulate, validate_plan
+from neuroshard.planner.models import CostModels
+from neuroshard.planner.nets import (CommCostModel, ComputeCostModel, feature_stats, linear_comm_model,
+                                     linear_compute_model, table_features)
+from neuroshard.planner.scorer import PlanScorer, get_scorer
+from neuroshard.planner.simulator import mem_cap_elements, score_placements, simulate, validate_plan
 from neuroshard.types import InvalidPlanError, OutOfMemoryError, Plan, ShardTable, TableConfig
 
 BINS = tuple([1 / 17] * 17)
@@ -20,12 +21,12 @@ def diagonal_comm_model(kind: str, n: int, a: float, b: float, c: float = 0.0) -
     return linear_comm_model(kind, n, weight, np.full(n, c))
 
 
-def hand_models(n=2) -> ShardingContext:
-    return ShardingContext(linear_compute_model(0.01, 0.5), diagonal_comm_model("fw", n, 0.01, 0.5, 0.2),
-                           diagonal_comm_model("bw", n, 0.02, 0.0, 0.1))
+def hand_models(n=2) -> CostModels:
+    return CostModels(linear_compute_model(0.01, 0.5), diagonal_comm_model("fw", n, 0.01, 0.5, 0.2),
+                      diagonal_comm_model("bw", n, 0.02, 0.0, 0.1))
 
 
-def random_models(n, seed=0, scale=5.0) -> ShardingContext:
+def random_models(n, seed=0, scale=5.0) -> CostModels:
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     configs = [random_config(rng).with_dim(int(d)) for _ in range(40) for d in (4, 8, 16, 32, 64, 128)]
@@ -33,7 +34,7 @@ def random_models(n, seed=0, scale=5.0) -> ShardingContext:
     cm = ComputeCostModel(mean, std, target_scale=scale).eval()
     fw = CommCostModel("fw", n, torch.full((2 * n,), 64.0), torch.full((2 * n,), 64.0), target_scale=2.0).eval()
     bw = CommCostModel("bw", n, torch.full((n,), 64.0), torch.full((n,), 64.0), target_scale=2.0).eval()
-    return ShardingContext(cm, fw, bw)
+    return CostModels(cm, fw, bw)
 
 
 def random_config(rng) -> TableConfig:
@@ -86,20 +87,20 @@ def test_numpy_scorer_agrees_with_torch_models():
     tables = [ShardTable(i, i, c) for i, c in enumerate(configs)]
     shards = ((0, 5, 7), (1, 2), (3, 4, 6, 8, 9), (10, 11))
     bd = simulate(tables, Plan((), shards), models, max_mem=100.0)
-    want_compute = models.compute_model.predict_sets(configs, [list(s) for s in shards])
+    want_compute = models.compute.predict_sets(configs, [list(s) for s in shards])
     np.testing.assert_allclose(bd.compute, want_compute, rtol=1e-4, atol=1e-5)
     dims = np.array([[sum(configs[i].dim for i in s) for s in shards]], dtype=np.float32)
-    want_bw = models.bw_model.predict(dims)[0]
+    want_bw = models.bw.predict(dims)[0]
     np.testing.assert_allclose(bd.bw_comm, want_bw, rtol=1e-4, atol=1e-5)
     ready = np.asarray(bd.compute) + np.asarray(bd.bw_comm)
-    want_fw = models.fw_model.predict(dims, (ready - ready.min())[None].astype(np.float32))[0]
+    want_fw = models.fw.predict(dims, (ready - ready.min())[None].astype(np.float32))[0]
     np.testing.assert_allclose(bd.fw_comm, want_fw, rtol=1e-4, atol=1e-5)
 
 
 def test_torch_fallback_gives_the_same_costs():
     models = random_models(2, seed=5)
-    fast = PlanScorer(models.compute_model, models.fw_model, models.bw_model)
-    slow = PlanScorer(models.compute_model, models.fw_model, models.bw_model)
+    fast = PlanScorer(models.compute, models.fw, models.bw)
+    slow = PlanScorer(models.compute, models.fw, models.bw)
     slow._table = slow._head = slow._fw = slow._bw = None  # as for a model layout it does not know
     rng = np.random.default_rng(1)
     configs = [random_config(rng).with_dim(16) for _ in range(5)]

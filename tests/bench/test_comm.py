@@ -9,8 +9,10 @@ import time
 import pytest
 import torch
 
-from neuroshard import comm_bench as cb
-from neuroshard.types import InputError
+from neuroshard.bench import comm as cb
+from neuroshard.bench import torchrun
+from neuroshard.bench.torchrun import JobError
+from neuroshard.types import ConfigError
 
 
 def simulated_all_to_all(sends, in_splits, out_splits):
@@ -63,9 +65,9 @@ def test_algbw_by_hand():
 
 
 def test_batch_not_divisible_is_a_clear_error():
-    with pytest.raises(InputError, match="multiple of the number of ranks"):
+    with pytest.raises(ConfigError, match="multiple of the number of ranks"):
         cb.CommJob([{"dims": [4, 4, 4], "sleeps": [0, 0, 0]}], 3, 100)
-    with pytest.raises(InputError, match="expected 2"):
+    with pytest.raises(ConfigError, match="expected 2"):
         cb.CommJob([{"dims": [4, 4, 4], "sleeps": [0, 0, 0]}], 2, 8)
 
 
@@ -77,7 +79,7 @@ def _assert_no_survivors(job_dir, within=15.0):
     deadline = time.monotonic() + within
     alive = pids
     while alive and time.monotonic() < deadline:
-        alive = [p for p in pids if cb._pid_alive(p) and job_dir in cb._cmdline(p)]
+        alive = [p for p in pids if torchrun._pid_alive(p) and job_dir in torchrun._cmdline(p)]
         time.sleep(0.1)
     assert not alive, f"ranks still running: {alive}"
 
@@ -99,13 +101,14 @@ def test_gloo_4_ranks_checks_values_and_returns_per_rank_medians(tmp_path):
     assert not os.path.exists(job_dir)  # cleaned up after success
 
 
-def test_rank_that_raises_ends_the_job_with_its_message(tmp_path):
+def test_rank_that_raises_ends_the_job_with_its_message(tmp_path, monkeypatch):
+    monkeypatch.setenv("FAULTY_RANKS", "comm:1:1:raise")
     samples = [{"dims": [8, 16], "sleeps": [0.0, 0.0]}] * 3
     t0 = time.monotonic()
     got = []
-    with pytest.raises(cb.CommBenchError) as err:
+    with pytest.raises(JobError) as err:
         with cb.CommJob(samples, 2, 8, warmup=1, iters=2, timeout=10, work_dir=str(tmp_path),
-                        fault="1:1:raise") as job:
+                        worker_module="tests.faulty_ranks") as job:
             for r in job.results():
                 got.append(r.index)
     assert time.monotonic() - t0 < 60
@@ -115,12 +118,13 @@ def test_rank_that_raises_ends_the_job_with_its_message(tmp_path):
     _assert_no_survivors(job.job_dir)
 
 
-def test_hung_rank_is_named_and_the_job_ends_within_the_timeout(tmp_path):
+def test_hung_rank_is_named_and_the_job_ends_within_the_timeout(tmp_path, monkeypatch):
+    monkeypatch.setenv("FAULTY_RANKS", "comm:0:0:hang")
     samples = [{"dims": [8, 16], "sleeps": [0.0, 0.0]}] * 2
     t0 = time.monotonic()
-    with pytest.raises(cb.CommBenchError) as err:
+    with pytest.raises(JobError) as err:
         with cb.CommJob(samples, 2, 8, warmup=1, iters=2, timeout=3, work_dir=str(tmp_path),
-                        fault="0:0:hang") as job:
+                        worker_module="tests.faulty_ranks") as job:
             list(job.results())
     assert time.monotonic() - t0 < 60
     msg = str(err.value)

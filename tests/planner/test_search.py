@@ -4,10 +4,12 @@ import numpy as np
 import pytest
 import torch
 
-from neuroshard.models import CommCostModel, ComputeCostModel, NUM_FEATURES, feature_stats, table_features
-from neuroshard.search import SearchConfig, grid_search, search
-from neuroshard.sharders import ShardingContext, get_sharder
-from neuroshard.simulator import get_scorer, simulate, validate_plan
+from neuroshard.planner.models import NUM_FEATURES, CostModels
+from neuroshard.planner.nets import CommCostModel, ComputeCostModel, feature_stats, table_features
+from neuroshard.planner.registry import ShardingContext, get_sharder
+from neuroshard.planner.scorer import get_scorer
+from neuroshard.planner.search import SearchConfig, grid_search, search
+from neuroshard.planner.simulator import simulate, validate_plan
 from neuroshard.types import (NeuroShardError, OutOfMemoryError, Plan, ShardTable, TableConfig, apply_column_steps,
                               can_split)
 
@@ -21,7 +23,7 @@ def random_config(rng) -> TableConfig:
     return TableConfig(int(10 ** rng.uniform(2, 6)), float(rng.uniform(1, 30)), tuple(rng.dirichlet(np.ones(17))))
 
 
-def random_models(n, seed=0) -> ShardingContext:
+def random_models(n, seed=0) -> CostModels:
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     configs = [random_config(rng).with_dim(int(d)) for _ in range(40) for d in (4, 8, 16, 32, 64, 128)]
@@ -29,10 +31,10 @@ def random_models(n, seed=0) -> ShardingContext:
     cm = ComputeCostModel(mean, std, target_scale=5.0).eval()
     fw = CommCostModel("fw", n, torch.full((2 * n,), 64.0), torch.full((2 * n,), 64.0), target_scale=2.0).eval()
     bw = CommCostModel("bw", n, torch.full((n,), 64.0), torch.full((n,), 64.0), target_scale=2.0).eval()
-    return ShardingContext(cm, fw, bw)
+    return CostModels(cm, fw, bw)
 
 
-def linear_models(n, per_dim=0.01, base=0.5) -> ShardingContext:
+def linear_models(n, per_dim=0.01, base=0.5) -> CostModels:
     """compute(shard) = base + per_dim * dim sum; no communication cost."""
     cm = ComputeCostModel(torch.zeros(NUM_FEATURES), torch.ones(NUM_FEATURES), target_scale=1.0)
     with torch.no_grad():
@@ -51,7 +53,7 @@ def linear_models(n, per_dim=0.01, base=0.5) -> ShardingContext:
             for p in m.parameters():
                 p.zero_()
         comm.append(m.eval())
-    return ShardingContext(cm.eval(), comm[0], comm[1])
+    return CostModels(cm.eval(), comm[0], comm[1])
 
 
 def random_task(rng, T, dims=(8, 16, 32, 64, 128)) -> list[ShardTable]:
@@ -278,7 +280,7 @@ def test_no_plan_fits_is_an_out_of_memory_error():
     tables = [ShardTable(0, 0, TableConfig(rows, 1.0, BINS, 4))]
     with pytest.raises(OutOfMemoryError, match="no placement"):
         search(tables, 2, 1.0, linear_models(2))
-    ctx = linear_models(2)
+    ctx = ShardingContext(models=linear_models(2))
     with pytest.raises(OutOfMemoryError):
         get_sharder("neuroshard")(tables, 2, 1.0, ctx)
 
@@ -300,7 +302,7 @@ def test_deterministic_and_registered_with_options():
     a = search(tables, 4, 1.0, models)
     b = search(tables, 4, 1.0, models)
     assert a.plan == b.plan and a.cost == b.cost
-    ctx = ShardingContext(models.compute_model, models.fw_model, models.bw_model,
+    ctx = ShardingContext(models,
                           options={"beam_k": 3, "beam_n": 10, "max_length": 10, "grid_steps": 11, "other": 1})
     assert get_sharder("neuroshard")(tables, 4, 1.0, ctx) == a.plan
     ctx.options = {"max_length": 0}

@@ -2,9 +2,10 @@ import numpy as np
 import pytest
 import torch
 
-from neuroshard.models import (TABLE_EMBED_DIM, CommCostModel, ComputeCostModel, feature_stats, linear_comm_model,
-                               linear_compute_model, load_comm_model, load_compute_model, load_model, save_model,
-                               table_features)
+from neuroshard.planner.models import (TABLE_EMBED_DIM, load_comm_model, load_compute_model, load_model,
+                                       save_model)
+from neuroshard.planner.nets import (CommCostModel, ComputeCostModel, feature_stats, linear_comm_model,
+                                     linear_compute_model, table_features)
 from neuroshard.types import InputError, TableConfig
 
 BINS = tuple([0.25] * 4 + [0.0] * 13)

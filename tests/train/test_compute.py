@@ -7,13 +7,15 @@ import numpy as np
 import pytest
 import torch
 
-from neuroshard.compute_train import build_model, companion_paths, shard_tensors, train_compute_model
 from neuroshard.formats import write_compute_data
-from neuroshard.models import load_model, table_features
-from neuroshard.training import TrainConfig, regression_metrics
+from neuroshard.planner.models import load_model
+from neuroshard.planner.nets import table_features
+from neuroshard.train.compute import build_model, shard_tensors, train_compute_model
+from neuroshard.train.loop import TrainConfig, companion_paths
+from neuroshard.train.metrics import regression_metrics
 from neuroshard.types import InputError, TableConfig
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ENV = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
 
 

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from neuroshard.tasks import TaskSpec, generate_tasks
+from neuroshard.data.tasks import TaskSpec, generate_tasks
 from neuroshard.types import NeuroShardError, TableConfig, dim_set, size_gb
 
 BINS = (0.0,) * 17

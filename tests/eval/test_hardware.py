@@ -9,12 +9,20 @@ import time
 
 import pytest
 
-from neuroshard import comm_bench as cb
-from neuroshard.dataset import SyntheticSpec, generate_synthetic
+from neuroshard.bench import torchrun
+from neuroshard.bench.torchrun import JobError
+from neuroshard.data.synthetic import SyntheticSpec, generate_synthetic
+from neuroshard.eval.hardware import HardwareConfig, check_plans, measure_plans, shard_layout
+from neuroshard.eval.hardware_merge import merge_results
+from neuroshard.eval.results import hardware_summary as summarize
+from neuroshard.eval.results import simulator_accuracy, write_outputs
 from neuroshard.formats import plan_view, read_plans, write_dataset, write_plans, write_tasks
-from neuroshard.hardware_eval import (HardwareConfig, HardwareEvalError, check_plans, measure_plans, merge_results,
-                                      shard_layout, simulator_accuracy, summarize, write_outputs)
-from neuroshard.types import Plan, Task
+from neuroshard.types import CostBreakdown, Plan, PlanRecord, Task
+
+
+def _breakdown(cost: float, n: int = 2) -> CostBreakdown:
+    """A breakdown whose plan cost is `cost` (rank 0 carries it all)."""
+    return CostBreakdown([cost] + [0.0] * (n - 1), [0.0] * n, [0.0] * n)
 
 
 @pytest.fixture(scope="module")
@@ -27,13 +35,13 @@ def tiny(tmp_path_factory):
     write_tasks(d / "tasks.txt", tasks)
     records = [
         # table 2 (dim 32) split into two 16s: post-split tables 0..4 with dims 16, 8, 16, 16, 16
-        {"task": 0, "alg": "a", "plan": Plan((2,), ((0, 4), (1, 2, 3))), "estimate": {"cost": 2.0}},
-        {"task": 0, "alg": "b", "plan": None, "status": "oom", "message": "device 0 holds 9 GB > max_mem 1 GB"},
-        {"task": 1, "alg": "a", "plan": Plan((), ((0, 1), ())), "estimate": {"cost": 1.0}},  # rank 1 empty
+        PlanRecord(0, "a", plan=Plan((2,), ((0, 4), (1, 2, 3))), estimate=_breakdown(2.0)),
+        PlanRecord(0, "b", status="oom", message="device 0 holds 9 GB > max_mem 1 GB"),
+        PlanRecord(1, "a", plan=Plan((), ((0, 1), ())), estimate=_breakdown(1.0)),  # rank 1 empty
     ]
     for r in records:
-        if r["plan"] is not None:
-            r["view"] = plan_view(tasks[r["task"]].tables(configs), r["plan"])
+        if r.plan is not None:
+            r.view = plan_view(tasks[r.task].tables(configs), r.plan)
     write_plans(d / "plans.json", records)
     return d, configs, tasks
 
@@ -48,15 +56,15 @@ def test_shard_layout_applies_splits(tiny):
 
 def test_plans_from_a_file_are_checked_against_the_tasks(tiny):
     _, configs, tasks = tiny
-    records = [{"task": 1, "alg": "a", "plan": Plan((), ((0, 1), ())), "estimated_cost": 1.0},
-               {"task": 1, "alg": "b", "plan": Plan((), ((0,), (1,), ())), "estimated_cost": 1.0},
-               {"task": 0, "alg": "c", "plan": None, "status": "oom", "message": "no room"}]
+    records = [PlanRecord(1, "a", plan=Plan((), ((0, 1), ())), estimate=_breakdown(1.0)),
+               PlanRecord(1, "b", plan=Plan((), ((0,), (1,), ())), estimate=_breakdown(1.0, 3)),
+               PlanRecord(0, "c", status="oom", message="no room")]
     fits, wrong, oom = check_plans(records, configs, tasks, ndevices=2, max_mem=1.0)
-    assert fits["plan"] is not None and fits["estimated_cost"] == 1.0
-    assert wrong["status"] == "invalid" and wrong["plan"] is None and "3 devices" in wrong["message"]
-    assert oom["status"] == "oom"
+    assert fits.plan is not None and fits.estimated_cost == 1.0
+    assert wrong.status == "invalid" and wrong.plan is None and "3 devices" in wrong.message
+    assert oom.status == "oom"
     tight = check_plans(records[:1], configs, tasks, ndevices=2, max_mem=1e-6)[0]
-    assert (tight["status"], tight["plan"], tight["estimated_cost"]) == ("oom", None, None)
+    assert (tight.status, tight.plan, tight.estimated_cost) == ("oom", None, None)
 
 
 def test_two_rank_job_measures_each_plan_and_reports_oom(tiny):
@@ -76,40 +84,49 @@ def test_two_rank_job_measures_each_plan_and_reports_oom(tiny):
     assert len(a["e2e"]["iters"]) == 2 and a["e2e"]["cost"] > 0
 
     results = merge_results(read_plans(d / "plans.json"), measured)
-    assert [(r["task"], r["alg"], r["status"]) for r in results] == [(0, "a", "ok"), (0, "b", "oom"), (1, "a", "ok")]
+    assert [(r.task, r.alg, r.status) for r in results] == [(0, "a", "ok"), (0, "b", "oom"), (1, "a", "ok")]
     r = results[0]
     total = [c + bw + fw for c, bw, fw in zip(a["compute"], a["bw_comm"], a["fw_comm"])]
-    assert r["measured"]["total"] == pytest.approx(total)
-    assert r["cost"] == pytest.approx(max(total))
-    assert r["estimated_cost"] == 2.0 and r["e2e_cost"] == a["e2e"]["cost"]
-    assert results[1]["cost"] is None and "measured" not in results[1] and "max_mem" in results[1]["message"]
+    assert r.measured.total == pytest.approx(total)
+    assert r.cost == pytest.approx(max(total))
+    assert r.estimated_cost == 2.0 and r.e2e_cost == a["e2e"]["cost"]
+    assert results[1].cost is None and results[1].measured is None and "max_mem" in results[1].message
 
     summary = summarize(results, ["a", "b"], 2)
     rows = {row["alg"]: row for row in summary["algorithms"]}
     assert (rows["a"]["valid"], rows["b"]["valid"], rows["b"]["oom"]) == (2, 0, 1)
-    assert rows["a"]["average"] == pytest.approx((results[0]["cost"] + results[2]["cost"]) / 2)
+    assert rows["a"]["average"] == pytest.approx((results[0].cost + results[2].cost) / 2)
     write_outputs(d / "out", results, summary)
     for name in ("results.json", "results.csv", "ranks.csv", "summary.json", "summary.csv", "summary.md"):
         assert (d / "out" / name).stat().st_size > 0
     assert len((d / "out" / "ranks.csv").read_text().splitlines()) == 1 + 4  # header + 2 plans x 2 ranks
 
 
-def test_failing_rank_ends_the_job_with_its_message(tiny, tmp_path):
+def test_failing_rank_ends_the_job_with_its_message(tiny, tmp_path, monkeypatch):
     d, _, _ = tiny
+    monkeypatch.setenv("FAULTY_RANKS", "hardware:1:1:raise")
     cfg = HardwareConfig(ndevices=2, warmup=1, iters=1, timeout=10)
     t0 = time.monotonic()
-    with pytest.raises(HardwareEvalError, match=r"rank 1 \(plan 1, .*injected fault") as info:
-        measure_plans(d / "plans.json", d / "ds", d / "tasks.txt", cfg, fault="1:1:raise", work_dir=str(tmp_path))
+    with pytest.raises(JobError, match=r"rank 1 \(plan 1, .*injected fault") as info:
+        measure_plans(d / "plans.json", d / "ds", d / "tasks.txt", cfg, work_dir=str(tmp_path),
+                      worker_module="tests.faulty_ranks")
     assert time.monotonic() - t0 < 90
     assert "after 1 of 2 plans" in str(info.value)
     [job_dir] = glob.glob(str(tmp_path / "hw_eval_job_*"))
     pids = [int(open(p).read()) for p in glob.glob(os.path.join(job_dir, "rank*.pid"))]
-    assert len(pids) == 2 and not [p for p in pids if cb._pid_alive(p) and job_dir in cb._cmdline(p)]
+    assert len(pids) == 2 and not [p for p in pids if torchrun._pid_alive(p) and job_dir in torchrun._cmdline(p)]
+
+
+_PLANS: dict = {}
 
 
 def _result(task, alg, est, meas, plan="p"):
-    return {"task": task, "alg": alg, "status": "ok", "estimated_cost": est, "cost": meas,
-            "plan_key": f"{plan}{task}{alg}", "estimate": {}, "measured": {}}
+    """A measured record with estimated cost `est` and measured cost `meas` (one device); records get
+    different plans unless they name the same `plan` key."""
+    key = f"{plan}{task}{alg}" if plan == "p" else plan
+    p = _PLANS.setdefault(key, Plan((), ((len(_PLANS),),)))
+    return PlanRecord(task, alg, plan=p, estimate=CostBreakdown([est], [0.0], [0.0]),
+                      measured=CostBreakdown([meas], [0.0], [0.0]))
 
 
 def test_simulator_accuracy_by_hand():
@@ -117,7 +134,7 @@ def test_simulator_accuracy_by_hand():
         _result(0, "x", 10.0, 10.0), _result(0, "y", 12.0, 8.0), _result(0, "z", 20.0, 16.0),
         _result(1, "x", 5.0, 4.0), _result(1, "y", 6.0, 5.0),
         _result(1, "z", 6.0, 9.0),  # same estimate as y: a tie, left out
-        {"task": 1, "alg": "w", "status": "oom", "estimated_cost": None, "cost": None},
+        PlanRecord(1, "w", status="oom"),
     ]
     acc = simulator_accuracy(results)
     assert acc["plans"] == 6
@@ -128,7 +145,6 @@ def test_simulator_accuracy_by_hand():
     assert acc["pair_agreement"] == pytest.approx(4 / 5)
     # identical plans tie too, whatever the estimates say
     same = [_result(0, "x", 1.0, 2.0, plan="q"), _result(0, "y", 2.0, 1.0, plan="q")]
-    same[1]["plan_key"] = same[0]["plan_key"]
     assert simulator_accuracy(same)["pairs_tied"] == 1
 
 
@@ -137,7 +153,7 @@ def test_summary_compares_on_common_tasks_by_hand():
         _result(0, "neuroshard", 9.0, 10.0), _result(1, "neuroshard", 9.0, 20.0),
         _result(0, "dim_greedy", 9.0, 15.0), _result(1, "dim_greedy", 9.0, 25.0),
         _result(0, "random", 9.0, 40.0),
-        {"task": 1, "alg": "random", "status": "oom", "estimated_cost": None, "cost": None},
+        PlanRecord(1, "random", status="oom"),
     ]
     s = summarize(results, ["neuroshard", "random", "dim_greedy"], 2)
     rows = {r["alg"]: r for r in s["algorithms"]}

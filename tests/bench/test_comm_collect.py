@@ -10,13 +10,14 @@ import time
 import numpy as np
 import pytest
 
-from neuroshard import comm_bench as cb
-from neuroshard import comm_collect as cc
-from neuroshard.comm_bench import SampleResult
+from neuroshard.bench import torchrun
+from neuroshard.bench import comm_collect as cc
+from neuroshard.bench.comm import SampleResult
 from neuroshard.formats import read_comm_data
-from neuroshard.types import InputError
+from neuroshard.formats import read_noise_floor, write_noise_floor
+from neuroshard.types import ConfigError, InputError
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 class FixedRng:
@@ -59,11 +60,11 @@ def test_draw_sample_respects_ranges():
 
 
 def test_config_validation():
-    with pytest.raises(InputError, match="multiple"):
+    with pytest.raises(ConfigError, match="multiple"):
         cc.CommCollectConfig(ndevices=3, batch_size=100).validate()
-    with pytest.raises(InputError, match="T_range"):
+    with pytest.raises(ConfigError, match="T_range"):
         cc.CommCollectConfig(T_range=(5, 2)).validate()
-    with pytest.raises(InputError, match="max_dim"):
+    with pytest.raises(ConfigError, match="max_dim"):
         cc.CommCollectConfig(max_dim=48).validate()
 
 
@@ -107,13 +108,11 @@ def test_resume_draws_new_samples_and_noise_floor(tmp_path, monkeypatch):
     # Noise floor: re-measured times are recorded + 10% of (recorded - ... ) -> exact ratio.
     FakeJob.offset = 0.0
     nf = cc.noise_floor(out, cfg, 5, progress=False)
-    assert nf["n_samples"] == 5 and nf["fw"]["median"] == 0.0 and nf["bw"]["n"] == 10
-    assert os.path.exists(os.path.join(out, cc.NOISE_FLOOR_JSON))
-
-
-def test_relative_differences_by_hand():
-    rel = cc.relative_differences(np.array([[2.0, 4.0], [0.0, 10.0]]), np.array([[3.0, 3.0], [5.0, 10.0]]))
-    assert rel.tolist() == [0.5, 0.25, 0.0]  # old == 0 dropped
+    fw, bw = (nf["targets"][k]["fresh_vs_stored"] for k in ("fw", "bw"))
+    assert nf["num_samples"] == 5 and fw["median"] == 0.0 and bw["n"] == 10
+    assert nf["targets"]["fw"]["fresh_vs_fresh"]["median"] == 0.0  # two interleaved repeats by default
+    write_noise_floor(out, nf)
+    assert read_noise_floor(out, "bw") == bw
 
 
 def _lines(path):
@@ -148,10 +147,10 @@ def test_resume_after_kill(tmp_path):
     pids = [int(open(p).read()) for p in glob.glob(os.path.join(job_dirs[0], "rank*.pid"))]
     assert len(pids) == 2
     deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and any(cb._pid_alive(p) and job_dirs[0] in cb._cmdline(p)
+    while time.monotonic() < deadline and any(torchrun._pid_alive(p) and job_dirs[0] in torchrun._cmdline(p)
                                               for p in pids):
         time.sleep(0.2)
-    assert not any(cb._pid_alive(p) and job_dirs[0] in cb._cmdline(p) for p in pids)
+    assert not any(torchrun._pid_alive(p) and job_dirs[0] in torchrun._cmdline(p) for p in pids)
 
     before = [line for line in _lines(data) if line]
     with open(data, "ab") as f:

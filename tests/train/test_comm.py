@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 import torch
 
-from neuroshard.comm_train import comm_tensors, train_comm_models
 from neuroshard.formats import CommSample, write_comm_data
-from neuroshard.models import load_comm_model
-from neuroshard.training import TrainConfig
+from neuroshard.planner.models import load_comm_model
+from neuroshard.train.comm import comm_tensors, train_comm_models
+from neuroshard.train.loop import TrainConfig
 from neuroshard.types import InputError
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def synthetic_samples(n_samples=240, ndevices=3, seed=0):
@@ -54,8 +54,9 @@ def test_train_checkpoint_round_trip_and_device_guard(tmp_path, one_thread):
     data.mkdir()
     samples = synthetic_samples()
     write_comm_data(data, samples)
-    (data / "noise_floor.json").write_text(json.dumps(
-        {"fw": {"median": 0.1, "mean": 0.12, "n": 8}, "bw": {"median": 0.2, "mean": 0.25, "n": 8}}))
+    (data / "noise_floor.json").write_text(json.dumps({"kind": "comm", "targets": {
+        "fw": {"fresh_vs_stored": {"median": 0.1, "mean": 0.12, "n": 8}},
+        "bw": {"fresh_vs_stored": {"median": 0.2, "mean": 0.25, "n": 8}}}}))
     fw_path, bw_path = tmp_path / "m" / "comm_3_fw.pt", tmp_path / "m" / "comm_3_bw.pt"
     cfg = TrainConfig(epochs=40, batch_size=64, lr=3e-3, seed=0)
     res = train_comm_models(data, cfg, fw_path, bw_path)

@@ -2,7 +2,7 @@ import time
 
 import pytest
 
-from neuroshard.timing import benchmark, flush_cpu_cache, median
+from neuroshard.bench.timing import benchmark, flush_cpu_cache, median
 
 
 def test_benchmark_counts_and_subtracts():
