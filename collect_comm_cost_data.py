@@ -18,7 +18,7 @@ import json
 
 from neuroshard.bench.comm_collect import CommCollectConfig, collect, noise_floor, print_summary
 from neuroshard.bench.torchrun import DEFAULT_TIMEOUT_S
-from neuroshard.cli import add_device_arg, parse_range, resolve_device, resolve_ranks, run_main
+from neuroshard.cli import add_device_arg, parse_range, resolve_devices, resolve_ranks, run_main
 from neuroshard.formats import NOISE_JSON, write_noise_floor
 
 
@@ -58,7 +58,7 @@ def main():
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     args = p.parse_args()
 
-    device, n = resolve_ranks(resolve_device("cuda" if args.gpu_devices else args.device),
+    device, n = resolve_ranks(resolve_devices(args.device, args.gpu_devices),
                               args.ndevices, args.gpu_devices)
     cfg = CommCollectConfig(
         ndevices=n, device=device,

@@ -7,7 +7,7 @@ Writes to --out_dir: table_configs.json (every dataset table once per dim),
 data.txt (one `ids cost_ms` line per shard, appended as results arrive),
 errors.txt (shards that failed, with the reason) and config.json. Rerun the
 same command to continue an interrupted run: --data_size counts all samples.
-On GPUs: --device cuda --gpu_devices 0,1 (one worker per GPU). Then
+On GPUs: --gpu_devices 0,1 (one worker per GPU). Then
 tools/compute_noise_floor.py tells how repeatable the measurements are.
 """
 
@@ -17,7 +17,7 @@ import sys
 
 from neuroshard.bench.compute_collect import ComputeCollectConfig, collect
 from neuroshard.bench.pool import worker_devices
-from neuroshard.cli import add_device_arg, parse_int_list, resolve_device, run_main
+from neuroshard.cli import add_device_arg, parse_int_list, resolve_devices, run_main
 
 
 def main():
@@ -25,8 +25,8 @@ def main():
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--data_size", type=int, default=100_000,
                    help="total samples wanted in --out_dir (samples already there count)")
-    p.add_argument("--gpu_devices", type=str, default="0",
-                   help="with --device cuda: comma list of GPUs, one worker each")
+    p.add_argument("--gpu_devices", type=str, default=None,
+                   help="comma list of GPUs, one worker each (implies --device cuda)")
     p.add_argument("--max_tables", type=int, default=15, help="tables per shard: uniform in 1..max_tables")
     p.add_argument("--max_mem", type=float, default=4.0, help="memory cap of one shard (GB)")
     p.add_argument("--max_dim", type=int, default=128, help="largest dim; the dim set halves down to 4")
@@ -49,8 +49,9 @@ def main():
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     args = p.parse_args()
 
-    device = resolve_device(args.device)
-    devices = worker_devices(device, parse_int_list(args.gpu_devices, "--gpu_devices"), args.num_workers)
+    device = resolve_devices(args.device, args.gpu_devices)
+    gpus = parse_int_list(args.gpu_devices, "--gpu_devices") if device == "cuda" else []
+    devices = worker_devices(device, gpus, args.num_workers)
     cfg = ComputeCollectConfig(max_tables=args.max_tables, max_mem=args.max_mem, max_dim=args.max_dim,
                                warmup=args.warmup, iters=args.iters, seed=args.seed, clock=args.clock,
                                device=device)

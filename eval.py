@@ -21,6 +21,15 @@ estimate, then `Average` and `Valid v / N` per algorithm as the upstream
 script did, the comparison table across algorithms and the simulator's
 accuracy (MAPE, Spearman, pairwise ordering agreement). Writes config.json,
 plans.json, results.json/.csv, ranks.csv and summary.json/.csv/.md to --out_dir.
+
+With --plans, every record is checked against the task file (a duplicate, a
+task the file does not have, or plans made for another task file are errors)
+and its estimate is simulated again, never read from the file.
+
+Interrupted (a failure, kill -9 or Ctrl-C)? Rerun the same command: the plans
+measured so far are kept in <out_dir>/.partial/ (measurement log, settings,
+the jobs' rank logs) and only the others are measured; .partial/ is removed
+once every plan is measured.
 """
 
 from __future__ import annotations
@@ -70,23 +79,24 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from neuroshard.cli import resolve_device, resolve_ranks
+    from neuroshard.checks import check_float
+    from neuroshard.cli import resolve_devices, resolve_ranks
     from neuroshard.eval import hardware as hw
     from neuroshard.eval import plans as ev
     from neuroshard.eval import results
-    from neuroshard.formats import read_dataset, read_plans
-    from neuroshard.types import InputError, NeuroShardError
+    from neuroshard.formats import read_dataset
+    from neuroshard.types import InputError
 
-    if not args.max_mem > 0:
-        raise NeuroShardError(f"--max_mem must be > 0 GB, got {args.max_mem}")
-    device, ndevices = resolve_ranks(resolve_device(args.device), args.ndevices, args.gpu_devices)
+    check_float("--max_mem", args.max_mem, 0.0, lo_open=True)
+    device, ndevices = resolve_ranks(resolve_devices(args.device, args.gpu_devices), args.ndevices, args.gpu_devices)
     cfg = hw.HardwareConfig(ndevices=ndevices, device=device, gpu_devices=args.gpu_devices, warmup=args.warmup,
                             iters=args.iters, fw_sleep=args.fw_sleep, end_to_end=args.end_to_end,
                             timeout=args.timeout, seed=args.seed)
     cfg.validate()
     options = SearchConfig.options_from_args(args)  # one-line error on a bad value, before any work
-    # The ranks exchange [B/ndevices, sum(dims)] slices: check B before planning.
-    batch = read_dataset(args.data_dir, validate=False).batch_size
+    # Every lookup index is checked against its table's rows here, naming data.pt: the ranks would
+    # otherwise find a bad one only after start-up. The ranks exchange [B/ndevices, sum(dims)] slices.
+    batch = read_dataset(args.data_dir).batch_size
     if batch % ndevices:
         raise InputError(args.data_dir, f"batch size {batch} is not a multiple of the {ndevices} ranks")
 
@@ -96,13 +106,7 @@ def main(argv=None) -> int:
                             args.max_tasks)
     n = len(inputs.tasks)
     if args.plans:
-        records = [r for r in read_plans(args.plans) if r.task < n]
-        algs = list(dict.fromkeys(r.alg for r in records))
-        if args.alg != "all":
-            wanted = ev.resolve_algs(args.alg)
-            records = [r for r in records if r.alg in wanted]
-            algs = [a for a in wanted if a in algs]
-        records = hw.check_plans(records, inputs.configs, inputs.tasks, ndevices, args.max_mem)
+        records, algs = ev.plans_from_file(args.plans, inputs, args.task_path, args.alg, ndevices, args.max_mem)
     else:
         algs = ev.resolve_algs(args.alg)
         records = ev.compute_plans(inputs.configs, inputs.tasks, algs, ndevices, args.max_mem, inputs.models,
@@ -117,7 +121,8 @@ def main(argv=None) -> int:
                   num_tasks=n, batch_size=batch)
     runnable = len(hw.runnable(records))
     print(f"measuring {runnable} plans ({len(records) - runnable} not run) on {ndevices} {device} ranks "
-          f"in one torchrun job", file=sys.stderr, flush=True)
+          f"in one torchrun job (resumable: rerun the same command after an interruption)", file=sys.stderr,
+          flush=True)
     _, summary = hw.run_evaluation(records, args.data_dir, args.task_path, cfg, args.out_dir, algs, n,
                                    config=config, show=show)
     results.print_summary(summary)
@@ -126,6 +131,8 @@ def main(argv=None) -> int:
         per = f", then {t['per_plan_s']:.1f} s per plan" if t["per_plan_s"] is not None else ""
         print(f"hardware job: {t['plans_measured']} plans in {t['job_s']:.1f} s (first result after "
               f"{t['first_plan_s']:.1f} s{per})", file=sys.stderr)
+    if t["plans_resumed"]:
+        print(f"{t['plans_resumed']} plans were measured by an earlier, interrupted run", file=sys.stderr)
     print(f"wrote {os.path.join(args.out_dir, results.SUMMARY_MD)} and the rest of the results", file=sys.stderr)
     return 0
 

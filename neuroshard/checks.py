@@ -65,3 +65,17 @@ def check_max_dim(name: str, value) -> int:
     except ValueError as e:
         raise ConfigError(name, str(e)) from None
     return value
+
+
+def check_output_file(name: str, path) -> None:
+    """`path` can be written as a file: not a directory, and no part of its parent is a file."""
+    from pathlib import Path
+
+    path = Path(path)
+    if path.is_dir():
+        raise ConfigError(name, f"{path} is a directory, expected a file path")
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ConfigError(name, f"cannot create {path}: {parent} is a file")
+            break

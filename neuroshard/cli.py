@@ -53,6 +53,25 @@ def resolve_device(name: str) -> str:
     return name
 
 
+def resolve_devices(device: str, gpu_devices: str | None) -> str:
+    """The device ("cpu" or "cuda") from `--device` and `--gpu_devices`: naming GPUs means CUDA, and
+    is an error with `--device cpu` or where no (or too few) CUDA devices are visible."""
+    if not gpu_devices:
+        return resolve_device(device)
+    ids = parse_int_list(gpu_devices, "--gpu_devices")
+    if device == "cpu":
+        raise ConfigError("--gpu_devices", f"GPUs {gpu_devices} were named with --device cpu")
+    import torch
+
+    visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if not visible:
+        raise ConfigError("--gpu_devices", f"GPUs {gpu_devices} were named but no CUDA device is visible")
+    bad = [g for g in ids if not 0 <= g < visible]
+    if bad or len(set(ids)) != len(ids) or not ids:
+        raise ConfigError("--gpu_devices", f"{gpu_devices}: need distinct ids in 0..{visible - 1}")
+    return "cuda"
+
+
 def parse_int_list(text: str, name: str) -> list[int]:
     """Parse '0,1,2' (a flag value) into ints; a one-line error names the flag."""
     try:

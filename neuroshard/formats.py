@@ -17,6 +17,8 @@ comm cost data dir     read_comm_data                             write_comm_dat
                                                                   format_comm_sample
 plans                  read_plans                                 write_plans (+ plan_view)
 noise floor JSON       read_noise_floor                           write_noise_floor
+measurement log        read_measurements                          open_append + append_line +
+                                                                  format_measurement
 run config.json        check_run_config (reads, compares, writes)
 =====================  =========================================  ===========================
 
@@ -612,7 +614,8 @@ def read_tasks(path, num_tables: int | None = None) -> list[Task]:
     """Read a task file: one task per line, `ids dims` (two comma lists of equal length).
 
     `ids` are dataset table ids (checked against `num_tables` when given; may
-    repeat); `dims` positive multiples of 4. Blank lines are skipped.
+    repeat); `dims` positive multiples of 4. Blank lines are skipped; a file
+    without any task is an error.
     """
     path = Path(path)
     _require_file(path)
@@ -639,6 +642,8 @@ def read_tasks(path, num_tables: int | None = None) -> list[Task]:
             if d <= 0 or d % 4:
                 raise InputError(path, f"dim {d} is not a positive multiple of 4", n)
         tasks.append(Task(tuple(ids), tuple(dims)))
+    if not tasks:
+        raise InputError(path, "no tasks in the file (expected one \"ids dims\" line per task)")
     return tasks
 
 
@@ -735,7 +740,7 @@ def read_comm_data(data_dir, ndevices: int | None = None) -> list[CommSample]:
 
     Each field is a comma list of length `ndevices` (when not given, the first
     sample's length, and every line must agree). Dims are multiples of 4 (sums
-    of table dims; 0 for an empty device); sleeps >= 0; times finite (ms).
+    of table dims; 0 for an empty device); sleeps and times finite and >= 0 (ms).
     A torn last line is skipped with a warning.
     """
     data_dir = Path(data_dir)
@@ -760,9 +765,10 @@ def read_comm_data(data_dir, ndevices: int | None = None) -> list[CommSample]:
         for d in dims:
             if d < 0 or d % 4:
                 raise InputError(path, f"dim sum {d} is not a non-negative multiple of 4", n)
-        for s in sleeps:
-            if s < 0:
-                raise InputError(path, f"negative sleep {s}", n)
+        for what, values in (("sleep", sleeps), ("fw", fw), ("bw", bw)):
+            bad = [v for v in values if v < 0]
+            if bad:
+                raise InputError(path, f"negative {what} {bad[0]!r} (ms)", n)
         samples.append(CommSample(dims, sleeps, fw, bw))
     return samples
 
@@ -931,3 +937,33 @@ def read_noise_floor(data_dir, target: str) -> dict | None:
         raise InputError(path, f"no noise floor for {target!r} (expected \"targets\": "
                                f"{{\"{target}\": {{\"fresh_vs_stored\": {{\"median\", \"mean\", \"n\"}}}}}})") from None
     return stats
+
+
+# =========================================================================== measurement log
+
+
+def format_measurement(key: str, measurement: dict) -> str:
+    """One line of eval.py's measurement log (no newline): `{"key": plan identity, "m": measurement}`."""
+    return json.dumps({"key": key, "m": measurement}, separators=(",", ":"), default=_json_default)
+
+
+def read_measurements(path) -> dict[str, dict]:
+    """eval.py's append-only measurement log: plan identity -> the job's raw measurement of it.
+
+    One JSON object per line (`format_measurement`); a torn last line is
+    skipped with a warning; a missing file is an empty log.
+    """
+    path = Path(path)
+    if not path.exists():
+        return {}
+    out = {}
+    for n, line in read_lines_tolerant(path):
+        try:
+            rec = json.loads(line)
+            key, m = rec["key"], rec["m"]
+            if not isinstance(key, str) or not isinstance(m, dict):
+                raise TypeError
+        except (ValueError, KeyError, TypeError):
+            raise InputError(path, f"not a measurement record: {_show(line)}", n) from None
+        out[key] = m
+    return out

@@ -8,6 +8,8 @@ one and hardly each other. Units: sizes in GB (2**30 bytes), times in ms.
 from __future__ import annotations
 
 import json
+import math
+import numbers
 from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
@@ -100,8 +102,24 @@ class TableConfig:
     dim: int | None = None
 
     def __post_init__(self):
+        # Every config is checked where it is made (file, generator or library call): a NaN or
+        # negative statistic would otherwise come out much later as a NaN cost or a false
+        # "out of memory".
+        if isinstance(self.row, bool) or not isinstance(self.row, numbers.Integral) or self.row < 1:
+            raise ValueError(f"row must be a positive integer, got {self.row!r}")
+        if isinstance(self.pooling_factor, bool) or not isinstance(self.pooling_factor, numbers.Real) \
+                or not math.isfinite(self.pooling_factor) or self.pooling_factor < 0:
+            raise ValueError(f"pooling_factor must be a finite number >= 0, got {self.pooling_factor!r}")
         if len(self.bins) != NUM_BINS:
             raise ValueError(f"expected {NUM_BINS} bins, got {len(self.bins)}")
+        for j, b in enumerate(self.bins):
+            if isinstance(b, bool) or not isinstance(b, numbers.Real) or not (0.0 <= b <= 1.0):
+                raise ValueError(f"bin_{j} must be a fraction in [0, 1], got {b!r}")
+        if sum(self.bins) > 1.0 + 1e-3:  # the published stats are rounded to 3 digits
+            raise ValueError(f"bins sum to {sum(self.bins):.6g} > 1 (they are fractions of the distinct rows)")
+        if self.dim is not None and (isinstance(self.dim, bool) or not isinstance(self.dim, numbers.Integral)
+                                     or self.dim <= 0 or self.dim % 4):
+            raise ValueError(f"dim must be a positive multiple of 4, got {self.dim!r}")
 
     def with_dim(self, dim: int) -> "TableConfig":
         return replace(self, dim=dim)
@@ -123,17 +141,9 @@ class TableConfig:
     def from_json(cls, d: dict) -> "TableConfig":
         """Build from a JSON object; raises KeyError/TypeError/ValueError on bad fields."""
         row = d["row"]
-        if isinstance(row, bool) or not isinstance(row, (int, float)) or row != int(row) or row < 1:
-            raise ValueError(f"row must be a positive integer, got {row!r}")
-        pf = float(d["pooling_factor"])
-        if not pf >= 0:
-            raise ValueError(f"pooling_factor must be >= 0, got {d['pooling_factor']!r}")
-        bins = tuple(float(d[f"bin_{j}"]) for j in range(NUM_BINS))
-        dim = d.get("dim")
-        if dim is not None:
-            if isinstance(dim, bool) or not isinstance(dim, int) or dim <= 0 or dim % 4:
-                raise ValueError(f"dim must be a positive multiple of 4, got {dim!r}")
-        return cls(int(row), pf, bins, dim)
+        if isinstance(row, float) and row == int(row):
+            row = int(row)  # 1000.0 is a row count written by a tool that only knows floats
+        return cls(row, d["pooling_factor"], tuple(d[f"bin_{j}"] for j in range(NUM_BINS)), d.get("dim"))
 
 
 @dataclass(frozen=True)

@@ -116,3 +116,80 @@ def test_eval_script_failing_rank_exits_nonzero_with_its_message(setup, tmp_path
     assert proc.returncode == 1
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("error: ") and "rank 1 (plan 0, before compute)" in last and "injected fault" in last
+
+
+def _wait_lines(path: Path, n: int, proc, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_bytes().count(b"\n") >= n:
+            return
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    raise AssertionError(f"no {n} measurements within {timeout} s")
+
+
+def _processes_mentioning(text: str) -> list[int]:
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                    if text.encode() in fh.read():
+                        pids.append(int(entry))
+            except OSError:
+                pass
+    return pids
+
+
+def _none_left(text: str, timeout: float = 30) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not _processes_mentioning(text):
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_eval_resumes_after_kill_and_ctrl_c_without_measuring_a_plan_twice(setup, tmp_path):
+    import signal
+
+    _, args = setup
+    out = tmp_path / "out"
+    # 20 timed iterations (each after a cache flush) so that a plan takes long enough to be interrupted
+    cmd = [sys.executable, str(ROOT / "eval.py"), *args, "--alg", "all", "--out_dir", str(out), "--iters", "20",
+           "--quiet"]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    log = out / ".partial" / "measurements.jsonl"
+
+    proc = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    _wait_lines(log, 1, proc)
+    os.killpg(proc.pid, signal.SIGKILL)  # kill -9, mid-way
+    proc.wait()
+    assert _none_left(str(out)), "ranks left behind after kill -9"
+    after_kill = log.read_bytes().count(b"\n")
+
+    proc = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    _wait_lines(log, after_kill + 1, proc)
+    os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C, mid-way
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and b"Traceback" not in err, err
+    assert _none_left(str(out)), "ranks left behind after Ctrl-C"
+    after_ctrl_c = log.read_bytes().count(b"\n")
+    assert after_kill < after_ctrl_c
+
+    done = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    runnable = sum(1 for r in json.loads((out / "results.json").read_text()) if r["plan"] is not None)
+    hw = summary["hardware"]
+    # every plan measured exactly once over the three runs
+    assert hw["plans_resumed"] == after_ctrl_c and hw["plans_resumed"] + hw["plans_measured"] == runnable
+    assert f"{after_ctrl_c} plans were measured by an earlier, interrupted run" in done.stderr
+    assert not (out / ".partial").exists()  # the log and the job folders go once every plan is measured
+    # the same plan set as an uninterrupted run would measure: the plans eval_simulator's code makes
+    results = json.loads((out / "results.json").read_text())
+    assert all(r["cost"] is not None for r in results if r["plan"] is not None)
+    assert [(p.task, p.alg, p.plan_key) for p in read_plans(out / "plans.json")] == \
+        [(r["task"], r["alg"], r["plan_key"]) for r in results]

@@ -15,7 +15,7 @@ import argparse
 
 from neuroshard.bench.comm import run_samples
 from neuroshard.bench.torchrun import DEFAULT_TIMEOUT_S
-from neuroshard.cli import add_device_arg, parse_int_list, resolve_device, resolve_ranks, run_main
+from neuroshard.cli import add_device_arg, parse_int_list, resolve_devices, resolve_ranks, run_main
 from neuroshard.types import ConfigError
 
 
@@ -36,7 +36,7 @@ def main(argv=None) -> None:
     p.add_argument("--check", action="store_true", help="also verify exchanged values and gradients")
     args = p.parse_args(argv)
     dims = parse_int_list(args.dims, "--dims")
-    device, n = resolve_ranks(resolve_device("cuda" if args.gpu_devices else args.device),
+    device, n = resolve_ranks(resolve_devices(args.device, args.gpu_devices),
                               len(dims) if args.ndevices is None else args.ndevices, args.gpu_devices)
     sleeps = [0.0] * n if args.sleeps is None else [float(x) for x in args.sleeps.split(",")]
     if len(dims) != n or len(sleeps) != n:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from neuroshard.bench.compute_collect import measure_noise_floor
 from neuroshard.bench.pool import worker_devices
-from neuroshard.cli import add_device_arg, parse_int_list, resolve_device, run_main
+from neuroshard.cli import add_device_arg, parse_int_list, resolve_devices, run_main
 from neuroshard.formats import NOISE_JSON, read_json, write_json_atomic
 
 
@@ -30,7 +30,7 @@ def main():
     p.add_argument("--num_samples", type=int, default=200, help="shards to re-measure")
     p.add_argument("--repeats", type=int, default=2, help="fresh measurements per shard")
     add_device_arg(p)
-    p.add_argument("--gpu_devices", type=str, default="0", help="with --device cuda: GPUs, one worker each")
+    p.add_argument("--gpu_devices", type=str, default=None, help="GPUs, one worker each (implies --device cuda)")
     p.add_argument("--num_workers", type=int, default=1, help="with --device cpu: benchmark processes "
                    "(use the count the data was collected with)")
     p.add_argument("--warmup", type=int, default=None, help="default: as recorded in <data_dir>/config.json")
@@ -48,8 +48,9 @@ def main():
     warmup = args.warmup if args.warmup is not None else recorded.get("warmup", 5)
     iters = args.iters if args.iters is not None else recorded.get("iters", 10)
     clock = args.clock or ("cpu" if recorded.get("clock") == "cpu" else "wall")
-    devices = worker_devices(resolve_device(args.device), parse_int_list(args.gpu_devices, "--gpu_devices"),
-                             args.num_workers)
+    device = resolve_devices(args.device, args.gpu_devices)
+    gpus = parse_int_list(args.gpu_devices, "--gpu_devices") if device == "cuda" else []
+    devices = worker_devices(device, gpus, args.num_workers)
     report = measure_noise_floor(args.data_dir, args.dataset_dir, args.num_samples, devices, warmup, iters,
                                  seed=args.seed, repeats=args.repeats, clock=clock)
     out_path = args.out_path or str(Path(args.data_dir) / NOISE_JSON)

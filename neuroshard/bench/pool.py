@@ -276,8 +276,10 @@ class WorkerPool:
 def worker_devices(device: str, gpu_devices: Sequence[int], num_workers: int) -> list[str]:
     """One device string per worker: a worker per listed GPU, or `num_workers` CPU workers."""
     if device == "cuda":
-        if not gpu_devices:
-            raise NeuroShardError("--gpu_devices: no GPU given")
+        if not gpu_devices:  # --device cuda alone: every visible GPU
+            import torch
+
+            gpu_devices = list(range(torch.cuda.device_count()))
         return [f"cuda:{g}" for g in gpu_devices]
     if num_workers < 1:
         raise NeuroShardError(f"--num_workers must be >= 1, got {num_workers}")

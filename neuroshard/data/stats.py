@@ -18,6 +18,7 @@ index distribution" = share of all lookups that hit indices of each bin.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -197,6 +198,8 @@ def parse_locality_stats(path) -> list[LocalityStats]:
             out = cast(value) if cast else value
         except ValueError:
             raise InputError(path, f"bad number {value!r} after '{prefix}'", i + 1) from None
+        if cast is float and not (math.isfinite(out) and out >= 0):
+            raise InputError(path, f"expected a finite number >= 0 after '{prefix}', got {value!r}", i + 1)
         i += 1
         return out
 

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -23,9 +24,13 @@ import numpy as np
 
 from neuroshard.bench.torchrun import DEFAULT_STARTUP_TIMEOUT_S, WATCHDOG_GRACE_S, TorchrunJob
 from neuroshard.checks import check_choice, check_float, check_int
-from neuroshard.types import InputError, InvalidPlanError, OutOfMemoryError, Plan, PlanRecord, Task, apply_column_steps
+from neuroshard.types import Plan, PlanRecord, Task, apply_column_steps
 
 JOB_FILE = "job.json"
+PARTIAL_DIR = ".partial"  # an unfinished evaluation: measurement log, settings, job folders
+MEASUREMENTS = "measurements.jsonl"
+# Settings that do not change what is measured: a resumed run may differ in them.
+_FREE_SETTINGS = ("quiet", "no_progress", "out_dir")
 WORKER_MODULE = "neuroshard.eval.hardware_rank"
 DEFAULT_TIMEOUT_S = 120.0  # collective timeout: a hung rank ends the job after about this
 FW_SLEEP_MODES = ("skew", "none")
@@ -137,68 +142,79 @@ def measure_plans(plans_path, data_dir, task_path, cfg: HardwareConfig, *,
 # =========================================================================== the whole run
 
 
-def check_plans(records: Sequence[PlanRecord], configs, tasks: Sequence[Task], ndevices: int,
-                max_mem: float) -> list[PlanRecord]:
-    """Re-validate plan records read from a file against the tasks (`--plans`): a plan for another
-    task file, device count or memory cap becomes "invalid"/"oom" (reported, not run)."""
-    from neuroshard.planner.simulator import validate_plan
-
-    out = []
-    for rec in records:
-        if rec.task >= len(tasks):
-            raise InputError("--plans", f"plan for task {rec.task} but the task file has {len(tasks)} tasks")
-        if rec.plan is not None:
-            try:
-                validate_plan(tasks[rec.task].tables(configs), rec.plan, ndevices, max_mem)
-            except OutOfMemoryError as e:
-                rec = replace(rec, plan=None, status="oom", message=str(e), estimate=None, view=None)
-            except InvalidPlanError as e:
-                rec = replace(rec, plan=None, status="invalid", message=f"plan does not fit task {rec.task}: {e}",
-                              estimate=None, view=None)
-        out.append(rec)
-    return out
+def plan_identity(rec: PlanRecord, repeat: int = 0) -> str:
+    """What a measurement in the log is of: the task, the algorithm, the plan itself and the repeat."""
+    return json.dumps([rec.task, rec.alg, rec.plan_key, repeat], separators=(",", ":"))
 
 
 def run_evaluation(records: Sequence[PlanRecord], data_dir, task_path, cfg: HardwareConfig, out_dir,
                    algs: Sequence[str], num_tasks: int, config: dict | None = None,
                    show: Callable[[str], None] | None = print,
                    worker_module: str | None = None) -> tuple[list[PlanRecord], dict]:
-    """Write the plans to `out_dir/plans.json`, measure them all in one job, write and return
-    (results, summary). Records without a plan (out of memory, invalid) are reported, not run."""
+    """Measure every plan record with a plan in one job; write and return (results, summary).
+
+    Records without a plan (out of memory, invalid) are reported, not run.
+    Resumable: each measurement is appended (fsynced) to
+    `<out_dir>/.partial/measurements.jsonl` as it arrives, so a rerun after a
+    failure, a kill or Ctrl-C (with the same settings, checked against
+    `.partial/config.json`) measures only the plans not measured yet. The job
+    folders (ranks' logs) live in `.partial/jobs/`; a failed job's folder is
+    kept there. When every plan is measured, the results are written and
+    `.partial/` is removed. One evaluation per `out_dir` at a time.
+    """
     from neuroshard.eval.hardware_merge import merge_results
     from neuroshard.eval.results import PLANS_JSON, format_measured, hardware_summary, write_outputs
-    from neuroshard.formats import write_json_atomic, write_plans
+    from neuroshard.formats import (append_line, check_run_config, format_measurement, open_append,
+                                    read_measurements, write_json_atomic, write_plans)
 
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    if config is not None:
-        write_json_atomic(out / "config.json", config)
-    plans_path = out / PLANS_JSON
-    write_plans(plans_path, records)
-    items = runnable(records)
-    if show is not None:
-        for rec in records:
-            if rec.plan is None:
-                show(format_measured(rec, num_tasks))
-
-    stamps = [time.perf_counter()]
-
-    def arrived(m: dict) -> None:
-        stamps.append(time.perf_counter())
+    partial = out / PARTIAL_DIR
+    partial.mkdir(parents=True, exist_ok=True)
+    log_path = partial / MEASUREMENTS
+    with open_append(log_path, exclusive=True) as log:  # also drops a torn last line of a killed run
+        settings = {**(config or {}), "hardware": cfg.to_json(), "worker_module": worker_module}
+        check_run_config(partial, {k: v for k, v in settings.items() if k not in _FREE_SETTINGS})
+        if config is not None:
+            write_json_atomic(out / "config.json", config)
+        write_plans(out / PLANS_JSON, records)
+        done = read_measurements(log_path)
+        items = runnable(records)
+        todo = [r for r in items if plan_identity(r) not in done]
+        resumed = len(items) - len(todo)
         if show is not None:
-            [res] = merge_results([items[m["i"]]], [m])
-            show(format_measured(res, num_tasks))
+            for rec in records:
+                if rec.plan is None:
+                    show(format_measured(rec, num_tasks))
+            for rec in items:
+                m = done.get(plan_identity(rec))
+                if m is not None:
+                    [res] = merge_results([rec], [m])
+                    show(format_measured(res, num_tasks) + " (measured in an earlier run)")
+        todo_path = partial / "todo.json"
+        write_plans(todo_path, todo)
+        stamps = [time.perf_counter()]
 
-    # the job's scratch dir (kept, with the ranks' logs, if the job fails) lives beside the results
-    measured = measure_plans(plans_path, data_dir, task_path, cfg, on_result=arrived, work_dir=str(out),
-                             worker_module=worker_module)
-    results = merge_results(records, measured)
-    summary = hardware_summary(results, algs, num_tasks)
-    # wall time: the whole job (start-up included) and per plan (time between results after the first)
-    job_s = time.perf_counter() - stamps[0]
-    per_plan = np.diff(stamps[1:])
-    summary["hardware"] = {**cfg.to_json(), "plans_measured": len(items), "job_s": job_s,
-                           "first_plan_s": stamps[1] - stamps[0] if len(stamps) > 1 else None,
-                           "per_plan_s": float(np.median(per_plan)) if len(per_plan) else None}
-    write_outputs(out, results, summary, plans=False)
+        def arrived(m: dict) -> None:
+            stamps.append(time.perf_counter())
+            rec = todo[m["i"]]
+            append_line(log, format_measurement(plan_identity(rec), m))
+            done[plan_identity(rec)] = m
+            if show is not None:
+                [res] = merge_results([rec], [m])
+                show(format_measured(res, num_tasks))
+
+        if todo:
+            measure_plans(todo_path, data_dir, task_path, cfg, on_result=arrived, work_dir=str(partial / "jobs"),
+                          worker_module=worker_module)
+        results = merge_results(records, [done[plan_identity(r)] for r in items])
+        summary = hardware_summary(results, algs, num_tasks)
+        # wall time: the whole job (start-up included) and per plan (time between results after the first)
+        job_s = time.perf_counter() - stamps[0]
+        per_plan = np.diff(stamps[1:])
+        summary["hardware"] = {**cfg.to_json(), "plans_measured": len(todo), "plans_resumed": resumed,
+                               "job_s": job_s if todo else 0.0,
+                               "first_plan_s": stamps[1] - stamps[0] if len(stamps) > 1 else None,
+                               "per_plan_s": float(np.median(per_plan)) if len(per_plan) else None}
+        write_outputs(out, results, summary, plans=False)
+    shutil.rmtree(partial, ignore_errors=True)
     return results, summary

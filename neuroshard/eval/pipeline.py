@@ -22,8 +22,9 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from neuroshard.checks import check_int
 from neuroshard.formats import write_json_atomic
-from neuroshard.types import NeuroShardError
+from neuroshard.types import ConfigError, NeuroShardError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -211,8 +212,8 @@ def main() -> int:
     preset = PRESETS[args.preset]
     if args.gpu_devices:
         preset = replace(preset, ndevices=len(args.gpu_devices.split(",")))
-    if args.ndevices:
-        preset = replace(preset, ndevices=args.ndevices)
+    if args.ndevices is not None:
+        preset = replace(preset, ndevices=check_int("--ndevices", args.ndevices, 1))
     if preset.gpu and not args.gpu_devices:
         raise NeuroShardError(f"preset {preset.name!r} is meant for GPUs: pass --gpu_devices (e.g. 0,1,2,3)")
     if args.preset == "paper" and not args.data:
@@ -226,7 +227,13 @@ def main() -> int:
     os.chdir(ROOT)
     out.mkdir(parents=True, exist_ok=True)
     steps = build_steps(preset, out, data, args.gpu_devices)
-    only = set(args.only.split(",")) if args.only else None
+    only = None
+    if args.only is not None:
+        only = {k.strip() for k in args.only.split(",") if k.strip()}
+        unknown = sorted(only - {st.key for st in steps})
+        if unknown or not only:
+            raise ConfigError("--only", f"unknown step {', '.join(unknown) or repr(args.only)}; the steps are "
+                                        f"{', '.join(st.key for st in steps)}")
 
     t0 = time.perf_counter()
     records = run_steps(steps, out, args.force, only)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -23,18 +23,22 @@ import numpy as np
 from neuroshard.planner.models import CostModels
 from neuroshard.planner.registry import algorithm_names
 from neuroshard.planner.scorer import get_scorer
+from neuroshard.formats import plan_view
 from neuroshard.planner.shard import shard
-from neuroshard.types import (InvalidPlanError, NeuroShardError, OutOfMemoryError, PlanRecord, ShardTable,
-                              TableConfig, Task)
+from neuroshard.planner.simulator import simulate, validate_plan
+from neuroshard.types import (InputError, InvalidPlanError, NeuroShardError, OutOfMemoryError, PlanRecord,
+                              ShardTable, TableConfig, Task)
 
 
 @dataclass
 class EvalInputs:
-    """Everything an evaluation reads: dataset table configs, tasks, and the three cost models."""
+    """Everything an evaluation reads: dataset table configs, tasks (the first `--max_tasks` of the
+    `tasks_in_file` the task file holds), and the three cost models."""
 
     configs: list[TableConfig]
     tasks: list[Task]
     models: CostModels
+    tasks_in_file: int
 
 
 def add_input_args(parser, data_help: str = "dataset dir with table_configs.json") -> None:
@@ -72,10 +76,10 @@ def load_inputs(data_dir, task_path, compute_model, fw_comm_model, bw_comm_model
     if max_tasks is not None and max_tasks < 1:
         raise NeuroShardError(f"--max_tasks must be >= 1, got {max_tasks}")
     configs = read_table_configs(Path(data_dir) / "table_configs.json")
-    tasks = read_tasks(task_path, num_tables=len(configs))
-    if max_tasks is not None:
-        tasks = tasks[:max_tasks]
-    return EvalInputs(configs, tasks, CostModels.from_paths(compute_model, fw_comm_model, bw_comm_model, ndevices))
+    all_tasks = read_tasks(task_path, num_tables=len(configs))
+    tasks = all_tasks[:max_tasks] if max_tasks is not None else all_tasks
+    models = CostModels.from_paths(compute_model, fw_comm_model, bw_comm_model, ndevices)
+    return EvalInputs(configs, tasks, models, len(all_tasks))
 
 
 def resolve_algs(alg: str) -> list[str]:
@@ -138,3 +142,83 @@ def format_record(rec: PlanRecord, num_tasks: int) -> str:
     shards = [list(s) for s in rec.plan.shards]
     return (f"{head} Sharding steps: {list(rec.plan.column_steps)}, shards: {shards} -> "
             f"Latency: {rec.estimated_cost:.4f} ms (search {rec.search_ms:.1f} ms)")
+
+
+# --------------------------------------------------------------------------- plans from a file
+
+
+def check_plans(records: Sequence[PlanRecord], configs: Sequence[TableConfig], tasks: Sequence[Task],
+                ndevices: int, max_mem: float, models: CostModels) -> list[PlanRecord]:
+    """Re-validate plan records against the tasks and recompute their estimates with `models`.
+
+    A plan for another device count or memory cap, or one that breaks the
+    rules for its task, becomes "oom"/"invalid" (reported, not run); the
+    estimate written in the file is never trusted, it is simulated again.
+    """
+    out = []
+    for rec in records:
+        tables = tasks[rec.task].tables(configs)
+        if rec.plan is None:
+            out.append(replace(rec, estimate=None))
+            continue
+        try:
+            validate_plan(tables, rec.plan, ndevices, max_mem)  # device count first: the models need it
+            estimate = simulate(tables, rec.plan, models, max_mem)
+        except OutOfMemoryError as e:
+            rec = replace(rec, plan=None, status="oom", message=str(e), estimate=None, view=None)
+        except InvalidPlanError as e:
+            rec = replace(rec, plan=None, status="invalid", message=f"plan does not fit task {rec.task}: {e}",
+                          estimate=None, view=None)
+        else:
+            rec = replace(rec, status="ok", message=None, estimate=estimate, num_tables=len(tables),
+                          view=plan_view(tables, rec.plan))
+        out.append(rec)
+    return out
+
+
+def plans_from_file(path, inputs: EvalInputs, task_path, alg: str, ndevices: int,
+                    max_mem: float) -> tuple[list[PlanRecord], list[str]]:
+    """The plan records of `path` (eval_simulator.py's plans.json) to measure for `inputs`, and their
+    algorithms, checked against the task file.
+
+    Errors (InputError naming the file and record): no record; a record for a
+    task the task file does not have; two records for the same task and
+    algorithm; a record whose per-table view does not match its task (plans
+    made for another task file). Records for tasks beyond `--max_tasks` are
+    left out; `alg` ("all" or names) picks algorithms. Estimates are recomputed.
+    """
+    from neuroshard.formats import read_plans
+
+    records = read_plans(path)
+    if not records:
+        raise InputError(path, "no plan records to measure")
+    seen: dict[tuple[int, str], int] = {}
+    for k, rec in enumerate(records):
+        where = f"record {k} (task {rec.task}, {rec.alg})"
+        if rec.task >= inputs.tasks_in_file:
+            raise InputError(path, f"{where}: the task file {task_path} has {inputs.tasks_in_file} tasks")
+        if (rec.task, rec.alg) in seen:
+            raise InputError(path, f"{where}: duplicates record {seen[rec.task, rec.alg]}")
+        seen[rec.task, rec.alg] = k
+        if rec.task < len(inputs.tasks) and rec.view is not None and not _view_matches(rec.view,
+                                                                                       inputs.tasks[rec.task]):
+            raise InputError(path, f"{where}: its tables do not match task {rec.task} of {task_path} "
+                                   "(plans made for another task file?)")
+    records = [r for r in records if r.task < len(inputs.tasks)]
+    algs = list(dict.fromkeys(r.alg for r in records))
+    if alg != "all":
+        wanted = resolve_algs(alg)
+        records = [r for r in records if r.alg in wanted]
+        algs = [a for a in wanted if a in algs]
+    if not records:
+        raise InputError(path, f"no plan records for the first {len(inputs.tasks)} tasks and --alg {alg}")
+    return check_plans(records, inputs.configs, inputs.tasks, ndevices, max_mem, inputs.models), algs
+
+
+def _view_matches(view, task: Task) -> bool:
+    """A plan's readable view describes `task`: one entry per table, its shards' dims adding up to the dim."""
+    try:
+        return len(view) == len(task) and all(
+            v["table"] == i and sum(s["dim"] for s in v["shards"]) == d for i, (v, d) in enumerate(zip(view, task.dims)))
+    except (KeyError, TypeError):
+        return False

@@ -107,25 +107,52 @@ def save_model(model, path, extra: Optional[dict] = None) -> None:
         torch.save(ckpt, fh)
 
 
+def _first_line(e: BaseException, limit: int = 160) -> str:
+    text = str(e).strip()
+    text = text.splitlines()[0] if text else ""
+    return f"{type(e).__name__}: {text[:limit]}{'...' if len(text) > limit else ''}"
+
+
 def load_model(path):
-    """Rebuild a cost model from its checkpoint; bad or missing files are InputError."""
+    """Rebuild a cost model from its checkpoint.
+
+    Missing, unreadable, edited or mismatched files (another format, missing
+    keys, shapes that do not fit the recorded sizes, non-finite weights) are
+    InputError naming the file, in one line.
+    """
     import torch
 
+    path = str(path)
     if not os.path.exists(path):
         raise InputError(path, "model checkpoint not found")
+    if os.path.isdir(path):
+        raise InputError(path, "is a directory, expected a model checkpoint file")
     nets = _nets()
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
-        mtype, cfg, state = ckpt["type"], ckpt["config"], ckpt["state_dict"]
-    except Exception as e:  # noqa: BLE001 - any unreadable file gets the same one-line report
-        raise InputError(path, f"not a NeuroShard cost model checkpoint ({type(e).__name__}: {e})") from None
-    if mtype == "compute":
-        model = nets.ComputeCostModel(state["feat_mean"], state["feat_std"], cfg["num_features"])
-    elif mtype == "comm":
-        model = nets.CommCostModel(cfg["kind"], cfg["ndevices"], state["x_mean"], state["x_std"])
-    else:
-        raise InputError(path, f"unknown model type {mtype!r}")
-    model.load_state_dict(state)
+    except Exception as e:  # noqa: BLE001 - pickle, zip and torch errors all mean "not a checkpoint"
+        raise InputError(path, f"not a NeuroShard cost model checkpoint ({_first_line(e)})") from None
+    if not isinstance(ckpt, dict) or not {"type", "config", "state_dict"} <= set(ckpt):
+        raise InputError(path, "not a NeuroShard cost model checkpoint (expected a dict with \"type\", "
+                               "\"config\" and \"state_dict\")")
+    mtype, cfg, state = ckpt["type"], ckpt["config"], ckpt["state_dict"]
+    if mtype not in ("compute", "comm"):
+        raise InputError(path, f"unknown model type {mtype!r} (expected 'compute' or 'comm')")
+    if not isinstance(cfg, dict) or not isinstance(state, dict):
+        raise InputError(path, "malformed checkpoint: \"config\" and \"state_dict\" must be dicts")
+    try:
+        if mtype == "compute":
+            model = nets.ComputeCostModel(state["feat_mean"], state["feat_std"], cfg["num_features"])
+        else:
+            model = nets.CommCostModel(cfg["kind"], cfg["ndevices"], state["x_mean"], state["x_std"])
+        model.load_state_dict(state)
+    except KeyError as e:
+        raise InputError(path, f"malformed {mtype} model checkpoint: missing {e.args[0]!r}") from None
+    except (TypeError, ValueError, RuntimeError) as e:
+        raise InputError(path, f"malformed {mtype} model checkpoint ({_first_line(e)})") from None
+    for name, t in model.state_dict().items():
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            raise InputError(path, f"{mtype} model checkpoint holds non-finite values in {name!r}")
     model.eval()
     return model
 

@@ -135,6 +135,9 @@ def _simulate(tables, plan, models, max_mem) -> CostBreakdown:
     compute = scorer.shard_costs(emb, plan.shards)[None, :]
     dims = np.array([[sum(split[i].dim for i in s) for s in plan.shards]], dtype=np.float64)
     bw, fw, total, _ = score_placements(scorer, compute, dims)
+    if not np.isfinite(total).all():
+        raise NeuroShardError(f"the cost models gave a non-finite plan cost (per device: {total[0].tolist()}); "
+                              "check the model checkpoints")
     ready = compute[0] + bw[0]
     mem = [_gb(sum(table_elements(split[i]) for i in s)) for s in plan.shards]
     return CostBreakdown(

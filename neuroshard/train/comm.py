@@ -13,6 +13,7 @@ from typing import Sequence
 
 import torch
 
+from neuroshard.checks import check_output_file
 from neuroshard.formats import DATA_TXT, CommSample, read_comm_data, read_noise_floor
 from neuroshard.planner.nets import CommCostModel
 from neuroshard.train.loop import TrainConfig, save_trained, train_model
@@ -67,4 +68,6 @@ def train_comm_models(data_dir, cfg: TrainConfig, fw_out_path=None, bw_out_path=
         raise InputError(Path(data_dir) / DATA_TXT, f"need at least 3 samples to train, found {len(samples)}")
     n = samples[0].ndevices
     paths = {"fw": fw_out_path or f"models/comm_{n}_fw.pt", "bw": bw_out_path or f"models/comm_{n}_bw.pt"}
+    for kind in KINDS:
+        check_output_file(f"--{kind}_out_path", paths[kind])
     return {kind: train_comm_model(samples, kind, cfg, paths[kind], data_dir) for kind in KINDS}

@@ -12,6 +12,7 @@ from typing import Sequence
 
 import torch
 
+from neuroshard.checks import check_output_file
 from neuroshard.formats import read_compute_data, read_noise_floor
 from neuroshard.planner.nets import ComputeCostModel, feature_stats, table_features
 from neuroshard.train.loop import TrainConfig, save_trained, train_model
@@ -38,6 +39,7 @@ def build_model(configs: Sequence[TableConfig]) -> ComputeCostModel:
 
 def train_compute_model(data_dir, cfg: TrainConfig, out_path) -> dict:
     """Train on `data_dir`, write the checkpoint and its companions; return metrics and paths."""
+    check_output_file("--out_path", out_path)
     configs, samples = read_compute_data(data_dir)
     if len(samples) < 3:
         raise InputError(Path(data_dir) / "data.txt", f"need at least 3 samples to train, found {len(samples)}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -12,8 +13,9 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
+from neuroshard.checks import check_choice, check_float, check_int
 from neuroshard.train.metrics import regression_metrics
-from neuroshard.types import NeuroShardError
+from neuroshard.types import ConfigError, NeuroShardError
 
 
 @dataclass
@@ -35,16 +37,21 @@ class TrainConfig:
     loss: str = "mse"
 
     def validate(self) -> None:
-        if not (0 < self.train_ratio < 1 and 0 <= self.valid_ratio < 1
-                and self.train_ratio + self.valid_ratio < 1):
-            raise ValueError(f"bad split ratios train={self.train_ratio} valid={self.valid_ratio}: "
-                             "need 0 < train, 0 <= valid, train + valid < 1")
-        if self.batch_size < 1 or self.epochs < 1 or self.eval_every < 1 or self.lr <= 0:
-            raise ValueError("batch_size, epochs, eval_every must be >= 1 and lr > 0")
-        if self.loss not in LOSSES:
-            raise ValueError(f"loss must be one of {', '.join(LOSSES)}, got {self.loss!r}")
-        if self.num_samples is not None and self.num_samples < 3:
-            raise ValueError(f"num_samples must be >= 3, got {self.num_samples}")
+        """ConfigError (a NeuroShardError) naming the flag of the first bad setting."""
+        check_float("--train_ratio", self.train_ratio, 0.0, 1.0, lo_open=True)
+        check_float("--valid_ratio", self.valid_ratio, 0.0, 1.0)
+        if self.train_ratio + self.valid_ratio >= 1:
+            raise ConfigError("--train_ratio/--valid_ratio", f"train {self.train_ratio:g} + valid "
+                                                             f"{self.valid_ratio:g} must leave a test split (< 1)")
+        for name in ("batch_size", "epochs", "eval_every"):
+            check_int(f"--{name}", getattr(self, name), 1)
+        check_float("--lr", self.lr, 0.0, lo_open=True)
+        check_int("--seed", self.seed)
+        if self.patience is not None:
+            check_int("--patience", self.patience, 1)
+        if self.num_samples is not None:
+            check_int("--num_samples", self.num_samples, 3)
+        check_choice("--loss", self.loss, LOSSES)
 
     @staticmethod
     def add_args(parser, loss: str = "mse") -> None:
@@ -69,10 +76,7 @@ class TrainConfig:
         cfg = cls(train_ratio=args.train_ratio, valid_ratio=args.valid_ratio, batch_size=args.batch_size,
                   lr=args.lr, epochs=args.epochs, eval_every=args.eval_every, seed=args.seed,
                   patience=args.patience, num_samples=args.num_samples, loss=args.loss)
-        try:
-            cfg.validate()
-        except ValueError as e:
-            raise NeuroShardError(str(e)) from None
+        cfg.validate()
         return cfg
 
 
@@ -163,6 +167,9 @@ def _train(model: nn.Module, inputs: tuple, targets: torch.Tensor, cfg: TrainCon
             idx = perm[i:i + cfg.batch_size]
             pred = model(*(x[idx] for x in inputs))
             loss = loss_fn(pred, targets[idx])
+            if not torch.isfinite(loss):
+                raise NeuroShardError(f"{desc}: training diverged (loss {float(loss)} at epoch {epoch}); "
+                                      f"lower --lr (now {cfg.lr:g})")
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -170,6 +177,9 @@ def _train(model: nn.Module, inputs: tuple, targets: torch.Tensor, cfg: TrainCon
         if epoch % cfg.eval_every and epoch != cfg.epochs:
             continue
         vl = val_loss()
+        if not math.isfinite(vl):
+            raise NeuroShardError(f"{desc}: training diverged (validation loss {vl} at epoch {epoch}); "
+                                  f"lower --lr (now {cfg.lr:g})")
         history.append({"epoch": epoch, "train_loss": total / len(perm), "val_loss": vl})
         bar.set_postfix(train=f"{total / len(perm):.4f}", val=f"{vl:.4f}")
         if vl < best_loss:

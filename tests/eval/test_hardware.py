@@ -12,7 +12,7 @@ import pytest
 from neuroshard.bench import torchrun
 from neuroshard.bench.torchrun import JobError
 from neuroshard.data.synthetic import SyntheticSpec, generate_synthetic
-from neuroshard.eval.hardware import HardwareConfig, check_plans, measure_plans, shard_layout
+from neuroshard.eval.hardware import HardwareConfig, measure_plans, shard_layout
 from neuroshard.eval.hardware_merge import merge_results
 from neuroshard.eval.results import hardware_summary as summarize
 from neuroshard.eval.results import simulator_accuracy, write_outputs
@@ -52,19 +52,6 @@ def test_shard_layout_applies_splits(tiny):
     assert [t.dim for t in split] == [16, 8, 16, 16, 16]
     assert [t.table_id for t in shards[0]] == [0, 2]  # the split half keeps table 2's lookups
     assert dims == [32, 40]
-
-
-def test_plans_from_a_file_are_checked_against_the_tasks(tiny):
-    _, configs, tasks = tiny
-    records = [PlanRecord(1, "a", plan=Plan((), ((0, 1), ())), estimate=_breakdown(1.0)),
-               PlanRecord(1, "b", plan=Plan((), ((0,), (1,), ())), estimate=_breakdown(1.0, 3)),
-               PlanRecord(0, "c", status="oom", message="no room")]
-    fits, wrong, oom = check_plans(records, configs, tasks, ndevices=2, max_mem=1.0)
-    assert fits.plan is not None and fits.estimated_cost == 1.0
-    assert wrong.status == "invalid" and wrong.plan is None and "3 devices" in wrong.message
-    assert oom.status == "oom"
-    tight = check_plans(records[:1], configs, tasks, ndevices=2, max_mem=1e-6)[0]
-    assert (tight.status, tight.plan, tight.estimated_cost) == ("oom", None, None)
 
 
 def test_two_rank_job_measures_each_plan_and_reports_oom(tiny):

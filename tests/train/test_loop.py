@@ -7,6 +7,7 @@ import torch
 from neuroshard.planner.nets import CommCostModel
 from neuroshard.train.loop import TrainConfig, split_indices, train_model
 from neuroshard.train.metrics import scatter_plot
+from neuroshard.types import ConfigError
 
 
 def test_split_is_seeded_and_disjoint():
@@ -43,5 +44,5 @@ def test_relative_loss_fits_costs_spanning_orders_of_magnitude():
     model = CommCostModel("bw", 1, dims.mean(0), dims.std(0))
     rep = train_model(model, (dims,), y, TrainConfig(epochs=80, batch_size=64, seed=0, lr=3e-3, loss="rel_mse"))
     assert rep.metrics["test"]["mape"] < 0.15
-    with pytest.raises(ValueError, match="loss must be one of"):
+    with pytest.raises(ConfigError, match="--loss: must be one of"):
         TrainConfig(loss="l1").validate()

@@ -1,0 +1,86 @@
+"""Plans from a file (eval.py --plans): checked against the task file, estimates simulated again."""
+
+import json
+
+import numpy as np
+import pytest
+
+from neuroshard.eval.plans import EvalInputs, check_plans, plans_from_file
+from neuroshard.formats import plan_view, write_plans
+from neuroshard.planner.models import CostModels
+from neuroshard.planner.nets import linear_comm_model, linear_compute_model
+from neuroshard.planner.simulator import simulate
+from neuroshard.types import CostBreakdown, InputError, Plan, PlanRecord, TableConfig, Task
+
+BINS = (1.0,) + (0.0,) * 16
+CONFIGS = [TableConfig(1000 * (i + 1), 2.0, BINS) for i in range(5)]
+TASKS = [Task((0, 1, 2, 3), (16, 8, 32, 16)), Task((4, 1), (8, 8)), Task((2,), (8,))]
+
+
+def hand_models(n=2) -> CostModels:
+    """compute = 0.5 + 0.01 x dim sum; comm = 0.1 + 0.02 x dims (+ 0.5 x sleep for fw), ms."""
+    return CostModels(linear_compute_model(0.01, 0.5),
+                      linear_comm_model("fw", n, np.hstack([0.02 * np.eye(n), 0.5 * np.eye(n)]), np.full(n, 0.1)),
+                      linear_comm_model("bw", n, 0.02 * np.eye(n), np.full(n, 0.1)))
+
+
+def stale(cost: float, n: int = 2) -> CostBreakdown:
+    return CostBreakdown([cost] + [0.0] * (n - 1), [0.0] * n, [0.0] * n)
+
+
+def test_plans_are_checked_and_estimates_simulated_again():
+    models = hand_models()
+    records = [PlanRecord(1, "a", plan=Plan((), ((0, 1), ())), estimate=stale(1.0)),
+               PlanRecord(1, "b", plan=Plan((), ((0,), (1,), ())), estimate=stale(1.0, 3)),
+               PlanRecord(0, "c", status="oom", message="no room")]
+    fits, wrong, oom = check_plans(records, CONFIGS, TASKS, ndevices=2, max_mem=1.0, models=models)
+    # the estimate in the file (1.0) is not trusted: dims 16 | 0 -> compute 0.66 | 0, bw 0.42 | 0.1,
+    # ready 1.08 | 0.1 so skew 0.98 | 0, fw 0.1 + 0.32 + 0.49 = 0.91 | 0.1, totals 1.99 | 0.2
+    assert fits.plan is not None and fits.estimated_cost == pytest.approx(1.99, abs=1e-5)
+    assert fits.estimate.compute == pytest.approx([0.66, 0.0], abs=1e-5)
+    assert fits.view == plan_view(TASKS[1].tables(CONFIGS), fits.plan)
+    assert wrong.status == "invalid" and wrong.plan is None and "3 devices" in wrong.message
+    assert oom.status == "oom" and oom.estimated_cost is None
+    tight = check_plans(records[:1], CONFIGS, TASKS, ndevices=2, max_mem=1e-6, models=models)[0]
+    assert (tight.status, tight.plan, tight.estimated_cost) == ("oom", None, None)
+
+
+def _inputs(max_tasks=None) -> EvalInputs:
+    return EvalInputs(CONFIGS, TASKS[:max_tasks] if max_tasks else TASKS, hand_models(), len(TASKS))
+
+
+def _record(task: int, alg: str, plan: Plan) -> PlanRecord:
+    tables = TASKS[task].tables(CONFIGS)
+    return PlanRecord(task, alg, plan=plan, view=plan_view(tables, plan), estimate=stale(9.0))
+
+
+def test_plan_file_errors_name_the_record(tmp_path):
+    path = tmp_path / "plans.json"
+    good = [_record(0, "x", Plan((2,), ((0, 1, 4), (2, 3)))), _record(1, "x", Plan((), ((0,), (1,))))]
+
+    def check(records, *fragments, **kw):
+        write_plans(path, records)
+        with pytest.raises(InputError) as err:
+            plans_from_file(path, _inputs(**kw), "tasks.txt", "all", 2, 1.0)
+        for f in fragments:
+            assert f in str(err.value)
+
+    check([], "no plan records")
+    check(good + [_record(0, "x", Plan((), ((0, 1), (2, 3))))], "record 2 (task 0, x): duplicates record 0")
+    beyond = PlanRecord(7, "x", plan=Plan((), ((0,), ())))
+    check(good + [beyond], "record 2 (task 7, x): the task file tasks.txt has 3 tasks")
+    # the same plan recorded for task 2 of another task file: its view says 4 tables of other dims
+    other = PlanRecord(2, "x", plan=good[0].plan, view=good[0].view)
+    check(good + [other], "record 2 (task 2, x): its tables do not match task 2 of tasks.txt")
+
+
+def test_plan_file_keeps_tasks_within_max_tasks_and_picks_algorithms(tmp_path):
+    path = tmp_path / "plans.json"
+    records = [_record(0, "x", Plan((), ((0, 1), (2, 3)))), _record(0, "y", Plan((), ((0, 2), (1, 3)))),
+               _record(2, "x", Plan((), ((0,), ())))]
+    write_plans(path, records)
+    got, algs = plans_from_file(path, _inputs(max_tasks=1), "tasks.txt", "all", 2, 1.0)
+    assert [(r.task, r.alg) for r in got] == [(0, "x"), (0, "y")] and algs == ["x", "y"]
+    want = simulate(TASKS[0].tables(CONFIGS), records[0].plan, hand_models(), 1.0).cost
+    assert got[0].estimated_cost == pytest.approx(want) and want != 9.0
+    assert json.loads(path.read_text())[0]["estimated_cost"] == 9.0  # the file itself is left as it was
