@@ -22,7 +22,7 @@ from neuroshard.cli import add_device_arg, parse_range, resolve_devices, resolve
 from neuroshard.formats import NOISE_JSON, write_noise_floor
 
 
-def main():
+def main(argv=None):
     p = argparse.ArgumentParser(description="NeuroShard comm cost data collection",
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--data_size", type=int, default=999999999,
@@ -56,7 +56,7 @@ def main():
                    help="also verify the exchanged values and gradients of every sample "
                         "against a reference (validates a new setup; slower)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    args = p.parse_args()
+    args = p.parse_args(argv)
 
     device, n = resolve_ranks(resolve_devices(args.device, args.gpu_devices),
                               args.ndevices, args.gpu_devices)

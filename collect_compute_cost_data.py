@@ -20,7 +20,7 @@ from neuroshard.bench.pool import worker_devices
 from neuroshard.cli import add_device_arg, parse_int_list, resolve_devices, run_main
 
 
-def main():
+def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--data_size", type=int, default=100_000,
@@ -47,7 +47,7 @@ def main():
                         "an idle one), wall = elapsed time. GPUs always use CUDA events")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    args = p.parse_args()
+    args = p.parse_args(argv)
 
     device = resolve_devices(args.device, args.gpu_devices)
     gpus = parse_int_list(args.gpu_devices, "--gpu_devices") if device == "cuda" else []

@@ -39,10 +39,9 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     from neuroshard.eval import plans as ev
     from neuroshard.eval import results
-    from neuroshard.types import NeuroShardError
+    from neuroshard.checks import check_float
 
-    if not args.max_mem > 0:
-        raise NeuroShardError(f"--max_mem must be > 0 GB, got {args.max_mem}")
+    check_float("--max_mem", args.max_mem, 0.0, lo_open=True)
     options = SearchConfig.options_from_args(args)  # one-line error on a bad value, before any work
     algs = ev.resolve_algs(args.alg)
     fw_path = args.fw_comm_model or ev.default_comm_model_path(args.ndevices, "fw")

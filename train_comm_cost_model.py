@@ -20,14 +20,14 @@ from neuroshard.train.loop import TrainConfig
 from neuroshard.train.metrics import format_metrics
 
 
-def main():
+def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--data_dir", type=str, default="data/cost_data/comm_4/")
     p.add_argument("--fw_out_path", type=str, default=None, help="default models/comm_<n>_fw.pt")
     p.add_argument("--bw_out_path", type=str, default=None, help="default models/comm_<n>_bw.pt")
     TrainConfig.add_args(p)
-    args = p.parse_args()
+    args = p.parse_args(argv)
 
     cfg = TrainConfig.from_args(args)
     results = train_comm_models(args.data_dir, cfg, args.fw_out_path, args.bw_out_path)

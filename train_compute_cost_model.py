@@ -17,7 +17,7 @@ from neuroshard.train.loop import TrainConfig
 from neuroshard.train.metrics import format_metrics
 
 
-def main():
+def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--data_dir", type=str, default="data/cost_data/compute/",
@@ -25,7 +25,7 @@ def main():
     p.add_argument("--out_path", type=str, default="models/compute.pt", help="checkpoint to write")
     # Relative loss by default: it meets the MAPE target where plain MSE does not (see training.py).
     TrainConfig.add_args(p, loss="rel_mse")
-    args = p.parse_args()
+    args = p.parse_args(argv)
 
     cfg = TrainConfig.from_args(args)
     result = train_compute_model(args.data_dir, cfg, args.out_path)

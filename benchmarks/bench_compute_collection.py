@@ -19,7 +19,7 @@ from neuroshard.cli import parse_int_list, run_main
 from neuroshard.formats import write_json_atomic
 
 
-def main():
+def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--dataset_dir", type=str, default="data/dlrm_datasets", help="dataset to benchmark on")
@@ -33,7 +33,7 @@ def main():
     p.add_argument("--clock", choices=["cpu", "wall"], default="cpu")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out_json", type=str, default=None, help="also write the results here")
-    args = p.parse_args()
+    args = p.parse_args(argv)
 
     rows = []
     for n in parse_int_list(args.workers, "--workers"):

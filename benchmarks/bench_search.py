@@ -330,7 +330,7 @@ def part_baselines(args, out: dict) -> None:
     out["baselines"] = res
 
 
-def main() -> int:
+def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--parts", default="speed,scale,exhaustive,baselines")
@@ -344,7 +344,7 @@ def main() -> int:
     p.add_argument("--baseline_tasks", type=int, default=20, help="per device count")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out_json", default=None, help="also write the results here")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     parts = [x.strip() for x in args.parts.split(",") if x.strip()]
     known = {"speed": part_speed, "scale": part_scale, "exhaustive": part_exhaustive, "baselines": part_baselines}
     bad = [x for x in parts if x not in known]

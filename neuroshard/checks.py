@@ -57,6 +57,17 @@ def check_range(name: str, pair, lo: float, cast=float) -> tuple:
     return a, b
 
 
+def check_gpu_ids(name: str, text: str) -> list[int]:
+    """A comma list of distinct GPU ids >= 0 ("0,1,2,3")."""
+    try:
+        ids = [int(x) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(name, f"expected a comma list of GPU ids, got {text!r}") from None
+    if not ids or len(set(ids)) != len(ids) or min(ids) < 0:
+        raise ConfigError(name, f"expected distinct GPU ids >= 0, got {text!r}")
+    return ids
+
+
 def check_max_dim(name: str, value) -> int:
     """A power of two >= 4 (the dim set halves from it down to 4)."""
     value = check_int(name, value, 4)

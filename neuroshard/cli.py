@@ -9,6 +9,7 @@ import argparse
 import sys
 from typing import Callable
 
+from neuroshard.checks import check_gpu_ids
 from neuroshard.types import ConfigError, NeuroShardError
 
 
@@ -58,7 +59,7 @@ def resolve_devices(device: str, gpu_devices: str | None) -> str:
     is an error with `--device cpu` or where no (or too few) CUDA devices are visible."""
     if not gpu_devices:
         return resolve_device(device)
-    ids = parse_int_list(gpu_devices, "--gpu_devices")
+    ids = check_gpu_ids("--gpu_devices", gpu_devices)
     if device == "cpu":
         raise ConfigError("--gpu_devices", f"GPUs {gpu_devices} were named with --device cpu")
     import torch
@@ -66,9 +67,8 @@ def resolve_devices(device: str, gpu_devices: str | None) -> str:
     visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if not visible:
         raise ConfigError("--gpu_devices", f"GPUs {gpu_devices} were named but no CUDA device is visible")
-    bad = [g for g in ids if not 0 <= g < visible]
-    if bad or len(set(ids)) != len(ids) or not ids:
-        raise ConfigError("--gpu_devices", f"{gpu_devices}: need distinct ids in 0..{visible - 1}")
+    if max(ids) >= visible:
+        raise ConfigError("--gpu_devices", f"{gpu_devices}: only GPUs 0..{visible - 1} are visible")
     return "cuda"
 
 

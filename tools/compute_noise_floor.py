@@ -22,7 +22,7 @@ from neuroshard.cli import add_device_arg, parse_int_list, resolve_devices, run_
 from neuroshard.formats import NOISE_JSON, read_json, write_json_atomic
 
 
-def main():
+def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--data_dir", type=str, default="data/cost_data/compute", help="collected compute cost data")
@@ -39,7 +39,7 @@ def main():
                    help="CPU kernel clock; default: as recorded in <data_dir>/config.json")
     p.add_argument("--seed", type=int, default=0, help="which shards are picked")
     p.add_argument("--out_path", type=str, default=None, help=f"default: <data_dir>/{NOISE_JSON}")
-    args = p.parse_args()
+    args = p.parse_args(argv)
 
     recorded = {}
     cfg_path = Path(args.data_dir) / "config.json"

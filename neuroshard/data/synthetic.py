@@ -10,7 +10,8 @@ import numpy as np
 import torch
 
 from neuroshard.data.stats import INT32_MAX, MIN_ROWS, table_locality
-from neuroshard.types import NeuroShardError, TableConfig
+from neuroshard.checks import check_float, check_int
+from neuroshard.types import TableConfig
 
 
 @dataclass(frozen=True)
@@ -62,15 +63,11 @@ class SyntheticSpec:
     rows_power: float = 0.62
 
     def validate(self) -> None:
-        if self.num_tables < 1:
-            raise NeuroShardError(f"--num_tables must be >= 1, got {self.num_tables}")
-        if self.batch_size < 1:
-            raise NeuroShardError(f"--batch_size must be >= 1, got {self.batch_size}")
-        if not MIN_ROWS <= self.max_rows <= INT32_MAX:
-            raise NeuroShardError(f"--max_rows must be in [{MIN_ROWS}, {INT32_MAX}], "
-                                  f"got {self.max_rows}")
-        if not self.mean_pooling > 0:
-            raise NeuroShardError(f"mean pooling must be > 0, got {self.mean_pooling}")
+        check_int("--num_tables", self.num_tables, 1)
+        check_int("--batch_size", self.batch_size, 1)
+        check_int("--max_rows", self.max_rows, MIN_ROWS, INT32_MAX)
+        check_int("--seed", self.seed)
+        check_float("mean_pooling", self.mean_pooling, 0.0, lo_open=True)
 
     def to_json(self) -> dict:
         return asdict(self)

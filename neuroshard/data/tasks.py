@@ -20,6 +20,7 @@ from typing import Sequence
 
 import numpy as np
 
+from neuroshard.checks import check_float, check_int, check_max_dim, check_range
 from neuroshard.types import NeuroShardError, Task, TableConfig, dim_set, size_gb
 
 
@@ -39,21 +40,13 @@ class TaskSpec:
     max_tries: int = 1000
 
     def validate(self) -> None:
-        lo, hi = self.T_range
-        if self.data_size < 1:
-            raise NeuroShardError(f"--data_size must be >= 1, got {self.data_size}")
-        if lo < 1 or hi < lo:
-            raise NeuroShardError(f"--T_range must be 'lo,hi' with 1 <= lo <= hi, got {lo},{hi}")
-        if not self.max_mem > 0:
-            raise NeuroShardError(f"--max_mem must be > 0 GB, got {self.max_mem}")
-        if self.ndevices < 1:
-            raise NeuroShardError(f"--ndevices must be >= 1, got {self.ndevices}")
-        if self.max_tries < 1:
-            raise NeuroShardError(f"--max_tries must be >= 1, got {self.max_tries}")
-        try:
-            dim_set(self.max_dim)
-        except ValueError as e:
-            raise NeuroShardError(f"--max_dim: {e}") from None
+        check_int("--data_size", self.data_size, 1)
+        check_range("--T_range", self.T_range, 1, cast=int)
+        check_float("--max_mem", self.max_mem, 0.0, lo_open=True)
+        check_max_dim("--max_dim", self.max_dim)
+        check_int("--ndevices", self.ndevices, 1)
+        check_int("--seed", self.seed)
+        check_int("--max_tries", self.max_tries, 1)
 
     def to_json(self) -> dict:
         d = asdict(self)

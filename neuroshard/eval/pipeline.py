@@ -22,9 +22,10 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from neuroshard.checks import check_int
+from neuroshard.checks import check_gpu_ids, check_int
+
 from neuroshard.formats import write_json_atomic
-from neuroshard.types import ConfigError, NeuroShardError
+from neuroshard.types import ConfigError, InputError, NeuroShardError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -197,7 +198,7 @@ def run_steps(steps: list[Step], out: Path, force: bool, only: set[str] | None =
     return records
 
 
-def main() -> int:
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", choices=sorted(PRESETS), default="quick", help="sizes of the run (default: quick)")
     ap.add_argument("--out_dir", default=None, help="output folder (default: results/<preset>)")
@@ -207,26 +208,26 @@ def main() -> int:
     ap.add_argument("--force", action="store_true", default=os.environ.get("FORCE", "") not in ("", "0"),
                     help="redo every step even if its outputs are up to date (also FORCE=1)")
     ap.add_argument("--only", default=None, help="comma list of steps to run, e.g. 5,6")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
 
     preset = PRESETS[args.preset]
     if args.gpu_devices:
-        preset = replace(preset, ndevices=len(args.gpu_devices.split(",")))
+        preset = replace(preset, ndevices=len(check_gpu_ids("--gpu_devices", args.gpu_devices)))
     if args.ndevices is not None:
         preset = replace(preset, ndevices=check_int("--ndevices", args.ndevices, 1))
     if preset.gpu and not args.gpu_devices:
         raise NeuroShardError(f"preset {preset.name!r} is meant for GPUs: pass --gpu_devices (e.g. 0,1,2,3)")
     if args.preset == "paper" and not args.data:
         raise NeuroShardError("preset 'paper' needs the public dataset: pass --data fbgemm_t856_bs65536.pt.gz")
+    if args.data and not os.path.isfile(args.data):
+        raise InputError(args.data, "file not found (--data)")
     # Commands run from the repository root with paths relative to it, so the
     # printed commands can be pasted as they are.
     out = Path(args.out_dir or ROOT / "results" / preset.name).resolve()
     if out.is_relative_to(ROOT):
-        out = out.relative_to(ROOT)
+        out = ROOT / out.relative_to(ROOT)
     data = os.path.abspath(args.data) if args.data else None
-    os.chdir(ROOT)
-    out.mkdir(parents=True, exist_ok=True)
-    steps = build_steps(preset, out, data, args.gpu_devices)
+    steps = build_steps(preset, out.relative_to(ROOT) if out.is_relative_to(ROOT) else out, data, args.gpu_devices)
     only = None
     if args.only is not None:
         only = {k.strip() for k in args.only.split(",") if k.strip()}
@@ -234,6 +235,11 @@ def main() -> int:
         if unknown or not only:
             raise ConfigError("--only", f"unknown step {', '.join(unknown) or repr(args.only)}; the steps are "
                                         f"{', '.join(st.key for st in steps)}")
+    if out.exists() and not out.is_dir():
+        raise ConfigError("--out_dir", f"{out} is a file")
+    os.chdir(ROOT)
+    out = out.relative_to(ROOT) if out.is_relative_to(ROOT) else out
+    out.mkdir(parents=True, exist_ok=True)
 
     t0 = time.perf_counter()
     records = run_steps(steps, out, args.force, only)

@@ -27,8 +27,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from neuroshard.checks import check_float, check_int
 from neuroshard.planner.registry import ShardingContext, register
-from neuroshard.types import NeuroShardError, OutOfMemoryError, Plan, ShardTable
+from neuroshard.types import OutOfMemoryError, Plan, ShardTable
 
 
 def _no_room(t: int, table: ShardTable, max_mem: float, used: Sequence[float]) -> OutOfMemoryError:
@@ -47,10 +48,8 @@ def _plan(assignment: Sequence[int], ndevices: int) -> Plan:
 
 
 def _check_args(ndevices: int, max_mem: float) -> None:
-    if ndevices < 1:
-        raise NeuroShardError(f"ndevices must be >= 1, got {ndevices}")
-    if not max_mem > 0:
-        raise NeuroShardError(f"max_mem must be > 0 GB, got {max_mem}")
+    check_int("ndevices", ndevices, 1)
+    check_float("max_mem (GB)", max_mem, 0.0, lo_open=True)
 
 
 def greedy_place(tables: Sequence[ShardTable], ndevices: int, max_mem: float,

@@ -21,6 +21,7 @@ from typing import Sequence
 
 import numpy as np
 
+from neuroshard.checks import check_float
 from neuroshard.planner.scorer import PlanScorer, get_scorer, single_threaded_blas
 from neuroshard.types import (
     BYTES_PER_ELEMENT,
@@ -42,8 +43,7 @@ def mem_cap_elements(max_mem: float) -> int:
     Memory is checked in whole elements (rows × dim, exact integers) so that
     the search, the baselines' plans and the validator agree to the byte.
     """
-    if not max_mem > 0:
-        raise NeuroShardError(f"max_mem must be > 0 GB, got {max_mem}")
+    check_float("max_mem (GB)", max_mem, 0.0, lo_open=True)
     return int(math.floor(max_mem * 2**30 / BYTES_PER_ELEMENT))
 
 

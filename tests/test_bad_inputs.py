@@ -1,0 +1,436 @@
+"""Bad inputs to every script and tool, one row per case: each must exit non-zero with a one-line
+error (no traceback), or, where the documented behaviour is to go on, say so and be right.
+
+The cases run each script's own `main` through `cli.run_main`, in-process (what a user sees: the exit
+code and stderr); a few at the end also run as real subprocesses.
+"""
+
+import json
+import os
+import runpy
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from neuroshard.cli import run_main
+from neuroshard.data.synthetic import SyntheticSpec, generate_synthetic
+from neuroshard.eval.plans import plan_task
+from neuroshard.formats import (CommSample, write_comm_data, write_compute_data, write_dataset, write_plans,
+                                write_table_configs, write_tasks)
+from neuroshard.planner.models import CostModels, save_model
+from neuroshard.planner.nets import linear_comm_model, linear_compute_model
+from neuroshard.types import PlanRecord, TableConfig, Task
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _models(n: int) -> CostModels:
+    return CostModels(linear_compute_model(0.01, 0.5),
+                      linear_comm_model("fw", n, np.hstack([0.02 * np.eye(n), 0.5 * np.eye(n)]), np.full(n, 0.1)),
+                      linear_comm_model("bw", n, 0.02 * np.eye(n), np.full(n, 0.1)))
+
+
+@pytest.fixture(scope="module")
+def ws(tmp_path_factory):
+    """A workspace of good and bad inputs; paths relative to it."""
+    d = tmp_path_factory.mktemp("bad")
+    configs, _, idx, off = generate_synthetic(SyntheticSpec(num_tables=6, batch_size=64, max_rows=5000),
+                                              progress=False)
+    write_dataset(d / "ds", configs, idx, off)
+    tasks = [Task((0, 1, 2), (16, 8, 32)), Task((3, 4), (8, 16))]
+    write_tasks(d / "tasks.txt", tasks)
+    (d / "empty.txt").write_text("\n")
+    write_tasks(d / "tasks_ids.txt", [Task((0, 99), (8, 8))])
+    write_tasks(d / "tasks_other.txt", [Task((5, 4, 3, 2), (8, 8, 8, 8)), Task((3, 4), (8, 16))])
+    # table configs with a NaN, an infinite and a negative statistic
+    for name, field, value in (("nan_pf", "pooling_factor", float("nan")), ("inf_pf", "pooling_factor",
+                                                                              float("inf")),
+                               ("neg_bin", "bin_3", -0.5)):
+        (d / name).mkdir()
+        raw = json.loads((d / "ds" / "table_configs.json").read_text())
+        raw[1][field] = value
+        (d / name / "table_configs.json").write_text(json.dumps(raw))
+        (d / name / "data.pt").write_bytes((d / "ds" / "data.pt").read_bytes())
+    # lookups beyond a table's rows: table 2 claims 100 rows
+    (d / "ds_idx").mkdir()
+    raw = json.loads((d / "ds" / "table_configs.json").read_text())
+    raw[2]["row"] = 100
+    (d / "ds_idx" / "table_configs.json").write_text(json.dumps(raw))
+    (d / "ds_idx" / "data.pt").write_bytes((d / "ds" / "data.pt").read_bytes())
+    # models for 2 devices, and broken checkpoints
+    m = _models(2)
+    save_model(m.compute, d / "compute.pt")
+    save_model(m.fw, d / "comm_2_fw.pt")
+    save_model(m.bw, d / "comm_2_bw.pt")
+    save_model(_models(3).fw, d / "comm_3_fw.pt")
+    (d / "text.pt").write_text("not a checkpoint\n")
+    nan = linear_compute_model(0.01, 0.5)
+    with torch.no_grad():
+        nan.head[2].weight[0, 0] = float("nan")
+    save_model(nan, d / "nan.pt")
+    ck = torch.load(d / "compute.pt", weights_only=True)
+    del ck["state_dict"]["feat_mean"]
+    torch.save(ck, d / "missing_key.pt")
+    ck = torch.load(d / "compute.pt", weights_only=True)
+    ck["config"]["num_features"] = 7
+    torch.save(ck, d / "wrong_features.pt")
+    ck = torch.load(d / "comm_2_fw.pt", weights_only=True)
+    ck["config"]["ndevices"] = 3
+    torch.save(ck, d / "wrong_ndevices.pt")
+    # cost data: good, negative cost, negative comm time
+    aug = [c.with_dim(dim) for dim in (16, 8, 4) for c in configs]
+    rng = np.random.default_rng(0)
+    samples = [(tuple(int(i) for i in rng.integers(0, len(aug), size=3)), float(rng.uniform(1, 5)))
+               for _ in range(40)]
+    write_compute_data(d / "cdata", aug, samples)
+    write_compute_data(d / "cdata_neg", aug, samples[:5] + [((0, 1), -2.0)])
+    write_compute_data(d / "cdata_few", aug, samples[:2])
+    comm = [CommSample([8, 16], [0.0, 1.0], [1.0, 2.0], [0.5, 0.7]) for _ in range(10)]
+    write_comm_data(d / "mdata", comm)
+    write_comm_data(d / "mdata_neg", comm + [CommSample([8, 16], [0.0, 1.0], [1.0, -2.0], [0.5, 0.7])])
+    # plan files for eval.py --plans
+    models = _models(2)
+    recs = [plan_task(t, tasks[t].tables(configs), alg, 2, 1.0, models) for t in range(2)
+            for alg in ("neuroshard", "dim_greedy")]
+    write_plans(d / "plans.json", recs)
+    write_plans(d / "plans_empty.json", [])
+    write_plans(d / "plans_dup.json", recs + recs[:1])
+    write_plans(d / "plans_beyond.json", recs + [PlanRecord(5, "dim_greedy", plan=recs[0].plan)])
+    raw = json.loads((d / "plans.json").read_text())
+    (d / "plans_noalg.json").write_text(json.dumps([{k: v for k, v in raw[0].items() if k != "alg"}]))
+    (d / "plans_null.json").write_text(json.dumps([{"task": 0, "alg": "x", "plan": None}]))
+    os.mkdir(d / "a_dir")
+    (d / "a_file").write_text("x")
+    return d
+
+
+EVAL_INPUTS = ["--data_dir", "ds", "--task_path", "tasks.txt", "--compute_model", "compute.pt",
+               "--fw_comm_model", "comm_2_fw.pt", "--bw_comm_model", "comm_2_bw.pt", "--ndevices", "2",
+               "--max_mem", "1"]
+SIM = EVAL_INPUTS + ["--alg", "all", "--no_progress", "--quiet"]
+HW = EVAL_INPUTS + ["--device", "cpu", "--warmup", "1", "--iters", "1", "--out_dir", "hw", "--quiet",
+                    "--no_progress"]
+COMPUTE = ["--dataset_dir", "ds", "--out_dir", "cout", "--data_size", "5", "--max_mem", "0.01", "--max_dim", "16",
+           "--device", "cpu", "--quiet"]
+COMM = ["--device", "cpu", "--ndevices", "2", "--out_dir", "mout", "--data_size", "2", "--batch_size", "8",
+        "--quiet"]
+TRAIN_C = ["--data_dir", "cdata", "--out_path", "m/compute.pt", "--epochs", "2"]
+TRAIN_M = ["--data_dir", "mdata", "--fw_out_path", "m/fw.pt", "--bw_out_path", "m/bw.pt", "--epochs", "2"]
+
+
+def _replace(args, flag, value):
+    args = list(args)
+    args[args.index(flag) + 1] = value
+    return args
+
+
+# (id, script, argv, expected fragment of the last stderr line); exit code must be non-zero
+CASES = [
+    # ---- tools/gen_dlrm_data.py
+    ("gen num_tables 0", "tools/gen_dlrm_data.py", ["--synthetic", "--num_tables", "0", "--out_dir", "o"],
+     "--num_tables: must be >= 1"),
+    ("gen batch 0", "tools/gen_dlrm_data.py", ["--synthetic", "--batch_size", "0", "--out_dir", "o"],
+     "--batch_size: must be >= 1"),
+    ("gen max_rows 50", "tools/gen_dlrm_data.py", ["--synthetic", "--max_rows", "50", "--out_dir", "o"],
+     "--max_rows: must be >= 100"),
+    ("gen missing file", "tools/gen_dlrm_data.py", ["--data", "nope.pt", "--out_dir", "o"], "nope.pt: file not found"),
+    ("gen text file", "tools/gen_dlrm_data.py", ["--data", "empty.txt", "--out_dir", "o"], "cannot load torch file"),
+    ("gen no source", "tools/gen_dlrm_data.py", ["--out_dir", "o"], "one of the arguments --data --synthetic"),
+    ("gen bad int", "tools/gen_dlrm_data.py", ["--synthetic", "--num_tables", "x"], "invalid int value: 'x'"),
+    # ---- tools/dataset_stats.py
+    ("stats missing dir", "tools/dataset_stats.py", ["nowhere"], "nowhere: directory not found"),
+    ("stats nan config", "tools/dataset_stats.py", ["nan_pf"], "pooling_factor must be a finite number >= 0"),
+    ("stats missing reference", "tools/dataset_stats.py", ["ds", "--reference", "nope.txt"], "nope.txt"),
+    ("stats malformed reference", "tools/dataset_stats.py", ["ds", "--reference", "tasks.txt"],
+     "expected 'Locality stats after processing"),
+    ("stats reference block", "tools/dataset_stats.py",
+     ["ds", "--reference", str(ROOT / "reference" / "dlrm_datasets_2021_locality_stats.txt"), "--reference_block",
+      "99"], "block 99 out of range"),
+    ("stats json to dir", "tools/dataset_stats.py", ["ds", "--json", "a_dir"], "a_dir"),
+    # ---- tools/gen_tasks.py
+    ("tasks data_size 0", "tools/gen_tasks.py", ["--data_dir", "ds", "--data_size", "0", "--out_dir", "t"],
+     "--data_size: must be >= 1"),
+    ("tasks T_range reversed", "tools/gen_tasks.py", ["--data_dir", "ds", "--T_range", "5,2", "--out_dir", "t"],
+     "--T_range: lo 5 > hi 2"),
+    ("tasks T_range text", "tools/gen_tasks.py", ["--data_dir", "ds", "--T_range", "a,b", "--out_dir", "t"],
+     "--T_range: expected 'lo,hi'"),
+    ("tasks T_range 0", "tools/gen_tasks.py", ["--data_dir", "ds", "--T_range", "0,3", "--out_dir", "t"],
+     "--T_range: must be >= 1, got 0"),
+    ("tasks max_mem 0", "tools/gen_tasks.py", ["--data_dir", "ds", "--max_mem", "0", "--out_dir", "t"],
+     "--max_mem: must be > 0"),
+    ("tasks max_mem nan", "tools/gen_tasks.py", ["--data_dir", "ds", "--max_mem", "nan", "--out_dir", "t"],
+     "--max_mem: expected a finite number"),
+    ("tasks max_mem inf", "tools/gen_tasks.py", ["--data_dir", "ds", "--max_mem", "inf", "--out_dir", "t"],
+     "--max_mem: expected a finite number"),
+    ("tasks ndevices 0", "tools/gen_tasks.py", ["--data_dir", "ds", "--ndevices", "0", "--out_dir", "t"],
+     "--ndevices: must be >= 1"),
+    ("tasks max_dim 48", "tools/gen_tasks.py", ["--data_dir", "ds", "--max_dim", "48", "--out_dir", "t"],
+     "--max_dim"),
+    ("tasks max_tries 0", "tools/gen_tasks.py", ["--data_dir", "ds", "--max_tries", "0", "--out_dir", "t"],
+     "--max_tries: must be >= 1"),
+    ("tasks missing data", "tools/gen_tasks.py", ["--data_dir", "nowhere", "--out_dir", "t"],
+     "table_configs.json: file not found"),
+    ("tasks nan config", "tools/gen_tasks.py", ["--data_dir", "nan_pf", "--out_dir", "t"], "table 1: pooling_factor"),
+    ("tasks inf config", "tools/gen_tasks.py", ["--data_dir", "inf_pf", "--out_dir", "t"], "table 1: pooling_factor"),
+    ("tasks negative bin", "tools/gen_tasks.py", ["--data_dir", "neg_bin", "--out_dir", "t"],
+     "table 1: bin_3 must be a fraction in [0, 1]"),
+    ("tasks too big", "tools/gen_tasks.py", ["--data_dir", "ds", "--max_mem", "1e-9", "--out_dir", "t"],
+     "fits after 1000 tries"),
+    # ---- collect_compute_cost_data.py
+    ("compute data_size -1", "collect_compute_cost_data.py", _replace(COMPUTE, "--data_size", "-1"),
+     "--data_size: must be >= 0"),
+    ("compute max_tables 0", "collect_compute_cost_data.py", COMPUTE + ["--max_tables", "0"],
+     "--max_tables: must be >= 1"),
+    ("compute max_mem 0", "collect_compute_cost_data.py", _replace(COMPUTE, "--max_mem", "0"),
+     "--max_mem: must be > 0"),
+    ("compute max_mem nan", "collect_compute_cost_data.py", _replace(COMPUTE, "--max_mem", "nan"),
+     "--max_mem: expected a finite number"),
+    ("compute max_dim 48", "collect_compute_cost_data.py", _replace(COMPUTE, "--max_dim", "48"), "--max_dim"),
+    ("compute workers 0", "collect_compute_cost_data.py", COMPUTE + ["--num_workers", "0"],
+     "--num_workers must be >= 1"),
+    ("compute warmup -1", "collect_compute_cost_data.py", COMPUTE + ["--warmup", "-1"], "--warmup: must be >= 0"),
+    ("compute iters 0", "collect_compute_cost_data.py", COMPUTE + ["--iters", "0"], "--iters: must be >= 1"),
+    ("compute gpus without cuda", "collect_compute_cost_data.py", COMPUTE[:-3] + ["--gpu_devices", "0,1"],
+     "--gpu_devices: GPUs 0,1 were named"),
+    ("compute gpus text", "collect_compute_cost_data.py", COMPUTE + ["--gpu_devices", "a"],
+     "--gpu_devices: expected a comma list of GPU ids"),
+    ("compute device cuda", "collect_compute_cost_data.py", _replace(COMPUTE, "--device", "cuda"),
+     "--device cuda: no CUDA device is visible"),
+    ("compute missing dataset", "collect_compute_cost_data.py", _replace(COMPUTE, "--dataset_dir", "nowhere"),
+     "nowhere: directory not found"),
+    ("compute bad indices", "collect_compute_cost_data.py", _replace(COMPUTE, "--dataset_dir", "ds_idx"),
+     "data.pt: table 2: index"),
+    ("compute out_dir file", "collect_compute_cost_data.py", _replace(COMPUTE, "--out_dir", "a_file"), "a_file"),
+    # ---- tools/compute_noise_floor.py
+    ("noise num_samples 0", "tools/compute_noise_floor.py", ["--data_dir", "cdata", "--dataset_dir", "ds",
+                                                             "--num_samples", "0", "--device", "cpu"],
+     "--num_samples: must be >= 1"),
+    ("noise num_samples -3", "tools/compute_noise_floor.py", ["--data_dir", "cdata", "--dataset_dir", "ds",
+                                                              "--num_samples", "-3", "--device", "cpu"],
+     "--num_samples: must be >= 1"),
+    ("noise repeats 0", "tools/compute_noise_floor.py", ["--data_dir", "cdata", "--dataset_dir", "ds",
+                                                         "--repeats", "0", "--device", "cpu"], "--repeats: must be >= 1"),
+    ("noise missing data", "tools/compute_noise_floor.py", ["--data_dir", "nowhere", "--dataset_dir", "ds",
+                                                            "--device", "cpu"], "nowhere: directory not found"),
+    ("noise gpus without cuda", "tools/compute_noise_floor.py", ["--data_dir", "cdata", "--dataset_dir", "ds",
+                                                                 "--gpu_devices", "0"], "--gpu_devices: GPUs 0"),
+    # ---- collect_comm_cost_data.py
+    ("comm ndevices 0", "collect_comm_cost_data.py", _replace(COMM, "--ndevices", "0"),
+     "--ndevices: need at least 1 rank, got 0"),
+    ("comm ndevices -1", "collect_comm_cost_data.py", _replace(COMM, "--ndevices", "-1"),
+     "--ndevices: need at least 1 rank"),
+    ("comm batch not multiple", "collect_comm_cost_data.py", _replace(COMM, "--batch_size", "9"),
+     "--batch_size: batch size 9 must be a multiple"),
+    ("comm T_range", "collect_comm_cost_data.py", COMM + ["--T_range", "5,2"], "--T_range: lo 5 > hi 2"),
+    ("comm sleep_range negative", "collect_comm_cost_data.py", COMM + ["--sleep_range=-1,2"],
+     "--sleep_range: must be >= 0"),
+    ("comm sleep_range nan", "collect_comm_cost_data.py", COMM + ["--sleep_range", "0,nan"],
+     "--sleep_range: expected a finite number"),
+    ("comm max_dim", "collect_comm_cost_data.py", COMM + ["--max_dim", "48"], "--max_dim"),
+    ("comm iters 0", "collect_comm_cost_data.py", COMM + ["--iters", "0"], "--iters: must be >= 1"),
+    ("comm timeout 0", "collect_comm_cost_data.py", COMM + ["--timeout", "0"], "--timeout: must be > 0"),
+    ("comm timeout -5", "collect_comm_cost_data.py", COMM + ["--timeout", "-5"], "--timeout: must be > 0"),
+    ("comm chunk 0", "collect_comm_cost_data.py", COMM + ["--chunk", "0"], "--chunk: must be >= 1"),
+    ("comm data_size -1", "collect_comm_cost_data.py", _replace(COMM, "--data_size", "-1"),
+     "--data_size: must be >= 0"),
+    ("comm noise repeats 0", "collect_comm_cost_data.py",
+     _replace(COMM, "--out_dir", "mdata") + ["--noise_floor", "3", "--noise_repeats", "0"],
+     "--noise_repeats: must be >= 1"),
+    ("comm noise -2", "collect_comm_cost_data.py", _replace(COMM, "--out_dir", "mdata") + ["--noise_floor", "-2"],
+     "--noise_floor: must be >= 1"),
+    ("comm gpus without cuda", "collect_comm_cost_data.py", ["--gpu_devices", "0,1", "--out_dir", "mout"],
+     "--gpu_devices: GPUs 0,1 were named"),
+    # ---- train_compute_cost_model.py
+    ("train lr 0", "train_compute_cost_model.py", TRAIN_C + ["--lr", "0"], "--lr: must be > 0"),
+    ("train lr nan", "train_compute_cost_model.py", TRAIN_C + ["--lr", "nan"], "--lr: expected a finite number"),
+    ("train epochs 0", "train_compute_cost_model.py", _replace(TRAIN_C, "--epochs", "0"), "--epochs: must be >= 1"),
+    ("train batch 0", "train_compute_cost_model.py", TRAIN_C + ["--batch_size", "0"], "--batch_size: must be >= 1"),
+    ("train ratio 1.5", "train_compute_cost_model.py", TRAIN_C + ["--train_ratio", "1.5"],
+     "--train_ratio: must be <= 1"),
+    ("train ratios sum", "train_compute_cost_model.py", TRAIN_C + ["--train_ratio", "0.9", "--valid_ratio", "0.2"],
+     "must leave a test split"),
+    ("train num_samples 2", "train_compute_cost_model.py", TRAIN_C + ["--num_samples", "2"],
+     "--num_samples: must be >= 3"),
+    ("train patience 0", "train_compute_cost_model.py", TRAIN_C + ["--patience", "0"], "--patience: must be >= 1"),
+    ("train out_path dir", "train_compute_cost_model.py", _replace(TRAIN_C, "--out_path", "a_dir"),
+     "--out_path: " ),
+    ("train out_path under file", "train_compute_cost_model.py", _replace(TRAIN_C, "--out_path", "a_file/m.pt"),
+     "a_file is a file"),
+    ("train missing data", "train_compute_cost_model.py", _replace(TRAIN_C, "--data_dir", "nowhere"),
+     "nowhere: directory not found"),
+    ("train negative cost", "train_compute_cost_model.py", _replace(TRAIN_C, "--data_dir", "cdata_neg"),
+     "negative cost_ms"),
+    ("train too few", "train_compute_cost_model.py", _replace(TRAIN_C, "--data_dir", "cdata_few"),
+     "need at least 3 samples"),
+    ("train diverges", "train_compute_cost_model.py", TRAIN_C + ["--lr", "1e12", "--loss", "mse"],
+     "training diverged"),
+    # ---- train_comm_cost_model.py
+    ("comm train negative time", "train_comm_cost_model.py", _replace(TRAIN_M, "--data_dir", "mdata_neg"),
+     "negative fw -2.0"),
+    ("comm train lr", "train_comm_cost_model.py", TRAIN_M + ["--lr", "-1"], "--lr: must be > 0"),
+    ("comm train out dir", "train_comm_cost_model.py", _replace(TRAIN_M, "--fw_out_path", "a_dir"),
+     "--fw_out_path: "),
+    ("comm train diverges", "train_comm_cost_model.py", TRAIN_M + ["--lr", "1e12"], "training diverged"),
+    # ---- eval_simulator.py
+    ("sim ndevices 0", "eval_simulator.py", _replace(SIM, "--ndevices", "0"), "--ndevices must be >= 1"),
+    ("sim max_mem 0", "eval_simulator.py", _replace(SIM, "--max_mem", "0"), "--max_mem: must be > 0"),
+    ("sim max_mem nan", "eval_simulator.py", _replace(SIM, "--max_mem", "nan"), "--max_mem: expected a finite"),
+    ("sim max_mem inf", "eval_simulator.py", _replace(SIM, "--max_mem", "inf"), "--max_mem: expected a finite"),
+    ("sim max_tasks 0", "eval_simulator.py", SIM + ["--max_tasks", "0"], "--max_tasks must be >= 1"),
+    ("sim unknown alg", "eval_simulator.py", _replace(SIM, "--alg", "nope"), "--alg: unknown algorithm nope"),
+    ("sim beam_k 0", "eval_simulator.py", SIM + ["--beam_k", "0"], "--beam_k: must be >= 1"),
+    ("sim grid_min 0", "eval_simulator.py", SIM + ["--grid_min", "0"], "--grid_min: must be > 0"),
+    ("sim grid_max < min", "eval_simulator.py", SIM + ["--grid_max", "0.5"], "--grid_max: must be >= --grid_min"),
+    ("sim max_length -1", "eval_simulator.py", SIM + ["--max_length", "-1"], "--max_length: must be >= 0"),
+    ("sim empty tasks", "eval_simulator.py", _replace(SIM, "--task_path", "empty.txt"), "no tasks in the file"),
+    ("sim task id range", "eval_simulator.py", _replace(SIM, "--task_path", "tasks_ids.txt"),
+     "table id 99 out of range"),
+    ("sim nan config", "eval_simulator.py", _replace(SIM, "--data_dir", "nan_pf"), "table 1: pooling_factor"),
+    ("sim text checkpoint", "eval_simulator.py", _replace(SIM, "--compute_model", "text.pt"),
+     "text.pt: not a NeuroShard cost model checkpoint"),
+    ("sim nan checkpoint", "eval_simulator.py", _replace(SIM, "--compute_model", "nan.pt"), "non-finite values"),
+    ("sim missing key", "eval_simulator.py", _replace(SIM, "--compute_model", "missing_key.pt"),
+     "missing 'feat_mean'"),
+    ("sim wrong features", "eval_simulator.py", _replace(SIM, "--compute_model", "wrong_features.pt"),
+     "malformed compute model checkpoint"),
+    ("sim wrong ndevices", "eval_simulator.py", _replace(SIM, "--fw_comm_model", "wrong_ndevices.pt"),
+     "malformed comm model checkpoint"),
+    ("sim comm for 3", "eval_simulator.py", _replace(SIM, "--fw_comm_model", "comm_3_fw.pt"),
+     "trained for ndevices=3, asked for 2"),
+    ("sim compute as comm", "eval_simulator.py", _replace(SIM, "--fw_comm_model", "compute.pt"),
+     "expected a comm cost model"),
+    ("sim missing model", "eval_simulator.py", _replace(SIM, "--bw_comm_model", "nope.pt"),
+     "nope.pt: model checkpoint not found"),
+    ("sim model is dir", "eval_simulator.py", _replace(SIM, "--compute_model", "a_dir"), "is a directory"),
+    # ---- eval.py
+    ("hw ndevices 0", "eval.py", _replace(HW, "--ndevices", "0"), "--ndevices: need at least 1 rank, got 0"),
+    ("hw gpus without cuda", "eval.py", HW + ["--gpu_devices", "0,1"], "--gpu_devices: GPUs 0,1 were named"),
+    ("hw warmup -1", "eval.py", _replace(HW, "--warmup", "-1"), "--warmup: must be >= 0"),
+    ("hw iters 0", "eval.py", _replace(HW, "--iters", "0"), "--iters: must be >= 1"),
+    ("hw timeout 0", "eval.py", HW + ["--timeout", "0"], "--timeout: must be > 0"),
+    ("hw max_mem -1", "eval.py", _replace(HW, "--max_mem", "-1"), "--max_mem: must be > 0"),
+    ("hw fw_sleep", "eval.py", HW + ["--fw_sleep", "sometimes"], "invalid choice: 'sometimes'"),
+    ("hw bad indices", "eval.py", _replace(HW, "--data_dir", "ds_idx"), "data.pt: table 2: index"),
+    ("hw batch not multiple", "eval.py", _replace(HW, "--ndevices", "5"), "is not a multiple of the 5 ranks"),
+    ("hw empty tasks", "eval.py", _replace(HW, "--task_path", "empty.txt"), "no tasks in the file"),
+    ("hw plans empty", "eval.py", HW + ["--plans", "plans_empty.json"], "no plan records to measure"),
+    ("hw plans duplicate", "eval.py", HW + ["--plans", "plans_dup.json"], "duplicates record 0"),
+    ("hw plans beyond", "eval.py", HW + ["--plans", "plans_beyond.json"], "the task file tasks.txt has 2 tasks"),
+    ("hw plans other tasks", "eval.py", _replace(HW, "--task_path", "tasks_other.txt") + ["--plans", "plans.json"],
+     "do not match task 0 of tasks_other.txt"),
+    ("hw plans no alg", "eval.py", HW + ["--plans", "plans_noalg.json"], '"alg" must be an algorithm name'),
+    ("hw plans null", "eval.py", HW + ["--plans", "plans_null.json"], '"status" must be one of'),
+    ("hw plans missing", "eval.py", HW + ["--plans", "nope.json"], "nope.json: file not found"),
+    # ---- the pipeline
+    ("pipeline only 9", "neuroshard/eval/pipeline.py", ["--preset", "tiny", "--only", "9", "--out_dir", "p"],
+     "--only: unknown step 9"),
+    ("pipeline ndevices 0", "neuroshard/eval/pipeline.py", ["--preset", "tiny", "--ndevices", "0", "--out_dir", "p"],
+     "--ndevices: must be >= 1"),
+    ("pipeline paper cpu", "neuroshard/eval/pipeline.py", ["--preset", "paper"], "meant for GPUs"),
+    ("pipeline paper no data", "neuroshard/eval/pipeline.py", ["--preset", "paper", "--gpu_devices", "0"],
+     "needs the public dataset"),
+    ("pipeline missing data", "neuroshard/eval/pipeline.py", ["--preset", "tiny", "--data", "nope.pt", "--out_dir",
+                                                              "p"], "nope.pt: file not found"),
+    ("pipeline out_dir file", "neuroshard/eval/pipeline.py", ["--preset", "tiny", "--out_dir", "a_file"],
+     "--out_dir: "),
+    ("pipeline preset", "neuroshard/eval/pipeline.py", ["--preset", "huge"], "invalid choice: 'huge'"),
+    # ---- tools/alltoall_bench.py
+    ("a2a dims text", "tools/alltoall_bench.py", ["--dims", "a,b"], "--dims: expected a comma list of integers"),
+    ("a2a sleeps count", "tools/alltoall_bench.py", ["--dims", "8,8", "--sleeps", "1"], "need 2 values each"),
+    ("a2a ndevices 0", "tools/alltoall_bench.py", ["--dims", "8,8", "--ndevices", "0"], "--ndevices: need at least 1"),
+    ("a2a batch", "tools/alltoall_bench.py", ["--dims", "8,8,8", "--batch_size", "10"], "--batch_size"),
+]
+
+
+def run(script: str, argv, cwd, capsys) -> tuple[int, str]:
+    """Run a script's own main through run_main, as its command line does; (exit code, stderr)."""
+    old = os.getcwd()
+    os.chdir(cwd)
+    try:
+        main = runpy.run_path(str(ROOT / script))["main"]
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as exit_:
+            run_main(lambda: main(list(argv)))
+    finally:
+        os.chdir(old)
+    return exit_.value.code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name, script, argv, fragment", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_is_a_one_line_error(ws, capsys, name, script, argv, fragment):
+    code, err = run(script, argv, ws, capsys)
+    lines = [line for line in err.strip().splitlines() if line.strip()]
+    assert code not in (0, None), f"exit {code}: {err}"
+    assert "Traceback" not in err
+    assert lines and fragment in lines[-1], err
+    if code == 1:  # run_main's own error line (argparse's usage errors exit 2 with "prog: error: ...")
+        assert lines[-1].startswith("error: ") and len(lines[-1]) < 600
+
+
+def test_the_count_of_cases():
+    # the closing note of issue 12 quotes this number
+    assert len(CASES) >= 100
+
+
+def test_a_second_compute_collection_into_the_same_dir_is_refused(ws):
+    """The single-writer lock: while one collection holds data.txt, a second one ends at once."""
+    import fcntl
+
+    out = ws / "locked"
+    out.mkdir()
+    with open(out / "data.txt", "a") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        proc = subprocess.run([sys.executable, str(ROOT / "collect_compute_cost_data.py"),
+                               *_replace(COMPUTE, "--out_dir", str(out))], cwd=ws, capture_output=True, text=True,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "another collection is writing to this directory" in proc.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("script, argv, fragment", [
+    ("eval_simulator.py", _replace(SIM, "--compute_model", "text.pt"), "not a NeuroShard cost model checkpoint"),
+    ("collect_comm_cost_data.py", _replace(COMM, "--ndevices", "0"), "--ndevices: need at least 1 rank, got 0"),
+    ("eval.py", HW + ["--plans", "plans_dup.json"], "duplicates record 0"),
+    ("train_compute_cost_model.py", TRAIN_C + ["--lr", "1e12", "--loss", "mse"], "training diverged"),
+])
+def test_real_command_lines(ws, script, argv, fragment):
+    proc = subprocess.run([sys.executable, str(ROOT / script), *argv], cwd=ws, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and fragment in last
+
+
+def test_empty_dataset_configs_warn_nothing_and_simulate_nothing(ws, capsys):
+    """A table config list with no tables: the task file cannot name any table."""
+    (ws / "no_tables").mkdir(exist_ok=True)
+    write_table_configs(ws / "no_tables" / "table_configs.json", [])
+    code, err = run("eval_simulator.py", _replace(SIM, "--data_dir", "no_tables"), ws, capsys)
+    assert code == 1 and "table id 0 out of range (dataset has 0 tables)" in err
+
+
+def test_tableconfig_rejects_bad_values_at_the_source():
+    for kw, msg in ((dict(row=0), "row"), (dict(pooling_factor=float("nan")), "pooling_factor"),
+                    (dict(bins=(2.0,) + (0.0,) * 16), "bin_0"), (dict(bins=(0.6, 0.6) + (0.0,) * 15), "sum to"),
+                    (dict(dim=6), "dim")):
+        args = {"row": 10, "pooling_factor": 1.0, "bins": (1.0,) + (0.0,) * 16, "dim": 8, **kw}
+        with pytest.raises(ValueError, match=msg):
+            TableConfig(**args)
+
+
+def test_a_torn_last_line_is_reported_and_the_rest_is_used(ws, capsys):
+    """The documented behaviour for a killed collector's torn last line: warn, skip it, go on."""
+    (ws / "cdata_torn").mkdir(exist_ok=True)
+    for name in ("table_configs.json", "data.txt"):
+        (ws / "cdata_torn" / name).write_bytes((ws / "cdata" / name).read_bytes())
+    with open(ws / "cdata_torn" / "data.txt", "a") as fh:
+        fh.write("1,2,3 4.")  # no newline: the tail of a killed writer
+    code, err = run("train_compute_cost_model.py", _replace(TRAIN_C, "--data_dir", "cdata_torn"), ws, capsys)
+    assert code == 0 and "Traceback" not in err
+    assert "data.txt:41: ignoring torn last line" in err
+    metrics = json.loads((ws / "m" / "compute_metrics.json").read_text())
+    assert metrics["num_samples"] == 40  # the 40 complete lines, not the torn 41st
