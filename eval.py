@@ -62,6 +62,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     g = p.add_argument_group("measurement")
     g.add_argument("--warmup", type=int, default=5, help="untimed iterations per measurement (default: 5)")
     g.add_argument("--iters", type=int, default=10, help="timed iterations per measurement, median kept (default: 10)")
+    g.add_argument("--repeats", type=int, default=1,
+                   help="measure every plan this many times, in rounds (each round every plan once, in a shuffled "
+                        "order) so drift hits all algorithms alike; the summary then gives 95%% intervals and says "
+                        "beats / loses to / no significant difference from them (default: 1)")
     g.add_argument("--end_to_end", action="store_true",
                    help="also time the real step per iteration (fwd compute -> fwd all-to-all -> bwd all-to-all "
                         "-> bwd compute, all ranks at once) and report it beside the sum-of-parts cost")
@@ -91,7 +95,7 @@ def main(argv=None) -> int:
     device, ndevices = resolve_ranks(resolve_devices(args.device, args.gpu_devices), args.ndevices, args.gpu_devices)
     cfg = hw.HardwareConfig(ndevices=ndevices, device=device, gpu_devices=args.gpu_devices, warmup=args.warmup,
                             iters=args.iters, fw_sleep=args.fw_sleep, end_to_end=args.end_to_end,
-                            timeout=args.timeout, seed=args.seed)
+                            timeout=args.timeout, seed=args.seed, repeats=args.repeats)
     cfg.validate()
     options = SearchConfig.options_from_args(args)  # one-line error on a bad value, before any work
     # Every lookup index is checked against its table's rows here, naming data.pt: the ranks would
@@ -120,19 +124,19 @@ def main(argv=None) -> int:
     config.update(device=device, ndevices=ndevices, fw_comm_model=fw_path, bw_comm_model=bw_path, algs=algs,
                   num_tasks=n, batch_size=batch)
     runnable = len(hw.runnable(records))
-    print(f"measuring {runnable} plans ({len(records) - runnable} not run) on {ndevices} {device} ranks "
+    print(f"measuring {runnable} plans x {args.repeats} ({len(records) - runnable} not run) on {ndevices} {device} ranks "
           f"in one torchrun job (resumable: rerun the same command after an interruption)", file=sys.stderr,
           flush=True)
     _, summary = hw.run_evaluation(records, args.data_dir, args.task_path, cfg, args.out_dir, algs, n,
                                    config=config, show=show)
     results.print_summary(summary)
     t = summary["hardware"]
-    if t["plans_measured"]:
+    if t["measurements"]:
         per = f", then {t['per_plan_s']:.1f} s per plan" if t["per_plan_s"] is not None else ""
-        print(f"hardware job: {t['plans_measured']} plans in {t['job_s']:.1f} s (first result after "
+        print(f"hardware job: {t['measurements']} measurements in {t['job_s']:.1f} s (first result after "
               f"{t['first_plan_s']:.1f} s{per})", file=sys.stderr)
-    if t["plans_resumed"]:
-        print(f"{t['plans_resumed']} plans were measured by an earlier, interrupted run", file=sys.stderr)
+    if t["measurements_resumed"]:
+        print(f"{t['measurements_resumed']} measurements were made by an earlier, interrupted run", file=sys.stderr)
     print(f"wrote {os.path.join(args.out_dir, results.SUMMARY_MD)} and the rest of the results", file=sys.stderr)
     return 0
 

@@ -894,7 +894,8 @@ def _record_from_json(path: Path, k: int, rec) -> PlanRecord:
         raise InputError(path, f"{where}: malformed cost breakdown ({type(e).__name__}: {e})") from None
     return PlanRecord(task=task, alg=alg, status=status, message=rec.get("message"), plan=plan,
                       estimate=estimate, search_ms=rec.get("search_ms"), num_tables=rec.get("num_tables"),
-                      view=rec.get("view"), measured=measured, e2e=rec.get("e2e"))
+                      view=rec.get("view"), measured=measured, e2e=rec.get("e2e"),
+                      repeat_costs=rec.get("repeat_costs"))
 
 
 def _plan_from_json(path, where: str, d) -> Plan:

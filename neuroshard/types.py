@@ -271,7 +271,8 @@ class PlanRecord:
     `plan` None and a `message`. `estimate`: the simulator's per-device
     breakdown; `search_ms`: wall time of the sharder call; `view`: the readable
     per-table view (`formats.plan_view`). Hardware evaluation adds `measured`
-    (the per-rank breakdown) and, in end-to-end mode, `e2e`. Costs in ms.
+    (the per-rank breakdown, averaged over repeats) with `repeat_costs` (the plan
+    cost of each repeated measurement) and, in end-to-end mode, `e2e`. Costs in ms.
     """
 
     task: int
@@ -285,6 +286,7 @@ class PlanRecord:
     view: list | None = None
     measured: CostBreakdown | None = None
     e2e: dict | None = None
+    repeat_costs: list[float] | None = None
 
     @property
     def estimated_cost(self) -> float | None:
@@ -292,8 +294,20 @@ class PlanRecord:
 
     @property
     def cost(self) -> float | None:
-        """The measured plan cost (None when not measured)."""
+        """The measured plan cost (None when not measured): the mean over repeated measurements."""
+        if self.repeat_costs:
+            return sum(self.repeat_costs) / len(self.repeat_costs)
         return None if self.measured is None else self.measured.cost
+
+    def costs(self, key: str) -> list[float] | None:
+        """The repeats of a cost ("cost": each measurement's plan cost; "e2e_cost"; "estimated_cost",
+        deterministic: one value), or None when there is none."""
+        if key == "cost" and self.repeat_costs:
+            return list(self.repeat_costs)
+        if key == "e2e_cost" and self.e2e is not None and self.e2e.get("repeat_costs"):
+            return list(self.e2e["repeat_costs"])
+        value = getattr(self, key)
+        return None if value is None else [value]
 
     @property
     def e2e_cost(self) -> float | None:
@@ -323,6 +337,8 @@ class PlanRecord:
             d.update(cost=self.cost, plan_key=self.plan_key)
         if self.measured is not None:
             d["measured"] = self.measured.to_json()
+        if self.repeat_costs is not None:
+            d["repeat_costs"] = list(self.repeat_costs)
         if self.e2e is not None:
             d.update(e2e_cost=self.e2e_cost, e2e=self.e2e)
         if view:

@@ -185,8 +185,8 @@ def test_eval_resumes_after_kill_and_ctrl_c_without_measuring_a_plan_twice(setup
     runnable = sum(1 for r in json.loads((out / "results.json").read_text()) if r["plan"] is not None)
     hw = summary["hardware"]
     # every plan measured exactly once over the three runs
-    assert hw["plans_resumed"] == after_ctrl_c and hw["plans_resumed"] + hw["plans_measured"] == runnable
-    assert f"{after_ctrl_c} plans were measured by an earlier, interrupted run" in done.stderr
+    assert hw["measurements_resumed"] == after_ctrl_c and hw["measurements_resumed"] + hw["measurements"] == runnable
+    assert f"{after_ctrl_c} measurements were made by an earlier, interrupted run" in done.stderr
     assert not (out / ".partial").exists()  # the log and the job folders go once every plan is measured
     # the same plan set as an uninterrupted run would measure: the plans eval_simulator's code makes
     results = json.loads((out / "results.json").read_text())

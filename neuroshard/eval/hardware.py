@@ -48,6 +48,9 @@ class HardwareConfig:
     ranks together. `end_to_end`: also time the real step sequence.
     `timeout`: collective timeout in s (a hung rank ends the job after about
     this long). `flush`: evict caches before each timed compute iteration.
+    `repeats`: measurements of every plan, in rounds (every plan once per
+    round, each round in a seeded shuffled order), so that a slow spell of
+    the machine hits all algorithms alike.
     """
 
     ndevices: int = 4
@@ -61,6 +64,7 @@ class HardwareConfig:
     startup_timeout: float = DEFAULT_STARTUP_TIMEOUT_S
     flush: bool = True
     seed: int = 0
+    repeats: int = 1
 
     def validate(self) -> None:
         check_int("--ndevices", self.ndevices, 1)
@@ -69,6 +73,7 @@ class HardwareConfig:
         check_int("--iters", self.iters, 1)
         check_choice("--fw_sleep", self.fw_sleep, FW_SLEEP_MODES)
         check_float("--timeout", self.timeout, 0.0, lo_open=True)
+        check_int("--repeats", self.repeats, 1)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -142,6 +147,16 @@ def measure_plans(plans_path, data_dir, task_path, cfg: HardwareConfig, *,
 # =========================================================================== the whole run
 
 
+def measurement_order(items: Sequence[PlanRecord], repeats: int, seed: int) -> list[tuple[PlanRecord, int]]:
+    """(plan, repeat) in the order the job measures them: `repeats` rounds, each measuring every plan
+    once, in an order shuffled per round (seeded), so drift and position effects hit all plans alike."""
+    order = []
+    for r in range(repeats):
+        perm = np.random.default_rng([seed, r]).permutation(len(items)) if repeats > 1 else range(len(items))
+        order += [(items[int(k)], r) for k in perm]
+    return order
+
+
 def plan_identity(rec: PlanRecord, repeat: int = 0) -> str:
     """What a measurement in the log is of: the task, the algorithm, the plan itself and the repeat."""
     return json.dumps([rec.task, rec.alg, rec.plan_key, repeat], separators=(",", ":"))
@@ -179,39 +194,39 @@ def run_evaluation(records: Sequence[PlanRecord], data_dir, task_path, cfg: Hard
         write_plans(out / PLANS_JSON, records)
         done = read_measurements(log_path)
         items = runnable(records)
-        todo = [r for r in items if plan_identity(r) not in done]
-        resumed = len(items) - len(todo)
+        rounds = measurement_order(items, cfg.repeats, cfg.seed)
+        todo = [(rec, r) for rec, r in rounds if plan_identity(rec, r) not in done]
+        resumed = len(rounds) - len(todo)
         if show is not None:
             for rec in records:
                 if rec.plan is None:
                     show(format_measured(rec, num_tasks))
-            for rec in items:
-                m = done.get(plan_identity(rec))
-                if m is not None:
-                    [res] = merge_results([rec], [m])
-                    show(format_measured(res, num_tasks) + " (measured in an earlier run)")
+            if resumed:
+                show(f"{resumed} of {len(rounds)} measurements were made by an earlier, interrupted run")
         todo_path = partial / "todo.json"
-        write_plans(todo_path, todo)
+        write_plans(todo_path, [rec for rec, _ in todo])
         stamps = [time.perf_counter()]
 
         def arrived(m: dict) -> None:
             stamps.append(time.perf_counter())
-            rec = todo[m["i"]]
-            append_line(log, format_measurement(plan_identity(rec), m))
-            done[plan_identity(rec)] = m
+            rec, r = todo[m["i"]]
+            append_line(log, format_measurement(plan_identity(rec, r), m))
+            done[plan_identity(rec, r)] = m
             if show is not None:
-                [res] = merge_results([rec], [m])
-                show(format_measured(res, num_tasks))
+                [res] = merge_results([rec], [[m]])
+                repeat = f" (repeat {r + 1}/{cfg.repeats})" if cfg.repeats > 1 else ""
+                show(format_measured(res, num_tasks) + repeat)
 
         if todo:
             measure_plans(todo_path, data_dir, task_path, cfg, on_result=arrived, work_dir=str(partial / "jobs"),
                           worker_module=worker_module)
-        results = merge_results(records, [done[plan_identity(r)] for r in items])
+        results = merge_results(records, [[done[plan_identity(rec, r)] for r in range(cfg.repeats)]
+                                          for rec in items])
         summary = hardware_summary(results, algs, num_tasks)
         # wall time: the whole job (start-up included) and per plan (time between results after the first)
         job_s = time.perf_counter() - stamps[0]
         per_plan = np.diff(stamps[1:])
-        summary["hardware"] = {**cfg.to_json(), "plans_measured": len(todo), "plans_resumed": resumed,
+        summary["hardware"] = {**cfg.to_json(), "measurements": len(todo), "measurements_resumed": resumed,
                                "job_s": job_s if todo else 0.0,
                                "first_plan_s": stamps[1] - stamps[0] if len(stamps) > 1 else None,
                                "per_plan_s": float(np.median(per_plan)) if len(per_plan) else None}

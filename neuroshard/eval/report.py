@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from neuroshard.eval.intervals import VERDICTS
+from neuroshard.eval.results import fmt_ci, gain_cell
 from neuroshard.formats import atomic_write, write_json_atomic
 
 
@@ -45,25 +47,52 @@ def _pct(x) -> str:
 
 
 def comparison_table(sim: dict | None, hw: dict | None) -> tuple[str, dict]:
-    """Markdown: per algorithm the mean cost in the simulator and on hardware (over the tasks
-    valid for every algorithm), NeuroShard's improvement over it, and the valid counts."""
+    """Markdown: per algorithm the mean cost in the simulator and on hardware (over the tasks valid
+    for every algorithm, with 95% intervals), NeuroShard's improvement over it with its interval and
+    the verdict the interval supports, and the valid counts. Returns the table and the verdicts."""
     algs: list[str] = []
     for s in (sim, hw):
         for r in (s or {}).get("algorithms", []):
             if r["alg"] not in algs:
                 algs.append(r["alg"])
     rows = {name: {r["alg"]: r for r in (s or {}).get("algorithms", [])} for name, s in (("sim", sim), ("hw", hw))}
-    lines = ["| algorithm | simulator ms | NeuroShard gain (sim) | hardware ms | NeuroShard gain (hw) | valid (sim) "
-             "| valid (hw) |", "|---|---|---|---|---|---|---|"]
+    lines = ["| algorithm | simulator ms [95% CI] | NeuroShard gain (sim) | verdict (sim) | hardware ms [95% CI] "
+             "| NeuroShard gain (hw) | verdict (hw) | valid (sim) | valid (hw) |", "|---|---|---|---|---|---|---|---|---|"]
     for a in algs:
         s, h = rows["sim"].get(a, {}), rows["hw"].get(a, {})
-        gain_s = "" if a == "neuroshard" else _pct(s.get("neuroshard_gain"))
-        gain_h = "" if a == "neuroshard" else _pct(h.get("neuroshard_gain"))
+
+        def gain(r):
+            return "" if a == "neuroshard" or not r else gain_cell(r)
+
+        def word(r):
+            return "" if a == "neuroshard" or not r else (r.get("vs_reference") or {}).get("verdict", "-")
+
         valid = lambda r: f"{r['valid']} / {r['tasks']}" if r else "-"  # noqa: E731
-        lines.append(f"| {a} | {_ms(s.get('mean_common'))} | {gain_s} | {_ms(h.get('mean_common'))} | {gain_h} "
+        lines.append(f"| {a} | {fmt_ci(s.get('mean_common'), s.get('mean_common_ci'), 2)} | {gain(s)} | {word(s)} "
+                     f"| {fmt_ci(h.get('mean_common'), h.get('mean_common_ci'), 2)} | {gain(h)} | {word(h)} "
                      f"| {valid(s)} | {valid(h)} |")
-    beats = {name: (s or {}).get("neuroshard_beats") for name, s in (("simulator", sim), ("hardware", hw))}
-    return "\n".join(lines) + "\n", beats
+    verdicts = {name: (s or {}).get("verdicts") for name, s in (("simulator", sim), ("hardware", hw))}
+    return "\n".join(lines) + "\n", verdicts
+
+
+def verdict_lines(verdicts: dict) -> list[str]:
+    """One line per evaluation: which baselines NeuroShard beats, loses to, or does not separate from,
+    as the 95% intervals of the paired differences say (never the point estimate alone)."""
+    out = []
+    for where, v in verdicts.items():
+        if not v:
+            continue
+        groups = {w: [a for a, x in v.items() if x == w] for w in VERDICTS}
+        parts = []
+        if groups["beats"]:
+            parts.append("beats " + ("every baseline" if len(groups["beats"]) == len(v)
+                                     else ", ".join(groups["beats"])))
+        if groups["no significant difference"]:
+            parts.append("shows no significant difference from " + ", ".join(groups["no significant difference"]))
+        if groups["loses to"]:
+            parts.append("loses to " + ", ".join(groups["loses to"]))
+        out.append(f"- {where}: NeuroShard " + "; ".join(parts) + " (95% intervals of the paired differences).")
+    return out
 
 
 def accuracy_table(acc: dict) -> str:
@@ -78,6 +107,13 @@ def accuracy_table(acc: dict) -> str:
     lines.append(f"The simulator orders two algorithms' plans for the same task as the hardware does in "
                  f"{pct(acc.get('pair_agreement'))} of {acc.get('pairs')} cases "
                  f"({acc.get('pairs_tied', 0)} ties left out).")
+    if acc.get("pairs_beyond_noise") is not None:
+        lines.append(f"Over the {acc['pairs_beyond_noise']} pairs whose measured difference exceeds the repeat noise "
+                     f"(|difference| > 1.96 standard errors of the repeats), it orders "
+                     f"{pct(acc.get('pair_agreement_beyond_noise'))} as the hardware does.")
+    else:
+        lines.append("(One measurement per plan: rerun eval.py with --repeats 2 or more for the agreement over "
+                     "pairs that differ by more than the repeat noise.)")
     return "\n".join(lines) + "\n"
 
 
@@ -152,7 +188,7 @@ def write_report(out, preset, steps: list[dict], seconds: float) -> Path:
     """Write report.md, plots/*.png and config.json into `out`; returns the report's path."""
     out = Path(out)
     sim, hw = _load(out / "sim" / "summary.json"), _load(out / "hw" / "summary.json")
-    cmp_md, beats = comparison_table(sim, hw)
+    cmp_md, verdicts = comparison_table(sim, hw)
     models_md, model_rows = model_table(out)
     plots = _plots(out, sim, hw)
     text = [f"# NeuroShard report — preset `{preset.name}`", "",
@@ -160,13 +196,11 @@ def write_report(out, preset, steps: list[dict], seconds: float) -> Path:
             f"tables. The steps took {sum(st['seconds'] for st in steps):.0f} s when they ran "
             f"(this run: {seconds:.0f} s; up-to-date steps are skipped). Every command is listed at the end.", "",
             "## Embedding cost per algorithm", "",
-            "Mean cost (ms) over the tasks valid for every algorithm; gain = (baseline − NeuroShard) / baseline.", "",
+            "Mean cost (ms) over the tasks valid for every algorithm, with 95% bootstrap intervals over tasks "
+            "(and repeated measurements on hardware); gain = (baseline − NeuroShard) / baseline, with the interval "
+            "of the paired difference; the verdict is read from that interval.", "",
             cmp_md]
-    for where, b in beats.items():
-        if b:
-            losers = [a for a, won in b.items() if not won]
-            text.append(f"- {where}: NeuroShard beats " + ("every baseline." if not losers
-                                                              else f"all but {', '.join(losers)}."))
+    text += verdict_lines(verdicts)
     if hw and hw.get("simulator_accuracy"):
         text += ["", "## Simulator vs hardware", "", accuracy_table(hw["simulator_accuracy"])]
     text += ["", "## Cost models", "", models_md, ""]
@@ -184,5 +218,5 @@ def write_report(out, preset, steps: list[dict], seconds: float) -> Path:
         fh.write("\n".join(text) + "\n")
     write_json_atomic(out / "config.json", {"preset": asdict(preset), "steps": steps, "wall_seconds": seconds,
                                             "versions": library_versions(), "models": model_rows,
-                                            "neuroshard_beats": beats})
+                                            "verdicts": verdicts})
     return report

@@ -20,6 +20,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from neuroshard.eval.intervals import exceeds_repeat_noise, mean_interval, paired_difference, verdict
 from neuroshard.types import PlanRecord
 
 REFERENCE_ALG = "neuroshard"
@@ -86,15 +87,44 @@ def summarize(records: Sequence[PlanRecord], algs: Sequence[str], num_tasks: int
     for i, r in enumerate(ranked):
         r["rank"] = i + 1
     ref = next((r for r in rows if r["alg"] == reference), None)
-    beats = {}
-    if ref is not None and ref["mean_common"] is not None:
+    beats, verdicts = {}, {}
+    if common:
+        ref_costs = _repeat_matrix([by_alg[reference][t] for t in common], cost_key) if ref else None
         for r in rows:
+            costs = _repeat_matrix([by_alg[r["alg"]][t] for t in common], cost_key)
+            iv = mean_interval(costs)
+            r["mean_common_ci"] = [iv.lo, iv.hi]
+            if ref is None:
+                continue
             if r["mean_common"]:
                 r["neuroshard_gain"] = (r["mean_common"] - ref["mean_common"]) / abs(r["mean_common"])
-            if r["alg"] != reference and r["mean_common"] is not None:
-                beats[r["alg"]] = ref["mean_common"] < r["mean_common"]
+            if r["alg"] != reference:
+                a, b = _same_repeats(ref_costs, costs)
+                diff = paired_difference(a, b)
+                verdicts[r["alg"]] = verdict(diff)
+                beats[r["alg"]] = verdicts[r["alg"]] == "beats"
+                r["vs_reference"] = {"diff_ms": diff.to_json(), "verdict": verdicts[r["alg"]],
+                                     "gain_ci": [diff.lo / abs(r["mean_common"]), diff.hi / abs(r["mean_common"])]
+                                     if r["mean_common"] else None}
     return {"tasks": num_tasks, "common_tasks": len(common), "cost": cost_key, "reference": reference,
-            "algorithms": rows, "ranking": [r["alg"] for r in ranked], "neuroshard_beats": beats}
+            "algorithms": rows, "ranking": [r["alg"] for r in ranked], "neuroshard_beats": beats,
+            "verdicts": verdicts}
+
+
+def _repeat_matrix(records: Sequence[PlanRecord], cost_key: str) -> list[list[float]]:
+    """costs[task][repeat] of records (one per task); tasks with another repeat count than the
+    first (an evaluation merged from runs with different --repeats) enter with their mean."""
+    rows = [r.costs(cost_key) for r in records]
+    if len({len(x) for x in rows}) > 1:
+        rows = [[float(np.mean(x))] for x in rows]
+    return rows
+
+
+def _same_repeats(a: list, b: list) -> tuple[list, list]:
+    """Pair two cost matrices repeat by repeat; if their repeat counts differ, task means."""
+    if len(a[0]) != len(b[0]):
+        return [[float(np.mean(x))] for x in a], [[float(np.mean(x))] for x in b]
+    return a, b
 
 
 def simulator_accuracy(records: Sequence[PlanRecord], cost_key: str = "cost") -> dict:
@@ -135,6 +165,7 @@ def simulator_accuracy(records: Sequence[PlanRecord], cost_key: str = "cost") ->
                                       "n": pm_["n"]}
 
     agree = total = tied = 0
+    beyond = agree_beyond = 0
     by_task: dict[int, list[PlanRecord]] = {}
     for r in done:
         by_task.setdefault(r.task, []).append(r)
@@ -144,8 +175,16 @@ def simulator_accuracy(records: Sequence[PlanRecord], cost_key: str = "cost") ->
                 tied += 1
                 continue
             total += 1
-            agree += (a.estimated_cost < b.estimated_cost) == (getattr(a, cost_key) < getattr(b, cost_key))
-    out.update(pairs=total, pairs_tied=tied, pair_agreement=agree / total if total else None)
+            same = (a.estimated_cost < b.estimated_cost) == (getattr(a, cost_key) < getattr(b, cost_key))
+            agree += same
+            # pairs whose measured difference exceeds their repeat noise (needs >= 2 repeats)
+            if exceeds_repeat_noise(a.costs(cost_key), b.costs(cost_key)):
+                beyond += 1
+                agree_beyond += same
+    repeats = min(len(r.costs(cost_key)) for r in done)
+    out.update(pairs=total, pairs_tied=tied, pair_agreement=agree / total if total else None,
+               pairs_beyond_noise=beyond if repeats >= 2 else None,
+               pair_agreement_beyond_noise=agree_beyond / beyond if beyond else None)
     return out
 
 
@@ -194,6 +233,20 @@ def fmt(x, digits: int = 3, pct: bool = False) -> str:
     return f"{100 * x:+.1f}%" if pct else f"{x:.{digits}f}"
 
 
+def fmt_ci(x, ci, digits: int = 3) -> str:
+    """"12.345 [11.900, 12.800]": a mean with its interval ("-" when missing)."""
+    if x is None:
+        return "-"
+    return fmt(x, digits) + (f" [{fmt(ci[0], digits)}, {fmt(ci[1], digits)}]" if ci else "")
+
+
+def gain_cell(row: dict) -> str:
+    """The reference's relative gain over an algorithm with its interval: "+12.3% [+5.1%, +19.0%]"."""
+    gain = fmt(row.get("neuroshard_gain"), pct=True)
+    ci = (row.get("vs_reference") or {}).get("gain_ci")
+    return gain + (f" [{fmt(ci[0], pct=True)}, {fmt(ci[1], pct=True)}]" if ci else "")
+
+
 def _pct(x, digits: int = 1) -> str:
     return "-" if x is None else f"{100 * x:.{digits}f}%"
 
@@ -211,9 +264,11 @@ def summary_markdown(summary: dict) -> str:
         ("algorithm", lambda r: r["alg"]),
         ("valid", lambda r: f"{r['valid']} / {r['tasks']}"),
         ("average ms", lambda r: fmt(r["average"])),
-        (f"mean ms (common {summary['common_tasks']})", lambda r: fmt(r["mean_common"])),
+        (f"mean ms (common {summary['common_tasks']}) [95% CI]", lambda r: fmt_ci(r["mean_common"],
+                                                                               r.get("mean_common_ci"))),
         ("rank", lambda r: str(r.get("rank", "-"))),
-        (f"{ref} gain", lambda r: "" if r["alg"] == ref else fmt(r.get("neuroshard_gain"), pct=True)),
+        (f"{ref} gain [95% CI]", lambda r: "" if r["alg"] == ref else gain_cell(r)),
+        (f"{ref} vs it", lambda r: "" if r["alg"] == ref else (r.get("vs_reference") or {}).get("verdict", "-")),
     ]
     if hw:
         columns += [("estimated ms (common)", lambda r: fmt(r.get("mean_common_estimated"))),
@@ -232,10 +287,14 @@ def summary_markdown(summary: dict) -> str:
             acc = summary.get(key)
             if not acc:
                 continue
+            beyond = ""
+            if acc.get("pairs_beyond_noise") is not None:
+                beyond = (f"; in {_pct(acc.get('pair_agreement_beyond_noise'))} of the "
+                          f"{acc['pairs_beyond_noise']} pairs whose measured difference exceeds the repeat noise")
             lines.append(f"Simulator vs hardware ({what}) over {acc['plans']} measured plans: MAPE "
                          f"{_pct(acc['mape'])}, Spearman {fmt(acc['spearman'])}, same order as the hardware in "
                          f"{_pct(acc['pair_agreement'])} of {acc['pairs']} (task, algorithm pair) cases "
-                         f"({acc['pairs_tied']} ties left out).")
+                         f"({acc['pairs_tied']} ties left out){beyond}.")
             parts = acc.get("parts") or {}
             if parts:
                 lines.append("Per-rank MAPE: " + ", ".join(f"{k} {_pct(v['mape'])}" for k, v in parts.items())
@@ -314,9 +373,9 @@ _HW_COLUMNS = [
     ("num_splits", lambda r: r.num_splits), ("message", lambda r: r.message or "")]
 
 SUMMARY_COLUMNS = ["alg", "valid", "tasks", "oom", "invalid", "average", "mean_common", "rank",
-                   "neuroshard_gain", "median_search_ms", "mean_search_ms", "mean_splits"]
+                   "neuroshard_gain", "verdict", "median_search_ms", "mean_search_ms", "mean_splits"]
 HW_SUMMARY_COLUMNS = ["alg", "valid", "tasks", "oom", "invalid", "average", "mean_common", "rank",
-                      "neuroshard_gain", "average_estimated", "mean_common_estimated", "rank_estimated",
+                      "neuroshard_gain", "verdict", "average_estimated", "mean_common_estimated", "rank_estimated",
                       "neuroshard_gain_estimated", "average_e2e", "mean_common_e2e", "rank_e2e",
                       "neuroshard_gain_e2e", "median_search_ms", "mean_splits"]
 
@@ -365,6 +424,7 @@ def write_outputs(out_dir, records: Sequence[PlanRecord], summary: dict, config:
     write_json_atomic(out / SUMMARY_JSON, summary)
     names = HW_SUMMARY_COLUMNS if hw else SUMMARY_COLUMNS
     with atomic_write(out / SUMMARY_CSV) as fh:
-        fh.write(csv_text(names, ([r.get(c) for c in names] for r in summary["algorithms"])))
+        fh.write(csv_text(names, ([(r.get("vs_reference") or {}).get("verdict") if c == "verdict" else r.get(c)
+                                   for c in names] for r in summary["algorithms"])))
     with atomic_write(out / SUMMARY_MD) as fh:
         fh.write(summary_markdown(summary))
