@@ -144,7 +144,8 @@ def load_model(path):
         if mtype == "compute":
             model = nets.ComputeCostModel(state["feat_mean"], state["feat_std"], cfg["num_features"])
         else:
-            model = nets.CommCostModel(cfg["kind"], cfg["ndevices"], state["x_mean"], state["x_std"])
+            model = nets.CommCostModel(cfg["kind"], cfg["ndevices"], state["x_mean"], state["x_std"],
+                                       wait_term=bool(cfg.get("wait_term", False)))
         model.load_state_dict(state)
     except KeyError as e:
         raise InputError(path, f"malformed {mtype} model checkpoint: missing {e.args[0]!r}") from None

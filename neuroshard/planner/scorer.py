@@ -163,7 +163,7 @@ class PlanScorer:
         layers = [(w.astype(np.float32), b.astype(np.float32), r) for w, b, r in layers]
         mean = model.x_mean.detach().numpy().astype(np.float32)
         std = model.x_std.detach().numpy().astype(np.float32)
-        return layers, mean, std, np.float32(model.target_scale)
+        return layers, mean, std, np.float32(model.target_scale), bool(getattr(model, "wait_term", False))
 
     def _check_against_torch(self) -> None:
         """Drop a NumPy copy that disagrees with its torch model (an unknown layout)."""
@@ -290,11 +290,14 @@ class PlanScorer:
         params = self._fw if kind == "fw" else self._bw
         if params is None:
             return self._torch_comm(kind, dims, sleeps)
-        layers, mean, std, scale = params
+        layers, mean, std, scale, wait_term = params
         x = dims if kind == "bw" else np.concatenate([dims, sleeps], axis=-1)
         out = _run_mlp(layers, (x.astype(np.float32) - mean) / std)
         out *= scale
-        return out.astype(np.float64)
+        out = out.astype(np.float64)
+        if wait_term:  # see nets.CommCostModel: the wait for the last rank, from the inputs
+            out += sleeps.max(axis=-1, keepdims=True) - sleeps
+        return out
 
     def comm(self, dims: np.ndarray, compute: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Backward and forward comm ms [M, n] (float64) from dim sums [M, n] and compute ms [M, n]."""

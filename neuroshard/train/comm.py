@@ -31,25 +31,26 @@ def comm_tensors(samples: Sequence[CommSample], kind: str) -> tuple[torch.Tensor
     return x, y
 
 
-def build_model(kind: str, ndevices: int, x: torch.Tensor) -> CommCostModel:
+def build_model(kind: str, ndevices: int, x: torch.Tensor, wait_term: bool = False) -> CommCostModel:
     """An untrained model normalised with the input mean/std (std 1 for constant inputs)."""
     mean, std = x.mean(0), x.std(0) if len(x) > 1 else torch.ones(x.shape[1])
     std = torch.where(std > 1e-6, std, torch.ones_like(std))
-    return CommCostModel(kind, ndevices, mean, std)
+    return CommCostModel(kind, ndevices, mean, std, wait_term=wait_term)
 
 
 def train_comm_model(samples: Sequence[CommSample], kind: str, cfg: TrainConfig, out_path,
-                     data_dir=None) -> dict:
-    """Train one direction's model, write checkpoint + scatter + metrics; return the summary."""
+                     data_dir=None, wait_term: bool = False) -> dict:
+    """Train one direction's model (`wait_term`: see nets.CommCostModel, forward only), write
+    checkpoint + scatter + metrics; return the summary."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     n = samples[0].ndevices
     torch.manual_seed(cfg.seed)
     x, y = comm_tensors(samples, kind)
-    model = build_model(kind, n, x)
+    model = build_model(kind, n, x, wait_term)
     report = train_model(model, (x,), y, cfg, desc=f"{kind} comm model")
     result = {"kind": kind, "ndevices": n, "data_dir": None if data_dir is None else str(data_dir),
-              "num_samples": len(samples)}
+              "num_samples": len(samples), "wait_term": wait_term}
     noise = read_noise_floor(data_dir, kind) if data_dir is not None else None
     if noise is not None:
         result["noise_floor"] = noise
@@ -57,8 +58,10 @@ def train_comm_model(samples: Sequence[CommSample], kind: str, cfg: TrainConfig,
     return save_trained(model, report, out_path, f"{name} comm model ({n} devices), test split", result)
 
 
-def train_comm_models(data_dir, cfg: TrainConfig, fw_out_path=None, bw_out_path=None) -> dict:
-    """Train both models on `data_dir`; returns {"fw": summary, "bw": summary}.
+def train_comm_models(data_dir, cfg: TrainConfig, fw_out_path=None, bw_out_path=None,
+                      fw_wait: bool = True) -> dict:
+    """Train both models on `data_dir`; returns {"fw": summary, "bw": summary}. `fw_wait`: the forward
+    model's analytic wait term (nets.CommCostModel).
 
     Output paths default to upstream's ``models/comm_<n>_fw.pt`` / ``_bw.pt``
     with n the device count of the data.
@@ -70,4 +73,5 @@ def train_comm_models(data_dir, cfg: TrainConfig, fw_out_path=None, bw_out_path=
     paths = {"fw": fw_out_path or f"models/comm_{n}_fw.pt", "bw": bw_out_path or f"models/comm_{n}_bw.pt"}
     for kind in KINDS:
         check_output_file(f"--{kind}_out_path", paths[kind])
-    return {kind: train_comm_model(samples, kind, cfg, paths[kind], data_dir) for kind in KINDS}
+    return {kind: train_comm_model(samples, kind, cfg, paths[kind], data_dir, wait_term=fw_wait and kind == "fw")
+            for kind in KINDS}

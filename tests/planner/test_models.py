@@ -91,3 +91,18 @@ def test_hand_set_linear_models_compute_their_formulas():
     np.testing.assert_allclose(fw.predict(dims, sleeps), w @ [64, 32, 2, 0] + [[0.1, 0.2]], rtol=1e-6)
     with pytest.raises(ValueError, match="too many devices"):
         linear_comm_model("fw", 9, np.zeros((9, 18)), np.zeros(9))
+
+
+def test_forward_wait_term_adds_the_wait_for_the_last_rank(tmp_path):
+    n = 3
+    m = CommCostModel("fw", n, torch.zeros(2 * n), torch.ones(2 * n), wait_term=True)
+    with torch.no_grad():
+        for p in m.parameters():
+            p.zero_()
+    # MLP output 0: the prediction is max(sleeps) - sleeps, by hand
+    assert m.predict([[8, 16, 32]], [[0.0, 5.0, 2.0]]).tolist() == [[5.0, 0.0, 3.0]]
+    save_model(m.eval(), tmp_path / "fw.pt")
+    back = load_comm_model(tmp_path / "fw.pt", n, "fw")
+    assert back.wait_term and back.predict([[8, 16, 32]], [[1.0, 0.0, 0.0]]).tolist() == [[0.0, 1.0, 1.0]]
+    with pytest.raises(ValueError, match="only the forward model"):
+        CommCostModel("bw", n, torch.zeros(n), torch.ones(n), wait_term=True)

@@ -180,3 +180,19 @@ def test_memory_is_checked_exactly_and_reported_with_numbers():
 def test_models_for_another_device_count_are_refused():
     with pytest.raises(Exception, match="devices"):
         simulate(tables_of([8, 8, 8]), Plan((), ((0,), (1,), (2,))), hand_models(2), 1.0)
+
+
+def test_numpy_scorer_matches_torch_with_the_forward_wait_term():
+    torch.manual_seed(3)
+    n = 4
+    fw = CommCostModel("fw", n, torch.full((2 * n,), 64.0), torch.full((2 * n,), 64.0), target_scale=2.0,
+                       wait_term=True).eval()
+    models = random_models(n)
+    models = CostModels(models.compute, fw, models.bw)
+    scorer = PlanScorer(models.compute, models.fw, models.bw)
+    assert scorer.uses_numpy  # the NumPy copy reproduced the wait term, or it would have fallen back
+    dims = np.array([[64.0, 128.0, 32.0, 0.0]])
+    compute = np.array([[10.0, 3.0, 7.0, 0.0]])
+    bw, fw_ms = scorer.comm(dims, compute)
+    skew = (compute + bw) - (compute + bw).min()
+    assert fw_ms[0] == pytest.approx(fw.predict(dims, skew.astype(np.float32))[0], rel=1e-4, abs=1e-4)
