@@ -45,7 +45,11 @@ def main(argv=None):
                    help="CPU kernels: cpu = CPU time of the benchmark thread (leaves out time spent "
                         "descheduled, so a busy shared machine disturbs it far less; equals wall time on "
                         "an idle one), wall = elapsed time. GPUs always use CUDA events")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="the shard stream and the split of the tables into halves")
+    p.add_argument("--half_share", type=float, default=0.0,
+                   help="share of the shards whose tables all come from one half of the dataset's tables (a "
+                        "seeded split; every table stays equally likely overall), so that tools/heldout_check.py "
+                        "can train on one half and test on tables the model never saw")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     args = p.parse_args(argv)
 
@@ -54,7 +58,7 @@ def main(argv=None):
     devices = worker_devices(device, gpus, args.num_workers)
     cfg = ComputeCollectConfig(max_tables=args.max_tables, max_mem=args.max_mem, max_dim=args.max_dim,
                                warmup=args.warmup, iters=args.iters, seed=args.seed, clock=args.clock,
-                               device=device)
+                               device=device, half_share=args.half_share)
     summary = collect(args.dataset_dir, args.out_dir, cfg, args.data_size, devices, progress=not args.quiet)
     rate = summary.new / summary.elapsed_s if summary.elapsed_s else 0.0
     print(f"{summary.new} new samples ({summary.failed} failed) in {summary.elapsed_s:.1f} s "

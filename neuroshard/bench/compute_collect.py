@@ -30,6 +30,7 @@ from neuroshard.bench.noise import noise_report
 from neuroshard.bench.pool import MeasurerFactory, WorkerPool, WorkerStats
 from neuroshard.bench.timing import CLOCKS
 from neuroshard.checks import check_choice, check_float, check_int, check_max_dim
+from neuroshard.data.split import table_halves
 from neuroshard.formats import (DATA_TXT, TABLE_CONFIGS, append_line, check_run_config, format_compute_sample,
                                 open_append, read_compute_data, read_dataset, read_lines_tolerant,
                                 read_table_configs, write_table_configs)
@@ -62,9 +63,17 @@ def augmented_bench_tables(aug: Sequence[TableConfig], num_dataset_tables: int) 
 
 class ShardSampler:
     """Random shards per DESIGN §5: k ~ U{1..max_tables}, tables uniform over `aug` (repeats allowed),
-    redrawn until the shard fits `max_mem` GB."""
+    redrawn until the shard fits `max_mem` GB.
 
-    def __init__(self, aug: Sequence[TableConfig], max_tables: int, max_mem: float, seed):
+    With `half_share` > 0 (and `halves`: the half of each dataset table, see
+    `data.split.table_halves`), that share of the shards draws all its tables
+    from one half, picked at random; every table stays equally likely overall.
+    The held-out-table check trains on one half's shards and tests on the
+    other's (`eval.heldout`).
+    """
+
+    def __init__(self, aug: Sequence[TableConfig], max_tables: int, max_mem: float, seed,
+                 halves: np.ndarray | None = None, half_share: float = 0.0):
         if max_tables < 1:
             raise NeuroShardError(f"--max_tables must be >= 1, got {max_tables}")
         self.sizes = np.array([size_gb(c.row, c.dim) for c in aug])
@@ -74,17 +83,23 @@ class ShardSampler:
         self.max_tables = max_tables
         self.max_mem = max_mem
         self.rng = np.random.default_rng(seed)
+        self.half_share = half_share
+        if half_share > 0:
+            half_of = halves[np.arange(len(aug)) % len(halves)]
+            self.pools = [np.flatnonzero(half_of == h) for h in (0, 1)]
 
     def sample(self) -> list[int]:
         k = int(self.rng.integers(1, self.max_tables + 1))
+        pool = None
+        if self.half_share > 0 and self.rng.random() < self.half_share:
+            pool = self.pools[int(self.rng.integers(2))]
         for _ in range(MAX_RESAMPLES):
-            ids = self.rng.integers(0, len(self.sizes), size=k)
+            ids = self.rng.integers(0, len(self.sizes), size=k) if pool is None else \
+                pool[self.rng.integers(0, len(pool), size=k)]
             if self.sizes[ids].sum() <= self.max_mem:
                 return [int(i) for i in ids]
         raise NeuroShardError(f"could not draw {k} tables within --max_mem {self.max_mem} GB in "
                               f"{MAX_RESAMPLES} tries; raise --max_mem or lower --max_tables")
-
-
 
 
 # =========================================================================== the benchmark in a worker
@@ -137,7 +152,9 @@ class ComputeCollectConfig:
     `max_dim` halving to 4), within `max_mem` GB. `warmup`/`iters`: untimed
     and timed iterations per shard (median kept); `clock`: CPU kernels' clock
     ("cpu" or "wall", see `bench.timing.benchmark`; GPUs use CUDA events);
-    `device`: "cpu" or "cuda"; `seed`: the shard stream.
+    `device`: "cpu" or "cuda"; `seed`: the shard stream (and the split of the
+    tables into halves); `half_share`: the share of shards drawn from one half
+    of the tables (see ShardSampler).
     """
 
     max_tables: int = 15
@@ -148,6 +165,7 @@ class ComputeCollectConfig:
     seed: int = 0
     clock: str = "cpu"
     device: str = "cpu"
+    half_share: float = 0.0
 
     def validate(self) -> None:
         check_int("--max_tables", self.max_tables, 1)
@@ -158,10 +176,13 @@ class ComputeCollectConfig:
         check_int("--seed", self.seed)
         check_choice("--clock", self.clock, CLOCKS)
         check_choice("--device", self.device, ("cpu", "cuda"))
+        check_float("--half_share", self.half_share, 0.0, 1.0)
 
     def to_json(self, batch_size: int) -> dict:
         """What config.json records: the settings that change the samples (not how many or where)."""
         d = asdict(self)
+        if not self.half_share:
+            del d["half_share"]  # data dirs made before the option stay resumable
         if self.device == "cuda":
             d["clock"] = "cuda_events"
         return {**d, "batch_size": batch_size}
@@ -237,7 +258,8 @@ def _collect(out: Path, dataset_dir, dataset, aug, cfg, data_size, devices, prog
         return CollectSummary(existing, 0, 0, 0.0, WorkerStats())
     # A resumed run draws from a new stream: seeding with how much exists
     # keeps it from replaying the shards of the run it continues.
-    sampler = ShardSampler(aug, cfg.max_tables, cfg.max_mem, [cfg.seed, existing, prior_failures])
+    sampler = ShardSampler(aug, cfg.max_tables, cfg.max_mem, [cfg.seed, existing, prior_failures],
+                           table_halves(len(dataset.configs), cfg.seed), cfg.half_share)
     done, failed, streak = 0, 0, 0
     bar = tqdm(total=data_size, initial=existing, unit="sample", desc="compute samples",
                disable=not progress, smoothing=0.05, dynamic_ncols=True)

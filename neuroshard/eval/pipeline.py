@@ -2,6 +2,7 @@
 
     python -m neuroshard.eval.pipeline --preset quick          # what `make demo` runs
     python -m neuroshard.eval.pipeline --preset quick --force  # redo every step
+    python -m neuroshard.eval.pipeline --preset quick --seed 1  # fresh measurements -> results/quick-seed1
     python -m neuroshard.eval.pipeline --preset paper --data fbgemm_t856_bs65536.pt.gz --gpu_devices 0,1,2,3
 
 Every step is a top-level script; the driver prints each command before it
@@ -61,29 +62,32 @@ class Preset:
     eval_tasks: int
     eval_warmup: int
     eval_iters: int
+    eval_repeats: int = 1  # measurements of every plan (interleaved rounds), for intervals
+    half_share: float = 0.67  # compute shards from one half of the tables, for the held-out-table check
     gpu: bool = False
 
 
 PRESETS = {
     # For the end-to-end smoke test: every step, seconds each.
     "tiny": Preset("tiny", ndevices=2, max_mem=1.0, max_dim=32, num_tables=16, batch_size=256, max_rows=20000,
-                   num_tasks=3, t_range="4,8", compute_samples=40, max_tables=4, comm_samples=16,
+                   num_tasks=3, t_range="4,8", compute_samples=100, max_tables=4, comm_samples=16,
                    comm_t_range="4,8", sleep_range="0,2", comm_batch_size=256, warmup=1, iters=2, noise_samples=4,
                    epochs=20,
-                   eval_tasks=2, eval_warmup=1, eval_iters=2),
+                   eval_tasks=2, eval_warmup=1, eval_iters=2, eval_repeats=2),
     # `make demo`: the whole pipeline on CPU in about ten minutes, on the default synthetic
     # dataset of tools/gen_dlrm_data.py. The comm batch equals the dataset's, as eval.py uses it.
     "quick": Preset("quick", ndevices=4, max_mem=1.0, max_dim=128, num_tables=150, batch_size=4096,
                     max_rows=1_000_000, num_tasks=20, t_range="10,30", compute_samples=1000, max_tables=10,
                     comm_samples=500, comm_t_range="10,30", sleep_range="0,50", comm_batch_size=4096, warmup=3,
-                    iters=7, noise_samples=100, epochs=1000, eval_tasks=10, eval_warmup=3, eval_iters=7),
+                    iters=7, noise_samples=100, epochs=1000, eval_tasks=10, eval_warmup=3, eval_iters=7,
+                    eval_repeats=2),
     # The paper's setting on the public dataset and GPUs (DESIGN §2 defaults: 4 GB per GPU,
     # T from 10 to 60, 100 tasks, batch 65536); run once with 4 and once with 8 GPUs.
     "paper": Preset("paper", ndevices=4, max_mem=4.0, max_dim=128, num_tables=856, batch_size=65536,
                     max_rows=0, num_tasks=100, t_range="10,60", compute_samples=100_000, max_tables=15,
                     comm_samples=20_000, comm_t_range="10,60", sleep_range="0,30", comm_batch_size=65536,
                     warmup=5, iters=10, noise_samples=500, epochs=1000, eval_tasks=100, eval_warmup=5,
-                    eval_iters=10, gpu=True),
+                    eval_iters=10, eval_repeats=3, gpu=True),
 }
 
 
@@ -95,8 +99,9 @@ class Step:
     outputs: list[Path]
 
 
-def build_steps(p: Preset, out: Path, data: str | None, gpu_devices: str | None) -> list[Step]:
-    """The commands of one pipeline run, in order."""
+def build_steps(p: Preset, out: Path, data: str | None, gpu_devices: str | None, seed: int = 0) -> list[Step]:
+    """The commands of one pipeline run, in order. `seed` seeds every measurement, training and
+    evaluation step (the dataset and the tasks keep seed 0, so runs of several seeds share them)."""
     n = p.ndevices
     ds, tasks, cdata, mdata = out / "dataset", out / "tasks", out / "compute_data", out / "comm_data"
     models = out / "models"
@@ -104,6 +109,7 @@ def build_steps(p: Preset, out: Path, data: str | None, gpu_devices: str | None)
     dev = ["--gpu_devices", gpu_devices] if gpu_devices else ["--device", "cpu"]
     # One benchmark process per core for the compute collection on CPU.
     workers = [] if gpu_devices else ["--num_workers", str(min(2, os.cpu_count() or 1))]
+    s = ["--seed", str(seed)]
     if data:
         gen = ["tools/gen_dlrm_data.py", "--data", data, "--out_dir", str(ds)]
     else:
@@ -112,8 +118,10 @@ def build_steps(p: Preset, out: Path, data: str | None, gpu_devices: str | None)
     models_flags = ["--compute_model", str(compute_model), "--fw_comm_model", str(fw_model),
                     "--bw_comm_model", str(bw_model)]
     eval_common = ["--data_dir", str(ds), "--task_path", str(tasks / "data.txt"), *models_flags, "--alg", "all",
-                   "--ndevices", str(n), "--max_mem", str(p.max_mem), "--max_tasks", str(p.eval_tasks)]
+                   "--ndevices", str(n), "--max_mem", str(p.max_mem), "--max_tasks", str(p.eval_tasks), *s]
     comm_ranks = dev if gpu_devices else ["--ndevices", str(n)]
+    comm_cfg = ["--T_range", p.comm_t_range, "--sleep_range", p.sleep_range, "--max_dim", str(p.max_dim),
+                "--batch_size", str(p.comm_batch_size), "--warmup", str(p.warmup), "--iters", str(p.iters), *s]
     return [
         Step("1", "dataset", gen, [ds / "table_configs.json", ds / "data.pt"]),
         Step("2", "tasks", ["tools/gen_tasks.py", "--data_dir", str(ds), "--out_dir", str(tasks), "--data_size",
@@ -122,33 +130,33 @@ def build_steps(p: Preset, out: Path, data: str | None, gpu_devices: str | None)
         Step("3a", "compute cost data",
              ["collect_compute_cost_data.py", "--dataset_dir", str(ds), "--out_dir", str(cdata), "--data_size",
               str(p.compute_samples), "--max_tables", str(p.max_tables), "--max_mem", str(p.max_mem),
-              "--max_dim", str(p.max_dim), "--warmup", str(p.warmup), "--iters", str(p.iters), *dev, *workers],
-             [cdata / "data.txt"]),
+              "--max_dim", str(p.max_dim), "--warmup", str(p.warmup), "--iters", str(p.iters), "--half_share",
+              str(p.half_share), *s, *dev, *workers], [cdata / "data.txt"]),
         Step("3a-noise", "compute noise floor",
              ["tools/compute_noise_floor.py", "--data_dir", str(cdata), "--dataset_dir", str(ds), "--num_samples",
-              str(p.noise_samples), *dev, *workers], [cdata / "noise_floor.json"]),
+              str(p.noise_samples), *s, *dev, *workers], [cdata / "noise_floor.json"]),
         Step("3b", "comm cost data",
-             ["collect_comm_cost_data.py", "--out_dir", str(mdata), "--data_size", str(p.comm_samples),
-              "--T_range", p.comm_t_range, "--sleep_range", p.sleep_range, "--max_dim", str(p.max_dim),
-              "--batch_size", str(p.comm_batch_size), "--warmup", str(p.warmup), "--iters", str(p.iters),
+             ["collect_comm_cost_data.py", "--out_dir", str(mdata), "--data_size", str(p.comm_samples), *comm_cfg,
               *comm_ranks], [mdata / "data.txt"]),
         Step("3b-noise", "comm noise floor",
              ["collect_comm_cost_data.py", "--out_dir", str(mdata), "--noise_floor", str(p.noise_samples),
-              "--T_range", p.comm_t_range, "--sleep_range", p.sleep_range, "--max_dim", str(p.max_dim),
-              "--batch_size", str(p.comm_batch_size), "--warmup", str(p.warmup), "--iters", str(p.iters),
-              *comm_ranks], [mdata / "noise_floor.json"]),
+              *comm_cfg, *comm_ranks], [mdata / "noise_floor.json"]),
         Step("4a", "compute cost model",
              ["train_compute_cost_model.py", "--data_dir", str(cdata), "--epochs", str(p.epochs), "--out_path",
-              str(compute_model)], [compute_model]),
+              str(compute_model), *s], [compute_model]),
+        Step("4a-heldout", "compute model on unseen tables",
+             ["tools/heldout_check.py", "--data_dir", str(cdata), "--epochs", str(p.epochs), "--out_path",
+              str(models / "compute_heldout.json"), *s], [models / "compute_heldout.json"]),
         Step("4b", "comm cost models",
              ["train_comm_cost_model.py", "--data_dir", str(mdata), "--epochs", str(p.epochs), "--fw_out_path",
-              str(fw_model), "--bw_out_path", str(bw_model)], [fw_model, bw_model]),
+              str(fw_model), "--bw_out_path", str(bw_model), *s], [fw_model, bw_model]),
         Step("5", "simulator evaluation", ["eval_simulator.py", *eval_common, "--out_dir", str(out / "sim")],
              [out / "sim" / "summary.json"]),
         # eval.py measures the plans eval_simulator.py made: planned once, by the same code.
         Step("6", "hardware evaluation",
-             ["eval.py", *eval_common, "--plans", str(out / "sim" / "plans.json"), "--out_dir", str(out / "hw"), "--warmup", str(p.eval_warmup), "--iters",
-              str(p.eval_iters), *dev], [out / "hw" / "summary.json"]),
+             ["eval.py", *eval_common, "--plans", str(out / "sim" / "plans.json"), "--out_dir", str(out / "hw"),
+              "--warmup", str(p.eval_warmup), "--iters", str(p.eval_iters), "--repeats", str(p.eval_repeats), *dev],
+             [out / "hw" / "summary.json"]),
     ]
 
 
@@ -208,6 +216,10 @@ def main(argv=None) -> int:
     ap.add_argument("--force", action="store_true", default=os.environ.get("FORCE", "") not in ("", "0"),
                     help="redo every step even if its outputs are up to date (also FORCE=1)")
     ap.add_argument("--only", default=None, help="comma list of steps to run, e.g. 5,6")
+    ap.add_argument("--seed", type=int, default=0,
+                    help="seed of every measurement, training and evaluation step (the dataset and tasks keep "
+                         "seed 0); a seed other than 0 defaults to the folder results/<preset>-seed<N>, so "
+                         "fresh runs of the quick preset can be compared")
     args = ap.parse_args(argv)
 
     preset = PRESETS[args.preset]
@@ -223,11 +235,14 @@ def main(argv=None) -> int:
         raise InputError(args.data, "file not found (--data)")
     # Commands run from the repository root with paths relative to it, so the
     # printed commands can be pasted as they are.
-    out = Path(args.out_dir or ROOT / "results" / preset.name).resolve()
+    check_int("--seed", args.seed, 0)
+    default = preset.name if args.seed == 0 else f"{preset.name}-seed{args.seed}"
+    out = Path(args.out_dir or ROOT / "results" / default).resolve()
     if out.is_relative_to(ROOT):
         out = ROOT / out.relative_to(ROOT)
     data = os.path.abspath(args.data) if args.data else None
-    steps = build_steps(preset, out.relative_to(ROOT) if out.is_relative_to(ROOT) else out, data, args.gpu_devices)
+    steps = build_steps(preset, out.relative_to(ROOT) if out.is_relative_to(ROOT) else out, data, args.gpu_devices,
+                        args.seed)
     only = None
     if args.only is not None:
         only = {k.strip() for k in args.only.split(",") if k.strip()}

@@ -118,7 +118,8 @@ def accuracy_table(acc: dict) -> str:
 
 
 def model_table(out: Path) -> tuple[str, list[dict]]:
-    """Markdown: test MSE, MAPE, Spearman of each cost model next to its measured noise floor."""
+    """Markdown: test MSE, MAPE, Spearman of each cost model next to its measured noise floor, and the
+    compute model on tables it never saw (the held-out-table check), if it ran."""
     rows = []
     for name, path in (("compute", out / "models" / "compute_metrics.json"),
                        *[(f"comm {k}", p) for p in sorted((out / "models").glob("comm_*_metrics.json"))
@@ -127,16 +128,32 @@ def model_table(out: Path) -> tuple[str, list[dict]]:
         if not m:
             continue
         test = m["metrics"]["test"]
-        noise = m.get("noise_floor")
-        noise_val = noise.get("median") if isinstance(noise, dict) else noise
+        noise = m.get("noise_floor") or {}
         rows.append({"model": name, "samples": m.get("num_samples"), "mse": test["mse"], "mape": test["mape"],
-                     "spearman": test["spearman"], "noise_floor": noise_val, "scatter": m.get("scatter")})
-    lines = ["| model | samples | test MSE (ms²) | test MAPE | Spearman | noise floor (median rel. diff.) |",
-             "|---|---|---|---|---|---|"]
+                     "spearman": test["spearman"], "noise_floor": noise.get("mean"),
+                     "noise_floor_median": noise.get("median"), "scatter": m.get("scatter"),
+                     "mape_vs_noise": test["mape"] / noise["mean"] if noise.get("mean") else None})
+    pct = lambda x: "-" if x is None else f"{100 * x:.1f}%"  # noqa: E731
+    lines = ["| model | samples | test MSE (ms²) | test MAPE | Spearman | noise floor: mean (median) | "
+             "MAPE / noise floor |", "|---|---|---|---|---|---|---|"]
     for r in rows:
-        nf = "-" if r["noise_floor"] is None else f"{100 * r['noise_floor']:.1f}%"
-        lines.append(f"| {r['model']} | {r['samples']} | {r['mse']:.4g} | {100 * r['mape']:.1f}% | "
-                     f"{r['spearman']:.3f} | {nf} |")
+        ratio = "-" if r["mape_vs_noise"] is None else f"{r['mape_vs_noise']:.2f}"
+        lines.append(f"| {r['model']} | {r['samples']} | {r['mse']:.4g} | {pct(r['mape'])} | {r['spearman']:.3f} | "
+                     f"{pct(r['noise_floor'])} ({pct(r['noise_floor_median'])}) | {ratio} |")
+    lines += ["", "The noise floor is |re-measured - recorded| / recorded over re-measured samples: its mean is the "
+                  "MAPE a model that predicted the re-measurement exactly would score."]
+    held = _load(out / "models" / "compute_heldout.json")
+    if held:
+        m = held["mape"]
+        lines += ["", "Held-out-table check (`tools/heldout_check.py`): the compute model trained on the shards of "
+                      f"one half of the dataset's tables ({held['folds']} folds), tested on",
+                  "", "| shards of | count | test MAPE |", "|---|---|---|",
+                  f"| tables seen in training (left-out shards) | {held['shards']['half0']} | "
+                  f"{pct(m['in_distribution'])} |",
+                  f"| tables never seen | {held['shards']['half1']} | {pct(m['unseen_tables'])} "
+                  f"({held['unseen_vs_in']:.2f}x) |",
+                  f"| both halves | {held['shards']['mixed']} | {pct(m['mixed'])} |"]
+        rows.append({"model": "compute (held-out tables)", **held["mape"], "unseen_vs_in": held["unseen_vs_in"]})
     return "\n".join(lines) + "\n", rows
 
 

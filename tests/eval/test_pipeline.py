@@ -22,14 +22,14 @@ def test_tiny_pipeline_writes_every_artifact_and_skips_on_rerun(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     # every step printed its command before running it
     for script in ("tools/gen_dlrm_data.py", "tools/gen_tasks.py", "collect_compute_cost_data.py",
-                   "collect_comm_cost_data.py", "train_compute_cost_model.py", "train_comm_cost_model.py",
-                   "eval_simulator.py", "eval.py"):
+                   "collect_comm_cost_data.py", "train_compute_cost_model.py", "tools/heldout_check.py",
+                   "train_comm_cost_model.py", "eval_simulator.py", "eval.py"):
         assert f"$ python {script}" in r.stdout
     ds = read_dataset(out / "dataset")
     assert len(ds.configs) == 16 and ds.batch_size == 256
     assert len(read_tasks(out / "tasks" / "data.txt", num_tables=16)) == 3
     configs, samples = read_compute_data(out / "compute_data")
-    assert len(samples) == 40 and all(cost > 0 for _, cost in samples)
+    assert len(samples) == 100 and all(cost > 0 for _, cost in samples)
     assert len(configs) == 16 * 4  # dims 32, 16, 8, 4
     assert len(read_comm_data(out / "comm_data", ndevices=2)) == 16
     for name in ("compute", "comm_2_fw", "comm_2_bw"):
@@ -45,8 +45,12 @@ def test_tiny_pipeline_writes_every_artifact_and_skips_on_rerun(tmp_path):
     hw = json.loads((out / "hw" / "results.json").read_text())
     measured = [r for r in hw if r.get("measured")]
     assert measured and all(r["measured"]["cost"] > 0 for r in measured)
+    assert all(len(r["repeat_costs"]) == 2 for r in measured)  # the tiny preset measures every plan twice
+    held = json.loads((out / "models" / "compute_heldout.json").read_text())
+    assert set(held["mape"]) == {"in_distribution", "unseen_tables", "mixed"}
     report = (out / "report.md").read_text()
     assert "| neuroshard |" in report and "## Cost models" in report and "## Simulator vs hardware" in report
+    assert "Held-out-table check" in report and "[95% CI]" in report
     for png in ("cost_per_algorithm.png", "search_time.png"):
         assert (out / "plots" / png).stat().st_size > 1000
     config = json.loads((out / "config.json").read_text())
@@ -54,7 +58,7 @@ def test_tiny_pipeline_writes_every_artifact_and_skips_on_rerun(tmp_path):
 
     again = _driver(out)
     assert again.returncode == 0, again.stderr[-2000:]
-    assert again.stdout.count("up to date, skipped") == 10
+    assert again.stdout.count("up to date, skipped") == 11
 
 
 def test_changed_step_reruns_itself_and_everything_after(tmp_path, capsys):
