@@ -74,7 +74,7 @@ class FakeJob:
     offset = 0.0
 
     def __init__(self, samples, ndevices, batch_size, **kw):
-        self.samples = samples
+        self.samples = list(samples)
 
     def __enter__(self):
         return self
@@ -87,6 +87,9 @@ class FakeJob:
             fw = [d / 10 + 1 + FakeJob.offset for d in s["dims"]]
             bw = [d / 20 + 1 + FakeJob.offset for d in s["dims"]]
             yield SampleResult(i, fw, bw, 1.0, 1.0)
+
+    def sample(self, index):
+        return self.samples[index]
 
 
 def test_resume_draws_new_samples_and_noise_floor(tmp_path, monkeypatch):
