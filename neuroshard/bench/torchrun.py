@@ -621,8 +621,8 @@ class TorchrunJob:
         away = [r for r in range(self.ndevices) if r not in here and r not in reported]
         if away and not own:
             nodes = sorted({self.launch.node_of(r) for r in away})
-            parts.append(f"rank(s) {','.join(map(str, away))} on node(s) {','.join(map(str, nodes))} sent no "
-                         "report here (hung, killed, or their node's launcher names the cause)")
+            parts.append(f"rank(s) {','.join(map(str, away))} on node(s) {','.join(map(str, nodes))} stopped "
+                         "responding (no report reached this node: hung or killed; that node's launcher says more)")
         if peer:
             ranks = ",".join(str(rep["rank"]) for rep in peer)
             parts.append(f"rank(s) {ranks} aborted waiting for peers ({fmt(peer[0])})")
