@@ -104,9 +104,10 @@ def resolve_ranks(device: str, ndevices: int | None, gpu_devices: str | None, nn
 
         if local is None:
             local = torch.cuda.device_count()
-        if local > torch.cuda.device_count():
+        gpus = torch.cuda.device_count()
+        if local > gpus:
             raise ConfigError("--ndevices" if nproc_per_node is None else "--nproc_per_node",
-                              f"{local} ranks{' per node' if nnodes > 1 else ''} but only {torch.cuda.device_count()} GPUs")
+                              f"{local} ranks{' per node' if nnodes > 1 else ''} but only {gpus} GPUs")
     elif local is None:  # CPU ranks standing in for 4 devices
         if 4 % nnodes:
             raise ConfigError("--nproc_per_node", f"give --nproc_per_node or --ndevices with --nnodes {nnodes}")

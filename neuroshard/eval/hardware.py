@@ -29,7 +29,8 @@ import numpy as np
 
 from neuroshard.bench.torchrun import DEFAULT_STARTUP_TIMEOUT_S, WATCHDOG_GRACE_S, LaunchConfig, TorchrunJob
 from neuroshard.checks import check_choice, check_float, check_int
-from neuroshard.types import ConfigError, InputError, InvalidPlanError, OutOfMemoryError, Plan, PlanRecord, Task, apply_column_steps
+from neuroshard.types import (ConfigError, InputError, InvalidPlanError, OutOfMemoryError, Plan, PlanRecord, Task,
+                              apply_column_steps)
 
 JOB_FILE = "job.json"
 WORKER_MODULE = "neuroshard.eval.hardware_rank"
