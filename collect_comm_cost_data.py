@@ -11,13 +11,16 @@ continue up to --data_size samples.
     python collect_comm_cost_data.py --gpu_devices 0,1,2,3 --data_size 100000
     # noise floor: re-measure 100 recorded samples, report the relative difference
     python collect_comm_cost_data.py --device cpu --ndevices 4 --out_dir data/cost_data/comm_4 --noise_floor 100
+    # 2 machines x 4 GPUs = 8 ranks: the same command on each machine, N = 0 and 1 (node 0 writes OUT_DIR)
+    python collect_comm_cost_data.py --gpu_devices 0,1,2,3 --nnodes 2 --node_rank N \
+        --rdzv_endpoint node0.example:29500 --data_size 100000 --out_dir data/cost_data/comm_8
 """
 
 import argparse
 import json
 
-from neuroshard.bench.comm_collect import CommCollectConfig, collect, noise_floor, print_summary
-from neuroshard.bench.torchrun import DEFAULT_TIMEOUT_S
+from neuroshard.bench.comm_collect import CommCollectConfig, collect, follow, noise_floor, print_summary
+from neuroshard.bench.torchrun import DEFAULT_TIMEOUT_S, LaunchConfig
 from neuroshard.cli import add_device_arg, parse_range, resolve_devices, resolve_ranks, run_main
 from neuroshard.formats import NOISE_JSON, write_noise_floor
 
@@ -32,7 +35,7 @@ def main(argv=None):
     add_device_arg(p)
     p.add_argument("--ndevices", type=int, default=None,
                    help="number of ranks; on CPU gloo ranks (default 4), on GPU defaults to "
-                        "the --gpu_devices count")
+                        "the --gpu_devices count; on several machines, the ranks of all of them")
     p.add_argument("--T_range", default="10,60", help="inclusive range of tables per sample")
     p.add_argument("--sleep_range", default="1,20", help="range of the straggler spread, ms")
     p.add_argument("--max_dim", type=int, default=128, help="dims are max_dim halving down to 4")
@@ -56,26 +59,34 @@ def main(argv=None):
                    help="also verify the exchanged values and gradients of every sample "
                         "against a reference (validates a new setup; slower)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    LaunchConfig.add_args(p)
     args = p.parse_args(argv)
 
+    launch = LaunchConfig.from_args(args)
     device, n = resolve_ranks(resolve_devices(args.device, args.gpu_devices),
-                              args.ndevices, args.gpu_devices)
+                              args.ndevices, args.gpu_devices, launch.nnodes, launch.nproc_per_node)
+    launch = launch.for_world(n)
     cfg = CommCollectConfig(
         ndevices=n, device=device,
         batch_size=args.batch_size or (65536 if device == "cuda" else 4096),
         T_range=parse_range(args.T_range, "--T_range", int),
         sleep_range=parse_range(args.sleep_range, "--sleep_range", float),
         max_dim=args.max_dim, warmup=args.warmup, iters=args.iters, seed=args.seed)
+    if not launch.writes_outputs:  # lend this node's ranks; node 0 draws, measures and writes
+        res = follow(cfg, launch, gpu_devices=args.gpu_devices, timeout=args.timeout, progress=not args.quiet)
+        print(f"node {res['node']}: {res['measured']} samples measured with node 0 (node 0 writes them)")
+        return
     out_dir = args.out_dir or f"data/cost_data/comm_{n}"
     if args.noise_floor:
         res = noise_floor(out_dir, cfg, args.noise_floor, seed=args.seed, repeats=args.noise_repeats,
-                          gpu_devices=args.gpu_devices, timeout=args.timeout, progress=not args.quiet)
+                          gpu_devices=args.gpu_devices, timeout=args.timeout, progress=not args.quiet,
+                          launch=launch)
         write_noise_floor(out_dir, res)
         print(json.dumps({k: v for k, v in res.items() if k != "samples"}, indent=2))
         return
     summary = collect(out_dir, cfg, args.data_size, chunk=args.chunk,
                       gpu_devices=args.gpu_devices, timeout=args.timeout, progress=not args.quiet,
-                      check=args.check)
+                      check=args.check, launch=launch)
     print_summary(summary)
 
 

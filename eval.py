@@ -8,6 +8,8 @@
     python eval.py ... --gpu_devices 0,1,2,3 --max_mem 4          # 4 GPUs (NCCL)
     python eval.py ... --plans results/quick/sim/plans.json       # measure eval_simulator.py's plans
     python eval.py ... --end_to_end                               # also time the real step sequence
+    python eval.py ... --gpu_devices 0,1,2,3 --ndevices 8 --nnodes 2 --node_rank N \
+        --rdzv_endpoint node0.example:29500 --plans results/sim/plans.json   # 2 machines: run on each, N = 0, 1
 
 The plans are computed once, by the code eval_simulator.py uses
 (`neuroshard.eval.plans.compute_plans`, which also gives each plan's
@@ -44,6 +46,7 @@ from neuroshard.planner.search import SearchConfig
 
 
 def parse_args(argv=None) -> argparse.Namespace:
+    from neuroshard.bench.torchrun import LaunchConfig
     from neuroshard.cli import add_device_arg
     from neuroshard.eval.hardware import DEFAULT_TIMEOUT_S, FW_SLEEP_MODES
 
@@ -53,7 +56,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="GPUs to use, one rank each, e.g. 0,1,2,3 (implies --device cuda)")
     p.add_argument("--ndevices", type=int, default=None,
                    help="number of ranks: CPU processes (default 4), or GPUs (default: all visible, "
-                        "or those of --gpu_devices)")
+                        "or those of --gpu_devices); on several machines, the ranks of all of them")
     add_device_arg(p)
     p.add_argument("--out_dir", default="results/eval", help="output directory (default: results/eval)")
     p.add_argument("--plans", default=None,
@@ -75,6 +78,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     g.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
                    help=f"collective timeout in s; a hung rank ends the job after about this "
                         f"(default: {DEFAULT_TIMEOUT_S:g})")
+    LaunchConfig.add_args(p)
     SearchConfig.add_args(p)
     p.add_argument("--quiet", action="store_true", help="no per-task lines")
     p.add_argument("--no_progress", action="store_true", help="no progress bar while planning")
@@ -83,6 +87,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    from neuroshard.bench.torchrun import LaunchConfig
     from neuroshard.checks import check_float
     from neuroshard.cli import resolve_devices, resolve_ranks
     from neuroshard.eval import hardware as hw
@@ -92,10 +97,13 @@ def main(argv=None) -> int:
     from neuroshard.types import InputError
 
     check_float("--max_mem", args.max_mem, 0.0, lo_open=True)
-    device, ndevices = resolve_ranks(resolve_devices(args.device, args.gpu_devices), args.ndevices, args.gpu_devices)
+    launch = LaunchConfig.from_args(args)
+    device, ndevices = resolve_ranks(resolve_devices(args.device, args.gpu_devices), args.ndevices, args.gpu_devices,
+                                     launch.nnodes, launch.nproc_per_node)
+    launch = launch.for_world(ndevices)
     cfg = hw.HardwareConfig(ndevices=ndevices, device=device, gpu_devices=args.gpu_devices, warmup=args.warmup,
                             iters=args.iters, fw_sleep=args.fw_sleep, end_to_end=args.end_to_end,
-                            timeout=args.timeout, seed=args.seed, repeats=args.repeats)
+                            timeout=args.timeout, seed=args.seed, repeats=args.repeats, launch=launch)
     cfg.validate()
     options = SearchConfig.options_from_args(args)  # one-line error on a bad value, before any work
     # Every lookup index is checked against its table's rows here, naming data.pt: the ranks would
@@ -103,6 +111,12 @@ def main(argv=None) -> int:
     batch = read_dataset(args.data_dir).batch_size
     if batch % ndevices:
         raise InputError(args.data_dir, f"batch size {batch} is not a multiple of the {ndevices} ranks")
+    if not launch.writes_outputs:  # lend this node's ranks to node 0's job; node 0 plans and writes
+        print(f"node {launch.node_rank}: lending {launch.nproc_per_node} ranks to node 0's job at "
+              f"{launch.rdzv_endpoint}", file=sys.stderr, flush=True)
+        done = hw.follow(args.data_dir, cfg)
+        print(f"node {launch.node_rank}: {done} plans measured with node 0 (node 0 writes the results)")
+        return 0
 
     fw_path = args.fw_comm_model or ev.default_comm_model_path(ndevices, "fw")
     bw_path = args.bw_comm_model or ev.default_comm_model_path(ndevices, "bw")

@@ -92,23 +92,46 @@ def parse_range(text: str, name: str, cast=int) -> tuple:
     return lo, hi
 
 
-def resolve_ranks(device: str, ndevices: int | None, gpu_devices: str | None) -> tuple[str, int]:
-    """(device, number of ranks) from `--device` (resolved), `--ndevices` and `--gpu_devices`."""
+def resolve_ranks(device: str, ndevices: int | None, gpu_devices: str | None, nnodes: int = 1,
+                  nproc_per_node: int | None = None) -> tuple[str, int]:
+    """(device, number of ranks) from `--device` (resolved), `--ndevices`, `--gpu_devices` and, on
+    several machines, `--nnodes` and `--nproc_per_node`: the job has nnodes x ranks-per-node ranks
+    (`--ndevices` counts them all; `--gpu_devices` names this node's GPUs)."""
     if ndevices is not None and ndevices < 1:
         raise ConfigError("--ndevices", f"need at least 1 rank, got {ndevices}")
+    if nproc_per_node is not None and nproc_per_node < 1:
+        raise ConfigError("--nproc_per_node", f"need at least 1 rank, got {nproc_per_node}")
+    nodes = f" x --nnodes {nnodes}" if nnodes > 1 else ""
+    local = nproc_per_node
     if gpu_devices:
         n = len([g for g in gpu_devices.split(",") if g.strip()])
         if device != "cuda":
             raise ConfigError("--gpu_devices", "GPUs were named but the device is cpu; "
                               "pass --device cuda (or leave --device out on a GPU machine)")
-        if ndevices is not None and ndevices != n:
-            raise ConfigError("--ndevices", f"{ndevices} ranks but --gpu_devices names {n} GPUs")
-        return device, n
+        if local is not None and local != n:
+            raise ConfigError("--nproc_per_node", f"{local} ranks per node but --gpu_devices names {n} GPUs")
+        if ndevices is not None and ndevices != n * nnodes:
+            raise ConfigError("--ndevices", f"{ndevices} ranks but --gpu_devices names {n} GPUs{nodes}")
+        return device, n * nnodes
+    if local is None and ndevices is not None:
+        if ndevices % nnodes:
+            raise ConfigError("--ndevices", f"{ndevices} ranks do not split evenly over --nnodes {nnodes}; "
+                                            "give --nproc_per_node")
+        local = ndevices // nnodes
     if device == "cuda":
         import torch
 
-        n = torch.cuda.device_count() if ndevices is None else ndevices
-        if n > torch.cuda.device_count():
-            raise ConfigError("--ndevices", f"{n} ranks but only {torch.cuda.device_count()} GPUs")
-        return device, n
-    return device, 4 if ndevices is None else ndevices
+        if local is None:
+            local = torch.cuda.device_count()
+        gpus = torch.cuda.device_count()
+        if local > gpus:
+            raise ConfigError("--ndevices" if nproc_per_node is None else "--nproc_per_node",
+                              f"{local} ranks{' per node' if nnodes > 1 else ''} but only {gpus} GPUs")
+    elif local is None:  # CPU ranks standing in for 4 devices
+        if 4 % nnodes:
+            raise ConfigError("--nproc_per_node", f"give --nproc_per_node or --ndevices with --nnodes {nnodes}")
+        local = 4 // nnodes
+    if ndevices is not None and ndevices != local * nnodes:
+        raise ConfigError("--ndevices", f"{ndevices} ranks but --nproc_per_node {local}{nodes} makes "
+                                        f"{local * nnodes}")
+    return device, local * nnodes

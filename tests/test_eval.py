@@ -1,7 +1,8 @@
 """eval.py end to end on a tiny dataset with 2 CPU ranks: plans computed by the
 simulator's code for every algorithm, measured in one job, an out-of-memory task
 reported and not run, every output written; a failing rank ends the script with
-a one-line message and exit code 1."""
+a one-line message and exit code 1; two "nodes" of 2 ranks each measure plans
+for 4 devices, node 0 alone writing the results."""
 
 import json
 import os
@@ -18,6 +19,7 @@ from neuroshard.formats import read_plans, write_dataset, write_tasks
 from neuroshard.planner.models import save_model
 from neuroshard.planner.nets import linear_comm_model, linear_compute_model
 from neuroshard.types import Task, size_gb
+from tests.two_nodes import assert_none_left, free_port, launch_flags, run_nodes
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -128,28 +130,6 @@ def _wait_lines(path: Path, n: int, proc, timeout: float = 180) -> None:
     raise AssertionError(f"no {n} measurements within {timeout} s")
 
 
-def _processes_mentioning(text: str) -> list[int]:
-    pids = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and int(entry) != os.getpid():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                    if text.encode() in fh.read():
-                        pids.append(int(entry))
-            except OSError:
-                pass
-    return pids
-
-
-def _none_left(text: str, timeout: float = 30) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not _processes_mentioning(text):
-            return True
-        time.sleep(0.2)
-    return False
-
-
 def test_eval_resumes_after_kill_and_ctrl_c_without_measuring_a_plan_twice(setup, tmp_path):
     import signal
 
@@ -166,7 +146,7 @@ def test_eval_resumes_after_kill_and_ctrl_c_without_measuring_a_plan_twice(setup
     _wait_lines(log, 1, proc)
     os.killpg(proc.pid, signal.SIGKILL)  # kill -9, mid-way
     proc.wait()
-    assert _none_left(str(out)), "ranks left behind after kill -9"
+    assert_none_left(str(out), within=30)  # no rank left behind after kill -9
     after_kill = log.read_bytes().count(b"\n")
 
     proc = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -175,7 +155,7 @@ def test_eval_resumes_after_kill_and_ctrl_c_without_measuring_a_plan_twice(setup
     os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C, mid-way
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and b"Traceback" not in err, err
-    assert _none_left(str(out)), "ranks left behind after Ctrl-C"
+    assert_none_left(str(out), within=30)  # nor after Ctrl-C
     after_ctrl_c = log.read_bytes().count(b"\n")
     assert after_kill < after_ctrl_c
 
@@ -193,3 +173,47 @@ def test_eval_resumes_after_kill_and_ctrl_c_without_measuring_a_plan_twice(setup
     assert all(r["cost"] is not None for r in results if r["plan"] is not None)
     assert [(p.task, p.alg, p.plan_key) for p in read_plans(out / "plans.json")] == \
         [(r["task"], r["alg"], r["plan_key"]) for r in results]
+
+
+def _set(args: list, flag: str, value: str) -> list:
+    """`args` with `flag`'s value replaced."""
+    out = list(args)
+    out[out.index(flag) + 1] = value
+    return out
+
+
+def test_eval_script_on_two_nodes_measures_all_four_ranks(setup, tmp_path):
+    """The same eval.py command on two "nodes" (2 ranks each, one rendezvous on 127.0.0.1): node 0
+    plans and writes; node 1 lends its ranks, reads its own dataset copy, writes nothing."""
+    d, args = setup
+    _linear_models(tmp_path, 4)
+    args = _set(_set(_set(args, "--ndevices", "4"), "--fw_comm_model", str(tmp_path / "comm_4_fw.pt")),
+                "--bw_comm_model", str(tmp_path / "comm_4_bw.pt"))
+    args = _set(args, "--timeout", "60")
+    # task 0 only (task 1 is out of memory): two algorithms -> two plans over 4 ranks
+    common = [str(ROOT / "eval.py"), *args, "--alg", "dim_greedy,size_greedy", "--max_tasks", "1"]
+    port, out, node1_out = free_port(), tmp_path / "out", tmp_path / "node1_out"
+    (tmp_path / "node1_tmp").mkdir()
+    node0, node1 = run_nodes([common + ["--out_dir", str(out)] + launch_flags(port, 0),
+                              common + ["--out_dir", str(node1_out)] + launch_flags(port, 1)],
+                             cwd=tmp_path, env=[{}, {"TMPDIR": str(tmp_path / "node1_tmp")}], timeout=420)
+    assert node0.returncode == 0, node0.stderr[-3000:]
+    assert node1.returncode == 0, node1.stderr[-3000:]
+    assert "node 1: 2 plans measured with node 0" in node1.stdout
+
+    results = json.loads((out / "results.json").read_text())
+    assert [(r["task"], r["alg"], r["status"]) for r in results] == [(0, "dim_greedy", "ok"), (0, "size_greedy", "ok")]
+    for r in results:
+        m = r["measured"]
+        for part in ("compute", "bw_comm", "fw_comm", "total"):
+            assert len(m[part]) == 4, part
+        assert all(x > 0 for x in m["bw_comm"] + m["fw_comm"])
+        assert r["cost"] == pytest.approx(max(m["total"]))
+    assert len((out / "ranks.csv").read_text().splitlines()) == 1 + 2 * 4
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["hardware"]["launch"]["nnodes"] == 2 and summary["hardware"]["ndevices"] == 4
+    # node 1 never wrote its --out_dir; its scratch job dir (system temp dir) went after success
+    assert not node1_out.exists()
+    assert not [n for n in os.listdir(tmp_path / "node1_tmp") if n.startswith("hw_eval_job_")]
+    assert_none_left(str(tmp_path), f"127.0.0.1:{port}")
+    print(f"two-node eval.py: node 0 {node0.elapsed_s:.1f} s, node 1 {node1.elapsed_s:.1f} s")

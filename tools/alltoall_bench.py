@@ -3,10 +3,14 @@
     python tools/alltoall_bench.py --ndevices 4 --dims 64,256,128,32 --sleeps 0,3,0,1
     python tools/alltoall_bench.py --ndevices 4 --dims 64,256,128,32 --check   # verify values
     python tools/alltoall_bench.py --gpu_devices 0,1,2,3 --dims 512,256,768,128 --batch_size 65536
+    # across 2 machines (8 ranks): the same command on each, N = 0 and 1; check a cluster before collecting
+    python tools/alltoall_bench.py --gpu_devices 0,1,2,3 --nnodes 2 --node_rank N \
+        --rdzv_endpoint node0.example:29500 --dims 64,64,64,64,64,64,64,64 --check
 
 Runs one torchrun job (gloo on CPU, NCCL on GPUs) of the benchmark the comm
 collector uses (`neuroshard.bench.comm`) and prints per-rank forward and
-backward ms and the algorithm bandwidth (GB/s).
+backward ms and the algorithm bandwidth (GB/s). On several machines every
+node prints node 0's numbers (each node's first rank receives them too).
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from __future__ import annotations
 import argparse
 
 from neuroshard.bench.comm import run_samples
-from neuroshard.bench.torchrun import DEFAULT_TIMEOUT_S
+from neuroshard.bench.torchrun import DEFAULT_TIMEOUT_S, LaunchConfig
 from neuroshard.cli import add_device_arg, parse_int_list, resolve_devices, resolve_ranks, run_main
 from neuroshard.types import ConfigError
 
@@ -34,17 +38,21 @@ def main(argv=None) -> None:
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
                    help="collective timeout in s; a hung rank ends the job after about this")
     p.add_argument("--check", action="store_true", help="also verify exchanged values and gradients")
+    LaunchConfig.add_args(p)
     args = p.parse_args(argv)
     dims = parse_int_list(args.dims, "--dims")
+    launch = LaunchConfig.from_args(args)
     device, n = resolve_ranks(resolve_devices(args.device, args.gpu_devices),
-                              len(dims) if args.ndevices is None else args.ndevices, args.gpu_devices)
+                              len(dims) if args.ndevices is None else args.ndevices, args.gpu_devices,
+                              launch.nnodes, launch.nproc_per_node)
     sleeps = [0.0] * n if args.sleeps is None else [float(x) for x in args.sleeps.split(",")]
     if len(dims) != n or len(sleeps) != n:
         raise ConfigError("--dims/--sleeps", f"need {n} values each (one per rank), got {len(dims)} and "
                                              f"{len(sleeps)}")
     batch = args.batch_size or (65536 if device == "cuda" else 4096)
     res = run_samples([{"dims": dims, "sleeps": sleeps}], n, batch, warmup=args.warmup, iters=args.iters,
-                      device=device, gpu_devices=args.gpu_devices, timeout=args.timeout, check=args.check)[0]
+                      device=device, gpu_devices=args.gpu_devices, timeout=args.timeout, check=args.check,
+                      launch=launch.for_world(n))[0]
     print(f"all-to-all  B={batch}  ranks={n}  device={device}  sum(dims)={sum(dims)}")
     print(f"{'rank':>4} {'dim':>6} {'sleep ms':>9} {'fw ms':>9} {'bw ms':>9}")
     for r in range(n):

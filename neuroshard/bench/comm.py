@@ -32,14 +32,15 @@ import json
 import os
 import time
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Iterable, Iterator, Sequence
 
-from neuroshard.bench.torchrun import (DEFAULT_STARTUP_TIMEOUT_S, DEFAULT_TIMEOUT_S, RESULTS_FILE, TorchrunJob,
-                                       barrier, fail_rank, init_group, start_rank)
+from neuroshard.bench.torchrun import (DEFAULT_STARTUP_TIMEOUT_S, DEFAULT_TIMEOUT_S, RESULTS_FILE, LaunchConfig,
+                                       TorchrunJob, barrier, fail_rank, init_group, local_lead, start_rank)
 from neuroshard.types import ConfigError
 
 BYTES_PER_ELEMENT = 4  # fp32 pooled embeddings
 SAMPLES_FILE = "samples.jsonl"
+SAMPLE_BLOCK = 64  # samples rank 0 hands out per broadcast
 WORKER_MODULE = "neuroshard.bench.comm"
 
 
@@ -269,8 +270,38 @@ def _validate_sample(s: dict, ndevices: int, batch_size: int, index: int) -> Non
         raise ValueError(f"batch size {batch_size} is not divisible by {ndevices} ranks")
 
 
+class SampleFeed:
+    """Rank 0's reader of the samples file, which the launcher may still be appending to."""
+
+    def __init__(self, path: str):
+        self.f = open(path, "rb")
+        self.buf = b""
+
+    def take(self, most: int, wait_s: float) -> list[dict]:
+        """The next 1..`most` samples, waiting up to `wait_s` for the first to be written."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            self.buf += self.f.read()
+            *lines, rest = self.buf.split(b"\n")
+            lines = [ln for ln in lines if ln.strip()]
+            if lines:
+                take = lines[:most]
+                self.buf = b"\n".join(lines[most:] + [rest])
+                return [json.loads(ln) for ln in take]
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the launcher wrote no new sample for {wait_s:g} s")
+            time.sleep(0.01)
+
+
 def worker_main(argv: Sequence[str] | None = None) -> None:
-    """Entry point of one rank (run by torchrun)."""
+    """Entry point of one rank (run by torchrun).
+
+    Rank 0 reads the samples (from node 0's job dir, where the launcher writes
+    them, possibly while the job runs) and hands them to every rank in blocks
+    with a broadcast, together with node 0's settings, which every node
+    follows. Each rank's medians are all-gathered; the first rank of every
+    node writes the result lines into its node's job dir (node 0's are the ones
+    its launcher keeps)."""
     p = argparse.ArgumentParser(description="comm benchmark worker (run by torchrun)")
     p.add_argument("--worker", action="store_true")
     p.add_argument("--job_dir", required=True)
@@ -280,6 +311,7 @@ def worker_main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S)
     p.add_argument("--check", action="store_true")
+    p.add_argument("--num_samples", type=int, default=None, help="samples the launcher writes (node 0)")
     p.add_argument("--parent_pid", type=int, default=None)
     args = p.parse_args(argv)
 
@@ -295,45 +327,52 @@ def worker_main(argv: Sequence[str] | None = None) -> None:
         state["phase"] = "process-group init"
         device = init_group(args.device, args.timeout)
 
-        state["phase"] = "reading samples"
-        box = [None]
-        if rank == 0:
-            with open(os.path.join(job_dir, SAMPLES_FILE)) as f:
-                box[0] = [json.loads(line) for line in f if line.strip()]
+        state["phase"] = "receiving settings from rank 0"
+        box = [{"num_samples": args.num_samples, "batch_size": args.batch_size, "warmup": args.warmup,
+                "iters": args.iters, "check": args.check} if rank == 0 else None]
         dist.broadcast_object_list(box, src=0)
-        samples = box[0]
-        for i, s in enumerate(samples):
-            _validate_sample(s, world, args.batch_size, i)
-
-        results = open(os.path.join(job_dir, RESULTS_FILE), "a") if rank == 0 else None
-        for i, s in enumerate(samples):
-            state["sample"] = i
-            dims = [int(d) for d in s["dims"]]
-            state["phase"] = "before forward"
-            if args.check:
-                state["phase"] = "check exchange"
-                check_sample(dims, rank, args.batch_size, device)
-            fw, bw = bench_sample(dims, float(s["sleeps"][rank]), rank, args.batch_size,
-                                  args.warmup, args.iters, device, state=state)
-            state["phase"] = "gathering medians"
-            mine = torch.tensor([fw, bw], dtype=torch.float64, device=device)
-            every = [torch.empty_like(mine) for _ in range(world)]
-            dist.all_gather(every, mine)
-            if results is not None:
-                fws = [float(t[0]) for t in every]
-                bws = [float(t[1]) for t in every]
-                rec = {"i": i, "fw": fws, "bw": bws,
-                       "algbw_fw": algbw_gbps(dims, args.batch_size, max(fws)),
-                       "algbw_bw": algbw_gbps(dims, args.batch_size, max(bws))}
-                if args.check:
-                    rec["checked"] = True
-                results.write(json.dumps(rec) + "\n")
-                results.flush()
+        job = box[0]
+        batch_size, total = job["batch_size"], job["num_samples"]
+        feed = SampleFeed(os.path.join(job_dir, SAMPLES_FILE)) if rank == 0 else None
+        results = open(os.path.join(job_dir, RESULTS_FILE), "a") if local_lead() else None
+        i = 0
+        while i < total:
+            state["sample"], state["phase"] = i, "receiving samples from rank 0"
+            # well inside the collective timeout the other ranks wait in the broadcast with
+            box = [feed.take(min(SAMPLE_BLOCK, total - i), args.timeout / 2) if rank == 0 else None]
+            dist.broadcast_object_list(box, src=0)
+            for s in box[0]:
+                state["sample"] = i
+                _validate_sample(s, world, batch_size, i)
+                dims = [int(d) for d in s["dims"]]
+                state["phase"] = "before forward"
+                if job["check"]:
+                    state["phase"] = "check exchange"
+                    check_sample(dims, rank, batch_size, device)
+                fw, bw = bench_sample(dims, float(s["sleeps"][rank]), rank, batch_size,
+                                      job["warmup"], job["iters"], device, state=state)
+                state["phase"] = "gathering medians"
+                mine = torch.tensor([fw, bw], dtype=torch.float64, device=device)
+                every = [torch.empty_like(mine) for _ in range(world)]
+                dist.all_gather(every, mine)
+                if results is not None:
+                    fws = [float(t[0]) for t in every]
+                    bws = [float(t[1]) for t in every]
+                    rec = {"i": i, "fw": fws, "bw": bws,
+                           "algbw_fw": algbw_gbps(dims, batch_size, max(fws)),
+                           "algbw_bw": algbw_gbps(dims, batch_size, max(bws))}
+                    if job["check"]:
+                        rec["checked"] = True
+                    results.write(json.dumps(rec) + "\n")
+                    results.flush()
+                i += 1
         state["phase"] = "shutdown"
         state["sample"] = None
         barrier(dist, device)
         if results is not None:
             results.close()
+        if feed is not None:
+            feed.f.close()
         dist.destroy_process_group()
     except BaseException as exc:  # report, then leave at once: a broken group can hang in teardown
         fail_rank(job_dir, rank, state, exc)
@@ -357,40 +396,74 @@ class CommJob(TorchrunJob):
     """One torchrun job measuring `samples` (``{"dims": [...], "sleeps": [...]}``).
 
     Use as a context manager; iterate :meth:`results` to get
-    :class:`SampleResult` in sample order as they are measured. Failure
-    handling is :class:`TorchrunJob`'s.
+    :class:`SampleResult` in sample order as they are measured, and
+    :meth:`sample` for the sample a result is about. Failure handling is
+    :class:`TorchrunJob`'s.
+
+    `samples` is a list, or an iterable of `num_samples` samples that is
+    drawn as the job runs, `lookahead` samples ahead of the results (one long
+    job instead of one job per chunk: the nodes of a multi-node job start
+    each job together, so they run one). On a node other than node 0 of
+    `launch` the job takes no samples: node 0's rank 0 hands them out.
     """
 
     job_prefix = "comm_job_"
 
-    def __init__(self, samples: Sequence[dict], ndevices: int, batch_size: int, *,
+    def __init__(self, samples: Iterable[dict], ndevices: int, batch_size: int, *,
                  warmup: int = 5, iters: int = 10, device: str = "cpu",
                  gpu_devices: str | None = None, timeout: float = DEFAULT_TIMEOUT_S,
                  startup_timeout: float = DEFAULT_STARTUP_TIMEOUT_S, check: bool = False,
-                 work_dir: str | None = None, keep_dir: bool = False, worker_module: str | None = None):
+                 work_dir: str | None = None, keep_dir: bool = False, worker_module: str | None = None,
+                 num_samples: int | None = None, lookahead: int | None = None, launch: LaunchConfig | None = None):
         if ndevices < 1:
             raise ConfigError("--ndevices", f"need at least 1 rank, got {ndevices}")
         if batch_size < 1 or batch_size % ndevices:
             raise ConfigError("--batch_size", f"batch size {batch_size} must be a positive "
                               f"multiple of the number of ranks ({ndevices})")
-        for i, s in enumerate(samples):
-            if len(s["dims"]) != ndevices or len(s["sleeps"]) != ndevices:
-                raise ConfigError("samples", f"sample {i} has {len(s['dims'])} dims and "
-                                  f"{len(s['sleeps'])} sleeps, expected {ndevices}")
-        self.samples = [{"dims": [int(d) for d in s["dims"]],
-                         "sleeps": [float(t) for t in s["sleeps"]]} for s in samples]
+        if num_samples is None:
+            samples = [self._checked(s, i, ndevices) for i, s in enumerate(samples)]
+            num_samples = len(samples)
+        self.samples_left = iter(samples)
+        self._pending: dict[int, dict] = {}
+        self._written = 0
+        self.lookahead = num_samples if lookahead is None else max(1, lookahead)
         self.batch_size, self.warmup, self.iters, self.check = batch_size, warmup, iters, check
-        args = ["--batch_size", str(batch_size), "--warmup", str(warmup), "--iters", str(iters)]
+        args = ["--batch_size", str(batch_size), "--warmup", str(warmup), "--iters", str(iters),
+                "--num_samples", str(num_samples)]
         if check:
             args.append("--check")
-        super().__init__(worker_module or WORKER_MODULE, args, ndevices, len(self.samples), device=device,
+        super().__init__(worker_module or WORKER_MODULE, args, ndevices, num_samples, device=device,
                          gpu_devices=gpu_devices, timeout=timeout, startup_timeout=startup_timeout,
-                         work_dir=work_dir, keep_dir=keep_dir)
+                         work_dir=work_dir, keep_dir=keep_dir, launch=launch)
+
+    @staticmethod
+    def _checked(s: dict, i: int, ndevices: int) -> dict:
+        if len(s["dims"]) != ndevices or len(s["sleeps"]) != ndevices:
+            raise ConfigError("samples", f"sample {i} has {len(s['dims'])} dims and "
+                              f"{len(s['sleeps'])} sleeps, expected {ndevices}")
+        return {"dims": [int(d) for d in s["dims"]], "sleeps": [float(t) for t in s["sleeps"]]}
 
     def write_inputs(self, job_dir: str) -> None:
-        with open(os.path.join(job_dir, SAMPLES_FILE), "w") as f:
-            for s in self.samples:
+        open(os.path.join(job_dir, SAMPLES_FILE), "w").close()
+        self.top_up(0)
+
+    def top_up(self, done: int) -> None:
+        """Write samples until `lookahead` are ahead of the `done` results (node 0 only)."""
+        if self.num_items is None:
+            return
+        want = min(self.num_items, done + self.lookahead)
+        if self._written >= want:
+            return
+        with open(os.path.join(self.job_dir, SAMPLES_FILE), "a") as f:
+            while self._written < want:
+                s = self._checked(next(self.samples_left), self._written, self.ndevices)
+                self._pending[self._written] = s
                 f.write(json.dumps(s) + "\n")
+                self._written += 1
+
+    def sample(self, index: int) -> dict:
+        """The sample of result `index` (node 0; each can be fetched once)."""
+        return self._pending.pop(index)
 
     def results(self) -> Iterator[SampleResult]:
         """Yield each sample's result as soon as rank 0 writes it."""

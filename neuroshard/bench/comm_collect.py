@@ -5,6 +5,13 @@ Samples are drawn in the parent, measured in chunks by :class:`CommJob`
 appended to ``out_dir/data.txt`` as ``dims sleeps fw bw`` lines (DESIGN.md §3),
 one flushed and fsynced line per sample; only the parent writes the file.
 
+On several nodes (a multi-node `LaunchConfig`) the same command runs on
+every node: node 0 draws, measures in ONE job (samples drawn `chunk` ahead of
+the results; the nodes would otherwise have to start every chunk's job
+together) and writes; the other nodes only lend their ranks (:func:`follow`)
+and never write the output directory. The node layout joins the run config,
+so a resumed run uses the same one.
+
 A killed run resumes: the sample count already on disk is kept, a torn last
 line is dropped, and the random stream is seeded with (seed, count) so a
 resumed run draws new samples instead of replaying the old ones.
@@ -26,7 +33,7 @@ import numpy as np
 
 from neuroshard.bench.comm import CommJob, SampleResult
 from neuroshard.bench.noise import noise_report
-from neuroshard.bench.torchrun import DEFAULT_TIMEOUT_S
+from neuroshard.bench.torchrun import DEFAULT_TIMEOUT_S, LaunchConfig
 from neuroshard.checks import check_choice, check_float, check_int, check_max_dim, check_range
 from neuroshard.formats import (DATA_TXT, CommSample, append_line, check_run_config, format_comm_sample,
                                 open_append, read_comm_data)
@@ -124,14 +131,15 @@ def _count_existing(out_dir: str, ndevices: int) -> int:
 
 def collect(out_dir: str, cfg: CommCollectConfig, data_size: int, *, chunk: int = 250,
             gpu_devices: str | None = None, timeout: float = DEFAULT_TIMEOUT_S, progress: bool = True,
-            check: bool = False) -> dict:
+            check: bool = False, launch: LaunchConfig | None = None) -> dict:
     """Append samples to ``out_dir/data.txt`` until it holds `data_size` of them.
 
     Returns a summary: samples added, elapsed s, samples per minute, median
     algorithm bandwidth (GB/s). Raises torchrun.JobError if a job fails
     (samples measured before the failure are kept; rerun to resume). `check`:
     before timing each sample, verify the exchanged values and gradients
-    against the reference (a rank with a mismatch fails the job).
+    against the reference (a rank with a mismatch fails the job). `launch`:
+    node 0 of a multi-node job (other nodes call :func:`follow`).
     """
     from tqdm import tqdm
 
@@ -139,10 +147,13 @@ def collect(out_dir: str, cfg: CommCollectConfig, data_size: int, *, chunk: int 
     check_int("--data_size", data_size, 0)
     check_int("--chunk", chunk, 1)
     check_float("--timeout", timeout, 0.0, lo_open=True)
+    launch = (launch or LaunchConfig()).for_world(cfg.ndevices)
+    if not launch.writes_outputs:
+        raise ConfigError("--node_rank", "only node 0 collects into an output directory; the other nodes follow")
     os.makedirs(out_dir, exist_ok=True)
     fh = open_append(os.path.join(out_dir, DATA_TXT), exclusive=True)  # one writer; drops a torn last line
     try:
-        check_run_config(out_dir, cfg.to_json())
+        check_run_config(out_dir, {**cfg.to_json(), **launch.layout()})
         existing = _count_existing(out_dir, cfg.ndevices)
         # A new stream per resume point: a resumed run never replays samples on disk.
         rng = np.random.default_rng([cfg.seed, existing])
@@ -151,14 +162,20 @@ def collect(out_dir: str, cfg: CommCollectConfig, data_size: int, *, chunk: int 
         t0 = time.monotonic()
         bar = tqdm(total=data_size, initial=existing, unit="sample", disable=not progress,
                    desc="comm samples", dynamic_ncols=True)
+        # One node: a job per chunk. Several: one job (started even with nothing to do, so the
+        # other nodes, which cannot know that, are released).
+        jobs = [min(chunk, todo - start) for start in range(0, todo, chunk)]
+        if launch.multi_node:
+            jobs = [todo]
         try:
-            while added < todo:
-                samples = [draw_sample(rng, cfg) for _ in range(min(chunk, todo - added))]
-                with CommJob(samples, cfg.ndevices, cfg.batch_size, warmup=cfg.warmup,
-                             iters=cfg.iters, device=cfg.device, gpu_devices=gpu_devices,
-                             timeout=timeout, work_dir=os.path.join(out_dir, JOBS_DIR), check=check) as job:
+            for n in jobs:
+                draws = (draw_sample(rng, cfg) for _ in range(n))
+                with CommJob(draws, cfg.ndevices, cfg.batch_size, warmup=cfg.warmup, iters=cfg.iters,
+                             device=cfg.device, gpu_devices=gpu_devices, timeout=timeout,
+                             work_dir=os.path.join(out_dir, JOBS_DIR), check=check, num_samples=n,
+                             lookahead=chunk, launch=launch) as job:
                     for res in job.results():
-                        append_line(fh, format_comm_sample(to_comm_sample(samples[res.index], res)))
+                        append_line(fh, format_comm_sample(to_comm_sample(job.sample(res.index), res)))
                         added += 1
                         bandwidth.append(res.algbw_bw)
                         bar.update(1)
@@ -176,6 +193,28 @@ def collect(out_dir: str, cfg: CommCollectConfig, data_size: int, *, chunk: int 
         fh.close()
 
 
+def follow(cfg: CommCollectConfig, launch: LaunchConfig, *, gpu_devices: str | None = None,
+           timeout: float = DEFAULT_TIMEOUT_S, progress: bool = True) -> dict:
+    """A node other than node 0 of a multi-node collection (or noise floor): lend this node's
+    ranks to node 0's job until it ends. Writes nothing but the job's scratch dir (in the system
+    temp dir, removed after success). Returns {"node": k, "measured": samples seen}."""
+    from tqdm import tqdm
+
+    cfg.validate()
+    launch = launch.for_world(cfg.ndevices)
+    if launch.writes_outputs:
+        raise ConfigError("--node_rank", "node 0 collects; follow() is for the other nodes")
+    measured = 0
+    with tqdm(unit="sample", disable=not progress, desc=f"node {launch.node_rank} (node 0 writes)",
+              dynamic_ncols=True) as bar:
+        with CommJob((), cfg.ndevices, cfg.batch_size, warmup=cfg.warmup, iters=cfg.iters, device=cfg.device,
+                     gpu_devices=gpu_devices, timeout=timeout, launch=launch) as job:
+            for _ in job.results():
+                measured += 1
+                bar.update(1)
+    return {"node": launch.node_rank, "measured": measured}
+
+
 def _remove_empty_jobs_dir(out_dir: str) -> None:
     try:
         os.rmdir(os.path.join(out_dir, JOBS_DIR))
@@ -188,19 +227,21 @@ def _remove_empty_jobs_dir(out_dir: str) -> None:
 
 def noise_floor(out_dir: str, cfg: CommCollectConfig, num: int, *, seed: int = 0, repeats: int = 2,
                 gpu_devices: str | None = None, timeout: float = DEFAULT_TIMEOUT_S,
-                progress: bool = True) -> dict:
+                progress: bool = True, launch: LaunchConfig | None = None) -> dict:
     """Re-measure `num` random recorded samples `repeats` times (rounds interleaved, one job).
 
     Returns the noise-floor report (`bench.noise` schema, targets "fw" and
     "bw", over every (sample, rank) entry). data.txt is not modified.
+    `launch`: node 0 of a multi-node job (the other nodes call :func:`follow`).
     """
     from tqdm import tqdm
 
     cfg.validate()
     check_int("--noise_floor", num, 1)
     check_int("--noise_repeats", repeats, 1)
+    launch = (launch or LaunchConfig()).for_world(cfg.ndevices)
     recorded = read_comm_data(out_dir, cfg.ndevices)
-    check_run_config(out_dir, cfg.to_json())  # same settings as the recorded samples
+    check_run_config(out_dir, {**cfg.to_json(), **launch.layout()})  # same settings as the recorded samples
     if not recorded:
         raise InputError(os.path.join(out_dir, DATA_TXT), "no samples to re-measure")
     rng = np.random.default_rng([seed, len(recorded), 7919])
@@ -212,7 +253,7 @@ def noise_floor(out_dir: str, cfg: CommCollectConfig, num: int, *, seed: int = 0
     with tqdm(total=repeats * len(samples), unit="sample", desc="re-measuring", disable=not progress) as bar:
         with CommJob(samples * repeats, cfg.ndevices, cfg.batch_size, warmup=cfg.warmup, iters=cfg.iters,
                      device=cfg.device, gpu_devices=gpu_devices, timeout=timeout,
-                     work_dir=os.path.join(out_dir, JOBS_DIR)) as job:
+                     work_dir=os.path.join(out_dir, JOBS_DIR), launch=launch) as job:
             for res in job.results():
                 r, j = divmod(res.index, len(samples))
                 fresh["fw"][r, j], fresh["bw"][r, j] = res.fw, res.bw

@@ -7,6 +7,26 @@ the launcher (`TorchrunJob`) yields them as they arrive and guarantees that
 a dead or hung rank ends the whole job within a bounded time with a message
 naming the rank and the cause (`JobError`), leaving no process behind.
 
+Where the ranks run is a `LaunchConfig`. By default all of them run on this
+machine (one torchrun, a rendezvous on a free local port). On several
+machines the same command runs once per node (`--nnodes`, `--node_rank`,
+`--nproc_per_node`, `--rdzv_endpoint`, `--rdzv_id`): each node's launcher
+starts its own torchrun agent; global rank r runs on node
+``r // nproc_per_node``, so rank 0 (which receives every rank's numbers
+through collectives) is on node 0, and only node 0's caller writes outputs.
+Every node's first local rank streams the same result lines into its own
+node's job dir, so each launcher watches progress and stalls the same way.
+
+Failures across nodes: a rank's error report (``rank<r>.error``) lands in
+its own node's job dir, which node 0 cannot read without a shared file
+system, and a broken process group cannot carry it. So in a multi-node job
+a failing rank also posts its report to the job's TCPStore (the one
+torchrun's static rendezvous hosts on node 0 at `--rdzv_endpoint`), and a
+rank that fails because a peer went away first collects the others'
+reports from it: node 0's message names the failing rank, its node and
+host, wherever it ran. Each node's own launcher names its own ranks too (a
+rank killed by a signal cannot post a report; its node says what happened).
+
 The rank side of the protocol: `start_rank` (pid file, orphan watch),
 `init_group` (the process group), `barrier`, and `fail_rank` (the error
 report the launcher reads). Times in s.
@@ -19,15 +39,18 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 import uuid
+from dataclasses import asdict, dataclass, replace
 from datetime import timedelta
 from typing import Iterator, Sequence
 
+from neuroshard.checks import check_float, check_int
 from neuroshard.types import ConfigError, NeuroShardError
 
 DEFAULT_TIMEOUT_S = 60.0  # process-group (collective) timeout
@@ -35,6 +58,12 @@ DEFAULT_TIMEOUT_S = 60.0  # process-group (collective) timeout
 # declares the job hung: the ranks' own timeout fires first and names the cause.
 WATCHDOG_GRACE_S = 30.0
 DEFAULT_STARTUP_TIMEOUT_S = 180.0  # torchrun + `import torch` x n on a loaded 2-core box
+# How long the nodes of a multi-node job wait for each other at the rendezvous. Node 0 plans
+# (eval.py) before it joins, so the others wait that long too: give eval.py --plans to keep it short.
+DEFAULT_JOIN_TIMEOUT_S = 300.0
+DEFAULT_RDZV_ID = "neuroshard"
+STORE_TIMEOUT_S = 3.0  # a failing rank's connection to the job's store (multi-node error reports)
+REMOTE_REPORT_WAIT_S = 3.0  # how long a rank that lost a peer waits for the culprit's report
 
 RESULTS_FILE = "results.jsonl"
 LOG_FILE = "torchrun.log"
@@ -42,6 +71,131 @@ LOG_FILE = "torchrun.log"
 
 class JobError(NeuroShardError):
     """A torchrun job failed: a rank raised, died or hung (the message names it)."""
+
+
+# --------------------------------------------------------------------------- where the ranks run
+
+
+def parse_endpoint(text: str, flag: str = "--rdzv_endpoint") -> tuple[str, int]:
+    """'host:port' (or '[v6]:port') -> (host, port); ConfigError naming `flag` otherwise."""
+    host, sep, port = str(text).rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ConfigError(flag, f"expected HOST:PORT of node 0 with a port in 1..65535 (the same on every "
+                                f"node), got {text!r}")
+    return host, int(port)
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """Where a job's ranks run, in torchrun's vocabulary.
+
+    Default: one node, today's single-node job (`nproc_per_node` ranks here,
+    a rendezvous on a free local port). With `rdzv_endpoint` (required when
+    `nnodes` > 1) the same command runs once on each of `nnodes` machines,
+    each with its own `node_rank`; the job has ``nnodes x nproc_per_node``
+    ranks and global rank r runs on node ``r // nproc_per_node``. The
+    rendezvous is torchrun's *static* backend: it honours `--node_rank`
+    (torchrun's c10d backend orders nodes by hostname and pid instead, so
+    global rank 0, and with it the outputs, could land on any node) and its
+    TCPStore lives on node 0 at `rdzv_endpoint`, as long as node 0's agent.
+    A node that has not joined within `join_timeout` s ends the others.
+    `nproc_per_node` stays None until the world size is known (`for_world`).
+    """
+
+    nnodes: int = 1
+    node_rank: int = 0
+    nproc_per_node: int | None = None
+    rdzv_endpoint: str | None = None
+    rdzv_id: str = DEFAULT_RDZV_ID
+    join_timeout: float = DEFAULT_JOIN_TIMEOUT_S
+
+    @property
+    def multi_node(self) -> bool:
+        """True when the job's rendezvous is at `rdzv_endpoint` (one command per node)."""
+        return self.rdzv_endpoint is not None
+
+    @property
+    def writes_outputs(self) -> bool:
+        """Node 0 holds global rank 0: only its caller writes output files."""
+        return self.node_rank == 0
+
+    def validate(self) -> None:
+        check_int("--nnodes", self.nnodes, 1)
+        check_int("--node_rank", self.node_rank, 0, self.nnodes - 1)
+        if self.nproc_per_node is not None:
+            check_int("--nproc_per_node", self.nproc_per_node, 1)
+        if self.nnodes > 1 and self.rdzv_endpoint is None:
+            raise ConfigError("--rdzv_endpoint", f"needed with --nnodes {self.nnodes}: HOST:PORT of node 0, "
+                                                 "the same on every node")
+        if self.rdzv_endpoint is not None:
+            parse_endpoint(self.rdzv_endpoint)
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", str(self.rdzv_id)):
+            raise ConfigError("--rdzv_id", f"expected letters, digits, '_', '.', '-' (at most 64), "
+                                           f"got {self.rdzv_id!r}")
+        check_float("--join_timeout", self.join_timeout, 0.0, lo_open=True)
+
+    def for_world(self, world: int) -> "LaunchConfig":
+        """This launch for a job of `world` ranks: fills `nproc_per_node` (world / nnodes)."""
+        check_int("--ndevices", world, 1)
+        nproc = self.nproc_per_node if self.nproc_per_node is not None else world // self.nnodes
+        if nproc < 1 or nproc * self.nnodes != world:
+            raise ConfigError("--ndevices", f"{world} ranks do not fill --nnodes {self.nnodes} x "
+                                            f"--nproc_per_node {nproc}")
+        return replace(self, nproc_per_node=nproc)
+
+    def node_of(self, rank: int) -> int:
+        return rank // self.nproc_per_node
+
+    def local_ranks(self) -> range:
+        """The global ranks that run on this node."""
+        return range(self.node_rank * self.nproc_per_node, (self.node_rank + 1) * self.nproc_per_node)
+
+    def layout(self) -> dict:
+        """The node layout, for run configs that must not mix measurements: an all-to-all across
+        machines is not one inside a machine. Empty on one node, so single-node configs stay as they were."""
+        return {"nnodes": self.nnodes, "nproc_per_node": self.nproc_per_node} if self.nnodes > 1 else {}
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    def torchrun_args(self, rdzv_id: str | None = None) -> list[str]:
+        """torchrun's rendezvous flags for this node (`rdzv_id`: the single-node job's own id)."""
+        if not self.multi_node:  # a free port per job on this machine
+            return [f"--nproc_per_node={self.nproc_per_node}", "--nnodes=1", "--rdzv_backend=c10d",
+                    "--rdzv_endpoint=127.0.0.1:0", f"--rdzv_id={rdzv_id or uuid.uuid4().hex}"]
+        return [f"--nproc_per_node={self.nproc_per_node}", f"--nnodes={self.nnodes}",
+                f"--node_rank={self.node_rank}", "--rdzv_backend=static", f"--rdzv_endpoint={self.rdzv_endpoint}",
+                f"--rdzv_id={self.rdzv_id}", f"--rdzv_conf=timeout={max(1, round(self.join_timeout))}"]
+
+    @staticmethod
+    def add_args(parser) -> None:
+        """The launch flags (torchrun's names), shared by every script that starts a torchrun job."""
+        g = parser.add_argument_group(
+            "several machines (torchrun)",
+            "run the same command on every node, each with its --node_rank; node 0 writes the outputs")
+        g.add_argument("--nnodes", type=int, default=1, help="number of machines (default: 1, this one)")
+        g.add_argument("--node_rank", type=int, default=0,
+                       help="this machine's index, 0..nnodes-1; node 0 holds global rank 0 and writes the "
+                            "outputs, the others only lend their ranks (default: 0)")
+        g.add_argument("--nproc_per_node", type=int, default=None,
+                       help="ranks on each machine (default: the --gpu_devices count, or --ndevices / --nnodes)")
+        g.add_argument("--rdzv_endpoint", default=None, metavar="HOST:PORT",
+                       help="node 0's address and a free port, the same on every node (needed with --nnodes > 1; "
+                            "default: one machine, a free local port)")
+        g.add_argument("--rdzv_id", default=DEFAULT_RDZV_ID,
+                       help=f"job id shared by the nodes (default: {DEFAULT_RDZV_ID})")
+        g.add_argument("--join_timeout", type=float, default=DEFAULT_JOIN_TIMEOUT_S,
+                       help="s the nodes wait for each other at the rendezvous; a node that has not joined by "
+                            f"then ends the others with a message (default: {DEFAULT_JOIN_TIMEOUT_S:g})")
+
+    @classmethod
+    def from_args(cls, args) -> "LaunchConfig":
+        """The validated launch of parsed `add_args` flags (`nproc_per_node` as given, maybe None)."""
+        launch = cls(nnodes=args.nnodes, node_rank=args.node_rank, nproc_per_node=args.nproc_per_node,
+                     rdzv_endpoint=args.rdzv_endpoint, rdzv_id=args.rdzv_id, join_timeout=args.join_timeout)
+        launch.validate()
+        return launch
 
 
 # --------------------------------------------------------------------------- rank side
@@ -122,23 +276,70 @@ def init_group(device: str, timeout: float) -> str:
     return device
 
 
-def fail_rank(job_dir: str, rank: int, state: dict, exc: BaseException, prog: str = "comm_bench"):
-    """Report a rank's failure to the launcher (``rank<r>.error``, stderr), then leave at once:
-    a broken process group can hang in teardown. `state` holds the item index ("sample") and
-    the phase the rank was in."""
-    report = {"rank": rank, "sample": state.get("sample"), "phase": state.get("phase"),
-              "type": type(exc).__name__, "message": _short_message(exc),
-              "peer": _is_peer_failure(exc)}
+def local_lead() -> bool:
+    """True on the first rank of each node: the one that streams result lines to its node's launcher."""
+    return int(os.environ.get("LOCAL_RANK", os.environ["RANK"])) == 0
+
+
+def _has_remote_ranks() -> bool:
+    """True in a job whose ranks span several nodes (torchrun sets both sizes)."""
+    return int(os.environ.get("LOCAL_WORLD_SIZE", "0") or 0) < int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def _report_key(rank: int) -> str:
+    return f"neuroshard/{os.environ.get('TORCHELASTIC_RUN_ID', 'job')}/error/{rank}"
+
+
+def _share_report(report: dict) -> list[dict]:
+    """Post this rank's report to the job's TCPStore (torchrun's, on node 0) and, if this rank
+    only lost a peer, collect the other ranks' reports from it (waiting up to
+    REMOTE_REPORT_WAIT_S for one that names a cause). Best effort: the store goes with node 0's agent."""
     try:
-        with open(os.path.join(job_dir, f"rank{rank}.error"), "w") as f:
+        import torch.distributed as dist
+
+        store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                              timeout=timedelta(seconds=STORE_TIMEOUT_S))
+        store.set(_report_key(report["rank"]), json.dumps(report))
+        if not report["peer"]:
+            return []
+        deadline = time.monotonic() + REMOTE_REPORT_WAIT_S
+        while True:
+            found = [json.loads(store.get(_report_key(r))) for r in range(int(os.environ["WORLD_SIZE"]))
+                     if r != report["rank"] and store.check([_report_key(r)])]
+            if any(not rep["peer"] for rep in found) or time.monotonic() > deadline:
+                return found
+            time.sleep(0.2)
+    except Exception:  # the store is gone or unreachable: the local report still stands
+        return []
+
+
+def _write_report(job_dir: str, report: dict) -> None:
+    try:
+        with open(os.path.join(job_dir, f"rank{report['rank']}.error"), "w") as f:
             json.dump(report, f)
     except OSError:
         pass
+
+
+def fail_rank(job_dir: str, rank: int, state: dict, exc: BaseException, prog: str = "comm_bench"):
+    """Report a rank's failure to the launcher (``rank<r>.error``, stderr), then leave at once:
+    a broken process group can hang in teardown. `state` holds the item index ("sample") and
+    the phase the rank was in. In a multi-node job the report also goes to the job's store,
+    and a rank that lost a peer adds the reports it finds there (``"remote"``) to its own."""
+    report = {"rank": rank, "sample": state.get("sample"), "phase": state.get("phase"),
+              "type": type(exc).__name__, "message": _short_message(exc),
+              "peer": _is_peer_failure(exc), "node": int(os.environ.get("GROUP_RANK", "0")),
+              "host": socket.gethostname()}
+    _write_report(job_dir, report)  # first: torchrun may kill this rank once a local peer has exited
     item = state.get("item", "sample")
     where = f"{item} {report['sample']}, " if report["sample"] is not None else ""
     print(f"{prog} rank {rank} failed ({where}{report['phase']}): "
           f"{report['type']}: {report['message']}", file=sys.stderr, flush=True)
     sys.stdout.flush()
+    if _has_remote_ranks():
+        remote = _share_report(report)
+        if remote:
+            _write_report(job_dir, {**report, "remote": remote})
     os._exit(1)
 
 
@@ -178,23 +379,33 @@ class TorchrunJob:
     `stall_timeout` seconds, default ``timeout + WATCHDOG_GRACE_S``, or
     `startup_timeout` for the first) raises :class:`JobError` naming the
     rank and cause; on exit every process of the job is gone.
+
+    `launch` (default: every rank on this machine) places the ranks on
+    several nodes; `ndevices` is then the world size. On a node other than
+    node 0 the job only lends its ranks: its inputs come from node 0, its
+    records are node 0's (written by its first local rank, for progress),
+    `num_items` is unknown (None) and the job ends when torchrun does.
     """
 
     item = "sample"  # what one result line is about, for messages
     job_prefix: str | None = None  # temp dir name prefix (default: "<module>_job_")
 
-    def __init__(self, worker_module: str, worker_args: Sequence[str], ndevices: int, num_items: int, *,
+    def __init__(self, worker_module: str, worker_args: Sequence[str], ndevices: int, num_items: int | None, *,
                  device: str = "cpu", gpu_devices: str | None = None, timeout: float = DEFAULT_TIMEOUT_S,
                  startup_timeout: float = DEFAULT_STARTUP_TIMEOUT_S, stall_timeout: float | None = None,
-                 work_dir: str | None = None, keep_dir: bool = False):
+                 work_dir: str | None = None, keep_dir: bool = False, launch: LaunchConfig | None = None):
         if ndevices < 1:
             raise ConfigError("--ndevices", f"need at least 1 rank, got {ndevices}")
+        launch = launch or LaunchConfig()
+        launch.validate()
+        launch = launch.for_world(ndevices)
         if device == "cuda" and gpu_devices is not None:
-            if len(gpu_devices.split(",")) != ndevices:
+            if len(gpu_devices.split(",")) != launch.nproc_per_node:
                 raise ConfigError("--gpu_devices", f"{gpu_devices!r} names "
-                                 f"{len(gpu_devices.split(','))} GPUs, expected {ndevices}")
+                                 f"{len(gpu_devices.split(','))} GPUs, expected {launch.nproc_per_node}")
         self.worker_module, self.worker_args = worker_module, list(worker_args)
-        self.ndevices, self.num_items, self.device = ndevices, num_items, device
+        self.ndevices, self.device, self.launch = ndevices, device, launch
+        self.num_items = num_items if launch.writes_outputs else None
         self.gpu_devices, self.timeout, self.startup_timeout = gpu_devices, timeout, startup_timeout
         self.stall_timeout = stall_timeout if stall_timeout is not None else timeout + WATCHDOG_GRACE_S
         self.work_dir, self.keep_dir = work_dir, keep_dir
@@ -202,11 +413,16 @@ class TorchrunJob:
         self.proc: subprocess.Popen | None = None
         self._log = None
         self._failed = False
+        self._started = 0.0
 
     # -- lifecycle
 
     def write_inputs(self, job_dir: str) -> None:
         """Hook: write the job's input files into `job_dir` before the ranks start."""
+
+    def top_up(self, done: int) -> None:
+        """Hook: called while results arrive (`done` so far); a job whose inputs are produced
+        as it runs appends more here."""
 
     def __enter__(self) -> "TorchrunJob":
         if self.work_dir is not None:
@@ -215,10 +431,7 @@ class TorchrunJob:
         self.job_dir = tempfile.mkdtemp(prefix=prefix, dir=self.work_dir)
         self.write_inputs(self.job_dir)
         open(os.path.join(self.job_dir, RESULTS_FILE), "w").close()
-        cmd = [sys.executable, "-m", "torch.distributed.run",
-               f"--nproc_per_node={self.ndevices}", "--nnodes=1",
-               "--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.1:0",  # free port per job
-               f"--rdzv_id={uuid.uuid4().hex}", "--max_restarts=0",
+        cmd = [sys.executable, "-m", "torch.distributed.run", *self.launch.torchrun_args(), "--max_restarts=0",
                "-m", self.worker_module, "--worker",
                "--job_dir", self.job_dir, "--device", self.device, "--timeout", str(self.timeout),
                "--parent_pid", str(os.getpid()), *self.worker_args]
@@ -231,6 +444,7 @@ class TorchrunJob:
         if self.device == "cuda" and self.gpu_devices is not None:
             env["CUDA_VISIBLE_DEVICES"] = self.gpu_devices
         self._log = open(os.path.join(self.job_dir, LOG_FILE), "w")
+        self._started = time.monotonic()
         # Own session/process group: the whole torchrun tree can be signalled at once.
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self._log,
                                      stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -292,13 +506,19 @@ class TorchrunJob:
     # -- results
 
     def records(self) -> Iterator[dict]:
-        """Yield each item's JSON record (in item order) as soon as rank 0 writes it."""
+        """Yield each item's JSON record (in item order) as soon as rank 0 writes it.
+
+        With `num_items` None (a node other than node 0) records come until torchrun exits."""
         path = os.path.join(self.job_dir, RESULTS_FILE)
         done, pos, buf = 0, 0, ""
         last = time.monotonic()
         stall_limit = self.stall_timeout
+        # Several nodes: the first record also waits for the others to join.
+        first_limit = self.startup_timeout + (self.launch.join_timeout if self.launch.multi_node else 0.0)
+        rendezvous_limit = self.launch.join_timeout + WATCHDOG_GRACE_S
         with open(path, "rb") as f:
-            while done < self.num_items:
+            while self.num_items is None or done < self.num_items:
+                self.top_up(done)
                 f.seek(pos)
                 chunk = f.read()
                 pos += len(chunk)
@@ -320,9 +540,14 @@ class TorchrunJob:
                     # A last result may have landed between the read and the poll.
                     if os.path.getsize(path) > pos:
                         continue
-                    self._fail(f"torchrun exited with code {rc} after {done} of "
-                               f"{self.num_items} {self.item}s")
-                limit = self.startup_timeout if done == 0 else stall_limit
+                    if self.num_items is None and rc == 0:
+                        return
+                    total = "" if self.num_items is None else f" of {self.num_items}"
+                    self._fail(f"torchrun exited with code {rc} after {done}{total} {self.item}s")
+                if (self.launch.multi_node and done == 0 and not self._worker_pids()
+                        and time.monotonic() - self._started > rendezvous_limit):
+                    self._fail(f"no rank started within {rendezvous_limit:.0f} s; job killed")
+                limit = first_limit if done == 0 else stall_limit
                 if time.monotonic() - last > limit:
                     what = "start-up" if done == 0 else f"{self.item} {done}"
                     self.close()
@@ -339,28 +564,47 @@ class TorchrunJob:
     def _fail(self, what: str):
         self._failed = True
         self.close()
-        raise JobError(f"{what}: {self.diagnose()} (logs: {self.job_dir})")
+        where = f"node {self.launch.node_rank}: " if self.launch.multi_node else ""
+        raise JobError(f"{where}{what}: {self.diagnose()} (logs: {self.job_dir})")
+
+    def _reports(self) -> dict[int, dict]:
+        """Every rank's error report this node knows of, by rank: its own ranks' files and, in a
+        multi-node job, the reports they collected from the job's store (a rank's own cause wins
+        over "lost a peer")."""
+        local, remote = [], []
+        for name in sorted(os.listdir(self.job_dir)):
+            if re.fullmatch(r"rank\d+\.error", name):
+                try:
+                    with open(os.path.join(self.job_dir, name)) as f:
+                        rep = json.load(f)
+                except (OSError, ValueError):
+                    continue
+                local.append(rep)
+                remote += rep.pop("remote", [])
+        by_rank: dict[int, dict] = {}
+        for rep in remote + local:  # local last: a rank's own file is the freshest word on it
+            old = by_rank.get(rep["rank"])
+            if old is None or old["peer"] or not rep["peer"]:
+                by_rank[rep["rank"]] = rep
+        return by_rank
 
     def diagnose(self) -> str:
         """Name the failing rank(s) and the cause from the ranks' error reports."""
-        reports = []
-        for r in range(self.ndevices):
-            path = os.path.join(self.job_dir, f"rank{r}.error")
-            if os.path.exists(path):
-                try:
-                    with open(path) as f:
-                        reports.append(json.load(f))
-                except (OSError, ValueError):
-                    pass
+        if self.launch.multi_node and not self._worker_pids():
+            return self._rendezvous_problem()
+        reports = sorted(self._reports().values(), key=lambda rep: rep["rank"])
         reported = {rep["rank"] for rep in reports}
+        multi = self.launch.multi_node
 
         def fmt(rep):
             where = f"{self.item} {rep['sample']}, " if rep["sample"] is not None else ""
-            return f"rank {rep['rank']} ({where}{rep['phase']}): {rep['type']}: {rep['message']}"
+            at = f" on node {rep.get('node')} ({rep.get('host')})" if multi else ""
+            return f"rank {rep['rank']} ({where}{rep['phase']}){at}: {rep['type']}: {rep['message']}"
 
         own = [rep for rep in reports if not rep["peer"]]
         peer = [rep for rep in reports if rep["peer"]]
-        silent = [r for r in range(self.ndevices) if r not in reported]
+        here = self.launch.local_ranks()
+        silent = [r for r in here if r not in reported]
         parts = [fmt(rep) for rep in own]
         if silent and (peer or not own):
             codes = self._exit_codes()
@@ -374,6 +618,11 @@ class TorchrunJob:
                 else:
                     desc.append(f"rank {r} exited with code {code} without a report")
             parts = desc + parts
+        away = [r for r in range(self.ndevices) if r not in here and r not in reported]
+        if away and not own:
+            nodes = sorted({self.launch.node_of(r) for r in away})
+            parts.append(f"rank(s) {','.join(map(str, away))} on node(s) {','.join(map(str, nodes))} stopped "
+                         "responding (no report reached this node: hung or killed; that node's launcher says more)")
         if peer:
             ranks = ",".join(str(rep["rank"]) for rep in peer)
             parts.append(f"rank(s) {ranks} aborted waiting for peers ({fmt(peer[0])})")
@@ -381,14 +630,36 @@ class TorchrunJob:
             parts.append("no rank reported an error; see the log")
         return "; ".join(parts)
 
-    def _exit_codes(self) -> dict[int, int]:
-        """Exit codes torchrun printed for ranks that it saw fail (not those it killed)."""
+    def _rendezvous_problem(self) -> str:
+        """Why no rank started on this node of a multi-node job, from torchrun's log."""
+        text = self._log_text()
+        ep, n, wait = self.launch.rdzv_endpoint, self.launch.nnodes, self.launch.join_timeout
+        joined = re.search(r"(\d+)/(\d+) clients joined", text)
+        if joined:
+            return (f"the rendezvous at {ep} did not complete within {wait:g} s: {joined.group(1)} of "
+                    f"{joined.group(2)} nodes joined; the missing node(s) were never started or cannot reach "
+                    f"{ep} (start the same command on every node, --node_rank 0..{n - 1})")
+        if self.launch.node_rank > 0 and ("trying to connect to" in text or not text.strip()
+                                          or "Connection refused" in text):
+            return (f"node 0 never answered at {ep} within {wait:g} s: start the same command on node 0 "
+                    f"(--node_rank 0), and check that {ep} is node 0's address and reachable from here")
+        if "address already in use" in text.lower():
+            return f"the port of --rdzv_endpoint {ep} is already in use on node 0: pick a free one"
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith((" ", "frame #"))]
+        cause = _short_message(Exception(lines[-1])) if lines else "no output"
+        return f"the rendezvous at {ep} failed before any rank started ({cause}); see the log"
+
+    def _log_text(self) -> str:
         try:
             with open(os.path.join(self.job_dir, LOG_FILE), errors="replace") as f:
-                text = f.read()
+                return f.read()
         except OSError:
-            return {}
+            return ""
+
+    def _exit_codes(self) -> dict[int, int]:
+        """Exit codes torchrun printed for ranks that it saw fail (not those it killed)."""
         codes = {}
-        for m in re.finditer(r"rank\s*:\s*(\d+)\s*\(local_rank[^)]*\)\s*\n\s*exitcode\s*:\s*(-?\d+)", text):
+        for m in re.finditer(r"rank\s*:\s*(\d+)\s*\(local_rank[^)]*\)\s*\n\s*exitcode\s*:\s*(-?\d+)",
+                             self._log_text()):
             codes[int(m.group(1))] = int(m.group(2))
         return codes

@@ -8,10 +8,16 @@ process-group set-up and the failure handling are `bench.torchrun`'s; the
 measurements become the records' `measured` breakdown in
 `eval.hardware_merge`. Per-rank total = compute + backward comm + forward
 comm; plan cost = max over ranks. Times are in ms.
+
+On several nodes (`HardwareConfig.launch`) eval.py runs on every node: node 0
+plans, writes and measures as above; the others only lend their ranks to
+its job (`follow`), reading their own copy of the dataset and writing
+nothing but the job's scratch dir in the system temp dir.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -22,15 +28,16 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from neuroshard.bench.torchrun import DEFAULT_STARTUP_TIMEOUT_S, WATCHDOG_GRACE_S, TorchrunJob
+from neuroshard.bench.torchrun import DEFAULT_STARTUP_TIMEOUT_S, WATCHDOG_GRACE_S, LaunchConfig, TorchrunJob
 from neuroshard.checks import check_choice, check_float, check_int
-from neuroshard.types import Plan, PlanRecord, Task, apply_column_steps
+from neuroshard.types import ConfigError, Plan, PlanRecord, Task, apply_column_steps
 
 JOB_FILE = "job.json"
 PARTIAL_DIR = ".partial"  # an unfinished evaluation: measurement log, settings, job folders
 MEASUREMENTS = "measurements.jsonl"
 # Settings that do not change what is measured: a resumed run may differ in them.
-_FREE_SETTINGS = ("quiet", "no_progress", "out_dir")
+_FREE_SETTINGS = ("quiet", "no_progress", "out_dir", "timeout", "startup_timeout", "rdzv_endpoint", "rdzv_id",
+                  "join_timeout")
 WORKER_MODULE = "neuroshard.eval.hardware_rank"
 DEFAULT_TIMEOUT_S = 120.0  # collective timeout: a hung rank ends the job after about this
 FW_SLEEP_MODES = ("skew", "none")
@@ -50,7 +57,8 @@ class HardwareConfig:
     this long). `flush`: evict caches before each timed compute iteration.
     `repeats`: measurements of every plan, in rounds (every plan once per
     round, each round in a seeded shuffled order), so that a slow spell of
-    the machine hits all algorithms alike.
+    the machine hits all algorithms alike. `launch`: where the `ndevices`
+    ranks run (default: all on this machine).
     """
 
     ndevices: int = 4
@@ -65,9 +73,12 @@ class HardwareConfig:
     flush: bool = True
     seed: int = 0
     repeats: int = 1
+    launch: LaunchConfig = LaunchConfig()
 
     def validate(self) -> None:
         check_int("--ndevices", self.ndevices, 1)
+        self.launch.validate()
+        self.launch.for_world(self.ndevices)
         check_choice("--device", self.device, ("cpu", "cuda"))
         check_int("--warmup", self.warmup, 0)
         check_int("--iters", self.iters, 1)
@@ -84,6 +95,13 @@ def runnable(records: Sequence[PlanRecord]) -> list[PlanRecord]:
     return [rec for rec in records if rec.plan is not None]
 
 
+def dataset_fingerprint(dataset) -> dict:
+    """What every node's copy of the dataset must share with node 0's: batch, table count, table stats."""
+    configs = json.dumps([[c.row, c.pooling_factor, list(c.bins)] for c in dataset.configs])
+    return {"batch size": dataset.batch_size, "tables": len(dataset.configs),
+            "table configs (sha1)": hashlib.sha1(configs.encode()).hexdigest()[:12]}
+
+
 def shard_layout(task: Task, configs, plan: Plan):
     """(post-split tables, per-device table lists, per-device dim sums) of a plan for a task."""
     split = apply_column_steps(task.tables(configs), plan.column_steps)
@@ -95,25 +113,28 @@ def shard_layout(task: Task, configs, plan: Plan):
 
 
 class HardwareJob(TorchrunJob):
-    """One torchrun job measuring every runnable plan of a plan file; iterate `records()`."""
+    """One torchrun job measuring every runnable plan of a plan file; iterate `records()`.
+
+    On a node other than node 0 of `cfg.launch`, `plans_path`, `task_path` and `num_plans` are
+    None: node 0's rank 0 hands the plans and tasks to every rank."""
 
     item = "plan"
     job_prefix = "hw_eval_job_"
 
-    def __init__(self, plans_path, data_dir, task_path, num_plans: int, cfg: HardwareConfig, *,
+    def __init__(self, plans_path, data_dir, task_path, num_plans: int | None, cfg: HardwareConfig, *,
                  work_dir: str | None = None, keep_dir: bool = False, worker_module: str | None = None):
         cfg.validate()
         self.cfg = cfg
-        self.job = {"plans": os.path.abspath(plans_path), "data_dir": os.path.abspath(data_dir),
-                    "task_path": os.path.abspath(task_path), "warmup": cfg.warmup, "iters": cfg.iters,
-                    "fw_sleep": cfg.fw_sleep, "end_to_end": cfg.end_to_end, "flush": cfg.flush,
-                    "seed": cfg.seed}
+        self.job = {"data_dir": os.path.abspath(data_dir), "warmup": cfg.warmup, "iters": cfg.iters,
+                    "fw_sleep": cfg.fw_sleep, "end_to_end": cfg.end_to_end, "flush": cfg.flush, "seed": cfg.seed}
+        if plans_path is not None:
+            self.job.update(plans=os.path.abspath(plans_path), task_path=os.path.abspath(task_path))
         # A plan takes one compute turn per rank, each bounded by the collective timeout
         # (the waiting ranks' barrier would fire first), plus the all-to-alls.
         stall = (cfg.ndevices + 2) * cfg.timeout + WATCHDOG_GRACE_S
         super().__init__(worker_module or WORKER_MODULE, [], cfg.ndevices, num_plans, device=cfg.device,
                          gpu_devices=cfg.gpu_devices, timeout=cfg.timeout, startup_timeout=cfg.startup_timeout,
-                         stall_timeout=stall, work_dir=work_dir, keep_dir=keep_dir)
+                         stall_timeout=stall, work_dir=work_dir, keep_dir=keep_dir, launch=cfg.launch)
 
     def write_inputs(self, job_dir: str) -> None:
         with open(os.path.join(job_dir, JOB_FILE), "w") as f:
@@ -132,7 +153,7 @@ def measure_plans(plans_path, data_dir, task_path, cfg: HardwareConfig, *,
     from neuroshard.formats import read_plans
 
     items = runnable(read_plans(plans_path))
-    if not items:
+    if not items and not cfg.launch.multi_node:  # (other nodes wait for the job: start it anyway)
         return []
     out = []
     with HardwareJob(plans_path, data_dir, task_path, len(items), cfg, work_dir=work_dir,
@@ -142,6 +163,21 @@ def measure_plans(plans_path, data_dir, task_path, cfg: HardwareConfig, *,
             if on_result is not None:
                 on_result(m)
     return out
+
+
+def follow(data_dir, cfg: HardwareConfig, *, on_result: Callable[[dict], None] | None = None,
+           worker_module: str | None = None) -> int:
+    """A node other than node 0: lend this node's ranks to node 0's job until it ends (this node's
+    `data_dir` must hold the same dataset as node 0's). Returns the number of plans measured."""
+    if cfg.launch.writes_outputs:
+        raise ConfigError("--node_rank", "node 0 runs the evaluation; follow() is for the other nodes")
+    done = 0
+    with HardwareJob(None, data_dir, None, None, cfg, worker_module=worker_module) as job:
+        for m in job.records():
+            done += 1
+            if on_result is not None:
+                on_result(m)
+    return done
 
 
 # =========================================================================== the whole run
@@ -155,6 +191,15 @@ def measurement_order(items: Sequence[PlanRecord], repeats: int, seed: int) -> l
         perm = np.random.default_rng([seed, r]).permutation(len(items)) if repeats > 1 else range(len(items))
         order += [(items[int(k)], r) for k in perm]
     return order
+
+
+def _resume_identity(config: dict, cfg: HardwareConfig, worker_module: str | None) -> dict:
+    """What must match for a rerun to continue an interrupted evaluation: every setting that changes what
+    is measured (not where the output goes, the timeouts or the rendezvous address)."""
+    def keep(d):
+        return {k: keep(v) if isinstance(v, dict) else v for k, v in d.items() if k not in _FREE_SETTINGS}
+
+    return keep({**config, "hardware": cfg.to_json(), "worker_module": worker_module})
 
 
 def plan_identity(rec: PlanRecord, repeat: int = 0) -> str:
@@ -187,8 +232,7 @@ def run_evaluation(records: Sequence[PlanRecord], data_dir, task_path, cfg: Hard
     partial.mkdir(parents=True, exist_ok=True)
     log_path = partial / MEASUREMENTS
     with open_append(log_path, exclusive=True) as log:  # also drops a torn last line of a killed run
-        settings = {**(config or {}), "hardware": cfg.to_json(), "worker_module": worker_module}
-        check_run_config(partial, {k: v for k, v in settings.items() if k not in _FREE_SETTINGS})
+        check_run_config(partial, _resume_identity(config or {}, cfg, worker_module))
         if config is not None:
             write_json_atomic(out / "config.json", config)
         write_plans(out / PLANS_JSON, records)
@@ -217,7 +261,7 @@ def run_evaluation(records: Sequence[PlanRecord], data_dir, task_path, cfg: Hard
                 repeat = f" (repeat {r + 1}/{cfg.repeats})" if cfg.repeats > 1 else ""
                 show(format_measured(res, num_tasks) + repeat)
 
-        if todo:
+        if todo or cfg.launch.multi_node:  # the other nodes wait for node 0's job: start it even if empty
             measure_plans(todo_path, data_dir, task_path, cfg, on_result=arrived, work_dir=str(partial / "jobs"),
                           worker_module=worker_module)
         results = merge_results(records, [[done[plan_identity(rec, r)] for r in range(cfg.repeats)]

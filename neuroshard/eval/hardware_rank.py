@@ -21,8 +21,11 @@ Per plan, every rank r:
    host, contention between ranks) are included. The step's time is the
    slowest rank's; the plan's end-to-end cost is the median over iterations.
 
-Rank 0 gathers every rank's numbers with collectives and streams one JSON
-line per plan to the launcher. Times are in ms.
+Rank 0 reads the plans and tasks and hands them to every rank with a
+broadcast (on several nodes only node 0 has them; each node reads its own
+copy of the dataset, which must match node 0's). Every rank's numbers are
+all-gathered; the first rank of each node streams one JSON line per plan to
+its node's launcher (node 0's are the results). Times are in ms.
 """
 
 from __future__ import annotations
@@ -34,8 +37,9 @@ from typing import Sequence
 
 import numpy as np
 
-from neuroshard.bench.torchrun import DEFAULT_TIMEOUT_S, RESULTS_FILE, barrier, fail_rank, init_group, start_rank
-from neuroshard.eval.hardware import JOB_FILE, runnable, shard_layout
+from neuroshard.bench.torchrun import (DEFAULT_TIMEOUT_S, RESULTS_FILE, barrier, fail_rank, init_group, local_lead,
+                                       start_rank)
+from neuroshard.eval.hardware import JOB_FILE, dataset_fingerprint, runnable, shard_layout
 
 
 class _Rank:
@@ -49,19 +53,38 @@ class _Rank:
 
         self.rank, self.world, self.device, self.state = rank, world, device, state
         with open(os.path.join(args.job_dir, JOB_FILE)) as f:
-            job = json.load(f)
-        self.job = job
+            mine = json.load(f)  # this node's job file: on nodes other than node 0, only its data_dir
         state["phase"] = "loading dataset"
         # Ranks share one memory-mapped data.pt; the benchmark checks each table's index range itself.
-        self.dataset = read_dataset(job["data_dir"], validate=False)
-        self.tasks = read_tasks(job["task_path"], num_tables=len(self.dataset))
-        self.items = runnable(read_plans(job["plans"]))
+        # Every node reads its own copy (the same --data_dir path), checked against node 0's below.
+        self.dataset = read_dataset(mine["data_dir"], validate=False)
+        fingerprint = dataset_fingerprint(self.dataset)
+        state["phase"] = "receiving the plans from rank 0"
+        box = [None]
+        if rank == 0:
+            box[0] = {"job": mine, "dataset": fingerprint, "tasks": read_tasks(mine["task_path"],
+                                                                               num_tables=len(self.dataset)),
+                      "items": runnable(read_plans(mine["plans"]))}
+        self.gather_from_rank0(box)
+        shared = box[0]
+        differ = [f"{k} {fingerprint[k]} here, {shared['dataset'][k]} on node 0"
+                  for k in fingerprint if fingerprint[k] != shared["dataset"][k]]
+        if differ:
+            raise ValueError(f"the dataset at {mine['data_dir']} is not node 0's: {'; '.join(differ)}")
+        job = self.job = shared["job"]
+        self.tasks, self.items = shared["tasks"], shared["items"]
         self.batch = self.dataset.batch_size
         self.warmup, self.iters = int(job["warmup"]), int(job["iters"])
         self.fw_sleep, self.end_to_end = job["fw_sleep"], bool(job["end_to_end"])
         self.bench = ShardBenchmark(self.dataset, device=device, warmup=self.warmup, iters=self.iters,
                                     flush=bool(job["flush"]), seed=int(job["seed"]) * 1009 + rank)
         self._gen = torch.Generator().manual_seed(int(job["seed"]) * 1009 + rank)
+
+    def gather_from_rank0(self, box: list) -> None:
+        """Rank 0's `box[0]` into every rank's `box` (node 0 alone has the plan and task files)."""
+        import torch.distributed as dist
+
+        dist.broadcast_object_list(box, src=0)
 
     def barrier(self) -> None:
         import torch.distributed as dist
@@ -77,7 +100,7 @@ class _Rank:
         return out
 
     def measure(self, k: int) -> dict | None:
-        """Measure plan item `k`; returns the record on rank 0 (None elsewhere)."""
+        """Measure plan item `k`; returns the record on the first rank of each node (None elsewhere)."""
         from neuroshard.bench.comm import bench_sample
         from neuroshard.bench.compute import bench_tables
 
@@ -119,7 +142,7 @@ class _Rank:
 
         st["phase"] = "gathering results"
         every = self.gather(mine_rec)
-        if self.rank != 0:
+        if not local_lead():
             return None
         rec = {"i": k, "task": item.task, "alg": item.alg, "dims": dims,
                "ntables": [len(s) for s in shards],
@@ -191,7 +214,7 @@ def worker_main(argv: Sequence[str] | None = None) -> None:
         state["phase"] = "process-group init"
         device = init_group(args.device, args.timeout)
         runner = _Rank(args, rank, world, device, state)
-        results = open(os.path.join(job_dir, RESULTS_FILE), "a") if rank == 0 else None
+        results = open(os.path.join(job_dir, RESULTS_FILE), "a") if local_lead() else None
         for k in range(len(runner.items)):
             state["sample"] = k
             state["phase"] = "before compute"

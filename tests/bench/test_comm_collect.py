@@ -1,4 +1,5 @@
-"""Comm data collection: sampling rules, resume after a kill, settings guard, noise floor."""
+"""Comm data collection: sampling rules, resume after a kill, settings guard, noise floor, and a
+collection on two "nodes" of 2 ranks each that resumes a run and leaves node 1 writing nothing."""
 
 import glob
 import os
@@ -13,9 +14,11 @@ import pytest
 from neuroshard.bench import torchrun
 from neuroshard.bench import comm_collect as cc
 from neuroshard.bench.comm import SampleResult
-from neuroshard.formats import read_comm_data
+from neuroshard.bench.torchrun import LaunchConfig
+from neuroshard.formats import check_run_config, read_comm_data
 from neuroshard.formats import read_noise_floor, write_noise_floor
 from neuroshard.types import ConfigError, InputError
+from tests.two_nodes import assert_none_left, free_port, launch_flags, run_nodes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -74,7 +77,7 @@ class FakeJob:
     offset = 0.0
 
     def __init__(self, samples, ndevices, batch_size, **kw):
-        self.samples = samples
+        self.samples = list(samples)
 
     def __enter__(self):
         return self
@@ -87,6 +90,9 @@ class FakeJob:
             fw = [d / 10 + 1 + FakeJob.offset for d in s["dims"]]
             bw = [d / 20 + 1 + FakeJob.offset for d in s["dims"]]
             yield SampleResult(i, fw, bw, 1.0, 1.0)
+
+    def sample(self, index):
+        return self.samples[index]
 
 
 def test_resume_draws_new_samples_and_noise_floor(tmp_path, monkeypatch):
@@ -165,3 +171,53 @@ def test_resume_after_kill(tmp_path):
     old = {tuple(line.split()[:2]) for line in before}
     assert all(tuple(line.split()[:2]) not in old for line in after[len(before):])
     assert len(read_comm_data(out)) == target
+
+
+def test_two_nodes_resume_a_collection_and_only_node_0_writes(tmp_path):
+    """The same command on two "nodes" (2 ranks each, one rendezvous on 127.0.0.1) continues a
+    2-node collection whose data.txt holds 2 samples and a torn line: node 0 appends 2 more samples
+    measured on all 4 ranks; node 1 lends its ranks and never writes its --out_dir."""
+    out, node1_out = tmp_path / "comm", tmp_path / "node1_out"
+    cfg = cc.CommCollectConfig(ndevices=4, batch_size=16, T_range=(2, 4), sleep_range=(0.0, 1.0), max_dim=16,
+                               warmup=1, iters=2)
+    check_run_config(out, {**cfg.to_json(), "nnodes": 2, "nproc_per_node": 2})  # what the first run wrote
+    before = [b"16,8,8,0 0.36,0.165,0.0,0.381 4.4,4.6,5.1,4.6 0.93,2.9,2.4,2.5",
+              b"16,0,0,8 0.118,0.0,0.029,0.193 2.07,2.5,2.2,2.4 2.2,2.3,2.3,2.9"]
+    (out / "data.txt").write_bytes(b"\n".join(before) + b"\n16,8 0.1")  # killed mid-line
+    cmd = [os.path.join(ROOT, "collect_comm_cost_data.py"), "--device", "cpu", "--ndevices", "4", "--batch_size",
+           "16", "--T_range", "2,4", "--max_dim", "16", "--sleep_range", "0,1", "--warmup", "1", "--iters", "2",
+           "--data_size", "4", "--timeout", "60", "--quiet"]
+    port = free_port()
+    (tmp_path / "node1_tmp").mkdir()
+    node0, node1 = run_nodes([cmd + ["--out_dir", str(out)] + launch_flags(port, 0),
+                              cmd + ["--out_dir", str(node1_out)] + launch_flags(port, 1)],
+                             cwd=tmp_path, env=[{}, {"TMPDIR": str(tmp_path / "node1_tmp")}], timeout=300)
+    print(f"two-node collection of 2 samples: node 0 {node0.elapsed_s:.1f} s, node 1 {node1.elapsed_s:.1f} s")
+    assert node0.returncode == 0, node0.stderr[-3000:]
+    assert node1.returncode == 0, node1.stderr[-3000:]
+    assert "torn" in node0.stderr and "2 samples added (4 in total)" in node0.stdout
+    assert "node 1: 2 samples measured with node 0" in node1.stdout
+    after = [line for line in _lines(out / "data.txt") if line]
+    assert after[:2] == before and len(after) == 4
+    data = read_comm_data(out, 4)  # well-formed lines, per-device values for all 4 ranks
+    for sample in data[2:]:
+        assert len(sample.dims) == len(sample.sleeps) == 4 and min(sample.sleeps) == 0.0
+        assert len(sample.fw) == len(sample.bw) == 4 and all(v > 0 for v in sample.fw + sample.bw)
+    assert not node1_out.exists()
+    assert not [n for n in os.listdir(tmp_path / "node1_tmp") if n.startswith("comm_job_")]
+    assert not (out / ".jobs").exists()
+    assert_none_left(str(tmp_path), f"127.0.0.1:{port}")
+
+
+def test_a_collection_keeps_its_node_layout(tmp_path, monkeypatch):
+    """Samples measured across 2 nodes are not mixed with samples of one node (or another layout)."""
+    monkeypatch.setattr(cc, "CommJob", FakeJob)
+    cfg = cc.CommCollectConfig(ndevices=4, batch_size=16, T_range=(2, 4), max_dim=16)
+    two = LaunchConfig(nnodes=2, rdzv_endpoint="127.0.0.1:29500")
+    out = str(tmp_path / "comm")
+    assert cc.collect(out, cfg, 3, progress=False, launch=two)["added"] == 3
+    with pytest.raises(InputError, match="nnodes: was 2, now \"<missing>\""):
+        cc.collect(out, cfg, 5, progress=False)
+    with pytest.raises(ConfigError, match="--node_rank: only node 0 collects"):
+        cc.collect(out, cfg, 5, progress=False, launch=LaunchConfig(nnodes=2, node_rank=1, rdzv_endpoint="h:1"))
+    assert cc.collect(out, cfg, 5, progress=False, launch=two)["added"] == 2
