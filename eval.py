@@ -30,8 +30,7 @@ import os
 import sys
 
 from neuroshard.cli import run_main
-from neuroshard.eval.plans import add_input_args
-from neuroshard.planner.search import SearchConfig
+from neuroshard.eval.plans import add_input_args, add_sharder_args
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -62,7 +61,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     g.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
                    help=f"collective timeout in s; a hung rank ends the job after about this "
                         f"(default: {DEFAULT_TIMEOUT_S:g})")
-    SearchConfig.add_args(p)
+    add_sharder_args(p)
     p.add_argument("--quiet", action="store_true", help="no per-task lines")
     p.add_argument("--no_progress", action="store_true", help="no progress bar while planning")
     return p.parse_args(argv)
@@ -84,11 +83,11 @@ def main(argv=None) -> int:
                             iters=args.iters, fw_sleep=args.fw_sleep, end_to_end=args.end_to_end,
                             timeout=args.timeout, seed=args.seed)
     cfg.validate()
-    options = SearchConfig.options_from_args(args)  # one-line error on a bad value, before any work
     # The ranks exchange [B/ndevices, sum(dims)] slices: check B before planning.
     batch = read_dataset(args.data_dir, validate=False).batch_size
     if batch % ndevices:
         raise InputError(args.data_dir, f"batch size {batch} is not a multiple of the {ndevices} ranks")
+    options = ev.sharder_options(args, batch)  # one-line error on a bad value, before any work
 
     fw_path = args.fw_comm_model or ev.default_comm_model_path(ndevices, "fw")
     bw_path = args.bw_comm_model or ev.default_comm_model_path(ndevices, "bw")
