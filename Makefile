@@ -1,5 +1,5 @@
 # Two commands: `make demo` and `make test`. Each sets up .venv with pinned
-# dependencies (skipped when already installed) and then runs.
+# dependencies (torch, fbgemm-gpu-cpu, torchrec; skipped when already installed) and then runs.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -9,9 +9,11 @@ STAMP := $(VENV)/.installed
 
 setup: $(STAMP)
 
-$(STAMP): requirements.txt setup.py
+# torchrec is installed with --no-deps: its metadata names the CUDA fbgemm-gpu (see requirements-torchrec.txt).
+$(STAMP): requirements.txt requirements-torchrec.txt setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps -r requirements-torchrec.txt
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps -e .
 	touch $(STAMP)
 

@@ -41,8 +41,7 @@ import os
 import sys
 
 from neuroshard.cli import run_main
-from neuroshard.eval.plans import add_input_args
-from neuroshard.planner.search import SearchConfig
+from neuroshard.eval.plans import add_input_args, add_sharder_args
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -79,7 +78,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help=f"collective timeout in s; a hung rank ends the job after about this "
                         f"(default: {DEFAULT_TIMEOUT_S:g})")
     LaunchConfig.add_args(p)
-    SearchConfig.add_args(p)
+    add_sharder_args(p)
     p.add_argument("--quiet", action="store_true", help="no per-task lines")
     p.add_argument("--no_progress", action="store_true", help="no progress bar while planning")
     return p.parse_args(argv)
@@ -105,12 +104,12 @@ def main(argv=None) -> int:
                             iters=args.iters, fw_sleep=args.fw_sleep, end_to_end=args.end_to_end,
                             timeout=args.timeout, seed=args.seed, repeats=args.repeats, launch=launch)
     cfg.validate()
-    options = SearchConfig.options_from_args(args)  # one-line error on a bad value, before any work
     # Every lookup index is checked against its table's rows here, naming data.pt: the ranks would
     # otherwise find a bad one only after start-up. The ranks exchange [B/ndevices, sum(dims)] slices.
     batch = read_dataset(args.data_dir).batch_size
     if batch % ndevices:
         raise InputError(args.data_dir, f"batch size {batch} is not a multiple of the {ndevices} ranks")
+    options = ev.sharder_options(args, batch)  # one-line error on a bad value, before any work
     if not launch.writes_outputs:  # lend this node's ranks to node 0's job; node 0 plans and writes
         print(f"node {launch.node_rank}: lending {launch.nproc_per_node} ranks to node 0's job at "
               f"{launch.rdzv_endpoint}", file=sys.stderr, flush=True)

@@ -20,8 +20,7 @@ import os
 import sys
 
 from neuroshard.cli import run_main
-from neuroshard.eval.plans import add_input_args
-from neuroshard.planner.search import SearchConfig
+from neuroshard.eval.plans import add_input_args, add_sharder_args
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -29,7 +28,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     add_input_args(p)
     p.add_argument("--ndevices", type=int, default=4, help="number of devices (GPUs) (default: 4)")
     p.add_argument("--out_dir", default=None, help="write plans, results and the summary here (default: print only)")
-    SearchConfig.add_args(p)
+    add_sharder_args(p)
     p.add_argument("--quiet", action="store_true", help="no per-task lines")
     p.add_argument("--no_progress", action="store_true", help="no progress bar")
     return p.parse_args(argv)
@@ -42,13 +41,14 @@ def main(argv=None) -> int:
     from neuroshard.checks import check_float
 
     check_float("--max_mem", args.max_mem, 0.0, lo_open=True)
-    options = SearchConfig.options_from_args(args)  # one-line error on a bad value, before any work
+    ev.sharder_options(args, None)  # one-line error on a bad value, before any work
     algs = ev.resolve_algs(args.alg)
     fw_path = args.fw_comm_model or ev.default_comm_model_path(args.ndevices, "fw")
     bw_path = args.bw_comm_model or ev.default_comm_model_path(args.ndevices, "bw")
     inputs = ev.load_inputs(args.data_dir, args.task_path, args.compute_model, fw_path, bw_path,
                             args.ndevices, args.max_tasks)
     n = len(inputs.tasks)
+    options = ev.sharder_options(args, inputs.batch_size)
 
     def show(rec):
         if not args.quiet:
@@ -61,7 +61,8 @@ def main(argv=None) -> int:
     results.print_summary(summary)
     if args.out_dir:
         config = {k: v for k, v in vars(args).items() if k not in ("quiet", "no_progress")}
-        config.update(fw_comm_model=fw_path, bw_comm_model=bw_path, algs=algs, num_tasks=n)
+        config.update(fw_comm_model=fw_path, bw_comm_model=bw_path, algs=algs, num_tasks=n,
+                      batch_size=inputs.batch_size)
         results.write_outputs(args.out_dir, records, summary, config)
         print(f"wrote {os.path.join(args.out_dir, results.SUMMARY_MD)} and the rest of the results", file=sys.stderr)
     return 0

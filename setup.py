@@ -9,5 +9,6 @@ setup(
     # torch is left unpinned here on purpose: GPU users bring their own CUDA
     # build; the Makefile pins the CPU build for this machine.
     install_requires=["torch", "numpy", "tqdm", "matplotlib"],
-    extras_require={"cpu": ["fbgemm-gpu-cpu"], "gpu": ["fbgemm-gpu"], "test": ["pytest"]},
+    # torchrec: `--alg torchrec` and the TorchRec plan export (on CPU, see requirements-torchrec.txt)
+    extras_require={"cpu": ["fbgemm-gpu-cpu"], "gpu": ["fbgemm-gpu"], "torchrec": ["torchrec"], "test": ["pytest"]},
 )

@@ -2,6 +2,7 @@
 
     python benchmarks/bench_search.py                      # everything, synthetic cost models
     python benchmarks/bench_search.py --parts speed,scale --tasks_per_size 5
+    python benchmarks/bench_search.py --parts torchrec --torchrec_tasks 3   # TorchRec beside NeuroShard
     python benchmarks/bench_search.py --compute_model models/compute.pt \
         --comm_models 4:models/comm_4_fw.pt,models/comm_4_bw.pt --comm_models 8:models/comm_8_fw.pt,models/comm_8_bw.pt
 
@@ -20,6 +21,11 @@ Parts (--parts, comma list):
 * baselines: a task set (T in 10..60, 4 and 8 devices): mean simulated cost
   of NeuroShard, of its own no-split start, and of every registered baseline
   on the tasks valid for all; NeuroShard's relative improvement.
+* torchrec: TorchRec's planner (`--alg torchrec`) beside NeuroShard on the same
+  tasks and cost models: planning time (the library call's `search_ms`) and
+  simulated plan cost, per T = 10, ..., 60 on 4 and 8 devices
+  (--torchrec_tasks per T), and on the scale task (1,000 tables, 128 devices);
+  prints the planning-time ratio TorchRec / NeuroShard. Skipped without torchrec.
 
 Cost models: trained checkpoints when given (--compute_model, and
 --comm_models per device count); otherwise synthetic ones, built here with
@@ -330,10 +336,66 @@ def part_baselines(args, out: dict) -> None:
     out["baselines"] = res
 
 
+def _plan_both(tables, n: int, max_mem: float, models) -> dict:
+    """Planning time (ms) and simulated cost (ms, inf when out of memory) of NeuroShard and TorchRec."""
+    from neuroshard.planner.shard import shard
+
+    got = {}
+    for alg in ("neuroshard", "torchrec"):
+        try:
+            r = shard(tables, n, max_mem, models, alg=alg)
+            got[alg] = (r.search_ms, r.cost_ms)
+        except OutOfMemoryError:
+            got[alg] = (math.nan, math.inf)
+    return got
+
+
+def part_torchrec(args, out: dict) -> None:
+    from neuroshard.planner.registry import missing_requirement, prepare
+
+    print("== torchrec: TorchRec's planner vs NeuroShard, planning time and simulated cost (same tasks, models) ==")
+    if missing_requirement("torchrec"):
+        print("  skipped: torchrec is not installed (pip install --no-deps -r requirements-torchrec.txt)")
+        return
+    prepare("torchrec")  # its import is not planning time
+    res = {}
+    for n in (4, 8):
+        models = load_models(args, n, args.seed)
+        rng = np.random.default_rng(args.seed + 7 * n)
+        _plan_both(random_task(rng, 10), n, args.max_mem, models)  # warm-up (scorer, lazy imports), not timed
+        rows, ratios = [], []
+        for T in range(10, 61, 10):
+            runs = [_plan_both(random_task(rng, T), n, args.max_mem, models) for _ in range(args.torchrec_tasks)]
+            ms = {a: [r[a][0] for r in runs] for a in ("neuroshard", "torchrec")}
+            cost = {a: [r[a][1] for r in runs] for a in ("neuroshard", "torchrec")}
+            ratio = float(np.median(ms["torchrec"]) / np.median(ms["neuroshard"]))
+            ratios.append(ratio)
+            rows.append({"T": T, "planning_ms": ms, "cost_ms": cost, "time_ratio": ratio})
+            print(f"  {n} devices, T={T:2d}: planning median NeuroShard {np.median(ms['neuroshard']):8.1f} ms, "
+                  f"TorchRec {np.median(ms['torchrec']):8.1f} ms (x{ratio:.1f}); mean cost NeuroShard "
+                  f"{np.mean(cost['neuroshard']):.3f} ms, TorchRec {np.mean(cost['torchrec']):.3f} ms", flush=True)
+        print(f"  {n} devices, all T: planning-time ratio TorchRec / NeuroShard, median over T "
+              f"{np.median(ratios):.1f} (range {min(ratios):.1f}-{max(ratios):.1f})")
+        res[n] = {"per_T": rows, "median_time_ratio": float(np.median(ratios))}
+    n, T = 128, args.scale_tables
+    models = load_models(args, n, args.seed)
+    tables = random_task(np.random.default_rng(args.seed + 1000), T)  # the scale part's task
+    cap = max(1.3 * sum(t.size_gb for t in tables) / n, 1.05 * max(t.size_gb for t in tables))
+    get_scorer(models)  # built once per model set, as the evaluation does before timing
+    got = _plan_both(tables, n, cap, models)
+    ratio = got["torchrec"][0] / got["neuroshard"][0]
+    print(f"  {T} tables on {n} devices, max_mem {cap:.3f} GB: NeuroShard {got['neuroshard'][0] / 1e3:.2f} s, "
+          f"cost {got['neuroshard'][1]!r} ms; TorchRec {got['torchrec'][0] / 1e3:.2f} s, cost "
+          f"{got['torchrec'][1]!r} ms; planning-time ratio TorchRec / NeuroShard {ratio:.1f}")
+    res["scale"] = {"tables": T, "devices": n, "max_mem_gb": cap, "planning_ms": {a: v[0] for a, v in got.items()},
+                    "cost_ms": {a: v[1] for a, v in got.items()}, "time_ratio": ratio}
+    out["torchrec"] = res
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--parts", default="speed,scale,exhaustive,baselines")
+    p.add_argument("--parts", default="speed,scale,exhaustive,baselines,torchrec")
     p.add_argument("--compute_model", default=None, help="trained compute model (default: synthetic)")
     p.add_argument("--comm_models", type=parse_comm_models, action="append", default=None,
                    help="N:FW_PATH,BW_PATH trained comm models for N devices (repeatable; default: synthetic)")
@@ -342,11 +404,13 @@ def main(argv=None) -> int:
     p.add_argument("--scale_tables", type=int, default=1000)
     p.add_argument("--exhaustive_tasks", type=int, default=60, help="per device count")
     p.add_argument("--baseline_tasks", type=int, default=20, help="per device count")
+    p.add_argument("--torchrec_tasks", type=int, default=3, help="torchrec: tasks per table count and device count")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out_json", default=None, help="also write the results here")
     args = p.parse_args(argv)
     parts = [x.strip() for x in args.parts.split(",") if x.strip()]
-    known = {"speed": part_speed, "scale": part_scale, "exhaustive": part_exhaustive, "baselines": part_baselines}
+    known = {"speed": part_speed, "scale": part_scale, "exhaustive": part_exhaustive, "baselines": part_baselines,
+             "torchrec": part_torchrec}
     bad = [x for x in parts if x not in known]
     if bad:
         raise NeuroShardError(f"--parts: unknown {', '.join(bad)}; choose from {', '.join(known)}")

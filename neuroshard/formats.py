@@ -16,6 +16,8 @@ comm cost data dir     read_comm_data                             write_comm_dat
                                                                   open_append + append_line +
                                                                   format_comm_sample
 plans                  read_plans                                 write_plans (+ plan_view)
+TorchRec plan (+JSON)  read_torchrec_plan                         write_torchrec_plan
+user table list        read_user_tables                           (written by the user)
 noise floor JSON       read_noise_floor                           write_noise_floor
 measurement log        read_measurements                          open_append + append_line +
                                                                   format_measurement
@@ -46,8 +48,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Sequence
 
-from .types import (PLAN_STATUSES, CostBreakdown, InputError, InvalidPlanError, Plan, PlanRecord, ShardTable, Task,
-                    TableConfig, apply_column_steps)
+from .types import (DEFAULT_BINS, NUM_BINS, PLAN_STATUSES, CostBreakdown, InputError, InvalidPlanError, Plan,
+                    PlanRecord, ShardTable, Task, TableConfig, apply_column_steps, can_split, size_gb)
 
 TABLE_CONFIGS = "table_configs.json"
 DATA_PT = "data.pt"
@@ -913,6 +915,169 @@ def _plan_from_json(path, where: str, d) -> Plan:
         raise InputError(path, f"{where}: \"shards\" must be a list of lists of table indices, "
                                f"got {_show(json.dumps(shards))}")
     return Plan.from_json(d)
+
+
+# =========================================================================== TorchRec plans
+
+
+def write_torchrec_plan(path, sharding_plan, view: dict) -> list[Path]:
+    """Write a TorchRec `ShardingPlan` with `torch.save` to `path` and its readable `view` as JSON beside it
+    (`path` with the suffix `.json`), both atomic. Returns the two paths."""
+    import torch
+
+    path = Path(path)
+    json_path = path.with_suffix(".json")
+    if json_path == path:
+        raise InputError(path, "the TorchRec plan file needs a suffix other than .json (e.g. plan.pt)")
+    with atomic_write(path, "wb") as fh:
+        torch.save(sharding_plan, fh)
+    # one table per line, so the file reads and diffs well
+    head = {k: v for k, v in view.items() if k != "modules"}
+    modules = ",\n".join(f"  {json.dumps(m)}: [\n" + ",\n".join("   " + json.dumps(t, default=_json_default)
+                                                                 for t in tables) + "\n  ]"
+                         for m, tables in view.get("modules", {}).items())
+    text = json.dumps(head)[:-1] + (", " if head else "") + '"modules": {\n' + modules + "\n }}\n"
+    json.loads(text)  # the hand-made layout must still be JSON
+    _write_text_atomic(json_path, text)
+    return [path, json_path]
+
+
+def read_torchrec_plan(path):
+    """The `ShardingPlan` of a file written by `write_torchrec_plan` (needs torchrec; a full unpickle,
+    so only for files you trust, as with any `torch.load(weights_only=False)`)."""
+    import torch
+
+    path = Path(path)
+    _require_file(path)
+    try:
+        plan = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as e:  # noqa: BLE001 - pickle, zip and import errors all mean "not a plan file we can read"
+        raise InputError(path, f"cannot load TorchRec plan: {type(e).__name__}: {_one_line(str(e))}") from None
+    if not hasattr(plan, "plan") or not isinstance(plan.plan, dict):
+        raise InputError(path, f"not a TorchRec ShardingPlan: {type(plan).__name__}")
+    return plan
+
+
+# =========================================================================== user table lists
+
+
+USER_TABLE_FIELDS = ("name", "rows", "dim", "pooling_factor")
+_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
+
+
+@dataclass
+class UserTables:
+    """A user's table list: `names[i]` and `configs[i]` (with its dim); `default_bins`: the names of the
+    tables that had no locality bins and got `types.DEFAULT_BINS`."""
+
+    names: list[str]
+    configs: list[TableConfig]
+    default_bins: list[str]
+
+
+def _user_table(row: dict, max_mem: float | None) -> tuple[str, TableConfig, bool]:
+    """One table of a user list from its fields (strings from CSV, or JSON values); ValueError if bad."""
+    name = str(row.get("name") or "").strip()
+    if not name or set(name) - _NAME_CHARS:
+        raise ValueError(f"name must be letters, digits, '_' or '-', got {row.get('name')!r}")
+
+    def number(key: str, integer: bool):
+        value = row.get(key)
+        if value is None or (isinstance(value, str) and not value.strip()):
+            raise ValueError(f"table {name!r}: missing {key}")
+        try:
+            if isinstance(value, bool) or (integer and isinstance(value, float)):
+                raise ValueError
+            parsed = int(value) if integer else float(value)
+            if not math.isfinite(parsed):
+                raise ValueError
+        except (TypeError, ValueError):
+            raise ValueError(f"table {name!r}: {key} is not {'an integer' if integer else 'a number'}: "
+                             f"{value!r}") from None
+        return parsed
+
+    rows, dim, pf = number("rows", True), number("dim", True), number("pooling_factor", False)
+    if rows < 1:
+        raise ValueError(f"table {name!r}: rows must be >= 1, got {rows}")
+    if dim < 4 or dim % 4:
+        raise ValueError(f"table {name!r}: dim must be a positive multiple of 4 (FBGEMM), got {dim}")
+    if pf < 0:
+        raise ValueError(f"table {name!r}: pooling_factor must be >= 0, got {pf:g}")
+    given = [j for j in range(NUM_BINS) if row.get(f"bin_{j}") not in (None, "")]
+    if given and len(given) != NUM_BINS:
+        missing = [f"bin_{j}" for j in range(NUM_BINS) if j not in given]
+        raise ValueError(f"table {name!r}: give all of bin_0..bin_{NUM_BINS - 1} or none, missing "
+                         f"{', '.join(missing)}")
+    bins = tuple(number(f"bin_{j}", False) for j in range(NUM_BINS)) if given else DEFAULT_BINS
+    if any(not 0 <= b <= 1 for b in bins):
+        raise ValueError(f"table {name!r}: locality bins must lie in [0, 1]")
+    if max_mem is not None:
+        narrow = dim
+        while can_split(narrow):
+            narrow //= 2
+        if size_gb(rows, narrow) > max_mem:
+            raise ValueError(f"table {name!r} ({size_gb(rows, dim):.4g} GB) does not fit a device of {max_mem:g} GB "
+                             f"even split column-wise down to dim {narrow} ({size_gb(rows, narrow):.4g} GB)")
+    return name, TableConfig(rows, pf, bins, dim), not given
+
+
+def read_user_tables(path, max_mem: float | None = None, warn: bool = True) -> UserTables:
+    """Read a user's table list: CSV with a header, or a JSON list of objects.
+
+    Fields: `name, rows, dim, pooling_factor` and optionally `bin_0` ..
+    `bin_16` (all or none; without them a table gets `types.DEFAULT_BINS`,
+    and a warning names it). Names are unique, of letters, digits, `_`, `-`.
+    Dims are multiples of 4. With `max_mem` (GB), a table that fits no device
+    even at its narrowest column split is refused. Each bad row is an
+    InputError naming the file, the line (CSV) or table index (JSON), and the value.
+    `warn`: print the default-bins warning (off when re-reading a list already planned).
+    """
+    import csv
+
+    path = Path(path)
+    _require_file(path)
+    if path.suffix.lower() == ".json":
+        data = _load_json(path)
+        if not isinstance(data, list):
+            raise InputError(path, f"expected a JSON list of table objects, got {type(data).__name__}")
+        rows = [(None, f"table {k}", d) for k, d in enumerate(data)]
+    else:
+        try:
+            with open(path, newline="", encoding="utf-8") as fh:
+                reader = csv.DictReader(fh)
+                header = [h.strip() for h in reader.fieldnames or []]
+                reader.fieldnames = header
+                rows = [(reader.line_num, None, d) for d in reader]
+        except (UnicodeDecodeError, csv.Error) as e:
+            raise InputError(path, f"not a readable CSV file: {_one_line(str(e))}") from None
+        missing = [f for f in USER_TABLE_FIELDS if f not in header]
+        if missing:
+            raise InputError(path, f"header needs columns {', '.join(USER_TABLE_FIELDS)} "
+                                   f"(optional bin_0..bin_16), missing {', '.join(missing)}", 1)
+    if not rows:
+        raise InputError(path, "no tables")
+    out = UserTables([], [], [])
+    for line, label, d in rows:
+        try:
+            if not isinstance(d, dict):
+                raise ValueError(f"expected a JSON object, got {_show(json.dumps(d))}")
+            if None in d:  # csv.DictReader puts extra cells under the key None
+                raise ValueError(f"{len(d[None])} more cell(s) than header columns")
+            name, config, default = _user_table(d, max_mem)
+        except ValueError as e:
+            message = f"{label}: {e}" if label else str(e)
+            raise InputError(path, _one_line(message), line) from None
+        if name in out.names:
+            raise InputError(path, f"{label + ': ' if label else ''}table name {name!r} used twice", line)
+        out.names.append(name)
+        out.configs.append(config)
+        if default:
+            out.default_bins.append(name)
+    if out.default_bins and warn:
+        shown = ", ".join(out.default_bins[:5]) + (", ..." if len(out.default_bins) > 5 else "")
+        _warn(f"{path}: {len(out.default_bins)} table(s) without locality bins ({shown}) get the default profile "
+              f"of the public DLRM dataset (neuroshard.types.DEFAULT_BINS)")
+    return out
 
 
 # =========================================================================== noise floor

@@ -11,7 +11,7 @@ import json
 import math
 import numbers
 from dataclasses import dataclass, field, replace
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 NUM_BINS = 17
 BYTES_PER_ELEMENT = 4  # fp32 weights
@@ -205,6 +205,23 @@ def apply_column_steps(tables: Sequence[ShardTable], column_steps: Sequence[int]
     return out
 
 
+def column_offsets(tables: Sequence[ShardTable], column_steps: Sequence[int]) -> list[int]:
+    """The first column, within its original table, of each post-split table.
+
+    Step i keeps columns [offset, offset + dim/2) in table i and appends the
+    other half [offset + dim/2, offset + dim). Raises InvalidPlanError like
+    `apply_column_steps`.
+    """
+    apply_column_steps(tables, column_steps)  # validates the steps
+    dims = [t.dim for t in tables]
+    offsets = [0] * len(tables)
+    for i in column_steps:
+        dims[i] //= 2
+        dims.append(dims[i])
+        offsets.append(offsets[i] + dims[i])
+    return offsets
+
+
 # --------------------------------------------------------------------------- plans and costs
 
 
@@ -226,6 +243,78 @@ class Plan:
     def from_json(cls, d: dict) -> "Plan":
         return cls(tuple(int(i) for i in d["column_steps"]),
                    tuple(tuple(int(i) for i in s) for s in d["shards"]))
+
+
+class ColumnPiece(NamedTuple):
+    """Columns [offset, offset + dim) of an original table, held by `device`."""
+
+    offset: int
+    dim: int
+    device: int
+
+
+def plan_pieces(tables: Sequence[ShardTable], plan: Plan) -> list[list[ColumnPiece]]:
+    """Per original table, its pieces in column order. `plan` must be valid (`simulator.validate_plan`)."""
+    offsets = column_offsets(tables, plan.column_steps)
+    split = apply_column_steps(tables, plan.column_steps)
+    pieces: list[list[ColumnPiece]] = [[] for _ in tables]
+    for r, shard in enumerate(plan.shards):
+        for i in shard:
+            pieces[split[i].origin].append(ColumnPiece(offsets[i], split[i].dim, r))
+    return [sorted(p) for p in pieces]
+
+
+def plan_from_pieces(tables: Sequence[ShardTable], pieces: Sequence[Sequence[ColumnPiece]], ndevices: int) -> Plan:
+    """The plan that cuts each table into `pieces[t]` by halvings and puts each piece on its device.
+
+    Inverse of `plan_pieces`, in a canonical form: tables in order, each cut
+    depth-first (split, then its first half, then its second half); each
+    device's tables sorted. Raises InvalidPlanError when a table's pieces are
+    not the leaves of a halving tree (a piece straddling a halving point,
+    columns covered twice or never, a half that is not a multiple of 4) or a
+    device is out of range.
+    """
+    if len(pieces) != len(tables):
+        raise InvalidPlanError(f"pieces for {len(pieces)} tables, the task has {len(tables)}")
+    steps: list[int] = []
+    shards: list[list[int]] = [[] for _ in range(ndevices)]
+    count = len(tables)
+
+    def cut(t: int, index: int, offset: int, dim: int, inside: list[ColumnPiece]) -> None:
+        nonlocal count
+        if len(inside) == 1 and inside[0].offset == offset and inside[0].dim == dim:
+            device = inside[0].device
+            if not 0 <= device < ndevices:
+                raise InvalidPlanError(f"table {t}: columns [{offset}, {offset + dim}) on device {device}, "
+                                       f"expected 0..{ndevices - 1}")
+            shards[device].append(index)
+            return
+        if not inside:
+            raise InvalidPlanError(f"table {t}: columns [{offset}, {offset + dim}) are on no device")
+        if not can_split(dim):
+            shown = ", ".join(f"[{p.offset}, {p.offset + p.dim})" for p in inside)
+            raise InvalidPlanError(f"table {t}: pieces {shown} are not halvings of columns "
+                                   f"[{offset}, {offset + dim}) into multiples of 4")
+        half = dim // 2
+        straddle = [p for p in inside if p.offset < offset + half < p.offset + p.dim]
+        if straddle:
+            p = straddle[0]
+            raise InvalidPlanError(f"table {t}: columns [{p.offset}, {p.offset + p.dim}) straddle the halving "
+                                   f"point {offset + half} of columns [{offset}, {offset + dim})")
+        steps.append(index)
+        second = count
+        count += 1
+        cut(t, index, offset, half, [p for p in inside if p.offset < offset + half])
+        cut(t, second, offset + half, half, [p for p in inside if p.offset >= offset + half])
+
+    for t, table in enumerate(tables):
+        inside = sorted(pieces[t])
+        outside = [p for p in inside if p.offset < 0 or p.offset + p.dim > table.dim or p.dim <= 0]
+        if outside:
+            raise InvalidPlanError(f"table {t} (dim {table.dim}): piece of columns "
+                                   f"[{outside[0].offset}, {outside[0].offset + outside[0].dim}) out of range")
+        cut(t, t, 0, table.dim, inside)
+    return Plan(tuple(steps), tuple(tuple(sorted(s)) for s in shards))
 
 
 @dataclass

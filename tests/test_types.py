@@ -1,7 +1,8 @@
 import pytest
 
-from neuroshard.types import (CostBreakdown, InputError, InvalidPlanError, Plan, Task, TableConfig,
-                              apply_column_steps, can_split, dim_set, size_gb)
+from neuroshard.types import (ColumnPiece, CostBreakdown, InputError, InvalidPlanError, Plan, ShardTable, Task,
+                              TableConfig, apply_column_steps, can_split, column_offsets, dim_set, plan_from_pieces,
+                              plan_pieces, size_gb)
 
 BINS = tuple([0.5, 0.5] + [0.0] * 15)
 
@@ -50,3 +51,48 @@ def test_plan_and_cost_breakdown():
 
 def test_input_error_names_file_and_line():
     assert str(InputError("a/b.txt", "bad value 'x'", line=3)) == "a/b.txt:3: bad value 'x'"
+
+
+def _tables(*dims):
+    return [ShardTable(i, i, TableConfig(100, 1.0, BINS, d)) for i, d in enumerate(dims)]
+
+
+def test_column_offsets_follow_the_halving_steps():
+    tables = _tables(16, 8)
+    # step 0: table 0 keeps [0, 8), table 2 = [8, 16); step 0: table 0 keeps [0, 4), table 3 = [4, 8);
+    # step 2: table 2 keeps [8, 12), table 4 = [12, 16)
+    assert column_offsets(tables, [0, 0, 2]) == [0, 0, 8, 4, 12]
+    assert column_offsets(tables, []) == [0, 0]
+    with pytest.raises(InvalidPlanError):
+        column_offsets(tables, [1, 1])
+
+
+def test_plan_pieces_and_plan_from_pieces_are_inverse():
+    tables = _tables(16, 8, 32)
+    # post-split tables: 0 = t0[0,4), 1 = t1, 2 = t2[0,16), 3 = t0[8,16), 4 = t0[4,8), 5 = t2[16,32)
+    plan = Plan((0, 0, 2), ((0, 1), (4, 2), (3, 5)))
+    pieces = plan_pieces(tables, plan)
+    assert pieces[0] == [ColumnPiece(0, 4, 0), ColumnPiece(4, 4, 1), ColumnPiece(8, 8, 2)]
+    assert pieces[1] == [ColumnPiece(0, 8, 0)]
+    assert pieces[2] == [ColumnPiece(0, 16, 1), ColumnPiece(16, 16, 2)]
+    back = plan_from_pieces(tables, pieces, 3)
+    # canonical form: table 0 cut depth-first (0 -> 0|3, then 0 -> 0|4), then table 2 (2 -> 2|5);
+    # each device's tables sorted
+    assert back == Plan((0, 0, 2), ((0, 1), (2, 4), (3, 5)))
+    assert plan_pieces(tables, back) == pieces
+    assert plan_from_pieces(tables, plan_pieces(tables, back), 3) == back
+
+
+def test_plan_from_pieces_refuses_what_halvings_cannot_make():
+    tables = _tables(16)
+    with pytest.raises(InvalidPlanError, match="straddle"):
+        plan_from_pieces(tables, [[ColumnPiece(0, 4, 0), ColumnPiece(4, 12, 1)]], 2)  # 12 columns: no halving
+    with pytest.raises(InvalidPlanError, match="on no device"):
+        plan_from_pieces(tables, [[ColumnPiece(0, 8, 0)]], 2)
+    with pytest.raises(InvalidPlanError, match="not halvings"):
+        plan_from_pieces(tables, [[ColumnPiece(0, 2, 0), ColumnPiece(2, 2, 0), ColumnPiece(4, 4, 0),
+                                   ColumnPiece(8, 8, 1)]], 2)  # dim 2 is not a multiple of 4
+    with pytest.raises(InvalidPlanError, match="device 2"):
+        plan_from_pieces(tables, [[ColumnPiece(0, 16, 2)]], 2)
+    with pytest.raises(InvalidPlanError, match="out of range"):
+        plan_from_pieces(tables, [[ColumnPiece(0, 32, 0)]], 2)

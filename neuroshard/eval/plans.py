@@ -20,25 +20,35 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from neuroshard.planner.models import CostModels
-from neuroshard.planner.registry import algorithm_names
-from neuroshard.planner.scorer import get_scorer
 from neuroshard.formats import plan_view
+from neuroshard.planner.models import CostModels
+from neuroshard.planner.registry import algorithm_names, missing_requirement, prepare
+from neuroshard.planner.scorer import get_scorer
 from neuroshard.planner.shard import shard
 from neuroshard.planner.simulator import simulate, validate_plan
-from neuroshard.types import (InputError, InvalidPlanError, NeuroShardError, OutOfMemoryError, PlanRecord,
-                              ShardTable, TableConfig, Task)
+from neuroshard.types import (
+    InputError,
+    InvalidPlanError,
+    NeuroShardError,
+    OutOfMemoryError,
+    PlanRecord,
+    ShardTable,
+    TableConfig,
+    Task,
+)
 
 
 @dataclass
 class EvalInputs:
     """Everything an evaluation reads: dataset table configs, tasks (the first `--max_tasks` of the
-    `tasks_in_file` the task file holds), and the three cost models."""
+    `tasks_in_file` the task file holds), the three cost models, and the dataset's batch size (None
+    without a data.pt)."""
 
     configs: list[TableConfig]
     tasks: list[Task]
     models: CostModels
     tasks_in_file: int
+    batch_size: int | None = None
 
 
 def add_input_args(parser, data_help: str = "dataset dir with table_configs.json") -> None:
@@ -58,6 +68,27 @@ def add_input_args(parser, data_help: str = "dataset dir with table_configs.json
     parser.add_argument("--max_tasks", type=int, default=None, help="evaluate only the first N tasks")
 
 
+def add_sharder_args(parser) -> None:
+    """The algorithms' settings as flags: NeuroShard's search and the TorchRec planner's."""
+    from neuroshard.planner.search import SearchConfig
+    from neuroshard.planner.torchrec_sharder import TorchRecConfig
+
+    SearchConfig.add_args(parser)
+    TorchRecConfig.add_args(parser)
+
+
+def sharder_options(args, batch_size: int | None) -> dict:
+    """`ShardingContext.options` from the flags of `add_sharder_args` and the dataset's batch size
+    (None: the TorchRec sharder's default), checked: a one-line error on a bad value, before any work."""
+    from neuroshard.planner.search import SearchConfig
+    from neuroshard.planner.torchrec_sharder import TorchRecConfig
+
+    options = SearchConfig.options_from_args(args)
+    options.update(torchrec_column_shards=args.torchrec_column_shards, batch_size=batch_size)
+    TorchRecConfig.from_options(options)
+    return options
+
+
 def default_comm_model_path(ndevices: int, kind: str) -> str:
     """Where the pipeline puts the comm model for `ndevices` devices (`models/comm_<n>_<kind>.pt`)."""
     return os.path.join("models", f"comm_{ndevices}_{kind}.pt")
@@ -67,9 +98,11 @@ def load_inputs(data_dir, task_path, compute_model, fw_comm_model, bw_comm_model
                 max_tasks: int | None = None) -> EvalInputs:
     """Read the dataset's table configs, the tasks (the first `max_tasks`) and the cost models.
 
-    Only `table_configs.json` of the dataset is read: the simulator needs no lookups.
+    The simulator needs no lookups: of `data.pt` only the batch size is read
+    (memory-mapped, for sharders that plan for a batch, e.g. `torchrec`), and
+    only when the file is there.
     """
-    from neuroshard.formats import read_table_configs, read_tasks
+    from neuroshard.formats import DATA_PT, read_dataset, read_table_configs, read_tasks
 
     if ndevices < 1:
         raise NeuroShardError(f"--ndevices must be >= 1, got {ndevices}")
@@ -79,14 +112,20 @@ def load_inputs(data_dir, task_path, compute_model, fw_comm_model, bw_comm_model
     all_tasks = read_tasks(task_path, num_tables=len(configs))
     tasks = all_tasks[:max_tasks] if max_tasks is not None else all_tasks
     models = CostModels.from_paths(compute_model, fw_comm_model, bw_comm_model, ndevices)
-    return EvalInputs(configs, tasks, models, len(all_tasks))
+    batch = read_dataset(data_dir, validate=False).batch_size if (Path(data_dir) / DATA_PT).exists() else None
+    return EvalInputs(configs, tasks, models, len(all_tasks), batch)
 
 
 def resolve_algs(alg: str) -> list[str]:
-    """`--alg` value -> algorithm names: "all" is every registered one; a comma list is allowed."""
+    """`--alg` value -> algorithm names: "all" is every registered one whose optional package is
+    installed (the others are named in a warning); a comma list is allowed."""
     names = algorithm_names()
     if alg == "all":
-        return names
+        missing = {n: missing_requirement(n) for n in names}
+        for n, module in missing.items():
+            if module:
+                print(f"warning: --alg all: skipping {n}: {module} is not installed", file=sys.stderr)
+        return [n for n in names if not missing[n]]
     algs = [a.strip() for a in alg.split(",") if a.strip()]
     unknown = [a for a in algs if a not in names]
     if not algs or unknown:
@@ -120,6 +159,8 @@ def compute_plans(configs: Sequence[TableConfig], tasks: Sequence[Task], algs: S
     from tqdm import tqdm
 
     get_scorer(models)  # build the fast model copies now, so the first task's search time is fair
+    for alg in algs:
+        prepare(alg)  # likewise a sharder's one-time set-up (e.g. importing torchrec)
     records = []
     # disable=None: no bar when stderr is not a terminal (logs, pipes)
     for i in tqdm(range(len(tasks)), desc="tasks", unit="task", disable=None if progress else True,

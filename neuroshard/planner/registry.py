@@ -13,11 +13,18 @@ An entry point naming a function registers it under the entry point's name;
 one naming a module just imports it (its `@register` decorators run). Either
 way the algorithm then appears in `--alg all`, the comparison tables and the
 report, with no edit to this package.
+
+A sharder that needs an optional package names it (`@register("torchrec",
+requires="torchrec")`): it is listed either way, `--alg all` skips it with a
+warning while the package is missing, and calling it is a one-line error. A
+sharder may have a `prepare()` attribute (a heavy import, say), which the
+evaluation runs once before timing any plan.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Callable, Sequence
@@ -28,11 +35,12 @@ Sharder = Callable[[Sequence[ShardTable], int, float, "ShardingContext"], Plan]
 
 ENTRY_POINT_GROUP = "neuroshard.sharders"
 # The order in which `--alg all` runs and reports algorithms (DESIGN §2); others follow, sorted.
-_ORDER = ["neuroshard", "random", "dim_greedy", "lookup_greedy", "size_greedy", "size_lookup_greedy"]
+_ORDER = ["neuroshard", "random", "dim_greedy", "lookup_greedy", "size_greedy", "size_lookup_greedy", "torchrec"]
 # Modules that register algorithms when imported.
-_MODULES = ["neuroshard.planner.baselines", "neuroshard.planner.search"]
+_MODULES = ["neuroshard.planner.baselines", "neuroshard.planner.search", "neuroshard.planner.torchrec_sharder"]
 
 _REGISTRY: dict[str, Sharder] = {}
+_REQUIRES: dict[str, str] = {}  # algorithm -> the optional package it needs
 _loaded = False
 
 
@@ -49,14 +57,32 @@ class ShardingContext:
     options: dict = field(default_factory=dict)
 
 
-def register(name: str) -> Callable[[Sharder], Sharder]:
-    """Decorator: make `fn(tables, ndevices, max_mem_gb, ctx) -> Plan` available as `--alg name`."""
+def register(name: str, requires: str | None = None) -> Callable[[Sharder], Sharder]:
+    """Decorator: make `fn(tables, ndevices, max_mem_gb, ctx) -> Plan` available as `--alg name`.
+
+    `requires`: the top-level module of an optional package the sharder imports when called.
+    """
     def wrap(fn: Sharder) -> Sharder:
         if name in _REGISTRY and _REGISTRY[name] is not fn:
             raise ValueError(f"sharding algorithm {name!r} registered twice")
         _REGISTRY[name] = fn
+        if requires:
+            _REQUIRES[name] = requires
         return fn
     return wrap
+
+
+def missing_requirement(name: str) -> str | None:
+    """The optional package algorithm `name` needs and that is not installed, or None."""
+    module = _REQUIRES.get(name)
+    return module if module and importlib.util.find_spec(module) is None else None
+
+
+def prepare(name: str) -> None:
+    """Run the sharder's `prepare()` if it has one (work that should not count as search time)."""
+    hook = getattr(get_sharder(name), "prepare", None)
+    if hook is not None:
+        hook()
 
 
 def _load_entry_points() -> None:

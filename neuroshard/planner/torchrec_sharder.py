@@ -1,0 +1,249 @@
+"""TorchRec's planner as a sharder (`--alg torchrec`), restricted to the plan space NeuroShard searches.
+
+TorchRec's `EmbeddingShardingPlanner` is what a practitioner would use instead
+of NeuroShard. Here it plans the task's tables as one `EmbeddingBagCollection`
+(built on the meta device: no weights are allocated) with:
+
+* sharding types table-wise and column-wise only, the fused kernel;
+* a topology of `ndevices` GPUs ("cuda") on one host, `max_mem` GB each, no
+  storage reservation, and a storage estimate of the fp32 weights only
+  (rows x columns x 4 bytes), so that "fits" means what it means for every
+  other algorithm (`simulator.validate_plan`);
+* per-rank batch = the global batch (`batch_size` option, the dataset's; default
+  `DEFAULT_BATCH_SIZE`) / ndevices, and each table's pooling factor from its stats;
+* column-wise shards that are halvings: `min_partition = dim / column_shards`
+  (`column_shards` a power of two, default 2, lowered for a table whose
+  narrower shards would not be multiples of 4; a dim-4 table is table-wise only).
+  A table cut into 2^k equal shards is k levels of halving of every piece: the
+  plan maps onto `column_steps` exactly (`types.plan_from_pieces`), shard ranks
+  onto devices, and then goes through the same validation as every plan.
+
+TorchRec reporting no plan (insufficient storage, or none of its proposals
+partitions within memory) is an OutOfMemoryError, reported "oom". Shards of one
+table that TorchRec puts on the same rank stay separate tables, as TorchRec
+runs them. Importing this module does not import torch or torchrec (the
+registry imports it); torchrec is imported on the first call, and a missing
+torchrec is a one-line error saying how to install it.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, fields
+from typing import Sequence
+
+from neuroshard.checks import check_int
+from neuroshard.planner.registry import ShardingContext, register
+from neuroshard.types import (ColumnPiece, ConfigError, InvalidPlanError, NeuroShardError, OutOfMemoryError, Plan,
+                              ShardTable, can_split, plan_from_pieces)
+
+# The public DLRM dataset's batch (the paper's setting): the global batch assumed when the caller gives none.
+DEFAULT_BATCH_SIZE = 65536
+INSTALL_HINT = ("install it with `pip install --no-deps -r requirements-torchrec.txt` beside fbgemm-gpu-cpu "
+                "(CPU; `make setup` does it), or `pip install fbgemm-gpu torchrec` matching your CUDA torch (GPU)")
+TABLE_WISE, COLUMN_WISE = "table_wise", "column_wise"
+
+
+def require_torchrec() -> None:
+    """Import torchrec's planner, or raise a one-line NeuroShardError saying how to install it."""
+    try:
+        import torchrec.distributed.planner  # noqa: F401
+    except ImportError as e:
+        raise NeuroShardError(f"torchrec is not available ({type(e).__name__}: {e}); {INSTALL_HINT}") from None
+
+
+# --------------------------------------------------------------------------- settings
+
+
+@dataclass(frozen=True)
+class TorchRecConfig:
+    """Settings of the TorchRec planner run (from `ShardingContext.options`).
+
+    `batch_size`: the global batch, summed over devices (TorchRec plans with
+    batch_size // ndevices per rank); `column_shards`: the most equal shards
+    a column-wise table is cut into (a power of two: 2 = halves, 4 = quarters).
+    """
+
+    batch_size: int = DEFAULT_BATCH_SIZE
+    column_shards: int = 2
+
+    def __post_init__(self):
+        check_int("batch_size", self.batch_size, 1)
+        k = check_int("--torchrec_column_shards", self.column_shards, 2)
+        if k & (k - 1):
+            raise ConfigError("--torchrec_column_shards", f"must be a power of two, got {k}")
+
+    @classmethod
+    def from_options(cls, options: dict | None) -> "TorchRecConfig":
+        """`batch_size` and `torchrec_column_shards` from the options (others are ignored)."""
+        options = options or {}
+        keys = {"batch_size": "batch_size", "column_shards": "torchrec_column_shards"}
+        return cls(**{f.name: options[keys[f.name]] for f in fields(cls) if options.get(keys[f.name]) is not None})
+
+    @staticmethod
+    def add_args(parser) -> None:
+        g = parser.add_argument_group("TorchRec planner (--alg torchrec)")
+        g.add_argument("--torchrec_column_shards", type=int, default=TorchRecConfig.column_shards,
+                       help="column-wise sharding cuts a table into this many equal shards, a power of two "
+                            f"(default: {TorchRecConfig.column_shards}: halves)")
+
+
+def column_shards_for(dim: int, most: int) -> int:
+    """The most equal column shards (a power of two <= `most`) whose width stays a multiple of 4; 1: none."""
+    shards = 1
+    while shards * 2 <= most and can_split(dim // shards) and dim % (shards * 2) == 0:
+        shards *= 2
+    return shards
+
+
+def table_names(tables: Sequence[ShardTable]) -> list[str]:
+    """Names of a task's tables: `t<dataset id>`, and `t<id>_<k>` for the k-th repeat of the same id."""
+    seen: dict[int, int] = {}
+    names = []
+    for t in tables:
+        k = seen.get(t.table_id, 0)
+        seen[t.table_id] = k + 1
+        names.append(f"t{t.table_id}" if k == 0 else f"t{t.table_id}_{k}")
+    return names
+
+
+# --------------------------------------------------------------------------- TorchRec objects
+
+
+def embedding_bag_collection(tables: Sequence[ShardTable], names: Sequence[str], device: str = "meta"):
+    """An `EmbeddingBagCollection` with one table per task table (sum pooling, one feature `<name>` each).
+
+    On the meta device by default: the planner and the plan constructors need
+    shapes only.
+    """
+    require_torchrec()
+    import torch
+    from torchrec.modules.embedding_configs import EmbeddingBagConfig, PoolingType
+    from torchrec.modules.embedding_modules import EmbeddingBagCollection
+
+    configs = [EmbeddingBagConfig(name=name, embedding_dim=t.dim, num_embeddings=t.config.row,
+                                  feature_names=[name], pooling=PoolingType.SUM) for t, name in zip(tables, names)]
+    return EmbeddingBagCollection(tables=configs, device=torch.device(device))
+
+
+def _weights_only_storage_estimator():
+    """A TorchRec shard estimator that counts each shard's fp32 weights and nothing else."""
+    from torchrec.distributed.planner.types import ShardEstimator, Storage
+
+    class WeightsOnlyStorageEstimator(ShardEstimator):
+        def __init__(self, topology=None, constraints=None):
+            pass
+
+        def estimate(self, sharding_options, sharder_data_map=None):
+            for option in sharding_options:
+                for shard in option.shards:
+                    rows, cols = shard.size
+                    shard.storage = Storage(hbm=rows * cols * 4, ddr=0)
+
+    return WeightsOnlyStorageEstimator()
+
+
+def plan_with_torchrec(tables: Sequence[ShardTable], ndevices: int, max_mem: float, cfg: TorchRecConfig):
+    """TorchRec's `ShardingPlan` for the tables (module path "", tables named by `table_names`).
+
+    Raises OutOfMemoryError when TorchRec finds no plan within `max_mem` GB per device.
+    """
+    require_torchrec()
+    from torchrec.distributed.embedding_types import EmbeddingComputeKernel
+    from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+    from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints
+    from torchrec.distributed.planner.enumerators import EmbeddingEnumerator
+    from torchrec.distributed.planner.shard_estimators import EmbeddingPerfEstimator
+    from torchrec.distributed.planner.storage_reservations import FixedPercentageStorageReservation
+    from torchrec.distributed.planner.types import (KernelConfig, PlannerError, PlannerErrorType, TopologyFactory,
+                                                    TrainerConfig)
+
+    names = table_names(tables)
+    cap_bytes = int(max_mem * 2**30)
+    topology = TopologyFactory.create_topology(
+        TrainerConfig(world_size=ndevices, local_world_size=ndevices, hbm_cap_bytes=cap_bytes, ddr_cap_bytes=0),
+        kernel_config=KernelConfig(compute_device="cuda"))
+    constraints = {}
+    for name, t in zip(names, tables):
+        shards = column_shards_for(t.dim, cfg.column_shards)
+        constraints[name] = ParameterConstraints(
+            sharding_types=[TABLE_WISE, COLUMN_WISE] if shards > 1 else [TABLE_WISE],
+            compute_kernels=[EmbeddingComputeKernel.FUSED.value],
+            min_partition=t.dim // shards if shards > 1 else None,
+            pooling_factors=[float(t.config.pooling_factor)])
+    batch = max(1, cfg.batch_size // ndevices)
+    enumerator = EmbeddingEnumerator(
+        topology=topology, batch_size=batch, constraints=constraints,
+        estimator=[EmbeddingPerfEstimator(topology=topology, constraints=constraints),
+                   _weights_only_storage_estimator()])
+    planner = EmbeddingShardingPlanner(topology=topology, batch_size=batch, enumerator=enumerator,
+                                       storage_reservation=FixedPercentageStorageReservation(percentage=0.0),
+                                       constraints=constraints, stats=[], debug=False)
+    module = embedding_bag_collection(tables, names)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # TorchRec's deprecation and shape notes, not about this plan
+            return planner.plan(module, [EmbeddingBagCollectionSharder()])
+    except PlannerError as e:
+        memory = {PlannerErrorType.INSUFFICIENT_STORAGE, PlannerErrorType.STRICT_CONSTRAINTS,
+                  PlannerErrorType.PARTITION}
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        total = sum(t.size_gb for t in tables)
+        if e.error_type in memory:
+            raise OutOfMemoryError(
+                f"TorchRec found no plan within max_mem {max_mem:g} GB per device ({ndevices} devices, "
+                f"tables {total:.4g} GB in all, largest {max(t.size_gb for t in tables):.4g} GB): "
+                f"{e.error_type.value}: {first}", max_mem=max_mem) from None
+        raise NeuroShardError(f"TorchRec planner failed ({e.error_type.value}): {first}") from None
+
+
+def plan_from_sharding_plan(sharding_plan, tables: Sequence[ShardTable], names: Sequence[str], ndevices: int,
+                            module_path: str = "") -> Plan:
+    """Our `Plan` for a TorchRec `ShardingPlan` of the tables' `EmbeddingBagCollection`.
+
+    Table-wise -> the whole table on its rank; column-wise -> each shard a
+    piece on its rank, cut from the table by halvings (`types.plan_from_pieces`).
+    Raises InvalidPlanError for anything outside that space (another sharding
+    type, row-split shards, a rank out of range, shards that are not halvings).
+    """
+    module_plan = sharding_plan.plan.get(module_path)
+    if module_plan is None:
+        raise InvalidPlanError(f"TorchRec plan has no module {module_path!r} (has {sorted(sharding_plan.plan)})")
+    pieces = []
+    for t, (table, name) in enumerate(zip(tables, names)):
+        ps = module_plan.get(name)
+        if ps is None:
+            raise InvalidPlanError(f"TorchRec plan has no table {name!r}")
+        if ps.sharding_type not in (TABLE_WISE, COLUMN_WISE):
+            raise InvalidPlanError(f"table {name!r}: sharding type {ps.sharding_type!r} is outside the plan space "
+                                   f"(table_wise, column_wise)")
+        mine = []
+        for shard in ps.sharding_spec.shards:
+            (row0, col0), (rows, cols) = shard.shard_offsets, shard.shard_sizes
+            if row0 != 0 or rows != table.config.row:
+                raise InvalidPlanError(f"table {name!r}: shard of rows [{row0}, {row0 + rows}) is not whole rows "
+                                       f"(the table has {table.config.row})")
+            mine.append(ColumnPiece(int(col0), int(cols), int(shard.placement.rank())))
+        pieces.append(mine)
+    return plan_from_pieces(tables, pieces, ndevices)
+
+
+# --------------------------------------------------------------------------- the sharder
+
+
+@register("torchrec", requires="torchrec")
+def torchrec_sharder(tables, ndevices: int, max_mem: float, ctx: ShardingContext | None = None) -> Plan:
+    """TorchRec's EmbeddingShardingPlanner on the task, mapped to our plan (see the module docstring)."""
+    cfg = TorchRecConfig.from_options(ctx.options if ctx is not None else None)
+    if ndevices < 1:
+        raise NeuroShardError(f"ndevices must be >= 1, got {ndevices}")
+    if not max_mem > 0:
+        raise NeuroShardError(f"max_mem must be > 0 GB, got {max_mem}")
+    if not tables:
+        return Plan((), ((),) * ndevices)
+    sharding_plan = plan_with_torchrec(tables, ndevices, max_mem, cfg)
+    return plan_from_sharding_plan(sharding_plan, tables, table_names(tables), ndevices)
+
+
+# importing torchrec takes seconds: the evaluation does it before timing the first plan
+torchrec_sharder.prepare = require_torchrec

@@ -1,0 +1,110 @@
+"""tools/shard_tables.py: a user's 6-table CSV gives a valid plan, the per-device table and a TorchRec
+plan; every kind of bad row is a one-line error naming its row."""
+
+import json
+
+import pytest
+
+from neuroshard.formats import read_plans, read_torchrec_plan
+from neuroshard.planner.models import save_model
+from neuroshard.planner.simulator import validate_plan
+from neuroshard.types import DEFAULT_BINS, ShardTable, TableConfig
+from tests.test_api import _hand_models
+from tests.test_tools import assert_one_line_error, assert_raises_one_line, load_tool, run
+
+HEADER = "name,rows,dim,pooling_factor"
+BINS = ",".join(["bin_" + str(j) for j in range(17)])
+ROWS = ["user_id,2000000,128,25", "item_id,500000,64,8", "category,1000,16,1", "city,50000,32,2",
+        "query,800000,128,12", "ad_id,300000,64,4"]
+
+
+def write_csv(path, rows, header=HEADER):
+    path.write_text("\n".join([header, *rows]) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def models_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("models")
+    m = _hand_models(4)
+    for name, model in (("compute.pt", m.compute), ("comm_4_fw.pt", m.fw), ("comm_4_bw.pt", m.bw)):
+        save_model(model, d / name)
+    return d
+
+
+def test_six_tables_give_a_valid_plan_the_device_table_and_a_torchrec_plan(tmp_path, models_dir):
+    tables_csv = write_csv(tmp_path / "tables.csv", ROWS)
+    out, tr = tmp_path / "plan.json", tmp_path / "torchrec_plan.pt"
+    res = run("shard_tables.py", "--tables", tables_csv, "--ndevices", 4, "--max_mem", 1, "--models_dir", models_dir,
+              "--out", out, "--torchrec_out", tr, "--max_length", 3)
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0].split()[:6] == ["device", "dims", "memory", "GB", "compute", "ms"]
+    assert [line.split()[0] for line in lines[1:5]] == ["0", "1", "2", "3"]
+    assert lines[5].startswith("neuroshard: plan cost ")
+    assert all(name in res.stdout for name in ("user_id", "item_id", "category", "city", "query", "ad_id"))
+    assert "6 table(s) without locality bins" in res.stderr
+    (rec,) = read_plans(out)
+    tables = [ShardTable(i, i, TableConfig(int(r.split(",")[1]), float(r.split(",")[3]), DEFAULT_BINS,
+                                           int(r.split(",")[2]))) for i, r in enumerate(ROWS)]
+    validate_plan(tables, rec.plan, 4, 1.0)
+    assert rec.alg == "neuroshard" and rec.estimated_cost > 0 and rec.num_tables == 6
+    assert [v["name"] for v in rec.view] == ["user_id", "item_id", "category", "city", "query", "ad_id"]
+    # the per-device totals printed are the estimate's
+    totals = [float(line.split()[5]) for line in lines[1:5]]
+    assert totals == pytest.approx(rec.estimate.total, abs=1e-3)
+    assert sorted(read_torchrec_plan(tr).plan[""]) == sorted(v["name"] for v in rec.view)
+    assert [t["table"] for t in json.loads(tr.with_suffix(".json").read_text())["modules"][""]] == [
+        v["name"] for v in rec.view]
+
+
+def test_other_algorithms_plan_without_models(tmp_path, capsys):
+    tables_csv = write_csv(tmp_path / "tables.csv", [r + "," + ",".join(["0.1"] * 10 + ["0"] * 7) for r in ROWS],
+                           header=HEADER + "," + BINS)
+    for alg in ("size_greedy", "torchrec"):
+        out = tmp_path / f"{alg}.json"
+        assert load_tool("shard_tables").main(["--tables", str(tables_csv), "--max_mem", "1", "--alg", alg,
+                                               "--batch_size", "4096", "--out", str(out)]) == 0
+        (rec,) = read_plans(out)
+        assert rec.alg == alg and rec.estimate is None and rec.plan.ndevices == 4
+    captured = capsys.readouterr()
+    assert "without locality bins" not in captured.err and "  -  " in captured.out  # no models: no ms
+
+
+BAD_ROWS = [
+    ("user_id,lots,128,25", "tables.csv:2: table 'user_id': rows is not an integer: 'lots'"),
+    ("user_id,1000,30,25", "tables.csv:2: table 'user_id': dim must be a positive multiple of 4 (FBGEMM), got 30"),
+    ("user_id,1000,64,x", "tables.csv:2: table 'user_id': pooling_factor is not a number: 'x'"),
+    # 2^30 rows at dim 8: split to dim 4 it is still 16 GB > 1 GB
+    ("user_id,1073741824,8,1", "tables.csv:2: table 'user_id' (32 GB) does not fit a device of 1 GB even split "
+                               "column-wise down to dim 4 (16 GB)"),
+    ("user.id,1000,64,1", "tables.csv:2: name must be letters, digits, '_' or '-', got 'user.id'"),
+    ("item_id,1000,64,1", "tables.csv:3: table name 'item_id' used twice"),
+    ("user_id,1000,64,1,7", "tables.csv:2: 1 more cell(s) than header columns"),
+]
+
+
+@pytest.mark.parametrize("row,message", BAD_ROWS)
+def test_bad_rows_are_one_line_errors_naming_the_row(tmp_path, row, message):
+    tables_csv = write_csv(tmp_path / "tables.csv", [row, "item_id,1000,8,1"])
+    assert_raises_one_line("shard_tables", ["--tables", tables_csv, "--max_mem", 1, "--alg", "dim_greedy",
+                                            "--out", tmp_path / "p.json"], message.replace("tables.csv", str(tables_csv)))
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_bad_input_as_a_script_and_other_errors(tmp_path, models_dir):
+    tables_csv = write_csv(tmp_path / "tables.csv", ["user_id,1000,30,25"])
+    res = run("shard_tables.py", "--tables", tables_csv, "--alg", "dim_greedy", "--out", tmp_path / "p.json")
+    assert_one_line_error(res, f"{tables_csv}:2: table 'user_id': dim must be a positive multiple of 4")
+    good = write_csv(tmp_path / "good.csv", ROWS)
+    assert_raises_one_line("shard_tables", ["--tables", good, "--out", tmp_path / "p.json"],
+                           "neuroshard needs the compute, forward and backward cost models")
+    assert_raises_one_line("shard_tables", ["--tables", good, "--models_dir", models_dir, "--ndevices", 2],
+                           "comm_2_fw.pt")
+    assert_raises_one_line("shard_tables", ["--tables", write_csv(tmp_path / "h.csv", ["a,1,4,1"], "name,rows,dim"),
+                                            "--alg", "random"], "missing pooling_factor")
+    assert_raises_one_line("shard_tables", ["--tables", good, "--alg", "nope"], "unknown sharding algorithm 'nope'")
+    assert_raises_one_line("shard_tables", ["--tables", good, "--out", tmp_path / "p.json", "--torchrec_out",
+                                            tmp_path / "p.pt"], "would overwrite --out")
+    assert_raises_one_line("shard_tables", ["--tables", good, "--alg", "random", "--max_mem", 0.001],
+                           "does not fit a device of 0.001 GB")

@@ -1,0 +1,55 @@
+"""Write a plan of the suite as a TorchRec ShardingPlan (torch.save) plus a readable JSON per table.
+
+    python tools/export_torchrec_plan.py --plans results/quick/sim/plans.json --task 0 --alg neuroshard \
+        --data_dir results/quick/dataset --task_path results/quick/tasks/data.txt --out plan.pt
+    python tools/export_torchrec_plan.py --plans my_plan.json --tables my_tables.csv --out plan.pt
+    python tools/export_torchrec_plan.py ... --torchrec_device cpu --module_path sparse.ebc
+
+The plan is a record of a plans file (eval_simulator.py's plans.json, eval.py's
+results.json, or tools/shard_tables.py's output), chosen by --task and --alg.
+Its tables come from the dataset and task file (named `t<id>`; a table id
+repeated in a task is `t<id>_1`, `t<id>_2`, ...) or from the user's table list
+(--tables, named as there). Writes --out (load with `torch.load(path,
+weights_only=False)` and pass as `DistributedModelParallel(module, plan=...)`,
+see the README) and the same path with `.json`. Needs torchrec.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from neuroshard.cli import run_main
+from neuroshard.eval.torchrec_export import add_export_args
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description="Export a plan of the suite as a TorchRec ShardingPlan.")
+    p.add_argument("--plans", required=True, help="plans file: plans.json, results.json or shard_tables.py's output")
+    p.add_argument("--task", type=int, default=0, help="task index of the plan (default: 0)")
+    p.add_argument("--alg", default="neuroshard", help="algorithm of the plan (default: neuroshard)")
+    p.add_argument("--data_dir", default=None, help="dataset dir (table_configs.json) of the task file")
+    p.add_argument("--task_path", default=None, help="task file the plans were made for")
+    p.add_argument("--tables", default=None, help="instead of --data_dir/--task_path: the user's table list "
+                                                  "given to tools/shard_tables.py")
+    p.add_argument("--out", default="torchrec_plan.pt", help="TorchRec plan file; the JSON view goes beside it "
+                                                             "with the suffix .json (default: torchrec_plan.pt)")
+    add_export_args(p)
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    from neuroshard.eval.torchrec_export import export_from_args, find_record, plan_tables
+    from neuroshard.formats import read_plans
+
+    tables, names = plan_tables(args.data_dir, args.task_path, args.tables, args.task)
+    record = find_record(read_plans(args.plans), args.plans, args.task, args.alg, len(tables))
+    written = export_from_args(args, args.out, tables, record.plan, names)
+    print(f"wrote {' and '.join(map(str, written))} ({args.alg}, task {args.task}, {len(tables)} tables, "
+          f"{record.plan.ndevices} ranks)", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main)

@@ -1,0 +1,98 @@
+"""Shard your own embedding tables: a plan, its per-device costs, and optionally a TorchRec plan.
+
+    python tools/shard_tables.py --tables my_tables.csv --ndevices 4 --max_mem 4 \
+        --models_dir results/quick/models --out my_plan.json
+    python tools/shard_tables.py --tables my_tables.csv --ndevices 4 --max_mem 4 \
+        --models_dir results/quick/models --torchrec_out my_plan.pt       # + my_plan.json for TorchRec
+    python tools/shard_tables.py --tables my_tables.json --alg torchrec --batch_size 65536 ...
+
+The table list is a CSV with a header (or a JSON list of objects) with
+`name, rows, dim, pooling_factor` and optionally `bin_0` .. `bin_16`, the
+locality bins of DESIGN §3; a table without them gets the locality profile
+of the public DLRM dataset (`neuroshard.types.DEFAULT_BINS`) and a warning.
+Dims must be multiples of 4; a table that fits no device even split
+column-wise to its narrowest piece is refused, naming its row. The cost
+models are the pipeline's (`--models_dir`, whose comm models must be for
+`--ndevices`), or the three checkpoints by path; `neuroshard` needs them,
+the other algorithms plan without them (then no estimated ms are shown).
+
+Prints the plan per device (tables, dim sum, memory, estimated compute,
+comm and total ms) and writes it as a one-task plans file (`--out`; the
+format of eval_simulator.py's plans.json, with table names in the view).
+`--torchrec_out PATH` also writes the TorchRec ShardingPlan (torch.save) and
+its readable JSON beside it; see the README for handing it to
+DistributedModelParallel.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from neuroshard.cli import run_main
+from neuroshard.eval.plans import add_sharder_args
+from neuroshard.eval.torchrec_export import add_export_args
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description="Shard your own embedding tables with NeuroShard (or any --alg).")
+    p.add_argument("--tables", required=True, help="CSV (with header) or JSON list: name, rows, dim, "
+                                                   "pooling_factor[, bin_0..bin_16]")
+    p.add_argument("--ndevices", type=int, default=4, help="number of devices (GPUs) (default: 4)")
+    p.add_argument("--max_mem", type=float, default=4.0, help="memory per device in GB (default: 4)")
+    p.add_argument("--alg", default="neuroshard", help="sharding algorithm, any registered name (default: neuroshard)")
+    p.add_argument("--models_dir", default=None,
+                   help="cost models as the pipeline writes them: compute.pt, comm_<ndevices>_fw.pt, "
+                        "comm_<ndevices>_bw.pt (e.g. results/quick/models)")
+    p.add_argument("--compute_model", default=None, help="compute cost model checkpoint (instead of --models_dir)")
+    p.add_argument("--fw_comm_model", default=None, help="forward comm cost model checkpoint")
+    p.add_argument("--bw_comm_model", default=None, help="backward comm cost model checkpoint")
+    p.add_argument("--batch_size", type=int, default=None,
+                   help="global training batch, for --alg torchrec (default: 65536, the public dataset's)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the randomised algorithms (default: 0)")
+    p.add_argument("--out", default="shard_plan.json", help="plan file to write (default: shard_plan.json)")
+    p.add_argument("--torchrec_out", default=None,
+                   help="also write the TorchRec ShardingPlan here (e.g. plan.pt) and its JSON view beside it")
+    add_export_args(p)
+    add_sharder_args(p)
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    from neuroshard.checks import check_float, check_int
+    from neuroshard.eval import user_tables as ut
+    from neuroshard.eval.plans import sharder_options
+    from neuroshard.eval.torchrec_export import export_from_args
+    from neuroshard.formats import read_user_tables, write_plans
+    from neuroshard.planner.models import CostModels
+    from neuroshard.types import ConfigError, NeuroShardError
+
+    ndevices = check_int("--ndevices", args.ndevices, 1)
+    max_mem = check_float("--max_mem", args.max_mem, 0.0, lo_open=True)
+    if args.batch_size is not None:
+        check_int("--batch_size", args.batch_size, 1)
+    options = sharder_options(args, args.batch_size)  # one-line error on a bad value, before any work
+    if args.torchrec_out and Path(args.torchrec_out).with_suffix(".json").resolve() == Path(args.out).resolve():
+        raise ConfigError("--torchrec_out", f"its JSON view {Path(args.torchrec_out).with_suffix('.json')} would "
+                                            f"overwrite --out {args.out}: name them differently")
+    user = read_user_tables(args.tables, max_mem)
+    paths = (args.compute_model, args.fw_comm_model, args.bw_comm_model)
+    if any(paths) and not all(paths):
+        raise NeuroShardError("give all three of --compute_model, --fw_comm_model, --bw_comm_model "
+                                 "(or --models_dir)")
+    models = (CostModels.from_paths(*paths, ndevices) if all(paths) else
+              CostModels.load(args.models_dir, ndevices) if args.models_dir else None)
+    result = ut.shard_user_tables(user.configs, ndevices, max_mem, models, args.alg, args.seed, options)
+    print(ut.device_table(result, user.names))
+    write_plans(args.out, [ut.user_plan_record(result, user.names)])
+    print(f"wrote {args.out}", file=sys.stderr)
+    if args.torchrec_out:
+        written = export_from_args(args, args.torchrec_out, result.tables, result.plan, user.names)
+        print(f"wrote the TorchRec plan: {' and '.join(map(str, written))}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main)
