@@ -84,7 +84,7 @@ def main(argv=None) -> int:
                             iters=args.iters, fw_sleep=args.fw_sleep, end_to_end=args.end_to_end,
                             timeout=args.timeout, seed=args.seed)
     cfg.validate()
-    options = SearchConfig.options_from_args(args)  # one-line error on a bad value, before any work
+    options = ev.sharder_options(args)  # one-line error on a bad value, before any work
     # The ranks exchange [B/ndevices, sum(dims)] slices: check B before planning.
     batch = read_dataset(args.data_dir, validate=False).batch_size
     if batch % ndevices:
@@ -99,12 +99,13 @@ def main(argv=None) -> int:
         records = [r for r in read_plans(args.plans) if r.task < n]
         algs = list(dict.fromkeys(r.alg for r in records))
         if args.alg != "all":
-            wanted = ev.resolve_algs(args.alg)
+            wanted = ev.resolve_algs(args.alg, options)
             records = [r for r in records if r.alg in wanted]
             algs = [a for a in wanted if a in algs]
         records = hw.check_plans(records, inputs.configs, inputs.tasks, ndevices, args.max_mem)
     else:
-        algs = ev.resolve_algs(args.alg)
+        algs = ev.resolve_algs(args.alg, options)
+        ev.check_learned_policies(algs, options, ndevices, args.max_mem)
         records = ev.compute_plans(inputs.configs, inputs.tasks, algs, ndevices, args.max_mem, inputs.models,
                                    seed=args.seed, options=options, progress=not args.no_progress)
 

@@ -43,8 +43,9 @@ def main(argv=None) -> int:
 
     if not args.max_mem > 0:
         raise NeuroShardError(f"--max_mem must be > 0 GB, got {args.max_mem}")
-    options = SearchConfig.options_from_args(args)  # one-line error on a bad value, before any work
-    algs = ev.resolve_algs(args.alg)
+    options = ev.sharder_options(args)  # one-line error on a bad value, before any work
+    algs = ev.resolve_algs(args.alg, options)
+    ev.check_learned_policies(algs, options, args.ndevices, args.max_mem)
     fw_path = args.fw_comm_model or ev.default_comm_model_path(args.ndevices, "fw")
     bw_path = args.bw_comm_model or ev.default_comm_model_path(args.ndevices, "bw")
     inputs = ev.load_inputs(args.data_dir, args.task_path, args.compute_model, fw_path, bw_path,

@@ -20,9 +20,11 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from neuroshard.planner.learned import POLICY_OPTIONS, add_policy_args, load_policy, policy_options_from_args
 from neuroshard.planner.models import CostModels
-from neuroshard.planner.registry import algorithm_names
+from neuroshard.planner.registry import algorithm_names, required_option
 from neuroshard.planner.scorer import get_scorer
+from neuroshard.planner.search import SearchConfig
 from neuroshard.planner.shard import shard
 from neuroshard.types import (InvalidPlanError, NeuroShardError, OutOfMemoryError, PlanRecord, ShardTable,
                               TableConfig, Task)
@@ -47,11 +49,12 @@ def add_input_args(parser, data_help: str = "dataset dir with table_configs.json
                             help=f"{name} comm cost model checkpoint (default: models/comm_<ndevices>_{kind}.pt)")
     parser.add_argument("--alg", default="neuroshard",
                         help="sharding algorithm: neuroshard, random, dim_greedy, lookup_greedy, size_greedy, "
-                             "size_lookup_greedy (any registered name), a comma list, or 'all' "
-                             "(default: neuroshard)")
+                             "size_lookup_greedy, dreamshard, autoshard (any registered name), a comma list, or "
+                             "'all' (the learned ones only when their policy is given) (default: neuroshard)")
     parser.add_argument("--max_mem", type=float, default=4.0, help="memory per device in GB (default: 4)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the randomised algorithms (default: 0)")
     parser.add_argument("--max_tasks", type=int, default=None, help="evaluate only the first N tasks")
+    add_policy_args(parser)
 
 
 def default_comm_model_path(ndevices: int, kind: str) -> str:
@@ -78,17 +81,37 @@ def load_inputs(data_dir, task_path, compute_model, fw_comm_model, bw_comm_model
     return EvalInputs(configs, tasks, CostModels.from_paths(compute_model, fw_comm_model, bw_comm_model, ndevices))
 
 
-def resolve_algs(alg: str) -> list[str]:
-    """`--alg` value -> algorithm names: "all" is every registered one; a comma list is allowed."""
+def resolve_algs(alg: str, options: dict | None = None) -> list[str]:
+    """`--alg` value -> algorithm names: "all" is every registered one; a comma list is allowed.
+
+    "all" leaves out the algorithms whose required option (a learned
+    sharder's trained policy, `--dreamshard_policy` / `--autoshard_policy`)
+    is not in `options`; naming such an algorithm explicitly without it is a
+    one-line error when it runs.
+    """
     names = algorithm_names()
     if alg == "all":
-        return names
+        return [a for a in names if required_option(a) is None or (options or {}).get(required_option(a))]
     algs = [a.strip() for a in alg.split(",") if a.strip()]
     unknown = [a for a in algs if a not in names]
     if not algs or unknown:
         raise NeuroShardError(f"--alg: unknown algorithm {', '.join(unknown) or repr(alg)}; "
                               f"choose from all, {', '.join(names)}")
     return list(dict.fromkeys(algs))
+
+
+def sharder_options(args) -> dict:
+    """`ShardingContext.options` from an evaluation script's flags: NeuroShard's search settings
+    (checked: one-line error on a bad value) and the learned sharders' policy paths."""
+    return {**SearchConfig.options_from_args(args), **policy_options_from_args(args)}
+
+
+def check_learned_policies(algs: Sequence[str], options: dict, ndevices: int, max_mem: float) -> None:
+    """Load the policy of every learned sharder in `algs` now, so a missing or mismatched
+    checkpoint is a one-line error before any planning."""
+    for alg in algs:
+        if alg in POLICY_OPTIONS:
+            load_policy(alg, options, ndevices, max_mem)
 
 
 def task_seed(seed: int, task: int) -> int:

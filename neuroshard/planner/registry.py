@@ -28,11 +28,15 @@ Sharder = Callable[[Sequence[ShardTable], int, float, "ShardingContext"], Plan]
 
 ENTRY_POINT_GROUP = "neuroshard.sharders"
 # The order in which `--alg all` runs and reports algorithms (DESIGN §2); others follow, sorted.
-_ORDER = ["neuroshard", "random", "dim_greedy", "lookup_greedy", "size_greedy", "size_lookup_greedy"]
+_ORDER = ["neuroshard", "random", "dim_greedy", "lookup_greedy", "size_greedy", "size_lookup_greedy",
+          "dreamshard", "autoshard"]
 # Modules that register algorithms when imported.
-_MODULES = ["neuroshard.planner.baselines", "neuroshard.planner.search"]
+_MODULES = ["neuroshard.planner.baselines", "neuroshard.planner.search", "neuroshard.planner.dreamshard",
+            "neuroshard.planner.autoshard"]
 
 _REGISTRY: dict[str, Sharder] = {}
+# algorithm -> the option it cannot run without (e.g. a trained policy's path)
+_REQUIRES: dict[str, str] = {}
 _loaded = False
 
 
@@ -49,14 +53,26 @@ class ShardingContext:
     options: dict = field(default_factory=dict)
 
 
-def register(name: str) -> Callable[[Sharder], Sharder]:
-    """Decorator: make `fn(tables, ndevices, max_mem_gb, ctx) -> Plan` available as `--alg name`."""
+def register(name: str, requires: str | None = None) -> Callable[[Sharder], Sharder]:
+    """Decorator: make `fn(tables, ndevices, max_mem_gb, ctx) -> Plan` available as `--alg name`.
+
+    `requires`: an option the algorithm cannot run without (a trained
+    policy's path); `--alg all` leaves the algorithm out when it is not given.
+    """
     def wrap(fn: Sharder) -> Sharder:
         if name in _REGISTRY and _REGISTRY[name] is not fn:
             raise ValueError(f"sharding algorithm {name!r} registered twice")
         _REGISTRY[name] = fn
+        if requires:
+            _REQUIRES[name] = requires
         return fn
     return wrap
+
+
+def required_option(name: str) -> str | None:
+    """The option `name` cannot run without (None for most algorithms)."""
+    _load_all()
+    return _REQUIRES.get(name)
 
 
 def _load_entry_points() -> None:
