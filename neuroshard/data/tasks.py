@@ -11,6 +11,11 @@ here `max_tries` bounds the draws and the error says what to change.
 
 Fitting the total budget does not guarantee that a bin packing exists; a
 sharder that cannot place a table reports that task as out-of-memory.
+
+`table_pool` (DreamShard's disjoint train/test table pools): "train" or
+"test" draws the ids only from one half of the dataset's tables, the halves
+fixed by a permutation seeded with `pool_seed` ("train" the first
+floor(n/2) of it); "all" (the default) draws from every table.
 """
 
 from __future__ import annotations
@@ -21,6 +26,18 @@ from typing import Sequence
 import numpy as np
 
 from neuroshard.types import NeuroShardError, Task, TableConfig, dim_set, size_gb
+
+
+TABLE_POOLS = ("all", "train", "test")
+
+
+def table_pool(num_tables: int, pool: str, pool_seed: int = 0) -> np.ndarray:
+    """The dataset table ids a task may draw from: all, or one half of a seeded permutation."""
+    if pool == "all":
+        return np.arange(num_tables)
+    perm = np.random.default_rng(pool_seed).permutation(num_tables)
+    half = num_tables // 2
+    return np.sort(perm[:half] if pool == "train" else perm[half:])
 
 
 @dataclass(frozen=True)
@@ -37,6 +54,8 @@ class TaskSpec:
     ndevices: int = 4
     seed: int = 0
     max_tries: int = 1000
+    table_pool: str = "all"
+    pool_seed: int = 0
 
     def validate(self) -> None:
         lo, hi = self.T_range
@@ -50,6 +69,8 @@ class TaskSpec:
             raise NeuroShardError(f"--ndevices must be >= 1, got {self.ndevices}")
         if self.max_tries < 1:
             raise NeuroShardError(f"--max_tries must be >= 1, got {self.max_tries}")
+        if self.table_pool not in TABLE_POOLS:
+            raise NeuroShardError(f"--table_pool must be one of {', '.join(TABLE_POOLS)}, got {self.table_pool!r}")
         try:
             dim_set(self.max_dim)
         except ValueError as e:
@@ -62,14 +83,17 @@ class TaskSpec:
 
 
 def generate_task(configs: Sequence[TableConfig], T: int, dims: Sequence[int], max_mem: float,
-                  ndevices: int, rng: np.random.Generator, max_tries: int) -> Task:
-    """Draw one task of T tables that fits (see module doc); NeuroShardError after max_tries draws."""
+                  ndevices: int, rng: np.random.Generator, max_tries: int, pool: np.ndarray | None = None) -> Task:
+    """Draw one task of T tables that fits (see module doc); NeuroShardError after max_tries draws.
+
+    `pool`: the table ids to draw from (default: all)."""
+    pool = np.arange(len(configs)) if pool is None else np.asarray(pool)
     rows = np.array([c.row for c in configs], dtype=np.int64)
     dims_arr = np.asarray(dims, dtype=np.int64)
     budget = ndevices * max_mem
     best = None
     for _ in range(max_tries):
-        ids = rng.integers(len(configs), size=T)
+        ids = pool[rng.integers(len(pool), size=T)]
         ds = dims_arr[rng.integers(len(dims_arr), size=T)]
         sizes = [size_gb(int(r), int(d)) for r, d in zip(rows[ids], ds)]
         total, largest = sum(sizes), max(sizes)
@@ -89,11 +113,14 @@ def generate_tasks(configs: Sequence[TableConfig], spec: TaskSpec) -> list[Task]
     spec.validate()
     if not configs:
         raise NeuroShardError("the dataset has no tables")
+    pool = table_pool(len(configs), spec.table_pool, spec.pool_seed)
+    if not len(pool):
+        raise NeuroShardError(f"--table_pool {spec.table_pool}: the dataset's {len(configs)} table(s) leave it empty")
     rng = np.random.default_rng(spec.seed)
     dims = dim_set(spec.max_dim)
     lo, hi = spec.T_range
     tasks = []
     for _ in range(spec.data_size):
         T = int(rng.integers(lo, hi + 1))
-        tasks.append(generate_task(configs, T, dims, spec.max_mem, spec.ndevices, rng, spec.max_tries))
+        tasks.append(generate_task(configs, T, dims, spec.max_mem, spec.ndevices, rng, spec.max_tries, pool))
     return tasks
