@@ -62,7 +62,7 @@ def load_policy(alg: str, options: dict | None, ndevices: int, max_mem: float):
     if not os.path.isfile(path):
         raise InputError(path, f"{alg} policy checkpoint not found")
     st = os.stat(path)
-    cache_key = (path, st.st_size, st.st_mtime_ns)
+    cache_key = (alg, path, st.st_size, st.st_mtime_ns)
     if cache_key not in _CACHE:
         _CACHE[cache_key] = importlib.import_module(_NETS[alg]).load_policy(path)
     policy = _CACHE[cache_key]
