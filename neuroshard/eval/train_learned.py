@@ -196,8 +196,10 @@ def plot_curve(path, rows: list[dict], x: str, kind: str) -> None:
     if ent:
         ax2.plot(*zip(*ent), color="tab:gray", ls="--", label="policy entropy")
     ax2.set_ylabel("entropy (nats)")
+    ax2.ticklabel_format(axis="y", useOffset=False)
     ax.set_title(f"{kind} training")
-    fig.legend(fontsize=7, loc="upper right")
+    handles = ax.get_legend_handles_labels()[0] + ax2.get_legend_handles_labels()[0]
+    ax.legend(handles, [h.get_label() for h in handles], fontsize=7, loc="best")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
