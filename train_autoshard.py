@@ -21,7 +21,8 @@ from __future__ import annotations
 import argparse
 
 from neuroshard.cli import resolve_device, resolve_ranks, run_main
-from neuroshard.eval.train_learned import add_common_args, add_config_args, config_from_args, run_training
+from neuroshard.eval.train_learned import (add_common_args, add_config_args, config_from_args, run_training,
+                                           summary_line)
 from neuroshard.planner.autoshard_nets import HELP, AutoShardConfig
 
 
@@ -38,16 +39,8 @@ def main(argv=None) -> int:
     device = "cpu"
     if args.oracle == "hardware":
         device, args.ndevices = resolve_ranks(resolve_device(args.device), args.ndevices, args.gpu_devices)
-    config = run_training("autoshard", args, cfg, device)
-    print(f"autoshard: trained in {config['training_s']:.1f} s, {config['oracle_plans']} plans measured by the "
-          f"{args.oracle} oracle in {config['oracle_s']:.1f} s; greedy policy on the training tasks: "
-          f"{_ms(config['train_greedy_sim_ms'])} ms simulated ({config['train_greedy_valid']}/{config['train_tasks']} "
-          f"valid); wrote {args.out_path}")
+    print(summary_line(run_training("autoshard", args, cfg, device)))
     return 0
-
-
-def _ms(x) -> str:
-    return "-" if x is None else f"{x:.3f}"
 
 
 if __name__ == "__main__":

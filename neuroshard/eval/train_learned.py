@@ -204,3 +204,14 @@ def plot_curve(path, rows: list[dict], x: str, kind: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
     plt.close(fig)
+
+
+def summary_line(config: dict) -> str:
+    """What a training script prints at the end."""
+    def ms(x):
+        return "-" if x is None else f"{x:.3f}"
+
+    return (f"{config['algorithm']}: trained in {config['training_s']:.1f} s, {config['oracle_plans']} plans measured "
+            f"by the {config['oracle']} oracle in {config['oracle_s']:.1f} s; greedy policy on the training tasks: "
+            f"{ms(config['train_greedy_sim_ms'])} ms simulated ({config['train_greedy_valid']}/"
+            f"{config['train_tasks']} valid); wrote {config['out_path']}")

@@ -30,7 +30,7 @@ Follows the released code (shared/BASELINES.md §2), with these differences:
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Callable, Sequence
 
 import numpy as np
@@ -38,9 +38,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from neuroshard.checks import check_float, check_int
+from neuroshard.checks import check_fields, check_float
 from neuroshard.planner.baselines import no_room_error
-from neuroshard.planner.learned import element_sizes, plan_from_assignment, read_checkpoint, save_checkpoint
+from neuroshard.planner.learned import LearnedPolicy, element_sizes, plan_from_assignment
 from neuroshard.planner.nets import mlp
 from neuroshard.planner.rl import impala_loss, masked_log_softmax
 from neuroshard.types import CostBreakdown, NUM_BINS, Plan, ShardTable
@@ -156,14 +156,11 @@ def _device_inputs(net: AutoShardNet, emb: torch.Tensor, assign: torch.Tensor, n
 # --------------------------------------------------------------------------- the policy (inference)
 
 
-class AutoShardPolicy:
+class AutoShardPolicy(LearnedPolicy):
     """A trained AutoShard network, its feature statistics and the setting it was trained for (`meta`)."""
 
     kind = KIND
-
-    def __init__(self, net: AutoShardNet, meta: dict):
-        self.net = net.eval()
-        self.meta = meta
+    net_class = AutoShardNet
 
     def task(self, tables: Sequence[ShardTable], max_mem: float) -> _Task:
         elements, cap = element_sizes(tables, max_mem)
@@ -194,16 +191,10 @@ class AutoShardPolicy:
             used[d] += task.elements[t]
         return plan_from_assignment(assign.tolist(), ndevices)
 
-    def save(self, path) -> None:
-        save_checkpoint(path, KIND, self.meta, self.net.state_dict())
-
 
 def load_policy(path) -> AutoShardPolicy:
-    """Rebuild a policy from its checkpoint (`planner.learned.read_checkpoint` checks the kind)."""
-    ckpt = read_checkpoint(path, KIND)
-    net = AutoShardNet()
-    net.load_state_dict(ckpt["state_dict"])
-    return AutoShardPolicy(net, ckpt["meta"])
+    """The policy of a checkpoint written by `AutoShardPolicy.save` (InputError for any other file)."""
+    return AutoShardPolicy.load(path)
 
 
 # --------------------------------------------------------------------------- training
@@ -227,14 +218,7 @@ class AutoShardConfig:
     seed: int = 0
 
     def __post_init__(self):
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.type == "float":
-                check_float(f"--{f.name}", value, 0.0, lo_open=f.name in ("learning_rate", "grad_norm_clipping"))
-            elif f.name == "num_cost_updates":
-                check_int(f"--{f.name}", value, 0)
-            elif f.name != "seed":
-                check_int(f"--{f.name}", value, 1)
+        check_fields(self, min_int={"num_cost_updates": 0}, open_floats=("learning_rate", "grad_norm_clipping"))
         check_float("--discounting", self.discounting, 0.0, 1.0)
 
     @property

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Callable, Sequence
 
 import numpy as np
@@ -38,9 +38,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from neuroshard.checks import check_float, check_int
+from neuroshard.checks import check_fields
 from neuroshard.planner.baselines import no_room_error
-from neuroshard.planner.learned import element_sizes, plan_from_assignment, read_checkpoint, save_checkpoint
+from neuroshard.planner.learned import LearnedPolicy, element_sizes, plan_from_assignment
 from neuroshard.planner.nets import mlp
 from neuroshard.planner.rl import masked_log_softmax, reinforce_advantages, reinforce_loss
 from neuroshard.types import CostBreakdown, NUM_BINS, Plan, ShardTable
@@ -248,14 +248,11 @@ class CostBuffer:
 # --------------------------------------------------------------------------- the policy (inference)
 
 
-class DreamShardPolicy:
+class DreamShardPolicy(LearnedPolicy):
     """A trained DreamShard network and the setting it was trained for (`meta`)."""
 
     kind = KIND
-
-    def __init__(self, net: DreamShardNet, meta: dict):
-        self.net = net.eval()
-        self.meta = meta
+    net_class = DreamShardNet
 
     def task(self, tables: Sequence[ShardTable], max_mem: float) -> _Task:
         elements, cap = element_sizes(tables, max_mem)
@@ -269,9 +266,6 @@ class DreamShardPolicy:
             raise _failure(task, ep, ndevices, max_mem)
         return plan_from_assignment(ep.assignment(0, len(tables)), ndevices)
 
-    def save(self, path) -> None:
-        save_checkpoint(path, KIND, self.meta, self.net.state_dict())
-
 
 def _failure(task: _Task, ep: Episodes, ndevices: int, max_mem: float):
     step = int(ep.failed[0])
@@ -283,11 +277,8 @@ def _failure(task: _Task, ep: Episodes, ndevices: int, max_mem: float):
 
 
 def load_policy(path) -> DreamShardPolicy:
-    """Rebuild a policy from its checkpoint (`planner.learned.read_checkpoint` checks the kind)."""
-    ckpt = read_checkpoint(path, KIND)
-    net = DreamShardNet()
-    net.load_state_dict(ckpt["state_dict"])
-    return DreamShardPolicy(net, ckpt["meta"])
+    """The policy of a checkpoint written by `DreamShardPolicy.save` (InputError for any other file)."""
+    return DreamShardPolicy.load(path)
 
 
 # --------------------------------------------------------------------------- training
@@ -308,11 +299,7 @@ class DreamShardConfig:
     seed: int = 0
 
     def __post_init__(self):
-        for f in fields(self):
-            if f.name in ("entropy_weight", "lr"):
-                check_float(f"--{f.name}", getattr(self, f.name), 0.0, lo_open=f.name == "lr")
-            elif f.name != "seed":
-                check_int(f"--{f.name}", getattr(self, f.name), 1)
+        check_fields(self, open_floats=("lr",))
 
     def to_json(self) -> dict:
         return asdict(self)

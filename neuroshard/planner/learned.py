@@ -95,7 +95,31 @@ def plan_from_assignment(assignment: Sequence[int], ndevices: int) -> "Plan":
     return Plan(column_steps=(), shards=tuple(tuple(s) for s in shards))
 
 
-# --------------------------------------------------------------------------- checkpoints
+# --------------------------------------------------------------------------- policies and checkpoints
+
+
+class LearnedPolicy:
+    """A trained network (`net_class`) and the setting it was trained for (`meta`: ndevices, max_mem,
+    feature normalisation, training settings); subclasses add `plan(tables, ndevices, max_mem)`."""
+
+    kind: str = ""
+    net_class: type = object
+
+    def __init__(self, net, meta: dict):
+        self.net = net.eval()
+        self.meta = meta
+
+    def save(self, path) -> None:
+        save_checkpoint(path, self.kind, self.meta, self.net.state_dict())
+
+    @classmethod
+    def load(cls, path):
+        """Rebuild a policy from its checkpoint (`read_checkpoint` checks that it is one of this kind)."""
+        ckpt = read_checkpoint(path, cls.kind)
+        net = cls.net_class()
+        net.load_state_dict(ckpt["state_dict"])
+        return cls(net, ckpt["meta"])
+
 
 CHECKPOINT_FORMAT = 1
 
