@@ -168,7 +168,7 @@ class AutoShardPolicy(LearnedPolicy):
                      elements, cap)
 
     @torch.no_grad()
-    def plan(self, tables: Sequence[ShardTable], ndevices: int, max_mem: float) -> Plan:
+    def _plan(self, tables: Sequence[ShardTable], ndevices: int, max_mem: float) -> Plan:
         """Argmax over the legal devices, table by table; OutOfMemoryError when a table fits nowhere."""
         task = self.task(tables, max_mem)
         net, T = self.net, len(tables)

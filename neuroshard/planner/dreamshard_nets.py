@@ -258,7 +258,7 @@ class DreamShardPolicy(LearnedPolicy):
         elements, cap = element_sizes(tables, max_mem)
         return _Task(list(tables), torch.from_numpy(task_features(tables)), elements, cap)
 
-    def plan(self, tables: Sequence[ShardTable], ndevices: int, max_mem: float) -> Plan:
+    def _plan(self, tables: Sequence[ShardTable], ndevices: int, max_mem: float) -> Plan:
         """Argmax over the legal devices, table by table; OutOfMemoryError when a table fits nowhere."""
         task = self.task(tables, max_mem)
         ep = rollout(self.net, task, ndevices, 1, greedy=True)

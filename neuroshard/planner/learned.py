@@ -100,7 +100,7 @@ def plan_from_assignment(assignment: Sequence[int], ndevices: int) -> "Plan":
 
 class LearnedPolicy:
     """A trained network (`net_class`) and the setting it was trained for (`meta`: ndevices, max_mem,
-    feature normalisation, training settings); subclasses add `plan(tables, ndevices, max_mem)`."""
+    feature normalisation, training settings); subclasses implement `_plan(tables, ndevices, max_mem)`."""
 
     kind: str = ""
     net_class: type = object
@@ -108,6 +108,22 @@ class LearnedPolicy:
     def __init__(self, net, meta: dict):
         self.net = net.eval()
         self.meta = meta
+
+    def plan(self, tables: Sequence[ShardTable], ndevices: int, max_mem: float) -> "Plan":
+        """Place the tables greedily (argmax over the legal devices); OutOfMemoryError when one fits nowhere.
+
+        Runs torch single-threaded: the networks are tiny, and on a loaded
+        2-core machine two intra-op threads made a plan 20x slower (measured
+        0.9 s vs 39 ms per DreamShard plan of 10-30 tables).
+        """
+        import torch
+
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            return self._plan(tables, ndevices, max_mem)
+        finally:
+            torch.set_num_threads(threads)
 
     def save(self, path) -> None:
         save_checkpoint(path, self.kind, self.meta, self.net.state_dict())
