@@ -41,8 +41,9 @@ def main(argv=None) -> int:
     from neuroshard.checks import check_float
 
     check_float("--max_mem", args.max_mem, 0.0, lo_open=True)
-    ev.sharder_options(args, None)  # one-line error on a bad value, before any work
-    algs = ev.resolve_algs(args.alg)
+    options = ev.sharder_options(args, None)  # one-line error on a bad value, before any work
+    algs = ev.resolve_algs(args.alg, options)
+    ev.check_learned_policies(algs, options, args.ndevices, args.max_mem)
     fw_path = args.fw_comm_model or ev.default_comm_model_path(args.ndevices, "fw")
     bw_path = args.bw_comm_model or ev.default_comm_model_path(args.ndevices, "bw")
     inputs = ev.load_inputs(args.data_dir, args.task_path, args.compute_model, fw_path, bw_path,

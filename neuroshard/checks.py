@@ -90,3 +90,20 @@ def check_output_file(name: str, path) -> None:
             if not parent.is_dir():
                 raise ConfigError(name, f"cannot create {path}: {parent} is a file")
             break
+
+
+def check_fields(config, min_int: dict | None = None, open_floats: Iterable[str] = (),
+                 skip: Iterable[str] = ("seed",)) -> None:
+    """Check every field of a settings dataclass, flag-named `--<field>`: floats finite and >= 0 (> 0
+    for `open_floats`), ints >= 1 (or `min_int[name]`); `skip`ped fields are not checked."""
+    from dataclasses import fields
+
+    open_floats, skip = set(open_floats), set(skip)
+    for f in fields(config):
+        if f.name in skip:
+            continue
+        value = getattr(config, f.name)
+        if f.type in ("float", float):
+            check_float(f"--{f.name}", value, 0.0, lo_open=f.name in open_floats)
+        else:
+            check_int(f"--{f.name}", value, (min_int or {}).get(f.name, 1))

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from neuroshard.eval.plans import task_seed
+from neuroshard.eval.plans import resolve_algs, task_seed
 from neuroshard.formats import read_plans, write_table_configs, write_tasks
 from neuroshard.planner.models import save_model
 from neuroshard.planner.nets import CommCostModel, ComputeCostModel, feature_stats, table_features
@@ -76,8 +76,8 @@ def test_all_algorithms_write_the_comparison_and_plans(workspace, capsys):
     assert mod.main(_argv(workspace, "--alg", "all", "--out_dir", str(out_dir), "--max_tasks", "3",
                           "--max_length", "2", "--quiet")) == 0
     out = capsys.readouterr().out
-    algs = algorithm_names()
-    assert algs[0] == "neuroshard" and len(algs) >= 2
+    algs = resolve_algs("all")  # every registered algorithm but the learned ones (no policy given)
+    assert algs[0] == "neuroshard" and len(algs) >= 2 and "dreamshard" in algorithm_names()
     for name in ("config.json", "plans.json", "results.json", "results.csv", "summary.json", "summary.csv",
                  "summary.md"):
         assert (out_dir / name).is_file(), name
@@ -123,6 +123,14 @@ def test_bad_inputs_raise_clear_errors(workspace):
     bad[bad.index("--task_path") + 1] = str(bad_tasks)
     with pytest.raises(NeuroShardError, match="bad_tasks.txt:1"):
         mod.main(bad)
+
+
+def test_learned_sharder_without_its_policy_is_a_one_line_error(workspace):
+    mod = _load_script()
+    with pytest.raises(NeuroShardError, match="--dreamshard_policy: --alg dreamshard needs a trained policy"):
+        mod.main(_argv(workspace, "--alg", "neuroshard,dreamshard"))
+    with pytest.raises(NeuroShardError, match="autoshard policy checkpoint not found"):
+        mod.main(_argv(workspace, "--alg", "autoshard", "--autoshard_policy", str(workspace / "none.pt")))
 
 
 def test_script_reports_bad_input_in_one_line(workspace):

@@ -3,6 +3,9 @@
     python tools/gen_tasks.py --data_dir data/dlrm_datasets --out_dir data/tasks/4_gpu
     python tools/gen_tasks.py --data_dir data/dlrm_synthetic --out_dir data/tasks/quick \
         --data_size 20 --T_range 10,30 --max_mem 1 --ndevices 4 --max_dim 64
+    python tools/gen_tasks.py ... --seed 1 --out_dir data/tasks/train   # training tasks of the learned baselines
+    python tools/gen_tasks.py ... --table_pool train --out_dir data/tasks/train  # disjoint table pools:
+    python tools/gen_tasks.py ... --table_pool test --out_dir data/tasks/test    #   DreamShard's split
 
 Writes OUT_DIR/data.txt (one task per line: `ids dims`) and OUT_DIR/config.json.
 Each task: T uniform in T_range (inclusive), table ids uniform over the
@@ -18,7 +21,7 @@ import argparse
 import os
 
 from neuroshard.cli import parse_range, run_main
-from neuroshard.data.tasks import TaskSpec, generate_tasks
+from neuroshard.data.tasks import TABLE_POOLS, TaskSpec, generate_tasks
 from neuroshard.formats import read_table_configs, write_json_atomic, write_tasks
 
 _D = TaskSpec()
@@ -41,6 +44,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--max_tries", type=int, default=_D.max_tries,
                    help="draws per task before giving up with an error")
     p.add_argument("--seed", type=int, default=_D.seed, help="random seed")
+    p.add_argument("--table_pool", choices=TABLE_POOLS, default=_D.table_pool,
+                   help="draw tables from all of the dataset, or from one of two disjoint halves (DreamShard's "
+                        "train/test table pools): training tasks of the learned baselines with 'train', "
+                        "evaluation tasks with 'test'")
+    p.add_argument("--pool_seed", type=int, default=_D.pool_seed, help="seed of the split into the two pools")
     return p.parse_args(argv)
 
 
@@ -50,7 +58,7 @@ def main(argv=None) -> None:
                else (parse_range(f"{args.T_range},{args.T_range}", "--T_range")))
     spec = TaskSpec(data_size=args.data_size, T_range=t_range, max_mem=args.max_mem,
                     max_dim=args.max_dim, ndevices=args.ndevices, seed=args.seed,
-                    max_tries=args.max_tries)
+                    max_tries=args.max_tries, table_pool=args.table_pool, pool_seed=args.pool_seed)
     spec.validate()
     configs = read_table_configs(os.path.join(args.data_dir, "table_configs.json"))
     tasks = generate_tasks(configs, spec)

@@ -11,6 +11,11 @@ here `max_tries` bounds the draws and the error says what to change.
 
 Fitting the total budget does not guarantee that a bin packing exists; a
 sharder that cannot place a table reports that task as out-of-memory.
+
+`table_pool` (DreamShard's disjoint train/test table pools): "train" or
+"test" draws the ids only from one half of the dataset's tables, the halves
+fixed by a permutation seeded with `pool_seed` ("train" the first
+floor(n/2) of it); "all" (the default) draws from every table.
 """
 
 from __future__ import annotations
@@ -20,8 +25,20 @@ from typing import Sequence
 
 import numpy as np
 
-from neuroshard.checks import check_float, check_int, check_max_dim, check_range
+from neuroshard.checks import check_choice, check_float, check_int, check_max_dim, check_range
 from neuroshard.types import NeuroShardError, Task, TableConfig, dim_set, size_gb
+
+
+TABLE_POOLS = ("all", "train", "test")
+
+
+def table_pool(num_tables: int, pool: str, pool_seed: int = 0) -> np.ndarray:
+    """The dataset table ids a task may draw from: all, or one half of a seeded permutation."""
+    if pool == "all":
+        return np.arange(num_tables)
+    perm = np.random.default_rng(pool_seed).permutation(num_tables)
+    half = num_tables // 2
+    return np.sort(perm[:half] if pool == "train" else perm[half:])
 
 
 @dataclass(frozen=True)
@@ -38,6 +55,8 @@ class TaskSpec:
     ndevices: int = 4
     seed: int = 0
     max_tries: int = 1000
+    table_pool: str = "all"
+    pool_seed: int = 0
 
     def validate(self) -> None:
         check_int("--data_size", self.data_size, 1)
@@ -47,6 +66,7 @@ class TaskSpec:
         check_int("--ndevices", self.ndevices, 1)
         check_int("--seed", self.seed)
         check_int("--max_tries", self.max_tries, 1)
+        check_choice("--table_pool", self.table_pool, TABLE_POOLS)
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -55,14 +75,17 @@ class TaskSpec:
 
 
 def generate_task(configs: Sequence[TableConfig], T: int, dims: Sequence[int], max_mem: float,
-                  ndevices: int, rng: np.random.Generator, max_tries: int) -> Task:
-    """Draw one task of T tables that fits (see module doc); NeuroShardError after max_tries draws."""
+                  ndevices: int, rng: np.random.Generator, max_tries: int, pool: np.ndarray | None = None) -> Task:
+    """Draw one task of T tables that fits (see module doc); NeuroShardError after max_tries draws.
+
+    `pool`: the table ids to draw from (default: all)."""
+    pool = np.arange(len(configs)) if pool is None else np.asarray(pool)
     rows = np.array([c.row for c in configs], dtype=np.int64)
     dims_arr = np.asarray(dims, dtype=np.int64)
     budget = ndevices * max_mem
     best = None
     for _ in range(max_tries):
-        ids = rng.integers(len(configs), size=T)
+        ids = pool[rng.integers(len(pool), size=T)]
         ds = dims_arr[rng.integers(len(dims_arr), size=T)]
         sizes = [size_gb(int(r), int(d)) for r, d in zip(rows[ids], ds)]
         total, largest = sum(sizes), max(sizes)
@@ -82,11 +105,14 @@ def generate_tasks(configs: Sequence[TableConfig], spec: TaskSpec) -> list[Task]
     spec.validate()
     if not configs:
         raise NeuroShardError("the dataset has no tables")
+    pool = table_pool(len(configs), spec.table_pool, spec.pool_seed)
+    if not len(pool):
+        raise NeuroShardError(f"--table_pool {spec.table_pool}: the dataset's {len(configs)} table(s) leave it empty")
     rng = np.random.default_rng(spec.seed)
     dims = dim_set(spec.max_dim)
     lo, hi = spec.T_range
     tasks = []
     for _ in range(spec.data_size):
         T = int(rng.integers(lo, hi + 1))
-        tasks.append(generate_task(configs, T, dims, spec.max_mem, spec.ndevices, rng, spec.max_tries))
+        tasks.append(generate_task(configs, T, dims, spec.max_mem, spec.ndevices, rng, spec.max_tries, pool))
     return tasks

@@ -58,6 +58,10 @@ class Preset:
     noise_samples: int  # shards / all-to-alls re-measured for the noise floors
     # step 4: training
     epochs: int
+    # steps 4c-4e: the learned baselines, trained on their own tasks (same sizes, another seed)
+    policy_tasks: int
+    dreamshard_args: tuple[str, ...]
+    autoshard_args: tuple[str, ...]
     # steps 5-6: evaluation
     eval_tasks: int
     eval_warmup: int
@@ -72,22 +76,26 @@ PRESETS = {
     "tiny": Preset("tiny", ndevices=2, max_mem=1.0, max_dim=32, num_tables=16, batch_size=256, max_rows=20000,
                    num_tasks=3, t_range="4,8", compute_samples=100, max_tables=4, comm_samples=16,
                    comm_t_range="4,8", sleep_range="0,2", comm_batch_size=256, warmup=1, iters=2, noise_samples=4,
-                   epochs=20,
+                   epochs=20, policy_tasks=4,
+                   dreamshard_args=("--num_iterations", "2", "--bench_steps", "3", "--bench_training_steps", "20",
+                                    "--rl_num_batches", "2", "--rl_batch_size", "4"),
+                   autoshard_args=("--total_steps", "400", "--batch_size", "4", "--unroll_length", "50",
+                                   "--num_cost_updates", "2", "--cost_batch_size", "32"),
                    eval_tasks=2, eval_warmup=1, eval_iters=2, eval_repeats=2),
     # `make demo`: the whole pipeline on CPU in about ten minutes, on the default synthetic
     # dataset of tools/gen_dlrm_data.py. The comm batch equals the dataset's, as eval.py uses it.
     "quick": Preset("quick", ndevices=4, max_mem=1.0, max_dim=128, num_tables=150, batch_size=4096,
                     max_rows=1_000_000, num_tasks=20, t_range="10,30", compute_samples=1000, max_tables=10,
                     comm_samples=500, comm_t_range="10,30", sleep_range="0,50", comm_batch_size=4096, warmup=3,
-                    iters=7, noise_samples=100, epochs=1000, eval_tasks=10, eval_warmup=3, eval_iters=7,
-                    eval_repeats=2),
+                    iters=7, noise_samples=100, epochs=1000, policy_tasks=50, dreamshard_args=(),
+                    autoshard_args=(), eval_tasks=10, eval_warmup=3, eval_iters=7, eval_repeats=2),
     # The paper's setting on the public dataset and GPUs (DESIGN §2 defaults: 4 GB per GPU,
     # T from 10 to 60, 100 tasks, batch 65536); run once with 4 and once with 8 GPUs.
     "paper": Preset("paper", ndevices=4, max_mem=4.0, max_dim=128, num_tables=856, batch_size=65536,
                     max_rows=0, num_tasks=100, t_range="10,60", compute_samples=100_000, max_tables=15,
                     comm_samples=20_000, comm_t_range="10,60", sleep_range="0,30", comm_batch_size=65536,
-                    warmup=5, iters=10, noise_samples=500, epochs=1000, eval_tasks=100, eval_warmup=5,
-                    eval_iters=10, eval_repeats=3, gpu=True),
+                    warmup=5, iters=10, noise_samples=500, epochs=1000, policy_tasks=100, dreamshard_args=(),
+                    autoshard_args=(), eval_tasks=100, eval_warmup=5, eval_iters=10, eval_repeats=3, gpu=True),
 }
 
 
@@ -117,8 +125,13 @@ def build_steps(p: Preset, out: Path, data: str | None, gpu_devices: str | None,
                str(p.batch_size), "--max_rows", str(p.max_rows), "--seed", "0", "--out_dir", str(ds)]
     models_flags = ["--compute_model", str(compute_model), "--fw_comm_model", str(fw_model),
                     "--bw_comm_model", str(bw_model)]
+    train_tasks, ds_policy, as_policy = out / "train_tasks", models / "dreamshard.pt", models / "autoshard.pt"
+    policy_common = ["--data_dir", str(ds), "--task_path", str(train_tasks / "data.txt"), "--eval_task_path",
+                     str(tasks / "data.txt"), *models_flags, "--ndevices", str(n), "--max_mem", str(p.max_mem),
+                     *s, "--no_progress"]
     eval_common = ["--data_dir", str(ds), "--task_path", str(tasks / "data.txt"), *models_flags, "--alg", "all",
-                   "--ndevices", str(n), "--max_mem", str(p.max_mem), "--max_tasks", str(p.eval_tasks), *s]
+                   "--ndevices", str(n), "--max_mem", str(p.max_mem), "--max_tasks", str(p.eval_tasks), *s,
+                   "--dreamshard_policy", str(ds_policy), "--autoshard_policy", str(as_policy)]
     comm_ranks = dev if gpu_devices else ["--ndevices", str(n)]
     comm_cfg = ["--T_range", p.comm_t_range, "--sleep_range", p.sleep_range, "--max_dim", str(p.max_dim),
                 "--batch_size", str(p.comm_batch_size), "--warmup", str(p.warmup), "--iters", str(p.iters), *s]
@@ -150,6 +163,16 @@ def build_steps(p: Preset, out: Path, data: str | None, gpu_devices: str | None,
         Step("4b", "comm cost models",
              ["train_comm_cost_model.py", "--data_dir", str(mdata), "--epochs", str(p.epochs), "--fw_out_path",
               str(fw_model), "--bw_out_path", str(bw_model), *s], [fw_model, bw_model]),
+        # The learned baselines train on their own tasks (seed 1; the evaluation tasks are seed 0,
+        # and train_*.py refuses any task they share), against the simulator.
+        Step("4c", "policy training tasks",
+             ["tools/gen_tasks.py", "--data_dir", str(ds), "--out_dir", str(train_tasks), "--data_size",
+              str(p.policy_tasks), "--T_range", p.t_range, "--max_mem", str(p.max_mem), "--ndevices", str(n),
+              "--max_dim", str(p.max_dim), "--seed", "1"], [train_tasks / "data.txt"]),
+        Step("4d", "DreamShard policy", ["train_dreamshard.py", *policy_common, "--out_path", str(ds_policy),
+                                         *p.dreamshard_args], [ds_policy]),
+        Step("4e", "AutoShard policy", ["train_autoshard.py", *policy_common, "--out_path", str(as_policy),
+                                        *p.autoshard_args], [as_policy]),
         Step("5", "simulator evaluation", ["eval_simulator.py", *eval_common, "--out_dir", str(out / "sim")],
              [out / "sim" / "summary.json"]),
         # eval.py measures the plans eval_simulator.py made: planned once, by the same code.

@@ -21,9 +21,11 @@ from typing import Callable, Sequence
 import numpy as np
 
 from neuroshard.formats import plan_view
+from neuroshard.planner.learned import POLICY_OPTIONS, add_policy_args, load_policy, policy_options_from_args
 from neuroshard.planner.models import CostModels
-from neuroshard.planner.registry import algorithm_names, missing_requirement, prepare
+from neuroshard.planner.registry import algorithm_names, missing_requirement, prepare, required_option
 from neuroshard.planner.scorer import get_scorer
+from neuroshard.planner.search import SearchConfig
 from neuroshard.planner.shard import shard
 from neuroshard.planner.simulator import simulate, validate_plan
 from neuroshard.types import (
@@ -61,16 +63,17 @@ def add_input_args(parser, data_help: str = "dataset dir with table_configs.json
                             help=f"{name} comm cost model checkpoint (default: models/comm_<ndevices>_{kind}.pt)")
     parser.add_argument("--alg", default="neuroshard",
                         help="sharding algorithm: neuroshard, random, dim_greedy, lookup_greedy, size_greedy, "
-                             "size_lookup_greedy (any registered name), a comma list, or 'all' "
-                             "(default: neuroshard)")
+                             "size_lookup_greedy, dreamshard, autoshard (any registered name), a comma list, or "
+                             "'all' (the learned ones only when their policy is given) (default: neuroshard)")
     parser.add_argument("--max_mem", type=float, default=4.0, help="memory per device in GB (default: 4)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the randomised algorithms (default: 0)")
     parser.add_argument("--max_tasks", type=int, default=None, help="evaluate only the first N tasks")
+    add_policy_args(parser)
 
 
 def add_sharder_args(parser) -> None:
-    """The algorithms' settings as flags: NeuroShard's search and the TorchRec planner's."""
-    from neuroshard.planner.search import SearchConfig
+    """The algorithms' settings as flags: NeuroShard's search and the TorchRec planner's (the learned
+    sharders' policy paths come with `add_input_args`)."""
     from neuroshard.planner.torchrec_sharder import TorchRecConfig
 
     SearchConfig.add_args(parser)
@@ -78,12 +81,12 @@ def add_sharder_args(parser) -> None:
 
 
 def sharder_options(args, batch_size: int | None) -> dict:
-    """`ShardingContext.options` from the flags of `add_sharder_args` and the dataset's batch size
-    (None: the TorchRec sharder's default), checked: a one-line error on a bad value, before any work."""
-    from neuroshard.planner.search import SearchConfig
+    """`ShardingContext.options` from an evaluation script's flags (NeuroShard's search settings, the
+    TorchRec planner's, the learned sharders' policy paths) and the dataset's batch size (None: the
+    TorchRec sharder's default), checked: a one-line error on a bad value, before any work."""
     from neuroshard.planner.torchrec_sharder import TorchRecConfig
 
-    options = SearchConfig.options_from_args(args)
+    options = {**SearchConfig.options_from_args(args), **policy_options_from_args(args)}
     options.update(torchrec_column_shards=args.torchrec_column_shards, batch_size=batch_size)
     TorchRecConfig.from_options(options)
     return options
@@ -116,22 +119,37 @@ def load_inputs(data_dir, task_path, compute_model, fw_comm_model, bw_comm_model
     return EvalInputs(configs, tasks, models, len(all_tasks), batch)
 
 
-def resolve_algs(alg: str) -> list[str]:
-    """`--alg` value -> algorithm names: "all" is every registered one whose optional package is
-    installed (the others are named in a warning); a comma list is allowed."""
+def resolve_algs(alg: str, options: dict | None = None) -> list[str]:
+    """`--alg` value -> algorithm names: "all" is every registered one; a comma list is allowed.
+
+    "all" leaves out the algorithms whose optional package is not installed
+    (named in a warning) and those whose required option (a learned sharder's
+    trained policy, `--dreamshard_policy` / `--autoshard_policy`) is not in
+    `options`; naming such an algorithm explicitly without it is a one-line
+    error when it runs.
+    """
     names = algorithm_names()
     if alg == "all":
         missing = {n: missing_requirement(n) for n in names}
         for n, module in missing.items():
             if module:
                 print(f"warning: --alg all: skipping {n}: {module} is not installed", file=sys.stderr)
-        return [n for n in names if not missing[n]]
+        return [n for n in names if not missing[n]
+                and (required_option(n) is None or (options or {}).get(required_option(n)))]
     algs = [a.strip() for a in alg.split(",") if a.strip()]
     unknown = [a for a in algs if a not in names]
     if not algs or unknown:
         raise NeuroShardError(f"--alg: unknown algorithm {', '.join(unknown) or repr(alg)}; "
                               f"choose from all, {', '.join(names)}")
     return list(dict.fromkeys(algs))
+
+
+def check_learned_policies(algs: Sequence[str], options: dict, ndevices: int, max_mem: float) -> None:
+    """Load the policy of every learned sharder in `algs` now, so a missing or mismatched
+    checkpoint is a one-line error before any planning."""
+    for alg in algs:
+        if alg in POLICY_OPTIONS:
+            load_policy(alg, options, ndevices, max_mem)
 
 
 def task_seed(seed: int, task: int) -> int:

@@ -117,6 +117,35 @@ def accuracy_table(acc: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+LEARNED = ("dreamshard", "autoshard")
+
+
+def learned_table(out: Path, sim: dict | None, hw: dict | None) -> tuple[str, list[dict]]:
+    """Markdown: each trained learned baseline's training (oracle, time, plans measured) and its
+    held-out cost next to `random`'s, in the simulator and on hardware (gain = (random - it) / random)."""
+    rows = []
+    for name in LEARNED:
+        cfg = _load(out / "models" / f"{name}_config.json")
+        if not cfg:
+            continue
+        row = {"alg": name, "oracle": cfg.get("oracle"), "training_s": cfg.get("training_s"),
+               "oracle_plans": cfg.get("oracle_plans"), "train_tasks": cfg.get("train_tasks"),
+               "train_greedy_sim_ms": cfg.get("train_greedy_sim_ms"), "curve": cfg.get("curve_png")}
+        for where, s in (("sim", sim), ("hw", hw)):
+            by = {r["alg"]: r for r in (s or {}).get("algorithms", [])}
+            mine, rnd = by.get(name, {}).get("mean_common"), by.get("random", {}).get("mean_common")
+            row[f"{where}_ms"] = mine
+            row[f"{where}_vs_random"] = (rnd - mine) / rnd if mine is not None and rnd else None
+        rows.append(row)
+    lines = ["| policy | oracle | training s | plans measured | training tasks (greedy, sim ms) | simulator ms "
+             "| gain over random (sim) | hardware ms | gain over random (hw) |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['alg']} | {r['oracle']} | {_ms(r['training_s'])} | {r['oracle_plans']} "
+                     f"| {r['train_tasks']} ({_ms(r['train_greedy_sim_ms'])}) | {_ms(r['sim_ms'])} "
+                     f"| {_pct(r['sim_vs_random'])} | {_ms(r['hw_ms'])} | {_pct(r['hw_vs_random'])} |")
+    return "\n".join(lines) + "\n", rows
+
+
 def model_table(out: Path) -> tuple[str, list[dict]]:
     """Markdown: test MSE, MAPE, Spearman of each cost model next to its measured noise floor, and the
     compute model on tables it never saw (the held-out-table check), if it ran."""
@@ -220,6 +249,17 @@ def write_report(out, preset, steps: list[dict], seconds: float) -> Path:
     text += verdict_lines(verdicts)
     if hw and hw.get("simulator_accuracy"):
         text += ["", "## Simulator vs hardware", "", accuracy_table(hw["simulator_accuracy"])]
+    learned_md, learned_rows = learned_table(out, sim, hw)
+    if learned_rows:
+        text += ["", "## Learned baselines", "",
+                 "DreamShard and AutoShard, re-implemented from their released code (shared/BASELINES.md), trained on "
+                 "their own tasks (never the evaluation tasks) against the oracle named here, then placing tables "
+                 "greedily by the trained policy. Costs are the means over the tasks valid for every algorithm.", "",
+                 learned_md]
+        for r in learned_rows:
+            curve = Path(r["curve"]) if r.get("curve") else None
+            if curve is not None and curve.exists() and curve.resolve().is_relative_to(out.resolve()):
+                text.append(f"![{r['alg']} training]({curve.resolve().relative_to(out.resolve())})")
     text += ["", "## Cost models", "", models_md, ""]
     for r in model_rows:
         if r.get("scatter"):
@@ -235,5 +275,5 @@ def write_report(out, preset, steps: list[dict], seconds: float) -> Path:
         fh.write("\n".join(text) + "\n")
     write_json_atomic(out / "config.json", {"preset": asdict(preset), "steps": steps, "wall_seconds": seconds,
                                             "versions": library_versions(), "models": model_rows,
-                                            "verdicts": verdicts})
+                                            "learned": learned_rows, "verdicts": verdicts})
     return report

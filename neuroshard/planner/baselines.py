@@ -4,8 +4,8 @@ All place whole tables (no column-wise splits). Each greedy gives every table
 a cost key, orders tables by (key, size, index) descending -- largest first,
 ties broken by the larger size, then the larger index -- and puts each on the
 device with the smallest key sum among the devices with memory room
-(`used + size <= max_mem`), ties broken by least memory used, then the lowest
-device index.
+(the simulator's one memory check, `simulator.mem_cap_elements`, in whole
+fp32 elements), ties broken by least memory used, then the lowest device index.
 
 Keys: `dim_greedy` = dim; `size_greedy` = size in GB; `lookup_greedy` = dim x
 pooling factor; `size_lookup_greedy` = dim x pooling factor x log10(row).
@@ -16,8 +16,8 @@ Upstream drew among all devices and silently overfilled; drawing among the
 devices with room keeps the plan valid whenever a random order allows it.
 
 A table that fits on no device raises OutOfMemoryError with the numbers;
-callers report the task as out-of-memory. Sizes are row*dim/2**28 GB, exact
-binary fractions, so the memory sums are exact and `<=` needs no tolerance.
+callers report the task as out-of-memory. Memory is counted in whole
+elements (rows x dim), as the validator and every other sharder count it.
 """
 
 from __future__ import annotations
@@ -29,10 +29,13 @@ import numpy as np
 
 from neuroshard.checks import check_float, check_int
 from neuroshard.planner.registry import ShardingContext, register
-from neuroshard.types import OutOfMemoryError, Plan, ShardTable
+from neuroshard.planner.simulator import mem_cap_elements, table_elements
+from neuroshard.types import BYTES_PER_ELEMENT, OutOfMemoryError, Plan, ShardTable
 
 
-def _no_room(t: int, table: ShardTable, max_mem: float, used: Sequence[float]) -> OutOfMemoryError:
+def no_room_error(t: int, table: ShardTable, max_mem: float, used: Sequence[int]) -> OutOfMemoryError:
+    """Table `t` fits on no device; `used`: fp32 elements per device (reported in GB)."""
+    used = [u * BYTES_PER_ELEMENT / 2**30 for u in used]
     return OutOfMemoryError(
         f"table {t} ({table.size_gb:.4g} GB, rows {table.config.row}, dim {table.dim}) fits on no device: "
         f"max_mem {max_mem:g} GB, used per device "
@@ -59,13 +62,14 @@ def greedy_place(tables: Sequence[ShardTable], ndevices: int, max_mem: float,
     keys = [float(key(t)) for t in tables]
     order = sorted(range(len(tables)), key=lambda i: (keys[i], tables[i].size_gb, i), reverse=True)
     key_sum = [0.0] * ndevices
-    used = [0.0] * ndevices
+    used = [0] * ndevices  # fp32 elements
+    cap = mem_cap_elements(max_mem)
     assignment = [-1] * len(tables)
     for i in order:
-        size = tables[i].size_gb
-        room = [d for d in range(ndevices) if used[d] + size <= max_mem]
+        size = table_elements(tables[i])
+        room = [d for d in range(ndevices) if used[d] + size <= cap]
         if not room:
-            raise _no_room(i, tables[i], max_mem, used)
+            raise no_room_error(i, tables[i], max_mem, used)
         d = min(room, key=lambda r: (key_sum[r], used[r], r))
         assignment[i] = d
         key_sum[d] += keys[i]
@@ -118,13 +122,14 @@ def random_sharder(tables, ndevices, max_mem, ctx: ShardingContext | None = None
     """Each table (in task order) on a uniformly random device among those where it fits."""
     _check_args(ndevices, max_mem)
     rng = np.random.default_rng(ctx.seed if ctx is not None else 0)
-    used = [0.0] * ndevices
+    used = [0] * ndevices  # fp32 elements
+    cap = mem_cap_elements(max_mem)
     assignment = []
     for i, table in enumerate(tables):
-        size = table.size_gb
-        room = [d for d in range(ndevices) if used[d] + size <= max_mem]
+        size = table_elements(table)
+        room = [d for d in range(ndevices) if used[d] + size <= cap]
         if not room:
-            raise _no_room(i, table, max_mem, used)
+            raise no_room_error(i, table, max_mem, used)
         d = room[int(rng.integers(len(room)))]
         assignment.append(d)
         used[d] += size

@@ -30,7 +30,7 @@ def feature_stats(features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return mean, std
 
 
-def _mlp(sizes: Sequence[int], final_relu: bool = False) -> nn.Sequential:
+def mlp(sizes: Sequence[int], final_relu: bool = False) -> nn.Sequential:
     layers: list[nn.Module] = []
     for i in range(len(sizes) - 1):
         layers.append(nn.Linear(sizes[i], sizes[i + 1]))
@@ -55,8 +55,8 @@ class ComputeCostModel(nn.Module):
         self.register_buffer("feat_mean", torch.as_tensor(feat_mean, dtype=torch.float32).clone())
         self.register_buffer("feat_std", torch.as_tensor(feat_std, dtype=torch.float32).clone())
         self.register_buffer("target_scale", torch.tensor(float(target_scale)))
-        self.table_mlp = _mlp([num_features, 128, TABLE_EMBED_DIM], final_relu=True)
-        self.head = _mlp([TABLE_EMBED_DIM, 64, 1])
+        self.table_mlp = mlp([num_features, 128, TABLE_EMBED_DIM], final_relu=True)
+        self.head = mlp([TABLE_EMBED_DIM, 64, 1])
 
     def config(self) -> dict:
         return {"num_features": self.num_features}
@@ -122,7 +122,7 @@ class CommCostModel(nn.Module):
         self.register_buffer("x_mean", torch.as_tensor(x_mean, dtype=torch.float32).clone().reshape(n_in))
         self.register_buffer("x_std", torch.as_tensor(x_std, dtype=torch.float32).clone().reshape(n_in))
         self.register_buffer("target_scale", torch.tensor(float(target_scale)))
-        self.mlp = _mlp([n_in, 128, 64, 32, 16, self.ndevices])
+        self.mlp = mlp([n_in, 128, 64, 32, 16, self.ndevices])
 
     def config(self) -> dict:
         return {"kind": self.kind, "ndevices": self.ndevices, "wait_term": self.wait_term}

@@ -35,12 +35,15 @@ Sharder = Callable[[Sequence[ShardTable], int, float, "ShardingContext"], Plan]
 
 ENTRY_POINT_GROUP = "neuroshard.sharders"
 # The order in which `--alg all` runs and reports algorithms (DESIGN §2); others follow, sorted.
-_ORDER = ["neuroshard", "random", "dim_greedy", "lookup_greedy", "size_greedy", "size_lookup_greedy", "torchrec"]
+_ORDER = ["neuroshard", "random", "dim_greedy", "lookup_greedy", "size_greedy", "size_lookup_greedy",
+          "torchrec", "dreamshard", "autoshard"]
 # Modules that register algorithms when imported.
-_MODULES = ["neuroshard.planner.baselines", "neuroshard.planner.search", "neuroshard.planner.torchrec_sharder"]
+_MODULES = ["neuroshard.planner.baselines", "neuroshard.planner.search", "neuroshard.planner.torchrec_sharder",
+            "neuroshard.planner.dreamshard", "neuroshard.planner.autoshard"]
 
 _REGISTRY: dict[str, Sharder] = {}
-_REQUIRES: dict[str, str] = {}  # algorithm -> the optional package it needs
+_PACKAGES: dict[str, str] = {}  # algorithm -> the optional package it needs
+_OPTIONS: dict[str, str] = {}  # algorithm -> the option it cannot run without (a trained policy's path)
 _loaded = False
 
 
@@ -57,24 +60,30 @@ class ShardingContext:
     options: dict = field(default_factory=dict)
 
 
-def register(name: str, requires: str | None = None) -> Callable[[Sharder], Sharder]:
+def register(name: str, requires_package: str | None = None,
+             requires_option: str | None = None) -> Callable[[Sharder], Sharder]:
     """Decorator: make `fn(tables, ndevices, max_mem_gb, ctx) -> Plan` available as `--alg name`.
 
-    `requires`: the top-level module of an optional package the sharder imports when called.
+    `requires_package`: the top-level module of an optional package the sharder
+    imports when called (`--alg all` skips it, with a warning, when missing);
+    `requires_option`: an option the algorithm cannot run without (a trained
+    policy's path; `--alg all` leaves the algorithm out when it is not given).
     """
     def wrap(fn: Sharder) -> Sharder:
         if name in _REGISTRY and _REGISTRY[name] is not fn:
             raise ValueError(f"sharding algorithm {name!r} registered twice")
         _REGISTRY[name] = fn
-        if requires:
-            _REQUIRES[name] = requires
+        if requires_package:
+            _PACKAGES[name] = requires_package
+        if requires_option:
+            _OPTIONS[name] = requires_option
         return fn
     return wrap
 
 
 def missing_requirement(name: str) -> str | None:
     """The optional package algorithm `name` needs and that is not installed, or None."""
-    module = _REQUIRES.get(name)
+    module = _PACKAGES.get(name)
     return module if module and importlib.util.find_spec(module) is None else None
 
 
@@ -83,6 +92,12 @@ def prepare(name: str) -> None:
     hook = getattr(get_sharder(name), "prepare", None)
     if hook is not None:
         hook()
+
+
+def required_option(name: str) -> str | None:
+    """The option `name` cannot run without (None for most algorithms)."""
+    _load_all()
+    return _OPTIONS.get(name)
 
 
 def _load_entry_points() -> None:

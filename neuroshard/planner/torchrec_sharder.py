@@ -231,7 +231,7 @@ def plan_from_sharding_plan(sharding_plan, tables: Sequence[ShardTable], names: 
 # --------------------------------------------------------------------------- the sharder
 
 
-@register("torchrec", requires="torchrec")
+@register("torchrec", requires_package="torchrec")
 def torchrec_sharder(tables, ndevices: int, max_mem: float, ctx: ShardingContext | None = None) -> Plan:
     """TorchRec's EmbeddingShardingPlanner on the task, mapped to our plan (see the module docstring)."""
     cfg = TorchRecConfig.from_options(ctx.options if ctx is not None else None)

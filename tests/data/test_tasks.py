@@ -78,3 +78,23 @@ def test_uniform_ids_and_dims():
     assert np.bincount(ids).min() > 0.2 * len(ids)   # 4 ids, 25% each
     for d in (4, 8, 16):
         assert abs((dims == d).mean() - 1 / 3) < 0.05
+
+
+def test_table_pools_are_disjoint_halves_and_all_is_unchanged():
+    from neuroshard.data.tasks import table_pool
+
+    train, test = set(table_pool(8, "train", 3).tolist()), set(table_pool(8, "test", 3).tolist())
+    assert len(train) == 4 and len(test) == 4 and not train & test and train | test == set(range(8))
+    assert table_pool(8, "train", 3).tolist() == table_pool(8, "train", 3).tolist()
+    assert set(table_pool(8, "train", 4).tolist()) != train
+    spec = TaskSpec(data_size=30, T_range=(2, 4), max_mem=1.0, max_dim=16, ndevices=2, seed=0)
+    cfgs = configs(ROWS)
+    for pool, ids in (("train", train), ("test", test)):
+        drawn = {i for t in generate_tasks(cfgs, TaskSpec(**{**spec.to_json(), "T_range": (2, 4),
+                                                             "table_pool": pool, "pool_seed": 3})) for i in t.table_ids}
+        assert drawn <= ids
+    # "all" draws exactly as before pools existed: the ids come from the same rng calls
+    default = generate_tasks(cfgs, spec)
+    assert default == generate_tasks(cfgs, TaskSpec(**{**spec.to_json(), "T_range": (2, 4), "table_pool": "all"}))
+    with pytest.raises(NeuroShardError, match="--table_pool must be one of all, train, test"):
+        generate_tasks(cfgs, TaskSpec(**{**spec.to_json(), "T_range": (2, 4), "table_pool": "half"}))

@@ -23,7 +23,8 @@ def test_tiny_pipeline_writes_every_artifact_and_skips_on_rerun(tmp_path):
     # every step printed its command before running it
     for script in ("tools/gen_dlrm_data.py", "tools/gen_tasks.py", "collect_compute_cost_data.py",
                    "collect_comm_cost_data.py", "train_compute_cost_model.py", "tools/heldout_check.py",
-                   "train_comm_cost_model.py", "eval_simulator.py", "eval.py"):
+                   "train_comm_cost_model.py", "train_dreamshard.py", "train_autoshard.py", "eval_simulator.py",
+                   "eval.py"):
         assert f"$ python {script}" in r.stdout
     ds = read_dataset(out / "dataset")
     assert len(ds.configs) == 16 and ds.batch_size == 256
@@ -36,7 +37,13 @@ def test_tiny_pipeline_writes_every_artifact_and_skips_on_rerun(tmp_path):
         m = json.loads((out / "models" / f"{name}_metrics.json").read_text())
         assert {"mse", "mape", "spearman"} <= set(m["metrics"]["test"])
         assert (out / "models" / f"{name}_test_scatter.png").stat().st_size > 1000
-    algs = ["neuroshard", "random", "dim_greedy", "lookup_greedy", "size_greedy", "size_lookup_greedy", "torchrec"]
+    # the learned baselines trained on their own tasks (seed 1), never the evaluation tasks (seed 0)
+    train_tasks = read_tasks(out / "train_tasks" / "data.txt", num_tables=16)
+    assert len(train_tasks) == 4 and not set(train_tasks) & set(read_tasks(out / "tasks" / "data.txt"))
+    for name in ("dreamshard", "autoshard"):
+        assert (out / "models" / f"{name}.pt").is_file() and (out / "models" / f"{name}_curve.png").is_file()
+    algs = ["neuroshard", "random", "dim_greedy", "lookup_greedy", "size_greedy", "size_lookup_greedy",
+            "torchrec", "dreamshard", "autoshard"]
     for where in ("sim", "hw"):
         summary = json.loads((out / where / "summary.json").read_text())
         assert [row["alg"] for row in summary["algorithms"]] == algs
@@ -51,6 +58,7 @@ def test_tiny_pipeline_writes_every_artifact_and_skips_on_rerun(tmp_path):
     report = (out / "report.md").read_text()
     assert "| neuroshard |" in report and "## Cost models" in report and "## Simulator vs hardware" in report
     assert "Held-out-table check" in report and "[95% CI]" in report
+    assert "| dreamshard |" in report and "## Learned baselines" in report
     for png in ("cost_per_algorithm.png", "search_time.png"):
         assert (out / "plots" / png).stat().st_size > 1000
     config = json.loads((out / "config.json").read_text())
@@ -58,7 +66,7 @@ def test_tiny_pipeline_writes_every_artifact_and_skips_on_rerun(tmp_path):
 
     again = _driver(out)
     assert again.returncode == 0, again.stderr[-2000:]
-    assert again.stdout.count("up to date, skipped") == 11
+    assert again.stdout.count("up to date, skipped") == 14
 
 
 def test_changed_step_reruns_itself_and_everything_after(tmp_path, capsys):
