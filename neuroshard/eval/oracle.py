@@ -87,4 +87,4 @@ class HardwareOracle:
             raise NeuroShardError(f"the hardware job measured {len(raw)} of {len(items)} plans")
         self.plans += len(items)
         self.seconds += time.perf_counter() - t0
-        return [measured_breakdown(m) for m in raw]
+        return [measured_breakdown([m]) for m in raw]

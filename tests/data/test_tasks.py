@@ -96,5 +96,5 @@ def test_table_pools_are_disjoint_halves_and_all_is_unchanged():
     # "all" draws exactly as before pools existed: the ids come from the same rng calls
     default = generate_tasks(cfgs, spec)
     assert default == generate_tasks(cfgs, TaskSpec(**{**spec.to_json(), "T_range": (2, 4), "table_pool": "all"}))
-    with pytest.raises(NeuroShardError, match="--table_pool must be one of all, train, test"):
+    with pytest.raises(NeuroShardError, match="--table_pool: must be one of all, train, test"):
         generate_tasks(cfgs, TaskSpec(**{**spec.to_json(), "T_range": (2, 4), "table_pool": "half"}))
