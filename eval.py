@@ -32,6 +32,7 @@ import sys
 from neuroshard.cli import run_main
 from neuroshard.eval.plans import add_input_args
 from neuroshard.planner.search import SearchConfig
+from neuroshard.planner.search_plus import PlusConfig
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -63,6 +64,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help=f"collective timeout in s; a hung rank ends the job after about this "
                         f"(default: {DEFAULT_TIMEOUT_S:g})")
     SearchConfig.add_args(p)
+    PlusConfig.add_args(p)
     p.add_argument("--quiet", action="store_true", help="no per-task lines")
     p.add_argument("--no_progress", action="store_true", help="no progress bar while planning")
     return p.parse_args(argv)
@@ -84,7 +86,8 @@ def main(argv=None) -> int:
                             iters=args.iters, fw_sleep=args.fw_sleep, end_to_end=args.end_to_end,
                             timeout=args.timeout, seed=args.seed)
     cfg.validate()
-    options = SearchConfig.options_from_args(args)  # one-line error on a bad value, before any work
+    # one-line error on a bad value, before any work
+    options = {**SearchConfig.options_from_args(args), **PlusConfig.options_from_args(args)}
     # The ranks exchange [B/ndevices, sum(dims)] slices: check B before planning.
     batch = read_dataset(args.data_dir, validate=False).batch_size
     if batch % ndevices:

@@ -22,6 +22,7 @@ import sys
 from neuroshard.cli import run_main
 from neuroshard.eval.plans import add_input_args
 from neuroshard.planner.search import SearchConfig
+from neuroshard.planner.search_plus import PlusConfig
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -30,6 +31,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--ndevices", type=int, default=4, help="number of devices (GPUs) (default: 4)")
     p.add_argument("--out_dir", default=None, help="write plans, results and the summary here (default: print only)")
     SearchConfig.add_args(p)
+    PlusConfig.add_args(p)
     p.add_argument("--quiet", action="store_true", help="no per-task lines")
     p.add_argument("--no_progress", action="store_true", help="no progress bar")
     return p.parse_args(argv)
@@ -43,7 +45,8 @@ def main(argv=None) -> int:
 
     if not args.max_mem > 0:
         raise NeuroShardError(f"--max_mem must be > 0 GB, got {args.max_mem}")
-    options = SearchConfig.options_from_args(args)  # one-line error on a bad value, before any work
+    # one-line error on a bad value, before any work
+    options = {**SearchConfig.options_from_args(args), **PlusConfig.options_from_args(args)}
     algs = ev.resolve_algs(args.alg)
     fw_path = args.fw_comm_model or ev.default_comm_model_path(args.ndevices, "fw")
     bw_path = args.bw_comm_model or ev.default_comm_model_path(args.ndevices, "bw")

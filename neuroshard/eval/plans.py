@@ -47,7 +47,7 @@ def add_input_args(parser, data_help: str = "dataset dir with table_configs.json
                             help=f"{name} comm cost model checkpoint (default: models/comm_<ndevices>_{kind}.pt)")
     parser.add_argument("--alg", default="neuroshard",
                         help="sharding algorithm: neuroshard, random, dim_greedy, lookup_greedy, size_greedy, "
-                             "size_lookup_greedy (any registered name), a comma list, or 'all' "
+                             "size_lookup_greedy, neuroshard_plus (any registered name), a comma list, or 'all' "
                              "(default: neuroshard)")
     parser.add_argument("--max_mem", type=float, default=4.0, help="memory per device in GB (default: 4)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the randomised algorithms (default: 0)")

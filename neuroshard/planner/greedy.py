@@ -70,9 +70,9 @@ def run_greedy(gid_order: np.ndarray, limits: np.ndarray, ndevices: int, cap: in
     return _Greedy(gid_order, limits, ndevices, cap, size, dim, proj, acc0, cost_from_acc).run()
 
 
-def _first(cost: np.ndarray, rows: np.ndarray, mroom_of) -> np.ndarray:
-    """Column of the first entry of each row of `cost` [B, n] in the order (cost, most memory left,
-    column). `rows` is arange(B); `mroom_of(rows)`: memory left of those rows, fetched only on ties."""
+def _first(cost: np.ndarray, rows: np.ndarray, mroom_of) -> tuple[np.ndarray, np.ndarray]:
+    """(column, value) of the first entry of each row of `cost` [B, n] in the order (cost, most memory
+    left, column). `rows` is arange(B); `mroom_of(rows)`: memory left of those rows, fetched only on ties."""
     col = cost.argmin(axis=1)
     best = cost[rows, col]
     if cost.shape[1] > 1 and np.count_nonzero(cost == best[:, None]) > len(col):
@@ -83,7 +83,7 @@ def _first(cost: np.ndarray, rows: np.ndarray, mroom_of) -> np.ndarray:
         tie = ((key[rows, key.argmin(axis=1)] == best) & (best < np.inf)).nonzero()[0]
         if len(tie):
             col[tie] = np.where(cost[tie] == best[tie, None], mroom_of(tie), -1).argmax(axis=1)
-    return col
+    return col, best
 
 
 class _Greedy:
@@ -123,6 +123,7 @@ class _Greedy:
         self.hist = np.zeros((P, C), dtype=np.int32)  # device chosen at each step, per row
         self.cost_flat, self.mroom_flat, self.dsum_flat = self.cost.ravel(), self.mroom.ravel(), self.dsum.ravel()
         self.key_flat = self.key.ravel()
+        self.base = self.ar * n  # flat index of device 0 of each row
         self.key_row = self.ar * V  # first key row of each row
         self.key_at = (self.key_row[:, None] + np.arange(V)) * n  # flat index of device 0 in each key row
         self.rows = S
@@ -143,24 +144,26 @@ class _Greedy:
         fits = mroom >= size[:, None]
         fits &= dsum <= (lim - dm)[:, None]
         key = np.where(fits, self.cost[rows], np.inf)
-        r = self.ar[:len(rows)]
-        dev = _first(key, r, lambda t: mroom[t])
-        return dev, key[r, dev] == np.inf
+        dev, best = _first(key, self.ar[:len(rows)], lambda t: mroom[t])
+        return dev, best == np.inf
 
-    def _pick(self, vi: np.ndarray, size, dm) -> tuple[np.ndarray, np.ndarray]:
-        """(device, nothing fits) for every row: the first device by the key of the table's dim
-        (under the row's largest dim limit) if it has memory room, else from a full scan of the row."""
+    def _pick(self, vi: np.ndarray, size, dm) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+        """(device, nothing fits or None, flat index of the device) for every row: the first device by
+        the key of the table's dim (under the row's largest dim limit) if it has memory room, else
+        from a full scan of the row."""
         B = self.rows
-        r = self.ar[:B]
         key = self.key.take(self.key_row[:B] + vi, axis=0)
-        dev = _first(key, r, lambda t: self.mroom[t])
-        bad = self.mroom_flat.take(r * self.n + dev) < size  # no memory room there
-        bad |= key[r, dev] == np.inf  # no dim room anywhere
-        none = np.zeros(B, dtype=bool)
+        dev, best = _first(key, self.ar[:B], lambda t: self.mroom[t])
+        fi = self.base[:B] + dev
+        bad = self.mroom_flat.take(fi) < size  # no memory room there
+        bad |= best == np.inf  # no dim room anywhere
+        none = None
         if bad.any():
             bad = bad.nonzero()[0]
+            none = np.zeros(B, dtype=bool)
             dev[bad], none[bad] = self._scan(bad, size[bad], dm[bad], self.lim_hi[bad])
-        return dev, none
+            fi[bad] = self.base[bad] + dev[bad]
+        return dev, none, fi
 
     # ------------------------------------------------------------------ groups of scales
 
@@ -220,10 +223,10 @@ class _Greedy:
         st = self.state[:B]
         g, size, vi = self.gid[j].take(st), self.size_of[j].take(st), self.vi_of[j].take(st)
         dm = self.dims_u.take(vi)
-        dev, none = self._pick(vi, size, dm)
-        if none.any():
+        dev, none, fi = self._pick(vi, size, dm)
+        if none is not None and none.any():
             self._park(none.nonzero()[0])
-        need = self.dsum_flat.take(self.ar[:B] * self.n + dev) + dm
+        need = self.dsum_flat.take(fi) + dm
         split = (need > self.lim_lo[:B]).nonzero()[0]
         while len(split):  # some scales of these rows cannot follow: they go on as rows of their own
             new = self._split(j, split, need[split])
@@ -233,13 +236,12 @@ class _Greedy:
             dev_new, none_new = self._scan(new, size_new, dm_new, self.lim_hi[new])
             if none_new.any():
                 self._park(new[none_new])
-            need_new = self.dsum_flat.take(new * self.n + dev_new) + dm_new
+            fi_new = self.base[new] + dev_new
+            need_new = self.dsum_flat.take(fi_new) + dm_new
             g, size, dm = np.concatenate([g, g_new]), np.concatenate([size, size_new]), np.concatenate([dm, dm_new])
-            dev, need = np.concatenate([dev, dev_new]), np.concatenate([need, need_new])
+            dev, need, fi = np.concatenate([dev, dev_new]), np.concatenate([need, need_new]), np.concatenate([fi, fi_new])
             split = new[need_new > self.lim_lo[new]]
         B = self.rows
-        r = self.ar[:B]
-        fi = r * self.n + dev
         a = self.acc.take(fi, axis=0)
         a += self.proj.take(g, axis=0)
         self.acc[fi] = a

@@ -13,6 +13,10 @@ An entry point naming a function registers it under the entry point's name;
 one naming a module just imports it (its `@register` decorators run). Either
 way the algorithm then appears in `--alg all`, the comparison tables and the
 report, with no edit to this package.
+
+A sharder that needs a trained policy of its own (beyond the cost models)
+registers with `learned=True`; `neuroshard_plus` runs every other
+registered sharder as a baseline to start from and to beat.
 """
 
 from __future__ import annotations
@@ -28,11 +32,13 @@ Sharder = Callable[[Sequence[ShardTable], int, float, "ShardingContext"], Plan]
 
 ENTRY_POINT_GROUP = "neuroshard.sharders"
 # The order in which `--alg all` runs and reports algorithms (DESIGN §2); others follow, sorted.
-_ORDER = ["neuroshard", "random", "dim_greedy", "lookup_greedy", "size_greedy", "size_lookup_greedy"]
+_ORDER = ["neuroshard", "random", "dim_greedy", "lookup_greedy", "size_greedy", "size_lookup_greedy",
+          "neuroshard_plus"]
 # Modules that register algorithms when imported.
-_MODULES = ["neuroshard.planner.baselines", "neuroshard.planner.search"]
+_MODULES = ["neuroshard.planner.baselines", "neuroshard.planner.search", "neuroshard.planner.search_plus"]
 
 _REGISTRY: dict[str, Sharder] = {}
+_LEARNED: set[str] = set()  # sharders that need a trained policy (registered with learned=True)
 _loaded = False
 
 
@@ -49,12 +55,17 @@ class ShardingContext:
     options: dict = field(default_factory=dict)
 
 
-def register(name: str) -> Callable[[Sharder], Sharder]:
-    """Decorator: make `fn(tables, ndevices, max_mem_gb, ctx) -> Plan` available as `--alg name`."""
+def register(name: str, learned: bool = False) -> Callable[[Sharder], Sharder]:
+    """Decorator: make `fn(tables, ndevices, max_mem_gb, ctx) -> Plan` available as `--alg name`.
+
+    `learned=True`: the sharder needs a trained policy of its own (so it is no plain baseline).
+    """
     def wrap(fn: Sharder) -> Sharder:
         if name in _REGISTRY and _REGISTRY[name] is not fn:
             raise ValueError(f"sharding algorithm {name!r} registered twice")
         _REGISTRY[name] = fn
+        if learned:
+            _LEARNED.add(name)
         return fn
     return wrap
 
@@ -85,6 +96,12 @@ def algorithm_names() -> list[str]:
     _load_all()
     known = [n for n in _ORDER if n in _REGISTRY]
     return known + sorted(n for n in _REGISTRY if n not in _ORDER)
+
+
+def needs_training(name: str) -> bool:
+    """True for a sharder registered with `learned=True` (it needs a trained policy of its own)."""
+    _load_all()
+    return name in _LEARNED
 
 
 def get_sharder(name: str) -> Sharder:
