@@ -38,6 +38,9 @@ from neuroshard.planner.scorer import ACC_DTYPE
 
 # "No limit" for memory or dim budgets; small enough that adding sizes never wraps around.
 NO_LIMIT = np.iinfo(np.int64).max // 4
+# From this many devices on, rows keep per-dim device keys; below it a plain scan of every device
+# is cheaper than keeping them (same result either way).
+KEYS_FROM = 16
 
 
 @dataclass
@@ -117,7 +120,7 @@ class _Greedy:
         self.cost = np.zeros((C, n), dtype=ACC_DTYPE)  # compute ms, 0 while empty
         self.mroom = np.full((C, n), cap, dtype=np.int64)  # memory left (fp32 elements)
         self.dsum = np.zeros((C, n), dtype=np.int64)  # dim sums
-        self.key = np.empty((C * V, n), dtype=ACC_DTYPE)  # row b, dim v at b * V + v
+        self.key = np.empty((C * V if n >= KEYS_FROM else 0, n), dtype=ACC_DTYPE)  # row b, dim v at b * V + v
         self.acc = np.empty((C * n, len(acc0)), dtype=ACC_DTYPE)  # row b, device d at b * n + d
         self.acc[:S * n] = acc0
         self.hist = np.zeros((P, C), dtype=np.int32)  # device chosen at each step, per row
@@ -128,10 +131,13 @@ class _Greedy:
         self.key_at = (self.key_row[:, None] + np.arange(V)) * n  # flat index of device 0 in each key row
         self.rows = S
         self.n_failed = 0
+        self.keys = n >= KEYS_FROM
         self._refresh(np.arange(S))
 
     def _refresh(self, rows: np.ndarray) -> None:
         """Keys of `rows` from scratch: new rows, or a new dim limit."""
+        if not self.keys:
+            return
         room = (self.lim_hi[rows][:, None] - self.dims_u)[:, :, None]  # [K, V, 1]
         key = np.where(self.dsum[rows][:, None, :] <= room, self.cost[rows][:, None, :], np.inf)
         self.key[(self.key_row[rows][:, None] + np.arange(self.V)).ravel()] = key.reshape(-1, self.n)
@@ -139,12 +145,12 @@ class _Greedy:
     # ------------------------------------------------------------------ picking a device
 
     def _scan(self, rows, size, dm, lim) -> tuple[np.ndarray, np.ndarray]:
-        """(device, nothing fits) for `rows` (indices): every device looked at."""
+        """(device, nothing fits) for `rows` (indices or a slice): every device looked at."""
         mroom, dsum = self.mroom[rows], self.dsum[rows]
         fits = mroom >= size[:, None]
         fits &= dsum <= (lim - dm)[:, None]
         key = np.where(fits, self.cost[rows], np.inf)
-        dev, best = _first(key, self.ar[:len(rows)], lambda t: mroom[t])
+        dev, best = _first(key, self.ar[:len(size)], lambda t: mroom[t])
         return dev, best == np.inf
 
     def _pick(self, vi: np.ndarray, size, dm) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
@@ -152,6 +158,9 @@ class _Greedy:
         the key of the table's dim (under the row's largest dim limit) if it has memory room, else
         from a full scan of the row."""
         B = self.rows
+        if not self.keys:
+            dev, none = self._scan(slice(0, B), size, dm, self.lim_hi[:B])
+            return dev, none, self.base[:B] + dev
         key = self.key.take(self.key_row[:B] + vi, axis=0)
         dev, best = _first(key, self.ar[:B], lambda t: self.mroom[t])
         fi = self.base[:B] + dev
@@ -203,7 +212,7 @@ class _Greedy:
         for arr in (self.state, self.lo, self.hi, self.lim_lo, self.lim_hi, self.failed, self.cost, self.mroom,
                     self.dsum):
             arr[:k] = arr[keep]
-        for arr, width in ((self.key, self.V), (self.acc, self.n)):
+        for arr, width in ((self.key, self.V), (self.acc, self.n)) if self.keys else ((self.acc, self.n),):
             per_row = arr.reshape(-1, width, arr.shape[1])
             per_row[:k] = per_row[keep]
         self.hist[:, :k] = self.hist[:, keep]
@@ -249,9 +258,9 @@ class _Greedy:
         self.cost_flat[fi] = cost
         self.mroom_flat[fi] -= size
         self.dsum_flat[fi] = need
-        # the placed device's key for each table dim
-        room = (self.lim_hi[:B] - need)[:, None] >= self.dims_u
-        self.key_flat[self.key_at[:B] + dev[:, None]] = np.where(room, cost[:, None], np.inf)
+        if self.keys:  # the placed device's key for each table dim
+            room = (self.lim_hi[:B] - need)[:, None] >= self.dims_u
+            self.key_flat[self.key_at[:B] + dev[:, None]] = np.where(room, cost[:, None], np.inf)
         self.hist[j, :B] = dev
         if self.n_failed and 3 * self.n_failed >= B:  # drop failed rows once they are a third
             self._compact()
