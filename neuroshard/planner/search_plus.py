@@ -11,18 +11,22 @@ Beyond the paper, with the same pre-trained cost models and simulator:
    neighbourhood, scored in one batch: every move of one piece (a table or
    a split half) to another device; every swap of a piece on the bottleneck
    device (the one with the largest total) with a piece elsewhere; every
-   trade of the bottleneck's whole shard with another device's (the comm
-   models are not symmetric in the devices); and, with `plus_splits`, every
-   column split of a piece on the bottleneck with the new half on another
-   device, so splits are chosen by their effect on the bottleneck. When no
+   trade of two devices' whole shards (the comm models are not symmetric
+   in the devices); and, with `plus_splits`, every
+   column split of a piece with the new half on any device (its own too:
+   two half-width tables can cost less than one), so splits are chosen by
+   their effect on the plan cost. (On big tasks, moves and splits only of
+   pieces on the bottleneck.) When no
    simple candidate lowers the cost, the compound neighbourhood: two pieces
    off the bottleneck to one device, for nothing or for one of its pieces,
-   and one piece for two. The best candidate is taken while it lowers the
-   cost, up to `plus_max_moves` moves.
-3. Tabu search from the best local optimum: `plus_tabu` times the best
-   simple candidate is taken even if it raises the cost, but a piece just
-   moved (or a device pair just traded) may not move back for a few steps;
-   each new best is descended from again.
+   and one piece for two; then (up to 6 devices) every order of the shards
+   on the devices. The best candidate is taken while it lowers the cost, up
+   to `plus_max_moves` moves; new splits only once the descent without them
+   is done (a split cannot be undone).
+3. Tabu search from each local optimum: `plus_tabu` times the best simple
+   candidate is taken even if it raises the cost, but a piece just moved
+   (or a device pair just traded) may not move back for a few steps; each
+   new best is descended from again.
 4. The result is the plan with the lowest simulated cost (`simulate`) of
    all starts and all search results, so it is never above any baseline it
    ran, nor above NeuroShard's own plan.
@@ -37,6 +41,7 @@ get their comm costs from one call of the comm models
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from dataclasses import dataclass
@@ -54,10 +59,14 @@ from neuroshard.types import ConfigError, NeuroShardError, OutOfMemoryError, Pla
 
 NAME = "neuroshard_plus"
 # A move must lower the plan cost by more than this fraction (float noise is not progress).
-_MIN_GAIN = 1e-6
+_MIN_GAIN = 1e-4
 # Above this many single-table moves per round, only moves off the bottleneck device are tried
 # (and no compound exchanges).
 _MAX_MOVES_PER_ROUND = 20000
+# Above this many device pairs, only the bottleneck trades its whole shard (with each other device).
+_MAX_TRADES = 256
+# Up to this many devices, a descent that is stuck tries every order of the shards on the devices.
+_MAX_RELABEL_DEVICES = 6
 # Candidates scored by the comm models per round: the best by a compute-only estimate.
 _KEEP = 256
 # Tabu search: a moved piece (or traded device pair) may not move again for this many steps.
@@ -70,8 +79,8 @@ class PlusConfig(FlagOptions):
     HELP: ClassVar[dict] = {
         "plus_starts": "neuroshard_plus: local search from this many of the best distinct starting plans",
         "plus_max_moves": "neuroshard_plus: most moves per local search (0: no local search)",
-        "plus_tabu": "neuroshard_plus: tabu-search steps after each descent (moves that may make the plan "
-                     "worse, to leave a local optimum)",
+        "plus_tabu": "neuroshard_plus: tabu-search steps after the descent from each start (moves that may "
+                     "make the plan worse, to leave a local optimum)",
         "plus_splits": "neuroshard_plus: the local search may split a table on the bottleneck device "
                        "(0 to turn off)",
         "plus_baselines": "neuroshard_plus: sharders to start from and never to be above: 'auto' (every "
@@ -81,7 +90,7 @@ class PlusConfig(FlagOptions):
 
     plus_starts: int = 3
     plus_max_moves: int = 200
-    plus_tabu: int = 10
+    plus_tabu: int = 4
     plus_splits: bool = True
     plus_baselines: str = "auto"
 
@@ -227,8 +236,8 @@ def _product(outs: np.ndarray, backs: np.ndarray) -> tuple[np.ndarray, np.ndarra
 
 def _candidates(state: _State, bottleneck: int, splits: bool, compound: bool) -> _Candidates | None:
     """Every move of one piece to another device (off the bottleneck only, on big tasks), every swap
-    of a piece on the bottleneck with one elsewhere, every trade of the bottleneck's whole shard with
-    another device's, and splits of pieces on the bottleneck with the new half elsewhere. With
+    of a piece on the bottleneck with one elsewhere, every trade of two devices' whole shards (on
+    many devices: the bottleneck's with another's), and splits of pieces on the bottleneck with the new half on any device. With
     `compound`, instead: two pieces off the bottleneck to one device, two for one and one for two
     (skipped on big tasks)."""
     prob = state.prob
@@ -257,14 +266,15 @@ def _candidates(state: _State, bottleneck: int, splits: bool, compound: bool) ->
         out, back = _product(_one(on_b), _one(others))
         keep = gids[out[:, 0]] != gids[back[:, 0]]
         add(bottleneck, dev[back[keep, 0]], out[keep], back[keep])
-        # the bottleneck's whole shard and another device's trade places
-        d = np.delete(np.arange(n), bottleneck)
-        add(bottleneck, d, np.full((n - 1, 2), -1), np.full((n - 1, 2), -1), kind=2)
-        if splits:  # a piece on the bottleneck halved, the new half to another device
-            can = on_b[prob.can_split[gids[on_b]]]
-            i = np.repeat(can, n - 1)
-            add(bottleneck, (bottleneck + np.tile(np.arange(1, n), len(can))) % n, _one(i),
-                np.full((len(i), 2), -1), kind=1)
+        # two devices trade their whole shards (any two, or on many devices the bottleneck and another)
+        a, b = np.triu_indices(n, k=1)
+        if len(a) > _MAX_TRADES:
+            a, b = np.full(n - 1, bottleneck), np.delete(np.arange(n), bottleneck)
+        add(a, b, np.full((len(a), 2), -1), np.full((len(a), 2), -1), kind=2)
+        if splits:  # a piece (as for moves) halved, the new half on any device (its own too)
+            can = movers[prob.can_split[gids[movers]]]
+            i = np.repeat(can, n)
+            add(dev[i], np.tile(np.arange(n), len(can)), _one(i), np.full((len(i), 2), -1), kind=1)
     else:
         # two pieces off the bottleneck to one device (for none or one of its pieces), one for two
         pairs_b = _pairs(on_b)
@@ -290,15 +300,28 @@ def _candidates(state: _State, bottleneck: int, splits: bool, compound: bool) ->
     dst_lose[split] = -1
     dst_gain[split, 0] = half[split]
 
-    def delta(table, gain, lose):
-        return table[gain[:, 0]] + table[gain[:, 1]] - table[lose[:, 0]] - table[lose[:, 1]]
+    # the slots that hold a piece in some candidate (gathers of all-empty slots are skipped)
+    slots = [(sign, side, k) for sign, side in ((1, src_gain), (-1, src_lose), (1, dst_gain), (-1, dst_lose))
+             for k in range(2) if (side[:, k] >= 0).any()]
 
     def both(table):
-        return np.stack([delta(table, src_gain, src_lose), delta(table, dst_gain, dst_lose)], axis=1)
+        out = np.zeros((K, 2) + table.shape[1:], dtype=table.dtype)
+        for sign, side, k in slots:
+            col = 0 if side is src_gain or side is src_lose else 1
+            if sign > 0:
+                out[:, col] += table[side[:, k]]
+            else:
+                out[:, col] -= table[side[:, k]]
+        return out
 
+    K = len(src)
     d_acc, d_mem, d_dim = both(ext.proj), both(ext.size), both(ext.dim)
     d_count = np.stack([(src_gain >= 0).sum(1) - (src_lose >= 0).sum(1),
                         (dst_gain >= 0).sum(1) - (dst_lose >= 0).sum(1)], axis=1)
+    here = np.flatnonzero(split & (src == dst))
+    for arr in (d_acc, d_mem, d_dim, d_count):  # both halves stay: the device gets both increments
+        arr[here, 0] += arr[here, 1]
+        arr[here, 1] = arr[here, 0]
     whole = np.flatnonzero(kind == 2)
     if len(whole):  # src takes dst's sums and dst takes src's
         s, d = src[whole], dst[whole]
@@ -371,9 +394,11 @@ def _better(cost: float, cur_cost: float) -> bool:
     return cost < cur_cost * (1 - _MIN_GAIN)
 
 
-def _descend(state: _State, max_moves: int, splits: bool) -> tuple[_State, int]:
+def _descend(state: _State, max_moves: int, splits: bool, settled: bool = False) -> tuple[_State, int]:
     """Variable-neighbourhood descent: the best simple candidate while one lowers the cost; when
-    none does, the best compound one; at most `max_moves` moves. Returns the state and the moves."""
+    none does, the best compound one; at most `max_moves` moves. `settled`: the state is a local
+    optimum of the descent without splits, so if no split improves it at once, nothing will.
+    Returns the state and the moves."""
     cost, total = state.cost()
     moves = 0
     compound = False
@@ -394,6 +419,14 @@ def _descend(state: _State, max_moves: int, splits: bool) -> tuple[_State, int]:
                     state, cost, total, improved = trial, new_cost, new_total, True
                     moves += 1
                     break
+        if not improved and settled and not moves:
+            break
+        if not improved and compound:  # last resort: the best assignment of the shards to the devices
+            relabelled = _relabel(state, cost)
+            if relabelled is not None:
+                state, improved = relabelled, True
+                cost, total = state.cost()
+                moves += 1
         if improved:
             compound = False
         elif compound:
@@ -401,6 +434,26 @@ def _descend(state: _State, max_moves: int, splits: bool) -> tuple[_State, int]:
         else:
             compound = True
     return state, moves
+
+
+def _relabel(state: _State, cost: float) -> _State | None:
+    """The state with its shards on the devices in the order that costs least, if that is lower
+    than `cost`; None otherwise, or on more than `_MAX_RELABEL_DEVICES` devices."""
+    n = state.prob.n
+    if not 2 < n <= _MAX_RELABEL_DEVICES:  # on 2 devices the trades have tried the one other order
+        return None
+    perms = np.array(list(itertools.permutations(range(n))))  # perms[k][d]: the shard device d gets
+    costs = score_placements(state.prob.scorer, state.compute[perms], state.dims[perms].astype(float))[3]
+    k = int(np.argmin(costs))
+    if not _better(costs[k], cost):
+        return None
+    new = state.copy()
+    new.shards = [list(state.shards[p]) for p in perms[k]]
+    for d, shard in enumerate(new.shards):
+        new.dev[shard] = d
+    for name in ("acc", "compute", "dims", "mem", "count"):
+        setattr(new, name, getattr(state, name)[perms[k]].copy())
+    return new if _better(new.cost()[0], cost) else None
 
 
 def _tabu(state: _State, steps: int, max_moves: int, splits: bool) -> tuple[_State, int]:
@@ -485,7 +538,7 @@ def search_plus(tables: Sequence[ShardTable], ndevices: int, max_mem: float, mod
     best_name = min(costs, key=lambda a: (costs[a], a != "neuroshard"))
     best_plan, best_cost, refined, moves = starts[best_name], costs[best_name], False, 0
     if plus.plus_max_moves:
-        # descend from the best distinct starts, then tabu search from the best local optimum
+        # descend from the best distinct starts, then tabu search from each local optimum
         names = []
         for name in sorted(costs, key=lambda a: costs[a]):
             if len(names) < plus.plus_starts and all(starts[name] != starts[x] for x in names):
@@ -493,14 +546,16 @@ def search_plus(tables: Sequence[ShardTable], ndevices: int, max_mem: float, mod
         with single_threaded_blas():
             found = []
             for name in names:
-                state, m = _descend(_State(prob, starts[name]), plus.plus_max_moves, plus.plus_splits)
+                # first without new splits (they cannot be undone), then with them
+                state, m = _descend(_State(prob, starts[name]), plus.plus_max_moves, False)
+                if plus.plus_splits:
+                    state, m2 = _descend(state, plus.plus_max_moves - m, True, settled=True)
+                    m += m2
+                if plus.plus_tabu and ndevices > 1 and state.gids:
+                    state, m2 = _tabu(state, plus.plus_tabu, plus.plus_max_moves - m, plus.plus_splits)
+                    m += m2
                 found.append((state.cost()[0], name, state, m))
                 moves += m
-            _, name, state, m = min(found, key=lambda f: f[0])
-            if plus.plus_tabu and ndevices > 1 and state.gids:
-                state, m2 = _tabu(state, plus.plus_tabu, plus.plus_max_moves - m, plus.plus_splits)
-                moves += m2
-                found.append((state.cost()[0], name, state, m + m2))
         for _, name, state, m in found:
             if m:
                 plan = state.plan()
