@@ -60,9 +60,11 @@ from neuroshard.types import ConfigError, NeuroShardError, OutOfMemoryError, Pla
 NAME = "neuroshard_plus"
 # A move must lower the plan cost by more than this fraction (float noise is not progress).
 _MIN_GAIN = 1e-4
-# Above this many single-table moves per round, only moves off the bottleneck device are tried
-# (and no compound exchanges).
+# Above this many single-piece moves per round, only pieces on the bottleneck device move or split.
 _MAX_MOVES_PER_ROUND = 20000
+# Compound exchanges are tried only while (pairs of pieces on the bottleneck) x (pieces elsewhere)
+# stays below this (they cost more than they find on devices that hold many pieces).
+_MAX_COMPOUND = 2000
 # Above this many device pairs, only the bottleneck trades its whole shard (with each other device).
 _MAX_TRADES = 256
 # Up to this many devices, a descent that is stuck tries every order of the shards on the devices.
@@ -71,6 +73,7 @@ _MAX_RELABEL_DEVICES = 6
 _KEEP = 256
 # Tabu search: a moved piece (or traded device pair) may not move again for this many steps.
 _TENURE = 3
+
 
 @dataclass(frozen=True)
 class PlusConfig(FlagOptions):
@@ -81,7 +84,7 @@ class PlusConfig(FlagOptions):
         "plus_max_moves": "neuroshard_plus: most moves per local search (0: no local search)",
         "plus_tabu": "neuroshard_plus: tabu-search steps after the descent from each start (moves that may "
                      "make the plan worse, to leave a local optimum)",
-        "plus_splits": "neuroshard_plus: the local search may split a table on the bottleneck device "
+        "plus_splits": "neuroshard_plus: the local search may split tables, the new half on any device "
                        "(0 to turn off)",
         "plus_baselines": "neuroshard_plus: sharders to start from and never to be above: 'auto' (every "
                           "registered one that needs no trained policy), 'none', or a comma list",
@@ -126,7 +129,7 @@ class PlusResult:
     refined: bool  # True if the local search improved on that start
     start_costs: dict  # simulated cost of each start (inf: no plan)
     neuroshard_cost: float
-    moves: int  # improving moves taken, all local searches together
+    moves: int  # moves taken, all local searches together (tabu steps included)
     seconds: float
 
 
@@ -278,7 +281,7 @@ def _candidates(state: _State, bottleneck: int, splits: bool, compound: bool) ->
     else:
         # two pieces off the bottleneck to one device (for none or one of its pieces), one for two
         pairs_b = _pairs(on_b)
-        if len(pairs_b) * max(len(others), 1) > _MAX_MOVES_PER_ROUND:
+        if len(pairs_b) * max(len(others), 1) > _MAX_COMPOUND:
             return None
         for d in range(n):
             if d != bottleneck:
