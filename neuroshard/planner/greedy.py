@@ -248,7 +248,8 @@ class _Greedy:
             fi_new = self.base[new] + dev_new
             need_new = self.dsum_flat.take(fi_new) + dm_new
             g, size, dm = np.concatenate([g, g_new]), np.concatenate([size, size_new]), np.concatenate([dm, dm_new])
-            dev, need, fi = np.concatenate([dev, dev_new]), np.concatenate([need, need_new]), np.concatenate([fi, fi_new])
+            dev, need = np.concatenate([dev, dev_new]), np.concatenate([need, need_new])
+            fi = np.concatenate([fi, fi_new])
             split = new[need_new > self.lim_lo[new]]
         B = self.rows
         a = self.acc.take(fi, axis=0)

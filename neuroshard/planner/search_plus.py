@@ -11,17 +11,17 @@ Beyond the paper, with the same pre-trained cost models and simulator:
    neighbourhood, scored in one batch: every move of one piece (a table or
    a split half) to another device; every swap of a piece on the bottleneck
    device (the one with the largest total) with a piece elsewhere; every
-   trade of two devices' whole shards (the comm models are not symmetric
-   in the devices); and, with `plus_splits`, every
-   column split of a piece with the new half on any device (its own too:
-   two half-width tables can cost less than one), so splits are chosen by
-   their effect on the plan cost. (On big tasks, moves and splits only of
-   pieces on the bottleneck.) When no
-   simple candidate lowers the cost, the compound neighbourhood: two pieces
-   off the bottleneck to one device, for nothing or for one of its pieces,
-   and one piece for two; then (up to 6 devices) every order of the shards
-   on the devices. The best candidate is taken while it lowers the cost, up
-   to `plus_max_moves` moves; new splits only once the descent without them
+   trade of two devices' whole shards (the comm models are not symmetric in
+   the devices); and, with `plus_splits`, every column split of a piece
+   with the new half on any device (its own too: two half-width tables can
+   cost less than one), so splits are chosen by their effect on the plan
+   cost. On big tasks only pieces on the bottleneck move or split. When no
+   simple candidate lowers the cost, the compound neighbourhood (while the
+   bottleneck holds few pieces): two pieces off the bottleneck to one
+   device, for nothing or for one of its pieces, and one piece for two;
+   then (up to 6 devices) every order of the shards on the devices. The
+   best candidate is taken while it lowers the cost, up to
+   `plus_max_moves` moves; new splits only once the descent without them
    is done (a split cannot be undone).
 3. Tabu search from each local optimum: `plus_tabu` times the best simple
    candidate is taken even if it raises the cost, but a piece just moved
@@ -238,11 +238,11 @@ def _product(outs: np.ndarray, backs: np.ndarray) -> tuple[np.ndarray, np.ndarra
 
 
 def _candidates(state: _State, bottleneck: int, splits: bool, compound: bool) -> _Candidates | None:
-    """Every move of one piece to another device (off the bottleneck only, on big tasks), every swap
-    of a piece on the bottleneck with one elsewhere, every trade of two devices' whole shards (on
-    many devices: the bottleneck's with another's), and splits of pieces on the bottleneck with the new half on any device. With
-    `compound`, instead: two pieces off the bottleneck to one device, two for one and one for two
-    (skipped on big tasks)."""
+    """Every move of one piece to another device, every swap of a piece on the bottleneck with one
+    elsewhere, every trade of two devices' whole shards, and (with `splits`) every split of a piece
+    with the new half on any device; on big tasks only pieces on the bottleneck move or split, and
+    only the bottleneck trades. With `compound`, instead: two pieces off the bottleneck to one
+    device, two for one and one for two (only while there are few such exchanges)."""
     prob = state.prob
     n = prob.n
     if n == 1:

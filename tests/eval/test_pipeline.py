@@ -36,7 +36,8 @@ def test_tiny_pipeline_writes_every_artifact_and_skips_on_rerun(tmp_path):
         m = json.loads((out / "models" / f"{name}_metrics.json").read_text())
         assert {"mse", "mape", "spearman"} <= set(m["metrics"]["test"])
         assert (out / "models" / f"{name}_test_scatter.png").stat().st_size > 1000
-    algs = ["neuroshard", "random", "dim_greedy", "lookup_greedy", "size_greedy", "size_lookup_greedy"]
+    algs = ["neuroshard", "random", "dim_greedy", "lookup_greedy", "size_greedy", "size_lookup_greedy",
+            "neuroshard_plus"]
     for where in ("sim", "hw"):
         summary = json.loads((out / where / "summary.json").read_text())
         assert [row["alg"] for row in summary["algorithms"]] == algs
