@@ -3,6 +3,9 @@
     python benchmarks/bench_search.py                      # everything, synthetic cost models
     python benchmarks/bench_search.py --parts speed,scale --tasks_per_size 5
     python benchmarks/bench_search.py --parts torchrec --torchrec_tasks 3   # TorchRec beside NeuroShard
+    python benchmarks/bench_search.py --parts scale --scale_tables 10000 --scale_devices 1024
+    python benchmarks/bench_search.py --parts exhaustive,baselines --compute_model results/quick/models/compute.pt \
+        --comm_models 2:results/quick/models/comm_2_fw.pt,results/quick/models/comm_2_bw.pt ... (also 3, 4 and 8)
     python benchmarks/bench_search.py --compute_model models/compute.pt \
         --comm_models 4:models/comm_4_fw.pt,models/comm_4_bw.pt --comm_models 8:models/comm_8_fw.pt,models/comm_8_bw.pt
 
@@ -11,21 +14,29 @@ Parts (--parts, comma list):
 * speed: median search time per task for T = 10, 20, ..., 60 tables on 4 and
   8 devices (targets: 4 devices <= 50 ms, 8 devices <= 100 ms per task),
   wall and CPU time, default settings (k=3, n=10, max_length=10, 11 scales).
-* scale: one task of 1,000 tables on 128 devices with a feasible memory cap
-  (1.3 x the mean load, at least 1.05 x the largest table); target <= 10 s;
-  peak memory (ru_maxrss) of the process.
+* scale: one task of --scale_tables tables on --scale_devices devices (comma
+  lists, taken pairwise; default 1,000 x 128) with a feasible memory cap
+  (1.3 x the mean load, at least 1.05 x the largest table): wall and CPU
+  time and peak memory (ru_maxrss of the process and its children, so far:
+  run one size per call for a clean figure). Targets: 1,000 x 128 <= 1 s;
+  10,000 x 1,024 <= 120 s and <= 4 GB.
 * exhaustive: small tasks (4-8 tables, 2-3 devices): the greedy grid search
-  (no splits) against the best of all n^T placements under the same cost
-  models, and NeuroShard against the best of all placements of every
-  "each table split at most once" state (T <= 5); the gap distribution.
+  (no splits) and NeuroShard+ without splits (its inner search with
+  max_length 0, its local search with plus_splits 0) against the best of all
+  n^T placements under the same cost models; NeuroShard and NeuroShard+
+  against the best of all placements of every "each table split at most
+  once" state (T <= 5 on 2 devices, T <= 4 on 3); the gap distributions.
 * baselines: a task set (T in 10..60, 4 and 8 devices): mean simulated cost
-  of NeuroShard, of its own no-split start, and of every registered baseline
-  on the tasks valid for all; NeuroShard's relative improvement.
+  of NeuroShard, NeuroShard+, NeuroShard's own no-split start and every
+  registered baseline on the tasks valid for all; NeuroShard's relative
+  improvement; NeuroShard+ against NeuroShard and against the best baseline
+  of each task; mean search times.
 * torchrec: TorchRec's planner (`--alg torchrec`) beside NeuroShard on the same
   tasks and cost models: planning time (the library call's `search_ms`) and
   simulated plan cost, per T = 10, ..., 60 on 4 and 8 devices
-  (--torchrec_tasks per T), and on the scale task (1,000 tables, 128 devices);
-  prints the planning-time ratio TorchRec / NeuroShard. Skipped without torchrec.
+  (--torchrec_tasks per T), and on the first scale task (default 1,000
+  tables, 128 devices); prints the planning-time ratio TorchRec / NeuroShard.
+  Skipped without torchrec.
 
 Cost models: trained checkpoints when given (--compute_model, and
 --comm_models per device count); otherwise synthetic ones, built here with
@@ -56,7 +67,8 @@ from neuroshard.formats import write_json_atomic
 from neuroshard.planner.models import NUM_FEATURES, CostModels, load_comm_model, load_compute_model
 from neuroshard.planner.nets import CommCostModel, ComputeCostModel, feature_stats, linear_comm_model, table_features
 from neuroshard.planner.scorer import get_scorer, single_threaded_blas
-from neuroshard.planner.search import grid_search, search
+from neuroshard.planner.search import SearchConfig, grid_search, search
+from neuroshard.planner.search_plus import PlusConfig, search_plus
 from neuroshard.planner.simulator import mem_cap_elements, score_placements, simulate
 from neuroshard.types import (NeuroShardError, OutOfMemoryError, PlanRecord, ShardTable, TableConfig,
                               apply_column_steps, can_split)
@@ -204,25 +216,62 @@ def part_speed(args, out: dict) -> None:
     out["speed"] = res
 
 
+# (tables, devices) -> (seconds, GB) targets of the scale part
+SCALE_TARGETS = {(1000, 128): (1.0, None), (10000, 1024): (120.0, 4.0)}
+
+
+def peak_rss_gb() -> float:
+    """Peak resident memory so far of this process and of its waited-for children, GB."""
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return max(own, children) / 2**20  # ru_maxrss is in KiB on Linux
+
+
 def part_scale(args, out: dict) -> None:
-    n, T = 128, args.scale_tables
-    print(f"== scale: {T} tables on {n} devices ==")
-    models = load_models(args, n, args.seed)
-    rng = np.random.default_rng(args.seed + 1000)
-    tables = random_task(rng, T)
-    total = sum(t.size_gb for t in tables)
-    cap = max(1.3 * total / n, 1.05 * max(t.size_gb for t in tables))
-    t0, c0 = time.perf_counter(), time.process_time()
-    res = search(tables, n, cap, models)
-    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"  max_mem {cap:.3f} GB (total {total:.1f} GB): {wall:.2f} s wall, {cpu:.2f} s CPU, "
-          f"{res.states_scored} states, {res.rounds} rounds, {len(res.plan.column_steps)} splits, "
-          f"cost {res.cost!r} ms (no-split start {res.start_cost!r} ms); target <= 10 s: "
-          f"{'met' if wall <= 10 else 'NOT met'}; peak RSS {peak_mb:.0f} MB")
-    out["scale"] = {"tables": T, "devices": n, "max_mem_gb": cap, "wall_s": wall, "cpu_s": cpu,
-                    "states": res.states_scored, "cost": res.cost, "start_cost": res.start_cost,
-                    "peak_rss_mb": peak_mb}
+    sizes = scale_sizes(args.scale_tables, args.scale_devices)
+    out["scale"] = []
+    for T, n in sizes:
+        print(f"== scale: {T} tables on {n} devices ==")
+        models = load_models(args, n, args.seed)
+        rng = np.random.default_rng(args.seed + 1000)
+        tables = random_task(rng, T)
+        total = sum(t.size_gb for t in tables)
+        cap = max(1.3 * total / n, 1.05 * max(t.size_gb for t in tables))
+        t0, c0 = time.perf_counter(), time.process_time()
+        res = search(tables, n, cap, models)
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        peak = peak_rss_gb()
+        secs, gb = SCALE_TARGETS.get((T, n), (None, None))
+        target = ""
+        if secs is not None:
+            ok = wall <= secs and (gb is None or peak <= gb)
+            target = (f"; target <= {secs:g} s{f' and <= {gb:g} GB' if gb else ''}: "
+                      f"{'met' if ok else 'NOT met'}")
+        print(f"  max_mem {cap:.3f} GB (total {total:.1f} GB): {wall:.2f} s wall, {cpu:.2f} s CPU, "
+              f"{res.states_scored} states, {res.rounds} rounds, {len(res.plan.column_steps)} splits, "
+              f"cost {res.cost!r} ms (no-split start {res.start_cost!r} ms); peak RSS {peak:.2f} GB{target}",
+              flush=True)
+        out["scale"].append({"tables": T, "devices": n, "max_mem_gb": cap, "wall_s": wall, "cpu_s": cpu,
+                             "states": res.states_scored, "cost": res.cost, "start_cost": res.start_cost,
+                             "peak_rss_gb": peak})
+
+
+def scale_sizes(tables_text: str, devices_text: str) -> list[tuple[int, int]]:
+    """--scale_tables and --scale_devices as (tables, devices) pairs (a single value pairs with all)."""
+    try:
+        tables = [int(x) for x in tables_text.split(",")]
+        devices = [int(x) for x in devices_text.split(",")]
+    except ValueError:
+        raise NeuroShardError(f"--scale_tables/--scale_devices: expected comma lists of integers, got "
+                              f"{tables_text!r} and {devices_text!r}") from None
+    if len(tables) == 1:
+        tables = tables * len(devices)
+    if len(devices) == 1:
+        devices = devices * len(tables)
+    if len(tables) != len(devices) or min(tables + devices) < 1:
+        raise NeuroShardError(f"--scale_tables/--scale_devices: need lists of equal length (or one value) of "
+                              f"positive integers, got {tables_text!r} and {devices_text!r}")
+    return list(zip(tables, devices))
 
 
 def exhaustive_best(tables, steps, n: int, max_mem: float, models, chunk: int = 20000) -> float:
@@ -269,12 +318,13 @@ def _dist(gaps) -> str:
 
 
 def part_exhaustive(args, out: dict) -> None:
-    print("== quality: greedy grid search and NeuroShard vs exhaustive search (same cost models) ==")
+    print("== quality: NeuroShard and NeuroShard+ vs exhaustive search (same cost models) ==")
+    no_split_search, no_split_plus = SearchConfig(max_length=0), PlusConfig(plus_splits=False)
     res = {}
     for n in (2, 3):
         models = load_models(args, n, args.seed)
         rng = np.random.default_rng(args.seed + 10 * n)
-        gaps, split_gaps, ns_vs_grid = [], [], []
+        gaps, plus_gaps, split_gaps, plus_split_gaps, ns_vs_grid = [], [], [], [], []
         for k in range(args.exhaustive_tasks):
             T = int(rng.integers(4, 9 if n == 2 else 8))
             tables = random_task(rng, T)
@@ -286,29 +336,38 @@ def part_exhaustive(args, out: dict) -> None:
             with single_threaded_blas():
                 opt = exhaustive_best(tables, (), n, mem, models)
             gaps.append((grid_cost - opt) / abs(opt))
+            plus = search_plus(tables, n, mem, models, no_split_search, no_split_plus, seed=args.seed).cost
+            plus_gaps.append((plus - opt) / abs(opt))
             if T <= (5 if n == 2 else 4):
                 ns = search(tables, n, mem, models).cost
                 with single_threaded_blas():
                     opt_split = min(exhaustive_best(tables, s, n, mem, models) for s in split_states(tables))
                 split_gaps.append((ns - opt_split) / abs(opt_split))
+                plus_split_gaps.append((search_plus(tables, n, mem, models, seed=args.seed).cost - opt_split)
+                                       / abs(opt_split))
                 ns_vs_grid.append((ns - grid_cost) / abs(grid_cost))
-        print(f"  {n} devices, {len(gaps)} tasks of 4-{7 if n == 3 else 8} tables, grid search (no splits) vs "
-              f"all placements: {_dist(gaps)}")
+        what = f"{n} devices, {len(gaps)} tasks of 4-{7 if n == 3 else 8} tables"
+        print(f"  {what}, grid search (no splits) vs all placements: {_dist(gaps)}")
+        print(f"  {what}, NeuroShard+ without splits vs all placements: {_dist(plus_gaps)}")
         if split_gaps:
-            print(f"  {n} devices, {len(split_gaps)} tasks of <= {5 if n == 2 else 4} tables, NeuroShard vs all "
-                  f"placements of all at-most-one-split-per-table states: {_dist(split_gaps)} "
-                  f"(negative: NeuroShard better, it may split twice)")
-        res[n] = {"grid_gaps": gaps, "split_gaps": split_gaps, "neuroshard_vs_grid": ns_vs_grid}
+            what = f"{n} devices, {len(split_gaps)} tasks of <= {5 if n == 2 else 4} tables"
+            print(f"  {what}, NeuroShard vs all placements of all at-most-one-split-per-table states: "
+                  f"{_dist(split_gaps)} (negative: better, it may split twice)")
+            print(f"  {what}, NeuroShard+ vs the same: {_dist(plus_split_gaps)}")
+        res[n] = {"grid_gaps": gaps, "plus_gaps": plus_gaps, "split_gaps": split_gaps,
+                  "plus_split_gaps": plus_split_gaps, "neuroshard_vs_grid": ns_vs_grid}
     out["exhaustive"] = res
 
 
 def part_baselines(args, out: dict) -> None:
     from neuroshard.eval.plans import plan_task, task_seed
     from neuroshard.eval.results import summarize
-    from neuroshard.planner.registry import algorithm_names
+    from neuroshard.planner.registry import algorithm_names, is_plain
 
-    print("== quality: NeuroShard vs its no-split start and the baselines (simulated cost, common tasks) ==")
-    algs = algorithm_names()
+    print("== quality: NeuroShard, NeuroShard+, NeuroShard's no-split start and the baselines "
+          "(simulated cost, common tasks) ==")
+    # Plain sharders only: TorchRec has its own part, DreamShard and AutoShard need trained policies.
+    algs = [a for a in algorithm_names() if is_plain(a)]
     res = {}
     for n in (4, 8):
         models = load_models(args, n, args.seed)
@@ -331,9 +390,42 @@ def part_baselines(args, out: dict) -> None:
               f"{s['common_tasks']} valid for all:")
         for r in s["algorithms"]:
             gain = "" if r["alg"] == "neuroshard" else f"  NeuroShard better by {100 * r['neuroshard_gain']:+.1f}%"
-            print(f"    {r['alg']:<20} mean {r['mean_common']:.3f} ms  valid {r['valid']}/{r['tasks']}{gain}")
+            took = "" if r["mean_search_ms"] is None else f"  search {r['mean_search_ms']:.1f} ms"
+            print(f"    {r['alg']:<20} mean {r['mean_common']:.3f} ms  valid {r['valid']}/{r['tasks']}{took}{gain}")
+        s["plus"] = plus_summary(records, [a for a in algs if a not in ("neuroshard", "neuroshard_plus")])
+        if s["plus"]:
+            p = s["plus"]
+            print(f"    neuroshard_plus vs neuroshard: mean cost {100 * p['gain_vs_neuroshard']:+.2f}% "
+                  f"(per task: mean {100 * p['mean_task_gain']:+.2f}%, worst {100 * p['worst_task_gain']:+.2f}%); "
+                  f"vs the best baseline of each task: worst {100 * p['worst_vs_best_baseline']:+.2f}%, "
+                  f"above it on {p['tasks_above_best_baseline']}/{p['tasks']} tasks; "
+                  f"search time {p['time_ratio']:.2f}x neuroshard's")
         res[n] = s
     out["baselines"] = res
+
+
+def plus_summary(records, baselines) -> dict:
+    """NeuroShard+ against NeuroShard and the best baseline, over the tasks where all have a plan:
+    relative cost differences (negative: NeuroShard+ cheaper) and the ratio of total search times."""
+    cost = {(r.alg, r.task): r.estimated_cost for r in records}
+    ms = {(r.alg, r.task): r.search_ms for r in records}
+    tasks = sorted({r.task for r in records})
+    rows = []
+    for t in tasks:
+        plus, ns = cost.get(("neuroshard_plus", t)), cost.get(("neuroshard", t))
+        base = [cost[(a, t)] for a in baselines if cost.get((a, t)) is not None]
+        if plus is None or ns is None or not base:
+            continue
+        rows.append((plus, ns, min(base), ms[("neuroshard_plus", t)], ms[("neuroshard", t)]))
+    if not rows:
+        return {}
+    plus, ns, best, t_plus, t_ns = (np.array(c) for c in zip(*rows))
+    return {"tasks": len(rows), "gain_vs_neuroshard": float(plus.mean() / ns.mean() - 1),
+            "mean_task_gain": float(np.mean(plus / ns - 1)), "worst_task_gain": float(np.max(plus / ns - 1)),
+            "worst_vs_best_baseline": float(np.max(plus / best - 1)),
+            "tasks_above_best_baseline": int(np.sum(plus > best)), "time_ratio": float(t_plus.sum() / t_ns.sum())}
+
+
 
 
 def _plan_both(tables, n: int, max_mem: float, models) -> dict:
@@ -377,7 +469,7 @@ def part_torchrec(args, out: dict) -> None:
         print(f"  {n} devices, all T: planning-time ratio TorchRec / NeuroShard, median over T "
               f"{np.median(ratios):.1f} (range {min(ratios):.1f}-{max(ratios):.1f})")
         res[n] = {"per_T": rows, "median_time_ratio": float(np.median(ratios))}
-    n, T = 128, args.scale_tables
+    T, n = scale_sizes(args.scale_tables, args.scale_devices)[0]
     models = load_models(args, n, args.seed)
     tables = random_task(np.random.default_rng(args.seed + 1000), T)  # the scale part's task
     cap = max(1.3 * sum(t.size_gb for t in tables) / n, 1.05 * max(t.size_gb for t in tables))
@@ -401,7 +493,9 @@ def main(argv=None) -> int:
                    help="N:FW_PATH,BW_PATH trained comm models for N devices (repeatable; default: synthetic)")
     p.add_argument("--max_mem", type=float, default=4.0, help="GB per device for the speed and baseline tasks")
     p.add_argument("--tasks_per_size", type=int, default=5, help="speed: tasks per table count")
-    p.add_argument("--scale_tables", type=int, default=1000)
+    p.add_argument("--scale_tables", default="1000", help="scale: tables per task (comma list, paired with "
+                                                          "--scale_devices)")
+    p.add_argument("--scale_devices", default="128", help="scale: devices (comma list)")
     p.add_argument("--exhaustive_tasks", type=int, default=60, help="per device count")
     p.add_argument("--baseline_tasks", type=int, default=20, help="per device count")
     p.add_argument("--torchrec_tasks", type=int, default=3, help="torchrec: tasks per table count and device count")

@@ -165,6 +165,8 @@ def test_eval_resumes_after_kill_and_ctrl_c_without_measuring_a_plan_twice(setup
     runnable = sum(1 for r in json.loads((out / "results.json").read_text()) if r["plan"] is not None)
     hw = summary["hardware"]
     # every plan measured exactly once over the three runs
+    print(f"\nresume: {after_kill} measurement(s) logged before kill -9, {after_ctrl_c} before Ctrl-C, "
+          f"{hw['measurements']} in the final run, {runnable} plans")  # for the record (pytest -s)
     assert hw["measurements_resumed"] == after_ctrl_c and hw["measurements_resumed"] + hw["measurements"] == runnable
     assert f"{after_ctrl_c} measurements were made by an earlier, interrupted run" in done.stderr
     assert not (out / ".partial").exists()  # the log and the job folders go once every plan is measured

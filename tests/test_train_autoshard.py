@@ -19,11 +19,11 @@ def test_train_then_evaluate_with_the_policy(workspace, capsys):  # noqa: F811
     assert meta["ndevices"] == 2 and meta["max_mem"] == 1.0 and len(meta["feature_mean"]) == 3
     if (d / "ds.pt").exists():
         summary = eval_sim(d, "--autoshard_policy", str(d / "as.pt"), "--dreamshard_policy", str(d / "ds.pt"))
-        assert [r["alg"] for r in summary["algorithms"]][-2:] == ["dreamshard", "autoshard"]
+        assert [r["alg"] for r in summary["algorithms"]][-3:] == ["dreamshard", "autoshard", "neuroshard_plus"]
     else:
         summary = eval_sim(d, "--autoshard_policy", str(d / "as.pt"))
-        assert summary["algorithms"][-1]["alg"] == "autoshard"
-    assert summary["algorithms"][-1]["valid"] == 3
+        assert [r["alg"] for r in summary["algorithms"]][-2:] == ["autoshard", "neuroshard_plus"]
+    assert {r["alg"]: r for r in summary["algorithms"]}["autoshard"]["valid"] == 3
 
 
 def test_bad_setting_is_refused_before_training(workspace):  # noqa: F811

@@ -63,8 +63,9 @@ def add_input_args(parser, data_help: str = "dataset dir with table_configs.json
                             help=f"{name} comm cost model checkpoint (default: models/comm_<ndevices>_{kind}.pt)")
     parser.add_argument("--alg", default="neuroshard",
                         help="sharding algorithm: neuroshard, random, dim_greedy, lookup_greedy, size_greedy, "
-                             "size_lookup_greedy, dreamshard, autoshard (any registered name), a comma list, or "
-                             "'all' (the learned ones only when their policy is given) (default: neuroshard)")
+                             "size_lookup_greedy, torchrec, dreamshard, autoshard, neuroshard_plus (any registered "
+                             "name), a comma list, or 'all' (the learned ones only when their policy is given) "
+                             "(default: neuroshard)")
     parser.add_argument("--max_mem", type=float, default=4.0, help="memory per device in GB (default: 4)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the randomised algorithms (default: 0)")
     parser.add_argument("--max_tasks", type=int, default=None, help="evaluate only the first N tasks")
@@ -72,21 +73,25 @@ def add_input_args(parser, data_help: str = "dataset dir with table_configs.json
 
 
 def add_sharder_args(parser) -> None:
-    """The algorithms' settings as flags: NeuroShard's search and the TorchRec planner's (the learned
-    sharders' policy paths come with `add_input_args`)."""
+    """The algorithms' settings as flags: NeuroShard's search, NeuroShard+'s, the TorchRec planner's (the
+    learned sharders' policy paths come with `add_input_args`)."""
+    from neuroshard.planner.search_plus import PlusConfig
     from neuroshard.planner.torchrec_sharder import TorchRecConfig
 
     SearchConfig.add_args(parser)
+    PlusConfig.add_args(parser)
     TorchRecConfig.add_args(parser)
 
 
 def sharder_options(args, batch_size: int | None) -> dict:
-    """`ShardingContext.options` from an evaluation script's flags (NeuroShard's search settings, the
-    TorchRec planner's, the learned sharders' policy paths) and the dataset's batch size (None: the
+    """`ShardingContext.options` from an evaluation script's flags (NeuroShard's and NeuroShard+'s search
+    settings, the TorchRec planner's, the learned sharders' policy paths) and the dataset's batch size (None: the
     TorchRec sharder's default), checked: a one-line error on a bad value, before any work."""
+    from neuroshard.planner.search_plus import PlusConfig
     from neuroshard.planner.torchrec_sharder import TorchRecConfig
 
-    options = {**SearchConfig.options_from_args(args), **policy_options_from_args(args)}
+    options = {**SearchConfig.options_from_args(args), **PlusConfig.options_from_args(args),
+               **policy_options_from_args(args)}
     options.update(torchrec_column_shards=args.torchrec_column_shards, batch_size=batch_size)
     TorchRecConfig.from_options(options)
     return options

@@ -15,10 +15,12 @@ way the algorithm then appears in `--alg all`, the comparison tables and the
 report, with no edit to this package.
 
 A sharder that needs an optional package names it (`@register("torchrec",
-requires="torchrec")`): it is listed either way, `--alg all` skips it with a
+requires_package="torchrec")`): it is listed either way, `--alg all` skips it with a
 warning while the package is missing, and calling it is a one-line error. A
 sharder may have a `prepare()` attribute (a heavy import, say), which the
 evaluation runs once before timing any plan.
+`neuroshard_plus` runs every plain sharder (`is_plain`: no trained policy,
+no optional package) as a baseline to start from and to beat.
 """
 
 from __future__ import annotations
@@ -36,10 +38,10 @@ Sharder = Callable[[Sequence[ShardTable], int, float, "ShardingContext"], Plan]
 ENTRY_POINT_GROUP = "neuroshard.sharders"
 # The order in which `--alg all` runs and reports algorithms (DESIGN §2); others follow, sorted.
 _ORDER = ["neuroshard", "random", "dim_greedy", "lookup_greedy", "size_greedy", "size_lookup_greedy",
-          "torchrec", "dreamshard", "autoshard"]
+          "torchrec", "dreamshard", "autoshard", "neuroshard_plus"]
 # Modules that register algorithms when imported.
 _MODULES = ["neuroshard.planner.baselines", "neuroshard.planner.search", "neuroshard.planner.torchrec_sharder",
-            "neuroshard.planner.dreamshard", "neuroshard.planner.autoshard"]
+            "neuroshard.planner.dreamshard", "neuroshard.planner.autoshard", "neuroshard.planner.search_plus"]
 
 _REGISTRY: dict[str, Sharder] = {}
 _PACKAGES: dict[str, str] = {}  # algorithm -> the optional package it needs
@@ -126,6 +128,12 @@ def algorithm_names() -> list[str]:
     _load_all()
     known = [n for n in _ORDER if n in _REGISTRY]
     return known + sorted(n for n in _REGISTRY if n not in _ORDER)
+
+
+def is_plain(name: str) -> bool:
+    """True for a sharder that needs neither a trained policy of its own nor an optional package."""
+    _load_all()
+    return name not in _OPTIONS and name not in _PACKAGES
 
 
 def get_sharder(name: str) -> Sharder:

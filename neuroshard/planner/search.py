@@ -23,13 +23,14 @@ Speed (a direct implementation, one model call per greedy step, takes
 1.5-7 s per task): every table and each split half it can become (a "gid",
 one per (table, split level)) is embedded once per task; the compute head's
 first layer is linear, so each device keeps a running 64-d accumulator
-(`PlanScorer.project`) and one placement costs O(64); the greedy runs all
-grid scales of all children of a beam round as rows of one batch, one
-vectorised NumPy step per table; rows that fail are dropped; placements
-that several scales share are scored once, all in one call of the comm
-models; children reached twice in a round are scored once. Ties in the
-greedy are exact: costs are computed row by row (no BLAS), so equal shards
-get bit-equal costs whichever batch they are in.
+(`PlanScorer.project`) and one placement costs O(64); the greedy
+(`planner/greedy.py`) runs all grid scales of all children of a beam round
+as one batch, one vectorised NumPy step per table, with one row per group
+of scales that still agree and per-dim device keys (see its docstring);
+placements that several scales share are scored once, all in one call of
+the comm models; children reached twice in a round are scored once. Ties in
+the greedy are exact: costs are computed row by row (no BLAS), so equal
+shards get bit-equal costs whichever batch they are in.
 """
 
 from __future__ import annotations
@@ -37,39 +38,68 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field, fields
-from typing import Sequence
+from typing import ClassVar, Sequence
 
 import numpy as np
 
 from neuroshard.checks import check_float, check_int
+from neuroshard.planner.greedy import NO_LIMIT, run_greedy, state_bytes
 from neuroshard.planner.models import require_models
 from neuroshard.planner.registry import ShardingContext, register
 from neuroshard.planner.scorer import PlanScorer, get_scorer, single_threaded_blas
 from neuroshard.planner.simulator import mem_cap_elements, score_placements
 from neuroshard.types import ConfigError, NeuroShardError, OutOfMemoryError, Plan, ShardTable, can_split
 
-# The rows of one batched greedy are chunked so its per-device arrays stay below this size.
-_MAX_BATCH_BYTES = 64 * 2**20
-# "No limit" for memory or dim budgets; small enough that subtracting sizes never wraps around.
-_NO_LIMIT = np.iinfo(np.int64).max // 4
+# The states of one batched greedy are chunked so its arrays stay below this size (a bound: only the
+# rows in use are touched); one chunk per beam round up to ~10,000 tables x 1,024 devices.
+_MAX_BATCH_BYTES = 1024 * 2**20
 
 
-# Help text of each SearchConfig field, for its flag.
-_HELP = {
-    "beam_k": "beam width k",
-    "beam_n": "split candidates per state: the n largest tables by size and by compute cost",
-    "max_length": "beam search rounds (most splits)",
-    "grid_steps": "greedy grid search: number of dim-limit scales, evenly spaced in [grid_min, grid_max]",
-    "grid_min": "smallest dim-limit scale (a device may hold up to scale x the mean dim sum)",
-    "grid_max": "largest dim-limit scale",
-    "dim_fallback": "if every scale fails only because of the dim limit, run the greedy once more without it "
-                    "(beyond the paper; 0 to turn off)",
-}
+class FlagOptions:
+    """For frozen dataclasses of search settings whose every field is a flag of the same name and a
+    key of `ShardingContext.options`. Subclasses set HELP (the help text of each field) and TITLE."""
+
+    HELP: ClassVar[dict] = {}
+    TITLE: ClassVar[str] = ""
+
+    @classmethod
+    def from_options(cls, options: dict | None):
+        """Pick this config's keys out of `ShardingContext.options` (other keys are ignored)."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in (options or {}).items() if k in names and v is not None})
+
+    @classmethod
+    def add_args(cls, parser) -> None:
+        """One flag per field (defaults from the dataclass), shared by every script that searches."""
+        g = parser.add_argument_group(cls.TITLE)
+        for f in fields(cls):
+            kind = {"int": int, "float": float, "str": str, "bool": lambda text: bool(int(text))}[f.type]
+            g.add_argument(f"--{f.name}", type=kind, default=f.default,
+                           help=f"{cls.HELP[f.name]} (default: {int(f.default) if f.type == 'bool' else f.default})")
+
+    @classmethod
+    def options_from_args(cls, args) -> dict:
+        """`ShardingContext.options` from the parsed flags, checked (one-line error on a bad value)."""
+        options = {f.name: getattr(args, f.name) for f in fields(cls)}
+        cls.from_options(options)
+        return options
 
 
 @dataclass(frozen=True)
-class SearchConfig:
+class SearchConfig(FlagOptions):
     """NeuroShard search settings (paper defaults). Every field is a flag of the same name."""
+
+    HELP: ClassVar[dict] = {
+        "beam_k": "beam width k",
+        "beam_n": "split candidates per state: the n largest tables by size and by compute cost",
+        "max_length": "beam search rounds (most splits)",
+        "grid_steps": "greedy grid search: number of dim-limit scales, evenly spaced in [grid_min, grid_max]",
+        "grid_min": "smallest dim-limit scale (a device may hold up to scale x the mean dim sum)",
+        "grid_max": "largest dim-limit scale",
+        "dim_fallback": "if every scale fails only because of the dim limit, run the greedy once more without it "
+                        "(beyond the paper; 0 to turn off)",
+    }
+    TITLE: ClassVar[str] = "NeuroShard search (DESIGN §8; paper defaults)"
 
     beam_k: int = 3
     beam_n: int = 10
@@ -87,30 +117,8 @@ class SearchConfig:
         if check_float("--grid_max", self.grid_max) < self.grid_min:
             raise ConfigError("--grid_max", f"must be >= --grid_min {self.grid_min:g}, got {self.grid_max:g}")
 
-    @classmethod
-    def from_options(cls, options: dict | None) -> "SearchConfig":
-        """Pick this search's keys out of `ShardingContext.options` (other keys are ignored)."""
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in (options or {}).items() if k in names and v is not None})
-
     def scales(self) -> np.ndarray:
         return np.linspace(self.grid_min, self.grid_max, self.grid_steps)
-
-    @classmethod
-    def add_args(cls, parser) -> None:
-        """One flag per field (defaults from the dataclass), shared by every script that searches."""
-        g = parser.add_argument_group("NeuroShard search (DESIGN §8; paper defaults)")
-        for f in fields(cls):
-            kind = {"int": int, "float": float, "bool": lambda text: bool(int(text))}[f.type]
-            g.add_argument(f"--{f.name}", type=kind, default=f.default,
-                           help=f"{_HELP[f.name]} (default: {int(f.default) if f.type == 'bool' else f.default})")
-
-    @classmethod
-    def options_from_args(cls, args) -> dict:
-        """`ShardingContext.options` from the parsed flags, checked (one-line error on a bad value)."""
-        options = {f.name: getattr(args, f.name) for f in fields(cls)}
-        cls.from_options(options)
-        return options
 
 
 @dataclass
@@ -138,8 +146,13 @@ class SearchResult:
     history: list = field(default_factory=list)  # best cost after each round
 
 
-class _Problem:
-    """Per-task precomputation: every table at every dim it can be split to, embedded once."""
+class SearchProblem:
+    """Per-task precomputation: every table at every dim it can be split to, embedded once.
+
+    A "gid" is one (table, split level): `start[t]` is table t's unsplit gid, gid + 1 its half;
+    per gid: `dim`, `size` (fp32 elements), `proj` (compute-model accumulator increment),
+    `cost1` (single-table compute ms), `can_split`. `cap`: memory per device (elements).
+    """
 
     def __init__(self, tables: Sequence[ShardTable], ndevices: int, max_mem: float,
                  scorer: PlanScorer, cfg: SearchConfig):
@@ -173,7 +186,7 @@ class _Problem:
         self.scales = cfg.scales()
         limits = [math.floor(s * mean_dim) for s in self.scales]
         if cfg.dim_fallback:
-            limits.append(_NO_LIMIT)
+            limits.append(NO_LIMIT)
         self.limits = np.array(limits, dtype=np.int64)
         self.states_scored = 0
 
@@ -193,8 +206,8 @@ class _Problem:
         """Best grid-search placement of each state (all states must have the same table count)."""
         if not states:
             return []
-        row_bytes = len(self.limits) * self.n * (self.proj.shape[1] * 8 + 40)
-        per_chunk = max(1, _MAX_BATCH_BYTES // max(1, row_bytes))
+        per_state = state_bytes(self.n, len(states[0]), len(self.limits), self.proj.shape[1])
+        per_chunk = max(1, _MAX_BATCH_BYTES // per_state)
         out: list[_Scored] = []
         for i in range(0, len(states), per_chunk):
             out.extend(self._grid_chunk(np.stack(states[i:i + per_chunk])))
@@ -203,100 +216,31 @@ class _Problem:
 
     def _grid_chunk(self, gids: np.ndarray) -> list[_Scored]:
         """The greedy at every scale for S states of P tables each (one batch), then each state's best."""
-        S, P = gids.shape
-        n, R, G = self.n, len(self.limits), len(self.scales)
+        S = len(gids)
+        G = len(self.scales)
         # greedy order per state: single-table compute cost desc, ties by index (stable sort)
         order = np.argsort(-self.cost1[gids], axis=1, kind="stable")
         gid_order = np.take_along_axis(gids, order, axis=1)
-
-        # One row per (state, scale). Per-device arrays are row-major [rows, n], so "device d
-        # of row b" is the flat index b * n + d.
-        B = S * R
-        row_state = np.repeat(np.arange(S), R)
-        limit = np.tile(self.limits, S)
-        mroom = np.full((B, n), self.cap, dtype=np.int64)  # memory left (fp32 elements)
-        droom = np.repeat(limit[:, None], n, axis=1)  # dims left under the row's dim limit
-        cost = np.zeros((B, n), dtype=self.proj.dtype)  # current compute ms (0: empty)
-        acc = np.tile(self.scorer.acc0, (B * n, 1))  # compute-model accumulators
-        dev_hist = np.zeros((P, B), dtype=np.int32)  # device chosen at each step, by original row
-        ok = np.ones(B, dtype=bool)  # row has not failed
-
-        rid = np.arange(B)  # original row of each current row (failed rows get compacted away)
-        compacted = False
-        n_failed = 0
-        gid_cur = gid_order[row_state]  # per row and step: the table, its size and its dim
-        sz_cur, dm_cur = self.size[gid_cur], self.dim[gid_cur]
-        base = np.arange(B) * n
-        mflat, dflat, cflat = mroom.ravel(), droom.ravel(), cost.ravel()
-        proj, head = self.proj, self.scorer.cost_from_acc
-        for j in range(P):
-            g, sz, dm = gid_cur[:, j], sz_cur[:, j], dm_cur[:, j]
-            fits = mroom >= sz[:, None]
-            fits &= droom >= dm[:, None]
-            key = np.where(fits, cost, np.inf)
-            dev = key.argmin(axis=1)
-            fi = base + dev
-            kflat = key.ravel()
-            best = kflat[fi]
-            if n > 1 and np.count_nonzero(key == best[:, None]) > len(best):
-                # some row has equal costs at its minimum: least memory used (most room left),
-                # then lowest device (NumPy's min/max along a short axis are slow; argmin is not)
-                kflat[fi] = np.inf
-                tie = (kflat[base + key.argmin(axis=1)] == best) & (best < np.inf)
-                t = np.flatnonzero(tie)
-                if len(t):
-                    kflat[fi[t]] = best[t]
-                    dev[t] = np.where(key[t] == best[t, None], mroom[t], -1).argmax(axis=1)
-                    fi[t] = base[t] + dev[t]
-            if best.max() == np.inf:
-                d = np.flatnonzero(best == np.inf)
-                ok[rid[d]] = False
-                n_failed += len(d)
-                if n_failed == len(rid):
-                    break
-                # park failed rows: unlimited room, so they never fail again; their results are ignored
-                mroom[d] = _NO_LIMIT
-                droom[d] = _NO_LIMIT
-                if 3 * n_failed >= len(rid):  # drop them once they are a third of the rows
-                    keep = ok[rid]
-                    rid, g, sz, dm, dev = rid[keep], g[keep], sz[keep], dm[keep], dev[keep]
-                    gid_cur, sz_cur, dm_cur = gid_cur[keep], sz_cur[keep], dm_cur[keep]
-                    mroom, droom, cost = mroom[keep], droom[keep], cost[keep]
-                    mflat, dflat, cflat = mroom.ravel(), droom.ravel(), cost.ravel()
-                    acc = acc[(np.flatnonzero(keep)[:, None] * n + np.arange(n)).ravel()]
-                    base = np.arange(len(rid)) * n
-                    fi = base + dev
-                    compacted, n_failed = True, 0
-            a = np.take(acc, fi, axis=0)
-            a += np.take(proj, g, axis=0)
-            acc[fi] = a
-            cflat[fi] = head(a, overwrite=True)
-            mflat[fi] -= sz
-            dflat[fi] -= dm
-            if compacted:
-                dev_hist[j, rid] = dev
-            else:
-                dev_hist[j] = dev
-
-        costs = np.full(B, np.inf)
-        live = ok[rid]
-        if live.any():
-            compute = cost[live].astype(np.float64)
-            dims = (limit[rid[live]][:, None] - droom[live]).astype(np.float64)
-            uniq, inv = _distinct_rows(np.concatenate([compute, dims], axis=1))
-            costs[rid[live]] = score_placements(self.scorer, uniq[:, :n], uniq[:, n:])[3][inv]
-        costs = costs.reshape(S, R)
+        res = run_greedy(gid_order, self.limits, self.n, self.cap, self.size, self.dim, self.proj,
+                         self.scorer.acc0, self.scorer.cost_from_acc)
+        row_cost = np.full(len(res.compute) + 1, np.inf)  # the extra last entry: failed (row -1)
+        if len(res.compute):
+            uniq, inv = _distinct_rows(np.concatenate([res.compute.astype(np.float64),
+                                                       res.dims.astype(np.float64)], axis=1))
+            row_cost[:-1] = score_placements(self.scorer, uniq[:, :self.n], uniq[:, self.n:])[3][inv]
+        costs = row_cost[res.row_of]
         out = []
         for s in range(S):
             c = costs[s, :G]
             r = int(np.argmin(c))  # first minimum: a later scale must be strictly better
-            if not np.isfinite(c[r]) and R > G and np.isfinite(costs[s, G]):
+            if not np.isfinite(c[r]) and costs.shape[1] > G and np.isfinite(costs[s, G]):
                 r = G
             if not np.isfinite(costs[s, r]):
                 out.append(_Scored(math.inf))
                 continue
             scale = float(self.scales[r]) if r < G else math.inf
-            out.append(_Scored(float(costs[s, r]), scale, order[s].copy(), dev_hist[:, s * R + r].copy()))
+            out.append(_Scored(float(costs[s, r]), scale, order[s].copy(),
+                               res.devices[:, res.row_of[s, r]].copy()))
         return out
 
     def plan(self, steps: Sequence[int], scored: _Scored) -> Plan:
@@ -349,7 +293,7 @@ def _grid_search(tables, ndevices, max_mem, models, config):
     cfg = config or SearchConfig()
     scorer = get_scorer(models)
     _check_models(scorer, ndevices)
-    prob = _Problem(tables, ndevices, max_mem, scorer, cfg)
+    prob = SearchProblem(tables, ndevices, max_mem, scorer, cfg)
     [res] = prob.grid_search([prob.start.copy()])
     if not math.isfinite(res.cost):
         raise _oom(tables, ndevices, max_mem)
@@ -365,11 +309,22 @@ def search(tables: Sequence[ShardTable], ndevices: int, max_mem: float, models,
 
 def _search(tables, ndevices, max_mem, models, config) -> SearchResult:
     t0 = time.perf_counter()
-    cfg = config or SearchConfig()
+    return beam_search(make_problem(tables, ndevices, max_mem, models, config), t0)
+
+
+def make_problem(tables: Sequence[ShardTable], ndevices: int, max_mem: float, models,
+                 config: SearchConfig | None = None) -> SearchProblem:
+    """The per-task precomputation of the search (every table at every split level, embedded once)."""
     scorer = get_scorer(models)
     _check_models(scorer, ndevices)
-    prob = _Problem(tables, ndevices, max_mem, scorer, cfg)
+    return SearchProblem(tables, ndevices, max_mem, scorer, config or SearchConfig())
 
+
+def beam_search(prob: SearchProblem, t0: float | None = None) -> SearchResult:
+    """NeuroShard's beam search on a prepared problem (call under `single_threaded_blas`);
+    OutOfMemoryError when no state fits. `t0`: perf_counter at the start, for `seconds`."""
+    t0 = time.perf_counter() if t0 is None else t0
+    cfg, tables, ndevices, max_mem = prob.cfg, prob.tables, prob.n, prob.max_mem
     start = prob.start.copy()
     [start_res] = prob.grid_search([start])
     best_steps: tuple[int, ...] = ()

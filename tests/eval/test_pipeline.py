@@ -43,7 +43,7 @@ def test_tiny_pipeline_writes_every_artifact_and_skips_on_rerun(tmp_path):
     for name in ("dreamshard", "autoshard"):
         assert (out / "models" / f"{name}.pt").is_file() and (out / "models" / f"{name}_curve.png").is_file()
     algs = ["neuroshard", "random", "dim_greedy", "lookup_greedy", "size_greedy", "size_lookup_greedy",
-            "torchrec", "dreamshard", "autoshard"]
+            "torchrec", "dreamshard", "autoshard", "neuroshard_plus"]
     for where in ("sim", "hw"):
         summary = json.loads((out / where / "summary.json").read_text())
         assert [row["alg"] for row in summary["algorithms"]] == algs

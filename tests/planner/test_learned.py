@@ -36,8 +36,8 @@ def test_flags_become_options():
 
 def test_alg_all_includes_learned_sharders_only_with_their_policy(policies):
     assert "dreamshard" not in resolve_algs("all") and "autoshard" not in resolve_algs("all")
-    assert resolve_algs("all", {"dreamshard_policy": "x.pt"})[-1] == "dreamshard"
-    assert resolve_algs("all", policies)[-2:] == ["dreamshard", "autoshard"]
+    assert resolve_algs("all", {"dreamshard_policy": "x.pt"})[-2:] == ["dreamshard", "neuroshard_plus"]
+    assert resolve_algs("all", policies)[-3:] == ["dreamshard", "autoshard", "neuroshard_plus"]
     assert resolve_algs("dreamshard") == ["dreamshard"]  # named explicitly: it runs, and fails loudly
 
 

@@ -163,7 +163,9 @@ class Reference:
 # --------------------------------------------------------------------------- fast path == reference
 
 
-@pytest.mark.parametrize("n,T,mem,seed", [(2, 6, 0.05, 0), (3, 9, 0.02, 1), (4, 12, 1.0, 2), (4, 8, 0.004, 3)])
+# (16 and 20 devices: the greedy keeps per-dim device keys, see planner/greedy.py)
+@pytest.mark.parametrize("n,T,mem,seed", [(2, 6, 0.05, 0), (3, 9, 0.02, 1), (4, 12, 1.0, 2), (4, 8, 0.004, 3),
+                                          (16, 30, 0.5, 4), (20, 24, 0.05, 5)])
 def test_fast_search_matches_reference(n, T, mem, seed):
     rng = np.random.default_rng(seed)
     models = random_models(n, seed)

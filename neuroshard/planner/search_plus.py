@@ -1,0 +1,585 @@
+"""NeuroShard+ (`--alg neuroshard_plus`): NeuroShard's search, then local search from several starts.
+
+Beyond the paper, with the same pre-trained cost models and simulator:
+
+1. Starts. NeuroShard's own plan (beam search + greedy grid search), its
+   no-split grid-search plan, and the plan of every registered plain sharder
+   (`registry.is_plain`: no trained policy, no optional package — `random`,
+   the greedy baselines, plug-ins; not TorchRec, whose planner takes seconds,
+   nor DreamShard/AutoShard), each run through `planner.shard.shard`.
+2. Descent from each of the `plus_starts` best distinct starts (variable
+   neighbourhood descent on the simulated plan cost). The simple
+   neighbourhood, scored in one batch: every move of one piece (a table or
+   a split half) to another device; every swap of a piece on the bottleneck
+   device (the one with the largest total) with a piece elsewhere; every
+   trade of two devices' whole shards (the comm models are not symmetric in
+   the devices); and, with `plus_splits`, every column split of a piece
+   with the new half on any device (its own too: two half-width tables can
+   cost less than one), so splits are chosen by their effect on the plan
+   cost. On big tasks only pieces on the bottleneck move or split. When no
+   simple candidate lowers the cost, the compound neighbourhood (while the
+   bottleneck holds few pieces): two pieces off the bottleneck to one
+   device, for nothing or for one of its pieces, and one piece for two;
+   then (up to 6 devices) every order of the shards on the devices. The
+   best candidate is taken while it lowers the cost, up to
+   `plus_max_moves` moves; new splits only once the descent without them
+   is done (a split cannot be undone).
+3. Tabu search from each local optimum: `plus_tabu` times the best simple
+   candidate is taken even if it raises the cost, but a piece just moved
+   (or a device pair just traded) may not move back for a few steps; each
+   new best is descended from again.
+4. The result is the plan with the lowest simulated cost (`simulate`) of
+   all starts and all search results, so it is never above any baseline it
+   ran, nor above NeuroShard's own plan.
+
+Candidate costs come from the search's per-device accumulators
+(`SearchProblem`, `PlanScorer`): a candidate changes two devices, whose
+compute costs are re-predicted from accumulator increments; the `_KEEP`
+candidates with the lowest estimate (new compute costs, present comm costs)
+get their comm costs from one call of the comm models
+(`simulator.score_placements`). Everything is deterministic.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from dataclasses import dataclass
+from typing import ClassVar, Sequence
+
+import numpy as np
+
+from neuroshard.checks import check_int
+from neuroshard.planner.models import require_models
+from neuroshard.planner.registry import ShardingContext, algorithm_names, is_plain, register
+from neuroshard.planner.scorer import single_threaded_blas
+from neuroshard.planner.search import FlagOptions, SearchConfig, SearchProblem, beam_search, make_problem
+from neuroshard.planner.simulator import score_placements, simulate
+from neuroshard.types import ConfigError, NeuroShardError, OutOfMemoryError, Plan, ShardTable
+
+NAME = "neuroshard_plus"
+# A move must lower the plan cost by more than this fraction (float noise is not progress).
+_MIN_GAIN = 1e-4
+# Above this many single-piece moves per round, only pieces on the bottleneck device move or split.
+_MAX_MOVES_PER_ROUND = 20000
+# Compound exchanges are tried only while (pairs of pieces on the bottleneck) x (pieces elsewhere)
+# stays below this (they cost more than they find on devices that hold many pieces).
+_MAX_COMPOUND = 2000
+# Above this many device pairs, only the bottleneck trades its whole shard (with each other device).
+_MAX_TRADES = 256
+# Up to this many devices, a descent that is stuck tries every order of the shards on the devices.
+_MAX_RELABEL_DEVICES = 6
+# Candidates scored by the comm models per round: the best by a compute-only estimate.
+_KEEP = 256
+# Tabu search: a moved piece (or traded device pair) may not move again for this many steps.
+_TENURE = 3
+
+
+@dataclass(frozen=True)
+class PlusConfig(FlagOptions):
+    """NeuroShard+ settings beyond SearchConfig's (which its inner NeuroShard search uses)."""
+
+    HELP: ClassVar[dict] = {
+        "plus_starts": "neuroshard_plus: local search from this many of the best distinct starting plans",
+        "plus_max_moves": "neuroshard_plus: most moves per local search (0: no local search)",
+        "plus_tabu": "neuroshard_plus: tabu-search steps after the descent from each start (moves that may "
+                     "make the plan worse, to leave a local optimum)",
+        "plus_splits": "neuroshard_plus: the local search may split tables, the new half on any device "
+                       "(0 to turn off)",
+        "plus_baselines": "neuroshard_plus: sharders to start from and never to be above: 'auto' (every "
+                          "registered one that needs no trained policy), 'none', or a comma list",
+    }
+    TITLE: ClassVar[str] = "NeuroShard+ (--alg neuroshard_plus; beyond the paper)"
+
+    plus_starts: int = 3
+    plus_max_moves: int = 200
+    plus_tabu: int = 4
+    plus_splits: bool = True
+    plus_baselines: str = "auto"
+
+    def __post_init__(self):
+        check_int("--plus_starts", self.plus_starts, 1)
+        check_int("--plus_max_moves", self.plus_max_moves, 0)
+        check_int("--plus_tabu", self.plus_tabu, 0)
+        self.baselines()  # names must be known
+
+    def baselines(self) -> list[str]:
+        """The sharders to run as starts (never NeuroShard itself, never this one)."""
+        names = [a for a in algorithm_names() if a not in ("neuroshard", NAME)]
+        text = self.plus_baselines.strip()
+        if text == "auto":
+            return [a for a in names if is_plain(a)]
+        if text == "none":
+            return []
+        wanted = [a.strip() for a in text.split(",") if a.strip()]
+        unknown = [a for a in wanted if a not in names]
+        if unknown:
+            raise ConfigError("--plus_baselines", f"unknown sharder {', '.join(unknown)}; choose from "
+                                                  f"auto, none, {', '.join(names)}")
+        return wanted
+
+
+@dataclass
+class PlusResult:
+    """What NeuroShard+ found: the best plan, its simulated cost (ms) and where it came from."""
+
+    plan: Plan
+    cost: float
+    source: str  # the start it came from ("neuroshard", "neuroshard_no_split" or a baseline's name)
+    refined: bool  # True if the local search improved on that start
+    start_costs: dict  # simulated cost of each start (inf: no plan)
+    neuroshard_cost: float
+    moves: int  # moves taken, all local searches together (tabu steps included)
+    seconds: float
+
+
+# --------------------------------------------------------------------------- local search
+
+
+class _Extended:
+    """Per-gid tables with one more, all-zero entry at the end (index -1 = "no piece")."""
+
+    def __init__(self, prob: SearchProblem):
+        self.proj = np.vstack([prob.proj, np.zeros((1, prob.proj.shape[1]), dtype=prob.proj.dtype)])
+        self.size = np.append(prob.size, 0)
+        self.dim = np.append(prob.dim, 0)
+
+
+class _State:
+    """A placement under local search: post-split pieces (gids), column steps, per-device shards
+    (in accumulation order) and per-device accumulators, compute ms, dim sums, memory, counts."""
+
+    def __init__(self, prob: SearchProblem, plan: Plan):
+        self.prob = prob
+        self.ext = _Extended(prob)
+        gids = list(prob.start)
+        for i in plan.column_steps:  # as types.apply_column_steps: halve piece i, append its twin
+            gids[i] += 1
+            gids.append(gids[i])
+        self.gids = gids
+        self.steps = list(plan.column_steps)
+        self.shards = [list(s) for s in plan.shards]
+        self.dev = np.empty(len(gids), dtype=np.int64)
+        for d, shard in enumerate(self.shards):
+            self.dev[shard] = d
+        n, A = prob.n, prob.proj.shape[1]
+        self.acc = np.empty((n, A), dtype=prob.proj.dtype)
+        self.compute = np.zeros(n)
+        self.dims = np.zeros(n, dtype=np.int64)
+        self.mem = np.zeros(n, dtype=np.int64)
+        self.count = np.zeros(n, dtype=np.int64)
+        for d in range(n):
+            self._refresh(d)
+
+    def _refresh(self, d: int) -> None:
+        """Device d's sums from its shard, accumulated in shard order (as the simulator does)."""
+        prob, shard = self.prob, self.shards[d]
+        g = np.array([self.gids[i] for i in shard], dtype=np.int64)
+        acc = prob.scorer.acc0.copy()
+        for row in prob.proj[g]:
+            acc += row
+        self.acc[d] = acc
+        self.count[d] = len(g)
+        self.compute[d] = float(prob.scorer.cost_from_acc(acc[None])[0]) if len(g) else 0.0
+        self.dims[d] = prob.dim[g].sum()
+        self.mem[d] = prob.size[g].sum()
+
+    def copy(self) -> "_State":
+        new = object.__new__(_State)
+        new.prob, new.ext, new.gids, new.steps = self.prob, self.ext, list(self.gids), list(self.steps)
+        new.shards = [list(s) for s in self.shards]
+        for name in ("dev", "acc", "compute", "dims", "mem", "count"):
+            setattr(new, name, getattr(self, name).copy())
+        return new
+
+    def cost(self) -> tuple[float, np.ndarray]:
+        """(plan cost ms, per-device totals ms)."""
+        _, _, total, cost = score_placements(self.prob.scorer, self.compute[None], self.dims[None].astype(float))
+        return float(cost[0]), total[0]
+
+    def plan(self) -> Plan:
+        return Plan(tuple(self.steps), tuple(tuple(s) for s in self.shards))
+
+
+@dataclass
+class _Candidates:
+    """Candidate changes of two devices each, `src` and `dst`. Pieces `out` [K, 2] go from src to dst,
+    pieces `back` [K, 2] from dst to src (-1: none); `split` marks a split of piece out[:, 0] (on src)
+    whose new half goes to dst; `whole` a trade of the two devices' whole shards (the comm models are
+    not symmetric in the devices, so which device holds which shard matters). `d_acc` [K, 2, A],
+    `d_mem`, `d_dim`, `d_count` [K, 2]: the increments of src's and dst's sums."""
+
+    src: np.ndarray
+    dst: np.ndarray
+    out: np.ndarray
+    back: np.ndarray
+    split: np.ndarray
+    whole: np.ndarray
+    d_acc: np.ndarray
+    d_mem: np.ndarray
+    d_dim: np.ndarray
+    d_count: np.ndarray
+
+
+def _pairs(pieces: np.ndarray) -> np.ndarray:
+    """Every unordered pair of `pieces`, [K, 2]."""
+    a, b = np.triu_indices(len(pieces), k=1)
+    return np.stack([pieces[a], pieces[b]], axis=1)
+
+
+def _one(pieces: np.ndarray) -> np.ndarray:
+    """`pieces` as [K, 2] slots (the second empty)."""
+    return np.stack([pieces, np.full(len(pieces), -1)], axis=1)
+
+
+def _product(outs: np.ndarray, backs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every (out, back) combination of the rows of outs and backs."""
+    return np.repeat(outs, len(backs), axis=0), np.tile(backs, (len(outs), 1))
+
+
+def _candidates(state: _State, bottleneck: int, splits: bool, compound: bool) -> _Candidates | None:
+    """Every move of one piece to another device, every swap of a piece on the bottleneck with one
+    elsewhere, every trade of two devices' whole shards, and (with `splits`) every split of a piece
+    with the new half on any device; on big tasks only pieces on the bottleneck move or split, and
+    only the bottleneck trades. With `compound`, instead: two pieces off the bottleneck to one
+    device, two for one and one for two (only while there are few such exchanges)."""
+    prob = state.prob
+    n = prob.n
+    if n == 1:
+        return None
+    gids = np.asarray(state.gids, dtype=np.int64)
+    dev = state.dev
+    P = len(gids)
+    on_b = np.flatnonzero(dev == bottleneck)
+    others = np.flatnonzero(dev != bottleneck)
+    rows = []  # (src, dst, out, back, kind): kind 0 exchange, 1 split, 2 whole-shard trade
+
+    def add(src, dst, out, back, kind=0):
+        if len(out):
+            rows.append((np.broadcast_to(src, len(out)), np.broadcast_to(dst, len(out)), out, back,
+                         np.full(len(out), kind)))
+
+    if not compound:
+        # one piece moves (every piece, or on big tasks every piece on the bottleneck)
+        movers = np.arange(P) if P * (n - 1) <= _MAX_MOVES_PER_ROUND else on_b
+        i = np.repeat(movers, n - 1)
+        src = dev[i]
+        add(src, (src + np.tile(np.arange(1, n), len(movers))) % n, _one(i), np.full((len(i), 2), -1))
+        # one for one between the bottleneck and another device (not two equal pieces)
+        out, back = _product(_one(on_b), _one(others))
+        keep = gids[out[:, 0]] != gids[back[:, 0]]
+        add(bottleneck, dev[back[keep, 0]], out[keep], back[keep])
+        # two devices trade their whole shards (any two, or on many devices the bottleneck and another)
+        a, b = np.triu_indices(n, k=1)
+        if len(a) > _MAX_TRADES:
+            a, b = np.full(n - 1, bottleneck), np.delete(np.arange(n), bottleneck)
+        add(a, b, np.full((len(a), 2), -1), np.full((len(a), 2), -1), kind=2)
+        if splits:  # a piece (as for moves) halved, the new half on any device (its own too)
+            can = movers[prob.can_split[gids[movers]]]
+            i = np.repeat(can, n)
+            add(dev[i], np.tile(np.arange(n), len(can)), _one(i), np.full((len(i), 2), -1), kind=1)
+    else:
+        # two pieces off the bottleneck to one device (for none or one of its pieces), one for two
+        pairs_b = _pairs(on_b)
+        if len(pairs_b) * max(len(others), 1) > _MAX_COMPOUND:
+            return None
+        for d in range(n):
+            if d != bottleneck:
+                on_d = np.flatnonzero(dev == d)
+                add(bottleneck, d, *_product(pairs_b, np.vstack([np.full((1, 2), -1), _one(on_d)])))
+                add(bottleneck, d, *_product(_one(on_b), _pairs(on_d)))
+    if not rows:
+        return None
+    src, dst, out, back, kind = (np.concatenate(c) for c in zip(*rows))
+
+    # the gids each side loses and gains (-1: none, a zero entry of the extended tables)
+    ext = state.ext
+    g = np.append(gids, -1)
+    g_out, g_back = g[out], g[back]
+    src_lose, src_gain, dst_lose, dst_gain = g_out, g_back, g_back.copy(), g_out.copy()
+    split = kind == 1
+    half = np.where(split, g_out[:, 0] + 1, -1)
+    src_gain[split, 0] = half[split]
+    dst_lose[split] = -1
+    dst_gain[split, 0] = half[split]
+
+    # the slots that hold a piece in some candidate (gathers of all-empty slots are skipped)
+    slots = [(sign, side, k) for sign, side in ((1, src_gain), (-1, src_lose), (1, dst_gain), (-1, dst_lose))
+             for k in range(2) if (side[:, k] >= 0).any()]
+
+    def both(table):
+        out = np.zeros((K, 2) + table.shape[1:], dtype=table.dtype)
+        for sign, side, k in slots:
+            col = 0 if side is src_gain or side is src_lose else 1
+            if sign > 0:
+                out[:, col] += table[side[:, k]]
+            else:
+                out[:, col] -= table[side[:, k]]
+        return out
+
+    K = len(src)
+    d_acc, d_mem, d_dim = both(ext.proj), both(ext.size), both(ext.dim)
+    d_count = np.stack([(src_gain >= 0).sum(1) - (src_lose >= 0).sum(1),
+                        (dst_gain >= 0).sum(1) - (dst_lose >= 0).sum(1)], axis=1)
+    here = np.flatnonzero(split & (src == dst))
+    for arr in (d_acc, d_mem, d_dim, d_count):  # both halves stay: the device gets both increments
+        arr[here, 0] += arr[here, 1]
+        arr[here, 1] = arr[here, 0]
+    whole = np.flatnonzero(kind == 2)
+    if len(whole):  # src takes dst's sums and dst takes src's
+        s, d = src[whole], dst[whole]
+        for arr, sums in ((d_acc, state.acc), (d_mem, state.mem), (d_dim, state.dims), (d_count, state.count)):
+            arr[whole, 0] = sums[d] - sums[s]
+            arr[whole, 1] = sums[s] - sums[d]
+    return _Candidates(src, dst, out, back, split, kind == 2, d_acc, d_mem, d_dim, d_count)
+
+
+def _score(state: _State, cand: _Candidates, total: np.ndarray, keep: int) -> np.ndarray:
+    """Plan cost (ms) of each candidate; inf where a device would exceed the memory cap. Only the
+    `keep` candidates with the lowest estimate (new compute costs, the present comm costs) are
+    scored by the comm models; the others get inf."""
+    prob = state.prob
+    K = len(cand.src)
+    devs = np.stack([cand.src, cand.dst], axis=1)  # [K, 2]
+    ok = ((state.mem[devs] + cand.d_mem) <= prob.cap).all(axis=1)
+    acc = state.acc[devs] + cand.d_acc  # [K, 2, A]
+    count = state.count[devs] + cand.d_count
+    comp = prob.scorer.cost_from_acc(acc.reshape(-1, acc.shape[-1])).reshape(K, 2).astype(np.float64)
+    comp[count == 0] = 0.0
+    if np.count_nonzero(ok) > keep:
+        est = np.tile(total, (K, 1))
+        est[np.arange(K)[:, None], devs] = comp + (total - state.compute)[devs]
+        est = np.where(ok, est.max(axis=1), np.inf)
+        ok = np.zeros(K, dtype=bool)
+        ok[np.argpartition(est, keep)[:keep]] = True
+    idx = np.flatnonzero(ok)
+    cost = np.full(K, np.inf)
+    if len(idx):
+        compute = np.tile(state.compute, (len(idx), 1))
+        dims = np.tile(state.dims.astype(np.float64), (len(idx), 1))
+        rows = np.arange(len(idx))[:, None]
+        compute[rows, devs[idx]] = comp[idx]
+        dims[rows, devs[idx]] = state.dims[devs[idx]] + cand.d_dim[idx]
+        cost[idx] = score_placements(prob.scorer, compute, dims)[3]
+    return cost
+
+
+def _apply(state: _State, cand: _Candidates, m: int) -> None:
+    src, dst = int(cand.src[m]), int(cand.dst[m])
+    out = [int(x) for x in cand.out[m] if x >= 0]
+    back = [int(x) for x in cand.back[m] if x >= 0]
+    if cand.split[m]:  # piece out[0] becomes its first half in place; the twin is appended, on dst
+        i = out[0]
+        state.steps.append(i)
+        state.gids[i] += 1
+        state.gids.append(state.gids[i])
+        state.shards[dst].append(len(state.gids) - 1)
+        state.dev = np.append(state.dev, dst)
+    elif cand.whole[m]:
+        state.shards[src], state.shards[dst] = state.shards[dst], state.shards[src]
+        state.dev[state.shards[src]] = src
+        state.dev[state.shards[dst]] = dst
+    else:
+        for i in out:
+            state.shards[src].remove(i)
+        for k in back:
+            state.shards[dst].remove(k)
+        state.shards[src].extend(back)
+        state.shards[dst].extend(out)
+        state.dev[out] = dst
+        state.dev[back] = src
+    state._refresh(src)
+    state._refresh(dst)
+
+
+def _better(cost: float, cur_cost: float) -> bool:
+    """A lower plan cost, by more than float noise."""
+    return cost < cur_cost * (1 - _MIN_GAIN)
+
+
+def _descend(state: _State, max_moves: int, splits: bool, settled: bool = False) -> tuple[_State, int]:
+    """Variable-neighbourhood descent: the best simple candidate while one lowers the cost; when
+    none does, the best compound one; at most `max_moves` moves. `settled`: the state is a local
+    optimum of the descent without splits, so if no split improves it at once, nothing will.
+    Returns the state and the moves."""
+    cost, total = state.cost()
+    moves = 0
+    compound = False
+    while moves < max_moves:
+        cand = _candidates(state, int(np.argmax(total)), splits, compound)
+        improved = False
+        if cand is not None:
+            costs = _score(state, cand, total, _KEEP)
+            # the best few by their incremental sums, re-scored from scratch: the first that truly
+            # lowers the cost is taken (incremental sums can differ in the last bits)
+            for m in np.argsort(costs, kind="stable")[:4]:
+                if not _better(costs[m], cost):
+                    break
+                trial = state.copy()
+                _apply(trial, cand, int(m))
+                new_cost, new_total = trial.cost()
+                if _better(new_cost, cost):
+                    state, cost, total, improved = trial, new_cost, new_total, True
+                    moves += 1
+                    break
+        if not improved and settled and not moves:
+            break
+        if not improved and compound:  # last resort: the best assignment of the shards to the devices
+            relabelled = _relabel(state, cost)
+            if relabelled is not None:
+                state, improved = relabelled, True
+                cost, total = state.cost()
+                moves += 1
+        if improved:
+            compound = False
+        elif compound:
+            break
+        else:
+            compound = True
+    return state, moves
+
+
+def _relabel(state: _State, cost: float) -> _State | None:
+    """The state with its shards on the devices in the order that costs least, if that is lower
+    than `cost`; None otherwise, or on more than `_MAX_RELABEL_DEVICES` devices."""
+    n = state.prob.n
+    if not 2 < n <= _MAX_RELABEL_DEVICES:  # on 2 devices the trades have tried the one other order
+        return None
+    perms = np.array(list(itertools.permutations(range(n))))  # perms[k][d]: the shard device d gets
+    costs = score_placements(state.prob.scorer, state.compute[perms], state.dims[perms].astype(float))[3]
+    k = int(np.argmin(costs))
+    if not _better(costs[k], cost):
+        return None
+    new = state.copy()
+    new.shards = [list(state.shards[p]) for p in perms[k]]
+    for d, shard in enumerate(new.shards):
+        new.dev[shard] = d
+    for name in ("acc", "compute", "dims", "mem", "count"):
+        setattr(new, name, getattr(state, name)[perms[k]].copy())
+    return new if _better(new.cost()[0], cost) else None
+
+
+def _tabu(state: _State, steps: int, max_moves: int, splits: bool) -> tuple[_State, int]:
+    """Escape from the local optimum `state`: `steps` times take the best simple candidate even if it
+    is worse, except those that move a piece moved (or trade a device pair traded) in the last
+    `_TENURE` steps unless they beat the best so far (tabu search); descend from every new best.
+    Returns the best state and the moves taken."""
+    n = state.prob.n
+    best = state
+    best_cost, total = best.cost()
+    piece_until = np.full(len(state.gids) + 1, -1)  # the last step a piece is tabu (index -1: "none")
+    pair_until = np.full((n, n), -1)
+    moves = 0
+    for t in range(steps):
+        cand = _candidates(state, int(np.argmax(total)), splits, False)
+        if cand is None or moves >= max_moves:
+            break
+        costs = _score(state, cand, total, _KEEP)
+        if len(piece_until) < len(state.gids) + 1:  # splits added pieces
+            grown = np.full(len(state.gids) + 1, -1)
+            grown[:len(piece_until) - 1] = piece_until[:-1]
+            piece_until = grown
+        tabu = (piece_until[cand.out] >= t).any(axis=1) | (piece_until[cand.back] >= t).any(axis=1)
+        tabu |= cand.whole & (pair_until[cand.src, cand.dst] >= t)
+        allowed = np.isfinite(costs) & (~tabu | (costs < best_cost * (1 - _MIN_GAIN)))
+        if not allowed.any():
+            break
+        order = np.argsort(costs, kind="stable")
+        m = int(order[np.argmax(allowed[order])])
+        piece_until[[x for x in (*cand.out[m], *cand.back[m]) if x >= 0]] = t + _TENURE
+        if cand.whole[m]:
+            pair_until[cand.src[m], cand.dst[m]] = pair_until[cand.dst[m], cand.src[m]] = t + _TENURE
+        state = state.copy()
+        _apply(state, cand, m)
+        moves += 1
+        cost, total = state.cost()
+        if _better(cost, best_cost):
+            state, m2 = _descend(state, max_moves - moves, splits)
+            moves += m2
+            best = state
+            best_cost, total = state.cost()
+    return best, moves
+
+
+# --------------------------------------------------------------------------- NeuroShard+
+
+
+def search_plus(tables: Sequence[ShardTable], ndevices: int, max_mem: float, models,
+                config: SearchConfig | None = None, plus: PlusConfig | None = None, seed: int = 0,
+                options: dict | None = None) -> PlusResult:
+    """NeuroShard+ (module doc); OutOfMemoryError when no start fits. `seed` and `options` are
+    passed to the baselines."""
+    from neuroshard.planner.shard import shard
+
+    t0 = time.perf_counter()
+    plus = plus or PlusConfig()
+    baselines = plus.baselines()
+    starts: dict[str, Plan] = {}
+    with single_threaded_blas():
+        prob = make_problem(tables, ndevices, max_mem, models, config)
+        try:
+            res = beam_search(prob, t0)
+        except OutOfMemoryError:
+            res = None
+        else:
+            starts["neuroshard"] = res.plan
+            if res.start_plan is not None:
+                starts["neuroshard_no_split"] = res.start_plan
+    base_costs = {}
+    for alg in baselines:
+        try:
+            got = shard(tables, ndevices, max_mem, models=models, alg=alg, seed=seed, **(options or {}))
+        except NeuroShardError:  # out of memory, or a sharder that cannot run here
+            continue
+        starts[alg], base_costs[alg] = got.plan, got.cost_ms
+    if not starts:
+        raise OutOfMemoryError(f"{NAME} found no plan of {len(tables)} tables on {ndevices} devices of "
+                               f"{max_mem:g} GB (neither NeuroShard nor any baseline)", max_mem=max_mem)
+
+    costs = {name: simulate(tables, plan, models, max_mem).cost if name not in base_costs else base_costs[name]
+             for name, plan in starts.items()}
+    best_name = min(costs, key=lambda a: (costs[a], a != "neuroshard"))
+    best_plan, best_cost, refined, moves = starts[best_name], costs[best_name], False, 0
+    if plus.plus_max_moves:
+        # descend from the best distinct starts, then tabu search from each local optimum
+        names = []
+        for name in sorted(costs, key=lambda a: costs[a]):
+            if len(names) < plus.plus_starts and all(starts[name] != starts[x] for x in names):
+                names.append(name)
+        with single_threaded_blas():
+            found = []
+            for name in names:
+                # first without new splits (they cannot be undone), then with them
+                state, m = _descend(_State(prob, starts[name]), plus.plus_max_moves, False)
+                if plus.plus_splits:
+                    state, m2 = _descend(state, plus.plus_max_moves - m, True, settled=True)
+                    m += m2
+                if plus.plus_tabu and ndevices > 1 and state.gids:
+                    state, m2 = _tabu(state, plus.plus_tabu, plus.plus_max_moves - m, plus.plus_splits)
+                    m += m2
+                found.append((state.cost()[0], name, state, m))
+                moves += m
+        for _, name, state, m in found:
+            if m:
+                plan = state.plan()
+                c = simulate(tables, plan, models, max_mem).cost
+                if c < best_cost:
+                    best_name, best_plan, best_cost, refined = name, plan, c, True
+    ns_cost = costs.get("neuroshard", math.inf)
+    start_costs = {a: costs.get(a, math.inf) for a in ["neuroshard", "neuroshard_no_split", *baselines]}
+    return PlusResult(plan=best_plan, cost=best_cost, source=best_name, refined=refined, start_costs=start_costs,
+                      neuroshard_cost=ns_cost, moves=moves, seconds=time.perf_counter() - t0)
+
+
+@register(NAME)
+def neuroshard_plus(tables: Sequence[ShardTable], ndevices: int, max_mem: float, ctx: ShardingContext) -> Plan:
+    """NeuroShard+ under ctx's cost models: NeuroShard's search, every plain baseline, local search.
+
+    Options (ctx.options): the fields of SearchConfig and PlusConfig. Raises OutOfMemoryError when
+    no plan fits.
+    """
+    models = require_models(ctx.models if ctx is not None else None, NAME)
+    options = dict(ctx.options or {})
+    return search_plus(tables, ndevices, max_mem, models, SearchConfig.from_options(options),
+                       PlusConfig.from_options(options), seed=ctx.seed, options=options).plan
