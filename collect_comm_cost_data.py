@@ -18,9 +18,11 @@ continue up to --data_size samples.
 
 import argparse
 import json
+import sys
 
 from neuroshard.bench.comm_collect import CommCollectConfig, collect, follow, noise_floor, print_summary
 from neuroshard.bench.torchrun import DEFAULT_TIMEOUT_S, LaunchConfig
+from neuroshard.checks import check_output_file
 from neuroshard.cli import add_device_arg, parse_range, resolve_devices, resolve_ranks, run_main
 from neuroshard.formats import NOISE_JSON, write_noise_floor
 
@@ -53,6 +55,9 @@ def main(argv=None):
     p.add_argument("--noise_floor", type=int, default=0, metavar="N",
                    help="instead of collecting, re-measure N recorded samples and report the "
                         f"relative difference (fw, bw) to OUT_DIR/{NOISE_JSON}")
+    p.add_argument("--noise_out", default=None, metavar="PATH",
+                   help=f"with --noise_floor: write the report here instead of OUT_DIR/{NOISE_JSON} "
+                        "(the pipeline's drift check after the hardware evaluation)")
     p.add_argument("--noise_repeats", type=int, default=1,
                    help="with --noise_floor: fresh measurements per sample (2 also compares two fresh repeats)")
     p.add_argument("--check", action="store_true",
@@ -78,10 +83,13 @@ def main(argv=None):
         return
     out_dir = args.out_dir or f"data/cost_data/comm_{n}"
     if args.noise_floor:
+        if args.noise_out is not None:
+            check_output_file("--noise_out", args.noise_out)
         res = noise_floor(out_dir, cfg, args.noise_floor, seed=args.seed, repeats=args.noise_repeats,
                           gpu_devices=args.gpu_devices, timeout=args.timeout, progress=not args.quiet,
                           launch=launch)
-        write_noise_floor(out_dir, res)
+        path = write_noise_floor(out_dir, res, args.noise_out)
+        print(f"wrote {path}", file=sys.stderr)
         print(json.dumps({k: v for k, v in res.items() if k != "samples"}, indent=2))
         return
     summary = collect(out_dir, cfg, args.data_size, chunk=args.chunk,

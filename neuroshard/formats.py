@@ -1083,9 +1083,12 @@ def read_user_tables(path, max_mem: float | None = None, warn: bool = True) -> U
 # =========================================================================== noise floor
 
 
-def write_noise_floor(data_dir, report: dict) -> None:
-    """Write `<data_dir>/noise_floor.json` (atomic): a report made by `bench.noise.noise_report`."""
-    write_json_atomic(Path(data_dir) / NOISE_JSON, report)
+def write_noise_floor(data_dir, report: dict, path=None) -> Path:
+    """Write `path` (default `<data_dir>/noise_floor.json`; atomic): a report made by
+    `bench.noise.noise_report`. Returns the path written."""
+    path = Path(path) if path is not None else Path(data_dir) / NOISE_JSON
+    write_json_atomic(path, report)
+    return path
 
 
 def read_noise_floor(data_dir, target: str) -> dict | None:

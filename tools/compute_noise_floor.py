@@ -18,8 +18,9 @@ from pathlib import Path
 
 from neuroshard.bench.compute_collect import measure_noise_floor
 from neuroshard.bench.pool import worker_devices
+from neuroshard.checks import check_output_file
 from neuroshard.cli import add_device_arg, parse_int_list, resolve_devices, run_main
-from neuroshard.formats import NOISE_JSON, read_json, write_json_atomic
+from neuroshard.formats import NOISE_JSON, read_json, write_noise_floor
 
 
 def main(argv=None):
@@ -41,6 +42,8 @@ def main(argv=None):
     p.add_argument("--out_path", type=str, default=None, help=f"default: <data_dir>/{NOISE_JSON}")
     args = p.parse_args(argv)
 
+    if args.out_path is not None:
+        check_output_file("--out_path", args.out_path)
     recorded = {}
     cfg_path = Path(args.data_dir) / "config.json"
     if cfg_path.exists():
@@ -53,8 +56,7 @@ def main(argv=None):
     devices = worker_devices(device, gpus, args.num_workers)
     report = measure_noise_floor(args.data_dir, args.dataset_dir, args.num_samples, devices, warmup, iters,
                                  seed=args.seed, repeats=args.repeats, clock=clock)
-    out_path = args.out_path or str(Path(args.data_dir) / NOISE_JSON)
-    write_json_atomic(out_path, report)
+    out_path = write_noise_floor(args.data_dir, report, args.out_path)
     for key, label in (("fresh_vs_stored", "re-measured vs stored"), ("fresh_vs_fresh", "two fresh repeats")):
         if key in report["targets"]["cost"]:
             r = report["targets"]["cost"][key]

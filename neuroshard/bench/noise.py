@@ -7,13 +7,17 @@ data (each collector re-measures in its own way and hands the numbers here;
 
     {"kind": "compute" | "comm", "num_samples": S, "repeats": R, ...settings,
      "targets": {"<target>": {"fresh_vs_stored": {"median", "mean", "p90", "n"},
-                              "fresh_vs_fresh": {...}}},     # the second with R >= 2
+                              "fresh_over_stored": {"median", "mean", "n"},
+                              "fresh_vs_fresh": {...}}},     # the last with R >= 2
      "samples": [...]}                                        # what was re-measured
 
 Targets: "cost" (compute ms per shard); "fw" and "bw" (per-rank all-to-all
 ms). `fresh_vs_stored` is |fresh - stored| / stored over every entry: its
 mean is the MAPE a model that predicted the re-measurement exactly would
 score on the recorded data, the floor for a cost model's test MAPE;
+`fresh_over_stored` is the signed ratio fresh / stored: its median is how
+much slower (> 1) or faster the machine runs now than when the data was
+recorded (`eval.drift` re-measures after the hardware evaluation for this);
 `fresh_vs_fresh` compares two fresh repeats (rounds interleaved over the
 samples, so slow spells of the machine hit both alike).
 """
@@ -39,6 +43,17 @@ def rel_diff_stats(reference, other) -> dict:
             "n": int(len(r))}
 
 
+def ratio_stats(reference, other) -> dict:
+    """other / reference over entries with reference > 0: median, mean, n (1.0: no drift)."""
+    ref = np.asarray(reference, dtype=np.float64).ravel()
+    new = np.asarray(other, dtype=np.float64).ravel()
+    keep = (ref > 0) & np.isfinite(new)
+    r = new[keep] / ref[keep]
+    if not len(r):
+        return {"median": math.nan, "mean": math.nan, "n": 0}
+    return {"median": float(np.median(r)), "mean": float(np.mean(r)), "n": int(len(r))}
+
+
 def noise_report(kind: str, stored: dict, fresh: dict, samples: list, **settings) -> dict:
     """The noise-floor JSON (schema in the module doc).
 
@@ -57,7 +72,7 @@ def noise_report(kind: str, stored: dict, fresh: dict, samples: list, **settings
     for t in TARGETS[kind]:
         f = np.asarray(fresh[t], dtype=np.float64).reshape(repeats, n, -1)[:, ok]
         s = np.asarray(stored[t], dtype=np.float64).reshape(n, -1)[ok]
-        targets[t] = {"fresh_vs_stored": rel_diff_stats(s, f[0])}
+        targets[t] = {"fresh_vs_stored": rel_diff_stats(s, f[0]), "fresh_over_stored": ratio_stats(s, f[0])}
         if repeats >= 2:
             targets[t]["fresh_vs_fresh"] = rel_diff_stats(f[0], f[1])
     return {"kind": kind, "num_samples": int(ok.sum()), "repeats": int(repeats), **settings,

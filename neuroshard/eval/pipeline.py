@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from neuroshard.checks import check_gpu_ids, check_int
+from neuroshard.eval.drift import DRIFT_COMM, DRIFT_COMPUTE
 
 from neuroshard.formats import write_json_atomic
 from neuroshard.types import ConfigError, InputError, NeuroShardError
@@ -68,6 +69,8 @@ class Preset:
     eval_iters: int
     eval_repeats: int = 1  # measurements of every plan (interleaved rounds), for intervals
     half_share: float = 0.67  # compute shards from one half of the tables, for the held-out-table check
+    # after step 6: collected shards / all-to-alls re-measured to see how far the machine drifted (eval.drift)
+    drift_samples: int = 50
     gpu: bool = False
 
 
@@ -81,7 +84,7 @@ PRESETS = {
                                     "--rl_num_batches", "2", "--rl_batch_size", "4"),
                    autoshard_args=("--total_steps", "400", "--batch_size", "4", "--unroll_length", "50",
                                    "--num_cost_updates", "2", "--cost_batch_size", "32"),
-                   eval_tasks=2, eval_warmup=1, eval_iters=2, eval_repeats=2),
+                   eval_tasks=2, eval_warmup=1, eval_iters=2, eval_repeats=2, drift_samples=4),
     # `make demo`: the whole pipeline on CPU in about ten minutes, on the default synthetic
     # dataset of tools/gen_dlrm_data.py. The comm batch equals the dataset's, as eval.py uses it.
     # 600 tables, not fewer: the compute model generalises to unseen tables with the number of
@@ -99,7 +102,8 @@ PRESETS = {
                     max_rows=0, num_tasks=100, t_range="10,60", compute_samples=100_000, max_tables=15,
                     comm_samples=20_000, comm_t_range="10,60", sleep_range="0,30", comm_batch_size=65536,
                     warmup=5, iters=10, noise_samples=500, epochs=1000, policy_tasks=100, dreamshard_args=(),
-                    autoshard_args=(), eval_tasks=100, eval_warmup=5, eval_iters=10, eval_repeats=3, gpu=True),
+                    autoshard_args=(), eval_tasks=100, eval_warmup=5, eval_iters=10, eval_repeats=3, drift_samples=200,
+                    gpu=True),
 }
 
 
@@ -184,6 +188,15 @@ def build_steps(p: Preset, out: Path, data: str | None, gpu_devices: str | None,
              ["eval.py", *eval_common, "--plans", str(out / "sim" / "plans.json"), "--out_dir", str(out / "hw"),
               "--warmup", str(p.eval_warmup), "--iters", str(p.eval_iters), "--repeats", str(p.eval_repeats), *dev],
              [out / "hw" / "summary.json"]),
+        # Right after it: how much slower or faster the machine runs now than when the cost data was
+        # recorded (the report separates that drift from the models' own error; eval/drift.py).
+        Step("6-drift-compute", "machine drift: compute",
+             ["tools/compute_noise_floor.py", "--data_dir", str(cdata), "--dataset_dir", str(ds), "--num_samples",
+              str(p.drift_samples), "--repeats", "1", "--out_path", str(out / "hw" / DRIFT_COMPUTE), *s, *dev,
+              *workers], [out / "hw" / DRIFT_COMPUTE]),
+        Step("6-drift-comm", "machine drift: comm",
+             ["collect_comm_cost_data.py", "--out_dir", str(mdata), "--noise_floor", str(p.drift_samples),
+              "--noise_out", str(out / "hw" / DRIFT_COMM), *comm_cfg, *comm_ranks], [out / "hw" / DRIFT_COMM]),
     ]
 
 

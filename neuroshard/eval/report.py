@@ -117,6 +117,30 @@ def accuracy_table(acc: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def drift_lines(hw_dir: Path) -> tuple[list[str], dict | None]:
+    """Markdown lines on the machine's drift since the cost data was recorded, and the figures
+    (None when the drift steps did not run or nothing was measured)."""
+    from neuroshard.eval.drift import drift_scaled_accuracy, read_drift
+    from neuroshard.formats import read_plans
+
+    drift = read_drift(hw_dir)
+    results = hw_dir / "results.json"
+    if drift is None or not results.exists():
+        return [], None
+    scaled = drift_scaled_accuracy(read_plans(results), drift)
+    if scaled["mape"] is None:
+        return [], None
+    n = drift["samples"]
+    lines = [f"Machine drift: right after the evaluation, {n['compute']} compute shards and {n['fw_comm']} "
+             f"per-rank all-to-all times of the collected cost data were measured again; they took "
+             f"{drift['compute']:.2f}x (compute), {drift['fw_comm']:.2f}x (fw) and {drift['bw_comm']:.2f}x (bw) "
+             f"their recorded times (medians). With the simulator's per-rank parts scaled by these factors "
+             f"(measured apart from the evaluation, not fitted to it), the plan-cost MAPE is "
+             f"{100 * scaled['mape']:.1f}% (Spearman {scaled['spearman']:.3f}); the difference from the unscaled "
+             f"figure above is the machine's drift, not the models' error."]
+    return lines, {**drift, "scaled_plan_mape": scaled["mape"], "scaled_spearman": scaled["spearman"]}
+
+
 LEARNED = ("dreamshard", "autoshard")
 
 
@@ -247,8 +271,11 @@ def write_report(out, preset, steps: list[dict], seconds: float) -> Path:
             "of the paired difference; the verdict is read from that interval.", "",
             cmp_md]
     text += verdict_lines(verdicts)
+    drift = None
     if hw and hw.get("simulator_accuracy"):
         text += ["", "## Simulator vs hardware", "", accuracy_table(hw["simulator_accuracy"])]
+        lines, drift = drift_lines(out / "hw")
+        text += lines
     learned_md, learned_rows = learned_table(out, sim, hw)
     if learned_rows:
         text += ["", "## Learned baselines", "",
@@ -275,5 +302,5 @@ def write_report(out, preset, steps: list[dict], seconds: float) -> Path:
         fh.write("\n".join(text) + "\n")
     write_json_atomic(out / "config.json", {"preset": asdict(preset), "steps": steps, "wall_seconds": seconds,
                                             "versions": library_versions(), "models": model_rows,
-                                            "learned": learned_rows, "verdicts": verdicts})
+                                            "learned": learned_rows, "verdicts": verdicts, "drift": drift})
     return report

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from neuroshard.bench.noise import noise_report, rel_diff_stats
+from neuroshard.bench.noise import noise_report, ratio_stats, rel_diff_stats
 from neuroshard.formats import read_noise_floor, write_noise_floor
 from neuroshard.types import InputError
 
@@ -17,6 +17,13 @@ def test_relative_differences_by_hand():
     assert math.isnan(rel_diff_stats([0.0], [1.0])["median"])
 
 
+def test_signed_ratio_by_hand():
+    s = ratio_stats([2.0, 4.0, 0.0, 10.0], [3.0, 3.0, 5.0, 12.0])
+    # 1.5, 0.75, (dropped), 1.2: a machine now running slower shows a median above 1
+    assert (s["n"], s["median"]) == (3, 1.2) and s["mean"] == pytest.approx(3.45 / 3)
+    assert math.isnan(ratio_stats([0.0], [1.0])["median"])
+
+
 def test_report_leaves_out_failed_samples_and_round_trips(tmp_path):
     stored = np.array([1.0, 2.0, 4.0])
     fresh = np.array([[1.5, np.nan, 5.0],   # repeat 1: sample 1 failed
@@ -25,6 +32,7 @@ def test_report_leaves_out_failed_samples_and_round_trips(tmp_path):
     assert rep["num_samples"] == 2 and rep["repeats"] == 2 and rep["seed"] == 3
     cost = rep["targets"]["cost"]
     assert cost["fresh_vs_stored"]["mean"] == pytest.approx((0.5 + 0.25) / 2)
+    assert cost["fresh_over_stored"]["median"] == pytest.approx((1.5 + 1.25) / 2)
     assert cost["fresh_vs_fresh"]["mean"] == pytest.approx((0.5 / 1.5 + 1.0 / 5.0) / 2)
     write_noise_floor(tmp_path, rep)
     assert read_noise_floor(tmp_path, "cost") == cost["fresh_vs_stored"]

@@ -59,6 +59,10 @@ def test_tiny_pipeline_writes_every_artifact_and_skips_on_rerun(tmp_path):
     assert "| neuroshard |" in report and "## Cost models" in report and "## Simulator vs hardware" in report
     assert "Held-out-table check" in report and "[95% CI]" in report
     assert "| dreamshard |" in report and "## Learned baselines" in report
+    # the drift steps re-measured collected data after the evaluation, and the report reads them
+    for name in ("drift_compute.json", "drift_comm.json"):
+        assert json.loads((out / "hw" / name).read_text())["num_samples"] > 0
+    assert "Machine drift: right after the evaluation, 4 compute shards and 8 per-rank" in report
     for png in ("cost_per_algorithm.png", "search_time.png"):
         assert (out / "plots" / png).stat().st_size > 1000
     config = json.loads((out / "config.json").read_text())
@@ -66,7 +70,7 @@ def test_tiny_pipeline_writes_every_artifact_and_skips_on_rerun(tmp_path):
 
     again = _driver(out)
     assert again.returncode == 0, again.stderr[-2000:]
-    assert again.stdout.count("up to date, skipped") == 14
+    assert again.stdout.count("up to date, skipped") == 16
 
 
 def test_changed_step_reruns_itself_and_everything_after(tmp_path, capsys):

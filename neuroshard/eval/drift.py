@@ -1,0 +1,74 @@
+"""Machine drift between the cost-data collection and the hardware evaluation.
+
+The simulator predicts what the machine did while the cost data was
+collected. On shared cores the same kernels can run 10-20% slower an hour
+later, and every measured plan cost moves with them, which the simulator
+cannot know. The pipeline therefore re-measures a sample of the collected
+compute shards and comm samples right after the hardware evaluation
+(`tools/compute_noise_floor.py --out_path` and `collect_comm_cost_data.py
+--noise_floor N --noise_out`, steps 6-drift-compute and 6-drift-comm) and the report
+shows
+
+* the drift: median of fresh / recorded time for compute, fw and bw
+  (1.0: the machine runs as it did; 1.2: everything takes 20% longer);
+* the plan-cost MAPE with the simulator's per-rank compute, fw and bw parts
+  multiplied by those three factors: what is left is the models' error,
+  not the machine's. The factors come from the re-measurement, never from
+  the evaluation's own results.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from neuroshard.formats import read_json
+from neuroshard.types import InputError, PlanRecord
+
+DRIFT_COMPUTE = "drift_compute.json"
+DRIFT_COMM = "drift_comm.json"
+# part of the simulator's breakdown -> (drift file, noise-report target)
+_PARTS = {"compute": (DRIFT_COMPUTE, "cost"), "fw_comm": (DRIFT_COMM, "fw"), "bw_comm": (DRIFT_COMM, "bw")}
+
+
+def read_drift(hw_dir) -> dict | None:
+    """{"compute", "fw_comm", "bw_comm": median fresh / recorded, "samples": {...}} from the two drift
+    files in `hw_dir`, or None when either is missing (the drift steps did not run)."""
+    hw_dir = Path(hw_dir)
+    if not all((hw_dir / f).exists() for f in (DRIFT_COMPUTE, DRIFT_COMM)):
+        return None
+    out: dict = {"samples": {}}
+    for part, (name, target) in _PARTS.items():
+        path = hw_dir / name
+        try:
+            stats = read_json(path)["targets"][target]["fresh_over_stored"]
+            ratio, n = float(stats["median"]), int(stats["n"])
+        except (KeyError, TypeError, ValueError):
+            raise InputError(path, f"no drift ratio for {target!r} (expected \"targets\": {{\"{target}\": "
+                                   f"{{\"fresh_over_stored\": {{\"median\", \"n\"}}}}}}); rerun the drift step")
+        if not np.isfinite(ratio) or ratio <= 0:
+            raise InputError(path, f"drift ratio for {target!r} must be a positive number, got {ratio}")
+        out[part], out["samples"][part] = ratio, n
+    return out
+
+
+def drift_scaled_accuracy(records: Sequence[PlanRecord], drift: dict) -> dict:
+    """MAPE and Spearman of the measured plan cost against the simulator's estimate with each rank's
+    compute, fw and bw parts multiplied by `drift`'s factors (plan cost = the largest rank total)."""
+    from neuroshard.train.metrics import regression_metrics
+
+    est, meas = [], []
+    for r in records:
+        if r.cost is None or r.estimate is None:
+            continue
+        e = r.estimate
+        totals = [drift["compute"] * c + drift["bw_comm"] * b + drift["fw_comm"] * f
+                  for c, b, f in zip(e.compute, e.bw_comm, e.fw_comm)]
+        est.append(max(totals))
+        meas.append(r.cost)
+    if not est:
+        return {"mape": None, "spearman": None, "plans": 0}
+    m = regression_metrics(np.array(est), np.array(meas))
+    return {"mape": float(m["mape"]), "spearman": float(m["spearman"]), "plans": len(est)}
