@@ -21,21 +21,20 @@ from __future__ import annotations
 import argparse
 
 from neuroshard.cli import resolve_device, resolve_ranks, run_main
-from neuroshard.eval.train_learned import (add_common_args, add_config_args, config_from_args, run_training,
-                                           summary_line)
-from neuroshard.planner.autoshard_nets import HELP, AutoShardConfig
+from neuroshard.eval.train_learned import add_common_args, run_training, summary_line
+from neuroshard.planner.autoshard_nets import AutoShardConfig
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="Train an AutoShard sharding policy (a baseline).")
     add_common_args(p, "models/autoshard.pt", ndevices=8, max_mem=7.0)
-    add_config_args(p, AutoShardConfig, HELP, "AutoShard (released defaults)")
+    AutoShardConfig.add_args(p)
     return p.parse_args(argv)
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    cfg = config_from_args(AutoShardConfig, args)  # one-line error on a bad value, before any work
+    cfg = AutoShardConfig.from_args(args)  # one-line error on a bad value, before any work
     device = "cpu"
     if args.oracle == "hardware":
         device, args.ndevices = resolve_ranks(resolve_device(args.device), args.ndevices, args.gpu_devices)

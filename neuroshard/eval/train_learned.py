@@ -17,9 +17,9 @@ tasks).
 from __future__ import annotations
 
 import time
-from dataclasses import fields
 from pathlib import Path
 
+from neuroshard.checks import check_float, check_int
 from neuroshard.eval.hardware import DEFAULT_TIMEOUT_S, HardwareConfig
 from neuroshard.eval.oracle import ORACLES, HardwareOracle, SimulatorOracle
 from neuroshard.types import InputError, NeuroShardError
@@ -56,34 +56,17 @@ def add_common_args(parser, default_out: str, ndevices: int, max_mem: float) -> 
     parser.add_argument("--no_progress", action="store_true", help="no progress bar")
 
 
-def add_config_args(parser, cls, helps: dict, title: str) -> None:
-    """One flag per config field, `--a_b` with the released `--a-b` as an alias."""
-    g = parser.add_argument_group(title)
-    for f in fields(cls):
-        names = [f"--{f.name}"] + ([f"--{f.name.replace('_', '-')}"] if "_" in f.name else [])
-        g.add_argument(*names, dest=f.name, type={"int": int, "float": float}[f.type], default=f.default,
-                       help=f"{helps[f.name]} (default: {f.default})")
-
-
-def config_from_args(cls, args):
-    return cls(**{f.name: getattr(args, f.name) for f in fields(cls)})
-
-
 def _load_training_inputs(args):
     from neuroshard.eval.plans import default_comm_model_path
     from neuroshard.formats import read_table_configs, read_tasks
     from neuroshard.planner.models import CostModels
 
-    if args.ndevices < 1:
-        raise NeuroShardError(f"--ndevices must be >= 1, got {args.ndevices}")
-    if not args.max_mem > 0:
-        raise NeuroShardError(f"--max_mem must be > 0 GB, got {args.max_mem}")
+    check_int("--ndevices", args.ndevices, 1)
+    check_float("--max_mem", args.max_mem, 0.0, lo_open=True)
     configs = read_table_configs(Path(args.data_dir) / "table_configs.json")
     tasks = read_tasks(args.task_path, num_tables=len(configs))
     if args.max_tasks is not None:
-        if args.max_tasks < 1:
-            raise NeuroShardError(f"--max_tasks must be >= 1, got {args.max_tasks}")
-        tasks = tasks[:args.max_tasks]
+        tasks = tasks[:check_int("--max_tasks", args.max_tasks, 1)]
     if args.eval_task_path:
         held_out = set(read_tasks(args.eval_task_path, num_tables=len(configs)))
         seen = [i for i, t in enumerate(tasks) if t in held_out]

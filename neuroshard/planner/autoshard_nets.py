@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass
-from typing import Callable, Sequence
+from typing import Callable, ClassVar, Sequence
 
 import numpy as np
 import torch
@@ -42,6 +42,7 @@ from neuroshard.checks import check_fields, check_float
 from neuroshard.planner.baselines import no_room_error
 from neuroshard.planner.learned import LearnedPolicy, element_sizes, plan_from_assignment
 from neuroshard.planner.nets import mlp
+from neuroshard.planner.options import FlagOptions
 from neuroshard.planner.rl import impala_loss, masked_log_softmax
 from neuroshard.types import CostBreakdown, NUM_BINS, Plan, ShardTable
 
@@ -201,8 +202,25 @@ def load_policy(path) -> AutoShardPolicy:
 
 
 @dataclass(frozen=True)
-class AutoShardConfig:
+class AutoShardConfig(FlagOptions):
     """The released defaults (run_autoshard.py / monobeast), one flag each."""
+
+    HELP: ClassVar[dict] = {
+        "total_steps": "environment steps in all (the learning rate decays linearly to 0 over them)",
+        "batch_size": "environments stepped together = rollouts per learner update",
+        "unroll_length": "steps per rollout",
+        "num_cost_updates": "cost-model steps after each learner update",
+        "cost_batch_size": "cost-model batch (shards, drawn with replacement)",
+        "buffer_size": "ring buffer of shard measurements for the cost model",
+        "entropy_cost": "weight of the entropy term",
+        "baseline_cost": "weight of the value loss",
+        "discounting": "discount factor (terminal reward only)",
+        "learning_rate": "Adam learning rate",
+        "grad_norm_clipping": "gradient norm clip",
+        "seed": "random seed (network init, task draws, sampling)",
+    }
+    TITLE: ClassVar[str] = "AutoShard (released defaults)"
+    RELEASED_ALIASES: ClassVar[bool] = True  # --a-b beside --a_b
 
     total_steps: int = 100_000
     batch_size: int = 8
@@ -229,22 +247,6 @@ class AutoShardConfig:
 
     def to_json(self) -> dict:
         return asdict(self)
-
-
-HELP = {
-    "total_steps": "environment steps in all (the learning rate decays linearly to 0 over them)",
-    "batch_size": "environments stepped together = rollouts per learner update",
-    "unroll_length": "steps per rollout",
-    "num_cost_updates": "cost-model steps after each learner update",
-    "cost_batch_size": "cost-model batch (shards, drawn with replacement)",
-    "buffer_size": "ring buffer of shard measurements for the cost model",
-    "entropy_cost": "weight of the entropy term",
-    "baseline_cost": "weight of the value loss",
-    "discounting": "discount factor (terminal reward only)",
-    "learning_rate": "Adam learning rate",
-    "grad_norm_clipping": "gradient norm clip",
-    "seed": "random seed (network init, task draws, sampling)",
-}
 
 
 class _ShardBuffer:

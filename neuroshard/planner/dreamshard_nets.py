@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import asdict, dataclass
-from typing import Callable, Sequence
+from typing import Callable, ClassVar, Sequence
 
 import numpy as np
 import torch
@@ -42,6 +42,7 @@ from neuroshard.checks import check_fields
 from neuroshard.planner.baselines import no_room_error
 from neuroshard.planner.learned import LearnedPolicy, element_sizes, plan_from_assignment
 from neuroshard.planner.nets import mlp
+from neuroshard.planner.options import FlagOptions
 from neuroshard.planner.rl import masked_log_softmax, reinforce_advantages, reinforce_loss
 from neuroshard.types import CostBreakdown, NUM_BINS, Plan, ShardTable
 
@@ -285,8 +286,22 @@ def load_policy(path) -> DreamShardPolicy:
 
 
 @dataclass(frozen=True)
-class DreamShardConfig:
+class DreamShardConfig(FlagOptions):
     """The released defaults (train.py), one flag each; `lr` and the schedule as hard-coded there."""
+
+    HELP: ClassVar[dict] = {
+        "num_iterations": "outer iterations (each: collect, fit the cost net, update the policy)",
+        "bench_steps": "plans rolled out with the current policy and measured by the oracle per iteration",
+        "bench_training_steps": "cost-network steps per iteration",
+        "batch_size": "cost-network batch (overall and kernel samples each)",
+        "rl_num_batches": "REINFORCE batches (one Adam step each) per iteration",
+        "rl_batch_size": "episodes per REINFORCE batch, all on one random training task",
+        "entropy_weight": "weight of the entropy bonus",
+        "lr": "Adam learning rate, decayed by (1 - iteration / num_iterations)",
+        "seed": "random seed (network init, task draws, sampling)",
+    }
+    TITLE: ClassVar[str] = "DreamShard (released defaults)"
+    RELEASED_ALIASES: ClassVar[bool] = True  # --a-b beside --a_b
 
     num_iterations: int = 10
     bench_steps: int = 10
@@ -303,19 +318,6 @@ class DreamShardConfig:
 
     def to_json(self) -> dict:
         return asdict(self)
-
-
-HELP = {
-    "num_iterations": "outer iterations (each: collect, fit the cost net, update the policy)",
-    "bench_steps": "plans rolled out with the current policy and measured by the oracle per iteration",
-    "bench_training_steps": "cost-network steps per iteration",
-    "batch_size": "cost-network batch (overall and kernel samples each)",
-    "rl_num_batches": "REINFORCE batches (one Adam step each) per iteration",
-    "rl_batch_size": "episodes per REINFORCE batch, all on one random training task",
-    "entropy_weight": "weight of the entropy bonus",
-    "lr": "Adam learning rate, decayed by (1 - iteration / num_iterations)",
-    "seed": "random seed (network init, task draws, sampling)",
-}
 
 
 def train(train_tables: Sequence[Sequence[ShardTable]], ndevices: int, max_mem: float, oracle: Oracle,

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import ClassVar, Sequence
 
 import numpy as np
@@ -45,6 +45,7 @@ import numpy as np
 from neuroshard.checks import check_float, check_int
 from neuroshard.planner.greedy import NO_LIMIT, run_greedy, state_bytes
 from neuroshard.planner.models import require_models
+from neuroshard.planner.options import FlagOptions
 from neuroshard.planner.registry import ShardingContext, register
 from neuroshard.planner.scorer import PlanScorer, get_scorer, single_threaded_blas
 from neuroshard.planner.simulator import mem_cap_elements, score_placements
@@ -53,36 +54,6 @@ from neuroshard.types import ConfigError, NeuroShardError, OutOfMemoryError, Pla
 # The states of one batched greedy are chunked so its arrays stay below this size (a bound: only the
 # rows in use are touched); one chunk per beam round up to ~10,000 tables x 1,024 devices.
 _MAX_BATCH_BYTES = 1024 * 2**20
-
-
-class FlagOptions:
-    """For frozen dataclasses of search settings whose every field is a flag of the same name and a
-    key of `ShardingContext.options`. Subclasses set HELP (the help text of each field) and TITLE."""
-
-    HELP: ClassVar[dict] = {}
-    TITLE: ClassVar[str] = ""
-
-    @classmethod
-    def from_options(cls, options: dict | None):
-        """Pick this config's keys out of `ShardingContext.options` (other keys are ignored)."""
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in (options or {}).items() if k in names and v is not None})
-
-    @classmethod
-    def add_args(cls, parser) -> None:
-        """One flag per field (defaults from the dataclass), shared by every script that searches."""
-        g = parser.add_argument_group(cls.TITLE)
-        for f in fields(cls):
-            kind = {"int": int, "float": float, "str": str, "bool": lambda text: bool(int(text))}[f.type]
-            g.add_argument(f"--{f.name}", type=kind, default=f.default,
-                           help=f"{cls.HELP[f.name]} (default: {int(f.default) if f.type == 'bool' else f.default})")
-
-    @classmethod
-    def options_from_args(cls, args) -> dict:
-        """`ShardingContext.options` from the parsed flags, checked (one-line error on a bad value)."""
-        options = {f.name: getattr(args, f.name) for f in fields(cls)}
-        cls.from_options(options)
-        return options
 
 
 @dataclass(frozen=True)

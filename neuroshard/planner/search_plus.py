@@ -52,9 +52,10 @@ import numpy as np
 
 from neuroshard.checks import check_int
 from neuroshard.planner.models import require_models
+from neuroshard.planner.options import FlagOptions
 from neuroshard.planner.registry import ShardingContext, algorithm_names, is_plain, register
 from neuroshard.planner.scorer import single_threaded_blas
-from neuroshard.planner.search import FlagOptions, SearchConfig, SearchProblem, beam_search, make_problem
+from neuroshard.planner.search import SearchConfig, SearchProblem, beam_search, make_problem
 from neuroshard.planner.simulator import score_placements, simulate
 from neuroshard.types import ConfigError, NeuroShardError, OutOfMemoryError, Plan, ShardTable
 
