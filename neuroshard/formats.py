@@ -18,7 +18,7 @@ comm cost data dir     read_comm_data                             write_comm_dat
 plans                  read_plans                                 write_plans (+ plan_view)
 TorchRec plan (+JSON)  read_torchrec_plan                         write_torchrec_plan
 user table list        read_user_tables                           (written by the user)
-noise floor JSON       read_noise_floor                           write_noise_floor
+noise floor JSON       read_noise_floor (also drift ratios)       write_noise_floor
 measurement log        read_measurements                          open_append + append_line +
                                                                   format_measurement
 run config.json        check_run_config (reads, compares, writes)
@@ -1091,20 +1091,26 @@ def write_noise_floor(data_dir, report: dict, path=None) -> Path:
     return path
 
 
-def read_noise_floor(data_dir, target: str) -> dict | None:
-    """The `fresh_vs_stored` stats ({"median", "mean", "p90", "n"}) of `target` ("cost", "fw" or "bw")
-    in `<data_dir>/noise_floor.json`, or None when the file does not exist."""
-    path = Path(data_dir) / NOISE_JSON
+# what each statistic of a noise report is called in errors
+_NOISE_STATS = {"fresh_vs_stored": "noise floor", "fresh_over_stored": "drift ratio"}
+
+
+def read_noise_floor(data_dir, target: str, path=None, stat: str = "fresh_vs_stored") -> dict | None:
+    """The `stat` statistics of `target` ("cost", "fw" or "bw") in a noise report (default
+    `<data_dir>/noise_floor.json`), or None when the file does not exist. `stat`: "fresh_vs_stored"
+    (|fresh - recorded| / recorded: {"median", "mean", "p90", "n"}) or "fresh_over_stored" (fresh /
+    recorded, the machine's drift: {"median", "mean", "n"})."""
+    path = Path(path) if path is not None else Path(data_dir) / NOISE_JSON
     if not path.exists():
         return None
     report = _load_json(path)
     try:
-        stats = report["targets"][target]["fresh_vs_stored"]
+        stats = report["targets"][target][stat]
         if not all(isinstance(stats[k], (int, float)) for k in ("median", "mean", "n")):
             raise TypeError
     except (KeyError, TypeError):
-        raise InputError(path, f"no noise floor for {target!r} (expected \"targets\": "
-                               f"{{\"{target}\": {{\"fresh_vs_stored\": {{\"median\", \"mean\", \"n\"}}}}}})") from None
+        raise InputError(path, f"no {_NOISE_STATS[stat]} for {target!r} (expected \"targets\": "
+                               f"{{\"{target}\": {{\"{stat}\": {{\"median\", \"mean\", \"n\"}}}}}})") from None
     return stats
 
 

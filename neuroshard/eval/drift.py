@@ -24,7 +24,7 @@ from typing import Sequence
 
 import numpy as np
 
-from neuroshard.formats import read_json
+from neuroshard.formats import read_noise_floor
 from neuroshard.types import InputError, PlanRecord
 
 DRIFT_COMPUTE = "drift_compute.json"
@@ -41,16 +41,11 @@ def read_drift(hw_dir) -> dict | None:
         return None
     out: dict = {"samples": {}}
     for part, (name, target) in _PARTS.items():
-        path = hw_dir / name
-        try:
-            stats = read_json(path)["targets"][target]["fresh_over_stored"]
-            ratio, n = float(stats["median"]), int(stats["n"])
-        except (KeyError, TypeError, ValueError):
-            raise InputError(path, f"no drift ratio for {target!r} (expected \"targets\": {{\"{target}\": "
-                                   f"{{\"fresh_over_stored\": {{\"median\", \"n\"}}}}}}); rerun the drift step")
+        stats = read_noise_floor(None, target, path=hw_dir / name, stat="fresh_over_stored")
+        ratio = float(stats["median"])
         if not np.isfinite(ratio) or ratio <= 0:
-            raise InputError(path, f"drift ratio for {target!r} must be a positive number, got {ratio}")
-        out[part], out["samples"][part] = ratio, n
+            raise InputError(hw_dir / name, f"drift ratio for {target!r} must be a positive number, got {ratio}")
+        out[part], out["samples"][part] = ratio, int(stats["n"])
     return out
 
 
