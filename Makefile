@@ -21,7 +21,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q tests
 
 demo: $(STAMP)
-	$(PY) -m neuroshard.eval.pipeline --preset quick
+	$(PY) -m neuroshard.pipeline --preset quick
 
 clean:
 	rm -rf $(VENV) results

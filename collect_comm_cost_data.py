@@ -20,38 +20,29 @@ import argparse
 import json
 import sys
 
-from neuroshard.bench.comm_collect import CommCollectConfig, collect, follow, noise_floor, print_summary
-from neuroshard.bench.torchrun import DEFAULT_TIMEOUT_S, LaunchConfig
-from neuroshard.checks import check_output_file
-from neuroshard.cli import add_device_arg, parse_range, resolve_devices, resolve_ranks, run_main
-from neuroshard.formats import NOISE_JSON, write_noise_floor
+from neuroshard.cli import add_device_arg, add_progress_arg, resolve_devices, resolve_ranks, run_main
+from neuroshard.formats.cost_data import NOISE_JSON, write_noise_floor
+from neuroshard.measure.comm_collect import CommCollectConfig, collect, follow, noise_floor, print_summary
+from neuroshard.measure.launch import DEFAULT_TIMEOUT_S, LaunchConfig
+from neuroshard.settings import add_flag
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description="NeuroShard comm cost data collection",
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    from neuroshard.checks import check_output_file
+
+    p = argparse.ArgumentParser(description="NeuroShard comm cost data collection")
     p.add_argument("--data_size", type=int, default=999999999,
                    help="total samples wanted in OUT_DIR/data.txt (existing ones count)")
-    p.add_argument("--gpu_devices", default=None,
-                   help="GPUs to use, e.g. 0,1,2,3 (one NCCL rank each; implies --device cuda)")
+    add_flag(p, "gpu_devices")
     add_device_arg(p)
     p.add_argument("--ndevices", type=int, default=None,
                    help="number of ranks; on CPU gloo ranks (default 4), on GPU defaults to "
                         "the --gpu_devices count; on several machines, the ranks of all of them")
-    p.add_argument("--T_range", default="10,60", help="inclusive range of tables per sample")
-    p.add_argument("--sleep_range", default="1,20", help="range of the straggler spread, ms")
-    p.add_argument("--max_dim", type=int, default=128, help="dims are max_dim halving down to 4")
-    p.add_argument("--batch_size", type=int, default=None,
-                   help="global batch B, divisible by the rank count "
-                        "(default 4096 on CPU, 65536 on GPU as upstream)")
-    p.add_argument("--warmup", type=int, default=5, help="untimed iterations per sample and direction")
-    p.add_argument("--iters", type=int, default=10, help="timed iterations (median kept)")
-    p.add_argument("--seed", type=int, default=0)
+    CommCollectConfig.add_args(p)
     p.add_argument("--chunk", type=int, default=250,
-                   help="samples per torchrun job (start-up is paid once per job)")
-    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
-                   help="collective timeout, s: a dead or hung rank ends the job after about this")
-    p.add_argument("--out_dir", default=None, help="default data/cost_data/comm_<ndevices>")
+                   help="samples per torchrun job (start-up is paid once per job) (default: 250)")
+    add_flag(p, "timeout", DEFAULT_TIMEOUT_S)
+    p.add_argument("--out_dir", default=None, help="default: data/cost_data/comm_<ndevices>")
     p.add_argument("--noise_floor", type=int, default=0, metavar="N",
                    help="instead of collecting, re-measure N recorded samples and report the "
                         f"relative difference (fw, bw) to OUT_DIR/{NOISE_JSON}")
@@ -59,11 +50,12 @@ def main(argv=None):
                    help=f"with --noise_floor: write the report here instead of OUT_DIR/{NOISE_JSON} "
                         "(the pipeline's drift check after the hardware evaluation)")
     p.add_argument("--noise_repeats", type=int, default=1,
-                   help="with --noise_floor: fresh measurements per sample (2 also compares two fresh repeats)")
+                   help="with --noise_floor: fresh measurements per sample (2 also compares two fresh repeats) "
+                        "(default: 1)")
     p.add_argument("--check", action="store_true",
                    help="also verify the exchanged values and gradients of every sample "
                         "against a reference (validates a new setup; slower)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_progress_arg(p)
     LaunchConfig.add_args(p)
     args = p.parse_args(argv)
 
@@ -71,14 +63,10 @@ def main(argv=None):
     device, n = resolve_ranks(resolve_devices(args.device, args.gpu_devices),
                               args.ndevices, args.gpu_devices, launch.nnodes, launch.nproc_per_node)
     launch = launch.for_world(n)
-    cfg = CommCollectConfig(
-        ndevices=n, device=device,
-        batch_size=args.batch_size or (65536 if device == "cuda" else 4096),
-        T_range=parse_range(args.T_range, "--T_range", int),
-        sleep_range=parse_range(args.sleep_range, "--sleep_range", float),
-        max_dim=args.max_dim, warmup=args.warmup, iters=args.iters, seed=args.seed)
+    cfg = CommCollectConfig.from_args(args, ndevices=n, device=device,
+                                      batch_size=args.batch_size or (65536 if device == "cuda" else 4096))
     if not launch.writes_outputs:  # lend this node's ranks; node 0 draws, measures and writes
-        res = follow(cfg, launch, gpu_devices=args.gpu_devices, timeout=args.timeout, progress=not args.quiet)
+        res = follow(cfg, launch, gpu_devices=args.gpu_devices, timeout=args.timeout, progress=not args.no_progress)
         print(f"node {res['node']}: {res['measured']} samples measured with node 0 (node 0 writes them)")
         return
     out_dir = args.out_dir or f"data/cost_data/comm_{n}"
@@ -86,14 +74,14 @@ def main(argv=None):
         if args.noise_out is not None:
             check_output_file("--noise_out", args.noise_out)
         res = noise_floor(out_dir, cfg, args.noise_floor, seed=args.seed, repeats=args.noise_repeats,
-                          gpu_devices=args.gpu_devices, timeout=args.timeout, progress=not args.quiet,
+                          gpu_devices=args.gpu_devices, timeout=args.timeout, progress=not args.no_progress,
                           launch=launch)
         path = write_noise_floor(out_dir, res, args.noise_out)
         print(f"wrote {path}", file=sys.stderr)
         print(json.dumps({k: v for k, v in res.items() if k != "samples"}, indent=2))
         return
     summary = collect(out_dir, cfg, args.data_size, chunk=args.chunk,
-                      gpu_devices=args.gpu_devices, timeout=args.timeout, progress=not args.quiet,
+                      gpu_devices=args.gpu_devices, timeout=args.timeout, progress=not args.no_progress,
                       check=args.check, launch=launch)
     print_summary(summary)
 

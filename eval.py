@@ -17,7 +17,7 @@ estimated cost), written to `<out_dir>/plans.json`, and measured by ONE
 torchrun job: every rank builds its shard's FBGEMM op with the real lookups
 and times forward+backward (ranks take turns), then the backward and the
 forward all-to-all of the plan's dims; per-rank total = the sum, plan cost =
-the max over ranks (see neuroshard/eval/hardware_rank.py). Out-of-memory plans are
+the max over ranks (see neuroshard/measure/plan_job.py). Out-of-memory plans are
 reported and not run. Per task it prints the measured cost beside the
 estimate, then `Average` and `Valid v / N` per algorithm as the upstream
 script did, the comparison table across algorithms and the simulator's
@@ -45,14 +45,11 @@ from neuroshard.eval.plans import add_input_args, add_sharder_args
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    from neuroshard.bench.torchrun import LaunchConfig
-    from neuroshard.cli import add_device_arg
-    from neuroshard.eval.hardware import DEFAULT_TIMEOUT_S, FW_SLEEP_MODES
+    from neuroshard.cli import add_device_arg, add_progress_arg
+    from neuroshard.measure.plan_job import HardwareConfig
 
     p = argparse.ArgumentParser(description="Benchmark sharding plans on hardware (measured costs).")
     add_input_args(p, data_help="dataset dir with table_configs.json and data.pt (the lookups the kernels run)")
-    p.add_argument("--gpu_devices", default=None,
-                   help="GPUs to use, one rank each, e.g. 0,1,2,3 (implies --device cuda)")
     p.add_argument("--ndevices", type=int, default=None,
                    help="number of ranks: CPU processes (default 4), or GPUs (default: all visible, "
                         "or those of --gpu_devices); on several machines, the ranks of all of them")
@@ -61,49 +58,32 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--plans", default=None,
                    help="measure the plans of this file (eval_simulator.py's plans.json for the same "
                         "--task_path) instead of computing them")
-    g = p.add_argument_group("measurement")
-    g.add_argument("--warmup", type=int, default=5, help="untimed iterations per measurement (default: 5)")
-    g.add_argument("--iters", type=int, default=10, help="timed iterations per measurement, median kept (default: 10)")
-    g.add_argument("--repeats", type=int, default=1,
-                   help="measure every plan this many times, in rounds (each round every plan once, in a shuffled "
-                        "order) so drift hits all algorithms alike; the summary then gives 95%% intervals and says "
-                        "beats / loses to / no significant difference from them (default: 1)")
-    g.add_argument("--end_to_end", action="store_true",
-                   help="also time the real step per iteration (fwd compute -> fwd all-to-all -> bwd all-to-all "
-                        "-> bwd compute, all ranks at once) and report it beside the sum-of-parts cost")
-    g.add_argument("--fw_sleep", choices=FW_SLEEP_MODES, default="skew",
-                   help="forward all-to-all: 'skew' delays each rank by its measured compute+backward skew, "
-                        "as the simulator assumes; 'none' starts all ranks together (default: skew)")
-    g.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
-                   help=f"collective timeout in s; a hung rank ends the job after about this "
-                        f"(default: {DEFAULT_TIMEOUT_S:g})")
-    LaunchConfig.add_args(p)
+    HardwareConfig.add_args(p)
     add_sharder_args(p)
-    p.add_argument("--quiet", action="store_true", help="no per-task lines")
-    p.add_argument("--no_progress", action="store_true", help="no progress bar while planning")
+    p.add_argument("--quiet", action="store_true", help="print only the summary, no per-task lines")
+    add_progress_arg(p)
     return p.parse_args(argv)
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from neuroshard.bench.torchrun import LaunchConfig
     from neuroshard.checks import check_float
     from neuroshard.cli import resolve_devices, resolve_ranks
     from neuroshard.eval import hardware as hw
     from neuroshard.eval import plans as ev
     from neuroshard.eval import results
-    from neuroshard.formats import read_dataset
+    from neuroshard.formats.dataset import read_dataset
+    from neuroshard.measure.launch import LaunchConfig
+    from neuroshard.measure.plan_job import HardwareConfig, follow, runnable
+    from neuroshard.planner.cost_models import default_comm_model_path
     from neuroshard.types import InputError
 
     check_float("--max_mem", args.max_mem, 0.0, lo_open=True)
     launch = LaunchConfig.from_args(args)
     device, ndevices = resolve_ranks(resolve_devices(args.device, args.gpu_devices), args.ndevices, args.gpu_devices,
                                      launch.nnodes, launch.nproc_per_node)
-    launch = launch.for_world(ndevices)
-    cfg = hw.HardwareConfig(ndevices=ndevices, device=device, gpu_devices=args.gpu_devices, warmup=args.warmup,
-                            iters=args.iters, fw_sleep=args.fw_sleep, end_to_end=args.end_to_end,
-                            timeout=args.timeout, seed=args.seed, repeats=args.repeats, launch=launch)
-    cfg.validate()
+    cfg = HardwareConfig.from_args(args, ndevices=ndevices, device=device, launch=launch.for_world(ndevices))
+    launch = cfg.launch
     # Every lookup index is checked against its table's rows here, naming data.pt: the ranks would
     # otherwise find a bad one only after start-up. The ranks exchange [B/ndevices, sum(dims)] slices.
     batch = read_dataset(args.data_dir).batch_size
@@ -113,12 +93,12 @@ def main(argv=None) -> int:
     if not launch.writes_outputs:  # lend this node's ranks to node 0's job; node 0 plans and writes
         print(f"node {launch.node_rank}: lending {launch.nproc_per_node} ranks to node 0's job at "
               f"{launch.rdzv_endpoint}", file=sys.stderr, flush=True)
-        done = hw.follow(args.data_dir, cfg)
+        done = follow(args.data_dir, cfg)
         print(f"node {launch.node_rank}: {done} plans measured with node 0 (node 0 writes the results)")
         return 0
 
-    fw_path = args.fw_comm_model or ev.default_comm_model_path(ndevices, "fw")
-    bw_path = args.bw_comm_model or ev.default_comm_model_path(ndevices, "bw")
+    fw_path = args.fw_comm_model or default_comm_model_path(ndevices, "fw")
+    bw_path = args.bw_comm_model or default_comm_model_path(ndevices, "bw")
     inputs = ev.load_inputs(args.data_dir, args.task_path, args.compute_model, fw_path, bw_path, ndevices,
                             args.max_tasks)
     n = len(inputs.tasks)
@@ -137,8 +117,8 @@ def main(argv=None) -> int:
     config = {k: v for k, v in vars(args).items() if k not in ("quiet", "no_progress")}
     config.update(device=device, ndevices=ndevices, fw_comm_model=fw_path, bw_comm_model=bw_path, algs=algs,
                   num_tasks=n, batch_size=batch)
-    runnable = len(hw.runnable(records))
-    print(f"measuring {runnable} plans x {args.repeats} ({len(records) - runnable} not run) on {ndevices} {device} ranks "
+    measured = len(runnable(records))
+    print(f"measuring {measured} plans x {args.repeats} ({len(records) - measured} not run) on {ndevices} {device} ranks "
           f"in one torchrun job (resumable: rerun the same command after an interruption)", file=sys.stderr,
           flush=True)
     _, summary = hw.run_evaluation(records, args.data_dir, args.task_path, cfg, args.out_dir, algs, n,

@@ -19,7 +19,7 @@ import argparse
 import os
 import sys
 
-from neuroshard.cli import run_main
+from neuroshard.cli import add_progress_arg, run_main
 from neuroshard.eval.plans import add_input_args, add_sharder_args
 
 
@@ -30,22 +30,23 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--out_dir", default=None, help="write plans, results and the summary here (default: print only)")
     add_sharder_args(p)
     p.add_argument("--quiet", action="store_true", help="no per-task lines")
-    p.add_argument("--no_progress", action="store_true", help="no progress bar")
+    add_progress_arg(p)
     return p.parse_args(argv)
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    from neuroshard.checks import check_float
     from neuroshard.eval import plans as ev
     from neuroshard.eval import results
-    from neuroshard.checks import check_float
+    from neuroshard.planner.cost_models import default_comm_model_path
 
     check_float("--max_mem", args.max_mem, 0.0, lo_open=True)
     options = ev.sharder_options(args, None)  # one-line error on a bad value, before any work
     algs = ev.resolve_algs(args.alg, options)
     ev.check_learned_policies(algs, options, args.ndevices, args.max_mem)
-    fw_path = args.fw_comm_model or ev.default_comm_model_path(args.ndevices, "fw")
-    bw_path = args.bw_comm_model or ev.default_comm_model_path(args.ndevices, "bw")
+    fw_path = args.fw_comm_model or default_comm_model_path(args.ndevices, "fw")
+    bw_path = args.bw_comm_model or default_comm_model_path(args.ndevices, "bw")
     inputs = ev.load_inputs(args.data_dir, args.task_path, args.compute_model, fw_path, bw_path,
                             args.ndevices, args.max_tasks)
     n = len(inputs.tasks)

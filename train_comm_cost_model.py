@@ -17,16 +17,16 @@ it: no model can beat the measurement noise.
 
 import argparse
 
-from neuroshard.cli import run_main
-from neuroshard.train.comm import train_comm_models
+from neuroshard.cli import add_progress_arg, run_main
+from neuroshard.train.comm_model import train_comm_models
 from neuroshard.train.loop import TrainConfig
 from neuroshard.train.metrics import format_metrics
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--data_dir", type=str, default="data/cost_data/comm_4/")
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--data_dir", type=str, default="data/cost_data/comm_4/",
+                   help="comm cost data dir (collect_comm_cost_data.py) (default: data/cost_data/comm_4/)")
     p.add_argument("--fw_out_path", type=str, default=None, help="default models/comm_<n>_fw.pt")
     p.add_argument("--bw_out_path", type=str, default=None, help="default models/comm_<n>_bw.pt")
     p.add_argument("--fw_wait", type=int, choices=[0, 1], default=1,
@@ -34,11 +34,13 @@ def main(argv=None):
                         "the MLP, which learns the transfer; 0: the MLP learns the whole time (DESIGN §6 as "
                         "written). Measured: 1 brings the forward model to its noise floor")
     # Relative loss by default, as for the compute model: squared errors weigh the slow all-to-alls only.
-    TrainConfig.add_args(p, loss="rel_mse")
+    TrainConfig.add_args(p)
+    add_progress_arg(p)
     args = p.parse_args(argv)
 
     cfg = TrainConfig.from_args(args)
-    results = train_comm_models(args.data_dir, cfg, args.fw_out_path, args.bw_out_path, fw_wait=bool(args.fw_wait))
+    results = train_comm_models(args.data_dir, cfg, args.fw_out_path, args.bw_out_path, fw_wait=bool(args.fw_wait),
+                                progress=not args.no_progress)
     for kind, res in results.items():
         name = "forward" if kind == "fw" else "backward"
         print(f"{name} comm model ({res['ndevices']} devices, {res['num_samples']} samples, "

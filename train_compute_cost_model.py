@@ -11,24 +11,25 @@ to it: no model can beat the measurement noise.
 
 import argparse
 
-from neuroshard.cli import run_main
-from neuroshard.train.compute import train_compute_model
+from neuroshard.cli import add_progress_arg, run_main
+from neuroshard.train.compute_model import train_compute_model
 from neuroshard.train.loop import TrainConfig
 from neuroshard.train.metrics import format_metrics
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--data_dir", type=str, default="data/cost_data/compute/",
-                   help="compute cost data dir (collect_compute_cost_data.py)")
-    p.add_argument("--out_path", type=str, default="models/compute.pt", help="checkpoint to write")
-    # Relative loss by default: it meets the MAPE target where plain MSE does not (see training.py).
-    TrainConfig.add_args(p, loss="rel_mse")
+                   help="compute cost data dir (collect_compute_cost_data.py) (default: data/cost_data/compute/)")
+    p.add_argument("--out_path", type=str, default="models/compute.pt",
+                   help="checkpoint to write (default: models/compute.pt)")
+    # Relative loss by default: it meets the MAPE target where plain MSE does not (see train/loop.py).
+    TrainConfig.add_args(p)
+    add_progress_arg(p)
     args = p.parse_args(argv)
 
     cfg = TrainConfig.from_args(args)
-    result = train_compute_model(args.data_dir, cfg, args.out_path)
+    result = train_compute_model(args.data_dir, cfg, args.out_path, progress=not args.no_progress)
     print(format_metrics(result["metrics"]))
     print(f"best epoch {result['best_epoch']}; model {args.out_path}; scatter {result['scatter']}; "
           f"metrics {result['metrics_path']}")

@@ -18,28 +18,12 @@ training curve (`<stem>_curve.csv/.png`) and `<stem>_config.json`.
 
 from __future__ import annotations
 
-import argparse
-
-from neuroshard.cli import resolve_device, resolve_ranks, run_main
-from neuroshard.eval.train_learned import add_common_args, run_training, summary_line
-from neuroshard.planner.dreamshard_nets import DreamShardConfig
-
-
-def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description="Train a DreamShard sharding policy (a baseline).")
-    add_common_args(p, "models/dreamshard.pt", ndevices=4, max_mem=5.0)
-    DreamShardConfig.add_args(p)
-    return p.parse_args(argv)
+from neuroshard.cli import run_main
+from neuroshard.learned import train
 
 
 def main(argv=None) -> int:
-    args = parse_args(argv)
-    cfg = DreamShardConfig.from_args(args)  # one-line error on a bad value, before any work
-    device = "cpu"
-    if args.oracle == "hardware":
-        device, args.ndevices = resolve_ranks(resolve_device(args.device), args.ndevices, args.gpu_devices)
-    print(summary_line(run_training("dreamshard", args, cfg, device)))
-    return 0
+    return train.main("dreamshard", argv)
 
 
 if __name__ == "__main__":

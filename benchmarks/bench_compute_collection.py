@@ -2,7 +2,7 @@
 
     python benchmarks/bench_compute_collection.py --dataset_dir data/dlrm_datasets --samples 60
 
-Runs the real collector (`neuroshard.bench.compute_collect.collect`) into a
+Runs the real collector (`neuroshard.measure.compute_collect.collect`) into a
 temporary directory once per worker count and prints samples/s and the
 share of worker wall time (after process start-up) spent inside timed
 kernel iterations; the rest is split into op construction, input
@@ -14,9 +14,9 @@ import json
 import sys
 import tempfile
 
-from neuroshard.bench.compute_collect import ComputeCollectConfig, collect
 from neuroshard.cli import parse_int_list, run_main
-from neuroshard.formats import write_json_atomic
+from neuroshard.formats.io import write_json_atomic
+from neuroshard.measure.compute_collect import ComputeCollectConfig, collect
 
 
 def main(argv=None):

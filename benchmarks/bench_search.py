@@ -63,15 +63,23 @@ import numpy as np
 import torch
 
 from neuroshard.cli import run_main
-from neuroshard.formats import write_json_atomic
-from neuroshard.planner.models import NUM_FEATURES, CostModels, load_comm_model, load_compute_model
+from neuroshard.formats.io import write_json_atomic
+from neuroshard.planner.cost_models import CostModels, load_comm_model, load_compute_model
+from neuroshard.planner.features import NUM_FEATURES
 from neuroshard.planner.nets import CommCostModel, ComputeCostModel, feature_stats, linear_comm_model, table_features
 from neuroshard.planner.scorer import get_scorer, single_threaded_blas
 from neuroshard.planner.search import SearchConfig, grid_search, search
 from neuroshard.planner.search_plus import PlusConfig, search_plus
 from neuroshard.planner.simulator import mem_cap_elements, score_placements, simulate
-from neuroshard.types import (NeuroShardError, OutOfMemoryError, PlanRecord, ShardTable, TableConfig,
-                              apply_column_steps, can_split)
+from neuroshard.types import (
+    NeuroShardError,
+    OutOfMemoryError,
+    PlanRecord,
+    ShardTable,
+    TableConfig,
+    apply_column_steps,
+    can_split,
+)
 
 DIMS = (8, 16, 32, 64, 128)
 

@@ -22,12 +22,14 @@ training), `eval/` (plans, hardware evaluation, results, report, pipeline);
 `types.py`, `formats.py` and `checks.py` are shared by all of them.
 """
 
-from neuroshard.formats import read_dataset_configs, read_plans, read_tasks, write_plans
-from neuroshard.planner.models import CostModels
+from neuroshard.formats.dataset import read_dataset_configs
+from neuroshard.formats.plans import read_plans, write_plans
+from neuroshard.formats.tasks import read_tasks
+from neuroshard.planner.cost_models import CostModels
 from neuroshard.planner.registry import ShardingContext, algorithm_names, get_sharder, register
 from neuroshard.planner.shard import ShardResult, shard, tables_from_task
-from neuroshard.types import (DEFAULT_BINS, ConfigError, CostBreakdown, InputError, InvalidPlanError,
-                              NeuroShardError, OutOfMemoryError, Plan, PlanRecord, ShardTable, TableConfig, Task)
+from neuroshard.types import (DEFAULT_BINS, ConfigError, CostBreakdown, InputError, InvalidPlanError, NeuroShardError,
+                              OutOfMemoryError, Plan, PlanRecord, ShardTable, TableConfig, Task)
 
 __version__ = "0.2.0"
 

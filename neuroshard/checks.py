@@ -57,6 +57,26 @@ def check_range(name: str, pair, lo: float, cast=float) -> tuple:
     return a, b
 
 
+def parse_int_list(text: str, name: str) -> list[int]:
+    """Parse '0,1,2' (a flag value) into ints; a one-line error names the flag."""
+    try:
+        return [int(x) for x in text.split(",") if x.strip() != ""]
+    except ValueError:
+        raise ConfigError(name, f"expected a comma list of integers, got {text!r}") from None
+
+
+def parse_range(text: str, name: str, cast=int) -> tuple:
+    """Parse 'lo,hi' into a (lo, hi) pair with lo <= hi."""
+    parts = text.split(",")
+    try:
+        lo, hi = (cast(p) for p in parts)
+    except ValueError:
+        raise ConfigError(name, f"expected 'lo,hi', got {text!r}") from None
+    if lo > hi:
+        raise ConfigError(name, f"lo {lo} > hi {hi}")
+    return lo, hi
+
+
 def check_gpu_ids(name: str, text: str) -> list[int]:
     """A comma list of distinct GPU ids >= 0 ("0,1,2,3")."""
     try:

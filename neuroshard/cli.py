@@ -35,6 +35,11 @@ def run_main(main: Callable[[], object]) -> None:
     sys.exit(rc if isinstance(rc, int) else 0)
 
 
+def add_progress_arg(parser: argparse.ArgumentParser) -> None:
+    """`--no_progress`: the one switch, in every script, that turns progress bars off (nothing else)."""
+    parser.add_argument("--no_progress", action="store_true", help="no progress bars")
+
+
 def add_device_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
                         help="where kernels run: cpu (fbgemm-gpu-cpu) or cuda (fbgemm-gpu); "
@@ -70,26 +75,6 @@ def resolve_devices(device: str, gpu_devices: str | None) -> str:
     if max(ids) >= visible:
         raise ConfigError("--gpu_devices", f"{gpu_devices}: only GPUs 0..{visible - 1} are visible")
     return "cuda"
-
-
-def parse_int_list(text: str, name: str) -> list[int]:
-    """Parse '0,1,2' (a flag value) into ints; a one-line error names the flag."""
-    try:
-        return [int(x) for x in text.split(",") if x.strip() != ""]
-    except ValueError:
-        raise NeuroShardError(f"{name}: expected a comma list of integers, got {text!r}") from None
-
-
-def parse_range(text: str, name: str, cast=int) -> tuple:
-    """Parse 'lo,hi' into a (lo, hi) pair with lo <= hi."""
-    parts = text.split(",")
-    try:
-        lo, hi = (cast(p) for p in parts)
-    except ValueError:
-        raise NeuroShardError(f"{name}: expected 'lo,hi', got {text!r}") from None
-    if lo > hi:
-        raise NeuroShardError(f"{name}: lo {lo} > hi {hi}")
-    return lo, hi
 
 
 def resolve_ranks(device: str, ndevices: int | None, gpu_devices: str | None, nnodes: int = 1,

@@ -245,6 +245,27 @@ class Plan:
                    tuple(tuple(int(i) for i in s) for s in d["shards"]))
 
 
+def table_devices(plan: Plan, num_tables: int) -> list[int]:
+    """The device of each of the `num_tables` post-split tables of `plan`: the one check that every table
+    index is an integer in range placed on exactly one device (InvalidPlanError naming the first that is not)."""
+    owner: dict[int, int] = {}
+    for r, shard in enumerate(plan.shards):
+        for i in shard:
+            if isinstance(i, bool) or not isinstance(i, numbers.Integral):
+                raise InvalidPlanError(f"device {r}: table index {i!r} is not an integer")
+            if not 0 <= i < num_tables:
+                raise InvalidPlanError(f"device {r}: table {i} out of range (0..{num_tables - 1})")
+            if i in owner:
+                where = f"twice on device {r}" if owner[i] == r else f"on devices {owner[i]} and {r}"
+                raise InvalidPlanError(f"table {i} placed {where}")
+            owner[int(i)] = r
+    missing = [i for i in range(num_tables) if i not in owner]
+    if missing:
+        shown = missing[:10] + (["..."] if len(missing) > 10 else [])
+        raise InvalidPlanError(f"tables {shown} are placed on no device")
+    return [owner[i] for i in range(num_tables)]
+
+
 class ColumnPiece(NamedTuple):
     """Columns [offset, offset + dim) of an original table, held by `device`."""
 
@@ -317,14 +338,57 @@ def plan_from_pieces(tables: Sequence[ShardTable], pieces: Sequence[Sequence[Col
     return Plan(tuple(steps), tuple(tuple(sorted(s)) for s in shards))
 
 
+def _floats(xs) -> list[float]:
+    return [float(x) for x in xs]
+
+
+def _ints(xs) -> list[int]:
+    return [int(x) for x in xs]
+
+
 @dataclass
-class CostBreakdown:
-    """Per-device costs in ms of one plan: compute, backward comm, forward comm."""
+class RepeatParts:
+    """One repeated measurement of a plan, per rank: compute, backward and forward comm (ms), the compute
+    iterations' times (ms) and the op's build time (s)."""
 
     compute: list[float]
     bw_comm: list[float]
     fw_comm: list[float]
-    extra: dict = field(default_factory=dict)
+    compute_iters: list[list[float]] = field(default_factory=list)
+    build_s: list[float] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"compute": self.compute, "bw_comm": self.bw_comm, "fw_comm": self.fw_comm,
+                "compute_iters": self.compute_iters, "build_s": self.build_s}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "RepeatParts":
+        return cls(_floats(d["compute"]), _floats(d["bw_comm"]), _floats(d["fw_comm"]),
+                   [_floats(x) for x in d.get("compute_iters", [])], _floats(d.get("build_s", [])))
+
+
+@dataclass
+class CostBreakdown:
+    """Per-device costs in ms of one plan: compute, backward comm, forward comm, and what they came from.
+
+    Simulated (`planner.simulator.simulate`): `dims` (per-device dim sums),
+    `skew` (compute + bw minus the smallest, the forward wait the models
+    were given) and `mem_gb`. Measured (the mean of a plan's repeated
+    measurements): `dims`, `skew`, `ntables`, `fw_comm_nosleep` (the forward
+    all-to-all with all ranks starting together) and each repeat's parts
+    (`repeats`). The plan's cost is `cost`, the largest per-device total:
+    computed here and nowhere else.
+    """
+
+    compute: list[float]
+    bw_comm: list[float]
+    fw_comm: list[float]
+    dims: list[int] | None = None
+    skew: list[float] | None = None
+    mem_gb: list[float] | None = None
+    ntables: list[int] | None = None
+    fw_comm_nosleep: list[float] | None = None
+    repeats: list[RepeatParts] | None = None
 
     @property
     def total(self) -> list[float]:
@@ -336,15 +400,104 @@ class CostBreakdown:
         return max(self.total)
 
     def to_json(self) -> dict:
-        return {"compute": self.compute, "bw_comm": self.bw_comm, "fw_comm": self.fw_comm,
-                "total": self.total, "cost": self.cost, **self.extra}
+        d = {"compute": self.compute, "bw_comm": self.bw_comm, "fw_comm": self.fw_comm, "total": self.total,
+             "cost": self.cost}
+        for name in ("skew", "fw_comm_nosleep", "dims", "ntables", "mem_gb"):
+            if getattr(self, name) is not None:
+                d[name] = getattr(self, name)
+        if self.repeats is not None:
+            d["repeats"] = [r.to_json() for r in self.repeats]
+        return d
 
     @classmethod
     def from_json(cls, d: dict) -> "CostBreakdown":
         """Inverse of `to_json` ("total" and "cost" are derived, so they are not read back)."""
-        extra = {k: v for k, v in d.items() if k not in ("compute", "bw_comm", "fw_comm", "total", "cost")}
-        return cls([float(x) for x in d["compute"]], [float(x) for x in d["bw_comm"]],
-                   [float(x) for x in d["fw_comm"]], extra)
+        def opt(name, parse):
+            return None if d.get(name) is None else parse(d[name])
+
+        return cls(_floats(d["compute"]), _floats(d["bw_comm"]), _floats(d["fw_comm"]), dims=opt("dims", _ints),
+                   skew=opt("skew", _floats), mem_gb=opt("mem_gb", _floats), ntables=opt("ntables", _ints),
+                   fw_comm_nosleep=opt("fw_comm_nosleep", _floats),
+                   repeats=opt("repeats", lambda rs: [RepeatParts.from_json(r) for r in rs]))
+
+
+@dataclass
+class EndToEnd:
+    """The end-to-end step of a measured plan (ms): every rank's median step, the slowest rank's step per
+    iteration, and the plan's end-to-end cost (the median of `iters`; once a plan's repeats are merged,
+    their mean, with each repeat's cost in `repeat_costs`)."""
+
+    per_rank: list[float]
+    iters: list[float]
+    cost: float
+    repeat_costs: list[float] | None = None
+
+    def to_json(self) -> dict:
+        d = {"per_rank": self.per_rank, "iters": self.iters, "cost": self.cost}
+        if self.repeat_costs is not None:
+            d["repeat_costs"] = self.repeat_costs
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> "EndToEnd":
+        return cls(_floats(d["per_rank"]), _floats(d["iters"]), float(d["cost"]),
+                   None if d.get("repeat_costs") is None else _floats(d["repeat_costs"]))
+
+
+@dataclass
+class PlanMeasurement:
+    """One measurement of one plan on hardware, as the plan-measurement job reports it (`measure.plan_job`).
+
+    `index`: the plan's position in the job; per rank: `dims` (dim sum),
+    `ntables`, `compute` (forward + backward kernels, the ranks taking
+    turns), `bw_comm`, `fw_comm` (with each rank delayed by its `skew`),
+    `fw_comm_nosleep` (all ranks starting together), `compute_iters` (each
+    timed iteration) in ms, `build_s` (the op's construction) in s; `e2e`:
+    the real step sequence, when asked. The plan's cost is its breakdown's.
+    """
+
+    index: int
+    task: int
+    alg: str
+    dims: list[int]
+    ntables: list[int]
+    compute: list[float]
+    bw_comm: list[float]
+    fw_comm: list[float]
+    fw_comm_nosleep: list[float]
+    skew: list[float]
+    compute_iters: list[list[float]] = field(default_factory=list)
+    build_s: list[float] = field(default_factory=list)
+    e2e: EndToEnd | None = None
+
+    def parts(self) -> RepeatParts:
+        return RepeatParts(self.compute, self.bw_comm, self.fw_comm, self.compute_iters, self.build_s)
+
+    def breakdown(self) -> CostBreakdown:
+        return CostBreakdown(self.compute, self.bw_comm, self.fw_comm, dims=self.dims, skew=self.skew,
+                             ntables=self.ntables, fw_comm_nosleep=self.fw_comm_nosleep, repeats=[self.parts()])
+
+    @property
+    def cost(self) -> float:
+        return self.breakdown().cost
+
+    def to_json(self) -> dict:
+        d = {"i": self.index, "task": self.task, "alg": self.alg, "dims": self.dims, "ntables": self.ntables,
+             "compute": self.compute, "bw_comm": self.bw_comm, "fw_comm": self.fw_comm,
+             "fw_comm_nosleep": self.fw_comm_nosleep, "skew": self.skew, "compute_iters": self.compute_iters,
+             "build_s": self.build_s}
+        if self.e2e is not None:
+            d["e2e"] = self.e2e.to_json()
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> "PlanMeasurement":
+        """Inverse of `to_json`; KeyError / TypeError / ValueError on a malformed record."""
+        return cls(int(d["i"]), int(d["task"]), str(d["alg"]), _ints(d["dims"]), _ints(d["ntables"]),
+                   _floats(d["compute"]), _floats(d["bw_comm"]), _floats(d["fw_comm"]),
+                   _floats(d["fw_comm_nosleep"]), _floats(d["skew"]),
+                   [_floats(x) for x in d.get("compute_iters", [])], _floats(d.get("build_s", [])),
+                   None if d.get("e2e") is None else EndToEnd.from_json(d["e2e"]))
 
 
 PLAN_STATUSES = ("ok", "oom", "invalid")
@@ -359,7 +512,7 @@ class PlanRecord:
     non-ok statuses count as invalid tasks (upstream's `Valid v / N`) and have
     `plan` None and a `message`. `estimate`: the simulator's per-device
     breakdown; `search_ms`: wall time of the sharder call; `view`: the readable
-    per-table view (`formats.plan_view`). Hardware evaluation adds `measured`
+    per-table view (`formats.plans.plan_view`). Hardware evaluation adds `measured`
     (the per-rank breakdown, averaged over repeats) with `repeat_costs` (the plan
     cost of each repeated measurement) and, in end-to-end mode, `e2e`. Costs in ms.
     """
@@ -374,7 +527,7 @@ class PlanRecord:
     num_tables: int | None = None
     view: list | None = None
     measured: CostBreakdown | None = None
-    e2e: dict | None = None
+    e2e: EndToEnd | None = None
     repeat_costs: list[float] | None = None
 
     @property
@@ -393,14 +546,14 @@ class PlanRecord:
         deterministic: one value), or None when there is none."""
         if key == "cost" and self.repeat_costs:
             return list(self.repeat_costs)
-        if key == "e2e_cost" and self.e2e is not None and self.e2e.get("repeat_costs"):
-            return list(self.e2e["repeat_costs"])
+        if key == "e2e_cost" and self.e2e is not None and self.e2e.repeat_costs:
+            return list(self.e2e.repeat_costs)
         value = getattr(self, key)
         return None if value is None else [value]
 
     @property
     def e2e_cost(self) -> float | None:
-        return None if self.e2e is None else self.e2e.get("cost")
+        return None if self.e2e is None else self.e2e.cost
 
     @property
     def num_splits(self) -> int | None:
@@ -429,7 +582,7 @@ class PlanRecord:
         if self.repeat_costs is not None:
             d["repeat_costs"] = list(self.repeat_costs)
         if self.e2e is not None:
-            d.update(e2e_cost=self.e2e_cost, e2e=self.e2e)
+            d.update(e2e_cost=self.e2e_cost, e2e=self.e2e.to_json())
         if view:
             d["view"] = self.view
         return d

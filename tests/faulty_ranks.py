@@ -1,8 +1,8 @@
 """A rank entry point with an injected fault, for the launcher's failure tests.
 
-Tests hand it to a job in place of the real worker module
-(`CommJob(..., worker_module="tests.faulty_ranks")`, `HardwareJob(...)`); it
-wraps the real worker's per-item measurement and runs the real worker. The
+Tests hand it to a job in place of the rank loop's module
+(`AllToAllJob(..., worker_module="tests.faulty_ranks")`, `PlanJob(...)`); it
+wraps the real worker's per-item measurement and runs the real rank loop. The
 fault comes from this test module's own environment variable, which the test
 sets (production code reads none):
 
@@ -30,35 +30,25 @@ def _strike(kind: str, rank: int, item: int) -> None:
 
 
 def main() -> None:
+    from neuroshard.measure import rank as rank_loop
+    from neuroshard.measure.alltoall_job import AllToAllWorker
+    from neuroshard.measure.plan_job import PlanWorker
+
     target, bad_rank, bad_item, kind = _fault()
-    rank = int(os.environ["RANK"])
-    if target == "comm":
-        from neuroshard.bench import comm
-
-        real, calls = comm.bench_sample, [0]
-
-        def bench_sample(*args, **kwargs):
-            item, calls[0] = calls[0], calls[0] + 1
-            if (rank, item) == (bad_rank, bad_item):
-                _strike(kind, rank, item)
-            return real(*args, **kwargs)
-
-        comm.bench_sample = bench_sample
-        comm.worker_main()
-    elif target == "hardware":
-        from neuroshard.eval import hardware_rank
-
-        real = hardware_rank._Rank.measure
-
-        def measure(self, k):
-            if (rank, k) == (bad_rank, bad_item):
-                _strike(kind, rank, k)
-            return real(self, k)
-
-        hardware_rank._Rank.measure = measure
-        hardware_rank.worker_main()
-    else:
+    workers = {"comm": AllToAllWorker, "hardware": PlanWorker}
+    if target not in workers:
         sys.exit(f"{ENV}: unknown target {target!r}")
+    cls = workers[target]
+    real = cls.measure
+    rank = int(os.environ["RANK"])
+
+    def measure(self, k, item):
+        if (rank, k) == (bad_rank, bad_item):
+            _strike(kind, rank, k)
+        return real(self, k, item)
+
+    cls.measure = measure
+    rank_loop.main()
 
 
 if __name__ == "__main__":

@@ -19,9 +19,11 @@ import torch
 from neuroshard.cli import run_main
 from neuroshard.data.synthetic import SyntheticSpec, generate_synthetic
 from neuroshard.eval.plans import plan_task
-from neuroshard.formats import (CommSample, write_comm_data, write_compute_data, write_dataset, write_plans,
-                                write_table_configs, write_tasks)
-from neuroshard.planner.models import CostModels, save_model
+from neuroshard.formats.cost_data import CommSample, write_comm_data, write_compute_data
+from neuroshard.formats.dataset import write_dataset, write_table_configs
+from neuroshard.formats.plans import write_plans
+from neuroshard.formats.tasks import write_tasks
+from neuroshard.planner.cost_models import CostModels, save_model
 from neuroshard.planner.nets import linear_comm_model, linear_compute_model
 from neuroshard.types import PlanRecord, TableConfig, Task
 
@@ -115,9 +117,9 @@ SIM = EVAL_INPUTS + ["--alg", "all", "--no_progress", "--quiet"]
 HW = EVAL_INPUTS + ["--device", "cpu", "--warmup", "1", "--iters", "1", "--out_dir", "hw", "--quiet",
                     "--no_progress"]
 COMPUTE = ["--dataset_dir", "ds", "--out_dir", "cout", "--data_size", "5", "--max_mem", "0.01", "--max_dim", "16",
-           "--device", "cpu", "--quiet"]
+           "--device", "cpu", "--no_progress"]
 COMM = ["--device", "cpu", "--ndevices", "2", "--out_dir", "mout", "--data_size", "2", "--batch_size", "8",
-        "--quiet"]
+        "--no_progress"]
 TRAIN_C = ["--data_dir", "cdata", "--out_path", "m/compute.pt", "--epochs", "2"]
 TRAIN_M = ["--data_dir", "mdata", "--fw_out_path", "m/fw.pt", "--bw_out_path", "m/bw.pt", "--epochs", "2"]
 
@@ -341,18 +343,18 @@ CASES = [
      "--join_timeout: must be > 0"),
     ("comm nnodes 0", "collect_comm_cost_data.py", COMM + ["--nnodes", "0"], "--nnodes: must be >= 1, got 0"),
     # ---- the pipeline
-    ("pipeline only 9", "neuroshard/eval/pipeline.py", ["--preset", "tiny", "--only", "9", "--out_dir", "p"],
+    ("pipeline only 9", "neuroshard/pipeline.py", ["--preset", "tiny", "--only", "9", "--out_dir", "p"],
      "--only: unknown step 9"),
-    ("pipeline ndevices 0", "neuroshard/eval/pipeline.py", ["--preset", "tiny", "--ndevices", "0", "--out_dir", "p"],
+    ("pipeline ndevices 0", "neuroshard/pipeline.py", ["--preset", "tiny", "--ndevices", "0", "--out_dir", "p"],
      "--ndevices: must be >= 1"),
-    ("pipeline paper cpu", "neuroshard/eval/pipeline.py", ["--preset", "paper"], "meant for GPUs"),
-    ("pipeline paper no data", "neuroshard/eval/pipeline.py", ["--preset", "paper", "--gpu_devices", "0"],
+    ("pipeline paper cpu", "neuroshard/pipeline.py", ["--preset", "paper"], "meant for GPUs"),
+    ("pipeline paper no data", "neuroshard/pipeline.py", ["--preset", "paper", "--gpu_devices", "0"],
      "needs the public dataset"),
-    ("pipeline missing data", "neuroshard/eval/pipeline.py", ["--preset", "tiny", "--data", "nope.pt", "--out_dir",
+    ("pipeline missing data", "neuroshard/pipeline.py", ["--preset", "tiny", "--data", "nope.pt", "--out_dir",
                                                               "p"], "nope.pt: file not found"),
-    ("pipeline out_dir file", "neuroshard/eval/pipeline.py", ["--preset", "tiny", "--out_dir", "a_file"],
+    ("pipeline out_dir file", "neuroshard/pipeline.py", ["--preset", "tiny", "--out_dir", "a_file"],
      "--out_dir: "),
-    ("pipeline preset", "neuroshard/eval/pipeline.py", ["--preset", "huge"], "invalid choice: 'huge'"),
+    ("pipeline preset", "neuroshard/pipeline.py", ["--preset", "huge"], "invalid choice: 'huge'"),
     # ---- tools/alltoall_bench.py
     ("a2a dims text", "tools/alltoall_bench.py", ["--dims", "a,b"], "--dims: expected a comma list of integers"),
     ("a2a sleeps count", "tools/alltoall_bench.py", ["--dims", "8,8", "--sleeps", "1"], "need 2 values each"),

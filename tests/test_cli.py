@@ -3,8 +3,8 @@ import sys
 
 import pytest
 
-from neuroshard.cli import parse_int_list, parse_range, resolve_ranks
-from neuroshard.types import ConfigError, NeuroShardError
+from neuroshard.cli import resolve_ranks
+from neuroshard.types import ConfigError
 
 
 def _run(code):
@@ -22,15 +22,6 @@ def test_run_main_reports_one_line():
              "def main(): open('/nonexistent/file.txt')\n"
              "run_main(main)")
     assert r.returncode == 1 and "Traceback" not in r.stderr and "/nonexistent/file.txt" in r.stderr
-
-
-def test_parsers():
-    assert parse_int_list("0,1, 3", "--gpu_devices") == [0, 1, 3]
-    assert parse_range("10,60", "--T_range") == (10, 60)
-    with pytest.raises(NeuroShardError, match="--T_range"):
-        parse_range("60,10", "--T_range")
-    with pytest.raises(NeuroShardError, match="--gpu_devices"):
-        parse_int_list("a,b", "--gpu_devices")
 
 
 def test_resolve_ranks_checks_the_device_flags():

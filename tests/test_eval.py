@@ -15,8 +15,10 @@ import numpy as np
 import pytest
 
 from neuroshard.data.synthetic import SyntheticSpec, generate_synthetic
-from neuroshard.formats import read_plans, write_dataset, write_tasks
-from neuroshard.planner.models import save_model
+from neuroshard.formats.dataset import write_dataset
+from neuroshard.formats.plans import read_plans
+from neuroshard.formats.tasks import write_tasks
+from neuroshard.planner.cost_models import save_model
 from neuroshard.planner.nets import linear_comm_model, linear_compute_model
 from neuroshard.types import Task, size_gb
 from tests.two_nodes import assert_none_left, free_port, launch_flags, run_nodes
@@ -100,8 +102,8 @@ def test_eval_script_measures_every_algorithm_and_reports_oom(setup, capsys):
 _WITH_FAULTY_RANKS = """
 import runpy, sys
 from neuroshard.cli import run_main
-from neuroshard.eval import hardware
-hardware.WORKER_MODULE = "tests.faulty_ranks"
+from neuroshard.measure import launch
+launch.MODULE = "tests.faulty_ranks"
 script = runpy.run_path(sys.argv[1])
 run_main(lambda: script["main"](sys.argv[2:]))
 """

@@ -11,11 +11,13 @@ import pytest
 import torch
 
 from neuroshard.eval.plans import resolve_algs, task_seed
-from neuroshard.formats import read_plans, write_table_configs, write_tasks
-from neuroshard.planner.models import save_model
+from neuroshard.formats.dataset import write_table_configs
+from neuroshard.formats.plans import read_plans
+from neuroshard.formats.tasks import write_tasks
+from neuroshard.planner.cost_models import save_model
 from neuroshard.planner.nets import CommCostModel, ComputeCostModel, feature_stats, table_features
 from neuroshard.planner.registry import algorithm_names
-from neuroshard.types import NeuroShardError, Task, TableConfig
+from neuroshard.types import NeuroShardError, TableConfig, Task
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "eval_simulator.py"

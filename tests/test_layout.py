@@ -1,12 +1,20 @@
-"""The package layout's import rules, and no test hooks in production code.
+"""The package layout's import rules, no import cycle, and no test hooks in production code.
 
-Subpackages depend on each other in one direction: `data` <- `planner` <-
-`eval`, `bench` <- `eval`, and `train` uses only the planner's model types
-(`planner.models`, `planner.nets`). Every module may use the shared
-`types`, `formats` and `checks`; no library module imports `cli` (only a
-`python -m` entry point may, under `if __name__ == "__main__":`). Importing
-the planner loads neither FBGEMM, torch.distributed nor matplotlib (so not
-torch either: `import torch` loads torch.distributed).
+Folders depend on each other in one direction (`ALLOWED`; a folder always
+imports itself and the shared modules):
+
+    data <- planner <- learned <- eval
+    data <- measure <- (learned, eval)
+    data, planner.features / nets / cost_models <- train <- eval
+
+`types`, `checks`, `settings` and `formats/` are shared by all (and import
+nothing else of the package); no library module imports `cli` (only a
+`python -m` entry point may, under `if __name__ == "__main__":`, and a
+script's shared `main`, `SCRIPT_MAINS`). No module
+imports another that (through any chain, function-level imports included)
+imports it back. Importing the planner, the registry with every sharder and
+the learned baselines' registration loads neither FBGEMM, torch.distributed
+nor matplotlib (so not torch either: `import torch` loads torch.distributed).
 """
 
 import ast
@@ -17,19 +25,27 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "neuroshard"
-SHARED = {"neuroshard", "neuroshard.types", "neuroshard.formats", "neuroshard.checks"}
-# subpackage -> the neuroshard modules it may import besides the shared ones (prefix match)
+SHARED = ("neuroshard.types", "neuroshard.checks", "neuroshard.settings", "neuroshard.formats")
+BASE = ("neuroshard.types", "neuroshard.checks")
+# folder -> the neuroshard modules it may import besides itself and the shared ones (prefix match)
 ALLOWED = {
-    "data": ("neuroshard.data",),
-    "planner": ("neuroshard.planner", "neuroshard.data"),
-    "bench": ("neuroshard.bench", "neuroshard.data"),
-    "train": ("neuroshard.train", "neuroshard.planner.models", "neuroshard.planner.nets"),
-    "eval": ("neuroshard.eval", "neuroshard.planner", "neuroshard.bench", "neuroshard.data", "neuroshard.train"),
+    "formats": (),
+    "data": (),
+    "planner": ("neuroshard.data",),
+    "measure": ("neuroshard.data",),
+    "train": ("neuroshard.planner.features", "neuroshard.planner.nets", "neuroshard.planner.cost_models",
+              "neuroshard.data"),
+    "learned": ("neuroshard.planner", "neuroshard.measure", "neuroshard.data"),
+    "eval": ("neuroshard.planner", "neuroshard.learned", "neuroshard.measure", "neuroshard.data", "neuroshard.train"),
 }
-TOP = {"types": (), "checks": (), "formats": (), "cli": (), "__init__": ("neuroshard.planner",)}
-# planner modules that are torch code themselves (cost-model nets, the learned baselines, the RL
-# estimators): imported only lazily, once a model or policy is loaded or trained
-TORCH_MODULES = ("nets", "dreamshard_nets", "autoshard_nets", "rl")
+# top-level modules -> what they may import besides the shared ones
+TOP = {"types": (), "checks": (), "settings": (), "cli": (), "__init__": ("neuroshard.planner",),
+       "pipeline": ("neuroshard.eval",)}
+# library modules that are a script's `main` (the learned baselines' training scripts share theirs): they may
+# use the CLI helpers
+SCRIPT_MAINS = ("neuroshard.learned.train",)
+# modules that are torch code themselves: imported only lazily, once a model or policy is loaded or trained
+TORCH_MODULES = {"planner": ("nets",)}
 
 
 def _module_name(path: Path) -> str:
@@ -37,9 +53,13 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _imports(path: Path) -> list[tuple[int, str]]:
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _imports(path: Path, modules: dict[str, Path]) -> list[tuple[int, str]]:
     """Every neuroshard module imported anywhere in the file (functions included), except under a
-    `if __name__ == "__main__":` block."""
+    `if __name__ == "__main__":` block; `from package import module` counts as the module."""
     tree = ast.parse(path.read_text())
     main_blocks = [n for n in tree.body if isinstance(n, ast.If) and "__main__" in ast.unparse(n.test)]
     skip = {id(n) for block in main_blocks for n in ast.walk(block)}
@@ -50,41 +70,109 @@ def _imports(path: Path) -> list[tuple[int, str]]:
         if isinstance(node, ast.Import):
             out += [(node.lineno, a.name) for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module:
+            mod = node.module
             if node.level:
                 base = _module_name(path).rsplit(".", node.level - (path.name == "__init__.py"))[0]
-                mod = f"{base}.{node.module}"
-            else:
-                mod = node.module
-            # `from neuroshard.eval import plans` imports neuroshard.eval.plans
-            out += [(node.lineno, f"{mod}.{a.name}" if mod in ("neuroshard", *[f"neuroshard.{p}" for p in ALLOWED])
-                     and a.name != "*" else mod) for a in node.names]
-    return [(line, m) for line, m in out if m == "neuroshard" or m.startswith("neuroshard.")]
+                mod = f"{base}.{mod}"
+            out += [(node.lineno, f"{mod}.{a.name}" if f"{mod}.{a.name}" in modules else mod) for a in node.names]
+    return sorted({(line, m) for line, m in out if m == "neuroshard" or m.startswith("neuroshard.")})
 
 
-def test_subpackages_import_only_what_the_layout_allows():
+def _within(mod: str, prefixes) -> bool:
+    return any(mod == p or mod.startswith(p + ".") for p in prefixes)
+
+
+def test_folders_import_only_what_the_layout_allows():
+    modules = _modules()
     bad = []
-    for path in sorted(PACKAGE.rglob("*.py")):
+    for name, path in modules.items():
         rel = path.relative_to(PACKAGE)
-        if len(rel.parts) == 1:
-            allowed = TOP[rel.stem]
-        else:
-            allowed = ALLOWED[rel.parts[0]]
-        for line, mod in _imports(path):
-            if mod == "neuroshard.cli" or mod.startswith("neuroshard.cli."):
-                if rel.stem != "cli":
+        folder = rel.parts[0] if len(rel.parts) > 1 else None
+        allowed = ALLOWED[folder] if folder else TOP[rel.stem]
+        own = (f"neuroshard.{folder}",) if folder else ()
+        # the shared modules themselves import only the ones below them
+        shared = BASE if folder == "formats" or rel.stem in ("types", "checks", "settings") else SHARED
+        for line, mod in _imports(path, modules):
+            if _within(mod, ("neuroshard.cli",)):
+                if rel.stem != "cli" and name not in SCRIPT_MAINS:
                     bad.append(f"{rel}:{line}: imports the CLI helpers ({mod})")
                 continue
-            top = mod if mod.count(".") < 1 else ".".join(mod.split(".")[:2])
-            if top in SHARED or mod in SHARED or any(mod == a or mod.startswith(a + ".") for a in allowed):
-                continue
-            bad.append(f"{rel}:{line}: imports {mod}")
+            if not _within(mod, own + shared + allowed):
+                bad.append(f"{rel}:{line}: imports {mod}")
     assert not bad, "\n".join(bad)
 
 
-def test_importing_the_planner_loads_no_fbgemm_distributed_or_matplotlib():
+def test_the_layout_rules_are_one_way():
+    """The allowed imports between folders form no cycle (so neither can the code that obeys them)."""
+    edges = {f: {a.split(".")[1] for a in allowed} for f, allowed in ALLOWED.items()}
+    seen, done = set(), set()
+
+    def visit(f, path):
+        assert f not in seen or f in done, f"the layout rules have a cycle: {' -> '.join(path + [f])}"
+        if f in done:
+            return
+        seen.add(f)
+        for g in edges.get(f, ()):
+            visit(g, path + [f])
+        done.add(f)
+
+    for f in edges:
+        visit(f, [])
+
+
+def import_cycles(graph: dict[str, list[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted: the import cycles."""
+    index, low, stack, on_stack, cycles = {}, {}, [], set(), []
+
+    def connect(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+    for v in graph:
+        if v not in index:
+            connect(v)
+    return sorted(cycles)
+
+
+def test_import_cycles_by_hand():
+    assert import_cycles({"a": ["b"], "b": ["c"], "c": []}) == []
+    assert import_cycles({"a": ["b"], "b": ["c"], "c": ["a"], "d": ["a"]}) == [["a", "b", "c"]]
+    assert import_cycles({"a": ["b"], "b": ["a"], "c": ["d"], "d": ["c"]}) == [["a", "b"], ["c", "d"]]
+
+
+def test_the_package_has_no_import_cycle():
+    """No module imports, directly or through others (function-level imports included), a module that
+    imports it back."""
+    modules = _modules()
+    graph = {name: sorted({m for _, m in _imports(path, modules) if m in modules and m != name})
+             for name, path in modules.items()}
+    assert not import_cycles(graph), f"import cycles: {import_cycles(graph)}"
+
+
+def test_importing_the_planner_and_every_sharder_loads_no_fbgemm_distributed_or_matplotlib():
     planner = sorted(f"neuroshard.planner.{p.stem}" for p in (PACKAGE / "planner").glob("*.py")
-                     if p.stem not in ("__init__", *TORCH_MODULES))
+                     if p.stem not in ("__init__", *TORCH_MODULES["planner"]))
     code = (f"import sys, json\nimport neuroshard, neuroshard.planner\nfor m in {planner!r}: __import__(m)\n"
+            "import neuroshard.learned.sharders\nnames = neuroshard.algorithm_names()\n"
+            "assert 'dreamshard' in names and 'autoshard' in names, names\n"
             "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('fbgemm_gpu', 'matplotlib') "
             "or m.startswith('torch.distributed') or m == 'torch')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)

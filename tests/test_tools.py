@@ -60,7 +60,7 @@ def assert_one_line_error(res, *fragments):
 def synthetic_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("synthetic")
     res = run("gen_dlrm_data.py", "--synthetic", "--num_tables", 8, "--batch_size", 128,
-              "--max_rows", 20000, "--seed", 3, "--out-dir", out, "--quiet")
+              "--max_rows", 20000, "--seed", 3, "--out-dir", out, "--no_progress")
     assert res.returncode == 0, res.stderr
     return out
 
@@ -84,16 +84,16 @@ def test_help_states_defaults():
 
 def test_gen_dlrm_data_public(tmp_path):
     src = write_tiny_public(tmp_path / "tiny.pt.gz")
-    res = run("gen_dlrm_data.py", "--data", src, "--out_dir", tmp_path / "ds", "--quiet")
+    res = run("gen_dlrm_data.py", "--data", src, "--out_dir", tmp_path / "ds", "--no_progress")
     assert res.returncode == 0, res.stderr
-    from neuroshard.formats import read_dataset
+    from neuroshard.formats.dataset import read_dataset
 
     ds = read_dataset(tmp_path / "ds")
     check_tiny_configs(ds.configs)
     assert ds.offsets[2].tolist() == [0, 10, 20, 30, 43]
     # the uncompressed file, in-process
     load_tool("gen_dlrm_data").main(["--data", str(write_tiny_public(tmp_path / "tiny.pt")),
-                                     "--out_dir", str(tmp_path / "ds2"), "--quiet"])
+                                     "--out_dir", str(tmp_path / "ds2"), "--no_progress"])
     assert (tmp_path / "ds2" / "data.pt").read_bytes() == (tmp_path / "ds" / "data.pt").read_bytes()
     assert json.loads((tmp_path / "ds2" / "config.json").read_text())["source"] == "public"
 
@@ -120,7 +120,8 @@ def test_gen_tasks(synthetic_dir, tmp_path):
     res = run("gen_tasks.py", "--data_dir", synthetic_dir, "--out_dir", out, "--data_size", 30,
               "--T_range", "2,6", "--max_mem", 0.05, "--ndevices", 2, "--max_dim", 32, "--seed", 1)
     assert res.returncode == 0, res.stderr
-    from neuroshard.formats import read_table_configs, read_tasks
+    from neuroshard.formats.dataset import read_table_configs
+    from neuroshard.formats.tasks import read_tasks
     from neuroshard.types import size_gb
 
     configs = read_table_configs(synthetic_dir / "table_configs.json")

@@ -11,8 +11,9 @@ import pytest
 
 from neuroshard.data.synthetic import SyntheticSpec, generate_synthetic
 from neuroshard.data.tasks import TaskSpec, generate_tasks
-from neuroshard.formats import write_dataset, write_tasks
-from neuroshard.planner.models import save_model
+from neuroshard.formats.dataset import write_dataset
+from neuroshard.formats.tasks import write_tasks
+from neuroshard.planner.cost_models import save_model
 from neuroshard.planner.nets import linear_compute_model
 from neuroshard.types import ConfigError, InputError
 from tests.planner.test_simulator import diagonal_comm_model

@@ -1,8 +1,22 @@
 import pytest
 
-from neuroshard.types import (ColumnPiece, CostBreakdown, InputError, InvalidPlanError, Plan, ShardTable, Task,
-                              TableConfig, apply_column_steps, can_split, column_offsets, dim_set, plan_from_pieces,
-                              plan_pieces, size_gb)
+from neuroshard.types import (
+    ColumnPiece,
+    CostBreakdown,
+    InputError,
+    InvalidPlanError,
+    Plan,
+    ShardTable,
+    TableConfig,
+    Task,
+    apply_column_steps,
+    can_split,
+    column_offsets,
+    dim_set,
+    plan_from_pieces,
+    plan_pieces,
+    size_gb,
+)
 
 BINS = tuple([0.5, 0.5] + [0.0] * 15)
 

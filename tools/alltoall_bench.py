@@ -8,7 +8,7 @@
         --rdzv_endpoint node0.example:29500 --dims 64,64,64,64,64,64,64,64 --check
 
 Runs one torchrun job (gloo on CPU, NCCL on GPUs) of the benchmark the comm
-collector uses (`neuroshard.bench.comm`) and prints per-rank forward and
+collector uses (`neuroshard.measure.alltoall_job`) and prints per-rank forward and
 backward ms and the algorithm bandwidth (GB/s). On several machines every
 node prints node 0's numbers (each node's first rank receives them too).
 """
@@ -17,26 +17,26 @@ from __future__ import annotations
 
 import argparse
 
-from neuroshard.bench.comm import run_samples
-from neuroshard.bench.torchrun import DEFAULT_TIMEOUT_S, LaunchConfig
-from neuroshard.cli import add_device_arg, parse_int_list, resolve_devices, resolve_ranks, run_main
+from neuroshard.checks import parse_int_list
+from neuroshard.cli import add_device_arg, resolve_devices, resolve_ranks, run_main
+from neuroshard.measure.alltoall_job import run_samples
+from neuroshard.measure.launch import DEFAULT_TIMEOUT_S, LaunchConfig
+from neuroshard.settings import add_flag
 from neuroshard.types import ConfigError
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_device_arg(p)
     p.add_argument("--ndevices", type=int, default=None, help="number of ranks (default: one per --dims entry)")
-    p.add_argument("--gpu_devices", default=None, help="GPUs to use, e.g. 0,1,2,3 (implies cuda)")
+    add_flag(p, "gpu_devices")
     p.add_argument("--dims", required=True, help="per-rank dim sums, e.g. 64,256,128,32")
     p.add_argument("--sleeps", default=None, help="per-rank start delays in ms, e.g. 0,3,0,1 (default: 0)")
     p.add_argument("--batch_size", type=int, default=None,
                    help="global batch B (default 4096 on CPU, 65536 on GPU); B %% ranks == 0")
-    p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--iters", type=int, default=10)
-    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
-                   help="collective timeout in s; a hung rank ends the job after about this")
+    add_flag(p, "warmup")
+    add_flag(p, "iters")
+    add_flag(p, "timeout", DEFAULT_TIMEOUT_S)
     p.add_argument("--check", action="store_true", help="also verify exchanged values and gradients")
     LaunchConfig.add_args(p)
     args = p.parse_args(argv)

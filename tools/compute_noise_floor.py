@@ -16,11 +16,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from neuroshard.bench.compute_collect import measure_noise_floor
-from neuroshard.bench.pool import worker_devices
-from neuroshard.checks import check_output_file
-from neuroshard.cli import add_device_arg, parse_int_list, resolve_devices, run_main
-from neuroshard.formats import NOISE_JSON, read_json, write_noise_floor
+from neuroshard.checks import check_output_file, parse_int_list
+from neuroshard.cli import add_device_arg, add_progress_arg, resolve_devices, run_main
+from neuroshard.formats.cost_data import NOISE_JSON, write_noise_floor
+from neuroshard.formats.io import read_json
+from neuroshard.measure.compute_collect import measure_noise_floor
+from neuroshard.measure.pool import worker_devices
+from neuroshard.measure.timing import CLOCKS
+from neuroshard.settings import add_flag
 
 
 def main(argv=None):
@@ -31,15 +34,17 @@ def main(argv=None):
     p.add_argument("--num_samples", type=int, default=200, help="shards to re-measure")
     p.add_argument("--repeats", type=int, default=2, help="fresh measurements per shard")
     add_device_arg(p)
-    p.add_argument("--gpu_devices", type=str, default=None, help="GPUs, one worker each (implies --device cuda)")
+    add_flag(p, "gpu_devices")
     p.add_argument("--num_workers", type=int, default=1, help="with --device cpu: benchmark processes "
                    "(use the count the data was collected with)")
-    p.add_argument("--warmup", type=int, default=None, help="default: as recorded in <data_dir>/config.json")
-    p.add_argument("--iters", type=int, default=None, help="default: as recorded in <data_dir>/config.json")
-    p.add_argument("--clock", choices=["cpu", "wall"], default=None,
+    add_flag(p, "warmup", None, help="untimed iterations per shard; default: as recorded in <data_dir>/config.json")
+    add_flag(p, "iters", None, help="timed iterations per shard (their median is kept); default: as recorded in "
+                                    "<data_dir>/config.json")
+    p.add_argument("--clock", choices=CLOCKS, default=None,
                    help="CPU kernel clock; default: as recorded in <data_dir>/config.json")
     p.add_argument("--seed", type=int, default=0, help="which shards are picked")
     p.add_argument("--out_path", type=str, default=None, help=f"default: <data_dir>/{NOISE_JSON}")
+    add_progress_arg(p)
     args = p.parse_args(argv)
 
     if args.out_path is not None:
@@ -55,7 +60,8 @@ def main(argv=None):
     gpus = parse_int_list(args.gpu_devices, "--gpu_devices") if device == "cuda" else []
     devices = worker_devices(device, gpus, args.num_workers)
     report = measure_noise_floor(args.data_dir, args.dataset_dir, args.num_samples, devices, warmup, iters,
-                                 seed=args.seed, repeats=args.repeats, clock=clock)
+                                 seed=args.seed, repeats=args.repeats, clock=clock,
+                                 progress=not args.no_progress)
     out_path = write_noise_floor(args.data_dir, report, args.out_path)
     for key, label in (("fresh_vs_stored", "re-measured vs stored"), ("fresh_vs_fresh", "two fresh repeats")):
         if key in report["targets"]["cost"]:

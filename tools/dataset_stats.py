@@ -18,10 +18,18 @@ from __future__ import annotations
 import argparse
 
 from neuroshard.cli import run_main
-from neuroshard.data.stats import (aggregate_locality, compare_to_reference, dataset_localities,
-                                format_comparison, format_locality_stats, format_table_summary,
-                                reference_block, table_summary)
-from neuroshard.formats import read_dataset, write_json_atomic
+from neuroshard.data.stats import (
+    aggregate_locality,
+    compare_to_reference,
+    dataset_localities,
+    format_comparison,
+    format_locality_stats,
+    format_table_summary,
+    reference_block,
+    table_summary,
+)
+from neuroshard.formats.dataset import read_dataset
+from neuroshard.formats.io import write_json_atomic
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -20,7 +20,7 @@ import argparse
 import sys
 
 from neuroshard.cli import run_main
-from neuroshard.eval.torchrec_export import add_export_args
+from neuroshard.planner.torchrec_export import add_export_args
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -40,8 +40,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from neuroshard.eval.torchrec_export import export_from_args, find_record, plan_tables
-    from neuroshard.formats import read_plans
+    from neuroshard.formats.plans import read_plans
+    from neuroshard.planner.torchrec_export import export_from_args, find_record, plan_tables
 
     tables, names = plan_tables(args.data_dir, args.task_path, args.tables, args.task)
     record = find_record(read_plans(args.plans), args.plans, args.task, args.alg, len(tables))

@@ -21,10 +21,11 @@ import argparse
 import os
 import time
 
-from neuroshard.cli import run_main
+from neuroshard.cli import add_progress_arg, run_main
 from neuroshard.data.public import process_public
 from neuroshard.data.synthetic import SyntheticSpec, generate_synthetic
-from neuroshard.formats import read_public_dlrm, write_dataset, write_json_atomic
+from neuroshard.formats.dataset import read_public_dlrm, write_dataset
+from neuroshard.formats.io import write_json_atomic
 from neuroshard.types import NeuroShardError
 
 _D = SyntheticSpec()
@@ -52,7 +53,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="samples per table (the batch every benchmark uses)")
     g.add_argument("--max_rows", type=int, default=_D.max_rows, help="row cap per table")
     g.add_argument("--seed", type=int, default=_D.seed, help="random seed (same seed, same files)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_progress_arg(p)
     return p.parse_args(argv)
 
 
@@ -63,13 +64,13 @@ def main(argv=None) -> None:
         spec = SyntheticSpec(num_tables=args.num_tables, batch_size=args.batch_size,
                              max_rows=args.max_rows, seed=args.seed)
         spec.validate()
-        configs, _, indices, offsets = generate_synthetic(spec, progress=not args.quiet)
+        configs, _, indices, offsets = generate_synthetic(spec, progress=not args.no_progress)
         config = {"source": "synthetic", **spec.to_json()}
         batch = spec.batch_size
     else:
         raw_indices, raw_offsets, lengths = read_public_dlrm(args.data)
         configs, _, indices, offsets = process_public(raw_indices, raw_offsets, lengths,
-                                                      path=args.data, progress=not args.quiet)
+                                                      path=args.data, progress=not args.no_progress)
         del raw_indices, raw_offsets, lengths
         config = {"source": "public", "data": os.path.abspath(args.data)}
         batch = len(offsets[0]) - 1 if offsets else 0

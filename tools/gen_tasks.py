@@ -20,9 +20,12 @@ from __future__ import annotations
 import argparse
 import os
 
-from neuroshard.cli import parse_range, run_main
+from neuroshard.checks import parse_range
+from neuroshard.cli import run_main
 from neuroshard.data.tasks import TABLE_POOLS, TaskSpec, generate_tasks
-from neuroshard.formats import read_table_configs, write_json_atomic, write_tasks
+from neuroshard.formats.dataset import read_table_configs
+from neuroshard.formats.io import write_json_atomic
+from neuroshard.formats.tasks import write_tasks
 
 _D = TaskSpec()
 

@@ -13,23 +13,23 @@ pipeline's report reads it). Training flags as train_compute_cost_model.py.
 import argparse
 
 from neuroshard.checks import check_int
-from neuroshard.cli import run_main
-from neuroshard.eval.heldout import heldout_check
-from neuroshard.formats import write_json_atomic
+from neuroshard.cli import add_progress_arg, run_main
+from neuroshard.formats.io import write_json_atomic
+from neuroshard.train.heldout import heldout_check
 from neuroshard.train.loop import TrainConfig
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--data_dir", default="data/cost_data/compute", help="compute cost data (with --half_share)")
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--data_dir", default="data/cost_data/compute", help="compute cost data (with --half_share) (default: data/cost_data/compute)")
     p.add_argument("--out_path", default=None, help="write the result as JSON here")
-    p.add_argument("--folds", type=int, default=5, help="folds over the seen half's shards")
-    TrainConfig.add_args(p, loss="rel_mse")
+    p.add_argument("--folds", type=int, default=5, help="folds over the seen half's shards (default: 5)")
+    TrainConfig.add_args(p)
+    add_progress_arg(p)
     args = p.parse_args(argv)
     check_int("--folds", args.folds, 2)
     cfg = TrainConfig.from_args(args)
-    res = heldout_check(args.data_dir, cfg, args.folds)
+    res = heldout_check(args.data_dir, cfg, args.folds, progress=not args.no_progress)
     m = res["mape"]
     print(f"shards: {res['shards']}")
     print(f"test MAPE, tables seen in training: {100 * m['in_distribution']:.1f}%; tables never seen: "

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from neuroshard.cli import run_main
 from neuroshard.eval.plans import add_sharder_args
-from neuroshard.eval.torchrec_export import add_export_args
+from neuroshard.planner.torchrec_export import add_export_args
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -62,11 +62,12 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
     args = parse_args(argv)
     from neuroshard.checks import check_float, check_int
-    from neuroshard.eval import user_tables as ut
     from neuroshard.eval.plans import sharder_options
-    from neuroshard.eval.torchrec_export import export_from_args
-    from neuroshard.formats import read_user_tables, write_plans
-    from neuroshard.planner.models import CostModels
+    from neuroshard.formats.plans import write_plans
+    from neuroshard.formats.user_tables import read_user_tables
+    from neuroshard.planner import user_tables as ut
+    from neuroshard.planner.cost_models import CostModels
+    from neuroshard.planner.torchrec_export import export_from_args
     from neuroshard.types import ConfigError, NeuroShardError
 
     ndevices = check_int("--ndevices", args.ndevices, 1)

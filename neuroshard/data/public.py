@@ -31,7 +31,7 @@ def process_public(indices: torch.Tensor, offsets: torch.Tensor, lengths: torch.
     """
     from tqdm import tqdm
 
-    from neuroshard.formats import check_public_table
+    from neuroshard.formats.dataset import check_public_table
 
     num_tables, batch = lengths.shape
     configs, localities, out_idx, out_off = [], [], [], []

@@ -9,8 +9,8 @@ from statistics import NormalDist
 import numpy as np
 import torch
 
-from neuroshard.data.stats import INT32_MAX, MIN_ROWS, table_locality
 from neuroshard.checks import check_float, check_int
+from neuroshard.data.stats import INT32_MAX, MIN_ROWS, table_locality
 from neuroshard.types import TableConfig
 
 

@@ -26,8 +26,7 @@ from typing import Sequence
 import numpy as np
 
 from neuroshard.checks import check_choice, check_float, check_int, check_max_dim, check_range
-from neuroshard.types import NeuroShardError, Task, TableConfig, dim_set, size_gb
-
+from neuroshard.types import NeuroShardError, TableConfig, Task, dim_set, size_gb
 
 TABLE_POOLS = ("all", "train", "test")
 

@@ -24,7 +24,7 @@ from typing import Sequence
 
 import numpy as np
 
-from neuroshard.formats import read_noise_floor
+from neuroshard.formats.cost_data import read_noise_floor
 from neuroshard.types import InputError, PlanRecord
 
 DRIFT_COMPUTE = "drift_compute.json"

@@ -1,183 +1,77 @@
-"""Hardware evaluation (DESIGN §10): every plan on real FBGEMM kernels and the real all-to-all.
+"""The hardware evaluation run (DESIGN §10): every plan record measured, resumably, in interleaved rounds.
 
 The plans are computed once, in the parent, by the code that `eval_simulator.py`
-uses (`eval.plans`), written to ``plans.json`` with `formats.write_plans`,
-and handed to ONE torchrun job (gloo on CPU, NCCL on GPUs) that measures all
-of them: what each rank does is `eval.hardware_rank`; the launcher, the
-process-group set-up and the failure handling are `bench.torchrun`'s; the
-measurements become the records' `measured` breakdown in
-`eval.hardware_merge`. Per-rank total = compute + backward comm + forward
-comm; plan cost = max over ranks. Times are in ms.
-
-On several nodes (`HardwareConfig.launch`) eval.py runs on every node: node 0
-plans, writes and measures as above; the others only lend their ranks to
-its job (`follow`), reading their own copy of the dataset and writing
-nothing but the job's scratch dir in the system temp dir.
+uses (`eval.plans`), written to ``plans.json`` and measured by ONE
+plan-measurement job (`measure.plan_job`: what each rank does, the launcher,
+the failure handling). A plan measured R times (`--repeats`) gets the
+per-rank mean of its R measurements as its `measured` breakdown and the R
+plan costs as `repeat_costs` (`merge_results`). Records without a plan (out
+of memory, invalid) are reported, not run. Times are in ms.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import shutil
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
 
-from neuroshard.bench.torchrun import DEFAULT_STARTUP_TIMEOUT_S, WATCHDOG_GRACE_S, LaunchConfig, TorchrunJob
-from neuroshard.checks import check_choice, check_float, check_int
-from neuroshard.types import ConfigError, Plan, PlanRecord, Task, apply_column_steps
+from neuroshard.measure import plan_job
+from neuroshard.measure.plan_job import HardwareConfig, runnable
+from neuroshard.types import CostBreakdown, EndToEnd, NeuroShardError, PlanMeasurement, PlanRecord
 
-JOB_FILE = "job.json"
 PARTIAL_DIR = ".partial"  # an unfinished evaluation: measurement log, settings, job folders
 MEASUREMENTS = "measurements.jsonl"
 # Settings that do not change what is measured: a resumed run may differ in them.
 _FREE_SETTINGS = ("quiet", "no_progress", "out_dir", "timeout", "startup_timeout", "rdzv_endpoint", "rdzv_id",
                   "join_timeout")
-WORKER_MODULE = "neuroshard.eval.hardware_rank"
-DEFAULT_TIMEOUT_S = 120.0  # collective timeout: a hung rank ends the job after about this
-FW_SLEEP_MODES = ("skew", "none")
 
 
-@dataclass(frozen=True)
-class HardwareConfig:
-    """How the plans are measured.
+# =========================================================================== measurements into records
 
-    `ndevices` ranks on `device` ("cpu": gloo, one process per rank;
-    "cuda": NCCL, one GPU per rank, `gpu_devices` picks them). `warmup` and
-    `iters`: untimed and timed iterations of every measurement (median kept).
-    `fw_sleep`: "skew" delays rank r's forward all-to-all by its measured
-    compute+backward skew (the simulator's definition), "none" starts all
-    ranks together. `end_to_end`: also time the real step sequence.
-    `timeout`: collective timeout in s (a hung rank ends the job after about
-    this long). `flush`: evict caches before each timed compute iteration.
-    `repeats`: measurements of every plan, in rounds (every plan once per
-    round, each round in a seeded shuffled order), so that a slow spell of
-    the machine hits all algorithms alike. `launch`: where the `ndevices`
-    ranks run (default: all on this machine).
+
+def merged_breakdown(measurements: Sequence[PlanMeasurement]) -> CostBreakdown:
+    """One plan's repeated measurements as one breakdown: the per-rank mean of each part (total = sum of
+    parts), the mean skew and forward time without delays, and each repeat's parts in `repeats`."""
+    ms = list(measurements)
+
+    def mean(part: str) -> list[float]:
+        return np.mean([getattr(m, part) for m in ms], axis=0).tolist()
+
+    return CostBreakdown(mean("compute"), mean("bw_comm"), mean("fw_comm"), dims=ms[0].dims, skew=mean("skew"),
+                         ntables=ms[0].ntables, fw_comm_nosleep=mean("fw_comm_nosleep"),
+                         repeats=[m.parts() for m in ms])
+
+
+def merge_results(records: Sequence[PlanRecord], measured: Sequence[Sequence[PlanMeasurement]]) -> list[PlanRecord]:
+    """One result per plan record (every task x algorithm, run or not), in record order.
+
+    `measured[k]`: the job's measurements (one per repeat) of the k-th runnable
+    record (`runnable`). A measured plan gets `measured`, `repeat_costs` (and
+    `e2e`) and status "ok"; the others keep their status and message.
     """
-
-    ndevices: int = 4
-    device: str = "cpu"
-    gpu_devices: str | None = None
-    warmup: int = 5
-    iters: int = 10
-    fw_sleep: str = "skew"
-    end_to_end: bool = False
-    timeout: float = DEFAULT_TIMEOUT_S
-    startup_timeout: float = DEFAULT_STARTUP_TIMEOUT_S
-    flush: bool = True
-    seed: int = 0
-    repeats: int = 1
-    launch: LaunchConfig = LaunchConfig()
-
-    def validate(self) -> None:
-        check_int("--ndevices", self.ndevices, 1)
-        self.launch.validate()
-        self.launch.for_world(self.ndevices)
-        check_choice("--device", self.device, ("cpu", "cuda"))
-        check_int("--warmup", self.warmup, 0)
-        check_int("--iters", self.iters, 1)
-        check_choice("--fw_sleep", self.fw_sleep, FW_SLEEP_MODES)
-        check_float("--timeout", self.timeout, 0.0, lo_open=True)
-        check_int("--repeats", self.repeats, 1)
-
-    def to_json(self) -> dict:
-        return asdict(self)
-
-
-def runnable(records: Sequence[PlanRecord]) -> list[PlanRecord]:
-    """The plan records the job measures, in job order: those with a plan (others are reported only)."""
-    return [rec for rec in records if rec.plan is not None]
-
-
-def dataset_fingerprint(dataset) -> dict:
-    """What every node's copy of the dataset must share with node 0's: batch, table count, table stats."""
-    configs = json.dumps([[c.row, c.pooling_factor, list(c.bins)] for c in dataset.configs])
-    return {"batch size": dataset.batch_size, "tables": len(dataset.configs),
-            "table configs (sha1)": hashlib.sha1(configs.encode()).hexdigest()[:12]}
-
-
-def shard_layout(task: Task, configs, plan: Plan):
-    """(post-split tables, per-device table lists, per-device dim sums) of a plan for a task."""
-    split = apply_column_steps(task.tables(configs), plan.column_steps)
-    shards = [[split[i] for i in s] for s in plan.shards]
-    return split, shards, [sum(t.dim for t in s) for s in shards]
-
-
-# =========================================================================== the job
-
-
-class HardwareJob(TorchrunJob):
-    """One torchrun job measuring every runnable plan of a plan file; iterate `records()`.
-
-    On a node other than node 0 of `cfg.launch`, `plans_path`, `task_path` and `num_plans` are
-    None: node 0's rank 0 hands the plans and tasks to every rank."""
-
-    item = "plan"
-    job_prefix = "hw_eval_job_"
-
-    def __init__(self, plans_path, data_dir, task_path, num_plans: int | None, cfg: HardwareConfig, *,
-                 work_dir: str | None = None, keep_dir: bool = False, worker_module: str | None = None):
-        cfg.validate()
-        self.cfg = cfg
-        self.job = {"data_dir": os.path.abspath(data_dir), "warmup": cfg.warmup, "iters": cfg.iters,
-                    "fw_sleep": cfg.fw_sleep, "end_to_end": cfg.end_to_end, "flush": cfg.flush, "seed": cfg.seed}
-        if plans_path is not None:
-            self.job.update(plans=os.path.abspath(plans_path), task_path=os.path.abspath(task_path))
-        # A plan takes one compute turn per rank, each bounded by the collective timeout
-        # (the waiting ranks' barrier would fire first), plus the all-to-alls.
-        stall = (cfg.ndevices + 2) * cfg.timeout + WATCHDOG_GRACE_S
-        super().__init__(worker_module or WORKER_MODULE, [], cfg.ndevices, num_plans, device=cfg.device,
-                         gpu_devices=cfg.gpu_devices, timeout=cfg.timeout, startup_timeout=cfg.startup_timeout,
-                         stall_timeout=stall, work_dir=work_dir, keep_dir=keep_dir, launch=cfg.launch)
-
-    def write_inputs(self, job_dir: str) -> None:
-        with open(os.path.join(job_dir, JOB_FILE), "w") as f:
-            json.dump(self.job, f)
-
-
-def measure_plans(plans_path, data_dir, task_path, cfg: HardwareConfig, *,
-                  on_result: Callable[[dict], None] | None = None, work_dir: str | None = None,
-                  worker_module: str | None = None) -> list[dict]:
-    """Measure every plan of `plans_path` (written by `formats.write_plans`) in one job.
-
-    Returns one raw measurement per runnable plan (see `runnable`), in file
-    order; `on_result(m)` is called as each arrives. Raises
-    `torchrun.JobError` (naming the failing rank and cause) if any rank fails.
-    """
-    from neuroshard.formats import read_plans
-
-    items = runnable(read_plans(plans_path))
-    if not items and not cfg.launch.multi_node:  # (other nodes wait for the job: start it anyway)
-        return []
-    out = []
-    with HardwareJob(plans_path, data_dir, task_path, len(items), cfg, work_dir=work_dir,
-                     worker_module=worker_module) as job:
-        for m in job.records():
-            out.append(m)
-            if on_result is not None:
-                on_result(m)
-    return out
-
-
-def follow(data_dir, cfg: HardwareConfig, *, on_result: Callable[[dict], None] | None = None,
-           worker_module: str | None = None) -> int:
-    """A node other than node 0: lend this node's ranks to node 0's job until it ends (this node's
-    `data_dir` must hold the same dataset as node 0's). Returns the number of plans measured."""
-    if cfg.launch.writes_outputs:
-        raise ConfigError("--node_rank", "node 0 runs the evaluation; follow() is for the other nodes")
-    done = 0
-    with HardwareJob(None, data_dir, None, None, cfg, worker_module=worker_module) as job:
-        for m in job.records():
-            done += 1
-            if on_result is not None:
-                on_result(m)
-    return done
+    items = runnable(records)
+    if len(measured) != len(items) or not all(measured):
+        raise NeuroShardError(f"measurements for {len(measured)} of {len(items)} runnable plans")
+    by_id = {id(rec): ms for rec, ms in zip(items, measured)}
+    results = []
+    for rec in records:
+        ms = by_id.get(id(rec))
+        if ms is None:
+            results.append(replace(rec, view=None))
+            continue
+        e2e = None
+        if ms[0].e2e is not None:
+            costs = [m.e2e.cost for m in ms]
+            e2e = EndToEnd(np.mean([m.e2e.per_rank for m in ms], axis=0).tolist(), ms[0].e2e.iters,
+                           float(np.mean(costs)), costs)
+        results.append(replace(rec, status="ok", view=None, measured=merged_breakdown(ms), e2e=e2e,
+                               repeat_costs=[m.cost for m in ms]))
+    return results
 
 
 # =========================================================================== the whole run
@@ -222,10 +116,9 @@ def run_evaluation(records: Sequence[PlanRecord], data_dir, task_path, cfg: Hard
     kept there. When every plan is measured, the results are written and
     `.partial/` is removed. One evaluation per `out_dir` at a time.
     """
-    from neuroshard.eval.hardware_merge import merge_results
     from neuroshard.eval.results import PLANS_JSON, format_measured, hardware_summary, write_outputs
-    from neuroshard.formats import (append_line, check_run_config, format_measurement, open_append,
-                                    read_measurements, write_json_atomic, write_plans)
+    from neuroshard.formats.io import append_line, check_run_config, open_append, write_json_atomic
+    from neuroshard.formats.plans import format_measurement, read_measurements, write_plans
 
     out = Path(out_dir)
     partial = out / PARTIAL_DIR
@@ -251,9 +144,9 @@ def run_evaluation(records: Sequence[PlanRecord], data_dir, task_path, cfg: Hard
         write_plans(todo_path, [rec for rec, _ in todo])
         stamps = [time.perf_counter()]
 
-        def arrived(m: dict) -> None:
+        def arrived(m: PlanMeasurement) -> None:
             stamps.append(time.perf_counter())
-            rec, r = todo[m["i"]]
+            rec, r = todo[m.index]
             append_line(log, format_measurement(plan_identity(rec, r), m))
             done[plan_identity(rec, r)] = m
             if show is not None:
@@ -262,8 +155,8 @@ def run_evaluation(records: Sequence[PlanRecord], data_dir, task_path, cfg: Hard
                 show(format_measured(res, num_tasks) + repeat)
 
         if todo or cfg.launch.multi_node:  # the other nodes wait for node 0's job: start it even if empty
-            measure_plans(todo_path, data_dir, task_path, cfg, on_result=arrived, work_dir=str(partial / "jobs"),
-                          worker_module=worker_module)
+            plan_job.measure_plans(todo_path, data_dir, task_path, cfg, on_result=arrived,
+                                   work_dir=str(partial / "jobs"), worker_module=worker_module)
         results = merge_results(records, [[done[plan_identity(rec, r)] for r in range(cfg.repeats)]
                                           for rec in items])
         summary = hardware_summary(results, algs, num_tasks)

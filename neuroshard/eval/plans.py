@@ -11,7 +11,6 @@ that breaks the rules. Both count as invalid tasks (upstream's `Valid v / N`).
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -20,12 +19,18 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from neuroshard.formats import plan_view
-from neuroshard.planner.learned import POLICY_OPTIONS, add_policy_args, load_policy, policy_options_from_args
-from neuroshard.planner.models import CostModels
-from neuroshard.planner.registry import algorithm_names, missing_requirement, prepare, required_option
+from neuroshard.formats.plans import plan_view
+from neuroshard.learned.policy import POLICY_OPTIONS, load_policy
+from neuroshard.planner.cost_models import CostModels
+from neuroshard.planner.registry import (
+    algorithm_names,
+    all_settings,
+    missing_requirement,
+    options_for,
+    prepare,
+    required_option,
+)
 from neuroshard.planner.scorer import get_scorer
-from neuroshard.planner.search import SearchConfig
 from neuroshard.planner.shard import shard
 from neuroshard.planner.simulator import simulate, validate_plan
 from neuroshard.types import (
@@ -69,37 +74,25 @@ def add_input_args(parser, data_help: str = "dataset dir with table_configs.json
     parser.add_argument("--max_mem", type=float, default=4.0, help="memory per device in GB (default: 4)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the randomised algorithms (default: 0)")
     parser.add_argument("--max_tasks", type=int, default=None, help="evaluate only the first N tasks")
-    add_policy_args(parser)
 
 
 def add_sharder_args(parser) -> None:
-    """The algorithms' settings as flags: NeuroShard's search, NeuroShard+'s, the TorchRec planner's (the
-    learned sharders' policy paths come with `add_input_args`)."""
-    from neuroshard.planner.search_plus import PlusConfig
-    from neuroshard.planner.torchrec_sharder import TorchRecConfig
-
-    SearchConfig.add_args(parser)
-    PlusConfig.add_args(parser)
-    TorchRecConfig.add_args(parser)
+    """Every registered sharder's settings as flags (NeuroShard's search, NeuroShard+'s, the TorchRec
+    planner's, the learned sharders' policy paths, a plug-in's), each declared once, by its settings class."""
+    for cls in all_settings():
+        cls.add_args(parser)
 
 
 def sharder_options(args, batch_size: int | None) -> dict:
-    """`ShardingContext.options` from an evaluation script's flags (NeuroShard's and NeuroShard+'s search
-    settings, the TorchRec planner's, the learned sharders' policy paths) and the dataset's batch size (None: the
-    TorchRec sharder's default), checked: a one-line error on a bad value, before any work."""
-    from neuroshard.planner.search_plus import PlusConfig
-    from neuroshard.planner.torchrec_sharder import TorchRecConfig
-
-    options = {**SearchConfig.options_from_args(args), **PlusConfig.options_from_args(args),
-               **policy_options_from_args(args)}
-    options.update(torchrec_column_shards=args.torchrec_column_shards, batch_size=batch_size)
-    TorchRecConfig.from_options(options)
+    """`ShardingContext.options` for every algorithm from a script's flags (those given; a learned sharder's
+    policy only when named) and the dataset's batch size (None: the TorchRec sharder's default), checked: a
+    one-line error on a bad value, before any work. `plan_task` hands each algorithm its own entries."""
+    options = {}
+    for cls in all_settings():
+        config = cls.from_args(args, **({"batch_size": batch_size} if "batch_size" in cls.option_names()
+                                        and batch_size is not None else {}))
+        options.update({k: v for k, v in config.to_options().items() if v is not None})
     return options
-
-
-def default_comm_model_path(ndevices: int, kind: str) -> str:
-    """Where the pipeline puts the comm model for `ndevices` devices (`models/comm_<n>_<kind>.pt`)."""
-    return os.path.join("models", f"comm_{ndevices}_{kind}.pt")
 
 
 def load_inputs(data_dir, task_path, compute_model, fw_comm_model, bw_comm_model, ndevices: int,
@@ -110,7 +103,8 @@ def load_inputs(data_dir, task_path, compute_model, fw_comm_model, bw_comm_model
     (memory-mapped, for sharders that plan for a batch, e.g. `torchrec`), and
     only when the file is there.
     """
-    from neuroshard.formats import DATA_PT, read_dataset, read_table_configs, read_tasks
+    from neuroshard.formats.dataset import DATA_PT, read_dataset, read_table_configs
+    from neuroshard.formats.tasks import read_tasks
 
     if ndevices < 1:
         raise NeuroShardError(f"--ndevices must be >= 1, got {ndevices}")
@@ -167,7 +161,7 @@ def plan_task(task: int, tables: Sequence[ShardTable], alg: str, ndevices: int, 
     """Run one sharder on one task (`planner.shard.shard`) and keep the outcome as a PlanRecord."""
     t0 = time.perf_counter()
     try:
-        res = shard(tables, ndevices, max_mem, models=models, alg=alg, seed=seed, **(options or {}))
+        res = shard(tables, ndevices, max_mem, models=models, alg=alg, seed=seed, **options_for(alg, options))
     except (OutOfMemoryError, InvalidPlanError) as e:
         return PlanRecord(task=task, alg=alg, status="oom" if isinstance(e, OutOfMemoryError) else "invalid",
                           message=str(e), search_ms=1e3 * (time.perf_counter() - t0), num_tables=len(tables))
@@ -251,7 +245,7 @@ def plans_from_file(path, inputs: EvalInputs, task_path, alg: str, ndevices: int
     made for another task file). Records for tasks beyond `--max_tasks` are
     left out; `alg` ("all" or names) picks algorithms. Estimates are recomputed.
     """
-    from neuroshard.formats import read_plans
+    from neuroshard.formats.plans import read_plans
 
     records = read_plans(path)
     if not records:

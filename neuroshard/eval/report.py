@@ -17,7 +17,7 @@ import numpy as np
 
 from neuroshard.eval.intervals import VERDICTS
 from neuroshard.eval.results import fmt_ci, gain_cell
-from neuroshard.formats import atomic_write, write_json_atomic
+from neuroshard.formats.io import atomic_write, write_json_atomic
 
 
 def _load(path: Path):
@@ -121,7 +121,7 @@ def drift_lines(hw_dir: Path) -> tuple[list[str], dict | None]:
     """Markdown lines on the machine's drift since the cost data was recorded, and the figures
     (None when the drift steps did not run or nothing was measured)."""
     from neuroshard.eval.drift import drift_scaled_accuracy, read_drift
-    from neuroshard.formats import read_plans
+    from neuroshard.formats.plans import read_plans
 
     drift = read_drift(hw_dir)
     results = hw_dir / "results.json"

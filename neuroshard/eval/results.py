@@ -10,8 +10,6 @@ and, for measured plans, ranks.csv. Costs in ms.
 
 from __future__ import annotations
 
-import csv
-import io
 import itertools
 import math
 import sys
@@ -340,16 +338,6 @@ def format_measured(rec: PlanRecord, num_tasks: int) -> str:
 # --------------------------------------------------------------------------- files
 
 
-def csv_text(header: Sequence[str], rows) -> str:
-    """CSV with a header; None becomes empty, floats 6 significant digits."""
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(header)
-    for row in rows:
-        w.writerow(["" if v is None else (f"{v:.6g}" if isinstance(v, float) else v) for v in row])
-    return buf.getvalue()
-
-
 def _max(bd, part):
     return None if bd is None else max(getattr(bd, part))
 
@@ -393,8 +381,8 @@ def _rank_rows(records: Sequence[PlanRecord]):
             return v[q] if v is not None and len(v) == n else None
 
         for q in range(n):
-            yield [r.task, r.alg, q, m.extra["ntables"][q], m.extra["dims"][q], m.compute[q], m.bw_comm[q],
-                   m.fw_comm[q], m.total[q], m.extra["fw_comm_nosleep"][q], m.extra["skew"][q],
+            yield [r.task, r.alg, q, m.ntables[q], m.dims[q], m.compute[q], m.bw_comm[q],
+                   m.fw_comm[q], m.total[q], m.fw_comm_nosleep[q], m.skew[q],
                    est("compute", q), est("bw_comm", q), est("fw_comm", q), est("total", q)]
 
 
@@ -403,7 +391,8 @@ def write_outputs(out_dir, records: Sequence[PlanRecord], summary: dict, config:
     """config.json (when given), plans.json (with the readable view; unless `plans` is False, as for
     measured plans, whose plans.json was written before the job), results.json/.csv,
     summary.json/.csv/.md, and ranks.csv when the plans were measured."""
-    from neuroshard.formats import atomic_write, write_json_atomic, write_plans
+    from neuroshard.formats.io import atomic_write, write_csv, write_json_atomic
+    from neuroshard.formats.plans import write_plans
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -414,17 +403,14 @@ def write_outputs(out_dir, records: Sequence[PlanRecord], summary: dict, config:
         write_plans(out / PLANS_JSON, records)
     write_json_atomic(out / RESULTS_JSON, [r.to_json(view=False, measured=hw) for r in records])
     columns = _HW_COLUMNS if hw else _SIM_COLUMNS
-    with atomic_write(out / RESULTS_CSV) as fh:
-        fh.write(csv_text([h for h, _ in columns], ([get(r) for _, get in columns] for r in records)))
+    write_csv(out / RESULTS_CSV, [h for h, _ in columns], ([get(r) for _, get in columns] for r in records))
     if hw:
-        with atomic_write(out / RANKS_CSV) as fh:
-            fh.write(csv_text(["task", "alg", "rank", "ntables", "dim_sum", "compute_ms", "bw_comm_ms",
-                               "fw_comm_ms", "total_ms", "fw_comm_nosleep_ms", "skew_ms", "est_compute_ms",
-                               "est_bw_comm_ms", "est_fw_comm_ms", "est_total_ms"], _rank_rows(records)))
+        write_csv(out / RANKS_CSV, ["task", "alg", "rank", "ntables", "dim_sum", "compute_ms", "bw_comm_ms",
+                                    "fw_comm_ms", "total_ms", "fw_comm_nosleep_ms", "skew_ms", "est_compute_ms",
+                                    "est_bw_comm_ms", "est_fw_comm_ms", "est_total_ms"], _rank_rows(records))
     write_json_atomic(out / SUMMARY_JSON, summary)
     names = HW_SUMMARY_COLUMNS if hw else SUMMARY_COLUMNS
-    with atomic_write(out / SUMMARY_CSV) as fh:
-        fh.write(csv_text(names, ([(r.get("vs_reference") or {}).get("verdict") if c == "verdict" else r.get(c)
-                                   for c in names] for r in summary["algorithms"])))
+    write_csv(out / SUMMARY_CSV, names, ([(r.get("vs_reference") or {}).get("verdict") if c == "verdict"
+                                          else r.get(c) for c in names] for r in summary["algorithms"]))
     with atomic_write(out / SUMMARY_MD) as fh:
         fh.write(summary_markdown(summary))

@@ -1,7 +1,7 @@
 """Neural cost models (DESIGN §6) as torch modules: one compute model, forward and backward comm models.
 
 Training builds and fits them (`neuroshard.train`); the planner loads them from
-checkpoints (`planner.models`) and scores plans with NumPy copies of their
+checkpoints (`planner.cost_models`) and scores plans with NumPy copies of their
 weights (`planner.scorer`). All predictions are in ms.
 """
 
@@ -13,12 +13,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from neuroshard.planner.models import NUM_FEATURES, TABLE_EMBED_DIM, feature_matrix
+from neuroshard.planner.features import NUM_FEATURES, TABLE_EMBED_DIM, feature_matrix
 from neuroshard.types import TableConfig
 
 
 def table_features(configs: Sequence[TableConfig]) -> torch.Tensor:
-    """Per-table features [N, F] as a tensor (see `planner.models.feature_matrix`)."""
+    """Per-table features [N, F] as a tensor (see `planner.features.feature_matrix`)."""
     return torch.from_numpy(feature_matrix(configs))
 
 

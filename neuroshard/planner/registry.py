@@ -19,6 +19,13 @@ requires_package="torchrec")`): it is listed either way, `--alg all` skips it wi
 warning while the package is missing, and calling it is a one-line error. A
 sharder may have a `prepare()` attribute (a heavy import, say), which the
 evaluation runs once before timing any plan.
+
+A sharder's settings are typed: it registers the `Settings` classes it reads
+from `ctx.options` (`settings=(SearchConfig,)`); their fields are its only
+options (`options_for` picks them out of the evaluation's flags, and
+`check_options` makes any other keyword of `ns.shard` a one-line error
+listing the valid ones) and, through `add_sharder_args`, the flags of the
+scripts that plan.
 `neuroshard_plus` runs every plain sharder (`is_plain`: no trained policy,
 no optional package) as a baseline to start from and to beat.
 """
@@ -31,6 +38,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Callable, Sequence
 
+from neuroshard.settings import check_known_options
 from neuroshard.types import NeuroShardError, Plan, ShardTable
 
 Sharder = Callable[[Sequence[ShardTable], int, float, "ShardingContext"], Plan]
@@ -40,12 +48,16 @@ ENTRY_POINT_GROUP = "neuroshard.sharders"
 _ORDER = ["neuroshard", "random", "dim_greedy", "lookup_greedy", "size_greedy", "size_lookup_greedy",
           "torchrec", "dreamshard", "autoshard", "neuroshard_plus"]
 # Modules that register algorithms when imported.
+# The learned baselines register from their own folder (`neuroshard.learned.sharders`, torch-free), named
+# here by string as a plug-in would be: the planner does not depend on them.
 _MODULES = ["neuroshard.planner.baselines", "neuroshard.planner.search", "neuroshard.planner.torchrec_sharder",
-            "neuroshard.planner.dreamshard", "neuroshard.planner.autoshard", "neuroshard.planner.search_plus"]
+            "neuroshard.learned.sharders", "neuroshard.planner.search_plus"]
 
 _REGISTRY: dict[str, Sharder] = {}
 _PACKAGES: dict[str, str] = {}  # algorithm -> the optional package it needs
 _OPTIONS: dict[str, str] = {}  # algorithm -> the option it cannot run without (a trained policy's path)
+_SETTINGS: dict[str, tuple] = {}  # algorithm -> the Settings classes of its options
+_RUNS_OTHERS: set[str] = set()  # algorithms that run other sharders and pass their options on
 _loaded = False
 
 
@@ -62,19 +74,24 @@ class ShardingContext:
     options: dict = field(default_factory=dict)
 
 
-def register(name: str, requires_package: str | None = None,
-             requires_option: str | None = None) -> Callable[[Sharder], Sharder]:
+def register(name: str, requires_package: str | None = None, requires_option: str | None = None,
+             settings: tuple = (), runs_others: bool = False) -> Callable[[Sharder], Sharder]:
     """Decorator: make `fn(tables, ndevices, max_mem_gb, ctx) -> Plan` available as `--alg name`.
 
     `requires_package`: the top-level module of an optional package the sharder
     imports when called (`--alg all` skips it, with a warning, when missing);
     `requires_option`: an option the algorithm cannot run without (a trained
-    policy's path; `--alg all` leaves the algorithm out when it is not given).
+    policy's path; `--alg all` leaves the algorithm out when it is not given);
+    `settings`: the `Settings` classes whose fields are its options; `runs_others`: it runs other
+    sharders (NeuroShard+ its baselines), so it also takes their options and hands each its own.
     """
     def wrap(fn: Sharder) -> Sharder:
         if name in _REGISTRY and _REGISTRY[name] is not fn:
             raise ValueError(f"sharding algorithm {name!r} registered twice")
         _REGISTRY[name] = fn
+        _SETTINGS[name] = tuple(settings)
+        if runs_others:
+            _RUNS_OTHERS.add(name)
         if requires_package:
             _PACKAGES[name] = requires_package
         if requires_option:
@@ -134,6 +151,40 @@ def is_plain(name: str) -> bool:
     """True for a sharder that needs neither a trained policy of its own nor an optional package."""
     _load_all()
     return name not in _OPTIONS and name not in _PACKAGES
+
+
+def settings_of(name: str) -> tuple:
+    """The Settings classes of algorithm `name`'s options (empty for a sharder without options)."""
+    get_sharder(name)
+    return _SETTINGS.get(name, ())
+
+
+def all_settings() -> list:
+    """Every registered sharder's Settings classes, each once, in algorithm order (for the flags)."""
+    out = []
+    for name in algorithm_names():
+        out += [cls for cls in _SETTINGS.get(name, ()) if cls not in out]
+    return out
+
+
+def option_names(name: str) -> list[str]:
+    """The options algorithm `name` takes: the fields of its settings classes (and, for a sharder that runs
+    the others, theirs too)."""
+    classes = all_settings() if name in _RUNS_OTHERS else settings_of(name)
+    return list(dict.fromkeys(f for cls in classes for f in cls.option_names()))
+
+
+def options_for(name: str, options: dict | None) -> dict:
+    """The entries of `options` (an evaluation's options for every algorithm) that `name` takes."""
+    mine = set(option_names(name))
+    return {k: v for k, v in (options or {}).items() if k in mine}
+
+
+def check_options(name: str, options: dict) -> None:
+    """A one-line ConfigError for an option `name` does not take (listing the valid ones) or a bad value."""
+    check_known_options(options, option_names(name), f"--alg {name}")
+    for cls in all_settings() if name in _RUNS_OTHERS else settings_of(name):
+        cls.from_options(options)  # each class checks its values
 
 
 def get_sharder(name: str) -> Sharder:

@@ -13,11 +13,11 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import weakref
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
-from neuroshard.planner.models import feature_matrix
+from neuroshard.planner.features import feature_matrix
 from neuroshard.types import NeuroShardError, TableConfig
 
 
@@ -93,6 +93,18 @@ def _run_mlp(layers, x: np.ndarray) -> np.ndarray:
 ACC_DTYPE = np.float32  # compute-model accumulators and compute costs (the models are float32 nets)
 
 
+class _Head(NamedTuple):
+    """The compute model's head as NumPy: its first linear layer (`w1` [32, A] float64, `b1` [A], then a
+    ReLU if `relu1`), the remaining layers (`rest`: (w [A], b) of the usual A -> 1 output layer with the
+    target scale folded in, or a list of (W, b, relu) layers) and the target `scale` (ms)."""
+
+    w1: np.ndarray
+    b1: np.ndarray
+    relu1: bool
+    rest: Any
+    scale: float
+
+
 class PlanScorer:
     """The three cost models as fast batched NumPy functions (ms).
 
@@ -119,7 +131,7 @@ class PlanScorer:
         self.ndevices = int(nd_fw)
         self._table = self._extract_table_mlp(compute_model)
         self._head = self._extract_head(compute_model)
-        self._zeros = np.zeros(len(self._head[1]) if self._head else 0, dtype=ACC_DTYPE)
+        self._zeros = np.zeros(len(self._head.b1) if self._head else 0, dtype=ACC_DTYPE)
         self._fw = self._extract_comm(fw_model)
         self._bw = self._extract_comm(bw_model)
         self._check_against_torch()
@@ -137,7 +149,7 @@ class PlanScorer:
 
     @staticmethod
     def _extract_head(model):
-        """(W1, b1, relu1, rest, scale): first linear layer apart, the rest as NumPy layers."""
+        """The head with its first linear layer apart, the rest as NumPy layers (`_Head`)."""
         head = getattr(model, "head", None)
         scale = getattr(model, "target_scale", None)
         layers = _numpy_mlp(head)
@@ -151,7 +163,7 @@ class PlanScorer:
             rest = ((w[:, 0] * scale).astype(ACC_DTYPE), ACC_DTYPE(b[0] * scale))
         else:
             rest = [(w.astype(ACC_DTYPE), b.astype(ACC_DTYPE), r) for w, b, r in rest]
-        return w1, b1.astype(ACC_DTYPE), relu1, rest, scale
+        return _Head(w1, b1.astype(ACC_DTYPE), relu1, rest, scale)
 
     @staticmethod
     def _extract_comm(model):
@@ -182,7 +194,7 @@ class PlanScorer:
             if not close(_run_mlp(layers, (feats - mean) / std), ref):
                 self._table = None
         if self._head is not None:
-            sums = np.abs(rng.normal(size=(8, self._head[0].shape[0]))) * 3
+            sums = np.abs(rng.normal(size=(8, self._head.w1.shape[0]))) * 3
             if not close(self.cost_from_acc(self.acc0 + self.project(sums)), self._torch_compute(sums)):
                 self._head = None
         dims = rng.integers(0, 512, size=(8, self.ndevices)).astype(np.float64)
@@ -217,7 +229,7 @@ class PlanScorer:
     @property
     def embed_dim(self) -> int:
         if self._head is not None:
-            return self._head[0].shape[0]
+            return self._head.w1.shape[0]
         return int(getattr(self.compute_model.head[0], "in_features", 32))
 
     def embed(self, configs: Sequence[TableConfig]) -> np.ndarray:
@@ -242,14 +254,14 @@ class PlanScorer:
         emb = np.asarray(emb, dtype=np.float64)
         if self._head is None:
             return emb.astype(ACC_DTYPE)
-        return (emb @ self._head[0]).astype(ACC_DTYPE)
+        return (emb @ self._head.w1).astype(ACC_DTYPE)
 
     @property
     def acc0(self) -> np.ndarray:
         """The accumulator of an empty device [A] (float32)."""
         if self._head is None:
             return np.zeros(self.embed_dim, dtype=ACC_DTYPE)
-        return self._head[1].copy()
+        return self._head.b1.copy()
 
     def cost_from_acc(self, acc: np.ndarray, overwrite: bool = False) -> np.ndarray:
         """Compute ms [M] (float32) of non-empty shards from their accumulators [M, A].
@@ -258,7 +270,7 @@ class PlanScorer:
         """
         if self._head is None:
             return self._torch_compute(acc)
-        _, _, relu, rest, _ = self._head
+        relu, rest = self._head.relu1, self._head.rest
         x = acc if overwrite else acc.copy()
         if relu:
             # against a zero row, not the scalar 0: measured 1.7x faster in NumPy 2.4
@@ -272,7 +284,7 @@ class PlanScorer:
             x += b
             if r:
                 np.maximum(x, 0, out=x)
-        return x[:, 0] * ACC_DTYPE(self._head[4])
+        return x[:, 0] * ACC_DTYPE(self._head.scale)
 
     def shard_costs(self, emb: np.ndarray, shards: Sequence[Sequence[int]]) -> np.ndarray:
         """Compute ms [n] of each shard (indices into emb), accumulated in shard-list order; empty -> 0."""

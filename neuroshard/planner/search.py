@@ -24,7 +24,7 @@ Speed (a direct implementation, one model call per greedy step, takes
 one per (table, split level)) is embedded once per task; the compute head's
 first layer is linear, so each device keeps a running 64-d accumulator
 (`PlanScorer.project`) and one placement costs O(64); the greedy
-(`planner/greedy.py`) runs all grid scales of all children of a beam round
+(`planner/placement.py`) runs all grid scales of all children of a beam round
 as one batch, one vectorised NumPy step per table, with one row per group
 of scales that still agree and per-dim device keys (see its docstring);
 placements that several scales share are scored once, all in one call of
@@ -43,12 +43,12 @@ from typing import ClassVar, Sequence
 import numpy as np
 
 from neuroshard.checks import check_float, check_int
-from neuroshard.planner.greedy import NO_LIMIT, run_greedy, state_bytes
-from neuroshard.planner.models import require_models
-from neuroshard.planner.options import FlagOptions
+from neuroshard.planner.cost_models import require_models
+from neuroshard.planner.placement import NO_LIMIT, run_greedy, state_bytes
 from neuroshard.planner.registry import ShardingContext, register
 from neuroshard.planner.scorer import PlanScorer, get_scorer, single_threaded_blas
 from neuroshard.planner.simulator import mem_cap_elements, score_placements
+from neuroshard.settings import Settings, setting
 from neuroshard.types import ConfigError, NeuroShardError, OutOfMemoryError, Plan, ShardTable, can_split
 
 # The states of one batched greedy are chunked so its arrays stay below this size (a bound: only the
@@ -57,28 +57,18 @@ _MAX_BATCH_BYTES = 1024 * 2**20
 
 
 @dataclass(frozen=True)
-class SearchConfig(FlagOptions):
+class SearchConfig(Settings):
     """NeuroShard search settings (paper defaults). Every field is a flag of the same name."""
 
-    HELP: ClassVar[dict] = {
-        "beam_k": "beam width k",
-        "beam_n": "split candidates per state: the n largest tables by size and by compute cost",
-        "max_length": "beam search rounds (most splits)",
-        "grid_steps": "greedy grid search: number of dim-limit scales, evenly spaced in [grid_min, grid_max]",
-        "grid_min": "smallest dim-limit scale (a device may hold up to scale x the mean dim sum)",
-        "grid_max": "largest dim-limit scale",
-        "dim_fallback": "if every scale fails only because of the dim limit, run the greedy once more without it "
-                        "(beyond the paper; 0 to turn off)",
-    }
     TITLE: ClassVar[str] = "NeuroShard search (DESIGN §8; paper defaults)"
 
-    beam_k: int = 3
-    beam_n: int = 10
-    max_length: int = 10
-    grid_steps: int = 11
-    grid_min: float = 1.0
-    grid_max: float = 1.5
-    dim_fallback: bool = True
+    beam_k: int = setting(3, "beam width k")
+    beam_n: int = setting(10, "split candidates per state: the n largest tables by size and by compute cost")
+    max_length: int = setting(10, "beam search rounds (most splits)")
+    grid_steps: int = setting(11, "greedy grid search: number of dim-limit scales, evenly spaced in [grid_min, grid_max]")
+    grid_min: float = setting(1.0, "smallest dim-limit scale (a device may hold up to scale x the mean dim sum)")
+    grid_max: float = setting(1.5, "largest dim-limit scale")
+    dim_fallback: bool = setting(True, "if every scale fails only because of the dim limit, run the greedy once more without it "                         "(beyond the paper; 0 to turn off)")
 
     def __post_init__(self):
         for name in ("beam_k", "beam_n", "grid_steps"):
@@ -340,7 +330,7 @@ def beam_search(prob: SearchProblem, t0: float | None = None) -> SearchResult:
                         rounds=rounds, seconds=time.perf_counter() - t0, history=history)
 
 
-@register("neuroshard")
+@register("neuroshard", settings=(SearchConfig,))
 def neuroshard(tables: Sequence[ShardTable], ndevices: int, max_mem: float, ctx: ShardingContext) -> Plan:
     """NeuroShard (beam search over column splits + greedy grid search) under ctx's cost models.
 

@@ -51,12 +51,12 @@ from typing import ClassVar, Sequence
 import numpy as np
 
 from neuroshard.checks import check_int
-from neuroshard.planner.models import require_models
-from neuroshard.planner.options import FlagOptions
-from neuroshard.planner.registry import ShardingContext, algorithm_names, is_plain, register
+from neuroshard.planner.cost_models import require_models
+from neuroshard.planner.registry import ShardingContext, algorithm_names, is_plain, options_for, register
 from neuroshard.planner.scorer import single_threaded_blas
 from neuroshard.planner.search import SearchConfig, SearchProblem, beam_search, make_problem
 from neuroshard.planner.simulator import score_placements, simulate
+from neuroshard.settings import Settings, setting
 from neuroshard.types import ConfigError, NeuroShardError, OutOfMemoryError, Plan, ShardTable
 
 NAME = "neuroshard_plus"
@@ -78,26 +78,16 @@ _TENURE = 3
 
 
 @dataclass(frozen=True)
-class PlusConfig(FlagOptions):
+class PlusConfig(Settings):
     """NeuroShard+ settings beyond SearchConfig's (which its inner NeuroShard search uses)."""
 
-    HELP: ClassVar[dict] = {
-        "plus_starts": "neuroshard_plus: local search from this many of the best distinct starting plans",
-        "plus_max_moves": "neuroshard_plus: most moves per local search (0: no local search)",
-        "plus_tabu": "neuroshard_plus: tabu-search steps after the descent from each start (moves that may "
-                     "make the plan worse, to leave a local optimum)",
-        "plus_splits": "neuroshard_plus: the local search may split tables, the new half on any device "
-                       "(0 to turn off)",
-        "plus_baselines": "neuroshard_plus: sharders to start from and never to be above: 'auto' (every "
-                          "registered one that needs no trained policy), 'none', or a comma list",
-    }
     TITLE: ClassVar[str] = "NeuroShard+ (--alg neuroshard_plus; beyond the paper)"
 
-    plus_starts: int = 3
-    plus_max_moves: int = 200
-    plus_tabu: int = 4
-    plus_splits: bool = True
-    plus_baselines: str = "auto"
+    plus_starts: int = setting(3, "neuroshard_plus: local search from this many of the best distinct starting plans")
+    plus_max_moves: int = setting(200, "neuroshard_plus: most moves per local search (0: no local search)")
+    plus_tabu: int = setting(4, "neuroshard_plus: tabu-search steps after the descent from each start (moves that may "                      "make the plan worse, to leave a local optimum)")
+    plus_splits: bool = setting(True, "neuroshard_plus: the local search may split tables, the new half on any device "                        "(0 to turn off)")
+    plus_baselines: str = setting("auto", "neuroshard_plus: sharders to start from and never to be above: 'auto' (every "                           "registered one that needs no trained policy), 'none', or a comma list")
 
     def __post_init__(self):
         check_int("--plus_starts", self.plus_starts, 1)
@@ -530,7 +520,7 @@ def search_plus(tables: Sequence[ShardTable], ndevices: int, max_mem: float, mod
     base_costs = {}
     for alg in baselines:
         try:
-            got = shard(tables, ndevices, max_mem, models=models, alg=alg, seed=seed, **(options or {}))
+            got = shard(tables, ndevices, max_mem, models=models, alg=alg, seed=seed, **options_for(alg, options))
         except NeuroShardError:  # out of memory, or a sharder that cannot run here
             continue
         starts[alg], base_costs[alg] = got.plan, got.cost_ms
@@ -573,7 +563,7 @@ def search_plus(tables: Sequence[ShardTable], ndevices: int, max_mem: float, mod
                       neuroshard_cost=ns_cost, moves=moves, seconds=time.perf_counter() - t0)
 
 
-@register(NAME)
+@register(NAME, settings=(SearchConfig, PlusConfig), runs_others=True)
 def neuroshard_plus(tables: Sequence[ShardTable], ndevices: int, max_mem: float, ctx: ShardingContext) -> Plan:
     """NeuroShard+ under ctx's cost models: NeuroShard's search, every plain baseline, local search.
 

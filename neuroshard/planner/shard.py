@@ -17,10 +17,9 @@ import time
 from dataclasses import dataclass
 from typing import Sequence
 
-from neuroshard.planner.registry import ShardingContext, get_sharder
+from neuroshard.planner.registry import ShardingContext, check_options, get_sharder
 from neuroshard.planner.simulator import simulate, validate_plan
-from neuroshard.types import (CostBreakdown, InvalidPlanError, OutOfMemoryError, Plan, ShardTable, TableConfig,
-                              Task)
+from neuroshard.types import CostBreakdown, InvalidPlanError, OutOfMemoryError, Plan, ShardTable, TableConfig, Task
 
 
 @dataclass
@@ -68,14 +67,16 @@ def shard(tables: Sequence[ShardTable | TableConfig], ndevices: int, max_mem_gb:
 
     `models`: a `CostModels` (needed by `neuroshard`, and for the simulated
     cost); `seed`: for randomised algorithms; `options`: the algorithm's
-    settings (e.g. `beam_k=3`). Raises OutOfMemoryError when no plan fits
-    (or the algorithm returned one that does not), InvalidPlanError when it
-    returned a plan that breaks the rules.
+    settings (e.g. `beam_k=3`; an option the algorithm does not take, or a
+    bad value, is a ConfigError listing the valid ones). Raises
+    OutOfMemoryError when no plan fits (or the algorithm returned one that
+    does not), InvalidPlanError when it returned a plan that breaks the rules.
     """
-    from neuroshard.formats import plan_view
+    from neuroshard.formats.plans import plan_view
 
     tables = as_shard_tables(tables)
     sharder = get_sharder(alg)
+    check_options(alg, options)
     ctx = ShardingContext(models=models, seed=seed, options=dict(options))
     t0 = time.perf_counter()
     plan = sharder(list(tables), ndevices, max_mem_gb, ctx)

@@ -32,6 +32,7 @@ from neuroshard.types import (
     Plan,
     ShardTable,
     apply_column_steps,
+    table_devices,
 )
 
 # --------------------------------------------------------------------------- memory
@@ -68,21 +69,7 @@ def validate_plan(tables: Sequence[ShardTable], plan: Plan, ndevices: int, max_m
     if plan.ndevices != ndevices:
         raise InvalidPlanError(f"plan has {plan.ndevices} devices, the task has {ndevices}")
     split = apply_column_steps(tables, plan.column_steps)
-    owner: dict[int, int] = {}
-    for r, shard in enumerate(plan.shards):
-        for i in shard:
-            if isinstance(i, bool) or not isinstance(i, (int, np.integer)):
-                raise InvalidPlanError(f"device {r}: table index {i!r} is not an integer")
-            if not 0 <= i < len(split):
-                raise InvalidPlanError(f"device {r}: table {i} out of range (0..{len(split) - 1})")
-            if i in owner:
-                where = f"twice on device {r}" if owner[i] == r else f"on devices {owner[i]} and {r}"
-                raise InvalidPlanError(f"table {i} placed {where}")
-            owner[int(i)] = r
-    missing = [i for i in range(len(split)) if i not in owner]
-    if missing:
-        shown = missing[:10] + (["..."] if len(missing) > 10 else [])
-        raise InvalidPlanError(f"{len(missing)} table(s) placed on no device: {shown}")
+    table_devices(plan, len(split))  # each post-split table on exactly one device
     cap = mem_cap_elements(max_mem)
     used = [sum(table_elements(split[i]) for i in shard) for shard in plan.shards]
     over = [r for r in range(ndevices) if used[r] > cap]
@@ -116,7 +103,7 @@ def simulate(tables: Sequence[ShardTable], plan: Plan, models, max_mem: float) -
 
     `tables`: the task's tables before splits; `models`: a `CostModels`. Validates the
     plan first: InvalidPlanError / OutOfMemoryError, never a score for a plan
-    that does not fit. The breakdown's `extra` holds per-device `dims`, `skew`
+    that does not fit. The breakdown also holds per-device `dims`, `skew`
     and `mem_gb`.
     """
     with single_threaded_blas():
@@ -142,4 +129,4 @@ def _simulate(tables, plan, models, max_mem) -> CostBreakdown:
     mem = [_gb(sum(table_elements(split[i]) for i in s)) for s in plan.shards]
     return CostBreakdown(
         compute=compute[0].tolist(), bw_comm=bw[0].tolist(), fw_comm=fw[0].tolist(),
-        extra={"dims": [int(d) for d in dims[0]], "skew": (ready - ready.min()).tolist(), "mem_gb": mem})
+        dims=[int(d) for d in dims[0]], skew=(ready - ready.min()).tolist(), mem_gb=mem)

@@ -29,13 +29,23 @@ torchrec is a one-line error saying how to install it.
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, fields
-from typing import Sequence
+from dataclasses import dataclass
+from typing import ClassVar, Sequence
 
 from neuroshard.checks import check_int
 from neuroshard.planner.registry import ShardingContext, register
-from neuroshard.types import (ColumnPiece, ConfigError, InvalidPlanError, NeuroShardError, OutOfMemoryError, Plan,
-                              ShardTable, can_split, plan_from_pieces)
+from neuroshard.settings import Settings, setting
+from neuroshard.types import (
+    ColumnPiece,
+    ConfigError,
+    InvalidPlanError,
+    NeuroShardError,
+    OutOfMemoryError,
+    Plan,
+    ShardTable,
+    can_split,
+    plan_from_pieces,
+)
 
 # The public DLRM dataset's batch (the paper's setting): the global batch assumed when the caller gives none.
 DEFAULT_BATCH_SIZE = 65536
@@ -56,36 +66,26 @@ def require_torchrec() -> None:
 
 
 @dataclass(frozen=True)
-class TorchRecConfig:
-    """Settings of the TorchRec planner run (from `ShardingContext.options`).
+class TorchRecConfig(Settings):
+    """Settings of the TorchRec planner run (its options; `torchrec_column_shards` is also a flag).
 
     `batch_size`: the global batch, summed over devices (TorchRec plans with
-    batch_size // ndevices per rank); `column_shards`: the most equal shards
-    a column-wise table is cut into (a power of two: 2 = halves, 4 = quarters).
+    batch_size // ndevices per rank; the evaluation passes the dataset's);
+    `torchrec_column_shards`: the most equal shards a column-wise table is
+    cut into (a power of two: 2 = halves, 4 = quarters).
     """
 
-    batch_size: int = DEFAULT_BATCH_SIZE
-    column_shards: int = 2
+    TITLE: ClassVar[str] = "TorchRec planner (--alg torchrec)"
+
+    batch_size: int = setting(DEFAULT_BATCH_SIZE, "", cli=False)
+    torchrec_column_shards: int = setting(2, "column-wise sharding cuts a table into this many equal shards, a "
+                                             "power of two (2: halves)")
 
     def __post_init__(self):
         check_int("batch_size", self.batch_size, 1)
-        k = check_int("--torchrec_column_shards", self.column_shards, 2)
+        k = check_int("--torchrec_column_shards", self.torchrec_column_shards, 2)
         if k & (k - 1):
             raise ConfigError("--torchrec_column_shards", f"must be a power of two, got {k}")
-
-    @classmethod
-    def from_options(cls, options: dict | None) -> "TorchRecConfig":
-        """`batch_size` and `torchrec_column_shards` from the options (others are ignored)."""
-        options = options or {}
-        keys = {"batch_size": "batch_size", "column_shards": "torchrec_column_shards"}
-        return cls(**{f.name: options[keys[f.name]] for f in fields(cls) if options.get(keys[f.name]) is not None})
-
-    @staticmethod
-    def add_args(parser) -> None:
-        g = parser.add_argument_group("TorchRec planner (--alg torchrec)")
-        g.add_argument("--torchrec_column_shards", type=int, default=TorchRecConfig.column_shards,
-                       help="column-wise sharding cuts a table into this many equal shards, a power of two "
-                            f"(default: {TorchRecConfig.column_shards}: halves)")
 
 
 def column_shards_for(dim: int, most: int) -> int:
@@ -155,8 +155,13 @@ def plan_with_torchrec(tables: Sequence[ShardTable], ndevices: int, max_mem: flo
     from torchrec.distributed.planner.enumerators import EmbeddingEnumerator
     from torchrec.distributed.planner.shard_estimators import EmbeddingPerfEstimator
     from torchrec.distributed.planner.storage_reservations import FixedPercentageStorageReservation
-    from torchrec.distributed.planner.types import (KernelConfig, PlannerError, PlannerErrorType, TopologyFactory,
-                                                    TrainerConfig)
+    from torchrec.distributed.planner.types import (
+        KernelConfig,
+        PlannerError,
+        PlannerErrorType,
+        TopologyFactory,
+        TrainerConfig,
+    )
 
     names = table_names(tables)
     cap_bytes = int(max_mem * 2**30)
@@ -165,7 +170,7 @@ def plan_with_torchrec(tables: Sequence[ShardTable], ndevices: int, max_mem: flo
         kernel_config=KernelConfig(compute_device="cuda"))
     constraints = {}
     for name, t in zip(names, tables):
-        shards = column_shards_for(t.dim, cfg.column_shards)
+        shards = column_shards_for(t.dim, cfg.torchrec_column_shards)
         constraints[name] = ParameterConstraints(
             sharding_types=[TABLE_WISE, COLUMN_WISE] if shards > 1 else [TABLE_WISE],
             compute_kernels=[EmbeddingComputeKernel.FUSED.value],
@@ -231,7 +236,7 @@ def plan_from_sharding_plan(sharding_plan, tables: Sequence[ShardTable], names: 
 # --------------------------------------------------------------------------- the sharder
 
 
-@register("torchrec", requires_package="torchrec")
+@register("torchrec", requires_package="torchrec", settings=(TorchRecConfig,))
 def torchrec_sharder(tables, ndevices: int, max_mem: float, ctx: ShardingContext | None = None) -> Plan:
     """TorchRec's EmbeddingShardingPlanner on the task, mapped to our plan (see the module docstring)."""
     cfg = TorchRecConfig.from_options(ctx.options if ctx is not None else None)

@@ -6,7 +6,7 @@ import copy
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import ClassVar, Optional
 
 import numpy as np
 import torch
@@ -14,27 +14,35 @@ from torch import nn
 from tqdm import tqdm
 
 from neuroshard.checks import check_choice, check_float, check_int
+from neuroshard.settings import Settings, setting
 from neuroshard.train.metrics import regression_metrics
 from neuroshard.types import ConfigError, NeuroShardError
 
+LOSSES = ("mse", "rel_mse")
 
-@dataclass
-class TrainConfig:
-    """Training settings; defaults follow DESIGN §6 (0.8/0.1/0.1, Adam 1e-3, batch 512)."""
 
-    train_ratio: float = 0.8
-    valid_ratio: float = 0.1
-    batch_size: int = 512
-    lr: float = 1e-3
-    epochs: int = 300
-    eval_every: int = 1
-    seed: int = 0
-    patience: Optional[int] = 50  # evaluations without a better val loss before stopping
-    num_samples: Optional[int] = None  # use at most this many samples (after shuffling)
+@dataclass(frozen=True)
+class TrainConfig(Settings):
+    """Training settings; defaults follow DESIGN §6 (0.8/0.1/0.1, Adam 1e-3, batch 512). Its fields are the
+    training flags of train_compute_cost_model.py, train_comm_cost_model.py and tools/heldout_check.py
+    (where `--epochs` defaults to 1000 and `--loss` to rel_mse, see `add_args`)."""
+
+    TITLE: ClassVar[str] = "training"
+
+    train_ratio: float = setting(0.8, "share of the samples to train on")
+    valid_ratio: float = setting(0.1, "share for validation (early stopping); the rest is the test split")
+    batch_size: int = setting(512, "samples per step")
+    lr: float = setting(1e-3, "Adam learning rate")
+    epochs: int = setting(300, "at most; training stops early on validation", flag_default=1000)
+    eval_every: int = setting(1, "epochs between validation checks")
+    seed: int = setting(0, "split shuffle and weight init")
+    patience: Optional[int] = setting(50, "stop after this many validation checks without improvement")
+    num_samples: Optional[int] = setting(None, "use at most this many samples (after shuffling)")
     # "mse": MSE on targets divided by their mean (DESIGN §6). "rel_mse": MSE of the
     # relative error, which weighs cheap and expensive samples alike; measured on
     # the compute data: test MAPE 13.3% vs 16.2% with "mse" (mean of 4 seeds).
-    loss: str = "mse"
+    loss: str = setting("mse", "mse: squared error in units of the mean target; rel_mse: squared relative error",
+                        choices=LOSSES, flag_default="rel_mse")
 
     def validate(self) -> None:
         """ConfigError (a NeuroShardError) naming the flag of the first bad setting."""
@@ -53,34 +61,7 @@ class TrainConfig:
             check_int("--num_samples", self.num_samples, 3)
         check_choice("--loss", self.loss, LOSSES)
 
-    @staticmethod
-    def add_args(parser, loss: str = "mse") -> None:
-        """The upstream training flags shared by both training scripts, plus --seed and --loss."""
-        d = TrainConfig()
-        parser.add_argument("--train_ratio", type=float, default=d.train_ratio)
-        parser.add_argument("--valid_ratio", type=float, default=d.valid_ratio)
-        parser.add_argument("--batch_size", type=int, default=d.batch_size)
-        parser.add_argument("--num_samples", type=int, default=None, help="use at most this many samples")
-        parser.add_argument("--lr", type=float, default=d.lr)
-        parser.add_argument("--epochs", type=int, default=1000, help="at most; training stops early on validation")
-        parser.add_argument("--eval_every", type=int, default=d.eval_every, help="epochs between validation checks")
-        parser.add_argument("--patience", type=int, default=d.patience,
-                            help="stop after this many validation checks without improvement")
-        parser.add_argument("--loss", choices=LOSSES, default=loss,
-                            help="mse: squared error in units of the mean target; rel_mse: squared relative error")
-        parser.add_argument("--seed", type=int, default=0, help="split shuffle and weight init")
 
-    @classmethod
-    def from_args(cls, args) -> "TrainConfig":
-        """Build and check the config from flags parsed with `add_args` (bad values: one-line error)."""
-        cfg = cls(train_ratio=args.train_ratio, valid_ratio=args.valid_ratio, batch_size=args.batch_size,
-                  lr=args.lr, epochs=args.epochs, eval_every=args.eval_every, seed=args.seed,
-                  patience=args.patience, num_samples=args.num_samples, loss=args.loss)
-        cfg.validate()
-        return cfg
-
-
-LOSSES = ("mse", "rel_mse")
 
 
 @dataclass
@@ -110,7 +91,7 @@ def _predict(model: nn.Module, inputs, idx: np.ndarray, batch_size: int) -> torc
 
 
 def train_model(model: nn.Module, inputs: tuple, targets: torch.Tensor, cfg: TrainConfig,
-                desc: str = "train") -> TrainReport:
+                desc: str = "train", progress: bool = True) -> TrainReport:
     """Train `model` with MSE, keep the best-validation weights, report per-split metrics.
 
     `inputs[i][j]` is input i of sample j; `model(*batch_inputs)` predicts
@@ -126,12 +107,13 @@ def train_model(model: nn.Module, inputs: tuple, targets: torch.Tensor, cfg: Tra
     # busy machine made training several times slower (measured).
     torch.set_num_threads(1)
     try:
-        return _train(model, inputs, targets, cfg, desc)
+        return _train(model, inputs, targets, cfg, desc, progress)
     finally:
         torch.set_num_threads(threads)
 
 
-def _train(model: nn.Module, inputs: tuple, targets: torch.Tensor, cfg: TrainConfig, desc: str) -> TrainReport:
+def _train(model: nn.Module, inputs: tuple, targets: torch.Tensor, cfg: TrainConfig, desc: str,
+           progress: bool) -> TrainReport:
     torch.manual_seed(cfg.seed)
     targets = targets.float()
     tr, va, te = split_indices(len(targets), cfg)
@@ -158,7 +140,7 @@ def _train(model: nn.Module, inputs: tuple, targets: torch.Tensor, cfg: TrainCon
 
     best_loss, best_epoch, best_state, since_best = float("inf"), 0, None, 0
     history = []
-    bar = tqdm(range(1, cfg.epochs + 1), desc=desc, unit="epoch", leave=False)
+    bar = tqdm(range(1, cfg.epochs + 1), desc=desc, unit="epoch", leave=False, disable=not progress)
     model.train()
     for epoch in bar:
         perm = tr_t[torch.randperm(len(tr_t), generator=gen)]
@@ -217,8 +199,8 @@ def save_trained(model, report: TrainReport, out_path, title: str, result: dict)
     `result`: what the caller records about the run (data dir, sample
     count, noise floor...); returned with the metrics and paths added.
     """
-    from neuroshard.formats import write_json_atomic
-    from neuroshard.planner.models import save_model
+    from neuroshard.formats.io import write_json_atomic
+    from neuroshard.planner.cost_models import save_model
     from neuroshard.train.metrics import scatter_plot
 
     scatter, metrics_path = companion_paths(out_path)

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from neuroshard.data.public import process_public
-from neuroshard.formats import read_dataset, read_public_dlrm, write_dataset, write_public_dlrm
+from neuroshard.formats.dataset import read_dataset, read_public_dlrm, write_dataset, write_public_dlrm
 from neuroshard.types import InputError
 
 # ---------------------------------------------------------------- a tiny file in the public layout

@@ -6,7 +6,7 @@ import torch
 
 from neuroshard.data import stats
 from neuroshard.data.synthetic import SyntheticSpec, generate_synthetic, synthetic_params
-from neuroshard.formats import read_dataset, write_dataset
+from neuroshard.formats.dataset import read_dataset, write_dataset
 from tests.data.test_stats import REFERENCE
 
 # Tolerances of the default synthetic dataset (seed 0) against the first block of the 2021

@@ -2,9 +2,10 @@
 
 import pytest
 
-from neuroshard.bench.noise import noise_report
 from neuroshard.eval.drift import DRIFT_COMM, DRIFT_COMPUTE, drift_scaled_accuracy, read_drift
-from neuroshard.formats import write_json_atomic, write_noise_floor
+from neuroshard.formats.cost_data import write_noise_floor
+from neuroshard.formats.io import write_json_atomic
+from neuroshard.measure.noise import noise_report
 from neuroshard.types import CostBreakdown, InputError, Plan, PlanRecord
 
 

@@ -3,8 +3,7 @@
 import numpy as np
 import pytest
 
-from neuroshard.eval.intervals import (Interval, exceeds_repeat_noise, mean_interval, paired_difference,
-                                       verdict)
+from neuroshard.eval.intervals import Interval, exceeds_repeat_noise, mean_interval, paired_difference, verdict
 
 
 def test_constant_costs_have_a_zero_width_interval():

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from neuroshard.eval.plans import EvalInputs, check_plans, plans_from_file
-from neuroshard.formats import plan_view, write_plans
-from neuroshard.planner.models import CostModels
+from neuroshard.formats.plans import plan_view, write_plans
+from neuroshard.planner.cost_models import CostModels
 from neuroshard.planner.nets import linear_comm_model, linear_compute_model
 from neuroshard.planner.simulator import simulate
 from neuroshard.types import CostBreakdown, InputError, Plan, PlanRecord, TableConfig, Task

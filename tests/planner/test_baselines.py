@@ -7,7 +7,7 @@ import pytest
 
 from neuroshard.planner import baselines
 from neuroshard.planner.registry import ShardingContext, algorithm_names, get_sharder
-from neuroshard.types import OutOfMemoryError, Plan, Task, TableConfig
+from neuroshard.types import OutOfMemoryError, Plan, TableConfig, Task
 
 BINS = (0.0,) * 17
 UNIT = 4 / 2**30  # GB per row*dim element (fp32)

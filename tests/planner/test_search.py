@@ -4,14 +4,22 @@ import numpy as np
 import pytest
 import torch
 
-from neuroshard.planner.models import NUM_FEATURES, CostModels
+from neuroshard.planner.cost_models import CostModels
+from neuroshard.planner.features import NUM_FEATURES
 from neuroshard.planner.nets import CommCostModel, ComputeCostModel, feature_stats, table_features
 from neuroshard.planner.registry import ShardingContext, get_sharder
 from neuroshard.planner.scorer import get_scorer
 from neuroshard.planner.search import SearchConfig, grid_search, search
 from neuroshard.planner.simulator import simulate, validate_plan
-from neuroshard.types import (NeuroShardError, OutOfMemoryError, Plan, ShardTable, TableConfig, apply_column_steps,
-                              can_split)
+from neuroshard.types import (
+    NeuroShardError,
+    OutOfMemoryError,
+    Plan,
+    ShardTable,
+    TableConfig,
+    apply_column_steps,
+    can_split,
+)
 
 BINS = tuple([1 / 17] * 17)
 
@@ -260,7 +268,7 @@ def test_beam_finds_the_split_that_balances_two_devices():
     assert res.start_cost == pytest.approx(0.5 + 0.64, rel=1e-6)
     assert res.plan.column_steps[0] == 0  # the first split is the big table
     bd = simulate(tables, res.plan, models, 1.0)
-    assert bd.extra["dims"] == [48, 48]
+    assert bd.dims == [48, 48]
     assert res.cost == pytest.approx(0.5 + 0.48, rel=1e-6)
     assert res.plan.column_steps == (0,)  # further splits do not improve strictly
 

@@ -39,7 +39,7 @@ def test_splits_a_table_on_the_bottleneck_when_that_balances():
     res = search_plus(tables, 2, 1.0, models, NO_SPLITS, PlusConfig(plus_baselines="none"))
     assert res.cost == pytest.approx(0.5 + 0.48)
     assert res.plan.column_steps == (0,)
-    assert simulate(tables, res.plan, models, 1.0).extra["dims"] == [48, 48]
+    assert simulate(tables, res.plan, models, 1.0).dims == [48, 48]
 
 
 def test_memory_is_respected():

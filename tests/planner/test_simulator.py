@@ -2,9 +2,15 @@ import numpy as np
 import pytest
 import torch
 
-from neuroshard.planner.models import CostModels
-from neuroshard.planner.nets import (CommCostModel, ComputeCostModel, feature_stats, linear_comm_model,
-                                     linear_compute_model, table_features)
+from neuroshard.planner.cost_models import CostModels
+from neuroshard.planner.nets import (
+    CommCostModel,
+    ComputeCostModel,
+    feature_stats,
+    linear_comm_model,
+    linear_compute_model,
+    table_features,
+)
 from neuroshard.planner.scorer import PlanScorer, get_scorer
 from neuroshard.planner.simulator import mem_cap_elements, score_placements, simulate, validate_plan
 from neuroshard.types import InvalidPlanError, OutOfMemoryError, Plan, ShardTable, TableConfig
@@ -53,25 +59,25 @@ def test_breakdown_matches_hand_computation():
     bd = simulate(tables, Plan((), ((0, 2), (1,))), hand_models(2), max_mem=1.0)
     # compute = 0.5 + 0.01 * dims; bw = 0.02 * dims + 0.1; skew = ready - min(ready);
     # fw = 0.01 * dims + 0.5 * skew + 0.2
-    assert bd.extra["dims"] == [24, 32]
+    assert bd.dims == [24, 32]
     np.testing.assert_allclose(bd.compute, [0.74, 0.82], rtol=1e-6)
     np.testing.assert_allclose(bd.bw_comm, [0.58, 0.74], rtol=1e-6)
-    np.testing.assert_allclose(bd.extra["skew"], [0.0, 0.24], atol=1e-6)
+    np.testing.assert_allclose(bd.skew, [0.0, 0.24], atol=1e-6)
     np.testing.assert_allclose(bd.fw_comm, [0.44, 0.64], rtol=1e-6)
     np.testing.assert_allclose(bd.total, [1.76, 2.20], rtol=1e-6)
     assert bd.cost == pytest.approx(2.20, rel=1e-6)
-    assert bd.extra["mem_gb"][1] == pytest.approx(1000 * 32 * 4 / 2**30)
+    assert bd.mem_gb[1] == pytest.approx(1000 * 32 * 4 / 2**30)
 
 
 def test_empty_device_costs_zero_compute_and_splits_are_applied():
     tables = tables_of([64, 16])
     # split table 0 into two 32s (indices 0 and 2); device 2 stays empty
     bd = simulate(tables, Plan((0,), ((0, 1), (2,), ())), hand_models(3), max_mem=1.0)
-    assert bd.extra["dims"] == [48, 32, 0]
+    assert bd.dims == [48, 32, 0]
     np.testing.assert_allclose(bd.compute, [0.98, 0.82, 0.0], rtol=1e-6)
     np.testing.assert_allclose(bd.bw_comm, [1.06, 0.74, 0.1], rtol=1e-6)
     ready = np.array([0.98 + 1.06, 0.82 + 0.74, 0.1])
-    np.testing.assert_allclose(bd.extra["skew"], ready - ready.min(), atol=1e-6)
+    np.testing.assert_allclose(bd.skew, ready - ready.min(), atol=1e-6)
 
 
 # --------------------------------------------------------------------------- fast copies equal the models
@@ -123,7 +129,7 @@ def test_batched_plan_cost_equals_simulate():
              Plan((), ((0, 1, 2, 3, 4), (), ()))]
     bds = [simulate(tables, p, models, 1.0) for p in plans]
     compute = np.array([b.compute for b in bds])
-    dims = np.array([b.extra["dims"] for b in bds], dtype=np.float64)
+    dims = np.array([b.dims for b in bds], dtype=np.float64)
     bw, fw, total, cost = score_placements(scorer, compute, dims)
     # float32 comm models: the batch size may change the last bits
     np.testing.assert_allclose(cost, [b.cost for b in bds], rtol=1e-6)

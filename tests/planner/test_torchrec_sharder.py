@@ -11,10 +11,23 @@ import pytest
 import neuroshard as ns
 from neuroshard.eval.plans import plan_task
 from neuroshard.planner.simulator import validate_plan
-from neuroshard.planner.torchrec_sharder import (TorchRecConfig, column_shards_for, plan_from_sharding_plan,
-                                                 plan_with_torchrec, table_names)
-from neuroshard.types import (ColumnPiece, ConfigError, InvalidPlanError, OutOfMemoryError, Plan, ShardTable,
-                              TableConfig, plan_pieces)
+from neuroshard.planner.torchrec_sharder import (
+    TorchRecConfig,
+    column_shards_for,
+    plan_from_sharding_plan,
+    plan_with_torchrec,
+    table_names,
+)
+from neuroshard.types import (
+    ColumnPiece,
+    ConfigError,
+    InvalidPlanError,
+    OutOfMemoryError,
+    Plan,
+    ShardTable,
+    TableConfig,
+    plan_pieces,
+)
 
 pytest.importorskip("torchrec")
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,10 +58,10 @@ def test_table_names_column_shards_and_settings():
     assert [column_shards_for(d, 2) for d in (128, 64, 8, 4, 12, 24)] == [2, 2, 2, 1, 1, 2]
     assert [column_shards_for(d, 4) for d in (128, 16, 8, 24)] == [4, 4, 2, 2]
     cfg = TorchRecConfig.from_options({"batch_size": 4096, "torchrec_column_shards": 4, "beam_k": 3})
-    assert (cfg.batch_size, cfg.column_shards) == (4096, 4)
+    assert (cfg.batch_size, cfg.torchrec_column_shards) == (4096, 4)
     assert TorchRecConfig.from_options({"batch_size": None}).batch_size == 65536
     with pytest.raises(ConfigError, match="power of two"):
-        TorchRecConfig(column_shards=3)
+        TorchRecConfig(torchrec_column_shards=3)
     with pytest.raises(ConfigError, match="batch_size"):
         TorchRecConfig(batch_size=0)
 

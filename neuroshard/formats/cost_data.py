@@ -1,0 +1,191 @@
+"""Cost data formats (DESIGN §3): the compute and comm cost data dirs, and the noise-floor report.
+
+Sample files are append-only (`formats.io.open_append` + `append_line` +
+`format_compute_sample` / `format_comm_sample`, one fsynced line per sample)
+or written whole (`write_compute_data`, `write_comm_data`); readers skip a
+torn last line with a warning.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from neuroshard.formats.dataset import TABLE_CONFIGS, read_table_configs, write_table_configs
+from neuroshard.formats.io import (
+    fmt_float,
+    load_json,
+    parse_float,
+    parse_int,
+    parse_list,
+    read_lines_tolerant,
+    require_dir,
+    show_value,
+    write_json_atomic,
+    write_text_atomic,
+)
+from neuroshard.types import InputError, TableConfig
+
+DATA_TXT = "data.txt"
+NOISE_JSON = "noise_floor.json"
+NOISE_TARGETS = {"compute": ("cost",), "comm": ("fw", "bw")}
+
+
+# --------------------------------------------------------------------------- compute cost data
+
+
+def format_compute_sample(ids: Sequence[int], cost_ms: float) -> str:
+    """One compute sample as a `data.txt` line (no newline): `i1,i2,..,ik cost_ms`."""
+    if not ids:
+        raise ValueError("a compute sample needs at least one table")
+    return ",".join(str(int(i)) for i in ids) + " " + fmt_float(cost_ms)
+
+
+def read_compute_data(data_dir) -> tuple[list[TableConfig], list[tuple[tuple[int, ...], float]]]:
+    """Read a compute cost data dir: the augmented table list and the samples.
+
+    `table_configs.json` lists every table with its `"dim"`; `data.txt` has one
+    sample per line, `i1,i2,..,ik cost_ms` (indices into that list, the
+    tables of one shard; its measured forward+backward time in ms, >= 0).
+    A torn last line is skipped with a warning.
+    """
+    data_dir = Path(data_dir)
+    require_dir(data_dir)
+    cfg_path = data_dir / TABLE_CONFIGS
+    configs = read_table_configs(cfg_path)
+    for i, c in enumerate(configs):
+        if c.dim is None:
+            raise InputError(cfg_path, f"table {i}: missing \"dim\" (a compute data dir lists tables with dims)")
+    path = data_dir / DATA_TXT
+    samples = []
+    for n, line in read_lines_tolerant(path):
+        fields = line.split()
+        if len(fields) != 2:
+            raise InputError(path, f"expected 2 fields \"ids cost_ms\", got {len(fields)}: {show_value(line)}", n)
+        ids = parse_list(path, n, fields[0], "table index", parse_int)
+        for i in ids:
+            if not 0 <= i < len(configs):
+                raise InputError(path, f"table index {i} out of range ({TABLE_CONFIGS} has {len(configs)} tables)", n)
+        cost = parse_float(path, n, fields[1], "cost_ms")
+        if cost < 0:
+            raise InputError(path, f"negative cost_ms {fields[1]}", n)
+        samples.append((tuple(ids), cost))
+    return configs, samples
+
+
+def write_compute_data(data_dir, configs: Sequence[TableConfig],
+                       samples: Sequence[tuple[Sequence[int], float]]) -> None:
+    """Write a whole compute cost data dir (atomic per file); collection appends instead."""
+    if any(c.dim is None for c in configs):
+        raise ValueError("write_compute_data: every table needs a dim")
+    write_table_configs(Path(data_dir) / TABLE_CONFIGS, configs)
+    write_text_atomic(Path(data_dir) / DATA_TXT,
+                       "".join(format_compute_sample(ids, c) + "\n" for ids, c in samples))
+
+
+# --------------------------------------------------------------------------- comm cost data
+
+
+@dataclass
+class CommSample:
+    """One all-to-all measurement over `ndevices` ranks (each list has one entry per rank).
+
+    `dims`: per-device sum of embedding dims; `sleeps`: per-device start delay
+    (ms); `fw`, `bw`: measured forward / backward all-to-all time (ms).
+    """
+
+    dims: list[int]
+    sleeps: list[float]
+    fw: list[float]
+    bw: list[float]
+
+    @property
+    def ndevices(self) -> int:
+        return len(self.dims)
+
+
+def format_comm_sample(sample: CommSample) -> str:
+    """One comm sample as a `data.txt` line (no newline): `dims sleeps fw bw`, four comma lists."""
+    n = len(sample.dims)
+    if not n or any(len(x) != n for x in (sample.sleeps, sample.fw, sample.bw)):
+        raise ValueError(f"format_comm_sample: lists of unequal or zero length: {sample}")
+    return " ".join([",".join(str(int(d)) for d in sample.dims),
+                     *(",".join(fmt_float(v) for v in xs) for xs in (sample.sleeps, sample.fw, sample.bw))])
+
+
+def read_comm_data(data_dir, ndevices: int | None = None) -> list[CommSample]:
+    """Read a comm cost data dir's `data.txt`: lines `dims sleeps fw bw`.
+
+    Each field is a comma list of length `ndevices` (when not given, the first
+    sample's length, and every line must agree). Dims are multiples of 4 (sums
+    of table dims; 0 for an empty device); sleeps and times finite and >= 0 (ms).
+    A torn last line is skipped with a warning.
+    """
+    data_dir = Path(data_dir)
+    require_dir(data_dir)
+    path = data_dir / DATA_TXT
+    samples = []
+    for n, line in read_lines_tolerant(path):
+        fields = line.split()
+        if len(fields) != 4:
+            raise InputError(path, f"expected 4 fields \"dims sleeps fw bw\", got {len(fields)}: {show_value(line)}", n)
+        dims = parse_list(path, n, fields[0], "dim", parse_int)
+        sleeps = parse_list(path, n, fields[1], "sleep", parse_float)
+        fw = parse_list(path, n, fields[2], "fw", parse_float)
+        bw = parse_list(path, n, fields[3], "bw", parse_float)
+        lengths = [len(dims), len(sleeps), len(fw), len(bw)]
+        if len(set(lengths)) != 1:
+            raise InputError(path, f"lists of unequal length (dims, sleeps, fw, bw): {lengths}", n)
+        if ndevices is None:
+            ndevices = len(dims)
+        elif len(dims) != ndevices:
+            raise InputError(path, f"sample has {len(dims)} devices, expected {ndevices}", n)
+        for d in dims:
+            if d < 0 or d % 4:
+                raise InputError(path, f"dim sum {d} is not a non-negative multiple of 4", n)
+        for what, values in (("sleep", sleeps), ("fw", fw), ("bw", bw)):
+            bad = [v for v in values if v < 0]
+            if bad:
+                raise InputError(path, f"negative {what} {bad[0]!r} (ms)", n)
+        samples.append(CommSample(dims, sleeps, fw, bw))
+    return samples
+
+
+def write_comm_data(data_dir, samples: Sequence[CommSample]) -> None:
+    """Write a whole comm cost data dir's `data.txt` (atomic); collection appends instead."""
+    write_text_atomic(Path(data_dir) / DATA_TXT, "".join(format_comm_sample(s) + "\n" for s in samples))
+
+
+# --------------------------------------------------------------------------- noise floor
+
+
+def write_noise_floor(data_dir, report: dict, path=None) -> Path:
+    """Write `path` (default `<data_dir>/noise_floor.json`; atomic): a report made by
+    `bench.noise.noise_report`. Returns the path written."""
+    path = Path(path) if path is not None else Path(data_dir) / NOISE_JSON
+    write_json_atomic(path, report)
+    return path
+
+
+# what each statistic of a noise report is called in errors
+_NOISE_STATS = {"fresh_vs_stored": "noise floor", "fresh_over_stored": "drift ratio"}
+
+
+def read_noise_floor(data_dir, target: str, path=None, stat: str = "fresh_vs_stored") -> dict | None:
+    """The `stat` statistics of `target` ("cost", "fw" or "bw") in a noise report (default
+    `<data_dir>/noise_floor.json`), or None when the file does not exist. `stat`: "fresh_vs_stored"
+    (|fresh - recorded| / recorded: {"median", "mean", "p90", "n"}) or "fresh_over_stored" (fresh /
+    recorded, the machine's drift: {"median", "mean", "n"})."""
+    path = Path(path) if path is not None else Path(data_dir) / NOISE_JSON
+    if not path.exists():
+        return None
+    report = load_json(path)
+    try:
+        stats = report["targets"][target][stat]
+        if not all(isinstance(stats[k], (int, float)) for k in ("median", "mean", "n")):
+            raise TypeError
+    except (KeyError, TypeError):
+        raise InputError(path, f"no {_NOISE_STATS[stat]} for {target!r} (expected \"targets\": "
+                               f"{{\"{target}\": {{\"{stat}\": {{\"median\", \"mean\", \"n\"}}}}}})") from None
+    return stats

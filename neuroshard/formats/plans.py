@@ -1,0 +1,152 @@
+"""Plan formats: plans.json / results.json (plan records with a readable per-table view) and eval.py's
+measurement log.
+
+A plan file is a JSON list of `PlanRecord.to_json()` objects, one record per
+line and its view one original table per line, so it reads and diffs well.
+The measurement log is append-only, one `{"key", "m"}` object per measured
+plan and repeat.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Sequence
+
+from neuroshard.formats.io import json_default, load_json, read_lines_tolerant, show_value, write_text_atomic
+from neuroshard.types import (
+    PLAN_STATUSES,
+    CostBreakdown,
+    EndToEnd,
+    InputError,
+    Plan,
+    PlanMeasurement,
+    PlanRecord,
+    ShardTable,
+    apply_column_steps,
+    table_devices,
+)
+
+# --------------------------------------------------------------------------- plans
+
+
+def plan_view(tables: Sequence[ShardTable], plan: Plan) -> list[dict]:
+    """Readable per-original-table view of a plan.
+
+    `tables`: the task's tables before any split (origin = position). Returns
+    `[{"table": origin, "shards": [{"dim": d, "device": r}, ...]}, ...]` in
+    origin order; the shards of a split table in post-split table order.
+    Raises InvalidPlanError if a post-split table is placed never, twice, or
+    is out of range.
+    """
+    split = apply_column_steps(tables, plan.column_steps)
+    device_of = table_devices(plan, len(split))
+    view = [{"table": t.origin, "shards": []} for t in tables]
+    for i, t in enumerate(split):
+        view[t.origin]["shards"].append({"dim": t.dim, "device": device_of[i]})
+    return view
+
+
+def write_plans(path, records: Sequence[PlanRecord]) -> None:
+    """Write plan records as JSON (atomic): a JSON list, one record per line, its "view" one
+    original table per line, so the file reads well and diffs well."""
+    chunks = []
+    for rec in records:
+        d = rec.to_json()
+        view = d.pop("view", None)
+        head = json.dumps(d, default=json_default)
+        if view is None:
+            chunks.append(" " + head)
+            continue
+        rows = ",\n".join("   " + json.dumps(v, default=json_default) for v in view)
+        body = "[\n" + rows + "\n  ]" if view else "[]"
+        chunks.append(" " + head[:-1] + ',\n  "view": ' + body + "}")
+    write_text_atomic(path, "[\n" + ",\n".join(chunks) + "\n]\n" if chunks else "[]\n")
+
+
+def read_plans(path) -> list[PlanRecord]:
+    """Read plan records written by `write_plans` (or eval.py's results.json)."""
+    path = Path(path)
+    data = load_json(path)
+    if not isinstance(data, list):
+        raise InputError(path, f"expected a JSON list of plan records, got {type(data).__name__}")
+    return [_record_from_json(path, k, rec) for k, rec in enumerate(data)]
+
+
+def _record_from_json(path: Path, k: int, rec) -> PlanRecord:
+    if not isinstance(rec, dict):
+        raise InputError(path, f"record {k}: expected a JSON object")
+    task = rec.get("task")
+    if isinstance(task, bool) or not isinstance(task, int) or task < 0:
+        raise InputError(path, f"record {k}: \"task\" must be a non-negative integer, got {json.dumps(task)}")
+    where = f"record {k} (task {task})"
+    alg = rec.get("alg")
+    if not isinstance(alg, str) or not alg:
+        raise InputError(path, f"{where}: \"alg\" must be an algorithm name, got {json.dumps(alg)}")
+    if "plan" not in rec:
+        raise InputError(path, f"{where}: missing \"plan\"")
+    status = rec.get("status", "ok" if rec["plan"] is not None else None)
+    if status not in PLAN_STATUSES:
+        raise InputError(path, f"{where}: \"status\" must be one of {', '.join(PLAN_STATUSES)}, "
+                               f"got {json.dumps(status)}")
+    plan = None if rec["plan"] is None else _plan_from_json(path, where, rec["plan"])
+    if (plan is None) != (status != "ok"):
+        raise InputError(path, f"{where}: status {status!r} with "
+                               f"{'no plan' if plan is None else 'a plan'}")
+    try:
+        estimate = None if rec.get("estimate") is None else CostBreakdown.from_json(rec["estimate"])
+        measured = None if rec.get("measured") is None else CostBreakdown.from_json(rec["measured"])
+        e2e = None if rec.get("e2e") is None else EndToEnd.from_json(rec["e2e"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise InputError(path, f"{where}: malformed cost breakdown ({type(e).__name__}: {e})") from None
+    return PlanRecord(task=task, alg=alg, status=status, message=rec.get("message"), plan=plan,
+                      estimate=estimate, search_ms=rec.get("search_ms"), num_tables=rec.get("num_tables"),
+                      view=rec.get("view"), measured=measured, e2e=e2e,
+                      repeat_costs=rec.get("repeat_costs"))
+
+
+def _plan_from_json(path, where: str, d) -> Plan:
+    if not isinstance(d, dict):
+        raise InputError(path, f"{where}: \"plan\" must be an object, got {show_value(json.dumps(d))}")
+    steps, shards = d.get("column_steps"), d.get("shards")
+
+    def int_list(x):
+        return isinstance(x, list) and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in x)
+
+    if not int_list(steps):
+        raise InputError(path, f"{where}: \"column_steps\" must be a list of table indices, "
+                               f"got {show_value(json.dumps(steps))}")
+    if not isinstance(shards, list) or not all(int_list(s) for s in shards):
+        raise InputError(path, f"{where}: \"shards\" must be a list of lists of table indices, "
+                               f"got {show_value(json.dumps(shards))}")
+    return Plan.from_json(d)
+
+
+# --------------------------------------------------------------------------- measurement log
+
+
+def format_measurement(key: str, measurement: PlanMeasurement) -> str:
+    """One line of eval.py's measurement log (no newline): `{"key": plan identity, "m": measurement}`."""
+    return json.dumps({"key": key, "m": measurement.to_json()}, separators=(",", ":"), default=json_default)
+
+
+def read_measurements(path) -> dict[str, PlanMeasurement]:
+    """eval.py's append-only measurement log: plan identity -> the job's raw measurement of it.
+
+    One JSON object per line (`format_measurement`); a torn last line is
+    skipped with a warning; a missing file is an empty log.
+    """
+    path = Path(path)
+    if not path.exists():
+        return {}
+    out = {}
+    for n, line in read_lines_tolerant(path):
+        try:
+            rec = json.loads(line)
+            key = rec["key"]
+            if not isinstance(key, str) or not isinstance(rec["m"], dict):
+                raise TypeError
+            out[key] = PlanMeasurement.from_json(rec["m"])
+        except (ValueError, KeyError, TypeError):
+            raise InputError(path, f"not a measurement record: {show_value(line)}", n) from None
+    return out

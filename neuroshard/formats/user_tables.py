@@ -1,0 +1,133 @@
+"""A user's table list (`tools/shard_tables.py --tables`): CSV with a header, or a JSON list of objects."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from neuroshard.formats.io import load_json, one_line, require_file, show_value
+from neuroshard.formats.io import warn as print_warning
+from neuroshard.types import DEFAULT_BINS, NUM_BINS, InputError, TableConfig, can_split, size_gb
+
+# --------------------------------------------------------------------------- user table lists
+
+
+USER_TABLE_FIELDS = ("name", "rows", "dim", "pooling_factor")
+_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
+
+
+@dataclass
+class UserTables:
+    """A user's table list: `names[i]` and `configs[i]` (with its dim); `default_bins`: the names of the
+    tables that had no locality bins and got `types.DEFAULT_BINS`."""
+
+    names: list[str]
+    configs: list[TableConfig]
+    default_bins: list[str]
+
+
+def _user_table(row: dict, max_mem: float | None) -> tuple[str, TableConfig, bool]:
+    """One table of a user list from its fields (strings from CSV, or JSON values); ValueError if bad."""
+    name = str(row.get("name") or "").strip()
+    if not name or set(name) - _NAME_CHARS:
+        raise ValueError(f"name must be letters, digits, '_' or '-', got {row.get('name')!r}")
+
+    def number(key: str, integer: bool):
+        value = row.get(key)
+        if value is None or (isinstance(value, str) and not value.strip()):
+            raise ValueError(f"table {name!r}: missing {key}")
+        try:
+            if isinstance(value, bool) or (integer and isinstance(value, float)):
+                raise ValueError
+            parsed = int(value) if integer else float(value)
+            if not math.isfinite(parsed):
+                raise ValueError
+        except (TypeError, ValueError):
+            raise ValueError(f"table {name!r}: {key} is not {'an integer' if integer else 'a number'}: "
+                             f"{value!r}") from None
+        return parsed
+
+    rows, dim, pf = number("rows", True), number("dim", True), number("pooling_factor", False)
+    if rows < 1:
+        raise ValueError(f"table {name!r}: rows must be >= 1, got {rows}")
+    if dim < 4 or dim % 4:
+        raise ValueError(f"table {name!r}: dim must be a positive multiple of 4 (FBGEMM), got {dim}")
+    if pf < 0:
+        raise ValueError(f"table {name!r}: pooling_factor must be >= 0, got {pf:g}")
+    given = [j for j in range(NUM_BINS) if row.get(f"bin_{j}") not in (None, "")]
+    if given and len(given) != NUM_BINS:
+        missing = [f"bin_{j}" for j in range(NUM_BINS) if j not in given]
+        raise ValueError(f"table {name!r}: give all of bin_0..bin_{NUM_BINS - 1} or none, missing "
+                         f"{', '.join(missing)}")
+    bins = tuple(number(f"bin_{j}", False) for j in range(NUM_BINS)) if given else DEFAULT_BINS
+    if any(not 0 <= b <= 1 for b in bins):
+        raise ValueError(f"table {name!r}: locality bins must lie in [0, 1]")
+    if max_mem is not None:
+        narrow = dim
+        while can_split(narrow):
+            narrow //= 2
+        if size_gb(rows, narrow) > max_mem:
+            raise ValueError(f"table {name!r} ({size_gb(rows, dim):.4g} GB) does not fit a device of {max_mem:g} GB "
+                             f"even split column-wise down to dim {narrow} ({size_gb(rows, narrow):.4g} GB)")
+    return name, TableConfig(rows, pf, bins, dim), not given
+
+
+def read_user_tables(path, max_mem: float | None = None, warn: bool = True) -> UserTables:
+    """Read a user's table list: CSV with a header, or a JSON list of objects.
+
+    Fields: `name, rows, dim, pooling_factor` and optionally `bin_0` ..
+    `bin_16` (all or none; without them a table gets `types.DEFAULT_BINS`,
+    and a warning names it). Names are unique, of letters, digits, `_`, `-`.
+    Dims are multiples of 4. With `max_mem` (GB), a table that fits no device
+    even at its narrowest column split is refused. Each bad row is an
+    InputError naming the file, the line (CSV) or table index (JSON), and the value.
+    `warn`: print the default-bins warning (off when re-reading a list already planned).
+    """
+    import csv
+
+    path = Path(path)
+    require_file(path)
+    if path.suffix.lower() == ".json":
+        data = load_json(path)
+        if not isinstance(data, list):
+            raise InputError(path, f"expected a JSON list of table objects, got {type(data).__name__}")
+        rows = [(None, f"table {k}", d) for k, d in enumerate(data)]
+    else:
+        try:
+            with open(path, newline="", encoding="utf-8") as fh:
+                reader = csv.DictReader(fh)
+                header = [h.strip() for h in reader.fieldnames or []]
+                reader.fieldnames = header
+                rows = [(reader.line_num, None, d) for d in reader]
+        except (UnicodeDecodeError, csv.Error) as e:
+            raise InputError(path, f"not a readable CSV file: {one_line(str(e))}") from None
+        missing = [f for f in USER_TABLE_FIELDS if f not in header]
+        if missing:
+            raise InputError(path, f"header needs columns {', '.join(USER_TABLE_FIELDS)} "
+                                   f"(optional bin_0..bin_16), missing {', '.join(missing)}", 1)
+    if not rows:
+        raise InputError(path, "no tables")
+    out = UserTables([], [], [])
+    for line, label, d in rows:
+        try:
+            if not isinstance(d, dict):
+                raise ValueError(f"expected a JSON object, got {show_value(json.dumps(d))}")
+            if None in d:  # csv.DictReader puts extra cells under the key None
+                raise ValueError(f"{len(d[None])} more cell(s) than header columns")
+            name, config, default = _user_table(d, max_mem)
+        except ValueError as e:
+            message = f"{label}: {e}" if label else str(e)
+            raise InputError(path, one_line(message), line) from None
+        if name in out.names:
+            raise InputError(path, f"{label + ': ' if label else ''}table name {name!r} used twice", line)
+        out.names.append(name)
+        out.configs.append(config)
+        if default:
+            out.default_bins.append(name)
+    if out.default_bins and warn:
+        shown = ", ".join(out.default_bins[:5]) + (", ..." if len(out.default_bins) > 5 else "")
+        print_warning(f"{path}: {len(out.default_bins)} table(s) without locality bins ({shown}) get the default profile "
+              f"of the public DLRM dataset (neuroshard.types.DEFAULT_BINS)")
+    return out

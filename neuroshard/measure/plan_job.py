@@ -1,0 +1,358 @@
+"""Plan measurement (DESIGN §10): every plan of a plans file on real FBGEMM kernels and the real all-to-all.
+
+One torchrun job (gloo on CPU, NCCL on GPUs) measures many plans: the
+launcher (`PlanJob`, through `measure_plans`) writes the job file, and on
+every rank the rank loop (`measure.rank`) runs `PlanWorker`. Per plan,
+every rank r:
+
+1. builds its shard's table-batched embedding op with the real lookups of
+   its tables (a column-split half reuses its table's lookups) and times
+   forward + backward with `kernel.ShardBenchmark`; the ranks take turns
+   (a barrier between turns), so ranks sharing a host do not slow each
+   other down; a rank without tables costs 0;
+2. times the backward all-to-all (gradients) and the forward all-to-all of
+   real tensors of the plan's per-rank dim sums (`alltoall.bench_sample`).
+   The forward exchange runs with each rank delayed by its measured skew,
+   ``skew[r] = compute[r] + bw[r] - min_q (compute[q] + bw[q])``, which is
+   exactly how the simulator (DESIGN §7) and the forward comm model's
+   training data define the forward cost: a rank that is ready early pays
+   for waiting on the late ones. The forward time without delays is recorded
+   too (`fw_comm_nosleep`); ``fw_sleep="none"`` makes it the one counted;
+3. optionally (`end_to_end`) times the real step sequence per iteration —
+   forward compute -> forward all-to-all -> backward all-to-all -> backward
+   compute — on all ranks at once, so straggler waits (and, on a shared CPU
+   host, contention between ranks) are included. The step's time is the
+   slowest rank's; the plan's end-to-end cost is the median over iterations.
+
+Rank 0 reads the plans and tasks and hands them to every rank (on several
+nodes only node 0 has them; each node reads its own copy of the dataset,
+which must match node 0's). Every rank's numbers are all-gathered; each
+node's first rank writes one `types.PlanMeasurement` per plan. Per-rank
+total = compute + backward comm + forward comm; plan cost = max over ranks
+(`CostBreakdown.cost`). Times in ms.
+
+On several nodes (`HardwareConfig.launch`) eval.py runs on every node: node 0
+plans, writes and measures; the others only lend their ranks to its job
+(`follow`), reading their own copy of the dataset and writing nothing but the
+job's scratch dir in the system temp dir.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass
+from typing import Callable, ClassVar, Sequence
+
+import numpy as np
+
+from neuroshard.checks import check_choice, check_float, check_int
+from neuroshard.measure.launch import DEFAULT_STARTUP_TIMEOUT_S, WATCHDOG_GRACE_S, LaunchConfig, TorchrunJob
+from neuroshard.measure.rank import RankContext, RankWorker
+from neuroshard.settings import Settings, common, setting
+from neuroshard.types import ConfigError, EndToEnd, Plan, PlanMeasurement, PlanRecord, Task, apply_column_steps
+
+DEFAULT_TIMEOUT_S = 120.0  # collective timeout: a hung rank ends the job after about this
+FW_SLEEP_MODES = ("skew", "none")
+
+
+@dataclass(frozen=True)
+class HardwareConfig(Settings):
+    """How the plans are measured (its fields are eval.py's measurement flags).
+
+    `ndevices` ranks on `device` ("cpu": gloo, one process per rank;
+    "cuda": NCCL, one GPU per rank, `gpu_devices` picks them). `warmup` and
+    `iters`: untimed and timed iterations of every measurement (median kept).
+    `fw_sleep`: "skew" delays rank r's forward all-to-all by its measured
+    compute+backward skew (the simulator's definition), "none" starts all
+    ranks together. `end_to_end`: also time the real step sequence.
+    `timeout`: collective timeout in s (a hung rank ends the job after about
+    this long). `flush`: evict caches before each timed compute iteration.
+    `repeats`: measurements of every plan, in rounds (every plan once per
+    round, each round in a seeded shuffled order), so that a slow spell of
+    the machine hits all algorithms alike. `launch`: where the `ndevices`
+    ranks run (default: all on this machine).
+    """
+
+    TITLE: ClassVar[str] = "measurement"
+
+    ndevices: int = setting(4, "", cli=False)
+    device: str = setting("cpu", "", cli=False)
+    gpu_devices: str | None = common("gpu_devices")
+    warmup: int = common("warmup")
+    iters: int = common("iters")
+    fw_sleep: str = setting("skew", "forward all-to-all: 'skew' delays each rank by its measured compute+backward "
+                                    "skew, as the simulator assumes; 'none' starts all ranks together",
+                            choices=FW_SLEEP_MODES)
+    end_to_end: bool = setting(False, "also time the real step per iteration (fwd compute -> fwd all-to-all -> bwd "
+                                      "all-to-all -> bwd compute, all ranks at once) and report it beside the "
+                                      "sum-of-parts cost", switch=True)
+    timeout: float = common("timeout", DEFAULT_TIMEOUT_S)
+    startup_timeout: float = setting(DEFAULT_STARTUP_TIMEOUT_S, "", cli=False)
+    flush: bool = setting(True, "", cli=False)
+    seed: int = setting(0, "seed of the randomised algorithms and of the measurement order")
+    repeats: int = setting(1, "measure every plan this many times, in rounds (each round every plan once, in a "
+                              "shuffled order) so drift hits all algorithms alike; the summary then gives 95% "
+                              "intervals and says beats / loses to / no significant difference from them")
+    launch: LaunchConfig = LaunchConfig()
+
+    def validate(self) -> None:
+        check_int("--ndevices", self.ndevices, 1)
+        self.launch.validate()
+        self.launch.for_world(self.ndevices)
+        check_choice("--device", self.device, ("cpu", "cuda"))
+        check_int("--warmup", self.warmup, 0)
+        check_int("--iters", self.iters, 1)
+        check_choice("--fw_sleep", self.fw_sleep, FW_SLEEP_MODES)
+        check_float("--timeout", self.timeout, 0.0, lo_open=True)
+        check_int("--repeats", self.repeats, 1)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class PlanJobSpec:
+    """The plan-measurement job's settings, as the ranks read them from the job file: the dataset (each
+    node's own copy), node 0's plans and task files, and how to measure (`HardwareConfig`'s fields)."""
+
+    data_dir: str
+    warmup: int
+    iters: int
+    fw_sleep: str
+    end_to_end: bool
+    flush: bool
+    seed: int
+    plans: str | None = None
+    task_path: str | None = None
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def runnable(records: Sequence[PlanRecord]) -> list[PlanRecord]:
+    """The plan records the job measures, in job order: those with a plan (others are reported only)."""
+    return [rec for rec in records if rec.plan is not None]
+
+
+def dataset_fingerprint(dataset) -> dict:
+    """What every node's copy of the dataset must share with node 0's: batch, table count, table stats."""
+    configs = json.dumps([[c.row, c.pooling_factor, list(c.bins)] for c in dataset.configs])
+    return {"batch size": dataset.batch_size, "tables": len(dataset.configs),
+            "table configs (sha1)": hashlib.sha1(configs.encode()).hexdigest()[:12]}
+
+
+def shard_layout(task: Task, configs, plan: Plan):
+    """(post-split tables, per-device table lists, per-device dim sums) of a plan for a task."""
+    split = apply_column_steps(task.tables(configs), plan.column_steps)
+    shards = [[split[i] for i in s] for s in plan.shards]
+    return split, shards, [sum(t.dim for t in s) for s in shards]
+
+
+# =========================================================================== rank side
+
+
+class PlanWorker(RankWorker):
+    """One rank of the job: measures each plan's share of this rank (module doc)."""
+
+    item = "plan"
+    first_phase = "before compute"
+
+    def __init__(self, ctx: RankContext):
+        import torch
+
+        from neuroshard.formats.dataset import read_dataset
+        from neuroshard.formats.plans import read_plans
+        from neuroshard.formats.tasks import read_tasks
+        from neuroshard.measure.kernel import ShardBenchmark
+
+        super().__init__(ctx)
+        st = ctx.state
+        spec = self.spec = PlanJobSpec(**ctx.spec)
+        local_dir = ctx.local["spec"]["data_dir"]  # this node's copy of the dataset
+        st["phase"] = "loading dataset"
+        # Ranks share one memory-mapped data.pt; the benchmark checks each table's index range itself.
+        self.dataset = read_dataset(local_dir, validate=False)
+        fingerprint = dataset_fingerprint(self.dataset)
+        st["phase"] = "receiving the plans from rank 0"
+        shared = ctx.broadcast({"dataset": fingerprint,
+                                "tasks": read_tasks(spec.task_path, num_tables=len(self.dataset)),
+                                "items": runnable(read_plans(spec.plans))} if ctx.rank == 0 else None)
+        differ = [f"{k} {fingerprint[k]} here, {shared['dataset'][k]} on node 0"
+                  for k in fingerprint if fingerprint[k] != shared["dataset"][k]]
+        if differ:
+            raise ValueError(f"the dataset at {local_dir} is not node 0's: {'; '.join(differ)}")
+        self.tasks, self.items = shared["tasks"], shared["items"]
+        self.batch = self.dataset.batch_size
+        self.bench = ShardBenchmark(self.dataset, device=ctx.device, warmup=spec.warmup, iters=spec.iters,
+                                    flush=spec.flush, seed=spec.seed * 1009 + ctx.rank)
+        self._gen = torch.Generator().manual_seed(spec.seed * 1009 + ctx.rank)
+
+    def read_block(self, done: int) -> list:
+        return self.items[done:]  # rank 0 holds every plan from the start: one block
+
+    def measure(self, k: int, item: PlanRecord) -> dict | None:
+        """Measure plan `k`; returns its `PlanMeasurement` record on the first rank of each node."""
+        from neuroshard.measure.alltoall import bench_sample
+        from neuroshard.measure.kernel import bench_tables
+        from neuroshard.measure.rank import local_lead
+
+        ctx, spec, st = self.ctx, self.spec, self.ctx.state
+        task = self.tasks[item.task]
+        if item.plan.ndevices != ctx.world:
+            raise ValueError(f"plan for task {item.task} ({item.alg}) has {item.plan.ndevices} "
+                             f"devices, the job has {ctx.world} ranks")
+        _, shards, dims = shard_layout(task, self.dataset.configs, item.plan)
+        mine = bench_tables(shards[ctx.rank])
+
+        # 1. compute, one rank at a time
+        res = None
+        for q in range(ctx.world):
+            st["phase"] = f"compute (turn of rank {q})"
+            ctx.barrier()
+            if q == ctx.rank:
+                res = self.bench.measure(mine)
+        st["phase"] = "compute (closing barrier)"
+        ctx.barrier()
+
+        # 2. backward all-to-all (and forward without delays), then forward with the skew
+        fw0, bw = bench_sample(dims, 0.0, ctx.rank, self.batch, spec.warmup, spec.iters, ctx.device, state=st)
+        st["phase"] = "gathering compute and backward times"
+        ready = [c + b for c, b in ctx.gather((res.median_ms, bw))]
+        skew = [t - min(ready) for t in ready]
+        if spec.fw_sleep == "skew":
+            fw, _ = bench_sample(dims, skew[ctx.rank], ctx.rank, self.batch, spec.warmup, spec.iters, ctx.device,
+                                 state=st)
+        else:
+            fw = fw0
+        mine_rec = {"compute": res.median_ms, "compute_iters": res.times_ms, "bw": bw, "fw": fw, "fw_nosleep": fw0,
+                    "build_s": res.build_s}
+        # 3. the real step sequence, all ranks at once
+        if spec.end_to_end:
+            mine_rec["e2e_iters"] = self.step_times(mine, dims)
+
+        st["phase"] = "gathering results"
+        every = ctx.gather(mine_rec)
+        if not local_lead():
+            return None
+        e2e = None
+        if spec.end_to_end:
+            iters = np.array([e["e2e_iters"] for e in every])  # [ranks, iters]
+            e2e = EndToEnd(np.median(iters, axis=1).tolist(), iters.max(axis=0).tolist(),
+                           float(np.median(iters.max(axis=0))))
+        return PlanMeasurement(
+            index=k, task=item.task, alg=item.alg, dims=dims, ntables=[len(s) for s in shards],
+            compute=[e["compute"] for e in every], bw_comm=[e["bw"] for e in every], fw_comm=[e["fw"] for e in every],
+            fw_comm_nosleep=[e["fw_nosleep"] for e in every], skew=skew,
+            compute_iters=[e["compute_iters"] for e in every], build_s=[e["build_s"] for e in every],
+            e2e=e2e).to_json()
+
+    def step_times(self, mine, dims: Sequence[int]) -> list[float]:
+        """Per-iteration ms of fwd compute -> fwd all-to-all -> bwd all-to-all -> bwd compute on this rank."""
+        import torch
+
+        from neuroshard.measure.alltoall import exchange_backward, exchange_forward
+        from neuroshard.measure.timing import benchmark
+
+        ctx, st = self.ctx, self.ctx.state
+        st["phase"] = "end-to-end set-up"
+        b, d = self.batch // ctx.world, dims[ctx.rank]
+        op = indices = offsets = None
+        if mine:
+            op, indices, offsets, _ = self.bench.prepare(mine)
+        recv = torch.empty(b * sum(dims), device=ctx.device)
+        # the upstream gradient of this rank's [B/n, sum(dims)] slice, already in the packed send layout
+        grad_out = torch.randn(b * sum(dims), generator=self._gen).to(ctx.device)
+        grad_in = torch.empty(self.batch * d, device=ctx.device)
+        empty = torch.empty(self.batch, 0, device=ctx.device)
+
+        def before_each():
+            st["phase"] = "end-to-end barrier"
+            ctx.barrier()
+
+        def step():
+            st["phase"] = "end-to-end step"
+            y = op(indices, offsets) if op is not None else empty
+            exchange_forward(y.detach(), dims, ctx.rank, self.batch, out=recv)
+            exchange_backward(grad_out, dims, ctx.rank, self.batch, out=grad_in)
+            if op is not None:
+                y.backward(grad_in.view(self.batch, d))
+
+        times = benchmark(step, warmup=self.spec.warmup, iters=self.spec.iters, device=ctx.device,
+                          before_each=before_each, flush=self.bench.flush)
+        op = None  # noqa: F841 - release the op (and its weights) now, not when the closure goes
+        return times
+
+
+# =========================================================================== launcher
+
+
+class PlanJob(TorchrunJob):
+    """One torchrun job measuring every runnable plan of a plan file; iterate `measurements()`.
+
+    On a node other than node 0 of `cfg.launch`, `plans_path`, `task_path` and `num_plans` are
+    None: node 0's rank 0 hands the plans and tasks to every rank."""
+
+    item: ClassVar[str] = "plan"
+    job_prefix: ClassVar[str] = "hw_eval_job_"
+
+    def __init__(self, plans_path, data_dir, task_path, num_plans: int | None, cfg: HardwareConfig, *,
+                 work_dir: str | None = None, keep_dir: bool = False, worker_module: str | None = None):
+        cfg.validate()
+        self.cfg = cfg
+        spec = PlanJobSpec(data_dir=os.path.abspath(data_dir), warmup=cfg.warmup, iters=cfg.iters,
+                           fw_sleep=cfg.fw_sleep, end_to_end=cfg.end_to_end, flush=cfg.flush, seed=cfg.seed,
+                           plans=None if plans_path is None else os.path.abspath(plans_path),
+                           task_path=None if task_path is None else os.path.abspath(task_path))
+        # A plan takes one compute turn per rank, each bounded by the collective timeout
+        # (the waiting ranks' barrier would fire first), plus the all-to-alls.
+        stall = (cfg.ndevices + 2) * cfg.timeout + WATCHDOG_GRACE_S
+        super().__init__("plans", spec, cfg.ndevices, num_plans, device=cfg.device, gpu_devices=cfg.gpu_devices,
+                         timeout=cfg.timeout, startup_timeout=cfg.startup_timeout, stall_timeout=stall,
+                         work_dir=work_dir, keep_dir=keep_dir, launch=cfg.launch, worker_module=worker_module)
+
+    def measurements(self):
+        """Each plan's `PlanMeasurement`, in job order, as soon as rank 0 writes it."""
+        for rec in self.records():
+            yield PlanMeasurement.from_json(rec)
+
+
+def measure_plans(plans_path, data_dir, task_path, cfg: HardwareConfig, *,
+                  on_result: Callable[[PlanMeasurement], None] | None = None, work_dir: str | None = None,
+                  worker_module: str | None = None) -> list[PlanMeasurement]:
+    """Measure every plan of `plans_path` (written by `formats.plans.write_plans`) in one job.
+
+    Returns one measurement per runnable plan (see `runnable`), in file
+    order; `on_result(m)` is called as each arrives. Raises
+    `launch.JobError` (naming the failing rank and cause) if any rank fails.
+    """
+    from neuroshard.formats.plans import read_plans
+
+    items = runnable(read_plans(plans_path))
+    if not items and not cfg.launch.multi_node:  # (other nodes wait for the job: start it anyway)
+        return []
+    out = []
+    with PlanJob(plans_path, data_dir, task_path, len(items), cfg, work_dir=work_dir,
+                 worker_module=worker_module) as job:
+        for m in job.measurements():
+            out.append(m)
+            if on_result is not None:
+                on_result(m)
+    return out
+
+
+def follow(data_dir, cfg: HardwareConfig, *, on_result: Callable[[PlanMeasurement], None] | None = None,
+           worker_module: str | None = None) -> int:
+    """A node other than node 0: lend this node's ranks to node 0's job until it ends (this node's
+    `data_dir` must hold the same dataset as node 0's). Returns the number of plans measured."""
+    if cfg.launch.writes_outputs:
+        raise ConfigError("--node_rank", "node 0 runs the evaluation; follow() is for the other nodes")
+    done = 0
+    with PlanJob(None, data_dir, None, None, cfg, worker_module=worker_module) as job:
+        for m in job.measurements():
+            done += 1
+            if on_result is not None:
+                on_result(m)
+    return done
+

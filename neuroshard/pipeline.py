@@ -1,0 +1,310 @@
+"""Run the whole pipeline (DESIGN §2, steps 1-6) at a preset, then write the report.
+
+    python -m neuroshard.pipeline --preset quick          # what `make demo` runs
+    python -m neuroshard.pipeline --preset quick --force  # redo every step
+    python -m neuroshard.pipeline --preset quick --seed 1  # fresh measurements -> results/quick-seed1
+    python -m neuroshard.pipeline --preset paper --data fbgemm_t856_bs65536.pt.gz --gpu_devices 0,1,2,3
+
+Every step is a top-level script; the driver prints each command before it
+runs it, so any step can be rerun by hand. A step is skipped when its outputs
+exist and were made by the same command (a stamp in `<out>/steps/`); a
+changed upstream step invalidates everything after it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from neuroshard.checks import check_gpu_ids, check_int
+from neuroshard.eval.drift import DRIFT_COMM, DRIFT_COMPUTE
+from neuroshard.formats.io import write_json_atomic
+from neuroshard.types import ConfigError, InputError, NeuroShardError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Preset:
+    """Sizes of one pipeline run. Times are for the 2-core CPU machine unless noted."""
+
+    name: str
+    ndevices: int
+    max_mem: float  # GB per device
+    max_dim: int
+    # step 1: dataset (synthetic unless --data is given)
+    num_tables: int
+    batch_size: int
+    max_rows: int
+    # step 2: tasks
+    num_tasks: int
+    t_range: str
+    # step 3: cost data
+    compute_samples: int
+    max_tables: int
+    comm_samples: int
+    comm_t_range: str
+    sleep_range: str
+    comm_batch_size: int
+    warmup: int
+    iters: int
+    noise_samples: int  # shards / all-to-alls re-measured for the noise floors
+    # step 4: training
+    epochs: int
+    # steps 4c-4e: the learned baselines, trained on their own tasks (same sizes, another seed)
+    policy_tasks: int
+    dreamshard_args: tuple[str, ...]
+    autoshard_args: tuple[str, ...]
+    # steps 5-6: evaluation
+    eval_tasks: int
+    eval_warmup: int
+    eval_iters: int
+    eval_repeats: int = 1  # measurements of every plan (interleaved rounds), for intervals
+    half_share: float = 0.67  # compute shards from one half of the tables, for the held-out-table check
+    # after step 6: collected shards / all-to-alls re-measured to see how far the machine drifted (eval.drift)
+    drift_samples: int = 50
+    gpu: bool = False
+
+
+PRESETS = {
+    # For the end-to-end smoke test: every step, seconds each.
+    "tiny": Preset("tiny", ndevices=2, max_mem=1.0, max_dim=32, num_tables=16, batch_size=256, max_rows=20000,
+                   num_tasks=3, t_range="4,8", compute_samples=100, max_tables=4, comm_samples=16,
+                   comm_t_range="4,8", sleep_range="0,2", comm_batch_size=256, warmup=1, iters=2, noise_samples=4,
+                   epochs=20, policy_tasks=4,
+                   dreamshard_args=("--num_iterations", "2", "--bench_steps", "3", "--bench_training_steps", "20",
+                                    "--rl_num_batches", "2", "--rl_batch_size", "4"),
+                   autoshard_args=("--total_steps", "400", "--batch_size", "4", "--unroll_length", "50",
+                                   "--num_cost_updates", "2", "--cost_batch_size", "32"),
+                   eval_tasks=2, eval_warmup=1, eval_iters=2, eval_repeats=2, drift_samples=4),
+    # `make demo`: the whole pipeline on CPU in about ten minutes, on the default synthetic
+    # dataset of tools/gen_dlrm_data.py. The comm batch equals the dataset's, as eval.py uses it.
+    # 600 tables, not fewer: the compute model generalises to unseen tables with the number of
+    # distinct tables it trains on, not with the number of shards (held-out check, 1,000 shards:
+    # unseen / seen MAPE 1.4-1.7x with 150 tables, 1.17-1.20x with 600; 3,000 shards of the 150
+    # tables: still 1.6-1.9x).
+    "quick": Preset("quick", ndevices=4, max_mem=1.0, max_dim=128, num_tables=600, batch_size=4096,
+                    max_rows=1_000_000, num_tasks=20, t_range="10,30", compute_samples=1000, max_tables=10,
+                    comm_samples=500, comm_t_range="10,30", sleep_range="0,50", comm_batch_size=4096, warmup=3,
+                    iters=7, noise_samples=100, epochs=1000, policy_tasks=50, dreamshard_args=(),
+                    autoshard_args=(), eval_tasks=10, eval_warmup=3, eval_iters=7, eval_repeats=2),
+    # The paper's setting on the public dataset and GPUs (DESIGN §2 defaults: 4 GB per GPU,
+    # T from 10 to 60, 100 tasks, batch 65536); run once with 4 and once with 8 GPUs.
+    "paper": Preset("paper", ndevices=4, max_mem=4.0, max_dim=128, num_tables=856, batch_size=65536,
+                    max_rows=0, num_tasks=100, t_range="10,60", compute_samples=100_000, max_tables=15,
+                    comm_samples=20_000, comm_t_range="10,60", sleep_range="0,30", comm_batch_size=65536,
+                    warmup=5, iters=10, noise_samples=500, epochs=1000, policy_tasks=100, dreamshard_args=(),
+                    autoshard_args=(), eval_tasks=100, eval_warmup=5, eval_iters=10, eval_repeats=3, drift_samples=200,
+                    gpu=True),
+}
+
+
+@dataclass
+class Step:
+    key: str  # the README's step number, e.g. "3a"
+    title: str
+    argv: list[str]  # script and flags, relative to the repository root
+    outputs: list[Path]
+
+
+def build_steps(p: Preset, out: Path, data: str | None, gpu_devices: str | None, seed: int = 0) -> list[Step]:
+    """The commands of one pipeline run, in order. `seed` seeds every measurement, training and
+    evaluation step (the dataset and the tasks keep seed 0, so runs of several seeds share them)."""
+    n = p.ndevices
+    ds, tasks, cdata, mdata = out / "dataset", out / "tasks", out / "compute_data", out / "comm_data"
+    models = out / "models"
+    compute_model, fw_model, bw_model = models / "compute.pt", models / f"comm_{n}_fw.pt", models / f"comm_{n}_bw.pt"
+    dev = ["--gpu_devices", gpu_devices] if gpu_devices else ["--device", "cpu"]
+    # One benchmark process per core for the compute collection on CPU.
+    workers = [] if gpu_devices else ["--num_workers", str(min(2, os.cpu_count() or 1))]
+    s = ["--seed", str(seed)]
+    if data:
+        gen = ["tools/gen_dlrm_data.py", "--data", data, "--out_dir", str(ds)]
+    else:
+        gen = ["tools/gen_dlrm_data.py", "--synthetic", "--num_tables", str(p.num_tables), "--batch_size",
+               str(p.batch_size), "--max_rows", str(p.max_rows), "--seed", "0", "--out_dir", str(ds)]
+    models_flags = ["--compute_model", str(compute_model), "--fw_comm_model", str(fw_model),
+                    "--bw_comm_model", str(bw_model)]
+    train_tasks, ds_policy, as_policy = out / "train_tasks", models / "dreamshard.pt", models / "autoshard.pt"
+    policy_common = ["--data_dir", str(ds), "--task_path", str(train_tasks / "data.txt"), "--eval_task_path",
+                     str(tasks / "data.txt"), *models_flags, "--ndevices", str(n), "--max_mem", str(p.max_mem),
+                     *s, "--no_progress"]
+    eval_common = ["--data_dir", str(ds), "--task_path", str(tasks / "data.txt"), *models_flags, "--alg", "all",
+                   "--ndevices", str(n), "--max_mem", str(p.max_mem), "--max_tasks", str(p.eval_tasks), *s,
+                   "--dreamshard_policy", str(ds_policy), "--autoshard_policy", str(as_policy)]
+    comm_ranks = dev if gpu_devices else ["--ndevices", str(n)]
+    comm_cfg = ["--T_range", p.comm_t_range, "--sleep_range", p.sleep_range, "--max_dim", str(p.max_dim),
+                "--batch_size", str(p.comm_batch_size), "--warmup", str(p.warmup), "--iters", str(p.iters), *s]
+    return [
+        Step("1", "dataset", gen, [ds / "table_configs.json", ds / "data.pt"]),
+        Step("2", "tasks", ["tools/gen_tasks.py", "--data_dir", str(ds), "--out_dir", str(tasks), "--data_size",
+                            str(p.num_tasks), "--T_range", p.t_range, "--max_mem", str(p.max_mem), "--ndevices",
+                            str(n), "--max_dim", str(p.max_dim), "--seed", "0"], [tasks / "data.txt"]),
+        Step("3a", "compute cost data",
+             ["collect_compute_cost_data.py", "--dataset_dir", str(ds), "--out_dir", str(cdata), "--data_size",
+              str(p.compute_samples), "--max_tables", str(p.max_tables), "--max_mem", str(p.max_mem),
+              "--max_dim", str(p.max_dim), "--warmup", str(p.warmup), "--iters", str(p.iters), "--half_share",
+              str(p.half_share), *s, *dev, *workers], [cdata / "data.txt"]),
+        Step("3a-noise", "compute noise floor",
+             ["tools/compute_noise_floor.py", "--data_dir", str(cdata), "--dataset_dir", str(ds), "--num_samples",
+              str(p.noise_samples), *s, *dev, *workers], [cdata / "noise_floor.json"]),
+        Step("3b", "comm cost data",
+             ["collect_comm_cost_data.py", "--out_dir", str(mdata), "--data_size", str(p.comm_samples), *comm_cfg,
+              *comm_ranks], [mdata / "data.txt"]),
+        Step("3b-noise", "comm noise floor",
+             ["collect_comm_cost_data.py", "--out_dir", str(mdata), "--noise_floor", str(p.noise_samples),
+              *comm_cfg, *comm_ranks], [mdata / "noise_floor.json"]),
+        Step("4a", "compute cost model",
+             ["train_compute_cost_model.py", "--data_dir", str(cdata), "--epochs", str(p.epochs), "--out_path",
+              str(compute_model), *s], [compute_model]),
+        Step("4a-heldout", "compute model on unseen tables",
+             ["tools/heldout_check.py", "--data_dir", str(cdata), "--epochs", str(p.epochs), "--out_path",
+              str(models / "compute_heldout.json"), *s], [models / "compute_heldout.json"]),
+        Step("4b", "comm cost models",
+             ["train_comm_cost_model.py", "--data_dir", str(mdata), "--epochs", str(p.epochs), "--fw_out_path",
+              str(fw_model), "--bw_out_path", str(bw_model), *s], [fw_model, bw_model]),
+        # The learned baselines train on their own tasks (seed 1; the evaluation tasks are seed 0,
+        # and train_*.py refuses any task they share), against the simulator.
+        Step("4c", "policy training tasks",
+             ["tools/gen_tasks.py", "--data_dir", str(ds), "--out_dir", str(train_tasks), "--data_size",
+              str(p.policy_tasks), "--T_range", p.t_range, "--max_mem", str(p.max_mem), "--ndevices", str(n),
+              "--max_dim", str(p.max_dim), "--seed", "1"], [train_tasks / "data.txt"]),
+        Step("4d", "DreamShard policy", ["train_dreamshard.py", *policy_common, "--out_path", str(ds_policy),
+                                         *p.dreamshard_args], [ds_policy]),
+        Step("4e", "AutoShard policy", ["train_autoshard.py", *policy_common, "--out_path", str(as_policy),
+                                        *p.autoshard_args], [as_policy]),
+        Step("5", "simulator evaluation", ["eval_simulator.py", *eval_common, "--out_dir", str(out / "sim")],
+             [out / "sim" / "summary.json"]),
+        # eval.py measures the plans eval_simulator.py made: planned once, by the same code.
+        Step("6", "hardware evaluation",
+             ["eval.py", *eval_common, "--plans", str(out / "sim" / "plans.json"), "--out_dir", str(out / "hw"),
+              "--warmup", str(p.eval_warmup), "--iters", str(p.eval_iters), "--repeats", str(p.eval_repeats), *dev],
+             [out / "hw" / "summary.json"]),
+        # Right after it: how much slower or faster the machine runs now than when the cost data was
+        # recorded (the report separates that drift from the models' own error; eval/drift.py).
+        Step("6-drift-compute", "machine drift: compute",
+             ["tools/compute_noise_floor.py", "--data_dir", str(cdata), "--dataset_dir", str(ds), "--num_samples",
+              str(p.drift_samples), "--repeats", "1", "--out_path", str(out / "hw" / DRIFT_COMPUTE), *s, *dev,
+              *workers], [out / "hw" / DRIFT_COMPUTE]),
+        Step("6-drift-comm", "machine drift: comm",
+             ["collect_comm_cost_data.py", "--out_dir", str(mdata), "--noise_floor", str(p.drift_samples),
+              "--noise_out", str(out / "hw" / DRIFT_COMM), *comm_cfg, *comm_ranks], [out / "hw" / DRIFT_COMM]),
+    ]
+
+
+def _stamp_path(out: Path, step: Step) -> Path:
+    return out / "steps" / f"{step.key}.json"
+
+
+def _up_to_date(out: Path, step: Step, upstream: list[dict]) -> dict | None:
+    """The step's stamp if its outputs exist and were made by the same command, else None."""
+    path = _stamp_path(out, step)
+    if not path.exists() or not all(o.exists() for o in step.outputs):
+        return None
+    try:
+        stamp = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return stamp if stamp.get("argv") == step.argv and stamp.get("upstream") == upstream else None
+
+
+def run_steps(steps: list[Step], out: Path, force: bool, only: set[str] | None = None) -> list[dict]:
+    """Run (or skip) each step; returns one record per step with its wall time."""
+    records, upstream = [], []
+    for step in steps:
+        if only and step.key not in only:
+            continue
+        shown = "python " + " ".join(shlex.quote(a) for a in step.argv)
+        stamp = None if force else _up_to_date(out, step, upstream)
+        if stamp is not None:
+            print(f"[{step.key}] {step.title}: up to date, skipped\n      {shown}", flush=True)
+            # keep the time the step took when it ran, for the report
+            records.append({"step": step.key, "title": step.title, "command": shown, "skipped": True,
+                            "seconds": stamp.get("seconds", 0.0)})
+        else:
+            print(f"[{step.key}] {step.title}\n  $ {shown}", flush=True)
+            t0 = time.perf_counter()
+            rc = subprocess.call([sys.executable, *step.argv], cwd=ROOT)
+            seconds = time.perf_counter() - t0
+            if rc != 0:
+                raise NeuroShardError(f"step {step.key} ({step.title}) failed with exit code {rc}; "
+                                      f"rerun it by hand: {shown}")
+            write_json_atomic(_stamp_path(out, step), {"argv": step.argv, "upstream": upstream,
+                                                       "seconds": round(seconds, 2)})
+            records.append({"step": step.key, "title": step.title, "command": shown, "skipped": False,
+                            "seconds": round(seconds, 2)})
+            print(f"[{step.key}] done in {seconds:.1f} s", flush=True)
+        upstream = upstream + [{"step": step.key, "argv": step.argv}]
+    return records
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--preset", choices=sorted(PRESETS), default="quick", help="sizes of the run (default: quick)")
+    ap.add_argument("--out_dir", default=None, help="output folder (default: results/<preset>)")
+    ap.add_argument("--data", default=None, help="public DLRM dataset file (.pt or .pt.gz) instead of synthetic data")
+    ap.add_argument("--gpu_devices", default=None, help="GPUs to use, e.g. 0,1,2,3 (default: CPU)")
+    ap.add_argument("--ndevices", type=int, default=None, help="override the preset's device count")
+    ap.add_argument("--force", action="store_true", default=os.environ.get("FORCE", "") not in ("", "0"),
+                    help="redo every step even if its outputs are up to date (also FORCE=1)")
+    ap.add_argument("--only", default=None, help="comma list of steps to run, e.g. 5,6")
+    ap.add_argument("--seed", type=int, default=0,
+                    help="seed of every measurement, training and evaluation step (the dataset and tasks keep "
+                         "seed 0); a seed other than 0 defaults to the folder results/<preset>-seed<N>, so "
+                         "fresh runs of the quick preset can be compared")
+    args = ap.parse_args(argv)
+
+    preset = PRESETS[args.preset]
+    if args.gpu_devices:
+        preset = replace(preset, ndevices=len(check_gpu_ids("--gpu_devices", args.gpu_devices)))
+    if args.ndevices is not None:
+        preset = replace(preset, ndevices=check_int("--ndevices", args.ndevices, 1))
+    if preset.gpu and not args.gpu_devices:
+        raise NeuroShardError(f"preset {preset.name!r} is meant for GPUs: pass --gpu_devices (e.g. 0,1,2,3)")
+    if args.preset == "paper" and not args.data:
+        raise NeuroShardError("preset 'paper' needs the public dataset: pass --data fbgemm_t856_bs65536.pt.gz")
+    if args.data and not os.path.isfile(args.data):
+        raise InputError(args.data, "file not found (--data)")
+    # Commands run from the repository root with paths relative to it, so the
+    # printed commands can be pasted as they are.
+    check_int("--seed", args.seed, 0)
+    default = preset.name if args.seed == 0 else f"{preset.name}-seed{args.seed}"
+    out = Path(args.out_dir or ROOT / "results" / default).resolve()
+    if out.is_relative_to(ROOT):
+        out = ROOT / out.relative_to(ROOT)
+    data = os.path.abspath(args.data) if args.data else None
+    steps = build_steps(preset, out.relative_to(ROOT) if out.is_relative_to(ROOT) else out, data, args.gpu_devices,
+                        args.seed)
+    only = None
+    if args.only is not None:
+        only = {k.strip() for k in args.only.split(",") if k.strip()}
+        unknown = sorted(only - {st.key for st in steps})
+        if unknown or not only:
+            raise ConfigError("--only", f"unknown step {', '.join(unknown) or repr(args.only)}; the steps are "
+                                        f"{', '.join(st.key for st in steps)}")
+    if out.exists() and not out.is_dir():
+        raise ConfigError("--out_dir", f"{out} is a file")
+    os.chdir(ROOT)
+    out = out.relative_to(ROOT) if out.is_relative_to(ROOT) else out
+    out.mkdir(parents=True, exist_ok=True)
+
+    t0 = time.perf_counter()
+    records = run_steps(steps, out, args.force, only)
+    from neuroshard.eval.report import write_report
+
+    report = write_report(out, preset, records, time.perf_counter() - t0)
+    print(f"report: {report}")
+    return 0
+
+
+if __name__ == "__main__":
+    from neuroshard.cli import run_main
+
+    run_main(main)

@@ -1,0 +1,168 @@
+"""The cost models as the planner holds them: the `CostModels` bundle and their checkpoints.
+
+This module imports without torch (nor does any planner module except
+`nets`): a user who only plans with the baselines never pays torch's import,
+and the search itself runs on NumPy copies of the weights
+(`planner.scorer`). Loading a checkpoint imports torch and `planner.nets`
+(the `nn.Module` classes) on first use. Predictions are in ms.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from neuroshard.types import ConfigError, InputError, NeuroShardError
+
+
+@dataclass(frozen=True, eq=False)
+class CostModels:
+    """The three pre-trained cost models a plan's simulated cost comes from (DESIGN §6-7).
+
+    `compute`: shard compute ms; `fw` / `bw`: per-device forward / backward
+    all-to-all ms, both trained for `ndevices` devices (checked here once).
+    """
+
+    compute: Any
+    fw: Any
+    bw: Any
+
+    def __post_init__(self):
+        for name, model, kind in (("fw", self.fw, "fw"), ("bw", self.bw, "bw")):
+            if getattr(model, "kind", kind) != kind:
+                raise ConfigError(f"{name} model", f"expected a {kind} comm model, got a {model.kind} one")
+        if getattr(self.fw, "ndevices", None) != getattr(self.bw, "ndevices", None):
+            raise ConfigError("comm models", f"forward model is for {self.fw.ndevices} devices, "
+                                             f"backward for {self.bw.ndevices}")
+
+    @property
+    def ndevices(self) -> int:
+        """The device count the comm models were trained for."""
+        return int(self.fw.ndevices)
+
+    @classmethod
+    def load(cls, models_dir, ndevices: int) -> "CostModels":
+        """The pipeline's layout: `<dir>/compute.pt`, `<dir>/comm_<n>_fw.pt`, `<dir>/comm_<n>_bw.pt`."""
+        d = Path(models_dir)
+        if not d.is_dir():
+            raise InputError(d, "models directory not found")
+        return cls.from_paths(d / "compute.pt", d / f"comm_{ndevices}_fw.pt", d / f"comm_{ndevices}_bw.pt",
+                              ndevices)
+
+    @classmethod
+    def from_paths(cls, compute, fw, bw, ndevices: int) -> "CostModels":
+        """Load three checkpoints; the comm models must be trained for `ndevices` devices."""
+        return cls(load_compute_model(compute), load_comm_model(fw, ndevices, "fw"),
+                   load_comm_model(bw, ndevices, "bw"))
+
+
+def default_comm_model_path(ndevices: int, kind: str) -> str:
+    """Where the pipeline puts the comm model for `ndevices` devices (`models/comm_<n>_<kind>.pt`)."""
+    return os.path.join("models", f"comm_{ndevices}_{kind}.pt")
+
+
+# --------------------------------------------------------------------------- checkpoints
+
+
+def _nets():
+    from neuroshard.planner import nets
+
+    return nets
+
+
+def save_model(model, path, extra: Optional[dict] = None) -> None:
+    """Write a self-describing checkpoint atomically (unique temp file + rename)."""
+    import torch
+
+    from neuroshard.formats.io import atomic_write
+
+    nets = _nets()
+    if isinstance(model, nets.ComputeCostModel):
+        mtype = "compute"
+    elif isinstance(model, nets.CommCostModel):
+        mtype = "comm"
+    else:
+        raise TypeError(f"not a cost model: {type(model).__name__}")
+    ckpt = {"type": mtype, "config": model.config(), "state_dict": model.state_dict(),
+            "ndevices": getattr(model, "ndevices", None), "extra": extra or {}}
+    with atomic_write(path, "wb") as fh:
+        torch.save(ckpt, fh)
+
+
+def _first_line(e: BaseException, limit: int = 160) -> str:
+    text = str(e).strip()
+    text = text.splitlines()[0] if text else ""
+    return f"{type(e).__name__}: {text[:limit]}{'...' if len(text) > limit else ''}"
+
+
+def load_model(path):
+    """Rebuild a cost model from its checkpoint.
+
+    Missing, unreadable, edited or mismatched files (another format, missing
+    keys, shapes that do not fit the recorded sizes, non-finite weights) are
+    InputError naming the file, in one line.
+    """
+    import torch
+
+    path = str(path)
+    if not os.path.exists(path):
+        raise InputError(path, "model checkpoint not found")
+    if os.path.isdir(path):
+        raise InputError(path, "is a directory, expected a model checkpoint file")
+    nets = _nets()
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - pickle, zip and torch errors all mean "not a checkpoint"
+        raise InputError(path, f"not a NeuroShard cost model checkpoint ({_first_line(e)})") from None
+    if not isinstance(ckpt, dict) or not {"type", "config", "state_dict"} <= set(ckpt):
+        raise InputError(path, "not a NeuroShard cost model checkpoint (expected a dict with \"type\", "
+                               "\"config\" and \"state_dict\")")
+    mtype, cfg, state = ckpt["type"], ckpt["config"], ckpt["state_dict"]
+    if mtype not in ("compute", "comm"):
+        raise InputError(path, f"unknown model type {mtype!r} (expected 'compute' or 'comm')")
+    if not isinstance(cfg, dict) or not isinstance(state, dict):
+        raise InputError(path, "malformed checkpoint: \"config\" and \"state_dict\" must be dicts")
+    try:
+        if mtype == "compute":
+            model = nets.ComputeCostModel(state["feat_mean"], state["feat_std"], cfg["num_features"])
+        else:
+            model = nets.CommCostModel(cfg["kind"], cfg["ndevices"], state["x_mean"], state["x_std"],
+                                       wait_term=bool(cfg.get("wait_term", False)))
+        model.load_state_dict(state)
+    except KeyError as e:
+        raise InputError(path, f"malformed {mtype} model checkpoint: missing {e.args[0]!r}") from None
+    except (TypeError, ValueError, RuntimeError) as e:
+        raise InputError(path, f"malformed {mtype} model checkpoint ({_first_line(e)})") from None
+    for name, t in model.state_dict().items():
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            raise InputError(path, f"{mtype} model checkpoint holds non-finite values in {name!r}")
+    model.eval()
+    return model
+
+
+def load_compute_model(path):
+    model = load_model(path)
+    if not isinstance(model, _nets().ComputeCostModel):
+        raise InputError(path, "expected a compute cost model, found a comm cost model")
+    return model
+
+
+def load_comm_model(path, ndevices: int, kind: str):
+    """Load a comm model and check it was trained for `ndevices` devices and direction `kind`."""
+    model = load_model(path)
+    if not isinstance(model, _nets().CommCostModel):
+        raise InputError(path, "expected a comm cost model, found a compute cost model")
+    if model.kind != kind:
+        raise InputError(path, f"expected a {kind} comm model, found a {model.kind} one")
+    if model.ndevices != ndevices:
+        raise InputError(path, f"comm model was trained for ndevices={model.ndevices}, asked for {ndevices}")
+    return model
+
+
+def require_models(models, alg: str) -> "CostModels":
+    """`models` if it is a full CostModels bundle, else a one-line error naming the algorithm."""
+    if not isinstance(models, CostModels):
+        raise NeuroShardError(f"{alg} needs the compute, forward and backward cost models")
+    return models

@@ -1,0 +1,77 @@
+"""Train the forward and backward comm cost models from a comm cost data dir (DESIGN.md §6).
+
+Glue between the data format (`formats.cost_data.read_comm_data`) and the shared pieces
+(`nets.CommCostModel`, the training loop): forward model
+``dims + sleeps -> per-device ms``, backward model ``dims -> per-device ms``.
+Each checkpoint gets a test scatter PNG and a metrics JSON beside it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from neuroshard.checks import check_output_file
+from neuroshard.formats.cost_data import DATA_TXT, CommSample, read_comm_data, read_noise_floor
+from neuroshard.planner.nets import CommCostModel
+from neuroshard.train.loop import TrainConfig, save_trained, train_model
+from neuroshard.types import InputError
+
+KINDS = ("fw", "bw")
+
+
+def comm_tensors(samples: Sequence[CommSample], kind: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inputs [S, 2n] (fw: dims then sleeps) or [S, n] (bw: dims) and targets [S, n] ms."""
+    dims = [s.dims for s in samples]
+    sleeps = [s.sleeps for s in samples] if kind == "fw" else None
+    x = CommCostModel.make_input(kind, dims, sleeps).float()
+    y = torch.tensor([s.fw if kind == "fw" else s.bw for s in samples], dtype=torch.float32)
+    return x, y
+
+
+def build_model(kind: str, ndevices: int, x: torch.Tensor, wait_term: bool = False) -> CommCostModel:
+    """An untrained model normalised with the input mean/std (std 1 for constant inputs)."""
+    mean, std = x.mean(0), x.std(0) if len(x) > 1 else torch.ones(x.shape[1])
+    std = torch.where(std > 1e-6, std, torch.ones_like(std))
+    return CommCostModel(kind, ndevices, mean, std, wait_term=wait_term)
+
+
+def train_comm_model(samples: Sequence[CommSample], kind: str, cfg: TrainConfig, out_path,
+                     data_dir=None, wait_term: bool = False, progress: bool = True) -> dict:
+    """Train one direction's model (`wait_term`: see nets.CommCostModel, forward only), write
+    checkpoint + scatter + metrics; return the summary."""
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    n = samples[0].ndevices
+    torch.manual_seed(cfg.seed)
+    x, y = comm_tensors(samples, kind)
+    model = build_model(kind, n, x, wait_term)
+    report = train_model(model, (x,), y, cfg, desc=f"{kind} comm model", progress=progress)
+    result = {"kind": kind, "ndevices": n, "data_dir": None if data_dir is None else str(data_dir),
+              "num_samples": len(samples), "wait_term": wait_term}
+    noise = read_noise_floor(data_dir, kind) if data_dir is not None else None
+    if noise is not None:
+        result["noise_floor"] = noise
+    name = "forward" if kind == "fw" else "backward"
+    return save_trained(model, report, out_path, f"{name} comm model ({n} devices), test split", result)
+
+
+def train_comm_models(data_dir, cfg: TrainConfig, fw_out_path=None, bw_out_path=None,
+                      fw_wait: bool = True, progress: bool = True) -> dict:
+    """Train both models on `data_dir`; returns {"fw": summary, "bw": summary}. `fw_wait`: the forward
+    model's analytic wait term (nets.CommCostModel).
+
+    Output paths default to upstream's ``models/comm_<n>_fw.pt`` / ``_bw.pt``
+    with n the device count of the data.
+    """
+    samples = read_comm_data(data_dir)
+    if len(samples) < 3:
+        raise InputError(Path(data_dir) / DATA_TXT, f"need at least 3 samples to train, found {len(samples)}")
+    n = samples[0].ndevices
+    paths = {"fw": fw_out_path or f"models/comm_{n}_fw.pt", "bw": bw_out_path or f"models/comm_{n}_bw.pt"}
+    for kind in KINDS:
+        check_output_file(f"--{kind}_out_path", paths[kind])
+    return {kind: train_comm_model(samples, kind, cfg, paths[kind], data_dir, wait_term=fw_wait and kind == "fw",
+                                   progress=progress) for kind in KINDS}

@@ -1,0 +1,32 @@
+"""`neuroshard.formats.user_tables`: a user's table list (CSV or JSON)."""
+
+import json
+
+from neuroshard.formats.user_tables import read_user_tables
+from neuroshard.types import DEFAULT_BINS, TableConfig
+from tests.formats import BINS, expect_error
+
+
+def test_user_tables_from_json_with_and_without_bins(tmp_path, capsys):
+    path = tmp_path / "tables.json"
+    bins = {f"bin_{j}": 1.0 if j == 16 else 0.0 for j in range(17)}
+    path.write_text(json.dumps([{"name": "a", "rows": 100, "dim": 8, "pooling_factor": 1.5, **bins},
+                                {"name": "b-2", "rows": 10, "dim": 4, "pooling_factor": 0}]))
+    user = read_user_tables(path, max_mem=1.0)
+    assert user.names == ["a", "b-2"] and user.default_bins == ["b-2"]
+    assert user.configs == [TableConfig(100, 1.5, BINS, 8), TableConfig(10, 0.0, DEFAULT_BINS, 4)]
+    assert "1 table(s) without locality bins (b-2)" in capsys.readouterr().err
+    read_user_tables(path, warn=False)
+    assert capsys.readouterr().err == ""
+    path.write_text(json.dumps([{"name": "a", "rows": 1.5, "dim": 8, "pooling_factor": 1}]))
+    expect_error(lambda: read_user_tables(path), path, "table 0: table 'a': rows is not an integer: 1.5")
+    path.write_text(json.dumps([{"name": "a", "rows": 10, "dim": 8, "pooling_factor": 1, "bin_0": 1.0}]))
+    expect_error(lambda: read_user_tables(path), path, "give all of bin_0..bin_16 or none, missing bin_1")
+    path.write_text("[]")
+    expect_error(lambda: read_user_tables(path), path, "no tables")
+
+
+def test_user_tables_csv_header_is_checked(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("name,rows,dims,pooling_factor\na,1,4,1\n")
+    expect_error(lambda: read_user_tables(path), path, "missing dim", line=1)

@@ -1,0 +1,91 @@
+import pytest
+import torch
+
+from neuroshard.data.synthetic import SyntheticSpec, generate_synthetic
+from neuroshard.formats.dataset import Dataset
+from neuroshard.measure.kernel import BenchTable, IndexRangeError, ShardBenchmark, bench_tables
+from neuroshard.types import NeuroShardError, Task, apply_column_steps
+
+
+@pytest.fixture(scope="module")
+def dataset():
+    configs, _, indices, offsets = generate_synthetic(
+        SyntheticSpec(num_tables=4, batch_size=32, max_rows=500, mean_pooling=3.0), progress=False)
+    return Dataset(configs, indices, offsets)
+
+
+@pytest.fixture(scope="module")
+def bench(dataset):
+    return ShardBenchmark(dataset, "cpu", warmup=1, iters=3, arena_gb=0.01)
+
+
+def test_tiny_shard_gives_positive_median_and_per_iteration_times(dataset, bench):
+    tables = [BenchTable(dataset.configs[t].row, 8, t) for t in (0, 2)]
+    r = bench.measure(tables)
+    assert r.median_ms > 0
+    assert len(r.times_ms) == 3 and all(t > 0 for t in r.times_ms)
+    assert sorted(r.times_ms)[1] == pytest.approx(r.median_ms)
+    assert 0 < r.timed_s <= r.bench_s <= r.total_s
+
+
+def test_empty_shard_costs_zero(bench):
+    r = bench.measure([])
+    assert r.median_ms == 0.0
+
+
+def test_out_of_range_index_is_rejected_and_data_untouched(dataset, bench):
+    idx = dataset.indices[1]
+    before = idx.clone()
+    top = int(idx.max())
+    with pytest.raises(IndexRangeError) as e:
+        bench.measure([BenchTable(dataset.configs[0].row, 4, 0), BenchTable(top, 4, 1)])
+    msg = str(e.value)
+    assert "shard table 1" in msg and "dataset table 1" in msg and str(top) in msg
+    assert isinstance(e.value, ValueError) and isinstance(e.value, NeuroShardError)
+    assert torch.equal(dataset.indices[1], before)  # FBGEMM never saw (and rewrote) them
+
+
+def test_malformed_tables_are_rejected(bench, dataset):
+    with pytest.raises(ValueError, match="multiple of 4"):
+        bench.measure([BenchTable(dataset.configs[0].row, 6, 0)])
+    with pytest.raises(ValueError, match="does not exist"):
+        bench.measure([BenchTable(1000, 4, 99)])
+
+
+def test_inputs_are_table_major_lookups_of_each_dataset_table(dataset, bench):
+    # a task table split in two: both halves read the lookups of dataset table 3
+    task = Task((3, 1), (16, 8))
+    tables = bench_tables(apply_column_steps(task.tables(dataset.configs), [0]))
+    assert [(t.table_id, t.dim) for t in tables] == [(3, 8), (1, 8), (3, 8)]
+    indices, offsets, grad = bench.shard_inputs(tables)
+    B = dataset.batch_size
+    assert offsets.shape == (3 * B + 1,) and grad.shape == (B, 24)
+    op = bench.build_op(tables)
+    weights = op.split_embedding_weights()
+    gen = torch.Generator().manual_seed(0)
+    for w in weights:
+        w.copy_(torch.randn(w.shape, generator=gen))
+    out = op(indices, offsets)
+    expected = torch.cat([
+        torch.nn.functional.embedding_bag(dataset.indices[t.table_id].long(), w,
+                                          dataset.offsets[t.table_id][:-1].long(), mode="sum")
+        for t, w in zip(tables, weights)], dim=1)
+    torch.testing.assert_close(out, expected)
+
+
+def test_cpu_clock_counts_this_threads_cpu_time(dataset):
+    tables = [BenchTable(dataset.configs[t].row, 16, t) for t in range(4)]
+    old = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        r = ShardBenchmark(dataset, "cpu", warmup=1, iters=3, arena_gb=0.01, clock="cpu").measure(tables)
+        assert r.median_ms > 0 and len(r.times_ms) == 3
+        assert r.timed_s >= sum(r.times_ms) / 1e3 * 0.99  # CPU time never exceeds elapsed time
+        if old > 1:
+            torch.set_num_threads(2)
+            with pytest.raises(ValueError, match="set_num_threads"):
+                ShardBenchmark(dataset, "cpu", clock="cpu").measure(tables)
+    finally:
+        torch.set_num_threads(old)
+    with pytest.raises(ValueError, match="clock"):
+        ShardBenchmark(dataset, "cpu", clock="sundial")

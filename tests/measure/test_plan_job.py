@@ -1,0 +1,105 @@
+"""Plan measurement (`measure.plan_job`): a real 2-rank gloo job over hand-made plans on a tiny dataset
+(per-rank parts, a rank without tables, an out-of-memory record that is reported and not run, end-to-end
+timing), merged into records and summarised, and a failing rank that ends the job with its message."""
+
+import glob
+import os
+import time
+
+import pytest
+
+from neuroshard.data.synthetic import SyntheticSpec, generate_synthetic
+from neuroshard.eval.hardware import merge_results
+from neuroshard.eval.results import hardware_summary as summarize
+from neuroshard.eval.results import write_outputs
+from neuroshard.formats.dataset import write_dataset
+from neuroshard.formats.plans import plan_view, read_plans, write_plans
+from neuroshard.formats.tasks import write_tasks
+from neuroshard.measure import launch
+from neuroshard.measure.launch import JobError
+from neuroshard.measure.plan_job import HardwareConfig, measure_plans, shard_layout
+from neuroshard.types import CostBreakdown, Plan, PlanRecord, Task
+
+
+def _breakdown(cost: float, n: int = 2) -> CostBreakdown:
+    """A breakdown whose plan cost is `cost` (rank 0 carries it all)."""
+    return CostBreakdown([cost] + [0.0] * (n - 1), [0.0] * n, [0.0] * n)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    d = tmp_path_factory.mktemp("hw")
+    configs, _, idx, off = generate_synthetic(SyntheticSpec(num_tables=5, batch_size=128, max_rows=3000, seed=0),
+                                              progress=False)
+    write_dataset(d / "ds", configs, idx, off)
+    tasks = [Task((0, 1, 2, 3), (16, 8, 32, 16)), Task((4, 1), (8, 8))]
+    write_tasks(d / "tasks.txt", tasks)
+    records = [
+        # table 2 (dim 32) split into two 16s: post-split tables 0..4 with dims 16, 8, 16, 16, 16
+        PlanRecord(0, "a", plan=Plan((2,), ((0, 4), (1, 2, 3))), estimate=_breakdown(2.0)),
+        PlanRecord(0, "b", status="oom", message="device 0 holds 9 GB > max_mem 1 GB"),
+        PlanRecord(1, "a", plan=Plan((), ((0, 1), ())), estimate=_breakdown(1.0)),  # rank 1 empty
+    ]
+    for r in records:
+        if r.plan is not None:
+            r.view = plan_view(tasks[r.task].tables(configs), r.plan)
+    write_plans(d / "plans.json", records)
+    return d, configs, tasks
+
+
+def test_shard_layout_applies_splits(tiny):
+    _, configs, tasks = tiny
+    split, shards, dims = shard_layout(tasks[0], configs, Plan((2,), ((0, 4), (1, 2, 3))))
+    assert [t.dim for t in split] == [16, 8, 16, 16, 16]
+    assert [t.table_id for t in shards[0]] == [0, 2]  # the split half keeps table 2's lookups
+    assert dims == [32, 40]
+
+
+def test_two_rank_job_measures_each_plan_and_reports_oom(tiny):
+    d, _, _ = tiny
+    cfg = HardwareConfig(ndevices=2, warmup=1, iters=2, end_to_end=True, timeout=30)
+    measured = measure_plans(d / "plans.json", d / "ds", d / "tasks.txt", cfg)
+    assert [m.index for m in measured] == [0, 1]  # the out-of-memory record is not run
+    a, b = measured
+    assert a.dims == [32, 40] and a.ntables == [2, 3]
+    for part in ("compute", "bw_comm", "fw_comm"):
+        assert len(getattr(a, part)) == 2 and all(x > 0 for x in getattr(a, part)), part
+    assert len(a.compute_iters[0]) == 2
+    # a device without tables: no compute, but it still takes part in both exchanges
+    assert b.dims == [16, 0] and b.compute[1] == 0.0 and b.compute[0] > 0
+    assert all(x > 0 for x in b.bw_comm + b.fw_comm)
+    # end-to-end: the slowest rank per iteration, median over iterations
+    assert len(a.e2e.iters) == 2 and a.e2e.cost > 0
+
+    results = merge_results(read_plans(d / "plans.json"), [[m] for m in measured])
+    assert [(r.task, r.alg, r.status) for r in results] == [(0, "a", "ok"), (0, "b", "oom"), (1, "a", "ok")]
+    r = results[0]
+    total = [c + bw + fw for c, bw, fw in zip(a.compute, a.bw_comm, a.fw_comm)]
+    assert r.measured.total == pytest.approx(total)
+    assert r.cost == pytest.approx(max(total))
+    assert r.estimated_cost == 2.0 and r.e2e_cost == a.e2e.cost
+    assert results[1].cost is None and results[1].measured is None and "max_mem" in results[1].message
+
+    summary = summarize(results, ["a", "b"], 2)
+    rows = {row["alg"]: row for row in summary["algorithms"]}
+    assert (rows["a"]["valid"], rows["b"]["valid"], rows["b"]["oom"]) == (2, 0, 1)
+    assert rows["a"]["average"] == pytest.approx((results[0].cost + results[2].cost) / 2)
+    write_outputs(d / "out", results, summary)
+    for name in ("results.json", "results.csv", "ranks.csv", "summary.json", "summary.csv", "summary.md"):
+        assert (d / "out" / name).stat().st_size > 0
+    assert len((d / "out" / "ranks.csv").read_text().splitlines()) == 1 + 4  # header + 2 plans x 2 ranks
+
+
+def test_failing_rank_ends_the_job_with_its_message(tiny, tmp_path, monkeypatch):
+    d, _, _ = tiny
+    monkeypatch.setenv("FAULTY_RANKS", "hardware:1:1:raise")
+    cfg = HardwareConfig(ndevices=2, warmup=1, iters=1, timeout=10)
+    t0 = time.monotonic()
+    with pytest.raises(JobError, match=r"rank 1 \(plan 1, .*injected fault") as info:
+        measure_plans(d / "plans.json", d / "ds", d / "tasks.txt", cfg, work_dir=str(tmp_path),
+                      worker_module="tests.faulty_ranks")
+    assert time.monotonic() - t0 < 90
+    assert "after 1 of 2 plans" in str(info.value)
+    [job_dir] = glob.glob(str(tmp_path / "hw_eval_job_*"))
+    pids = [int(open(p).read()) for p in glob.glob(os.path.join(job_dir, "rank*.pid"))]
+    assert len(pids) == 2 and not [p for p in pids if launch._pid_alive(p) and job_dir in launch._cmdline(p)]

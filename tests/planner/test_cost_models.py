@@ -1,0 +1,114 @@
+import numpy as np
+import pytest
+import torch
+
+from neuroshard.planner.cost_models import load_comm_model, load_compute_model, load_model, save_model
+from neuroshard.planner.features import TABLE_EMBED_DIM
+from neuroshard.planner.nets import (
+    CommCostModel,
+    ComputeCostModel,
+    feature_stats,
+    linear_comm_model,
+    linear_compute_model,
+    table_features,
+)
+from neuroshard.types import InputError, TableConfig
+
+BINS = tuple([0.25] * 4 + [0.0] * 13)
+
+
+def _configs():
+    return [TableConfig(10 ** (2 + i % 4), 1.0 + i, BINS, dim=4 * 2 ** (i % 5)) for i in range(12)]
+
+
+def _compute_model():
+    torch.manual_seed(0)
+    mean, std = feature_stats(table_features(_configs()))
+    return ComputeCostModel(mean, std, target_scale=7.0).eval()
+
+
+def test_table_features_hand_values():
+    f = table_features([TableConfig(1000, 2.5, BINS, dim=16)])
+    assert f.shape == (1, 21)
+    assert f[0, :4].tolist() == [16.0, 3.0, 2.5, 40.0]
+    assert f[0, 4:8].tolist() == [0.25] * 4
+
+
+def test_compute_model_sum_structure_and_empty_set():
+    m, configs = _compute_model(), _configs()
+    sets = [[0, 1, 2], [], [5], [3, 3, 7, 11]]
+    fast = m.predict_sets(configs, sets)
+    assert fast[1] == 0.0
+    feats = table_features(configs)
+    padded = torch.zeros(len(sets), 4, feats.shape[1])
+    mask = torch.zeros(len(sets), 4, dtype=torch.bool)
+    for i, s in enumerate(sets):
+        padded[i, :len(s)] = feats[s]
+        mask[i, :len(s)] = True
+    with torch.no_grad():
+        plain = m(padded, mask).numpy()
+    np.testing.assert_allclose(fast, plain, rtol=1e-5, atol=1e-5)
+    emb = m.predict_tables(configs)
+    assert emb.shape == (12, TABLE_EMBED_DIM)
+    # the cost of a set only depends on the sum of its members' embeddings
+    with torch.no_grad():
+        via_sums = m.cost_from_sums(torch.from_numpy(emb[[0, 1, 2]].sum(0, keepdims=True)), torch.tensor([3]))
+    assert float(via_sums) == pytest.approx(float(fast[0]), rel=1e-5)
+
+
+def test_checkpoint_round_trip(tmp_path):
+    m, configs = _compute_model(), _configs()
+    save_model(m, tmp_path / "c.pt")
+    m2 = load_compute_model(tmp_path / "c.pt")
+    np.testing.assert_array_equal(m.predict_sets(configs, [[0, 4], [9]]), m2.predict_sets(configs, [[0, 4], [9]]))
+    assert not list(tmp_path.glob(".*tmp"))
+
+
+def test_comm_model_round_trip_and_mismatch(tmp_path):
+    torch.manual_seed(1)
+    fw = CommCostModel("fw", 4, torch.zeros(8), torch.ones(8), target_scale=2.0)
+    save_model(fw, tmp_path / "fw.pt")
+    dims = np.array([[64, 32, 0, 128]], dtype=np.float32)
+    sleeps = np.array([[0, 1, 2, 3]], dtype=np.float32)
+    got = load_comm_model(tmp_path / "fw.pt", 4, "fw").predict(dims, sleeps)
+    np.testing.assert_array_equal(got, fw.predict(dims, sleeps))
+    assert got.shape == (1, 4)
+    with pytest.raises(InputError, match="ndevices=4, asked for 8"):
+        load_comm_model(tmp_path / "fw.pt", 8, "fw")
+    with pytest.raises(InputError, match="expected a bw comm model"):
+        load_comm_model(tmp_path / "fw.pt", 4, "bw")
+
+
+def test_load_model_bad_files(tmp_path):
+    with pytest.raises(InputError, match="not found"):
+        load_model(tmp_path / "missing.pt")
+    (tmp_path / "junk.pt").write_text("junk")
+    with pytest.raises(InputError, match="junk.pt: not a NeuroShard cost model"):
+        load_model(tmp_path / "junk.pt")
+
+
+def test_hand_set_linear_models_compute_their_formulas():
+    cm = linear_compute_model(0.01, 0.5)
+    configs = [TableConfig(1000, 2.0, BINS, dim=d) for d in (16, 64, 8)]
+    np.testing.assert_allclose(cm.predict_sets(configs, [[0, 1], [], [2]]), [0.5 + 0.8, 0.0, 0.5 + 0.08], rtol=1e-6)
+    w = np.array([[0.02, 0.0, 0.5, 0.0], [0.001, 0.03, 0.0, 0.5]])
+    fw = linear_comm_model("fw", 2, w, [0.1, 0.2])
+    dims, sleeps = np.array([[64.0, 32.0]]), np.array([[2.0, 0.0]])
+    np.testing.assert_allclose(fw.predict(dims, sleeps), w @ [64, 32, 2, 0] + [[0.1, 0.2]], rtol=1e-6)
+    with pytest.raises(ValueError, match="too many devices"):
+        linear_comm_model("fw", 9, np.zeros((9, 18)), np.zeros(9))
+
+
+def test_forward_wait_term_adds_the_wait_for_the_last_rank(tmp_path):
+    n = 3
+    m = CommCostModel("fw", n, torch.zeros(2 * n), torch.ones(2 * n), wait_term=True)
+    with torch.no_grad():
+        for p in m.parameters():
+            p.zero_()
+    # MLP output 0: the prediction is max(sleeps) - sleeps, by hand
+    assert m.predict([[8, 16, 32]], [[0.0, 5.0, 2.0]]).tolist() == [[5.0, 0.0, 3.0]]
+    save_model(m.eval(), tmp_path / "fw.pt")
+    back = load_comm_model(tmp_path / "fw.pt", n, "fw")
+    assert back.wait_term and back.predict([[8, 16, 32]], [[1.0, 0.0, 0.0]]).tolist() == [[0.0, 1.0, 1.0]]
+    with pytest.raises(ValueError, match="only the forward model"):
+        CommCostModel("bw", n, torch.zeros(n), torch.ones(n), wait_term=True)

@@ -1,0 +1,90 @@
+"""End-to-end smoke test of the pipeline driver at the tiny preset, and its skip logic."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from neuroshard.formats.cost_data import read_comm_data, read_compute_data
+from neuroshard.formats.dataset import read_dataset
+from neuroshard.formats.plans import read_plans
+from neuroshard.formats.tasks import read_tasks
+from neuroshard.pipeline import Step, run_steps
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _driver(out: Path, *extra):
+    return subprocess.run([sys.executable, "-m", "neuroshard.pipeline", "--preset", "tiny", "--out_dir", str(out),
+                           *extra], cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+def test_tiny_pipeline_writes_every_artifact_and_skips_on_rerun(tmp_path):
+    out = tmp_path / "run"
+    r = _driver(out)
+    assert r.returncode == 0, r.stderr[-2000:]
+    # every step printed its command before running it
+    for script in ("tools/gen_dlrm_data.py", "tools/gen_tasks.py", "collect_compute_cost_data.py",
+                   "collect_comm_cost_data.py", "train_compute_cost_model.py", "tools/heldout_check.py",
+                   "train_comm_cost_model.py", "train_dreamshard.py", "train_autoshard.py", "eval_simulator.py",
+                   "eval.py"):
+        assert f"$ python {script}" in r.stdout
+    ds = read_dataset(out / "dataset")
+    assert len(ds.configs) == 16 and ds.batch_size == 256
+    assert len(read_tasks(out / "tasks" / "data.txt", num_tables=16)) == 3
+    configs, samples = read_compute_data(out / "compute_data")
+    assert len(samples) == 100 and all(cost > 0 for _, cost in samples)
+    assert len(configs) == 16 * 4  # dims 32, 16, 8, 4
+    assert len(read_comm_data(out / "comm_data", ndevices=2)) == 16
+    for name in ("compute", "comm_2_fw", "comm_2_bw"):
+        m = json.loads((out / "models" / f"{name}_metrics.json").read_text())
+        assert {"mse", "mape", "spearman"} <= set(m["metrics"]["test"])
+        assert (out / "models" / f"{name}_test_scatter.png").stat().st_size > 1000
+    # the learned baselines trained on their own tasks (seed 1), never the evaluation tasks (seed 0)
+    train_tasks = read_tasks(out / "train_tasks" / "data.txt", num_tables=16)
+    assert len(train_tasks) == 4 and not set(train_tasks) & set(read_tasks(out / "tasks" / "data.txt"))
+    for name in ("dreamshard", "autoshard"):
+        assert (out / "models" / f"{name}.pt").is_file() and (out / "models" / f"{name}_curve.png").is_file()
+    algs = ["neuroshard", "random", "dim_greedy", "lookup_greedy", "size_greedy", "size_lookup_greedy",
+            "torchrec", "dreamshard", "autoshard", "neuroshard_plus"]
+    for where in ("sim", "hw"):
+        summary = json.loads((out / where / "summary.json").read_text())
+        assert [row["alg"] for row in summary["algorithms"]] == algs
+        assert all(row["tasks"] == 2 for row in summary["algorithms"])
+    assert len(read_plans(out / "sim" / "plans.json")) == 2 * len(algs)
+    hw = json.loads((out / "hw" / "results.json").read_text())
+    measured = [r for r in hw if r.get("measured")]
+    assert measured and all(r["measured"]["cost"] > 0 for r in measured)
+    assert all(len(r["repeat_costs"]) == 2 for r in measured)  # the tiny preset measures every plan twice
+    held = json.loads((out / "models" / "compute_heldout.json").read_text())
+    assert set(held["mape"]) == {"in_distribution", "unseen_tables", "mixed"}
+    report = (out / "report.md").read_text()
+    assert "| neuroshard |" in report and "## Cost models" in report and "## Simulator vs hardware" in report
+    assert "Held-out-table check" in report and "[95% CI]" in report
+    assert "| dreamshard |" in report and "## Learned baselines" in report
+    # the drift steps re-measured collected data after the evaluation, and the report reads them
+    for name in ("drift_compute.json", "drift_comm.json"):
+        assert json.loads((out / "hw" / name).read_text())["num_samples"] > 0
+    assert "Machine drift: right after the evaluation, 4 compute shards and 8 per-rank" in report
+    for png in ("cost_per_algorithm.png", "search_time.png"):
+        assert (out / "plots" / png).stat().st_size > 1000
+    config = json.loads((out / "config.json").read_text())
+    assert config["preset"]["name"] == "tiny" and config["versions"]["torch"].startswith("2.13")
+
+    again = _driver(out)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert again.stdout.count("up to date, skipped") == 16
+
+
+def test_changed_step_reruns_itself_and_everything_after(tmp_path, capsys):
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    write = "import sys; open(sys.argv[1], 'w').write(sys.argv[2])"
+    steps = [Step("1", "first", ["-c", write, str(a), "x"], [a]), Step("2", "second", ["-c", write, str(b), "y"], [b])]
+    assert [r["skipped"] for r in run_steps(steps, tmp_path, force=False)] == [False, False]
+    assert [r["skipped"] for r in run_steps(steps, tmp_path, force=False)] == [True, True]
+    assert [r["skipped"] for r in run_steps(steps, tmp_path, force=True)] == [False, False]
+    steps[0].argv[-1] = "z"
+    assert [r["skipped"] for r in run_steps(steps, tmp_path, force=False)] == [False, False]
+    assert a.read_text() == "z"
+    b.unlink()
+    assert [r["skipped"] for r in run_steps(steps, tmp_path, force=False)] == [True, False]

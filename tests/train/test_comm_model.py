@@ -1,0 +1,105 @@
+"""Comm cost model training: inputs, checkpoint round trip, device-count guard, CLI."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from neuroshard.formats.cost_data import CommSample, write_comm_data
+from neuroshard.planner.cost_models import load_comm_model
+from neuroshard.train.comm_model import comm_tensors, train_comm_models
+from neuroshard.train.loop import TrainConfig
+from neuroshard.types import InputError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def synthetic_samples(n_samples=240, ndevices=3, seed=0):
+    """fw = dims/50 + (max sleep - own sleep), bw = dims/100 + 0.5 (ms)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n_samples):
+        dims = (rng.integers(1, 64, size=ndevices) * 4).tolist()
+        sleeps = rng.uniform(0, 5, size=ndevices)
+        sleeps = (sleeps - sleeps.min()).round(3).tolist()
+        fw = [d / 50 + max(sleeps) - s for d, s in zip(dims, sleeps)]
+        bw = [d / 100 + 0.5 for d in dims]
+        out.append(CommSample(dims, sleeps, fw, bw))
+    return out
+
+
+def test_comm_tensors_layout():
+    s = [CommSample([4, 8], [0.0, 1.5], [1.0, 2.0], [3.0, 4.0])]
+    x, y = comm_tensors(s, "fw")
+    assert x.tolist() == [[4.0, 8.0, 0.0, 1.5]] and y.tolist() == [[1.0, 2.0]]
+    x, y = comm_tensors(s, "bw")
+    assert x.tolist() == [[4.0, 8.0]] and y.tolist() == [[3.0, 4.0]]
+
+
+@pytest.fixture
+def one_thread():
+    # Tiny MLPs: extra intra-op threads only add contention on a shared 2-core box.
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+def test_train_checkpoint_round_trip_and_device_guard(tmp_path, one_thread):
+    data = tmp_path / "comm"
+    data.mkdir()
+    samples = synthetic_samples()
+    write_comm_data(data, samples)
+    (data / "noise_floor.json").write_text(json.dumps({"kind": "comm", "targets": {
+        "fw": {"fresh_vs_stored": {"median": 0.1, "mean": 0.12, "n": 8}},
+        "bw": {"fresh_vs_stored": {"median": 0.2, "mean": 0.25, "n": 8}}}}))
+    fw_path, bw_path = tmp_path / "m" / "comm_3_fw.pt", tmp_path / "m" / "comm_3_bw.pt"
+    cfg = TrainConfig(epochs=40, batch_size=64, lr=3e-3, seed=0)
+    res = train_comm_models(data, cfg, fw_path, bw_path)
+    for kind, path in (("fw", fw_path), ("bw", bw_path)):
+        r = res[kind]
+        assert set(r["metrics"]["test"]) >= {"mse", "mape", "spearman", "n"}
+        assert r["metrics"]["test"]["n"] == 24 * 3  # 10% of 240 samples x 3 devices
+        assert r["noise_floor"]["mean"] == (0.12 if kind == "fw" else 0.25)
+        assert os.path.exists(r["scatter"]) and os.path.exists(r["metrics_path"])
+        # Round trip: the loaded model predicts exactly what the trained one did.
+        model = load_comm_model(path, 3, kind)
+        assert model.kind == kind and model.ndevices == 3
+        dims = np.array([s.dims for s in samples[:5]])
+        sleeps = np.array([s.sleeps for s in samples[:5]]) if kind == "fw" else None
+        pred = model.predict(dims, sleeps)
+        assert pred.shape == (5, 3) and np.isfinite(pred).all()
+        model2 = load_comm_model(path, 3, kind)
+        assert np.array_equal(pred, model2.predict(dims, sleeps))
+        with pytest.raises(InputError, match="ndevices=3, asked for 4"):
+            load_comm_model(path, 4, kind)
+    with pytest.raises(InputError, match="expected a bw comm model"):
+        load_comm_model(fw_path, 3, "bw")
+    # The backward target is easy: the model must have learnt it.
+    assert res["bw"]["metrics"]["test"]["spearman"] > 0.9
+
+
+def test_training_needs_one_device_count(tmp_path):
+    data = tmp_path / "comm"
+    data.mkdir()
+    (data / "data.txt").write_text("4,8 0,1 1,2 1,2\n4,8,4 0,1,0 1,2,3 1,2,3\n")
+    with pytest.raises(InputError, match="expected 2"):
+        train_comm_models(data, TrainConfig(epochs=1), tmp_path / "fw.pt", tmp_path / "bw.pt")
+
+
+def test_cli_trains_both_models(tmp_path):
+    data = tmp_path / "comm"
+    data.mkdir()
+    write_comm_data(data, synthetic_samples(60, ndevices=2))
+    res = subprocess.run([sys.executable, os.path.join(ROOT, "train_comm_cost_model.py"), "--data_dir",
+                          str(data), "--epochs", "3", "--seed", "1"], cwd=str(tmp_path),
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "forward comm model (2 devices" in res.stdout and "backward comm model" in res.stdout
+    assert (tmp_path / "models" / "comm_2_fw.pt").exists()
+    assert (tmp_path / "models" / "comm_2_bw_metrics.json").exists()
+    assert torch.load(tmp_path / "models" / "comm_2_bw.pt", weights_only=True)["ndevices"] == 2

@@ -1,0 +1,74 @@
+"""The held-out-table check: the split never puts a table on both sides; the check runs on hand data."""
+
+import json
+
+import numpy as np
+import pytest
+
+from neuroshard.data.split import table_halves
+from neuroshard.formats.cost_data import write_compute_data
+from neuroshard.measure.compute_collect import ShardSampler, augment_table_configs
+from neuroshard.train.heldout import heldout_check, shard_groups
+from neuroshard.train.loop import TrainConfig
+from neuroshard.types import InputError, TableConfig
+
+N = 12  # dataset tables
+
+
+def _configs():
+    rng = np.random.default_rng(0)
+    return [TableConfig(int(10 ** rng.uniform(3, 5)), float(rng.uniform(1, 20)), (1.0,) + (0.0,) * 16)
+            for _ in range(N)]
+
+
+def test_sampler_draws_single_half_shards_and_every_table_alike():
+    aug = augment_table_configs(_configs(), 16)  # 12 tables x 3 dims
+    halves = table_halves(N, seed=1)
+    sampler = ShardSampler(aug, 5, 1.0, seed=0, halves=halves, half_share=0.6)
+    samples = [(sampler.sample(), 1.0) for _ in range(3000)]
+    groups = shard_groups(samples, halves)
+    single = np.mean(groups != "mixed")
+    # 60% drawn from one half, plus the other draws that land in one half by chance: with k uniform in
+    # 1..5 tables, P(one half) = mean of 2 x 0.5^k = 0.3875, so 0.6 + 0.4 x 0.3875 = 0.755 expected
+    assert 0.73 < single < 0.78
+    use = np.bincount([i % N for ids, _ in samples for i in ids], minlength=N)
+    assert use.min() > 0.8 * use.mean()  # every table about equally often
+
+
+def test_the_split_never_puts_a_table_on_both_sides():
+    aug = augment_table_configs(_configs(), 16)
+    halves = table_halves(N, seed=1)
+    sampler = ShardSampler(aug, 5, 1.0, seed=0, halves=halves, half_share=0.6)
+    samples = [(sampler.sample(), 1.0) for _ in range(500)]
+    groups = shard_groups(samples, halves)
+    tables = {g: {i % N for (ids, _), gg in zip(samples, groups) if gg == g for i in ids} for g in ("half0", "half1")}
+    assert tables["half0"] and tables["half1"] and not tables["half0"] & tables["half1"]
+
+
+def _write(tmp_path, half_share):
+    configs = _configs()
+    aug = augment_table_configs(configs, 16)
+    halves = table_halves(N, seed=0)
+    sampler = ShardSampler(aug, 5, 1.0, seed=0, halves=halves, half_share=half_share)
+    # a smooth cost: 0.5 ms + dim x pooling / 100 per table
+    samples = []
+    for _ in range(300):
+        ids = sampler.sample()
+        samples.append((ids, 0.5 + sum(aug[i].dim * aug[i].pooling_factor for i in ids) / 100))
+    write_compute_data(tmp_path, aug, samples)
+    (tmp_path / "config.json").write_text(json.dumps({"max_dim": 16, "seed": 0, "half_share": half_share}))
+
+
+def test_check_reports_seen_unseen_and_mixed_mape(tmp_path):
+    _write(tmp_path, 0.67)
+    res = heldout_check(tmp_path, TrainConfig(epochs=60, loss="rel_mse", seed=0), folds=3)
+    assert set(res["mape"]) == {"in_distribution", "unseen_tables", "mixed"}
+    assert sum(res["shards"].values()) == 300 and min(res["shards"].values()) >= 20
+    assert all(0 <= v < 1 for v in res["mape"].values())
+    assert res["unseen_vs_in"] == pytest.approx(res["mape"]["unseen_tables"] / res["mape"]["in_distribution"])
+
+
+def test_check_needs_half_share_data(tmp_path):
+    _write(tmp_path, 0.0)
+    with pytest.raises(InputError, match="no --half_share"):
+        heldout_check(tmp_path, TrainConfig(epochs=2))
