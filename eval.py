@@ -41,7 +41,8 @@ import os
 import sys
 
 from neuroshard.cli import run_main
-from neuroshard.eval.plans import add_input_args, add_sharder_args
+from neuroshard.eval.plans import add_input_args
+from neuroshard.planner.registry import add_sharder_args, sharder_options
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -89,7 +90,7 @@ def main(argv=None) -> int:
     batch = read_dataset(args.data_dir).batch_size
     if batch % ndevices:
         raise InputError(args.data_dir, f"batch size {batch} is not a multiple of the {ndevices} ranks")
-    options = ev.sharder_options(args, batch)  # one-line error on a bad value, before any work
+    options = sharder_options(args, batch)  # one-line error on a bad value, before any work
     if not launch.writes_outputs:  # lend this node's ranks to node 0's job; node 0 plans and writes
         print(f"node {launch.node_rank}: lending {launch.nproc_per_node} ranks to node 0's job at "
               f"{launch.rdzv_endpoint}", file=sys.stderr, flush=True)
@@ -118,19 +119,19 @@ def main(argv=None) -> int:
     config.update(device=device, ndevices=ndevices, fw_comm_model=fw_path, bw_comm_model=bw_path, algs=algs,
                   num_tasks=n, batch_size=batch)
     measured = len(runnable(records))
-    print(f"measuring {measured} plans x {args.repeats} ({len(records) - measured} not run) on {ndevices} {device} ranks "
-          f"in one torchrun job (resumable: rerun the same command after an interruption)", file=sys.stderr,
+    print(f"measuring {measured} plans x {args.repeats} ({len(records) - measured} not run) on {ndevices} {device} "
+          f"ranks in one torchrun job (resumable: rerun the same command after an interruption)", file=sys.stderr,
           flush=True)
     _, summary = hw.run_evaluation(records, args.data_dir, args.task_path, cfg, args.out_dir, algs, n,
                                    config=config, show=show)
     results.print_summary(summary)
-    t = summary["hardware"]
-    if t["measurements"]:
-        per = f", then {t['per_plan_s']:.1f} s per plan" if t["per_plan_s"] is not None else ""
-        print(f"hardware job: {t['measurements']} measurements in {t['job_s']:.1f} s (first result after "
-              f"{t['first_plan_s']:.1f} s{per})", file=sys.stderr)
-    if t["measurements_resumed"]:
-        print(f"{t['measurements_resumed']} measurements were made by an earlier, interrupted run", file=sys.stderr)
+    t = summary.hardware
+    if t.measurements:
+        per = f", then {t.per_plan_s:.1f} s per plan" if t.per_plan_s is not None else ""
+        print(f"hardware job: {t.measurements} measurements in {t.job_s:.1f} s (first result after "
+              f"{t.first_plan_s:.1f} s{per})", file=sys.stderr)
+    if t.measurements_resumed:
+        print(f"{t.measurements_resumed} measurements were made by an earlier, interrupted run", file=sys.stderr)
     print(f"wrote {os.path.join(args.out_dir, results.SUMMARY_MD)} and the rest of the results", file=sys.stderr)
     return 0
 

@@ -20,7 +20,8 @@ import os
 import sys
 
 from neuroshard.cli import add_progress_arg, run_main
-from neuroshard.eval.plans import add_input_args, add_sharder_args
+from neuroshard.eval.plans import add_input_args
+from neuroshard.planner.registry import add_sharder_args, sharder_options
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -39,10 +40,11 @@ def main(argv=None) -> int:
     from neuroshard.checks import check_float
     from neuroshard.eval import plans as ev
     from neuroshard.eval import results
+    from neuroshard.eval.summary import summarize
     from neuroshard.planner.cost_models import default_comm_model_path
 
     check_float("--max_mem", args.max_mem, 0.0, lo_open=True)
-    options = ev.sharder_options(args, None)  # one-line error on a bad value, before any work
+    options = sharder_options(args, None)  # one-line error on a bad value, before any work
     algs = ev.resolve_algs(args.alg, options)
     ev.check_learned_policies(algs, options, args.ndevices, args.max_mem)
     fw_path = args.fw_comm_model or default_comm_model_path(args.ndevices, "fw")
@@ -50,7 +52,7 @@ def main(argv=None) -> int:
     inputs = ev.load_inputs(args.data_dir, args.task_path, args.compute_model, fw_path, bw_path,
                             args.ndevices, args.max_tasks)
     n = len(inputs.tasks)
-    options = ev.sharder_options(args, inputs.batch_size)
+    options = sharder_options(args, inputs.batch_size)
 
     def show(rec):
         if not args.quiet:
@@ -59,7 +61,7 @@ def main(argv=None) -> int:
 
     records = ev.compute_plans(inputs.configs, inputs.tasks, algs, args.ndevices, args.max_mem, inputs.models,
                                seed=args.seed, options=options, progress=not args.no_progress, on_record=show)
-    summary = results.summarize(records, algs, n)
+    summary = summarize(records, algs, n)
     results.print_summary(summary)
     if args.out_dir:
         config = {k: v for k, v in vars(args).items() if k not in ("quiet", "no_progress")}

@@ -369,7 +369,7 @@ def part_exhaustive(args, out: dict) -> None:
 
 def part_baselines(args, out: dict) -> None:
     from neuroshard.eval.plans import plan_task, task_seed
-    from neuroshard.eval.results import summarize
+    from neuroshard.eval.summary import summarize
     from neuroshard.planner.registry import algorithm_names, is_plain
 
     print("== quality: NeuroShard, NeuroShard+, NeuroShard's no-split start and the baselines "
@@ -395,20 +395,19 @@ def part_baselines(args, out: dict) -> None:
         names = algs + ["neuroshard_no_split"]
         s = summarize(records, names, args.baseline_tasks)
         print(f"  {n} devices, {args.baseline_tasks} tasks (T in 10..60, {args.max_mem:g} GB), "
-              f"{s['common_tasks']} valid for all:")
-        for r in s["algorithms"]:
-            gain = "" if r["alg"] == "neuroshard" else f"  NeuroShard better by {100 * r['neuroshard_gain']:+.1f}%"
-            took = "" if r["mean_search_ms"] is None else f"  search {r['mean_search_ms']:.1f} ms"
-            print(f"    {r['alg']:<20} mean {r['mean_common']:.3f} ms  valid {r['valid']}/{r['tasks']}{took}{gain}")
-        s["plus"] = plus_summary(records, [a for a in algs if a not in ("neuroshard", "neuroshard_plus")])
-        if s["plus"]:
-            p = s["plus"]
+              f"{s.common_tasks} valid for all:")
+        for r in s.algorithms:
+            gain = "" if r.alg == "neuroshard" else f"  NeuroShard better by {100 * r.neuroshard_gain:+.1f}%"
+            took = "" if r.mean_search_ms is None else f"  search {r.mean_search_ms:.1f} ms"
+            print(f"    {r.alg:<20} mean {r.mean_common:.3f} ms  valid {r.valid}/{r.tasks}{took}{gain}")
+        p = plus_summary(records, [a for a in algs if a not in ("neuroshard", "neuroshard_plus")])
+        if p:
             print(f"    neuroshard_plus vs neuroshard: mean cost {100 * p['gain_vs_neuroshard']:+.2f}% "
                   f"(per task: mean {100 * p['mean_task_gain']:+.2f}%, worst {100 * p['worst_task_gain']:+.2f}%); "
                   f"vs the best baseline of each task: worst {100 * p['worst_vs_best_baseline']:+.2f}%, "
                   f"above it on {p['tasks_above_best_baseline']}/{p['tasks']} tasks; "
                   f"search time {p['time_ratio']:.2f}x neuroshard's")
-        res[n] = s
+        res[n] = {**s.to_json(), "plus": p}
     out["baselines"] = res
 
 

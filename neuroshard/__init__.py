@@ -16,10 +16,12 @@ the `neuroshard.sharders` entry-point group. Importing this package does not
 import torch; loading cost models does.
 
 Package layout: `data/` (datasets, tasks), `planner/` (cost-model inference,
-simulator, search, baselines, registry), `bench/` (timing, FBGEMM and
-all-to-all benchmarks, torchrun launcher, collections), `train/` (cost-model
-training), `eval/` (plans, hardware evaluation, results, report, pipeline);
-`types.py`, `formats.py` and `checks.py` are shared by all of them.
+simulator, search, baselines, registry, TorchRec plans; no torch), `learned/`
+(the DreamShard and AutoShard baselines), `measure/` (everything that runs on
+hardware: timing, FBGEMM and all-to-all benchmarks, the torchrun job and its
+one rank loop, plan measurement, collections), `train/` (cost-model training),
+`eval/` (the evaluations, their summaries, the report); `pipeline.py` runs it
+all. `types.py`, `checks.py`, `settings.py` and `formats/` are shared by all.
 """
 
 from neuroshard.formats.dataset import read_dataset_configs

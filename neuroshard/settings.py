@@ -100,9 +100,11 @@ def _unwrap_optional(tp):
 class Settings:
     """Mixin for a (frozen) dataclass of settings whose fields are flags of the same name (see the module doc).
 
-    `TITLE`: the flag group's title in `--help`."""
+    `TITLE`: the flag group's title in `--help`; `RELEASED_ALIASES`: every `--a_b` flag also answers to `--a-b`
+    (the spelling of the released scripts a class reproduces)."""
 
     TITLE: ClassVar[str] = ""
+    RELEASED_ALIASES: ClassVar[bool] = False
 
     # ------------------------------------------------------------------ fields
 
@@ -138,6 +140,8 @@ class Settings:
                 nested.add_args(parser, skip)
                 continue
             names = [f"--{f.name}", *meta["aliases"]]
+            if cls.RELEASED_ALIASES and "_" in f.name:
+                names.append(f"--{f.name.replace('_', '-')}")
             if any(n in parser._option_string_actions for n in names):
                 continue
             default = f.default if f.default is not MISSING else f.default_factory()

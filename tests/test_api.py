@@ -56,7 +56,7 @@ def test_every_algorithm_through_one_call_with_its_simulated_cost():
     models = _hand_models(2)
     tables = [ns.TableConfig(1000, 1.0, ns.DEFAULT_BINS, d) for d in (16, 32, 8)]
     for alg in ns.algorithm_names():
-        if required_option(alg):  # the learned sharders need a trained policy (tests/planner/test_learned.py)
+        if required_option(alg):  # the learned sharders need a trained policy (tests/learned/test_sharders.py)
             continue
         r = ns.shard(tables, ndevices=2, max_mem_gb=1.0, models=models, alg=alg)
         assert r.alg == alg and r.search_ms >= 0 and [v["table"] for v in r.view] == [0, 1, 2]
@@ -79,6 +79,10 @@ def test_errors_are_typed():
         ns.shard([], ndevices=2, max_mem_gb=1.0, alg="nope")
     with pytest.raises(ns.InvalidPlanError, match="table 0 has no dim"):
         ns.shard([ns.TableConfig(100, 1.0, ns.DEFAULT_BINS)], ndevices=2, max_mem_gb=1.0, alg="random")
+    # an option the algorithm does not take is an error that lists the ones it does, never ignored
+    tables = [ns.TableConfig(100, 1.0, ns.DEFAULT_BINS, 8)]
+    with pytest.raises(ns.ConfigError, match=r"beam_kk: not an option of --alg neuroshard \(valid: beam_k, "):
+        ns.shard(tables, ndevices=2, max_mem_gb=1.0, models=_hand_models(2), beam_kk=3)
 
 
 def test_cost_models_load_checks_the_device_count(tmp_path):

@@ -20,7 +20,7 @@ import argparse
 import sys
 
 from neuroshard.cli import run_main
-from neuroshard.planner.torchrec_export import add_export_args
+from neuroshard.planner.torchrec_export import ExportConfig
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -34,18 +34,18 @@ def parse_args(argv=None) -> argparse.Namespace:
                                                   "given to tools/shard_tables.py")
     p.add_argument("--out", default="torchrec_plan.pt", help="TorchRec plan file; the JSON view goes beside it "
                                                              "with the suffix .json (default: torchrec_plan.pt)")
-    add_export_args(p)
+    ExportConfig.add_args(p)
     return p.parse_args(argv)
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
     from neuroshard.formats.plans import read_plans
-    from neuroshard.planner.torchrec_export import export_from_args, find_record, plan_tables
+    from neuroshard.planner.torchrec_export import find_record, plan_tables
 
     tables, names = plan_tables(args.data_dir, args.task_path, args.tables, args.task)
     record = find_record(read_plans(args.plans), args.plans, args.task, args.alg, len(tables))
-    written = export_from_args(args, args.out, tables, record.plan, names)
+    written = ExportConfig.from_args(args).export(args.out, tables, record.plan, names)
     print(f"wrote {' and '.join(map(str, written))} ({args.alg}, task {args.task}, {len(tables)} tables, "
           f"{record.plan.ndevices} ranks)", file=sys.stderr)
     return 0

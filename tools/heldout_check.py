@@ -21,7 +21,8 @@ from neuroshard.train.loop import TrainConfig
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--data_dir", default="data/cost_data/compute", help="compute cost data (with --half_share) (default: data/cost_data/compute)")
+    p.add_argument("--data_dir", default="data/cost_data/compute",
+                   help="compute cost data (with --half_share) (default: data/cost_data/compute)")
     p.add_argument("--out_path", default=None, help="write the result as JSON here")
     p.add_argument("--folds", type=int, default=5, help="folds over the seen half's shards (default: 5)")
     TrainConfig.add_args(p)

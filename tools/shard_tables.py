@@ -31,8 +31,8 @@ import sys
 from pathlib import Path
 
 from neuroshard.cli import run_main
-from neuroshard.eval.plans import add_sharder_args
-from neuroshard.planner.torchrec_export import add_export_args
+from neuroshard.planner.registry import add_sharder_args
+from neuroshard.planner.torchrec_export import ExportConfig
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -54,7 +54,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--out", default="shard_plan.json", help="plan file to write (default: shard_plan.json)")
     p.add_argument("--torchrec_out", default=None,
                    help="also write the TorchRec ShardingPlan here (e.g. plan.pt) and its JSON view beside it")
-    add_export_args(p)
+    ExportConfig.add_args(p)
     add_sharder_args(p)
     return p.parse_args(argv)
 
@@ -62,12 +62,11 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
     args = parse_args(argv)
     from neuroshard.checks import check_float, check_int
-    from neuroshard.eval.plans import sharder_options
     from neuroshard.formats.plans import write_plans
     from neuroshard.formats.user_tables import read_user_tables
     from neuroshard.planner import user_tables as ut
     from neuroshard.planner.cost_models import CostModels
-    from neuroshard.planner.torchrec_export import export_from_args
+    from neuroshard.planner.registry import sharder_options
     from neuroshard.types import ConfigError, NeuroShardError
 
     ndevices = check_int("--ndevices", args.ndevices, 1)
@@ -75,6 +74,7 @@ def main(argv=None) -> int:
     if args.batch_size is not None:
         check_int("--batch_size", args.batch_size, 1)
     options = sharder_options(args, args.batch_size)  # one-line error on a bad value, before any work
+    export = ExportConfig.from_args(args)
     if args.torchrec_out and Path(args.torchrec_out).with_suffix(".json").resolve() == Path(args.out).resolve():
         raise ConfigError("--torchrec_out", f"its JSON view {Path(args.torchrec_out).with_suffix('.json')} would "
                                             f"overwrite --out {args.out}: name them differently")
@@ -90,7 +90,7 @@ def main(argv=None) -> int:
     write_plans(args.out, [ut.user_plan_record(result, user.names)])
     print(f"wrote {args.out}", file=sys.stderr)
     if args.torchrec_out:
-        written = export_from_args(args, args.torchrec_out, result.tables, result.plan, user.names)
+        written = export.export(args.torchrec_out, result.tables, result.plan, user.names)
         print(f"wrote the TorchRec plan: {' and '.join(map(str, written))}", file=sys.stderr)
     return 0
 

@@ -20,6 +20,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from neuroshard.eval.summary import HardwareRun, Summary, hardware_summary
 from neuroshard.measure import plan_job
 from neuroshard.measure.plan_job import HardwareConfig, runnable
 from neuroshard.types import CostBreakdown, EndToEnd, NeuroShardError, PlanMeasurement, PlanRecord
@@ -104,7 +105,7 @@ def plan_identity(rec: PlanRecord, repeat: int = 0) -> str:
 def run_evaluation(records: Sequence[PlanRecord], data_dir, task_path, cfg: HardwareConfig, out_dir,
                    algs: Sequence[str], num_tasks: int, config: dict | None = None,
                    show: Callable[[str], None] | None = print,
-                   worker_module: str | None = None) -> tuple[list[PlanRecord], dict]:
+                   worker_module: str | None = None) -> tuple[list[PlanRecord], Summary]:
     """Measure every plan record with a plan in one job; write and return (results, summary).
 
     Records without a plan (out of memory, invalid) are reported, not run.
@@ -116,7 +117,7 @@ def run_evaluation(records: Sequence[PlanRecord], data_dir, task_path, cfg: Hard
     kept there. When every plan is measured, the results are written and
     `.partial/` is removed. One evaluation per `out_dir` at a time.
     """
-    from neuroshard.eval.results import PLANS_JSON, format_measured, hardware_summary, write_outputs
+    from neuroshard.eval.results import PLANS_JSON, format_measured, write_outputs
     from neuroshard.formats.io import append_line, check_run_config, open_append, write_json_atomic
     from neuroshard.formats.plans import format_measurement, read_measurements, write_plans
 
@@ -163,10 +164,10 @@ def run_evaluation(records: Sequence[PlanRecord], data_dir, task_path, cfg: Hard
         # wall time: the whole job (start-up included) and per plan (time between results after the first)
         job_s = time.perf_counter() - stamps[0]
         per_plan = np.diff(stamps[1:])
-        summary["hardware"] = {**cfg.to_json(), "measurements": len(todo), "measurements_resumed": resumed,
-                               "job_s": job_s if todo else 0.0,
-                               "first_plan_s": stamps[1] - stamps[0] if len(stamps) > 1 else None,
-                               "per_plan_s": float(np.median(per_plan)) if len(per_plan) else None}
+        summary.hardware = HardwareRun(cfg.to_json(), measurements=len(todo), measurements_resumed=resumed,
+                                       job_s=job_s if todo else 0.0,
+                                       first_plan_s=stamps[1] - stamps[0] if len(stamps) > 1 else None,
+                                       per_plan_s=float(np.median(per_plan)) if len(per_plan) else None)
         write_outputs(out, results, summary, plans=False)
     shutil.rmtree(partial, ignore_errors=True)
     return results, summary

@@ -24,7 +24,6 @@ from neuroshard.learned.policy import POLICY_OPTIONS, load_policy
 from neuroshard.planner.cost_models import CostModels
 from neuroshard.planner.registry import (
     algorithm_names,
-    all_settings,
     missing_requirement,
     options_for,
     prepare,
@@ -74,25 +73,6 @@ def add_input_args(parser, data_help: str = "dataset dir with table_configs.json
     parser.add_argument("--max_mem", type=float, default=4.0, help="memory per device in GB (default: 4)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the randomised algorithms (default: 0)")
     parser.add_argument("--max_tasks", type=int, default=None, help="evaluate only the first N tasks")
-
-
-def add_sharder_args(parser) -> None:
-    """Every registered sharder's settings as flags (NeuroShard's search, NeuroShard+'s, the TorchRec
-    planner's, the learned sharders' policy paths, a plug-in's), each declared once, by its settings class."""
-    for cls in all_settings():
-        cls.add_args(parser)
-
-
-def sharder_options(args, batch_size: int | None) -> dict:
-    """`ShardingContext.options` for every algorithm from a script's flags (those given; a learned sharder's
-    policy only when named) and the dataset's batch size (None: the TorchRec sharder's default), checked: a
-    one-line error on a bad value, before any work. `plan_task` hands each algorithm its own entries."""
-    options = {}
-    for cls in all_settings():
-        config = cls.from_args(args, **({"batch_size": batch_size} if "batch_size" in cls.option_names()
-                                        and batch_size is not None else {}))
-        options.update({k: v for k, v in config.to_options().items() if v is not None})
-    return options
 
 
 def load_inputs(data_dir, task_path, compute_model, fw_comm_model, bw_comm_model, ndevices: int,

@@ -17,6 +17,7 @@ import numpy as np
 
 from neuroshard.eval.intervals import VERDICTS
 from neuroshard.eval.results import fmt_ci, gain_cell
+from neuroshard.eval.summary import Accuracy, AlgorithmRow, Summary
 from neuroshard.formats.io import atomic_write, write_json_atomic
 
 
@@ -26,6 +27,11 @@ def _load(path: Path):
             return json.load(fh)
     except (OSError, json.JSONDecodeError):
         return None
+
+
+def _load_summary(path: Path) -> Summary | None:
+    data = _load(path)
+    return None if data is None else Summary.from_json(data)
 
 
 def library_versions() -> dict:
@@ -46,32 +52,37 @@ def _pct(x) -> str:
     return "-" if x is None else f"{100 * x:+.1f}%"
 
 
-def comparison_table(sim: dict | None, hw: dict | None) -> tuple[str, dict]:
+def _rows(summary: Summary | None) -> dict[str, AlgorithmRow]:
+    return {} if summary is None else {r.alg: r for r in summary.algorithms}
+
+
+def comparison_table(sim: Summary | None, hw: Summary | None) -> tuple[str, dict]:
     """Markdown: per algorithm the mean cost in the simulator and on hardware (over the tasks valid
     for every algorithm, with 95% intervals), NeuroShard's improvement over it with its interval and
     the verdict the interval supports, and the valid counts. Returns the table and the verdicts."""
-    algs: list[str] = []
-    for s in (sim, hw):
-        for r in (s or {}).get("algorithms", []):
-            if r["alg"] not in algs:
-                algs.append(r["alg"])
-    rows = {name: {r["alg"]: r for r in (s or {}).get("algorithms", [])} for name, s in (("sim", sim), ("hw", hw))}
+    rows = {"sim": _rows(sim), "hw": _rows(hw)}
+    algs = list(dict.fromkeys([*rows["sim"], *rows["hw"]]))
     lines = ["| algorithm | simulator ms [95% CI] | NeuroShard gain (sim) | verdict (sim) | hardware ms [95% CI] "
-             "| NeuroShard gain (hw) | verdict (hw) | valid (sim) | valid (hw) |", "|---|---|---|---|---|---|---|---|---|"]
+             "| NeuroShard gain (hw) | verdict (hw) | valid (sim) | valid (hw) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for a in algs:
-        s, h = rows["sim"].get(a, {}), rows["hw"].get(a, {})
+        s, h = rows["sim"].get(a), rows["hw"].get(a)
+
+        def mean(r):
+            return "-" if r is None else fmt_ci(r.mean_common, r.mean_common_ci, 2)
 
         def gain(r):
-            return "" if a == "neuroshard" or not r else gain_cell(r)
+            return "" if a == "neuroshard" or r is None else gain_cell(r)
 
         def word(r):
-            return "" if a == "neuroshard" or not r else (r.get("vs_reference") or {}).get("verdict", "-")
+            return "" if a == "neuroshard" or r is None else (r.verdict or "-")
 
-        valid = lambda r: f"{r['valid']} / {r['tasks']}" if r else "-"  # noqa: E731
-        lines.append(f"| {a} | {fmt_ci(s.get('mean_common'), s.get('mean_common_ci'), 2)} | {gain(s)} | {word(s)} "
-                     f"| {fmt_ci(h.get('mean_common'), h.get('mean_common_ci'), 2)} | {gain(h)} | {word(h)} "
+        def valid(r):
+            return "-" if r is None else f"{r.valid} / {r.tasks}"
+
+        lines.append(f"| {a} | {mean(s)} | {gain(s)} | {word(s)} | {mean(h)} | {gain(h)} | {word(h)} "
                      f"| {valid(s)} | {valid(h)} |")
-    verdicts = {name: (s or {}).get("verdicts") for name, s in (("simulator", sim), ("hardware", hw))}
+    verdicts = {name: None if s is None else s.verdicts for name, s in (("simulator", sim), ("hardware", hw))}
     return "\n".join(lines) + "\n", verdicts
 
 
@@ -95,22 +106,21 @@ def verdict_lines(verdicts: dict) -> list[str]:
     return out
 
 
-def accuracy_table(acc: dict) -> str:
+def accuracy_table(acc: Accuracy) -> str:
     """Markdown: how well the simulator's estimates match the measured plan costs and parts."""
     pct = lambda x: "-" if x is None else f"{100 * x:.1f}%"  # noqa: E731
     num = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
     lines = ["| what | MAPE | Spearman | n |", "|---|---|---|---|",
-             f"| plan cost | {pct(acc.get('mape'))} | {num(acc.get('spearman'))} | {acc.get('plans')} |"]
-    for part, m in acc.get("parts", {}).items():
-        lines.append(f"| per-rank {part} | {pct(m.get('mape'))} | {num(m.get('spearman'))} | {m.get('n')} |")
+             f"| plan cost | {pct(acc.mape)} | {num(acc.spearman)} | {acc.plans} |"]
+    for part, m in acc.parts.items():
+        lines.append(f"| per-rank {part} | {pct(m.mape)} | {num(m.spearman)} | {m.n} |")
     lines.append("")
     lines.append(f"The simulator orders two algorithms' plans for the same task as the hardware does in "
-                 f"{pct(acc.get('pair_agreement'))} of {acc.get('pairs')} cases "
-                 f"({acc.get('pairs_tied', 0)} ties left out).")
-    if acc.get("pairs_beyond_noise") is not None:
-        lines.append(f"Over the {acc['pairs_beyond_noise']} pairs whose measured difference exceeds the repeat noise "
+                 f"{pct(acc.pair_agreement)} of {acc.pairs} cases ({acc.pairs_tied} ties left out).")
+    if acc.pairs_beyond_noise is not None:
+        lines.append(f"Over the {acc.pairs_beyond_noise} pairs whose measured difference exceeds the repeat noise "
                      f"(|difference| > 1.96 standard errors of the repeats), it orders "
-                     f"{pct(acc.get('pair_agreement_beyond_noise'))} as the hardware does.")
+                     f"{pct(acc.pair_agreement_beyond_noise)} as the hardware does.")
     else:
         lines.append("(One measurement per plan: rerun eval.py with --repeats 2 or more for the agreement over "
                      "pairs that differ by more than the repeat noise.)")
@@ -144,7 +154,7 @@ def drift_lines(hw_dir: Path) -> tuple[list[str], dict | None]:
 LEARNED = ("dreamshard", "autoshard")
 
 
-def learned_table(out: Path, sim: dict | None, hw: dict | None) -> tuple[str, list[dict]]:
+def learned_table(out: Path, sim: Summary | None, hw: Summary | None) -> tuple[str, list[dict]]:
     """Markdown: each trained learned baseline's training (oracle, time, plans measured) and its
     held-out cost next to `random`'s, in the simulator and on hardware (gain = (random - it) / random)."""
     rows = []
@@ -156,8 +166,9 @@ def learned_table(out: Path, sim: dict | None, hw: dict | None) -> tuple[str, li
                "oracle_plans": cfg.get("oracle_plans"), "train_tasks": cfg.get("train_tasks"),
                "train_greedy_sim_ms": cfg.get("train_greedy_sim_ms"), "curve": cfg.get("curve_png")}
         for where, s in (("sim", sim), ("hw", hw)):
-            by = {r["alg"]: r for r in (s or {}).get("algorithms", [])}
-            mine, rnd = by.get(name, {}).get("mean_common"), by.get("random", {}).get("mean_common")
+            by = _rows(s)
+            mine = by[name].mean_common if name in by else None
+            rnd = by["random"].mean_common if "random" in by else None
             row[f"{where}_ms"] = mine
             row[f"{where}_vs_random"] = (rnd - mine) / rnd if mine is not None and rnd else None
         rows.append(row)
@@ -210,7 +221,7 @@ def model_table(out: Path) -> tuple[str, list[dict]]:
     return "\n".join(lines) + "\n", rows
 
 
-def _plots(out: Path, sim: dict | None, hw: dict | None) -> list[str]:
+def _plots(out: Path, sim: Summary | None, hw: Summary | None) -> list[str]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -219,13 +230,13 @@ def _plots(out: Path, sim: dict | None, hw: dict | None) -> list[str]:
     made = []
     plots = out / "plots"
     plots.mkdir(exist_ok=True)
-    algs = [r["alg"] for r in (sim or hw or {}).get("algorithms", [])]
+    algs = list(_rows(sim or hw))
     if algs:
         fig, ax = plt.subplots(figsize=(7, 3.5), dpi=120)
         x = np.arange(len(algs))
         for off, (label, s) in zip((-0.2, 0.2), (("simulator", sim), ("hardware", hw))):
             if s:
-                by = {r["alg"]: r.get("mean_common") for r in s["algorithms"]}
+                by = {r.alg: r.mean_common for r in s.algorithms}
                 ax.bar(x + off, [by.get(a) or 0 for a in algs], width=0.4, label=label)
         ax.set_xticks(x, algs, rotation=20, fontsize=8)
         ax.set_ylabel("mean embedding cost (ms)")
@@ -257,7 +268,7 @@ def _plots(out: Path, sim: dict | None, hw: dict | None) -> list[str]:
 def write_report(out, preset, steps: list[dict], seconds: float) -> Path:
     """Write report.md, plots/*.png and config.json into `out`; returns the report's path."""
     out = Path(out)
-    sim, hw = _load(out / "sim" / "summary.json"), _load(out / "hw" / "summary.json")
+    sim, hw = (_load_summary(out / d / "summary.json") for d in ("sim", "hw"))
     cmp_md, verdicts = comparison_table(sim, hw)
     models_md, model_rows = model_table(out)
     plots = _plots(out, sim, hw)
@@ -272,8 +283,8 @@ def write_report(out, preset, steps: list[dict], seconds: float) -> Path:
             cmp_md]
     text += verdict_lines(verdicts)
     drift = None
-    if hw and hw.get("simulator_accuracy"):
-        text += ["", "## Simulator vs hardware", "", accuracy_table(hw["simulator_accuracy"])]
+    if hw and hw.simulator_accuracy:
+        text += ["", "## Simulator vs hardware", "", accuracy_table(hw.simulator_accuracy)]
         lines, drift = drift_lines(out / "hw")
         text += lines
     learned_md, learned_rows = learned_table(out, sim, hw)

@@ -128,6 +128,6 @@ def read_user_tables(path, max_mem: float | None = None, warn: bool = True) -> U
             out.default_bins.append(name)
     if out.default_bins and warn:
         shown = ", ".join(out.default_bins[:5]) + (", ..." if len(out.default_bins) > 5 else "")
-        print_warning(f"{path}: {len(out.default_bins)} table(s) without locality bins ({shown}) get the default profile "
-              f"of the public DLRM dataset (neuroshard.types.DEFAULT_BINS)")
+        print_warning(f"{path}: {len(out.default_bins)} table(s) without locality bins ({shown}) get the default "
+                      f"profile of the public DLRM dataset (neuroshard.types.DEFAULT_BINS)")
     return out

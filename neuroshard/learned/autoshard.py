@@ -206,18 +206,19 @@ class AutoShardConfig(Settings):
     """The released defaults (run_autoshard.py / monobeast), one flag each."""
 
     TITLE: ClassVar[str] = "AutoShard (released defaults)"
+    RELEASED_ALIASES: ClassVar[bool] = True
 
-    total_steps: int = setting(100_000, "environment steps in all (the learning rate decays linearly to 0 over them)", aliases=("--total-steps",))
-    batch_size: int = setting(8, "environments stepped together = rollouts per learner update", aliases=("--batch-size",))
-    unroll_length: int = setting(100, "steps per rollout", aliases=("--unroll-length",))
-    num_cost_updates: int = setting(20, "cost-model steps after each learner update", aliases=("--num-cost-updates",))
-    cost_batch_size: int = setting(512, "cost-model batch (shards, drawn with replacement)", aliases=("--cost-batch-size",))
-    buffer_size: int = setting(5000, "ring buffer of shard measurements for the cost model", aliases=("--buffer-size",))
-    entropy_cost: float = setting(0.001, "weight of the entropy term", aliases=("--entropy-cost",))
-    baseline_cost: float = setting(0.5, "weight of the value loss", aliases=("--baseline-cost",))
+    total_steps: int = setting(100_000, "environment steps in all (the learning rate decays linearly to 0 over them)")
+    batch_size: int = setting(8, "environments stepped together = rollouts per learner update")
+    unroll_length: int = setting(100, "steps per rollout")
+    num_cost_updates: int = setting(20, "cost-model steps after each learner update")
+    cost_batch_size: int = setting(512, "cost-model batch (shards, drawn with replacement)")
+    buffer_size: int = setting(5000, "ring buffer of shard measurements for the cost model")
+    entropy_cost: float = setting(0.001, "weight of the entropy term")
+    baseline_cost: float = setting(0.5, "weight of the value loss")
     discounting: float = setting(1.0, "discount factor (terminal reward only)")
-    learning_rate: float = setting(0.001, "Adam learning rate", aliases=("--learning-rate",))
-    grad_norm_clipping: float = setting(40.0, "gradient norm clip", aliases=("--grad-norm-clipping",))
+    learning_rate: float = setting(0.001, "Adam learning rate")
+    grad_norm_clipping: float = setting(40.0, "gradient norm clip")
     seed: int = setting(0, "random seed (network init, task draws, sampling)")
 
     def __post_init__(self):

@@ -290,14 +290,16 @@ class DreamShardConfig(Settings):
     """The released defaults (train.py), one flag each; `lr` and the schedule as hard-coded there."""
 
     TITLE: ClassVar[str] = "DreamShard (released defaults)"
+    RELEASED_ALIASES: ClassVar[bool] = True
 
-    num_iterations: int = setting(10, "outer iterations (each: collect, fit the cost net, update the policy)", aliases=("--num-iterations",))
-    bench_steps: int = setting(10, "plans rolled out with the current policy and measured by the oracle per iteration", aliases=("--bench-steps",))
-    bench_training_steps: int = setting(300, "cost-network steps per iteration", aliases=("--bench-training-steps",))
-    batch_size: int = setting(64, "cost-network batch (overall and kernel samples each)", aliases=("--batch-size",))
-    rl_num_batches: int = setting(10, "REINFORCE batches (one Adam step each) per iteration", aliases=("--rl-num-batches",))
-    rl_batch_size: int = setting(10, "episodes per REINFORCE batch, all on one random training task", aliases=("--rl-batch-size",))
-    entropy_weight: float = setting(0.001, "weight of the entropy bonus", aliases=("--entropy-weight",))
+    num_iterations: int = setting(10, "outer iterations (each: collect, fit the cost net, update the policy)")
+    bench_steps: int = setting(10, "plans rolled out with the current policy and measured by the oracle per "
+                                   "iteration")
+    bench_training_steps: int = setting(300, "cost-network steps per iteration")
+    batch_size: int = setting(64, "cost-network batch (overall and kernel samples each)")
+    rl_num_batches: int = setting(10, "REINFORCE batches (one Adam step each) per iteration")
+    rl_batch_size: int = setting(10, "episodes per REINFORCE batch, all on one random training task")
+    entropy_weight: float = setting(0.001, "weight of the entropy bonus")
     lr: float = setting(5e-4, "Adam learning rate, decayed by (1 - iteration / num_iterations)")
     seed: int = setting(0, "random seed (network init, task draws, sampling)")
 

@@ -1,2 +1,5 @@
-"""Measurement on hardware: the timing helper, the FBGEMM compute and all-to-all benchmarks,
-the torchrun launcher, the worker pool and the cost-data collections."""
+"""Everything that runs on hardware: the one timing helper (`timing`), the FBGEMM kernel benchmark (`kernel`),
+the all-to-all benchmark (`alltoall`), the torchrun job's parent side (`launch`) and rank side with the one
+rank loop (`rank`), the jobs that measure all-to-all samples (`alltoall_job`) and plans (`plan_job`), the
+compute worker pool (`pool`), the cost-data collections (`compute_collect`, `comm_collect`) and their noise
+floor (`noise`)."""

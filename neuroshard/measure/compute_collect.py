@@ -296,8 +296,8 @@ def _collect(out: Path, dataset_dir, dataset, aug, cfg, data_size, devices, prog
 
     if make_measurer is None:
         # no shard exceeds max_mem, so a larger weight arena would never be used
-        make_measurer = FbgemmMeasurer(dataset_dir, augmented_bench_tables(aug, len(dataset.configs)), cfg.warmup, cfg.iters,
-                                       arena_gb=min(DEFAULT_ARENA_GB, cfg.max_mem), clock=cfg.clock)
+        make_measurer = FbgemmMeasurer(dataset_dir, augmented_bench_tables(aug, len(dataset.configs)), cfg.warmup,
+                                       cfg.iters, arena_gb=min(DEFAULT_ARENA_GB, cfg.max_mem), clock=cfg.clock)
     t0 = time.perf_counter()
     try:
         with WorkerPool(devices, make_measurer, seed=cfg.seed) as pool:

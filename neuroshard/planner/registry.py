@@ -187,6 +187,25 @@ def check_options(name: str, options: dict) -> None:
         cls.from_options(options)  # each class checks its values
 
 
+def add_sharder_args(parser) -> None:
+    """Every registered sharder's settings as flags (NeuroShard's search, NeuroShard+'s, the TorchRec
+    planner's, the learned sharders' policy paths, a plug-in's), each declared once, by its settings class."""
+    for cls in all_settings():
+        cls.add_args(parser)
+
+
+def sharder_options(args, batch_size: int | None) -> dict:
+    """`ShardingContext.options` for every algorithm from a script's flags (those given; a learned sharder's
+    policy only when named) and the dataset's batch size (None: the TorchRec sharder's default), checked: a
+    one-line error on a bad value, before any work. `plan_task` hands each algorithm its own entries."""
+    options = {}
+    for cls in all_settings():
+        config = cls.from_args(args, **({"batch_size": batch_size} if "batch_size" in cls.option_names()
+                                        and batch_size is not None else {}))
+        options.update({k: v for k, v in config.to_options().items() if v is not None})
+    return options
+
+
 def get_sharder(name: str) -> Sharder:
     """The sharder registered as `name`; an unknown name is an error listing the valid ones."""
     _load_all()

@@ -65,10 +65,12 @@ class SearchConfig(Settings):
     beam_k: int = setting(3, "beam width k")
     beam_n: int = setting(10, "split candidates per state: the n largest tables by size and by compute cost")
     max_length: int = setting(10, "beam search rounds (most splits)")
-    grid_steps: int = setting(11, "greedy grid search: number of dim-limit scales, evenly spaced in [grid_min, grid_max]")
+    grid_steps: int = setting(11, "greedy grid search: number of dim-limit scales, evenly spaced in [grid_min, "
+                                  "grid_max]")
     grid_min: float = setting(1.0, "smallest dim-limit scale (a device may hold up to scale x the mean dim sum)")
     grid_max: float = setting(1.5, "largest dim-limit scale")
-    dim_fallback: bool = setting(True, "if every scale fails only because of the dim limit, run the greedy once more without it "                         "(beyond the paper; 0 to turn off)")
+    dim_fallback: bool = setting(True, "if every scale fails only because of the dim limit, run the greedy once more "
+                                       "without it (beyond the paper; 0 to turn off)")
 
     def __post_init__(self):
         for name in ("beam_k", "beam_n", "grid_steps"):

@@ -85,9 +85,13 @@ class PlusConfig(Settings):
 
     plus_starts: int = setting(3, "neuroshard_plus: local search from this many of the best distinct starting plans")
     plus_max_moves: int = setting(200, "neuroshard_plus: most moves per local search (0: no local search)")
-    plus_tabu: int = setting(4, "neuroshard_plus: tabu-search steps after the descent from each start (moves that may "                      "make the plan worse, to leave a local optimum)")
-    plus_splits: bool = setting(True, "neuroshard_plus: the local search may split tables, the new half on any device "                        "(0 to turn off)")
-    plus_baselines: str = setting("auto", "neuroshard_plus: sharders to start from and never to be above: 'auto' (every "                           "registered one that needs no trained policy), 'none', or a comma list")
+    plus_tabu: int = setting(4, "neuroshard_plus: tabu-search steps after the descent from each start (moves that "
+                                "may make the plan worse, to leave a local optimum)")
+    plus_splits: bool = setting(True, "neuroshard_plus: the local search may split tables, the new half on any "
+                                      "device (0 to turn off)")
+    plus_baselines: str = setting("auto", "neuroshard_plus: sharders to start from and never to be above: 'auto' "
+                                          "(every registered one that needs no trained policy), 'none', or a comma "
+                                          "list")
 
     def __post_init__(self):
         check_int("--plus_starts", self.plus_starts, 1)

@@ -17,10 +17,13 @@ constructors and the fused kernel:
 
 from __future__ import annotations
 
-from typing import Sequence
+from dataclasses import dataclass
+from typing import ClassVar, Sequence
 
+from neuroshard.checks import check_choice, check_int
 from neuroshard.formats.plans import plan_view
 from neuroshard.planner.torchrec_sharder import embedding_bag_collection, require_torchrec
+from neuroshard.settings import Settings, setting
 from neuroshard.types import ConfigError, InputError, InvalidPlanError, Plan, PlanRecord, ShardTable, plan_pieces
 
 DEVICE_TYPES = ("cuda", "cpu")
@@ -87,26 +90,29 @@ def export_torchrec_plan(path, tables: Sequence[ShardTable], plan: Plan, names: 
     return write_torchrec_plan(path, sharding_plan, torchrec_plan_json(sharding_plan, plan.ndevices))
 
 
-def add_export_args(parser) -> None:
-    """Flags of the TorchRec plan export, shared by tools/shard_tables.py and tools/export_torchrec_plan.py."""
-    g = parser.add_argument_group("TorchRec plan export")
-    g.add_argument("--torchrec_device", choices=DEVICE_TYPES, default="cuda",
-                   help="device type of the shard placements (default: cuda; cpu for gloo CPU ranks)")
-    g.add_argument("--module_path", default="",
-                   help="path of the EmbeddingBagCollection in the model given to DistributedModelParallel, "
-                        "e.g. 'sparse.ebc' (default: '', the EmbeddingBagCollection itself)")
-    g.add_argument("--local_world_size", type=int, default=None,
-                   help="ranks per host, for the cuda:<index> of each placement (default: all ranks on one host)")
+@dataclass(frozen=True)
+class ExportConfig(Settings):
+    """How a plan becomes a TorchRec plan (the flags of tools/shard_tables.py and tools/export_torchrec_plan.py)."""
 
+    TITLE: ClassVar[str] = "TorchRec plan export"
 
-def export_from_args(args, path, tables: Sequence[ShardTable], plan: Plan, names: Sequence[str]) -> list:
-    """`export_torchrec_plan` with the flags of `add_export_args`."""
-    from neuroshard.checks import check_int
+    torchrec_device: str = setting("cuda", "device type of the shard placements (cpu for gloo CPU ranks)",
+                                   choices=DEVICE_TYPES)
+    module_path: str = setting("", "path of the EmbeddingBagCollection in the model given to DistributedModelParallel, "
+                                   "e.g. 'sparse.ebc' (default: '', the EmbeddingBagCollection itself)",
+                               show_default=False)
+    local_world_size: int | None = setting(None, "ranks per host, for the cuda:<index> of each placement (default: all "
+                                                 "ranks on one host)", show_default=False)
 
-    if args.local_world_size is not None:
-        check_int("--local_world_size", args.local_world_size, 1)
-    return export_torchrec_plan(path, tables, plan, names, args.torchrec_device, args.module_path,
-                                args.local_world_size)
+    def __post_init__(self):
+        check_choice("--torchrec_device", self.torchrec_device, DEVICE_TYPES)
+        if self.local_world_size is not None:
+            check_int("--local_world_size", self.local_world_size, 1)
+
+    def export(self, path, tables: Sequence[ShardTable], plan: Plan, names: Sequence[str]) -> list:
+        """`export_torchrec_plan` with these settings."""
+        return export_torchrec_plan(path, tables, plan, names, self.torchrec_device, self.module_path,
+                                    self.local_world_size)
 
 
 def plan_tables(data_dir, task_path, tables_path, task: int) -> tuple[list[ShardTable], list[str]]:

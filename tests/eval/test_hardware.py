@@ -3,13 +3,12 @@ and repeats measured in interleaved rounds (a fake measurer stands in for the jo
 
 import pytest
 
-from neuroshard.eval.results import hardware_summary as summarize
-from neuroshard.eval.results import simulator_accuracy
+from neuroshard.eval.summary import hardware_summary as summarize
+from neuroshard.eval.summary import simulator_accuracy
 from neuroshard.formats.plans import read_plans
 from neuroshard.measure.plan_job import HardwareConfig
 from neuroshard.types import CostBreakdown, Plan, PlanMeasurement, PlanRecord
 from tests.measure.test_plan_job import _breakdown
-
 
 _PLANS: dict = {}
 
@@ -31,15 +30,15 @@ def test_simulator_accuracy_by_hand():
         PlanRecord(1, "w", status="oom"),
     ]
     acc = simulator_accuracy(results)
-    assert acc["plans"] == 6
+    assert acc.plans == 6
     # |e - m| / m: 0, .5, .25, .25, .2, 1/3
-    assert acc["mape"] == pytest.approx((0 + 0.5 + 0.25 + 0.25 + 0.2 + 1 / 3) / 6)
+    assert acc.mape == pytest.approx((0 + 0.5 + 0.25 + 0.25 + 0.2 + 1 / 3) / 6)
     # task 0: x<y sim, x>y hw (disagree); x<z both; y<z both. task 1: x<y both; x<z both; y~z tied
-    assert (acc["pairs"], acc["pairs_tied"]) == (5, 1)
-    assert acc["pair_agreement"] == pytest.approx(4 / 5)
+    assert (acc.pairs, acc.pairs_tied) == (5, 1)
+    assert acc.pair_agreement == pytest.approx(4 / 5)
     # identical plans tie too, whatever the estimates say
     same = [_result(0, "x", 1.0, 2.0, plan="q"), _result(0, "y", 2.0, 1.0, plan="q")]
-    assert simulator_accuracy(same)["pairs_tied"] == 1
+    assert simulator_accuracy(same).pairs_tied == 1
 
 
 def test_summary_compares_on_common_tasks_by_hand():
@@ -50,16 +49,16 @@ def test_summary_compares_on_common_tasks_by_hand():
         PlanRecord(1, "random", status="oom"),
     ]
     s = summarize(results, ["neuroshard", "random", "dim_greedy"], 2)
-    rows = {r["alg"]: r for r in s["algorithms"]}
-    assert s["common_tasks"] == 1
-    assert rows["neuroshard"]["average"] == 15.0 and rows["neuroshard"]["mean_common"] == 10.0
-    assert (rows["random"]["valid"], rows["random"]["oom"], rows["random"]["average"]) == (1, 1, 40.0)
-    assert rows["dim_greedy"]["neuroshard_gain"] == pytest.approx((15 - 10) / 15)
-    assert s["ranking"] == ["neuroshard", "dim_greedy", "random"]
-    assert s["neuroshard_beats"] == {"random": True, "dim_greedy": True} and s["neuroshard_beats_every_greedy"]
+    rows = {r.alg: r for r in s.algorithms}
+    assert s.common_tasks == 1
+    assert rows["neuroshard"].average == 15.0 and rows["neuroshard"].mean_common == 10.0
+    assert (rows["random"].valid, rows["random"].oom, rows["random"].average) == (1, 1, 40.0)
+    assert rows["dim_greedy"].neuroshard_gain == pytest.approx((15 - 10) / 15)
+    assert s.ranking == ["neuroshard", "dim_greedy", "random"]
+    assert s.neuroshard_beats == {"random": True, "dim_greedy": True} and s.neuroshard_beats_every_greedy
     # the same table for the simulator's estimates of the same plans
-    assert rows["dim_greedy"]["mean_common_estimated"] == 9.0 and rows["neuroshard"]["average_estimated"] == 9.0
-    assert s["simulator_accuracy"]["plans"] == 5
+    assert rows["dim_greedy"].estimated.mean_common == 9.0 and rows["neuroshard"].estimated.average == 9.0
+    assert s.simulator_accuracy.plans == 5
 
 
 def test_repeats_are_interleaved_rounds_and_give_intervals(tmp_path, monkeypatch):
@@ -90,11 +89,11 @@ def test_repeats_are_interleaved_rounds_and_give_intervals(tmp_path, monkeypatch
     assert all(sorted(r) == sorted((rec.task, rec.alg) for rec in records) for r in rounds)
     assert len({tuple(r) for r in rounds}) == 3
     assert [len(r.repeat_costs) for r in results] == [3] * 8
-    fast = {row["alg"]: row for row in summary["algorithms"]}["fast"]
-    slow = {row["alg"]: row for row in summary["algorithms"]}["slow"]
-    assert slow["mean_common_ci"][0] < slow["mean_common"] < slow["mean_common_ci"][1]
-    assert fast["mean_common"] == pytest.approx(8.0 + 0.01 * 12.5, abs=0.05)  # drift averages over the rounds
+    fast = {row.alg: row for row in summary.algorithms}["fast"]
+    slow = {row.alg: row for row in summary.algorithms}["slow"]
+    assert slow.mean_common_ci[0] < slow.mean_common < slow.mean_common_ci[1]
+    assert fast.mean_common == pytest.approx(8.0 + 0.01 * 12.5, abs=0.05)  # drift averages over the rounds
     # every pair differs by ~2 ms against a repeat spread of ~0.1 ms: all beyond the noise, all ordered right
-    acc = summary["simulator_accuracy"]
-    assert acc["pairs_beyond_noise"] == 4 and acc["pair_agreement_beyond_noise"] == 1.0
+    acc = summary.simulator_accuracy
+    assert acc.pairs_beyond_noise == 4 and acc.pair_agreement_beyond_noise == 1.0
     assert not (tmp_path / "out" / ".partial").exists()

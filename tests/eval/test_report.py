@@ -1,23 +1,31 @@
 """The report's comparison: intervals beside the means and verdict words read from the intervals."""
 
+from neuroshard.eval.intervals import Interval
 from neuroshard.eval.report import comparison_table, verdict_lines
+from neuroshard.eval.summary import AlgorithmRow, Summary, VsReference
 
 
 def _row(alg, mean, ci, gain=None, diff=None, verdict=None):
-    row = {"alg": alg, "mean_common": mean, "mean_common_ci": ci, "valid": 3, "tasks": 3,
-           "neuroshard_gain": gain}
+    row = AlgorithmRow(alg, valid=3, tasks=3, oom=0, invalid=0, average=mean, mean_common=mean, median_search_ms=None,
+                       mean_search_ms=None, mean_splits=None, mean_common_ci=ci, neuroshard_gain=gain)
     if verdict:
-        row["vs_reference"] = {"verdict": verdict, "diff_ms": diff, "gain_ci": [diff["lo"] / mean, diff["hi"] / mean]}
+        row.vs_reference = VsReference(Interval(diff["hi"] / 2 + diff["lo"] / 2, diff["lo"], diff["hi"], 3, 1), verdict,
+                                       [diff["lo"] / mean, diff["hi"] / mean])
     return row
 
 
+def _summary(rows, verdicts):
+    return Summary(tasks=3, common_tasks=3, cost="cost", reference="neuroshard", algorithms=rows,
+                   ranking=[], neuroshard_beats={}, verdicts=verdicts)
+
+
 def test_verdict_words_follow_the_intervals():
-    hw = {"algorithms": [
+    hw = _summary([
         _row("neuroshard", 10.0, [9.0, 11.0]),
         _row("greedy_a", 12.0, [11.0, 13.0], 1 / 6, {"lo": 1.0, "hi": 3.0}, "beats"),
         _row("greedy_b", 10.5, [9.0, 12.0], 0.5 / 10.5, {"lo": -0.5, "hi": 1.5}, "no significant difference"),
         _row("greedy_c", 9.0, [8.5, 9.5], -1 / 9, {"lo": -1.5, "hi": -0.5}, "loses to")],
-        "verdicts": {"greedy_a": "beats", "greedy_b": "no significant difference", "greedy_c": "loses to"}}
+        {"greedy_a": "beats", "greedy_b": "no significant difference", "greedy_c": "loses to"})
     table, verdicts = comparison_table(None, hw)
     assert "| greedy_b | - |  |  | 10.50 [9.00, 12.00] | +4.8% [-4.8%, +14.3%] | no significant difference |" in table
     assert "| greedy_a |" in table and "| beats |" in table and "| loses to |" in table

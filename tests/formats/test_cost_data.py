@@ -1,9 +1,16 @@
-"""`neuroshard.formats.cost_data`: the compute and comm cost data: round trips, torn lines and one malformed case per check."""
+"""`neuroshard.formats.cost_data`: the compute and comm cost data: round trips, torn lines and one malformed
+case per check."""
 
 import pytest
 
-from neuroshard.formats.cost_data import (CommSample, format_compute_sample, read_comm_data, read_compute_data,
-                                          write_comm_data, write_compute_data)
+from neuroshard.formats.cost_data import (
+    CommSample,
+    format_compute_sample,
+    read_comm_data,
+    read_compute_data,
+    write_comm_data,
+    write_compute_data,
+)
 from neuroshard.formats.dataset import write_table_configs
 from neuroshard.formats.io import append_line, open_append
 from tests.formats import cfg, expect_error

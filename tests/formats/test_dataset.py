@@ -1,4 +1,5 @@
-"""`neuroshard.formats.dataset`: table configs, the dataset dir and the public DLRM file: round trips and one malformed case per check."""
+"""`neuroshard.formats.dataset`: table configs, the dataset dir and the public DLRM file: round trips and one
+malformed case per check."""
 
 import gzip
 import json
@@ -8,8 +9,16 @@ import pytest
 import torch
 
 from neuroshard.formats import dataset as dataset_module
-from neuroshard.formats.dataset import (Dataset, check_public_table, read_dataset, read_public_dlrm,
-                                        read_table_configs, write_dataset, write_public_dlrm, write_table_configs)
+from neuroshard.formats.dataset import (
+    Dataset,
+    check_public_table,
+    read_dataset,
+    read_public_dlrm,
+    read_table_configs,
+    write_dataset,
+    write_public_dlrm,
+    write_table_configs,
+)
 from neuroshard.types import InputError
 from tests.formats import cfg, expect_error, no_temp_files
 

@@ -4,8 +4,14 @@ import json
 
 import pytest
 
-from neuroshard.formats.io import (append_line, atomic_write, check_run_config, open_append, read_lines_tolerant,
-                                   write_json_atomic)
+from neuroshard.formats.io import (
+    append_line,
+    atomic_write,
+    check_run_config,
+    open_append,
+    read_lines_tolerant,
+    write_json_atomic,
+)
 from tests.formats import expect_error
 
 

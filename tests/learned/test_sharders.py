@@ -7,10 +7,11 @@ import argparse
 import pytest
 import torch
 
-from neuroshard.eval.plans import add_sharder_args, plan_task, resolve_algs, sharder_options
+from neuroshard.eval.plans import plan_task, resolve_algs
 from neuroshard.learned import autoshard as an
 from neuroshard.learned import dreamshard as dn
 from neuroshard.learned.policy import load_policy
+from neuroshard.planner.registry import add_sharder_args, sharder_options
 from neuroshard.planner.shard import shard
 from neuroshard.types import ConfigError, InputError
 from tests.learned.test_dreamshard import MAX_MEM, N, models4, random_tasks, tight_task

@@ -10,8 +10,8 @@ import pytest
 
 from neuroshard.data.synthetic import SyntheticSpec, generate_synthetic
 from neuroshard.eval.hardware import merge_results
-from neuroshard.eval.results import hardware_summary as summarize
 from neuroshard.eval.results import write_outputs
+from neuroshard.eval.summary import hardware_summary as summarize
 from neuroshard.formats.dataset import write_dataset
 from neuroshard.formats.plans import plan_view, read_plans, write_plans
 from neuroshard.formats.tasks import write_tasks
@@ -81,9 +81,9 @@ def test_two_rank_job_measures_each_plan_and_reports_oom(tiny):
     assert results[1].cost is None and results[1].measured is None and "max_mem" in results[1].message
 
     summary = summarize(results, ["a", "b"], 2)
-    rows = {row["alg"]: row for row in summary["algorithms"]}
-    assert (rows["a"]["valid"], rows["b"]["valid"], rows["b"]["oom"]) == (2, 0, 1)
-    assert rows["a"]["average"] == pytest.approx((results[0].cost + results[2].cost) / 2)
+    rows = {row.alg: row for row in summary.algorithms}
+    assert (rows["a"].valid, rows["b"].valid, rows["b"].oom) == (2, 0, 1)
+    assert rows["a"].average == pytest.approx((results[0].cost + results[2].cost) / 2)
     write_outputs(d / "out", results, summary)
     for name in ("results.json", "results.csv", "ranks.csv", "summary.json", "summary.csv", "summary.md"):
         assert (d / "out" / name).stat().st_size > 0

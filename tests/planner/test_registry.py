@@ -1,5 +1,5 @@
-"""The sharder registry: the paper's algorithms in order, unknown names, and third-party plug-ins
-registered through the `neuroshard.sharders` entry-point group."""
+"""The sharder registry: the paper's algorithms in order, unknown names, each sharder's typed options, and
+third-party plug-ins registered through the `neuroshard.sharders` entry-point group."""
 
 import json
 import os
@@ -9,8 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from neuroshard.planner.registry import algorithm_names, get_sharder
-from neuroshard.types import NeuroShardError
+from neuroshard.planner.registry import (algorithm_names, all_settings, check_options, get_sharder, option_names,
+                                         options_for)
+from neuroshard.planner.search import SearchConfig
+from neuroshard.planner.search_plus import PlusConfig
+from neuroshard.planner.torchrec_sharder import TorchRecConfig
+from neuroshard.types import ConfigError, NeuroShardError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -32,6 +36,27 @@ def test_registry_lists_paper_algorithms_and_rejects_unknown():
                          "size_lookup_greedy"]
     with pytest.raises(NeuroShardError, match="unknown sharding algorithm 'nope'"):
         get_sharder("nope")
+
+
+def test_each_sharder_takes_its_own_options():
+    assert option_names("neuroshard") == ["beam_k", "beam_n", "max_length", "grid_steps", "grid_min", "grid_max",
+                                          "dim_fallback"]
+    assert option_names("dim_greedy") == [] and option_names("torchrec") == ["batch_size", "torchrec_column_shards"]
+    assert option_names("dreamshard") == ["dreamshard_policy"]
+    # NeuroShard+ runs the others as starts: it takes their options too, and hands each its own
+    plus = option_names("neuroshard_plus")
+    assert {"plus_starts", "beam_k", "batch_size", "dreamshard_policy", "autoshard_policy"} <= set(plus)
+    assert SearchConfig in all_settings() and PlusConfig in all_settings() and TorchRecConfig in all_settings()
+    everything = {"beam_k": 2, "plus_tabu": 1, "batch_size": 64, "dreamshard_policy": "p.pt"}
+    assert options_for("neuroshard", everything) == {"beam_k": 2}
+    assert options_for("size_greedy", everything) == {}
+    check_options("neuroshard", {"beam_k": 2})
+    with pytest.raises(ConfigError, match=r"beam_kk: not an option of --alg neuroshard \(valid: beam_k, beam_n, "):
+        check_options("neuroshard", {"beam_kk": 3})
+    with pytest.raises(ConfigError, match=r"beam_k: not an option of --alg size_greedy \(valid: none\)"):
+        check_options("size_greedy", {"beam_k": 3})
+    with pytest.raises(ConfigError, match="--beam_k: must be >= 1, got 0"):
+        check_options("neuroshard", {"beam_k": 0})
 
 
 def test_entry_point_plugin_appears_in_alg_all(tmp_path):

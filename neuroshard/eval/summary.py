@@ -1,0 +1,420 @@
+"""The comparison across algorithms and the simulator's accuracy, as typed records (`Summary`).
+
+One summary for both evaluations: `eval_simulator.py` compares the simulated
+cost of each plan record, `eval.py` the measured cost beside the simulated
+one (and, in end-to-end mode, the end-to-end step). `Summary.to_json` is
+`summary.json` (its keys are the format, kept compatible) and
+`Summary.from_json` reads it back for the report. Costs in ms.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from neuroshard.eval.intervals import Interval, exceeds_repeat_noise, mean_interval, paired_difference, verdict
+from neuroshard.types import PlanRecord
+
+REFERENCE_ALG = "neuroshard"
+# the costs a summary can compare: the record attribute, and the suffix of its columns beside the measured cost
+COSTS = {"estimated_cost": "estimated", "cost": "", "e2e_cost": "e2e"}
+
+
+def _mean(xs) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return float(np.mean(xs)) if xs else None
+
+
+def _median(xs) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return float(np.median(xs)) if xs else None
+
+
+def _finite(x):
+    return float(x) if x is not None and math.isfinite(x) else None
+
+
+# --------------------------------------------------------------------------- records
+
+
+@dataclass
+class VsReference:
+    """The reference's paired difference with an algorithm (ms, other − reference, with its interval), the
+    verdict that interval supports and the interval of the relative gain."""
+
+    diff_ms: Interval
+    verdict: str
+    gain_ci: list[float] | None
+
+    def to_json(self) -> dict:
+        return {"diff_ms": self.diff_ms.to_json(), "verdict": self.verdict, "gain_ci": self.gain_ci}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "VsReference":
+        return cls(Interval(**d["diff_ms"]), d["verdict"], d.get("gain_ci"))
+
+
+@dataclass
+class OtherCost:
+    """An algorithm's figures for another cost of the same plans (the simulator's estimate of measured
+    plans, or their end-to-end step): mean over its valid tasks, over the common tasks, rank, gain."""
+
+    average: float | None
+    mean_common: float | None
+    rank: int | None
+    neuroshard_gain: float | None
+
+    KEYS = ("average", "mean_common", "rank", "neuroshard_gain")
+
+
+@dataclass
+class AlgorithmRow:
+    """One algorithm's line of the comparison (see `summarize`)."""
+
+    alg: str
+    valid: int
+    tasks: int
+    oom: int
+    invalid: int
+    average: float | None
+    mean_common: float | None
+    median_search_ms: float | None
+    mean_search_ms: float | None
+    mean_splits: float | None
+    rank: int | None = None
+    mean_common_ci: list[float] | None = None
+    neuroshard_gain: float | None = None
+    vs_reference: VsReference | None = None
+    estimated: OtherCost | None = None
+    e2e: OtherCost | None = None
+
+    @property
+    def verdict(self) -> str | None:
+        return None if self.vs_reference is None else self.vs_reference.verdict
+
+    def to_json(self) -> dict:
+        d = {k: getattr(self, k) for k in ("alg", "valid", "tasks", "oom", "invalid", "average", "mean_common",
+                                           "median_search_ms", "mean_search_ms", "mean_splits")}
+        for k in ("rank", "mean_common_ci", "neuroshard_gain"):
+            if getattr(self, k) is not None:
+                d[k] = getattr(self, k)
+        if self.vs_reference is not None:
+            d["vs_reference"] = self.vs_reference.to_json()
+        for suffix in ("estimated", "e2e"):
+            other = getattr(self, suffix)
+            if other is not None:
+                d.update({f"{k}_{suffix}": getattr(other, k) for k in OtherCost.KEYS})
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> "AlgorithmRow":
+        others = {s: OtherCost(*(d.get(f"{k}_{s}") for k in OtherCost.KEYS)) if f"average_{s}" in d else None
+                  for s in ("estimated", "e2e")}
+        vs = d.get("vs_reference")
+        return cls(d["alg"], d["valid"], d["tasks"], d["oom"], d["invalid"], d.get("average"), d.get("mean_common"),
+                   d.get("median_search_ms"), d.get("mean_search_ms"), d.get("mean_splits"), d.get("rank"),
+                   d.get("mean_common_ci"), d.get("neuroshard_gain"),
+                   None if vs is None else VsReference.from_json(vs), others["estimated"], others["e2e"])
+
+
+@dataclass
+class PartAccuracy:
+    """MAPE and Spearman of one per-rank part (all ranks of all plans), and how many entries."""
+
+    mape: float | None
+    spearman: float | None
+    n: int
+
+
+@dataclass
+class Accuracy:
+    """How well the simulator's estimates match the hardware (see `simulator_accuracy`)."""
+
+    cost: str
+    plans: int
+    mape: float | None = None
+    spearman: float | None = None
+    pair_agreement: float | None = None
+    pairs: int = 0
+    pairs_tied: int = 0
+    parts: dict[str, PartAccuracy] = field(default_factory=dict)
+    mean_estimated: float | None = None
+    mean_measured: float | None = None
+    pairs_beyond_noise: int | None = None
+    pair_agreement_beyond_noise: float | None = None
+
+    def to_json(self) -> dict:
+        d = {k: getattr(self, k) for k in ("cost", "plans", "mape", "spearman", "pair_agreement", "pairs",
+                                           "pairs_tied")}
+        d["parts"] = {k: {"mape": p.mape, "spearman": p.spearman, "n": p.n} for k, p in self.parts.items()}
+        if self.plans:
+            d.update(mean_estimated=self.mean_estimated, mean_measured=self.mean_measured,
+                     pairs_beyond_noise=self.pairs_beyond_noise,
+                     pair_agreement_beyond_noise=self.pair_agreement_beyond_noise)
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Accuracy":
+        parts = {k: PartAccuracy(p.get("mape"), p.get("spearman"), p.get("n", 0))
+                 for k, p in d.get("parts", {}).items()}
+        return cls(d["cost"], d["plans"], d.get("mape"), d.get("spearman"), d.get("pair_agreement"), d.get("pairs", 0),
+                   d.get("pairs_tied", 0), parts, d.get("mean_estimated"), d.get("mean_measured"),
+                   d.get("pairs_beyond_noise"), d.get("pair_agreement_beyond_noise"))
+
+
+@dataclass
+class E2EVsParts:
+    """The end-to-end step against the sum-of-parts cost of the same plans: mean ratio and Spearman."""
+
+    plans: int
+    mean_ratio: float
+    spearman: float | None
+
+
+@dataclass
+class HardwareRun:
+    """How the hardware evaluation ran: its settings (`HardwareConfig.to_json()`), the measurements made now
+    and by an earlier, interrupted run, and the wall time of the job (s): all, to the first result, per plan."""
+
+    config: dict
+    measurements: int
+    measurements_resumed: int
+    job_s: float
+    first_plan_s: float | None
+    per_plan_s: float | None
+
+    STATS = ("measurements", "measurements_resumed", "job_s", "first_plan_s", "per_plan_s")
+
+    def to_json(self) -> dict:
+        return {**self.config, **{k: getattr(self, k) for k in self.STATS}}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "HardwareRun":
+        return cls({k: v for k, v in d.items() if k not in cls.STATS}, *(d.get(k) for k in cls.STATS))
+
+
+@dataclass
+class Summary:
+    """An evaluation's comparison (`summary.json`): per algorithm its row; the ranking by the common-task
+    mean; the reference's verdict against each algorithm. A hardware evaluation adds the simulator's
+    ranking of the same plans and its accuracy, the end-to-end figures when measured, and how it ran."""
+
+    tasks: int
+    common_tasks: int
+    cost: str
+    reference: str
+    algorithms: list[AlgorithmRow]
+    ranking: list[str]
+    neuroshard_beats: dict[str, bool]
+    verdicts: dict[str, str]
+    simulator_ranking: list[str] | None = None
+    neuroshard_beats_every_greedy: bool | None = None
+    simulator_accuracy: Accuracy | None = None
+    e2e_ranking: list[str] | None = None
+    simulator_accuracy_e2e: Accuracy | None = None
+    e2e_vs_parts: E2EVsParts | None = None
+    hardware: HardwareRun | None = None
+
+    @property
+    def is_hardware(self) -> bool:
+        """True for a summary of measured plans."""
+        return self.simulator_accuracy is not None
+
+    def row(self, alg: str) -> AlgorithmRow | None:
+        return next((r for r in self.algorithms if r.alg == alg), None)
+
+    def to_json(self) -> dict:
+        d = {"tasks": self.tasks, "common_tasks": self.common_tasks, "cost": self.cost, "reference": self.reference,
+             "algorithms": [r.to_json() for r in self.algorithms], "ranking": self.ranking,
+             "neuroshard_beats": self.neuroshard_beats, "verdicts": self.verdicts}
+        if self.is_hardware:
+            d.update(simulator_ranking=self.simulator_ranking,
+                     neuroshard_beats_every_greedy=self.neuroshard_beats_every_greedy,
+                     simulator_accuracy=self.simulator_accuracy.to_json())
+        if self.e2e_ranking is not None:
+            d.update(e2e_ranking=self.e2e_ranking, simulator_accuracy_e2e=self.simulator_accuracy_e2e.to_json())
+        if self.e2e_vs_parts is not None:
+            d["e2e_vs_parts"] = vars(self.e2e_vs_parts)
+        if self.hardware is not None:
+            d["hardware"] = self.hardware.to_json()
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Summary":
+        def opt(key, parse):
+            return None if d.get(key) is None else parse(d[key])
+
+        return cls(d["tasks"], d["common_tasks"], d["cost"], d.get("reference", REFERENCE_ALG),
+                   [AlgorithmRow.from_json(r) for r in d["algorithms"]], d["ranking"], d.get("neuroshard_beats", {}),
+                   d.get("verdicts", {}), d.get("simulator_ranking"), d.get("neuroshard_beats_every_greedy"),
+                   opt("simulator_accuracy", Accuracy.from_json), d.get("e2e_ranking"),
+                   opt("simulator_accuracy_e2e", Accuracy.from_json), opt("e2e_vs_parts", lambda e: E2EVsParts(**e)),
+                   opt("hardware", HardwareRun.from_json))
+
+
+# --------------------------------------------------------------------------- the comparison
+
+
+def summarize(records: Sequence[PlanRecord], algs: Sequence[str], num_tasks: int,
+              cost_key: str = "estimated_cost", reference: str = REFERENCE_ALG) -> Summary:
+    """The comparison table: per algorithm, upstream's Average and Valid v / N, and the fair comparison.
+
+    `cost_key`: the record attribute compared ("estimated_cost", "cost" for
+    the measured cost, "e2e_cost"). `average`: mean cost over the tasks
+    where that algorithm's plan is valid (upstream's Average); `mean_common`:
+    mean over the tasks valid for every algorithm; `rank`: order of
+    `mean_common` (1 = cheapest); `neuroshard_gain`: the reference's relative
+    improvement over that algorithm on the common tasks, `(alg - neuroshard)
+    / alg` (a fraction); search times in ms.
+    """
+    def cost(r):
+        return getattr(r, cost_key)
+
+    by_alg = {a: {r.task: r for r in records if r.alg == a} for a in algs}
+    valid = {a: {t for t, r in rs.items() if cost(r) is not None} for a, rs in by_alg.items()}
+    common = sorted(set.intersection(*valid.values())) if valid else []
+    rows = []
+    for a in algs:
+        rs = by_alg[a]
+        ok = [rs[t] for t in sorted(valid[a])]
+        rows.append(AlgorithmRow(
+            alg=a, valid=len(ok), tasks=num_tasks, oom=sum(1 for r in rs.values() if r.status == "oom"),
+            invalid=sum(1 for r in rs.values() if r.status == "invalid"), average=_mean(cost(r) for r in ok),
+            mean_common=_mean(cost(rs[t]) for t in common), median_search_ms=_median(r.search_ms for r in rs.values()),
+            mean_search_ms=_mean(r.search_ms for r in rs.values()), mean_splits=_mean(r.num_splits for r in ok)))
+    ranked = sorted((r for r in rows if r.mean_common is not None), key=lambda r: r.mean_common)
+    for i, r in enumerate(ranked):
+        r.rank = i + 1
+    ref = next((r for r in rows if r.alg == reference), None)
+    beats, verdicts = {}, {}
+    if common:
+        ref_costs = _repeat_matrix([by_alg[reference][t] for t in common], cost_key) if ref else None
+        for r in rows:
+            costs = _repeat_matrix([by_alg[r.alg][t] for t in common], cost_key)
+            iv = mean_interval(costs)
+            r.mean_common_ci = [iv.lo, iv.hi]
+            if ref is None:
+                continue
+            if r.mean_common:
+                r.neuroshard_gain = (r.mean_common - ref.mean_common) / abs(r.mean_common)
+            if r.alg != reference:
+                a, b = _same_repeats(ref_costs, costs)
+                diff = paired_difference(a, b)
+                verdicts[r.alg] = verdict(diff)
+                beats[r.alg] = verdicts[r.alg] == "beats"
+                r.vs_reference = VsReference(diff, verdicts[r.alg], [diff.lo / abs(r.mean_common),
+                                                                     diff.hi / abs(r.mean_common)]
+                                             if r.mean_common else None)
+    return Summary(tasks=num_tasks, common_tasks=len(common), cost=cost_key, reference=reference, algorithms=rows,
+                   ranking=[r.alg for r in ranked], neuroshard_beats=beats, verdicts=verdicts)
+
+
+def _repeat_matrix(records: Sequence[PlanRecord], cost_key: str) -> list[list[float]]:
+    """costs[task][repeat] of records (one per task); tasks with another repeat count than the
+    first (an evaluation merged from runs with different --repeats) enter with their mean."""
+    rows = [r.costs(cost_key) for r in records]
+    if len({len(x) for x in rows}) > 1:
+        rows = [[float(np.mean(x))] for x in rows]
+    return rows
+
+
+def _same_repeats(a: list, b: list) -> tuple[list, list]:
+    """Pair two cost matrices repeat by repeat; if their repeat counts differ, task means."""
+    if len(a[0]) != len(b[0]):
+        return [[float(np.mean(x))] for x in a], [[float(np.mean(x))] for x in b]
+    return a, b
+
+
+def simulator_accuracy(records: Sequence[PlanRecord], cost_key: str = "cost") -> Accuracy:
+    """How well the simulator's estimates match the hardware, over every measured plan.
+
+    `mape` and `spearman` of estimated vs measured plan cost (`cost_key`:
+    "cost" for the sum of parts, "e2e_cost" for the end-to-end step);
+    `pair_agreement`: for every task and every pair of algorithms with both
+    plans measured, the share where the simulator orders the two plans as
+    the hardware does. Pairs with the same plan, or with estimates within
+    1e-9 ms, say nothing about ordering and are left out (`pairs_tied`).
+    `parts`: MAPE and Spearman of the per-rank compute, backward comm,
+    forward comm and total (all ranks of all plans) show where errors come from.
+    """
+    from neuroshard.train.metrics import regression_metrics
+
+    done = [r for r in records if getattr(r, cost_key) is not None and r.estimated_cost is not None]
+    out = Accuracy(cost=cost_key, plans=len(done))
+    if not done:
+        return out
+    est = np.array([r.estimated_cost for r in done])
+    meas = np.array([getattr(r, cost_key) for r in done])
+    m = regression_metrics(est, meas)
+    out.mape, out.spearman = _finite(m["mape"]), _finite(m["spearman"])
+    out.mean_estimated, out.mean_measured = float(est.mean()), float(meas.mean())
+    if cost_key == "cost":
+        for part in ("compute", "bw_comm", "fw_comm", "total"):
+            pe, pm = [], []
+            for r in done:
+                e, mm = getattr(r.estimate, part), getattr(r.measured, part)
+                if len(e) == len(mm):
+                    pe += list(e)
+                    pm += list(mm)
+            if pe:
+                pm_ = regression_metrics(pe, pm)
+                out.parts[part] = PartAccuracy(_finite(pm_["mape"]), _finite(pm_["spearman"]), pm_["n"])
+
+    agree = total = tied = 0
+    beyond = agree_beyond = 0
+    by_task: dict[int, list[PlanRecord]] = {}
+    for r in done:
+        by_task.setdefault(r.task, []).append(r)
+    for rs in by_task.values():
+        for a, b in itertools.combinations(rs, 2):
+            if a.plan_key == b.plan_key or abs(a.estimated_cost - b.estimated_cost) <= 1e-9:
+                tied += 1
+                continue
+            total += 1
+            same = (a.estimated_cost < b.estimated_cost) == (getattr(a, cost_key) < getattr(b, cost_key))
+            agree += same
+            # pairs whose measured difference exceeds their repeat noise (needs >= 2 repeats)
+            if exceeds_repeat_noise(a.costs(cost_key), b.costs(cost_key)):
+                beyond += 1
+                agree_beyond += same
+    repeats = min(len(r.costs(cost_key)) for r in done)
+    out.pairs, out.pairs_tied, out.pair_agreement = total, tied, agree / total if total else None
+    out.pairs_beyond_noise = beyond if repeats >= 2 else None
+    out.pair_agreement_beyond_noise = agree_beyond / beyond if beyond else None
+    return out
+
+
+def hardware_summary(records: Sequence[PlanRecord], algs: Sequence[str], num_tasks: int) -> Summary:
+    """The comparison across algorithms on measured costs, beside the simulator's, and its accuracy.
+
+    The table is `summarize`'s on the measured cost; each row adds the same
+    figures for the simulator's estimate of the same plans (`estimated`)
+    and, in end-to-end mode, for the end-to-end step (`e2e`).
+    """
+    from neuroshard.train.metrics import spearman
+
+    hw = summarize(records, algs, num_tasks, cost_key="cost")
+    sim = summarize(records, algs, num_tasks, cost_key="estimated_cost")
+    e2e = any(r.e2e_cost is not None for r in records)
+    e2e_sum = summarize(records, algs, num_tasks, cost_key="e2e_cost") if e2e else None
+    for k, row in enumerate(hw.algorithms):
+        for suffix, other in (("estimated", sim), ("e2e", e2e_sum)):
+            if other is not None:
+                o = other.algorithms[k]
+                setattr(row, suffix, OtherCost(o.average, o.mean_common, o.rank, o.neuroshard_gain))
+    greedy = {a: b for a, b in hw.neuroshard_beats.items() if a.endswith("_greedy")}
+    hw.simulator_ranking = sim.ranking
+    hw.neuroshard_beats_every_greedy = all(greedy.values()) if greedy else None
+    hw.simulator_accuracy = simulator_accuracy(records)
+    if e2e:
+        hw.e2e_ranking = e2e_sum.ranking
+        hw.simulator_accuracy_e2e = simulator_accuracy(records, "e2e_cost")
+        pairs = [(r.e2e_cost, r.cost) for r in records if r.e2e_cost is not None and r.cost is not None]
+        if pairs:
+            e, c = np.array(pairs).T
+            hw.e2e_vs_parts = E2EVsParts(len(pairs), float(np.mean(e / c)), _finite(spearman(e, c)))
+    return hw
