@@ -46,7 +46,7 @@ from neuroshard.planner.registry import add_sharder_args, sharder_options
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    from neuroshard.cli import add_device_arg, add_progress_arg
+    from neuroshard.cli import add_device_arg, add_progress_arg, add_quiet_arg
     from neuroshard.measure.plan_job import HardwareConfig
 
     p = argparse.ArgumentParser(description="Benchmark sharding plans on hardware (measured costs).")
@@ -61,7 +61,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "--task_path) instead of computing them")
     HardwareConfig.add_args(p)
     add_sharder_args(p)
-    p.add_argument("--quiet", action="store_true", help="print only the summary, no per-task lines")
+    add_quiet_arg(p)
     add_progress_arg(p)
     return p.parse_args(argv)
 

@@ -19,7 +19,7 @@ import argparse
 import os
 import sys
 
-from neuroshard.cli import add_progress_arg, run_main
+from neuroshard.cli import add_progress_arg, add_quiet_arg, run_main
 from neuroshard.eval.plans import add_input_args
 from neuroshard.planner.registry import add_sharder_args, sharder_options
 
@@ -30,7 +30,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--ndevices", type=int, default=4, help="number of devices (GPUs) (default: 4)")
     p.add_argument("--out_dir", default=None, help="write plans, results and the summary here (default: print only)")
     add_sharder_args(p)
-    p.add_argument("--quiet", action="store_true", help="no per-task lines")
+    add_quiet_arg(p)
     add_progress_arg(p)
     return p.parse_args(argv)
 

@@ -14,32 +14,26 @@ import json
 import sys
 import tempfile
 
-from neuroshard.cli import parse_int_list, run_main
+from neuroshard.checks import parse_int_list
+from neuroshard.cli import run_main
 from neuroshard.formats.io import write_json_atomic
 from neuroshard.measure.compute_collect import ComputeCollectConfig, collect
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--dataset_dir", type=str, default="data/dlrm_datasets", help="dataset to benchmark on")
-    p.add_argument("--samples", type=int, default=60, help="samples per run")
-    p.add_argument("--workers", type=str, default="1,2", help="worker counts to compare")
-    p.add_argument("--max_tables", type=int, default=15)
-    p.add_argument("--max_mem", type=float, default=4.0)
-    p.add_argument("--max_dim", type=int, default=128)
-    p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--iters", type=int, default=10)
-    p.add_argument("--clock", choices=["cpu", "wall"], default="cpu")
-    p.add_argument("--seed", type=int, default=0)
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--dataset_dir", type=str, default="data/dlrm_datasets",
+                   help="dataset to benchmark on (default: data/dlrm_datasets)")
+    p.add_argument("--samples", type=int, default=60, help="samples per run (default: 60)")
+    p.add_argument("--workers", type=str, default="1,2", help="worker counts to compare (default: 1,2)")
     p.add_argument("--out_json", type=str, default=None, help="also write the results here")
+    ComputeCollectConfig.add_args(p)
     args = p.parse_args(argv)
+    cfg = ComputeCollectConfig.from_args(args)
 
     rows = []
     for n in parse_int_list(args.workers, "--workers"):
         with tempfile.TemporaryDirectory(prefix="bench_compute_") as tmp:
-            cfg = ComputeCollectConfig(max_tables=args.max_tables, max_mem=args.max_mem, max_dim=args.max_dim,
-                                       warmup=args.warmup, iters=args.iters, seed=args.seed, clock=args.clock)
             summary = collect(args.dataset_dir, tmp, cfg, args.samples, ["cpu"] * n, progress=False)
         w = summary.workers
         wall = w.busy_s + w.idle_s

@@ -40,6 +40,11 @@ def add_progress_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no_progress", action="store_true", help="no progress bars")
 
 
+def add_quiet_arg(parser: argparse.ArgumentParser) -> None:
+    """`--quiet`: the evaluation scripts print only the summary, not a line per task and algorithm."""
+    parser.add_argument("--quiet", action="store_true", help="print only the summary, no per-task lines")
+
+
 def add_device_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
                         help="where kernels run: cpu (fbgemm-gpu-cpu) or cuda (fbgemm-gpu); "

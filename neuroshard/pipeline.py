@@ -26,6 +26,7 @@ from pathlib import Path
 from neuroshard.checks import check_gpu_ids, check_int
 from neuroshard.eval.drift import DRIFT_COMM, DRIFT_COMPUTE
 from neuroshard.formats.io import write_json_atomic
+from neuroshard.settings import add_flag
 from neuroshard.types import ConfigError, InputError, NeuroShardError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -250,7 +251,7 @@ def main(argv=None) -> int:
     ap.add_argument("--preset", choices=sorted(PRESETS), default="quick", help="sizes of the run (default: quick)")
     ap.add_argument("--out_dir", default=None, help="output folder (default: results/<preset>)")
     ap.add_argument("--data", default=None, help="public DLRM dataset file (.pt or .pt.gz) instead of synthetic data")
-    ap.add_argument("--gpu_devices", default=None, help="GPUs to use, e.g. 0,1,2,3 (default: CPU)")
+    add_flag(ap, "gpu_devices", help="GPUs to use, e.g. 0,1,2,3, one rank or worker each (default: CPU)")
     ap.add_argument("--ndevices", type=int, default=None, help="override the preset's device count")
     ap.add_argument("--force", action="store_true", default=os.environ.get("FORCE", "") not in ("", "0"),
                     help="redo every step even if its outputs are up to date (also FORCE=1)")

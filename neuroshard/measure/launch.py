@@ -49,7 +49,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import ClassVar, Iterator
 
 from neuroshard.checks import check_float, check_int
-from neuroshard.measure.rank import JOB_FILE, LOG_FILE, MODULE, RESULTS_FILE, _short_message
+from neuroshard.measure.rank import JOB_FILE, LOG_FILE, MODULE, RESULTS_FILE, short_message
 from neuroshard.settings import Settings, setting
 from neuroshard.types import ConfigError, NeuroShardError
 
@@ -485,7 +485,7 @@ class TorchrunJob:
         if "address already in use" in text.lower():
             return f"the port of --rdzv_endpoint {ep} is already in use on node 0: pick a free one"
         lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith((" ", "frame #"))]
-        cause = _short_message(Exception(lines[-1])) if lines else "no output"
+        cause = short_message(Exception(lines[-1])) if lines else "no output"
         return f"the rendezvous at {ep} failed before any rank started ({cause}); see the log"
 
     def _log_text(self) -> str:

@@ -71,7 +71,7 @@ def _is_peer_failure(exc: BaseException) -> bool:
                                    "distbackenderror", "distnetworkerror", "socket"))
 
 
-def _short_message(exc: BaseException, limit: int = 240) -> str:
+def short_message(exc: BaseException, limit: int = 240) -> str:
     """First line of an exception, without gloo's source-location prefix and advice."""
     text = str(exc).strip()
     text = text.splitlines()[0] if text else ""
@@ -178,7 +178,7 @@ def fail_rank(job_dir: str, rank: int, state: dict, exc: BaseException):
     the phase the rank was in. In a multi-node job the report also goes to the job's store,
     and a rank that lost a peer adds the reports it finds there (``"remote"``) to its own."""
     report = {"rank": rank, "sample": state.get("sample"), "phase": state.get("phase"),
-              "type": type(exc).__name__, "message": _short_message(exc),
+              "type": type(exc).__name__, "message": short_message(exc),
               "peer": _is_peer_failure(exc), "node": int(os.environ.get("GROUP_RANK", "0")),
               "host": socket.gethostname()}
     _write_report(job_dir, report)  # first: torchrun may kill this rank once a local peer has exited
