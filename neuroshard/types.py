@@ -376,8 +376,10 @@ class CostBreakdown:
     were given) and `mem_gb`. Measured (the mean of a plan's repeated
     measurements): `dims`, `skew`, `ntables`, `fw_comm_nosleep` (the forward
     all-to-all with all ranks starting together) and each repeat's parts
-    (`repeats`). The plan's cost is `cost`, the largest per-device total:
-    computed here and nowhere else.
+    (`repeats`). With cost models that are ensembles, the simulator also
+    gives each member's plan cost (`member_costs`: their spread is the
+    models' uncertainty about this plan). The plan's cost is `cost`, the
+    largest per-device total: computed here and nowhere else.
     """
 
     compute: list[float]
@@ -389,6 +391,15 @@ class CostBreakdown:
     ntables: list[int] | None = None
     fw_comm_nosleep: list[float] | None = None
     repeats: list[RepeatParts] | None = None
+    member_costs: list[float] | None = None
+
+    @property
+    def cost_sd(self) -> float | None:
+        """The spread (sd) of the ensemble members' plan costs (ms); None for a single model or a measurement."""
+        if not self.member_costs or len(self.member_costs) < 2:
+            return None
+        m = sum(self.member_costs) / len(self.member_costs)
+        return math.sqrt(sum((c - m) ** 2 for c in self.member_costs) / (len(self.member_costs) - 1))
 
     @property
     def total(self) -> list[float]:
@@ -402,7 +413,7 @@ class CostBreakdown:
     def to_json(self) -> dict:
         d = {"compute": self.compute, "bw_comm": self.bw_comm, "fw_comm": self.fw_comm, "total": self.total,
              "cost": self.cost}
-        for name in ("skew", "fw_comm_nosleep", "dims", "ntables", "mem_gb"):
+        for name in ("skew", "fw_comm_nosleep", "dims", "ntables", "mem_gb", "member_costs"):
             if getattr(self, name) is not None:
                 d[name] = getattr(self, name)
         if self.repeats is not None:
@@ -418,7 +429,8 @@ class CostBreakdown:
         return cls(_floats(d["compute"]), _floats(d["bw_comm"]), _floats(d["fw_comm"]), dims=opt("dims", _ints),
                    skew=opt("skew", _floats), mem_gb=opt("mem_gb", _floats), ntables=opt("ntables", _ints),
                    fw_comm_nosleep=opt("fw_comm_nosleep", _floats),
-                   repeats=opt("repeats", lambda rs: [RepeatParts.from_json(r) for r in rs]))
+                   repeats=opt("repeats", lambda rs: [RepeatParts.from_json(r) for r in rs]),
+                   member_costs=opt("member_costs", _floats))
 
 
 @dataclass

@@ -63,8 +63,8 @@ def comparison_table(sim: Summary | None, hw: Summary | None) -> tuple[str, dict
     rows = {"sim": _rows(sim), "hw": _rows(hw)}
     algs = list(dict.fromkeys([*rows["sim"], *rows["hw"]]))
     lines = ["| algorithm | simulator ms [95% CI] | NeuroShard gain (sim) | verdict (sim) | hardware ms [95% CI] "
-             "| NeuroShard gain (hw) | verdict (hw) | valid (sim) | valid (hw) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| NeuroShard gain (hw) | verdict (hw) | detectable (hw) | valid (sim) | valid (hw) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for a in algs:
         s, h = rows["sim"].get(a), rows["hw"].get(a)
 
@@ -80,8 +80,12 @@ def comparison_table(sim: Summary | None, hw: Summary | None) -> tuple[str, dict
         def valid(r):
             return "-" if r is None else f"{r.valid} / {r.tasks}"
 
+        def detectable(r):
+            mdd = None if r is None or r.vs_reference is None else r.vs_reference.mdd
+            return "" if a == "neuroshard" else "-" if mdd is None else f"≥ {100 * mdd:.1f}%"
+
         lines.append(f"| {a} | {mean(s)} | {gain(s)} | {word(s)} | {mean(h)} | {gain(h)} | {word(h)} "
-                     f"| {valid(s)} | {valid(h)} |")
+                     f"| {detectable(h)} | {valid(s)} | {valid(h)} |")
     verdicts = {name: None if s is None else s.verdicts for name, s in (("simulator", sim), ("hardware", hw))}
     return "\n".join(lines) + "\n", verdicts
 
@@ -112,9 +116,19 @@ def accuracy_table(acc: Accuracy) -> str:
     num = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
     lines = ["| what | MAPE | Spearman | n |", "|---|---|---|---|",
              f"| plan cost | {pct(acc.mape)} | {num(acc.spearman)} | {acc.plans} |"]
+    noise = acc.repeat_noise
+    if noise:
+        lines.append(f"| plan cost, a perfect model (the repeat noise) | {pct(noise['mape_floor'])} | - | "
+                     f"{noise['plans']} |")
     for part, m in acc.parts.items():
         lines.append(f"| per-rank {part} | {pct(m.mape)} | {num(m.spearman)} | {m.n} |")
     lines.append("")
+    if noise:
+        lines.append(f"Two measurements of the same plan differ by {pct(noise['mean'])} on average (median "
+                     f"{pct(noise['median'])}, {noise['plans']} plans): a model that predicted every plan's true cost "
+                     f"exactly would still score a plan-cost MAPE of about {pct(noise['mape_floor'])} against the "
+                     f"mean of {noise['repeats']} measurements; the rest of the MAPE above is the models' (and the "
+                     f"machine's drift, below).")
     lines.append(f"The simulator orders two algorithms' plans for the same task as the hardware does in "
                  f"{pct(acc.pair_agreement)} of {acc.pairs} cases ({acc.pairs_tied} ties left out).")
     if acc.pairs_beyond_noise is not None:
@@ -236,10 +250,16 @@ def _plots(out: Path, sim: Summary | None, hw: Summary | None) -> list[str]:
         x = np.arange(len(algs))
         for off, (label, s) in zip((-0.2, 0.2), (("simulator", sim), ("hardware", hw))):
             if s:
-                by = {r.alg: r.mean_common for r in s.algorithms}
-                ax.bar(x + off, [by.get(a) or 0 for a in algs], width=0.4, label=label)
+                by = _rows(s)
+                means = np.array([by[a].mean_common if a in by and by[a].mean_common is not None else 0.0
+                                  for a in algs])
+                # the 95% interval of each mean as error bars (none where there is none)
+                ci = np.array([by[a].mean_common_ci if a in by and by[a].mean_common_ci else [m, m]
+                               for a, m in zip(algs, means)], dtype=float)
+                yerr = np.clip(np.stack([means - ci[:, 0], ci[:, 1] - means]), 0.0, None)
+                ax.bar(x + off, means, width=0.4, label=label, yerr=yerr, capsize=2, error_kw={"elinewidth": 0.8})
         ax.set_xticks(x, algs, rotation=20, fontsize=8)
-        ax.set_ylabel("mean embedding cost (ms)")
+        ax.set_ylabel("mean embedding cost (ms), 95% CI")
         ax.legend(fontsize=8)
         fig.tight_layout()
         fig.savefig(plots / "cost_per_algorithm.png")

@@ -17,6 +17,7 @@ from typing import Sequence
 import numpy as np
 
 from neuroshard.eval.intervals import Interval, exceeds_repeat_noise, mean_interval, paired_difference, verdict
+from neuroshard.eval.power import Components, components, plan_repeat_noise
 from neuroshard.types import PlanRecord
 
 REFERENCE_ALG = "neuroshard"
@@ -44,18 +45,30 @@ def _finite(x):
 @dataclass
 class VsReference:
     """The reference's paired difference with an algorithm (ms, other − reference, with its interval), the
-    verdict that interval supports and the interval of the relative gain."""
+    verdict that interval supports, the interval of the relative gain and, for repeated measurements, the
+    power of the comparison (`power.Components`: its task and repeat noise; `mdd`: the smallest relative
+    difference it detects at 95% with 80% power)."""
 
     diff_ms: Interval
     verdict: str
     gain_ci: list[float] | None
+    power: Components | None = None
+
+    @property
+    def mdd(self) -> float | None:
+        return None if self.power is None else self.power.mdd()
 
     def to_json(self) -> dict:
-        return {"diff_ms": self.diff_ms.to_json(), "verdict": self.verdict, "gain_ci": self.gain_ci}
+        d = {"diff_ms": self.diff_ms.to_json(), "verdict": self.verdict, "gain_ci": self.gain_ci}
+        if self.power is not None:
+            d["power"] = {**self.power.to_json(), "mdd": self.mdd}
+        return d
 
     @classmethod
     def from_json(cls, d: dict) -> "VsReference":
-        return cls(Interval(**d["diff_ms"]), d["verdict"], d.get("gain_ci"))
+        p = d.get("power")
+        power = None if p is None else Components(p["task_sd"], p["repeat_sd"], p["tasks"], p["repeats"])
+        return cls(Interval(**d["diff_ms"]), d["verdict"], d.get("gain_ci"), power)
 
 
 @dataclass
@@ -146,6 +159,7 @@ class Accuracy:
     mean_measured: float | None = None
     pairs_beyond_noise: int | None = None
     pair_agreement_beyond_noise: float | None = None
+    repeat_noise: dict | None = None  # power.plan_repeat_noise: how far two measurements of a plan differ
 
     def to_json(self) -> dict:
         d = {k: getattr(self, k) for k in ("cost", "plans", "mape", "spearman", "pair_agreement", "pairs",
@@ -154,7 +168,7 @@ class Accuracy:
         if self.plans:
             d.update(mean_estimated=self.mean_estimated, mean_measured=self.mean_measured,
                      pairs_beyond_noise=self.pairs_beyond_noise,
-                     pair_agreement_beyond_noise=self.pair_agreement_beyond_noise)
+                     pair_agreement_beyond_noise=self.pair_agreement_beyond_noise, repeat_noise=self.repeat_noise)
         return d
 
     @classmethod
@@ -163,7 +177,7 @@ class Accuracy:
                  for k, p in d.get("parts", {}).items()}
         return cls(d["cost"], d["plans"], d.get("mape"), d.get("spearman"), d.get("pair_agreement"), d.get("pairs", 0),
                    d.get("pairs_tied", 0), parts, d.get("mean_estimated"), d.get("mean_measured"),
-                   d.get("pairs_beyond_noise"), d.get("pair_agreement_beyond_noise"))
+                   d.get("pairs_beyond_noise"), d.get("pair_agreement_beyond_noise"), d.get("repeat_noise"))
 
 
 @dataclass
@@ -308,7 +322,7 @@ def summarize(records: Sequence[PlanRecord], algs: Sequence[str], num_tasks: int
                 beats[r.alg] = verdicts[r.alg] == "beats"
                 r.vs_reference = VsReference(diff, verdicts[r.alg], [diff.lo / abs(r.mean_common),
                                                                      diff.hi / abs(r.mean_common)]
-                                             if r.mean_common else None)
+                                             if r.mean_common else None, components(a, b))
     return Summary(tasks=num_tasks, common_tasks=len(common), cost=cost_key, reference=reference, algorithms=rows,
                    ranking=[r.alg for r in ranked], neuroshard_beats=beats, verdicts=verdicts)
 
@@ -385,6 +399,7 @@ def simulator_accuracy(records: Sequence[PlanRecord], cost_key: str = "cost") ->
     out.pairs, out.pairs_tied, out.pair_agreement = total, tied, agree / total if total else None
     out.pairs_beyond_noise = beyond if repeats >= 2 else None
     out.pair_agreement_beyond_noise = agree_beyond / beyond if beyond else None
+    out.repeat_noise = plan_repeat_noise([r.costs(cost_key) for r in done])
     return out
 
 

@@ -72,21 +72,30 @@ def _nets():
     return nets
 
 
+def members(model) -> list:
+    """The models of an ensemble (`nets.CostEnsemble`), or `[model]` for a single one."""
+    return list(model.members) if hasattr(model, "members") else [model]
+
+
 def save_model(model, path, extra: Optional[dict] = None) -> None:
-    """Write a self-describing checkpoint atomically (unique temp file + rename)."""
+    """Write a self-describing checkpoint atomically (unique temp file + rename). An ensemble keeps every
+    member's weights in "members" (and the first member's in "state_dict", as a single model's)."""
     import torch
 
     from neuroshard.formats.io import atomic_write
 
     nets = _nets()
-    if isinstance(model, nets.ComputeCostModel):
+    first = members(model)[0]
+    if isinstance(first, nets.ComputeCostModel):
         mtype = "compute"
-    elif isinstance(model, nets.CommCostModel):
+    elif isinstance(first, nets.CommCostModel):
         mtype = "comm"
     else:
         raise TypeError(f"not a cost model: {type(model).__name__}")
-    ckpt = {"type": mtype, "config": model.config(), "state_dict": model.state_dict(),
-            "ndevices": getattr(model, "ndevices", None), "extra": extra or {}}
+    ckpt = {"type": mtype, "config": first.config(), "state_dict": first.state_dict(),
+            "ndevices": getattr(first, "ndevices", None), "extra": extra or {}}
+    if len(members(model)) > 1:
+        ckpt["members"] = [m.state_dict() for m in members(model)]
     with atomic_write(path, "wb") as fh:
         torch.save(ckpt, fh)
 
@@ -124,27 +133,33 @@ def load_model(path):
         raise InputError(path, f"unknown model type {mtype!r} (expected 'compute' or 'comm')")
     if not isinstance(cfg, dict) or not isinstance(state, dict):
         raise InputError(path, "malformed checkpoint: \"config\" and \"state_dict\" must be dicts")
-    try:
-        if mtype == "compute":
-            model = nets.ComputeCostModel(state["feat_mean"], state["feat_std"], cfg["num_features"])
-        else:
-            model = nets.CommCostModel(cfg["kind"], cfg["ndevices"], state["x_mean"], state["x_std"],
-                                       wait_term=bool(cfg.get("wait_term", False)))
-        model.load_state_dict(state)
-    except KeyError as e:
-        raise InputError(path, f"malformed {mtype} model checkpoint: missing {e.args[0]!r}") from None
-    except (TypeError, ValueError, RuntimeError) as e:
-        raise InputError(path, f"malformed {mtype} model checkpoint ({_first_line(e)})") from None
-    for name, t in model.state_dict().items():
-        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
-            raise InputError(path, f"{mtype} model checkpoint holds non-finite values in {name!r}")
-    model.eval()
-    return model
+    states = ckpt.get("members", [state])
+    if not isinstance(states, list) or not states or not all(isinstance(st, dict) for st in states):
+        raise InputError(path, "malformed checkpoint: \"members\" must be a non-empty list of state dicts")
+    models = []
+    for k, st in enumerate(states):
+        what = f"{mtype} model checkpoint" + (f" (member {k})" if len(states) > 1 else "")
+        try:
+            if mtype == "compute":
+                model = nets.ComputeCostModel(st["feat_mean"], st["feat_std"], cfg["num_features"])
+            else:
+                model = nets.CommCostModel(cfg["kind"], cfg["ndevices"], st["x_mean"], st["x_std"],
+                                           wait_term=bool(cfg.get("wait_term", False)))
+            model.load_state_dict(st)
+        except KeyError as e:
+            raise InputError(path, f"malformed {what}: missing {e.args[0]!r}") from None
+        except (TypeError, ValueError, RuntimeError) as e:
+            raise InputError(path, f"malformed {what} ({_first_line(e)})") from None
+        for name, t in model.state_dict().items():
+            if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+                raise InputError(path, f"{what} holds non-finite values in {name!r}")
+        models.append(model.eval())
+    return models[0] if len(models) == 1 else nets.CostEnsemble(models).eval()
 
 
 def load_compute_model(path):
     model = load_model(path)
-    if not isinstance(model, _nets().ComputeCostModel):
+    if not isinstance(members(model)[0], _nets().ComputeCostModel):
         raise InputError(path, "expected a compute cost model, found a comm cost model")
     return model
 
@@ -152,7 +167,7 @@ def load_compute_model(path):
 def load_comm_model(path, ndevices: int, kind: str):
     """Load a comm model and check it was trained for `ndevices` devices and direction `kind`."""
     model = load_model(path)
-    if not isinstance(model, _nets().CommCostModel):
+    if not isinstance(members(model)[0], _nets().CommCostModel):
         raise InputError(path, "expected a comm cost model, found a compute cost model")
     if model.kind != kind:
         raise InputError(path, f"expected a {kind} comm model, found a {model.kind} one")

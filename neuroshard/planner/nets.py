@@ -152,6 +152,56 @@ class CommCostModel(nn.Module):
         return self(x).numpy()
 
 
+# --------------------------------------------------------------------------- ensembles
+
+
+class CostEnsemble(nn.Module):
+    """K cost models of one kind trained alike (other seeds and bootstrap resamples of the training
+    split): their mean is the prediction, their spread the models' uncertainty.
+
+    Wraps `members` (all ComputeCostModel, or all CommCostModel of one kind and device count) and
+    behaves as one model of that kind: `forward`, `predict` and `predict_sets` average the members;
+    its other attributes (`kind`, `ndevices`...) are the first member's. The planner's scorer
+    (`planner.scorer.PlanScorer`) runs all members in one batched pass and also gives each member's
+    plan cost (`simulator.simulate` reports their mean and spread).
+    """
+
+    def __init__(self, members: Sequence[nn.Module]):
+        super().__init__()
+        members = list(members)
+        if len(members) < 2:
+            raise ValueError(f"an ensemble needs at least 2 members, got {len(members)}")
+        kinds = {type(m) for m in members}
+        if len(kinds) != 1 or not isinstance(members[0], (ComputeCostModel, CommCostModel)):
+            raise ValueError(f"ensemble members must be cost models of one class, got {sorted(k.__name__ for k in kinds)}")
+        if isinstance(members[0], CommCostModel) and len({(m.kind, m.ndevices) for m in members}) != 1:
+            raise ValueError("ensemble members must be comm models of one kind and device count")
+        self.members = nn.ModuleList(members)
+
+    def __getattr__(self, name):
+        # kind, ndevices, wait_term, num_features...: the members' (checked equal where it matters)
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            if name.startswith("_") or "members" not in self.__dict__.get("_modules", {}):
+                raise
+            return getattr(self._modules["members"][0], name)
+
+    def config(self) -> dict:
+        return self.members[0].config()
+
+    def forward(self, *inputs) -> torch.Tensor:
+        return torch.stack([m(*inputs) for m in self.members]).mean(0)
+
+    @torch.inference_mode()
+    def predict(self, dims, sleeps=None) -> np.ndarray:
+        return np.mean([m.predict(dims, sleeps) for m in self.members], axis=0)
+
+    @torch.inference_mode()
+    def predict_sets(self, configs: Sequence[TableConfig], sets: Sequence[Sequence[int]]) -> np.ndarray:
+        return np.mean([m.predict_sets(configs, sets) for m in self.members], axis=0)
+
+
 # --------------------------------------------------------------------------- hand-set models
 
 

@@ -323,12 +323,174 @@ class PlanScorer:
         fw = self._comm("fw", dims, skew)
         return bw, fw
 
+    # -- the members of an ensemble (one here; see EnsembleScorer)
+
+    members = 1
+
+    def member_costs_from_acc(self, acc: np.ndarray) -> np.ndarray:
+        """Each member's compute ms [M, K] of shards from their accumulators (K = 1 here)."""
+        return self.cost_from_acc(acc)[:, None]
+
+    def member_shard_costs(self, emb: np.ndarray, shards: Sequence[Sequence[int]]) -> np.ndarray:
+        """Each member's compute ms [K, n] of each shard (K = 1 here)."""
+        return self.shard_costs(emb, shards)[None]
+
+    def comm_members(self, dims: np.ndarray, compute: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each member's backward and forward comm ms [K, M, n] from dim sums [M, n] and that member's
+        compute ms [K, M, n] (its own skew)."""
+        bw, fw = self.comm(dims, compute[0])
+        return bw[None], fw[None]
+
+
+class EnsembleScorer:
+    """The scorer of cost models that are ensembles (`nets.CostEnsemble`): K members, all in one pass.
+
+    Same interface as `PlanScorer`, whose predictions are the members' mean:
+    a table's embedding is the K members' side by side [K x 32], a device's
+    accumulator the K members' [K x A], and `cost_from_acc` runs every
+    member's head in one einsum and averages; the comm models run as one
+    batched matrix product per layer over the stacked members' weights. The
+    search therefore costs the same calls as with one model, each K times
+    wider. `member_*` and `comm_members` give each member's own prediction
+    (member k: compute member k with comm members k; a part with one model
+    serves every member), from which `simulator.simulate` reports each
+    plan's spread. Needs the standard layouts (the NumPy path of every member).
+    """
+
+    def __init__(self, compute_model, fw_model, bw_model):
+        from neuroshard.planner.cost_models import members
+
+        self.compute_model, self.fw_model, self.bw_model = compute_model, fw_model, bw_model
+        parts = [members(compute_model), members(fw_model), members(bw_model)]
+        k = max(len(p) for p in parts)
+        if any(len(p) not in (1, k) for p in parts):
+            raise NeuroShardError(f"ensembles of {', '.join(str(len(p)) for p in parts)} members cannot be "
+                                  "scored together: give each cost the same number of members (or one)")
+        self.members = k
+        self.parts = [PlanScorer(parts[0][i % len(parts[0])], parts[1][i % len(parts[1])],
+                                 parts[2][i % len(parts[2])]) for i in range(k)]
+        heads = [p._head for p in self.parts]
+        if not all(p.uses_numpy for p in self.parts) or not all(isinstance(h.rest, tuple) for h in heads) \
+                or len({h.relu1 for h in heads}) != 1:
+            raise NeuroShardError("ensemble members must have the standard cost-model layout")
+        self.ndevices = self.parts[0].ndevices
+        self._w1 = np.stack([h.w1 for h in heads])  # [K, E, A] float64
+        self._b1 = np.concatenate([h.b1 for h in heads])  # [K A] float32: an empty device's accumulator
+        self._relu1 = heads[0].relu1
+        self._w2 = np.stack([h.rest[0] for h in heads])  # [K, A] float32, target scale folded in
+        self._b2 = np.array([h.rest[1] for h in heads], dtype=ACC_DTYPE)  # [K]
+        self._zeros = np.zeros_like(self._b1)
+        self._comm_params = {kind: self._stack_comm([getattr(p, f"_{kind}") for p in self.parts])
+                             for kind in ("fw", "bw")}
+
+    @staticmethod
+    def _stack_comm(params):
+        layers = [(np.stack([p[0][i][0] for p in params]), np.stack([p[0][i][1] for p in params])[:, None],
+                   params[0][0][i][2]) for i in range(len(params[0][0]))]
+        mean = np.stack([p[1] for p in params])[:, None]  # [K, 1, in]
+        std = np.stack([p[2] for p in params])[:, None]
+        scale = np.array([p[3] for p in params], dtype=np.float32)[:, None, None]
+        return layers, mean, std, scale, params[0][4]
+
+    uses_numpy = True
+
+    @property
+    def embed_dim(self) -> int:
+        return self.members * self.parts[0].embed_dim
+
+    def embed(self, configs: Sequence[TableConfig]) -> np.ndarray:
+        """Per-table embeddings of every member side by side [N, K x 32] (float64)."""
+        return np.concatenate([p.embed(configs) for p in self.parts], axis=1)
+
+    def project(self, emb: np.ndarray) -> np.ndarray:
+        """Per-table accumulator increments [N, K x A] (float32) from embeddings [N, K x 32]."""
+        emb = np.asarray(emb, dtype=np.float64)
+        k, (e, a) = self.members, self._w1.shape[1:]
+        proj = np.einsum("nke,kea->nka", emb.reshape(len(emb), k, e), self._w1)
+        return proj.reshape(len(emb), k * a).astype(ACC_DTYPE)
+
+    @property
+    def acc0(self) -> np.ndarray:
+        return self._b1.copy()
+
+    def member_costs_from_acc(self, acc: np.ndarray, overwrite: bool = False) -> np.ndarray:
+        """Each member's compute ms [M, K] (float32) from accumulators [M, K x A]; row by row, no BLAS."""
+        x = acc if overwrite else acc.copy()
+        if self._relu1:
+            np.maximum(x, self._zeros, out=x)
+        out = np.einsum("mka,ka->mk", x.reshape(len(x), self.members, -1), self._w2)
+        out += self._b2
+        return out
+
+    def cost_from_acc(self, acc: np.ndarray, overwrite: bool = False) -> np.ndarray:
+        """Compute ms [M] (float32): the members' mean."""
+        return self.member_costs_from_acc(acc, overwrite).mean(axis=1, dtype=ACC_DTYPE)
+
+    def _acc(self, emb: np.ndarray, shards: Sequence[Sequence[int]]) -> np.ndarray:
+        proj = self.project(emb)
+        acc = np.tile(self.acc0, (len(shards), 1))
+        for r, shard in enumerate(shards):
+            for i in shard:  # sequential, as the search accumulates
+                acc[r] += proj[i]
+        return acc
+
+    def shard_costs(self, emb: np.ndarray, shards: Sequence[Sequence[int]]) -> np.ndarray:
+        counts = np.array([len(s) for s in shards])
+        return np.where(counts > 0, self.cost_from_acc(self._acc(emb, shards)).astype(np.float64), 0.0)
+
+    def member_shard_costs(self, emb: np.ndarray, shards: Sequence[Sequence[int]]) -> np.ndarray:
+        counts = np.array([len(s) for s in shards])
+        costs = self.member_costs_from_acc(self._acc(emb, shards)).astype(np.float64).T  # [K, n]
+        return np.where(counts[None] > 0, costs, 0.0)
+
+    def _comm(self, kind: str, dims: np.ndarray, sleeps) -> np.ndarray:
+        """Every member's prediction [K, M, n] (float64); `sleeps` [K, M, n] (fw) or None (bw)."""
+        layers, mean, std, scale, wait_term = self._comm_params[kind]
+        x = np.broadcast_to(dims.astype(np.float32), (self.members, *dims.shape))
+        if kind == "fw":
+            x = np.concatenate([x, sleeps.astype(np.float32)], axis=-1)
+        x = (x - mean) / std
+        for w, b, relu in layers:
+            x = np.matmul(x, w)  # one batched product over the members
+            x += b
+            if relu:
+                np.maximum(x, 0.0, out=x)
+        out = (x * scale).astype(np.float64)
+        if wait_term:
+            out += sleeps.max(axis=-1, keepdims=True) - sleeps
+        return out
+
+    def comm_members(self, dims: np.ndarray, compute: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        dims = np.asarray(dims, dtype=np.float64)
+        compute = np.asarray(compute, dtype=np.float64)
+        if dims.ndim != 2 or dims.shape[1] != self.ndevices:
+            raise NeuroShardError(f"comm models are for {self.ndevices} devices, got dims of shape {dims.shape}")
+        bw = self._comm("bw", dims, None)
+        ready = compute + bw
+        fw = self._comm("fw", dims, ready - ready.min(axis=-1, keepdims=True))
+        return bw, fw
+
+    def comm(self, dims: np.ndarray, compute: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Backward and forward comm ms [M, n]: the members' means, each member's forward wait from the mean
+        compute plus its own backward time."""
+        k = self.members
+        bw, fw = self.comm_members(dims, np.broadcast_to(np.asarray(compute, dtype=np.float64),
+                                                         (k, *np.shape(compute))))
+        return bw.mean(axis=0), fw.mean(axis=0)
+
 
 _SCORERS: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
 
 
-def get_scorer(models) -> PlanScorer:
-    """The PlanScorer of a `CostModels` bundle, cached per model triple.
+def _make_scorer(cm, fw, bw):
+    if any(hasattr(m, "members") for m in (cm, fw, bw)):
+        return EnsembleScorer(cm, fw, bw)
+    return PlanScorer(cm, fw, bw)
+
+
+def get_scorer(models) -> PlanScorer | EnsembleScorer:
+    """The scorer of a `CostModels` bundle (an `EnsembleScorer` when a model is an ensemble), cached per
+    model triple.
 
     The cache assumes the models' weights do not change after first use.
     """
@@ -338,11 +500,11 @@ def get_scorer(models) -> PlanScorer:
     try:
         per_model = _SCORERS.setdefault(cm, {})
     except TypeError:  # not weak-referenceable: no caching
-        return PlanScorer(cm, fw, bw)
+        return _make_scorer(cm, fw, bw)
     key = (id(fw), id(bw))
     hit = per_model.get(key)
     if hit is None or hit.fw_model is not fw or hit.bw_model is not bw:
-        hit = per_model[key] = PlanScorer(cm, fw, bw)
+        hit = per_model[key] = _make_scorer(cm, fw, bw)
     return hit
 
 

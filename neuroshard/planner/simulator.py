@@ -127,6 +127,11 @@ def _simulate(tables, plan, models, max_mem) -> CostBreakdown:
                               "check the model checkpoints")
     ready = compute[0] + bw[0]
     mem = [_gb(sum(table_elements(split[i]) for i in s)) for s in plan.shards]
+    members = None
+    if scorer.members > 1:  # each member's plan cost: its own compute, comm and wait
+        mc = scorer.member_shard_costs(emb, plan.shards)[:, None, :]  # [K, 1, n]
+        mbw, mfw = scorer.comm_members(dims, mc)
+        members = (mc + mbw + mfw).max(axis=-1)[:, 0].tolist()
     return CostBreakdown(
         compute=compute[0].tolist(), bw_comm=bw[0].tolist(), fw_comm=fw[0].tolist(),
-        dims=[int(d) for d in dims[0]], skew=(ready - ready.min()).tolist(), mem_gb=mem)
+        dims=[int(d) for d in dims[0]], skew=(ready - ready.min()).tolist(), mem_gb=mem, member_costs=members)

@@ -16,7 +16,7 @@ import torch
 from neuroshard.checks import check_output_file
 from neuroshard.formats.cost_data import DATA_TXT, CommSample, read_comm_data, read_noise_floor
 from neuroshard.planner.nets import CommCostModel
-from neuroshard.train.loop import TrainConfig, save_trained, train_model
+from neuroshard.train.loop import TrainConfig, save_trained, train_ensemble
 from neuroshard.types import InputError
 
 KINDS = ("fw", "bw")
@@ -45,10 +45,9 @@ def train_comm_model(samples: Sequence[CommSample], kind: str, cfg: TrainConfig,
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     n = samples[0].ndevices
-    torch.manual_seed(cfg.seed)
     x, y = comm_tensors(samples, kind)
-    model = build_model(kind, n, x, wait_term)
-    report = train_model(model, (x,), y, cfg, desc=f"{kind} comm model", progress=progress)
+    model, report = train_ensemble(lambda: build_model(kind, n, x, wait_term), (x,), y, cfg,
+                                   desc=f"{kind} comm model", progress=progress)
     result = {"kind": kind, "ndevices": n, "data_dir": None if data_dir is None else str(data_dir),
               "num_samples": len(samples), "wait_term": wait_term}
     noise = read_noise_floor(data_dir, kind) if data_dir is not None else None

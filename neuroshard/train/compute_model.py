@@ -15,7 +15,7 @@ import torch
 from neuroshard.checks import check_output_file
 from neuroshard.formats.cost_data import read_compute_data, read_noise_floor
 from neuroshard.planner.nets import ComputeCostModel, feature_stats, table_features
-from neuroshard.train.loop import TrainConfig, save_trained, train_model
+from neuroshard.train.loop import TrainConfig, save_trained, train_ensemble
 from neuroshard.types import InputError, TableConfig
 
 
@@ -43,11 +43,10 @@ def train_compute_model(data_dir, cfg: TrainConfig, out_path, progress: bool = T
     configs, samples = read_compute_data(data_dir)
     if len(samples) < 3:
         raise InputError(Path(data_dir) / "data.txt", f"need at least 3 samples to train, found {len(samples)}")
-    torch.manual_seed(cfg.seed)
-    model = build_model(configs)
     x, mask = shard_tensors(table_features(configs), [ids for ids, _ in samples])
     y = torch.tensor([c for _, c in samples], dtype=torch.float32)
-    report = train_model(model, (x, mask), y, cfg, desc="compute model", progress=progress)
+    model, report = train_ensemble(lambda: build_model(configs), (x, mask), y, cfg, desc="compute model",
+                                   progress=progress)
     result = {"data_dir": str(data_dir), "num_samples": len(samples)}
     noise = read_noise_floor(data_dir, "cost")
     if noise is not None:

@@ -1,11 +1,13 @@
-"""The one training loop: seeded splits, learning known costs, the relative loss."""
+"""The one training loop: seeded splits, learning known costs, the relative loss, ensembles."""
+
+from dataclasses import replace
 
 import numpy as np
 import pytest
 import torch
 
-from neuroshard.planner.nets import CommCostModel
-from neuroshard.train.loop import TrainConfig, split_indices, train_model
+from neuroshard.planner.nets import CommCostModel, CostEnsemble
+from neuroshard.train.loop import TrainConfig, split_indices, train_ensemble, train_model
 from neuroshard.train.metrics import scatter_plot
 from neuroshard.types import ConfigError
 
@@ -46,3 +48,26 @@ def test_relative_loss_fits_costs_spanning_orders_of_magnitude():
     assert rep.metrics["test"]["mape"] < 0.15
     with pytest.raises(ConfigError, match="--loss: must be one of"):
         TrainConfig(loss="l1").validate()
+
+
+def test_an_ensemble_is_member_zero_plus_bootstrap_members_and_predicts_their_mean():
+    rng = np.random.default_rng(2)
+    dims = torch.tensor(rng.integers(0, 512, size=(300, 2)), dtype=torch.float32)
+    y = 0.1 * dims + 1.0
+
+    def build():
+        return CommCostModel("bw", 2, dims.mean(0), dims.std(0))
+
+    cfg = TrainConfig(epochs=5, batch_size=64, seed=0, lr=3e-3)
+    single, rep1 = train_ensemble(build, (dims,), y, cfg)
+    ens, rep3 = train_ensemble(build, (dims,), y, replace(cfg, ensemble=3))
+    assert isinstance(ens, CostEnsemble) and len(ens.members) == 3 and not isinstance(single, CostEnsemble)
+    # member 0 is exactly the model trained alone; the others differ (own seed, bootstrap resample)
+    for a, b in zip(single.state_dict().values(), ens.members[0].state_dict().values()):
+        assert torch.equal(a, b)
+    assert not torch.equal(ens.members[0].mlp[0].weight, ens.members[1].mlp[0].weight)
+    with torch.no_grad():
+        assert torch.allclose(ens(dims), torch.stack([m(dims) for m in ens.members]).mean(0))
+    assert len(rep3.members) == 3 and rep3.members[0] == rep1.metrics and rep3.test_pred.shape == (30, 2)
+    with pytest.raises(ConfigError, match="--ensemble: must be >= 1"):
+        TrainConfig(ensemble=0).validate()

@@ -1,0 +1,101 @@
+"""Statistical power of a hardware comparison: how small a difference the measurement can tell from noise.
+
+A paired comparison of two algorithms on T tasks, each plan measured R
+times in interleaved rounds, sees per task and round the relative
+difference ``d[t, r] = (other - reference) / reference cost``. Model:
+``d[t, r] = delta + u[t] + e[t, r]``: `delta` the true mean difference,
+`u` how the difference varies from task to task (sd `task_sd`), `e` the
+repeat noise of the difference of two measurements made in the same round
+(sd `repeat_sd`). The mean over tasks and rounds then has standard error
+
+    se = sqrt(task_sd**2 / T + repeat_sd**2 / (T * R))
+
+and a two-sided test at level `alpha` detects a true difference with
+probability `power` when it is at least the minimum detectable difference
+
+    mdd = (z[1 - alpha / 2] + z[power]) * se         (2.80 se at 95% / 80%)
+
+(a normal approximation: the bootstrap interval of `intervals` is close to it
+for T of 10 or more). `components` estimates the two sds from a hardware
+evaluation with R >= 2: `repeat_sd` from the spread of each task's rounds,
+`task_sd` from the spread of the task means beyond what the repeat noise
+explains. `tasks_needed` inverts the formula. Differences are fractions of
+the reference's cost (0.03 = 3%).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from statistics import NormalDist
+from typing import Sequence
+
+import numpy as np
+
+ALPHA = 0.05
+POWER = 0.80
+
+
+def z_sum(alpha: float = ALPHA, power: float = POWER) -> float:
+    """z[1 - alpha/2] + z[power]: 1.960 + 0.842 = 2.802 at the defaults."""
+    n = NormalDist()
+    return n.inv_cdf(1 - alpha / 2) + n.inv_cdf(power)
+
+
+def min_detectable(task_sd: float, repeat_sd: float, tasks: int, repeats: int, alpha: float = ALPHA,
+                   power: float = POWER) -> float:
+    """The smallest true difference (a fraction) detected with probability `power` at level `alpha`."""
+    return z_sum(alpha, power) * math.sqrt(task_sd ** 2 / tasks + repeat_sd ** 2 / (tasks * repeats))
+
+
+def tasks_needed(task_sd: float, repeat_sd: float, repeats: int, mdd: float, alpha: float = ALPHA,
+                 power: float = POWER) -> int:
+    """The fewest tasks that bring the minimum detectable difference down to `mdd` with `repeats` rounds."""
+    return max(2, math.ceil((z_sum(alpha, power) / mdd) ** 2 * (task_sd ** 2 + repeat_sd ** 2 / repeats)))
+
+
+@dataclass(frozen=True)
+class Components:
+    """The two sds of a paired relative difference (fractions), and what they were estimated from."""
+
+    task_sd: float
+    repeat_sd: float
+    tasks: int
+    repeats: int
+
+    def mdd(self, tasks: int | None = None, repeats: int | None = None, alpha: float = ALPHA,
+            power: float = POWER) -> float:
+        """The minimum detectable difference of this comparison (default: its own tasks and repeats)."""
+        return min_detectable(self.task_sd, self.repeat_sd, tasks or self.tasks, repeats or self.repeats, alpha,
+                              power)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def components(reference: Sequence[Sequence[float]], other: Sequence[Sequence[float]]) -> Components | None:
+    """The task and repeat sds of the relative difference (other - reference) / reference, from costs
+    [task][round] of two algorithms' plans (paired by task and round); None with fewer than 2 tasks or
+    2 rounds (no estimate of the repeat noise)."""
+    ref, oth = np.asarray(reference, dtype=np.float64), np.asarray(other, dtype=np.float64)
+    if ref.ndim != 2 or ref.shape != oth.shape or ref.shape[0] < 2 or ref.shape[1] < 2:
+        return None
+    d = (oth - ref) / ref
+    tasks, repeats = d.shape
+    repeat_var = float(d.var(axis=1, ddof=1).mean())
+    task_var = max(0.0, float(d.mean(axis=1).var(ddof=1)) - repeat_var / repeats)
+    return Components(math.sqrt(task_var), math.sqrt(repeat_var), tasks, repeats)
+
+
+def plan_repeat_noise(costs: Sequence[Sequence[float]]) -> dict | None:
+    """How far two measurements of the same plan differ: over plans measured at least twice, the mean and
+    median of |c1 - c2| / mean(c1, c2) of their first two measurements, and the plan-cost MAPE that a model
+    predicting every plan's true cost exactly would still score against the mean of R measurements
+    (about that difference / sqrt(2 R) for normal noise: the floor of the simulator's plan-cost MAPE)."""
+    pairs = [(c[0], c[1], len(c)) for c in costs if len(c) >= 2 and c[0] + c[1] > 0]
+    if not pairs:
+        return None
+    diff = np.array([abs(a - b) / ((a + b) / 2) for a, b, _ in pairs])
+    repeats = min(n for _, _, n in pairs)
+    return {"plans": len(pairs), "mean": float(diff.mean()), "median": float(np.median(diff)), "repeats": repeats,
+            "mape_floor": float(diff.mean() / math.sqrt(2 * repeats))}

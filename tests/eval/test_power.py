@@ -1,0 +1,43 @@
+"""The power of a hardware comparison (`eval.power`) by hand: minimum detectable differences, the tasks a
+3% difference needs, the noise components of a paired comparison and the plan-level repeat noise."""
+
+import math
+
+import pytest
+
+from neuroshard.eval.power import components, min_detectable, plan_repeat_noise, tasks_needed, z_sum
+
+
+def test_z_sum_is_the_textbook_two_point_eight():
+    assert z_sum() == pytest.approx(1.959964 + 0.841621, abs=1e-5)
+    assert z_sum(alpha=0.05, power=0.5) == pytest.approx(1.959964, abs=1e-5)
+
+
+def test_minimum_detectable_difference_and_tasks_needed_by_hand():
+    # se = sqrt(0.05^2 / 20 + 0.08^2 / (20 * 2)) = sqrt(0.000125 + 0.00016) = 0.0168819
+    assert min_detectable(0.05, 0.08, 20, 2) == pytest.approx(2.801585 * 0.0168819, rel=1e-5)
+    # T >= (2.801585 / 0.03)^2 * (0.05^2 + 0.08^2 / 2) = 8721.0 * 0.0057 = 49.71 -> 50 tasks
+    assert tasks_needed(0.05, 0.08, 2, 0.03) == 50
+    assert tasks_needed(0.05, 0.08, 4, 0.03) == math.ceil((2.801585 / 0.03) ** 2 * (0.0025 + 0.0016))  # 36
+    assert min_detectable(0.05, 0.08, 50, 2) <= 0.03 < min_detectable(0.05, 0.08, 49, 2)
+
+
+def test_components_of_a_paired_comparison_by_hand():
+    ref = [[10.0, 10.0], [10.0, 10.0], [10.0, 10.0]]
+    other = [[11.0, 11.2], [10.5, 10.3], [12.0, 11.6]]
+    # relative differences: [.10 .12] [.05 .03] [.20 .16]; within-task variances .0002 .0002 .0008 -> mean .0004
+    # task means .11 .04 .18 -> variance .0049; minus the repeat part .0004 / 2 -> .0047
+    c = components(ref, other)
+    assert c.repeat_sd == pytest.approx(0.02) and c.task_sd == pytest.approx(math.sqrt(0.0047))
+    assert (c.tasks, c.repeats) == (3, 2)
+    assert c.mdd() == pytest.approx(min_detectable(math.sqrt(0.0047), 0.02, 3, 2))
+    assert components([[10.0], [10.0]], [[11.0], [12.0]]) is None  # one round: no repeat noise to estimate
+
+
+def test_plan_repeat_noise_by_hand():
+    # |10 - 12| / 11 = 0.1818; |20 - 20| / 20 = 0; a plan measured once says nothing
+    noise = plan_repeat_noise([[10.0, 12.0], [20.0, 20.0, 21.0], [5.0]])
+    assert noise["plans"] == 2 and noise["repeats"] == 2
+    assert noise["mean"] == pytest.approx((2 / 11) / 2) and noise["median"] == pytest.approx((2 / 11) / 2)
+    assert noise["mape_floor"] == pytest.approx((2 / 11) / 2 / 2)  # / sqrt(2 * 2)
+    assert plan_repeat_noise([[1.0], [2.0]]) is None
