@@ -349,22 +349,48 @@ def _ints(xs) -> list[int]:
 @dataclass
 class RepeatParts:
     """One repeated measurement of a plan, per rank: compute, backward and forward comm (ms), the compute
-    iterations' times (ms) and the op's build time (s)."""
+    iterations' times (ms), the op's build time (s) and, when compute is timed by the CPU clock, the
+    kernels' elapsed time (ms)."""
 
     compute: list[float]
     bw_comm: list[float]
     fw_comm: list[float]
     compute_iters: list[list[float]] = field(default_factory=list)
     build_s: list[float] = field(default_factory=list)
+    compute_wall: list[float] | None = None
 
     def to_json(self) -> dict:
-        return {"compute": self.compute, "bw_comm": self.bw_comm, "fw_comm": self.fw_comm,
-                "compute_iters": self.compute_iters, "build_s": self.build_s}
+        d = {"compute": self.compute, "bw_comm": self.bw_comm, "fw_comm": self.fw_comm,
+             "compute_iters": self.compute_iters, "build_s": self.build_s}
+        if self.compute_wall is not None:
+            d["compute_wall"] = self.compute_wall
+        return d
 
     @classmethod
     def from_json(cls, d: dict) -> "RepeatParts":
         return cls(_floats(d["compute"]), _floats(d["bw_comm"]), _floats(d["fw_comm"]),
-                   [_floats(x) for x in d.get("compute_iters", [])], _floats(d.get("build_s", [])))
+                   [_floats(x) for x in d.get("compute_iters", [])], _floats(d.get("build_s", [])),
+                   None if d.get("compute_wall") is None else _floats(d["compute_wall"]))
+
+
+@dataclass
+class CostSpread:
+    """A plan's simulated cost as a distribution (ms; `planner.uncertainty`): its mean (the expected
+    measured cost), sd, and 10% / 90% quantiles (the predicted 80% band), over `samples` draws (ensemble
+    members x measurement-noise draws)."""
+
+    mean: float
+    sd: float
+    q10: float
+    q90: float
+    samples: int
+
+    def to_json(self) -> dict:
+        return {"mean": self.mean, "sd": self.sd, "q10": self.q10, "q90": self.q90, "samples": self.samples}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "CostSpread":
+        return cls(float(d["mean"]), float(d["sd"]), float(d["q10"]), float(d["q90"]), int(d["samples"]))
 
 
 @dataclass
@@ -376,10 +402,11 @@ class CostBreakdown:
     were given) and `mem_gb`. Measured (the mean of a plan's repeated
     measurements): `dims`, `skew`, `ntables`, `fw_comm_nosleep` (the forward
     all-to-all with all ranks starting together) and each repeat's parts
-    (`repeats`). With cost models that are ensembles, the simulator also
-    gives each member's plan cost (`member_costs`: their spread is the
-    models' uncertainty about this plan). The plan's cost is `cost`, the
-    largest per-device total: computed here and nowhere else.
+    (`repeats`). With cost models that are ensembles or that know their
+    measurement noise, the simulator also gives each member's plan cost
+    (`member_costs`) and the plan's cost distribution (`spread`). The plan's
+    cost is `cost`, the largest per-device total: computed here and nowhere
+    else.
     """
 
     compute: list[float]
@@ -392,6 +419,7 @@ class CostBreakdown:
     fw_comm_nosleep: list[float] | None = None
     repeats: list[RepeatParts] | None = None
     member_costs: list[float] | None = None
+    spread: CostSpread | None = None
 
     @property
     def cost_sd(self) -> float | None:
@@ -418,6 +446,8 @@ class CostBreakdown:
                 d[name] = getattr(self, name)
         if self.repeats is not None:
             d["repeats"] = [r.to_json() for r in self.repeats]
+        if self.spread is not None:
+            d["spread"] = self.spread.to_json()
         return d
 
     @classmethod
@@ -430,7 +460,7 @@ class CostBreakdown:
                    skew=opt("skew", _floats), mem_gb=opt("mem_gb", _floats), ntables=opt("ntables", _ints),
                    fw_comm_nosleep=opt("fw_comm_nosleep", _floats),
                    repeats=opt("repeats", lambda rs: [RepeatParts.from_json(r) for r in rs]),
-                   member_costs=opt("member_costs", _floats))
+                   member_costs=opt("member_costs", _floats), spread=opt("spread", CostSpread.from_json))
 
 
 @dataclass
@@ -481,9 +511,11 @@ class PlanMeasurement:
     compute_iters: list[list[float]] = field(default_factory=list)
     build_s: list[float] = field(default_factory=list)
     e2e: EndToEnd | None = None
+    compute_wall: list[float] | None = None  # elapsed kernel ms (median), when compute is the CPU clock's
 
     def parts(self) -> RepeatParts:
-        return RepeatParts(self.compute, self.bw_comm, self.fw_comm, self.compute_iters, self.build_s)
+        return RepeatParts(self.compute, self.bw_comm, self.fw_comm, self.compute_iters, self.build_s,
+                           self.compute_wall)
 
     def breakdown(self) -> CostBreakdown:
         return CostBreakdown(self.compute, self.bw_comm, self.fw_comm, dims=self.dims, skew=self.skew,
@@ -500,6 +532,8 @@ class PlanMeasurement:
              "build_s": self.build_s}
         if self.e2e is not None:
             d["e2e"] = self.e2e.to_json()
+        if self.compute_wall is not None:
+            d["compute_wall"] = self.compute_wall
         return d
 
     @classmethod
@@ -509,7 +543,8 @@ class PlanMeasurement:
                    _floats(d["compute"]), _floats(d["bw_comm"]), _floats(d["fw_comm"]),
                    _floats(d["fw_comm_nosleep"]), _floats(d["skew"]),
                    [_floats(x) for x in d.get("compute_iters", [])], _floats(d.get("build_s", [])),
-                   None if d.get("e2e") is None else EndToEnd.from_json(d["e2e"]))
+                   None if d.get("e2e") is None else EndToEnd.from_json(d["e2e"]),
+                   None if d.get("compute_wall") is None else _floats(d["compute_wall"]))
 
 
 PLAN_STATUSES = ("ok", "oom", "invalid")

@@ -50,6 +50,7 @@ import numpy as np
 from neuroshard.checks import check_choice, check_float, check_int
 from neuroshard.measure.launch import DEFAULT_STARTUP_TIMEOUT_S, WATCHDOG_GRACE_S, LaunchConfig, TorchrunJob
 from neuroshard.measure.rank import RankContext, RankWorker
+from neuroshard.measure.timing import CLOCKS
 from neuroshard.settings import Settings, common, setting
 from neuroshard.types import ConfigError, EndToEnd, Plan, PlanMeasurement, PlanRecord, Task, apply_column_steps
 
@@ -88,6 +89,10 @@ class HardwareConfig(Settings):
     end_to_end: bool = setting(False, "also time the real step per iteration (fwd compute -> fwd all-to-all -> bwd "
                                       "all-to-all -> bwd compute, all ranks at once) and report it beside the "
                                       "sum-of-parts cost", switch=True)
+    clock: str = setting("cpu", "clock of the kernel (compute) timings on CPU ranks: cpu = the benchmark thread's "
+                                "CPU time, as the compute cost data is collected by default (time a rank sits "
+                                "descheduled by other processes is left out), wall = elapsed time; GPUs use CUDA "
+                                "events", choices=CLOCKS)
     timeout: float = common("timeout", DEFAULT_TIMEOUT_S)
     startup_timeout: float = setting(DEFAULT_STARTUP_TIMEOUT_S, "", cli=False)
     flush: bool = setting(True, "", cli=False)
@@ -105,6 +110,7 @@ class HardwareConfig(Settings):
         check_int("--warmup", self.warmup, 0)
         check_int("--iters", self.iters, 1)
         check_choice("--fw_sleep", self.fw_sleep, FW_SLEEP_MODES)
+        check_choice("--clock", self.clock, CLOCKS)
         check_float("--timeout", self.timeout, 0.0, lo_open=True)
         check_int("--repeats", self.repeats, 1)
 
@@ -126,6 +132,7 @@ class PlanJobSpec:
     seed: int
     plans: str | None = None
     task_path: str | None = None
+    clock: str = "wall"
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -186,7 +193,7 @@ class PlanWorker(RankWorker):
         self.tasks, self.items = shared["tasks"], shared["items"]
         self.batch = self.dataset.batch_size
         self.bench = ShardBenchmark(self.dataset, device=ctx.device, warmup=spec.warmup, iters=spec.iters,
-                                    flush=spec.flush, seed=spec.seed * 1009 + ctx.rank)
+                                    flush=spec.flush, seed=spec.seed * 1009 + ctx.rank, clock=spec.clock)
         self._gen = torch.Generator().manual_seed(spec.seed * 1009 + ctx.rank)
 
     def read_block(self, done: int) -> list:
@@ -227,7 +234,7 @@ class PlanWorker(RankWorker):
         else:
             fw = fw0
         mine_rec = {"compute": res.median_ms, "compute_iters": res.times_ms, "bw": bw, "fw": fw, "fw_nosleep": fw0,
-                    "build_s": res.build_s}
+                    "build_s": res.build_s, "compute_wall": res.wall_median_ms}
         # 3. the real step sequence, all ranks at once
         if spec.end_to_end:
             mine_rec["e2e_iters"] = self.step_times(mine, dims)
@@ -246,7 +253,7 @@ class PlanWorker(RankWorker):
             compute=[e["compute"] for e in every], bw_comm=[e["bw"] for e in every], fw_comm=[e["fw"] for e in every],
             fw_comm_nosleep=[e["fw_nosleep"] for e in every], skew=skew,
             compute_iters=[e["compute_iters"] for e in every], build_s=[e["build_s"] for e in every],
-            e2e=e2e).to_json()
+            e2e=e2e, compute_wall=[e["compute_wall"] for e in every]).to_json()
 
     def step_times(self, mine, dims: Sequence[int]) -> list[float]:
         """Per-iteration ms of fwd compute -> fwd all-to-all -> bwd all-to-all -> bwd compute on this rank."""
@@ -303,6 +310,7 @@ class PlanJob(TorchrunJob):
         self.cfg = cfg
         spec = PlanJobSpec(data_dir=os.path.abspath(data_dir), warmup=cfg.warmup, iters=cfg.iters,
                            fw_sleep=cfg.fw_sleep, end_to_end=cfg.end_to_end, flush=cfg.flush, seed=cfg.seed,
+                           clock=cfg.clock if cfg.device == "cpu" else "wall",
                            plans=None if plans_path is None else os.path.abspath(plans_path),
                            task_path=None if task_path is None else os.path.abspath(task_path))
         # A plan takes one compute turn per rank, each bounded by the collective timeout

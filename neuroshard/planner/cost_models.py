@@ -28,6 +28,7 @@ class CostModels:
     compute: Any
     fw: Any
     bw: Any
+    noise: Any = None  # uncertainty.NoiseModel; None: from the checkpoints' noise floors (or none)
 
     def __post_init__(self):
         for name, model, kind in (("fw", self.fw, "fw"), ("bw", self.bw, "bw")):
@@ -41,6 +42,21 @@ class CostModels:
     def ndevices(self) -> int:
         """The device count the comm models were trained for."""
         return int(self.fw.ndevices)
+
+    @property
+    def noise_model(self):
+        """The relative noise of one measurement of each part (`uncertainty.NoiseModel`): `noise` if given,
+        else from the noise floors the checkpoints recorded when they were trained (0 for a part without)."""
+        from neuroshard.planner.uncertainty import NoiseModel, sd_from_noise_floor
+
+        if self.noise is not None:
+            return self.noise
+
+        def floor(model):
+            nf = (getattr(model, "checkpoint_extra", None) or {}).get("noise_floor")
+            return sd_from_noise_floor(nf["mean"]) if nf else 0.0
+
+        return NoiseModel(floor(self.compute), floor(self.bw), floor(self.fw))
 
     @classmethod
     def load(cls, models_dir, ndevices: int) -> "CostModels":
@@ -154,7 +170,9 @@ def load_model(path):
             if t.is_floating_point() and not bool(torch.isfinite(t).all()):
                 raise InputError(path, f"{what} holds non-finite values in {name!r}")
         models.append(model.eval())
-    return models[0] if len(models) == 1 else nets.CostEnsemble(models).eval()
+    model = models[0] if len(models) == 1 else nets.CostEnsemble(models).eval()
+    model.checkpoint_extra = ckpt.get("extra") if isinstance(ckpt.get("extra"), dict) else {}
+    return model
 
 
 def load_compute_model(path):

@@ -28,9 +28,18 @@ Beyond the paper, with the same pre-trained cost models and simulator:
    candidate is taken even if it raises the cost, but a piece just moved
    (or a device pair just traded) may not move back for a few steps; each
    new best is descended from again.
-4. The result is the plan with the lowest simulated cost (`simulate`) of
-   all starts and all search results, so it is never above any baseline it
-   ran, nor above NeuroShard's own plan.
+4. The result is the plan with the lowest objective of all starts and all
+   search results, so it is never above any baseline it ran, nor above
+   NeuroShard's own plan, by that objective.
+
+The objective (`_Objective`): with `plus_robust` and models that carry an
+uncertainty (an ensemble, or the measured noise of one measurement, see
+`planner.uncertainty`), the cost distribution's mean + `plus_lambda` x sd:
+the expected measured cost with a margin for what the models do not know,
+so that the search does not pick, among near-equal plans, those the models
+under-predict most (a search that compares many candidates against the same
+estimates otherwise does: the winner's curse). Otherwise the simulated point
+cost (`simulate`), as before.
 
 Candidate costs come from the search's per-device accumulators
 (`SearchProblem`, `PlanScorer`): a candidate changes two devices, whose
@@ -50,12 +59,13 @@ from typing import ClassVar, Sequence
 
 import numpy as np
 
-from neuroshard.checks import check_int
+from neuroshard.checks import check_float, check_int
 from neuroshard.planner.cost_models import require_models
 from neuroshard.planner.registry import ShardingContext, algorithm_names, is_plain, options_for, register
 from neuroshard.planner.scorer import single_threaded_blas
 from neuroshard.planner.search import SearchConfig, SearchProblem, beam_search, make_problem
 from neuroshard.planner.simulator import score_placements, simulate
+from neuroshard.planner.uncertainty import cost_samples, robust_cost
 from neuroshard.settings import Settings, setting
 from neuroshard.types import ConfigError, NeuroShardError, OutOfMemoryError, Plan, ShardTable
 
@@ -92,8 +102,15 @@ class PlusConfig(Settings):
     plus_baselines: str = setting("auto", "neuroshard_plus: sharders to start from and never to be above: 'auto' "
                                           "(every registered one that needs no trained policy), 'none', or a comma "
                                           "list")
+    plus_robust: bool = setting(True, "neuroshard_plus: minimise the cost distribution's mean + plus_lambda x sd "
+                                      "(the models' ensemble members and the measured noise of one measurement: "
+                                      "the expected measured cost, not the cost of the mean parts) when the models "
+                                      "have an uncertainty; 0: the point cost")
+    plus_lambda: float = setting(0.5, "neuroshard_plus: the weight of the cost's sd in the robust objective (the "
+                                      "pipeline chooses it on the training tasks)")
 
     def __post_init__(self):
+        check_float("--plus_lambda", self.plus_lambda, 0.0)
         check_int("--plus_starts", self.plus_starts, 1)
         check_int("--plus_max_moves", self.plus_max_moves, 0)
         check_int("--plus_tabu", self.plus_tabu, 0)
@@ -141,12 +158,36 @@ class _Extended:
         self.dim = np.append(prob.dim, 0)
 
 
+class _Objective:
+    """What the local search minimises for placements: the point cost (the largest total of the models'
+    mean parts: `simulator.score_placements`) or, `robust`, the cost distribution's mean + `lam` x sd
+    (`planner.uncertainty`: every ensemble member's parts with the measurement noise). Without an
+    ensemble or a known noise the two are the same, and the point cost is used."""
+
+    def __init__(self, scorer, noise, robust: bool, lam: float):
+        self.scorer, self.noise, self.lam = scorer, noise, lam
+        self.robust = robust and (scorer.members > 1 or not noise.zero)
+
+    def __call__(self, compute: np.ndarray, dims: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(objective [M], per-device mean totals [M, n]) of placements: per-device compute ms (the
+        members' [K, M, n] when robust, else the mean [M, n]) and dim sums [M, n]."""
+        dims = np.asarray(dims, dtype=np.float64)
+        if not self.robust:
+            _, _, total, cost = score_placements(self.scorer, compute, dims)
+            return cost, total
+        bw, fw = self.scorer.comm_members(dims, compute)
+        samples = cost_samples(compute, bw, fw, self.noise)
+        return robust_cost(samples, self.lam), (compute + bw + fw).mean(axis=0)
+
+
 class _State:
     """A placement under local search: post-split pieces (gids), column steps, per-device shards
-    (in accumulation order) and per-device accumulators, compute ms, dim sums, memory, counts."""
+    (in accumulation order) and per-device accumulators, compute ms (the members' mean, and each
+    member's when the objective is robust), dim sums, memory, counts."""
 
-    def __init__(self, prob: SearchProblem, plan: Plan):
+    def __init__(self, prob: SearchProblem, plan: Plan, objective: _Objective):
         self.prob = prob
+        self.objective = objective
         self.ext = _Extended(prob)
         gids = list(prob.start)
         for i in plan.column_steps:  # as types.apply_column_steps: halve piece i, append its twin
@@ -161,6 +202,7 @@ class _State:
         n, A = prob.n, prob.proj.shape[1]
         self.acc = np.empty((n, A), dtype=prob.proj.dtype)
         self.compute = np.zeros(n)
+        self.member_compute = np.zeros((prob.scorer.members, n))
         self.dims = np.zeros(n, dtype=np.int64)
         self.mem = np.zeros(n, dtype=np.int64)
         self.count = np.zeros(n, dtype=np.int64)
@@ -177,24 +219,38 @@ class _State:
         self.acc[d] = acc
         self.count[d] = len(g)
         self.compute[d] = float(prob.scorer.cost_from_acc(acc[None])[0]) if len(g) else 0.0
+        if self.objective.robust:
+            self.member_compute[:, d] = prob.scorer.member_costs_from_acc(acc[None])[0] if len(g) else 0.0
         self.dims[d] = prob.dim[g].sum()
         self.mem[d] = prob.size[g].sum()
 
     def copy(self) -> "_State":
         new = object.__new__(_State)
         new.prob, new.ext, new.gids, new.steps = self.prob, self.ext, list(self.gids), list(self.steps)
+        new.objective = self.objective
         new.shards = [list(s) for s in self.shards]
-        for name in ("dev", "acc", "compute", "dims", "mem", "count"):
+        for name in ("dev", *_PER_DEVICE):
             setattr(new, name, getattr(self, name).copy())
         return new
 
+    def compute_for(self, rows) -> np.ndarray:
+        """The objective's compute input of placements that keep this state's devices: `rows` copies of
+        this state's (each member's [K, rows, n] when robust, else [rows, n])."""
+        if self.objective.robust:
+            return np.repeat(self.member_compute[:, None, :], rows, axis=1)
+        return np.tile(self.compute, (rows, 1))
+
     def cost(self) -> tuple[float, np.ndarray]:
-        """(plan cost ms, per-device totals ms)."""
-        _, _, total, cost = score_placements(self.prob.scorer, self.compute[None], self.dims[None].astype(float))
+        """(plan objective ms, per-device totals ms)."""
+        cost, total = self.objective(self.compute_for(1), self.dims[None])
         return float(cost[0]), total[0]
 
     def plan(self) -> Plan:
         return Plan(tuple(self.steps), tuple(tuple(s) for s in self.shards))
+
+
+# a state's per-device arrays (the device is the first axis, the last for member_compute)
+_PER_DEVICE = ("acc", "compute", "member_compute", "dims", "mem", "count")
 
 
 @dataclass
@@ -340,8 +396,15 @@ def _score(state: _State, cand: _Candidates, total: np.ndarray, keep: int) -> np
     ok = ((state.mem[devs] + cand.d_mem) <= prob.cap).all(axis=1)
     acc = state.acc[devs] + cand.d_acc  # [K, 2, A]
     count = state.count[devs] + cand.d_count
-    comp = prob.scorer.cost_from_acc(acc.reshape(-1, acc.shape[-1])).reshape(K, 2).astype(np.float64)
-    comp[count == 0] = 0.0
+    robust = state.objective.robust
+    if robust:  # each member's compute of the two devices [K, 2, members]; their mean for the estimate
+        member_comp = prob.scorer.member_costs_from_acc(acc.reshape(-1, acc.shape[-1])).astype(np.float64)
+        member_comp = member_comp.reshape(K, 2, -1)
+        member_comp[count == 0] = 0.0
+        comp = member_comp.mean(axis=-1)
+    else:
+        comp = prob.scorer.cost_from_acc(acc.reshape(-1, acc.shape[-1])).reshape(K, 2).astype(np.float64)
+        comp[count == 0] = 0.0
     if np.count_nonzero(ok) > keep:
         est = np.tile(total, (K, 1))
         est[np.arange(K)[:, None], devs] = comp + (total - state.compute)[devs]
@@ -351,12 +414,15 @@ def _score(state: _State, cand: _Candidates, total: np.ndarray, keep: int) -> np
     idx = np.flatnonzero(ok)
     cost = np.full(K, np.inf)
     if len(idx):
-        compute = np.tile(state.compute, (len(idx), 1))
+        compute = state.compute_for(len(idx))
         dims = np.tile(state.dims.astype(np.float64), (len(idx), 1))
         rows = np.arange(len(idx))[:, None]
-        compute[rows, devs[idx]] = comp[idx]
+        if robust:
+            compute[:, rows, devs[idx]] = member_comp[idx].transpose(2, 0, 1)
+        else:
+            compute[rows, devs[idx]] = comp[idx]
         dims[rows, devs[idx]] = state.dims[devs[idx]] + cand.d_dim[idx]
-        cost[idx] = score_placements(prob.scorer, compute, dims)[3]
+        cost[idx] = state.objective(compute, dims)[0]
     return cost
 
 
@@ -442,7 +508,8 @@ def _relabel(state: _State, cost: float) -> _State | None:
     if not 2 < n <= _MAX_RELABEL_DEVICES:  # on 2 devices the trades have tried the one other order
         return None
     perms = np.array(list(itertools.permutations(range(n))))  # perms[k][d]: the shard device d gets
-    costs = score_placements(state.prob.scorer, state.compute[perms], state.dims[perms].astype(float))[3]
+    compute = state.member_compute[:, perms] if state.objective.robust else state.compute[perms]
+    costs = state.objective(compute, state.dims[perms])[0]
     k = int(np.argmin(costs))
     if not _better(costs[k], cost):
         return None
@@ -450,8 +517,9 @@ def _relabel(state: _State, cost: float) -> _State | None:
     new.shards = [list(state.shards[p]) for p in perms[k]]
     for d, shard in enumerate(new.shards):
         new.dev[shard] = d
-    for name in ("acc", "compute", "dims", "mem", "count"):
-        setattr(new, name, getattr(state, name)[perms[k]].copy())
+    for name in _PER_DEVICE:
+        setattr(new, name, getattr(state, name)[..., perms[k]].copy() if name == "member_compute"
+                else getattr(state, name)[perms[k]].copy())
     return new if _better(new.cost()[0], cost) else None
 
 
@@ -532,8 +600,16 @@ def search_plus(tables: Sequence[ShardTable], ndevices: int, max_mem: float, mod
         raise OutOfMemoryError(f"{NAME} found no plan of {len(tables)} tables on {ndevices} devices of "
                                f"{max_mem:g} GB (neither NeuroShard nor any baseline)", max_mem=max_mem)
 
-    costs = {name: simulate(tables, plan, models, max_mem).cost if name not in base_costs else base_costs[name]
-             for name, plan in starts.items()}
+    objective = _Objective(prob.scorer, models.noise_model, plus.plus_robust, plus.plus_lambda)
+
+    def cost_of(name: str, plan: Plan) -> float:
+        """The objective of a plan, from scratch (the point cost is the simulator's)."""
+        if objective.robust:
+            with single_threaded_blas():
+                return _State(prob, plan, objective).cost()[0]
+        return base_costs[name] if name in base_costs else simulate(tables, plan, models, max_mem).cost
+
+    costs = {name: cost_of(name, plan) for name, plan in starts.items()}
     best_name = min(costs, key=lambda a: (costs[a], a != "neuroshard"))
     best_plan, best_cost, refined, moves = starts[best_name], costs[best_name], False, 0
     if plus.plus_max_moves:
@@ -546,7 +622,7 @@ def search_plus(tables: Sequence[ShardTable], ndevices: int, max_mem: float, mod
             found = []
             for name in names:
                 # first without new splits (they cannot be undone), then with them
-                state, m = _descend(_State(prob, starts[name]), plus.plus_max_moves, False)
+                state, m = _descend(_State(prob, starts[name], objective), plus.plus_max_moves, False)
                 if plus.plus_splits:
                     state, m2 = _descend(state, plus.plus_max_moves - m, True, settled=True)
                     m += m2
@@ -558,7 +634,7 @@ def search_plus(tables: Sequence[ShardTable], ndevices: int, max_mem: float, mod
         for _, name, state, m in found:
             if m:
                 plan = state.plan()
-                c = simulate(tables, plan, models, max_mem).cost
+                c = cost_of("", plan)
                 if c < best_cost:
                     best_name, best_plan, best_cost, refined = name, plan, c, True
     ns_cost = costs.get("neuroshard", math.inf)

@@ -23,6 +23,7 @@ import numpy as np
 
 from neuroshard.checks import check_float
 from neuroshard.planner.scorer import PlanScorer, get_scorer, single_threaded_blas
+from neuroshard.planner.uncertainty import cost_samples, spread
 from neuroshard.types import (
     BYTES_PER_ELEMENT,
     CostBreakdown,
@@ -104,7 +105,9 @@ def simulate(tables: Sequence[ShardTable], plan: Plan, models, max_mem: float) -
     `tables`: the task's tables before splits; `models`: a `CostModels`. Validates the
     plan first: InvalidPlanError / OutOfMemoryError, never a score for a plan
     that does not fit. The breakdown also holds per-device `dims`, `skew`
-    and `mem_gb`.
+    and `mem_gb`; with ensembles or a known measurement noise
+    (`CostModels.noise_model`), each member's plan cost and the plan's cost
+    distribution (`spread`, see `planner.uncertainty`).
     """
     with single_threaded_blas():
         return _simulate(tables, plan, models, max_mem)
@@ -127,11 +130,15 @@ def _simulate(tables, plan, models, max_mem) -> CostBreakdown:
                               "check the model checkpoints")
     ready = compute[0] + bw[0]
     mem = [_gb(sum(table_elements(split[i]) for i in s)) for s in plan.shards]
-    members = None
-    if scorer.members > 1:  # each member's plan cost: its own compute, comm and wait
+    members, cost_spread = None, None
+    noise = models.noise_model
+    if scorer.members > 1 or not noise.zero:  # the cost distribution: each member's parts, measurement noise
         mc = scorer.member_shard_costs(emb, plan.shards)[:, None, :]  # [K, 1, n]
         mbw, mfw = scorer.comm_members(dims, mc)
-        members = (mc + mbw + mfw).max(axis=-1)[:, 0].tolist()
+        if scorer.members > 1:
+            members = (mc + mbw + mfw).max(axis=-1)[:, 0].tolist()
+        [cost_spread] = spread(cost_samples(mc, mbw, mfw, noise))
     return CostBreakdown(
         compute=compute[0].tolist(), bw_comm=bw[0].tolist(), fw_comm=fw[0].tolist(),
-        dims=[int(d) for d in dims[0]], skew=(ready - ready.min()).tolist(), mem_gb=mem, member_costs=members)
+        dims=[int(d) for d in dims[0]], skew=(ready - ready.min()).tolist(), mem_gb=mem, member_costs=members,
+        spread=cost_spread)

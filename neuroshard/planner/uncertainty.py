@@ -1,0 +1,96 @@
+"""A plan's cost as a distribution: what the models do not know (an ensemble's members) and what one
+measurement adds (the measured noise of each part), not just the point estimate.
+
+The point estimate of a plan is the largest per-rank total of the models'
+mean parts (`simulator.score_placements`). What eval.py measures is the
+largest per-rank total of one noisy measurement of each rank: for a plan
+whose ranks are balanced by the models, that maximum lands above the
+estimate even when every rank's mean is right (the expected maximum of n
+noisy equals exceeds each), and more so the more ranks tie. So a plan's cost
+is modelled here as samples of
+
+    max over ranks r of  total[k, r] + sd[k, r] * z[s, r]
+
+for every ensemble member k (its own compute, comm and wait: `K` members,
+one for a single model) and `SAMPLES` fixed standard normal draws z (seeded:
+the same draws for every plan, so costs compare without sampling noise),
+where sd[k, r] combines the per-part noise of one measurement, each part's
+relative sd times that part (`NoiseModel`, from the noise floors measured
+when the cost data was collected). Their mean is the expected measured cost,
+their sd the spread, their 10% and 90% quantiles the predicted 80% band. With
+one model and no noise every sample is the point estimate.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from neuroshard.types import CostSpread
+
+SAMPLES = 32  # noise draws per member: enough for a stable mean and 80% band, cheap in the search
+_SEED = 20230601
+_NORMALS: dict[int, np.ndarray] = {}
+
+
+def normals(n: int) -> np.ndarray:
+    """The fixed standard normal draws [SAMPLES, n] of n ranks (the same for every plan of n ranks)."""
+    if n not in _NORMALS:
+        _NORMALS[n] = np.random.default_rng([_SEED, n]).standard_normal((SAMPLES, n))
+    return _NORMALS[n]
+
+
+def sd_from_noise_floor(mean_abs_rel_diff: float) -> float:
+    """The relative sd of one measurement from a noise floor's mean |fresh - recorded| / recorded: the
+    difference of two measurements with sd s has mean absolute value 2 s / sqrt(pi)."""
+    return float(mean_abs_rel_diff) * math.sqrt(math.pi) / 2
+
+
+@dataclass(frozen=True)
+class NoiseModel:
+    """The relative sd of one measurement of a rank's compute, backward and forward comm (fractions)."""
+
+    compute: float = 0.0
+    bw: float = 0.0
+    fw: float = 0.0
+
+    @property
+    def zero(self) -> bool:
+        return not (self.compute or self.bw or self.fw)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+NO_NOISE = NoiseModel()
+
+
+def cost_samples(compute: np.ndarray, bw: np.ndarray, fw: np.ndarray, noise: NoiseModel = NO_NOISE) -> np.ndarray:
+    """Samples of the plan cost [M, K x SAMPLES] (or [M, K] without noise) from each member's per-rank parts
+    [K, M, n] (ms)."""
+    total = compute + bw + fw
+    if noise.zero:
+        return total.max(axis=-1).T
+    sd = np.sqrt((noise.compute * compute) ** 2 + (noise.bw * bw) ** 2 + (noise.fw * fw) ** 2)
+    z = normals(total.shape[-1])
+    k, m, n = total.shape
+    draws = (total[:, :, None, :] + sd[:, :, None, :] * z[None, None]).max(axis=-1)  # [K, M, S]
+    return draws.transpose(1, 0, 2).reshape(m, k * len(z))
+
+
+def spread(samples: np.ndarray) -> list[CostSpread]:
+    """Each plan's `CostSpread` from its cost samples [M, J]."""
+    sd = samples.std(axis=1, ddof=1) if samples.shape[1] > 1 else np.zeros(len(samples))
+    q10, q90 = np.quantile(samples, [0.1, 0.9], axis=1)
+    return [CostSpread(float(m), float(s), float(a), float(b), samples.shape[1])
+            for m, s, a, b in zip(samples.mean(axis=1), sd, q10, q90)]
+
+
+def robust_cost(samples: np.ndarray, lam: float) -> np.ndarray:
+    """The robust objective [M] of plans from their cost samples [M, J]: mean + lam x sd."""
+    mean = samples.mean(axis=1)
+    if not lam or samples.shape[1] < 2:
+        return mean
+    return mean + lam * samples.std(axis=1, ddof=1)

@@ -1,0 +1,79 @@
+"""A plan's cost as a distribution (`planner.uncertainty`) by hand: samples from ensemble members and
+measurement noise, their summary, the robust objective and NeuroShard+'s use of it."""
+
+import math
+
+import numpy as np
+import pytest
+
+from neuroshard.planner.cost_models import CostModels
+from neuroshard.planner.scorer import get_scorer
+from neuroshard.planner.search_plus import PlusConfig, _Objective, search_plus
+from neuroshard.planner.simulator import simulate
+from neuroshard.planner.uncertainty import (NO_NOISE, NoiseModel, cost_samples, normals, robust_cost,
+                                            sd_from_noise_floor, spread)
+from neuroshard.types import Plan
+from tests.planner.test_scorer import hand_ensemble
+from tests.planner.test_simulator import hand_models, tables_of
+
+
+def test_draws_are_fixed_and_the_noise_floor_converts_to_an_sd():
+    assert np.array_equal(normals(4), normals(4)) and normals(4).shape == (32, 4)
+    # |a - b| of two measurements with sd s has mean 2 s / sqrt(pi)
+    assert sd_from_noise_floor(2 * 0.1 / math.sqrt(math.pi)) == pytest.approx(0.1)
+
+
+def test_samples_without_noise_are_each_members_plan_cost():
+    compute = np.array([[[1.0, 2.0]], [[3.0, 1.0]]])  # [K=2, M=1, n=2]
+    zero = np.zeros_like(compute)
+    np.testing.assert_allclose(cost_samples(compute, zero, zero), [[2.0, 3.0]])
+    # one rank with noise: each draw is total + sd x z, sd = 10% of compute
+    one = np.array([[[10.0]]])
+    s = cost_samples(one, np.zeros_like(one), np.zeros_like(one), NoiseModel(compute=0.1))
+    np.testing.assert_allclose(s[0], 10.0 + 1.0 * normals(1)[:, 0])
+
+
+def test_spread_and_the_robust_objective_by_hand():
+    samples = np.array([[10.0, 10.0, 10.0, 10.0], [8.0, 12.0, 8.0, 12.0]])  # equal means, different spread
+    a, b = spread(samples)
+    assert (a.mean, a.sd, b.mean) == (10.0, 0.0, 10.0)
+    assert b.sd == pytest.approx(np.std([8, 12, 8, 12], ddof=1)) and (b.q10, b.q90) == (8.0, 12.0)
+    np.testing.assert_allclose(robust_cost(samples, 0.0), [10.0, 10.0])
+    # the robust objective picks the low-variance plan of two with the same mean
+    robust = robust_cost(samples, 1.0)
+    assert int(np.argmin(robust)) == 0 and robust[1] == pytest.approx(10.0 + b.sd)
+
+
+def test_the_objective_of_placements_with_an_ensemble():
+    models = hand_ensemble()
+    scorer = get_scorer(models)
+    # two placements of 2 devices with the same mean compute; the second's members disagree more
+    dims = np.array([[24.0, 32.0], [24.0, 32.0]])
+    compute = np.array([[[1.0, 1.0], [0.5, 0.5]], [[1.0, 1.0], [1.5, 1.5]]])  # [K, M, n]
+    point = _Objective(scorer, NO_NOISE, robust=False, lam=1.0)
+    robust = _Objective(scorer, NO_NOISE, robust=True, lam=1.0)
+    assert robust.robust and not point.robust
+    cost, total = robust(compute, dims)
+    bw, fw = scorer.comm_members(dims, compute)
+    member = (compute + bw + fw).max(axis=-1)  # [K, M]
+    np.testing.assert_allclose(cost, member.mean(axis=0) + member.std(axis=0, ddof=1))
+    np.testing.assert_allclose(total, (compute + bw + fw).mean(axis=0))
+    assert cost[1] > cost[0]  # same mean compute, wider member spread: the robust cost is higher
+
+
+def test_simulate_reports_the_cost_distribution_and_neuroshard_plus_minimises_it():
+    tables = tables_of([16, 32, 8, 64, 16])
+    models = hand_ensemble()
+    plan = Plan((), ((0, 2), (1, 3, 4)))
+    bd = simulate(tables, plan, models, 1.0)
+    assert bd.spread.samples == 2 and bd.spread.mean == pytest.approx(np.mean(bd.member_costs))
+    noisy = CostModels(models.compute, models.fw, models.bw, noise=NoiseModel(0.1, 0.1, 0.1))
+    nb = simulate(tables, plan, noisy, 1.0)
+    assert nb.spread.samples == 64 and nb.spread.q10 < nb.spread.mean < nb.spread.q90
+    # one model without noise: no distribution, and NeuroShard+'s robust objective is the point cost
+    assert simulate(tables, plan, hand_models(2), 1.0).spread is None
+    res = search_plus(tables, 2, 1.0, noisy, plus=PlusConfig(plus_lambda=1.0))
+    found = simulate(tables, res.plan, noisy, 1.0).spread
+    assert res.cost == pytest.approx(found.mean + found.sd, rel=1e-6)
+    for start in ("neuroshard", "size_lookup_greedy"):  # never above a start it ran, by its objective
+        assert res.cost <= res.start_costs[start] + 1e-9
