@@ -34,13 +34,16 @@ def main(argv=None):
                         "the MLP, which learns the transfer; 0: the MLP learns the whole time (DESIGN §6 as "
                         "written). Measured: 1 brings the forward model to its noise floor")
     # Relative loss by default, as for the compute model: squared errors weigh the slow all-to-alls only.
+    p.add_argument("--plan_data_dir", default=None,
+                   help="also train on the on-policy samples collected here (collect_plan_cost_data.py: its "
+                        "compute/ or comm/ directory)")
     TrainConfig.add_args(p)
     add_progress_arg(p)
     args = p.parse_args(argv)
 
     cfg = TrainConfig.from_args(args)
     results = train_comm_models(args.data_dir, cfg, args.fw_out_path, args.bw_out_path, fw_wait=bool(args.fw_wait),
-                                progress=not args.no_progress)
+                                progress=not args.no_progress, plan_data_dir=args.plan_data_dir)
     for kind, res in results.items():
         name = "forward" if kind == "fw" else "backward"
         print(f"{name} comm model ({res['ndevices']} devices, {res['num_samples']} samples, "

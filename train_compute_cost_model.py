@@ -24,12 +24,16 @@ def main(argv=None):
     p.add_argument("--out_path", type=str, default="models/compute.pt",
                    help="checkpoint to write (default: models/compute.pt)")
     # Relative loss by default: it meets the MAPE target where plain MSE does not (see train/loop.py).
+    p.add_argument("--plan_data_dir", default=None,
+                   help="also train on the on-policy samples collected here (collect_plan_cost_data.py: its "
+                        "compute/ or comm/ directory)")
     TrainConfig.add_args(p)
     add_progress_arg(p)
     args = p.parse_args(argv)
 
     cfg = TrainConfig.from_args(args)
-    result = train_compute_model(args.data_dir, cfg, args.out_path, progress=not args.no_progress)
+    result = train_compute_model(args.data_dir, cfg, args.out_path, progress=not args.no_progress,
+                                 plan_data_dir=args.plan_data_dir)
     print(format_metrics(result["metrics"]))
     print(f"best epoch {result['best_epoch']}; model {args.out_path}; scatter {result['scatter']}; "
           f"metrics {result['metrics_path']}")

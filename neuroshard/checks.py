@@ -65,6 +65,17 @@ def parse_int_list(text: str, name: str) -> list[int]:
         raise ConfigError(name, f"expected a comma list of integers, got {text!r}") from None
 
 
+def parse_float_list(text: str, name: str, lo: float | None = None) -> list[float]:
+    """Parse '0,0.5,1' (a flag value) into distinct finite floats >= `lo`; a one-line error names the flag."""
+    try:
+        values = [float(x) for x in str(text).split(",") if x.strip() != ""]
+    except ValueError:
+        raise ConfigError(name, f"expected a comma list of numbers, got {text!r}") from None
+    if not values or len(set(values)) != len(values):
+        raise ConfigError(name, f"expected distinct numbers, got {text!r}")
+    return [check_float(name, v, lo) for v in values]
+
+
 def parse_range(text: str, name: str, cast=int) -> tuple:
     """Parse 'lo,hi' into a (lo, hi) pair with lo <= hi."""
     parts = text.split(",")

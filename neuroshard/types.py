@@ -349,8 +349,8 @@ def _ints(xs) -> list[int]:
 @dataclass
 class RepeatParts:
     """One repeated measurement of a plan, per rank: compute, backward and forward comm (ms), the compute
-    iterations' times (ms), the op's build time (s) and, when compute is timed by the CPU clock, the
-    kernels' elapsed time (ms)."""
+    iterations' times (ms), the op's build time (s), the start delays of its forward exchange (`skew`, ms)
+    and, when compute is timed by the CPU clock, the kernels' elapsed time (ms)."""
 
     compute: list[float]
     bw_comm: list[float]
@@ -358,19 +358,22 @@ class RepeatParts:
     compute_iters: list[list[float]] = field(default_factory=list)
     build_s: list[float] = field(default_factory=list)
     compute_wall: list[float] | None = None
+    skew: list[float] | None = None
 
     def to_json(self) -> dict:
         d = {"compute": self.compute, "bw_comm": self.bw_comm, "fw_comm": self.fw_comm,
              "compute_iters": self.compute_iters, "build_s": self.build_s}
-        if self.compute_wall is not None:
-            d["compute_wall"] = self.compute_wall
+        for name in ("compute_wall", "skew"):
+            if getattr(self, name) is not None:
+                d[name] = getattr(self, name)
         return d
 
     @classmethod
     def from_json(cls, d: dict) -> "RepeatParts":
         return cls(_floats(d["compute"]), _floats(d["bw_comm"]), _floats(d["fw_comm"]),
                    [_floats(x) for x in d.get("compute_iters", [])], _floats(d.get("build_s", [])),
-                   None if d.get("compute_wall") is None else _floats(d["compute_wall"]))
+                   None if d.get("compute_wall") is None else _floats(d["compute_wall"]),
+                   None if d.get("skew") is None else _floats(d["skew"]))
 
 
 @dataclass
@@ -515,7 +518,7 @@ class PlanMeasurement:
 
     def parts(self) -> RepeatParts:
         return RepeatParts(self.compute, self.bw_comm, self.fw_comm, self.compute_iters, self.build_s,
-                           self.compute_wall)
+                           self.compute_wall, self.skew)
 
     def breakdown(self) -> CostBreakdown:
         return CostBreakdown(self.compute, self.bw_comm, self.fw_comm, dims=self.dims, skew=self.skew,

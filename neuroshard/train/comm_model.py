@@ -39,7 +39,7 @@ def build_model(kind: str, ndevices: int, x: torch.Tensor, wait_term: bool = Fal
 
 
 def train_comm_model(samples: Sequence[CommSample], kind: str, cfg: TrainConfig, out_path,
-                     data_dir=None, wait_term: bool = False, progress: bool = True) -> dict:
+                     data_dir=None, wait_term: bool = False, progress: bool = True, extra: dict | None = None) -> dict:
     """Train one direction's model (`wait_term`: see nets.CommCostModel, forward only), write
     checkpoint + scatter + metrics; return the summary."""
     if kind not in KINDS:
@@ -49,7 +49,7 @@ def train_comm_model(samples: Sequence[CommSample], kind: str, cfg: TrainConfig,
     model, report = train_ensemble(lambda: build_model(kind, n, x, wait_term), (x,), y, cfg,
                                    desc=f"{kind} comm model", progress=progress)
     result = {"kind": kind, "ndevices": n, "data_dir": None if data_dir is None else str(data_dir),
-              "num_samples": len(samples), "wait_term": wait_term}
+              "num_samples": len(samples), "wait_term": wait_term, **(extra or {})}
     noise = read_noise_floor(data_dir, kind) if data_dir is not None else None
     if noise is not None:
         result["noise_floor"] = noise
@@ -58,19 +58,26 @@ def train_comm_model(samples: Sequence[CommSample], kind: str, cfg: TrainConfig,
 
 
 def train_comm_models(data_dir, cfg: TrainConfig, fw_out_path=None, bw_out_path=None,
-                      fw_wait: bool = True, progress: bool = True) -> dict:
-    """Train both models on `data_dir`; returns {"fw": summary, "bw": summary}. `fw_wait`: the forward
-    model's analytic wait term (nets.CommCostModel).
+                      fw_wait: bool = True, progress: bool = True, plan_data_dir=None) -> dict:
+    """Train both models on `data_dir` (and the on-policy samples of `plan_data_dir`, `eval.onpolicy`);
+    returns {"fw": summary, "bw": summary}. `fw_wait`: the forward model's analytic wait term
+    (nets.CommCostModel).
 
     Output paths default to upstream's ``models/comm_<n>_fw.pt`` / ``_bw.pt``
     with n the device count of the data.
     """
     samples = read_comm_data(data_dir)
+    plan_samples = read_comm_data(plan_data_dir, samples[0].ndevices if samples else None) \
+        if plan_data_dir is not None else []
+    samples = samples + plan_samples
     if len(samples) < 3:
         raise InputError(Path(data_dir) / DATA_TXT, f"need at least 3 samples to train, found {len(samples)}")
     n = samples[0].ndevices
     paths = {"fw": fw_out_path or f"models/comm_{n}_fw.pt", "bw": bw_out_path or f"models/comm_{n}_bw.pt"}
     for kind in KINDS:
         check_output_file(f"--{kind}_out_path", paths[kind])
-    return {kind: train_comm_model(samples, kind, cfg, paths[kind], data_dir, wait_term=fw_wait and kind == "fw",
-                                   progress=progress) for kind in KINDS}
+    out = {kind: train_comm_model(samples, kind, cfg, paths[kind], data_dir, wait_term=fw_wait and kind == "fw",
+                                  progress=progress, extra=None if plan_data_dir is None else
+                                  {"plan_data_dir": str(plan_data_dir), "plan_samples": len(plan_samples)})
+           for kind in KINDS}
+    return out

@@ -37,10 +37,19 @@ def build_model(configs: Sequence[TableConfig]) -> ComputeCostModel:
     return ComputeCostModel(mean, std)
 
 
-def train_compute_model(data_dir, cfg: TrainConfig, out_path, progress: bool = True) -> dict:
-    """Train on `data_dir`, write the checkpoint and its companions; return metrics and paths."""
+def train_compute_model(data_dir, cfg: TrainConfig, out_path, progress: bool = True, plan_data_dir=None) -> dict:
+    """Train on `data_dir` (and the on-policy samples of `plan_data_dir`, `eval.onpolicy`, over the same
+    augmented table list), write the checkpoint and its companions; return metrics and paths."""
     check_output_file("--out_path", out_path)
     configs, samples = read_compute_data(data_dir)
+    plan_samples = []
+    if plan_data_dir is not None:
+        plan_configs, plan_samples = read_compute_data(plan_data_dir)
+        if plan_configs != configs:
+            raise InputError(Path(plan_data_dir) / "table_configs.json",
+                             f"augmented table list differs from {data_dir}'s: on-policy data must be collected "
+                             "on the same dataset with the same --max_dim")
+        samples = samples + plan_samples
     if len(samples) < 3:
         raise InputError(Path(data_dir) / "data.txt", f"need at least 3 samples to train, found {len(samples)}")
     x, mask = shard_tensors(table_features(configs), [ids for ids, _ in samples])
@@ -48,6 +57,8 @@ def train_compute_model(data_dir, cfg: TrainConfig, out_path, progress: bool = T
     model, report = train_ensemble(lambda: build_model(configs), (x, mask), y, cfg, desc="compute model",
                                    progress=progress)
     result = {"data_dir": str(data_dir), "num_samples": len(samples)}
+    if plan_data_dir is not None:
+        result.update(plan_data_dir=str(plan_data_dir), plan_samples=len(plan_samples))
     noise = read_noise_floor(data_dir, "cost")
     if noise is not None:
         result["noise_floor"] = noise

@@ -1,0 +1,143 @@
+"""Cost data where plans live ("on-policy"): the shards and all-to-alls of the plans the sharders make.
+
+The random collections (`measure.compute_collect`, `measure.comm_collect`)
+sample shards and dim spreads uniformly; the plans a search picks are
+another population (balanced ranks, small start delays, the shards the
+models like), and a search that compares many candidates picks those the
+models under-predict. This module plans TRAINING tasks (never the
+evaluation tasks: `check_disjoint`) with the given algorithms and models,
+measures every plan on hardware with the evaluation's own measurement
+(`eval.hardware.run_evaluation`: resumable, repeats in rounds), and turns each
+measured plan into cost data in the formats of the random collections:
+
+* every rank's shard, each repeat: a compute sample `ids cost_ms` over the
+  augmented table list of the random compute data (the same
+  `table_configs.json`), so the two train one model together;
+* every repeat's exchange: a comm sample `dims sleeps fw bw`, the sleeps
+  being the start delays the forward exchange ran with (the measured skew).
+
+NeuroShard+ may be planned with several values of its robust objective's
+`plus_lambda` (records labelled `neuroshard_plus[lambda=x]`); the value whose
+plans were cheapest on hardware (mean over the tasks every value planned) is
+chosen for the evaluation (`lambda.json`). Costs in ms.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from pathlib import Path
+from typing import Sequence
+
+from neuroshard.formats.cost_data import CommSample
+from neuroshard.types import InputError, PlanRecord, TableConfig, Task, apply_column_steps, dim_set
+
+LAMBDA_JSON = "lambda.json"
+PLUS = "neuroshard_plus"
+
+
+def check_disjoint(tasks: Sequence[Task], eval_tasks: Sequence[Task], task_path, eval_task_path) -> None:
+    """InputError when a training task is also an evaluation task (the models would learn the test)."""
+    held_out = set(eval_tasks)
+    seen = [i for i, t in enumerate(tasks) if t in held_out]
+    if seen:
+        raise InputError(task_path, f"{len(seen)} task(s) (lines {[i + 1 for i in seen[:5]]}) are evaluation "
+                                    f"tasks of {eval_task_path}: collect on-policy data on training tasks only")
+
+
+def lambda_label(lam: float) -> str:
+    """The record label of NeuroShard+'s plans made with `plus_lambda` = lam."""
+    return f"{PLUS}[lambda={lam:g}]"
+
+
+def augmented_index(table_id: int, dim: int, num_tables: int, dims: Sequence[int]) -> int | None:
+    """The index of (dataset table, dim) in the augmented table list (dim-major), or None for a dim outside
+    the dim set (such a shard is not in the random data's vocabulary)."""
+    return dims.index(dim) * num_tables + table_id if dim in dims else None
+
+
+def plan_samples(records: Sequence[PlanRecord], tasks: Sequence[Task], configs: Sequence[TableConfig],
+                 max_dim: int) -> tuple[list[tuple[tuple[int, ...], float]], list[CommSample]]:
+    """The compute and comm samples of measured plan records (one per rank with tables and repeat, one
+    per repeat); a shard with a dim outside the dim set of `max_dim` is left out."""
+    dims = dim_set(max_dim)
+    compute: list[tuple[tuple[int, ...], float]] = []
+    comm: list[CommSample] = []
+    for rec in records:
+        m = rec.measured
+        if m is None or not m.repeats:
+            continue
+        split = apply_column_steps(tasks[rec.task].tables(configs), rec.plan.column_steps)
+        ids = []
+        for shard in rec.plan.shards:
+            index = [augmented_index(split[i].table_id, split[i].dim, len(configs), dims) for i in shard]
+            ids.append(tuple(index) if shard and None not in index else None)
+        for rep in m.repeats:
+            compute += [(s, round(c, 4)) for s, c in zip(ids, rep.compute) if s is not None]
+            sleeps = rep.skew if rep.skew is not None else m.skew
+            comm.append(CommSample(list(m.dims), [round(float(x), 3) for x in sleeps],
+                                   [round(v, 4) for v in rep.fw_comm], [round(v, 4) for v in rep.bw_comm]))
+    return compute, comm
+
+
+def choose_lambda(summary) -> dict | None:
+    """NeuroShard+'s `plus_lambda` whose plans cost least on hardware: the mean measured cost of each labelled
+    value over the tasks valid for all (ties: the smaller lambda). None without labelled records."""
+    rows = {r.alg: r for r in summary.algorithms if r.alg.startswith(f"{PLUS}[lambda=")}
+    if not rows:
+        return None
+    means = {float(a[len(PLUS) + len("[lambda="):-1]): r.mean_common for a, r in rows.items()}
+    valid = {lam: m for lam, m in means.items() if m is not None and math.isfinite(m)}
+    if not valid:
+        return None
+    chosen = min(valid, key=lambda lam: (valid[lam], lam))
+    return {"lambdas": sorted(means), "mean_ms": {f"{lam:g}": means[lam] for lam in sorted(means)},
+            "chosen": chosen, "tasks": summary.common_tasks}
+
+
+def collect(inputs, algs: Sequence[str], lambdas: Sequence[float], options: dict, cfg, data_dir, task_path,
+            out_dir, max_mem: float, max_dim: int, seed: int = 0, config: dict | None = None, show=None,
+            progress: bool = True) -> dict:
+    """Plan the training tasks of `inputs` with `algs` (NeuroShard+ once per value of `lambdas`, if any),
+    measure every plan (`run_evaluation` into `<out_dir>/hw`, resumable) and write the on-policy cost data:
+    `<out_dir>/compute/` (beside the augmented table list of `max_dim`) and `<out_dir>/comm/`, and, with
+    several lambdas, `<out_dir>/lambda.json`. Returns what was written (counts, paths, the lambda choice)."""
+    from neuroshard.eval.hardware import run_evaluation
+    from neuroshard.eval.plans import compute_plans
+    from neuroshard.formats.cost_data import write_comm_data, write_compute_data
+    from neuroshard.formats.io import write_json_atomic
+    from neuroshard.types import ConfigError
+
+    bad = sorted({d for t in inputs.tasks for d in t.dims if d not in dim_set(max_dim)})
+    if bad:
+        raise ConfigError("--max_dim", f"the tasks have dims {bad} outside the dim set of --max_dim {max_dim}")
+    out = Path(out_dir)
+    plain = [a for a in algs if not (a == PLUS and lambdas)]
+    records = compute_plans(inputs.configs, inputs.tasks, plain, cfg.ndevices, max_mem, inputs.models, seed=seed,
+                            options=options, progress=progress)
+    labels = list(plain)
+    if PLUS in algs and lambdas:
+        for lam in lambdas:
+            recs = compute_plans(inputs.configs, inputs.tasks, [PLUS], cfg.ndevices, max_mem, inputs.models,
+                                 seed=seed, options={**options, "plus_lambda": lam}, progress=progress)
+            records += [replace(r, alg=lambda_label(lam)) for r in recs]
+            labels.append(lambda_label(lam))
+    records.sort(key=lambda r: (r.task, labels.index(r.alg)))
+    results, summary = run_evaluation(records, data_dir, task_path, cfg, out / "hw", labels, len(inputs.tasks),
+                                      config=config, show=show)
+    from neuroshard.measure.compute_collect import augment_table_configs
+
+    compute, comm = plan_samples(results, inputs.tasks, inputs.configs, max_dim)
+    write_compute_data(out / "compute", augment_table_configs(inputs.configs, max_dim), compute)
+    write_comm_data(out / "comm", comm)
+    provenance = {"source": "plans of training tasks", "task_path": str(task_path), "algorithms": labels,
+                  "plans": sum(r.measured is not None for r in results), "repeats": cfg.repeats, "max_dim": max_dim}
+    write_json_atomic(out / "compute" / "config.json", {**provenance, "samples": len(compute)})
+    write_json_atomic(out / "comm" / "config.json", {**provenance, "samples": len(comm)})
+    written = {"compute_samples": len(compute), "comm_samples": len(comm), "plans": provenance["plans"],
+               "compute_dir": str(out / "compute"), "comm_dir": str(out / "comm")}
+    chosen = choose_lambda(summary)
+    if chosen is not None:
+        write_json_atomic(out / LAMBDA_JSON, chosen)
+        written["lambda"] = chosen
+    return written

@@ -1,0 +1,61 @@
+"""On-policy cost data (`eval.onpolicy`): measured plans become compute and comm samples by hand, training
+tasks never overlap evaluation tasks, and NeuroShard+'s weight is chosen by the hardware's verdict."""
+
+import pytest
+
+from neuroshard.eval.onpolicy import augmented_index, check_disjoint, choose_lambda, lambda_label, plan_samples
+from neuroshard.eval.summary import summarize
+from neuroshard.types import (CostBreakdown, InputError, Plan, PlanRecord, RepeatParts, TableConfig, Task)
+
+BINS = tuple([0.0] * 16 + [1.0])
+CONFIGS = [TableConfig(100 + i, 1.0, BINS) for i in range(5)]  # 5 dataset tables
+
+
+def _measured(compute_reps, skews, dims):
+    reps = [RepeatParts(c, [1.0] * len(c), [2.0] * len(c), skew=s) for c, s in zip(compute_reps, skews)]
+    return CostBreakdown([sum(x) / len(x) for x in zip(*compute_reps)], [1.0] * len(dims), [2.0] * len(dims),
+                         dims=dims, skew=[0.0] * len(dims), repeats=reps)
+
+
+def test_augmented_index_is_dim_major():
+    dims = [32, 16, 8, 4]
+    assert augmented_index(3, 32, 5, dims) == 3 and augmented_index(3, 8, 5, dims) == 13
+    assert augmented_index(0, 4, 5, dims) == 15 and augmented_index(0, 12, 5, dims) is None
+
+
+def test_measured_plans_become_samples_by_hand():
+    # task: tables 3 (dim 32) and 1 (dim 8); table 0 is split: two dim-16 halves of table 3
+    task = Task((3, 1), (32, 8))
+    plan = Plan((0,), ((0,), (1, 2)))  # post-split: 0 = t3/16, 1 = t1/8, 2 = t3/16
+    rec = PlanRecord(0, "neuroshard", plan=plan,
+                     measured=_measured([[5.0, 7.0], [5.5, 6.5]], [[0.0, 1.0], [0.5, 0.0]], [16, 24]))
+    compute, comm = plan_samples([rec, PlanRecord(0, "random", status="oom")], [task], CONFIGS, max_dim=32)
+    # dim set 32, 16, 8, 4: t3/16 -> 1 * 5 + 3 = 8; t1/8 -> 2 * 5 + 1 = 11
+    assert compute == [((8,), 5.0), ((11, 8), 7.0), ((8,), 5.5), ((11, 8), 6.5)]
+    assert [(c.dims, c.sleeps, c.fw, c.bw) for c in comm] == [([16, 24], [0.0, 1.0], [2.0, 2.0], [1.0, 1.0]),
+                                                             ([16, 24], [0.5, 0.0], [2.0, 2.0], [1.0, 1.0])]
+    # an empty rank has no compute sample; its exchange still is one
+    empty = PlanRecord(0, "x", plan=Plan((), ((0, 1), ())),
+                       measured=_measured([[9.0, 0.0]], [[0.0, 0.0]], [40, 0]))
+    compute, comm = plan_samples([empty], [task], CONFIGS, max_dim=32)
+    assert compute == [((3, 11), 9.0)] and len(comm) == 1
+
+
+def test_training_tasks_never_overlap_evaluation_tasks():
+    train, evaluate = [Task((0, 1), (8, 8)), Task((2,), (16,))], [Task((2,), (16,)), Task((4,), (8,))]
+    with pytest.raises(InputError, match=r"train.txt: 1 task\(s\) \(lines \[2\]\) are evaluation tasks of eval.txt"):
+        check_disjoint(train, evaluate, "train.txt", "eval.txt")
+    check_disjoint(train[:1], evaluate, "train.txt", "eval.txt")
+
+
+def test_lambda_is_the_one_cheapest_on_hardware():
+    def rec(task, lam, cost):
+        return PlanRecord(task, lambda_label(lam), plan=Plan((), ((task,),)),
+                          measured=CostBreakdown([cost], [0.0], [0.0]), repeat_costs=[cost])
+
+    records = [rec(0, 0.0, 10.0), rec(1, 0.0, 12.0), rec(0, 1.0, 9.0), rec(1, 1.0, 12.0),
+               rec(0, 2.0, 9.0), rec(1, 2.0, 12.0)]  # lambda 1 and 2 tie at 10.5: the smaller wins
+    labels = [lambda_label(x) for x in (0.0, 1.0, 2.0)]
+    chosen = choose_lambda(summarize(records, labels, 2, cost_key="cost", reference=labels[0]))
+    assert chosen["chosen"] == 1.0 and chosen["mean_ms"] == {"0": 11.0, "1": 10.5, "2": 10.5}
+    assert choose_lambda(summarize(records[:2], [labels[0]], 2, cost_key="cost", reference=labels[0]))["chosen"] == 0
