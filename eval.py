@@ -47,6 +47,7 @@ from neuroshard.planner.registry import add_sharder_args, sharder_options
 
 def parse_args(argv=None) -> argparse.Namespace:
     from neuroshard.cli import add_device_arg, add_progress_arg, add_quiet_arg
+    from neuroshard.eval.refine import RefineConfig
     from neuroshard.measure.plan_job import HardwareConfig
 
     p = argparse.ArgumentParser(description="Benchmark sharding plans on hardware (measured costs).")
@@ -61,6 +62,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "--task_path) instead of computing them")
     HardwareConfig.add_args(p)
     add_sharder_args(p)
+    RefineConfig.add_args(p)
     add_quiet_arg(p)
     add_progress_arg(p)
     return p.parse_args(argv)
@@ -77,13 +79,18 @@ def main(argv=None) -> int:
     from neuroshard.measure.launch import LaunchConfig
     from neuroshard.measure.plan_job import HardwareConfig, follow, runnable
     from neuroshard.planner.cost_models import default_comm_model_path
-    from neuroshard.types import InputError
+    from neuroshard.eval.refine import RefineConfig, refine_records
+    from neuroshard.types import ConfigError, InputError
 
     check_float("--max_mem", args.max_mem, 0.0, lo_open=True)
     launch = LaunchConfig.from_args(args)
     device, ndevices = resolve_ranks(resolve_devices(args.device, args.gpu_devices), args.ndevices, args.gpu_devices,
                                      launch.nnodes, launch.nproc_per_node)
     cfg = HardwareConfig.from_args(args, ndevices=ndevices, device=device, launch=launch.for_world(ndevices))
+    refine = RefineConfig.from_args(args)
+    if refine.refine and (args.plans or launch.multi_node):
+        raise ConfigError("--refine", "refines the plans eval.py makes on one machine: leave out --plans (refine "
+                                      "with eval_simulator.py --refine instead) and the multi-node flags")
     launch = cfg.launch
     # Every lookup index is checked against its table's rows here, naming data.pt: the ranks would
     # otherwise find a bad one only after start-up. The ranks exchange [B/ndevices, sum(dims)] slices.
@@ -114,6 +121,11 @@ def main(argv=None) -> int:
     def show(line: str) -> None:
         if not args.quiet:
             print(line, flush=True)
+
+    if refine.refine:  # the measured best candidates; the evaluation below measures them afresh
+        records = refine_records(records, inputs.tasks, inputs.configs, inputs.models, refine, cfg, args.data_dir,
+                                 args.task_path, os.path.join(args.out_dir, "refine"), args.max_mem, args.seed,
+                                 options, show=show)
 
     config = {k: v for k, v in vars(args).items() if k not in ("quiet", "no_progress")}
     config.update(device=device, ndevices=ndevices, fw_comm_model=fw_path, bw_comm_model=bw_path, algs=algs,

@@ -18,18 +18,27 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 
-from neuroshard.cli import add_progress_arg, add_quiet_arg, run_main
+from neuroshard.cli import add_device_arg, add_progress_arg, add_quiet_arg, run_main
 from neuroshard.eval.plans import add_input_args
 from neuroshard.planner.registry import add_sharder_args, sharder_options
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description="Benchmark sharding with the simulator (estimated costs, no hardware).")
+    from neuroshard.eval.refine import RefineConfig
+    from neuroshard.measure.plan_job import HardwareConfig
+
+    p = argparse.ArgumentParser(description="Benchmark sharding with the simulator (estimated costs, no hardware "
+                                            "unless --refine).")
     add_input_args(p)
     p.add_argument("--ndevices", type=int, default=4, help="number of devices (GPUs) (default: 4)")
     p.add_argument("--out_dir", default=None, help="write plans, results and the summary here (default: print only)")
     add_sharder_args(p)
+    RefineConfig.add_args(p)
+    add_device_arg(p)
+    # how --refine measures its candidates (eval.py's measurement, one measurement per --refine_repeats round)
+    HardwareConfig.add_args(p, skip=("repeats", "end_to_end", "seed", "launch"))
     add_quiet_arg(p)
     add_progress_arg(p)
     return p.parse_args(argv)
@@ -40,10 +49,13 @@ def main(argv=None) -> int:
     from neuroshard.checks import check_float
     from neuroshard.eval import plans as ev
     from neuroshard.eval import results
+    from neuroshard.eval.refine import RefineConfig, refine_hardware, refine_records
     from neuroshard.eval.summary import summarize
     from neuroshard.planner.cost_models import default_comm_model_path
 
     check_float("--max_mem", args.max_mem, 0.0, lo_open=True)
+    refine = RefineConfig.from_args(args)
+    hw = refine_hardware(args, args.ndevices) if refine.refine else None
     options = sharder_options(args, None)  # one-line error on a bad value, before any work
     algs = ev.resolve_algs(args.alg, options)
     ev.check_learned_policies(algs, options, args.ndevices, args.max_mem)
@@ -61,6 +73,11 @@ def main(argv=None) -> int:
 
     records = ev.compute_plans(inputs.configs, inputs.tasks, algs, args.ndevices, args.max_mem, inputs.models,
                                seed=args.seed, options=options, progress=not args.no_progress, on_record=show)
+    if refine.refine:
+        work = os.path.join(args.out_dir, "refine") if args.out_dir else tempfile.mkdtemp(prefix="refine_")
+        records = refine_records(records, inputs.tasks, inputs.configs, inputs.models, refine, hw, args.data_dir,
+                                 args.task_path, work, args.max_mem, args.seed, options,
+                                 show=None if args.quiet else print)
     summary = summarize(records, algs, n)
     results.print_summary(summary)
     if args.out_dir:

@@ -550,6 +550,39 @@ class PlanMeasurement:
                    None if d.get("compute_wall") is None else _floats(d["compute_wall"]))
 
 
+@dataclass
+class RefineCandidate:
+    """A candidate plan of `--refine`: where it came from, its simulated cost and its measured costs (ms)."""
+
+    source: str
+    estimated_cost: float | None
+    measured_costs: list[float] | None
+
+    def to_json(self) -> dict:
+        return {"source": self.source, "estimated_cost": self.estimated_cost, "measured_costs": self.measured_costs}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "RefineCandidate":
+        return cls(str(d["source"]), d.get("estimated_cost"), d.get("measured_costs"))
+
+
+@dataclass
+class RefineRecord:
+    """How `--refine` chose a plan (`eval.refine`): the candidates measured, the index of the one kept (the
+    lowest mean measured cost) and the seconds it took (part of the record's `search_ms`)."""
+
+    candidates: list[RefineCandidate]
+    chosen: int
+    seconds: float
+
+    def to_json(self) -> dict:
+        return {"candidates": [c.to_json() for c in self.candidates], "chosen": self.chosen, "seconds": self.seconds}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "RefineRecord":
+        return cls([RefineCandidate.from_json(c) for c in d["candidates"]], int(d["chosen"]), float(d["seconds"]))
+
+
 PLAN_STATUSES = ("ok", "oom", "invalid")
 
 
@@ -579,6 +612,7 @@ class PlanRecord:
     measured: CostBreakdown | None = None
     e2e: EndToEnd | None = None
     repeat_costs: list[float] | None = None
+    refine: RefineRecord | None = None
 
     @property
     def estimated_cost(self) -> float | None:
@@ -633,6 +667,8 @@ class PlanRecord:
             d["repeat_costs"] = list(self.repeat_costs)
         if self.e2e is not None:
             d.update(e2e_cost=self.e2e_cost, e2e=self.e2e.to_json())
+        if self.refine is not None:
+            d["refine"] = self.refine.to_json()
         if view:
             d["view"] = self.view
         return d

@@ -14,18 +14,9 @@ from pathlib import Path
 from typing import Sequence
 
 from neuroshard.formats.io import json_default, load_json, read_lines_tolerant, show_value, write_text_atomic
-from neuroshard.types import (
-    PLAN_STATUSES,
-    CostBreakdown,
-    EndToEnd,
-    InputError,
-    Plan,
-    PlanMeasurement,
-    PlanRecord,
-    ShardTable,
-    apply_column_steps,
-    table_devices,
-)
+from neuroshard.types import (PLAN_STATUSES, CostBreakdown, EndToEnd, InputError, Plan, PlanMeasurement, PlanRecord,
+                              RefineRecord, ShardTable, apply_column_steps, table_devices)
+
 
 # --------------------------------------------------------------------------- plans
 
@@ -97,11 +88,12 @@ def _record_from_json(path: Path, k: int, rec) -> PlanRecord:
         estimate = None if rec.get("estimate") is None else CostBreakdown.from_json(rec["estimate"])
         measured = None if rec.get("measured") is None else CostBreakdown.from_json(rec["measured"])
         e2e = None if rec.get("e2e") is None else EndToEnd.from_json(rec["e2e"])
+        refine = None if rec.get("refine") is None else RefineRecord.from_json(rec["refine"])
     except (KeyError, TypeError, ValueError) as e:
         raise InputError(path, f"{where}: malformed cost breakdown ({type(e).__name__}: {e})") from None
     return PlanRecord(task=task, alg=alg, status=status, message=rec.get("message"), plan=plan,
                       estimate=estimate, search_ms=rec.get("search_ms"), num_tables=rec.get("num_tables"),
-                      view=rec.get("view"), measured=measured, e2e=e2e,
+                      view=rec.get("view"), measured=measured, e2e=e2e, refine=refine,
                       repeat_costs=rec.get("repeat_costs"))
 
 

@@ -18,7 +18,10 @@ A sharder that needs an optional package names it (`@register("torchrec",
 requires_package="torchrec")`): it is listed either way, `--alg all` skips it with a
 warning while the package is missing, and calling it is a one-line error. A
 sharder may have a `prepare()` attribute (a heavy import, say), which the
-evaluation runs once before timing any plan.
+evaluation runs once before timing any plan, and a `candidates(tables,
+ndevices, max_mem, ctx, k)` attribute: its k best distinct plans by the
+models, its own choice first, for the evaluation's hardware in the loop
+(`eval.refine`, `--refine K`).
 
 A sharder's settings are typed: it registers the `Settings` classes it reads
 from `ctx.options` (`settings=(SearchConfig,)`); their fields are its only

@@ -107,6 +107,7 @@ class SearchResult:
     rounds: int
     seconds: float
     history: list = field(default_factory=list)  # best cost after each round
+    candidates: list = field(default_factory=list)  # (cost, plan) of the `keep` best distinct states seen
 
 
 class SearchProblem:
@@ -283,9 +284,10 @@ def make_problem(tables: Sequence[ShardTable], ndevices: int, max_mem: float, mo
     return SearchProblem(tables, ndevices, max_mem, scorer, config or SearchConfig())
 
 
-def beam_search(prob: SearchProblem, t0: float | None = None) -> SearchResult:
+def beam_search(prob: SearchProblem, t0: float | None = None, keep: int = 0) -> SearchResult:
     """NeuroShard's beam search on a prepared problem (call under `single_threaded_blas`);
-    OutOfMemoryError when no state fits. `t0`: perf_counter at the start, for `seconds`."""
+    OutOfMemoryError when no state fits. `t0`: perf_counter at the start, for `seconds`. `keep`: also
+    return the `keep` cheapest states seen (any round, the start too) as `candidates`, cheapest first."""
     t0 = time.perf_counter() if t0 is None else t0
     cfg, tables, ndevices, max_mem = prob.cfg, prob.tables, prob.n, prob.max_mem
     start = prob.start.copy()
@@ -293,6 +295,7 @@ def beam_search(prob: SearchProblem, t0: float | None = None) -> SearchResult:
     best_steps: tuple[int, ...] = ()
     best = start_res
     beam = [((), start, start_res.cost)]
+    seen_states = [(start_res.cost, 0, (), start_res)] if keep else []  # (cost, order, steps, placement)
     history = [best.cost]
     rounds = 0
     for _ in range(cfg.max_length):
@@ -320,6 +323,10 @@ def beam_search(prob: SearchProblem, t0: float | None = None) -> SearchResult:
         for (steps, _), res in zip(children, scored):
             if res.cost < best.cost:
                 best, best_steps = res, steps
+        if keep:  # the cheapest states so far (states reached in an earlier round are other piece sets)
+            seen_states += [(res.cost, len(seen_states) + m, steps, res)
+                            for m, ((steps, _), res) in enumerate(zip(children, scored)) if math.isfinite(res.cost)]
+            seen_states = sorted(seen_states, key=lambda s: (s[0], s[1]))[:keep]
         history.append(best.cost)
         ranked = sorted(range(len(children)), key=lambda m: scored[m].cost)[:cfg.beam_k]
         beam = [(children[m][0], children[m][1], scored[m].cost) for m in ranked]
@@ -327,8 +334,10 @@ def beam_search(prob: SearchProblem, t0: float | None = None) -> SearchResult:
     if not math.isfinite(best.cost):
         raise _oom(tables, ndevices, max_mem)
     start_plan = prob.plan((), start_res) if math.isfinite(start_res.cost) else None
+    candidates = [(c, prob.plan(steps, res)) for c, _, steps, res in seen_states if math.isfinite(c)]
     return SearchResult(plan=prob.plan(best_steps, best), cost=best.cost, start_plan=start_plan,
                         start_cost=start_res.cost, scale=best.scale, states_scored=prob.states_scored,
+                        candidates=candidates,
                         rounds=rounds, seconds=time.perf_counter() - t0, history=history)
 
 
@@ -340,3 +349,15 @@ def neuroshard(tables: Sequence[ShardTable], ndevices: int, max_mem: float, ctx:
     """
     models = require_models(ctx.models if ctx is not None else None, "neuroshard")
     return search(tables, ndevices, max_mem, models, SearchConfig.from_options(ctx.options)).plan
+
+
+def _best_plans(tables: Sequence[ShardTable], ndevices: int, max_mem: float, ctx: ShardingContext,
+                k: int) -> list[Plan]:
+    """The k cheapest distinct states NeuroShard's beam search scored, its own plan first (for `--refine`)."""
+    models = require_models(ctx.models if ctx is not None else None, "neuroshard")
+    with single_threaded_blas():
+        prob = make_problem(tables, ndevices, max_mem, models, SearchConfig.from_options(ctx.options))
+        return [plan for _, plan in beam_search(prob, keep=k).candidates]
+
+
+neuroshard.candidates = _best_plans

@@ -54,7 +54,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar, Sequence
 
 import numpy as np
@@ -144,6 +144,7 @@ class PlusResult:
     neuroshard_cost: float
     moves: int  # moves taken, all local searches together (tabu steps included)
     seconds: float
+    candidates: list = field(default_factory=list)  # (cost, source, plan) of the `keep` best distinct plans seen
 
 
 # --------------------------------------------------------------------------- local search
@@ -570,9 +571,10 @@ def _tabu(state: _State, steps: int, max_moves: int, splits: bool) -> tuple[_Sta
 
 def search_plus(tables: Sequence[ShardTable], ndevices: int, max_mem: float, models,
                 config: SearchConfig | None = None, plus: PlusConfig | None = None, seed: int = 0,
-                options: dict | None = None) -> PlusResult:
+                options: dict | None = None, keep: int = 0) -> PlusResult:
     """NeuroShard+ (module doc); OutOfMemoryError when no start fits. `seed` and `options` are
-    passed to the baselines."""
+    passed to the baselines. `keep`: also return the `keep` best distinct plans seen (starts and local
+    optima, by the objective) as `candidates`, best first."""
     from neuroshard.planner.shard import shard
 
     t0 = time.perf_counter()
@@ -611,6 +613,7 @@ def search_plus(tables: Sequence[ShardTable], ndevices: int, max_mem: float, mod
 
     costs = {name: cost_of(name, plan) for name, plan in starts.items()}
     best_name = min(costs, key=lambda a: (costs[a], a != "neuroshard"))
+    seen = [(c, name, starts[name]) for name, c in costs.items()]
     best_plan, best_cost, refined, moves = starts[best_name], costs[best_name], False, 0
     if plus.plus_max_moves:
         # descend from the best distinct starts, then tabu search from each local optimum
@@ -635,12 +638,18 @@ def search_plus(tables: Sequence[ShardTable], ndevices: int, max_mem: float, mod
             if m:
                 plan = state.plan()
                 c = cost_of("", plan)
+                seen.append((c, f"{name}+search", plan))
                 if c < best_cost:
                     best_name, best_plan, best_cost, refined = name, plan, c, True
     ns_cost = costs.get("neuroshard", math.inf)
     start_costs = {a: costs.get(a, math.inf) for a in ["neuroshard", "neuroshard_no_split", *baselines]}
+    candidates = []
+    for c, source, plan in sorted(seen, key=lambda s: s[0]):
+        if len(candidates) < keep and all(plan != p for _, _, p in candidates):
+            candidates.append((c, source, plan))
     return PlusResult(plan=best_plan, cost=best_cost, source=best_name, refined=refined, start_costs=start_costs,
-                      neuroshard_cost=ns_cost, moves=moves, seconds=time.perf_counter() - t0)
+                      neuroshard_cost=ns_cost, moves=moves, seconds=time.perf_counter() - t0,
+                      candidates=candidates)
 
 
 @register(NAME, settings=(SearchConfig, PlusConfig), runs_others=True)
@@ -650,7 +659,19 @@ def neuroshard_plus(tables: Sequence[ShardTable], ndevices: int, max_mem: float,
     Options (ctx.options): the fields of SearchConfig and PlusConfig. Raises OutOfMemoryError when
     no plan fits.
     """
+    return _run(tables, ndevices, max_mem, ctx).plan
+
+
+def _run(tables, ndevices: int, max_mem: float, ctx: ShardingContext, keep: int = 0) -> PlusResult:
     models = require_models(ctx.models if ctx is not None else None, NAME)
     options = dict(ctx.options or {})
     return search_plus(tables, ndevices, max_mem, models, SearchConfig.from_options(options),
-                       PlusConfig.from_options(options), seed=ctx.seed, options=options).plan
+                       PlusConfig.from_options(options), seed=ctx.seed, options=options, keep=keep)
+
+
+def _best_plans(tables, ndevices: int, max_mem: float, ctx: ShardingContext, k: int) -> list[Plan]:
+    """The k best distinct plans NeuroShard+ saw (its objective), its own choice first (for `--refine`)."""
+    return [plan for _, _, plan in _run(tables, ndevices, max_mem, ctx, keep=k).candidates]
+
+
+neuroshard_plus.candidates = _best_plans

@@ -1,0 +1,183 @@
+"""Hardware in the loop (`--refine K`): the models propose, the hardware chooses.
+
+For NeuroShard and NeuroShard+, when the user allows it: the K best
+distinct candidate plans of each task by the models (the sharder's own
+`candidates`; always with NeuroShard's own plan and the best plain
+baseline's plan by the simulator, whatever their rank) are measured on
+hardware through the evaluation's own measurement (`eval.hardware
+.run_evaluation`: one job for every task's candidates, `refine_repeats`
+interleaved rounds, resumable, its files in `<work_dir>`), and the
+candidate with the lowest mean measured cost becomes the algorithm's plan.
+The seconds it took (the candidates' planning and each task's share of the
+measuring job) are added to the record's `search_ms`: they are the
+algorithm's planning cost. The evaluation then measures the chosen plan
+afresh: a selection measurement, which picked the plan because it happened
+to be low, is never its result. With `refine_data_dir`, the selection
+measurements are appended to the on-policy cost data there (`eval.onpolicy`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable, ClassVar, Sequence
+
+import numpy as np
+
+from neuroshard.checks import check_int
+from neuroshard.settings import Settings, setting
+from neuroshard.types import NeuroShardError, Plan, PlanRecord, RefineCandidate, RefineRecord
+
+REFINABLE = ("neuroshard", "neuroshard_plus")
+
+
+@dataclass(frozen=True)
+class RefineConfig(Settings):
+    """Hardware in the loop (module doc); its fields are the flags of eval_simulator.py and eval.py."""
+
+    TITLE: ClassVar[str] = "hardware in the loop (--refine; neuroshard and neuroshard_plus)"
+
+    refine: int = setting(0, "measure each task's K best distinct candidate plans by the models (with NeuroShard's "
+                             "own plan and the best plain baseline's) on hardware and keep the measured best; the "
+                             "time it takes counts as planning time; 0: off")
+    refine_repeats: int = setting(2, "measurements of every candidate, in interleaved rounds")
+    refine_data_dir: str | None = setting(None, "append the selection measurements to the on-policy cost data "
+                                                "here (collect_plan_cost_data.py's --out_dir: compute/ and comm/)",
+                                          show_default=False)
+
+    def validate(self) -> None:
+        check_int("--refine", self.refine, 0)
+        check_int("--refine_repeats", self.refine_repeats, 1)
+
+
+def refine_hardware(args, ndevices: int | None):
+    """The measurement of --refine's candidates from a script's flags (`measure.plan_job.HardwareConfig`'s,
+    `--device` / `--gpu_devices`), checked, for `ndevices` ranks on this machine."""
+    from neuroshard.cli import resolve_devices, resolve_ranks
+    from neuroshard.measure.plan_job import HardwareConfig
+
+    device, n = resolve_ranks(resolve_devices(args.device, args.gpu_devices), ndevices, args.gpu_devices)
+    return HardwareConfig.from_args(args, ndevices=n, device=device)
+
+
+def candidates(tables, alg: str, ndevices: int, max_mem: float, models, seed: int, options: dict,
+               k: int) -> list[tuple[str, Plan]]:
+    """(source, plan) of a task's candidates, distinct: the algorithm's own choice, NeuroShard's plan, the
+    best plain baseline's plan by the simulator, then the algorithm's next best, up to k in all (more
+    only when those three are distinct)."""
+    from neuroshard.planner.registry import ShardingContext, algorithm_names, get_sharder, is_plain, options_for
+    from neuroshard.planner.shard import shard
+    from neuroshard.types import OutOfMemoryError
+
+    own = get_sharder(alg).candidates(tables, ndevices, max_mem,
+                                      ShardingContext(models, seed, options_for(alg, options)), k)
+    ns = own[0] if alg == "neuroshard" else get_sharder("neuroshard").candidates(
+        tables, ndevices, max_mem, ShardingContext(models, seed, options_for("neuroshard", options)), 1)[0]
+    base = []
+    for name in algorithm_names():
+        if name not in REFINABLE and is_plain(name):
+            try:
+                got = shard(tables, ndevices, max_mem, models=models, alg=name, seed=seed,
+                            **options_for(name, options))
+            except OutOfMemoryError:
+                continue
+            base.append((got.cost_ms, name, got.plan))
+    required = [(alg, own[0]), ("neuroshard", ns)]
+    if base:
+        _, name, plan = min(base, key=lambda b: b[0])
+        required.append((name, plan))
+    required = _distinct(required)
+    return _distinct(required + [(f"{alg}#{i}", p) for i, p in enumerate(own[1:], 1)])[:max(k, len(required))]
+
+
+def _distinct(plans: Sequence[tuple[str, Plan]]) -> list[tuple[str, Plan]]:
+    out: list[tuple[str, Plan]] = []
+    for source, plan in plans:
+        if all(plan != p for _, p in out):
+            out.append((source, plan))
+    return out
+
+
+def refine_records(records: Sequence[PlanRecord], tasks, configs, models, refine: RefineConfig, hw, data_dir,
+                   task_path, work_dir, max_mem: float, seed: int, options: dict,
+                   show: Callable[[str], None] | None = None, run: Callable | None = None) -> list[PlanRecord]:
+    """The records with each refinable algorithm's plan replaced by its measured-best candidate (module doc).
+
+    `hw`: how candidates are measured (`measure.plan_job.HardwareConfig`; its `repeats` is
+    `refine.refine_repeats`); `run`: the measuring run (default `eval.hardware.run_evaluation`)."""
+    from neuroshard.eval.hardware import run_evaluation
+    from neuroshard.eval.plans import task_seed
+    from neuroshard.formats.plans import plan_view
+    from neuroshard.planner.simulator import simulate
+
+    refine.validate()
+    run = run or run_evaluation
+    todo = [k for k, r in enumerate(records) if r.alg in REFINABLE and r.plan is not None and refine.refine]
+    if not todo:
+        return list(records)
+    t0 = time.perf_counter()
+    cands: dict[int, list[tuple[str, Plan]]] = {}
+    plan_s: dict[int, float] = {}
+    for k in todo:
+        rec = records[k]
+        t1 = time.perf_counter()
+        tables = tasks[rec.task].tables(configs)
+        cands[k] = candidates(tables, rec.alg, hw.ndevices, max_mem, models, task_seed(seed, rec.task), options,
+                              refine.refine)
+        plan_s[k] = time.perf_counter() - t1
+    items = [PlanRecord(records[k].task, f"{records[k].alg}@{i}", plan=plan, num_tables=records[k].num_tables)
+             for k in todo for i, (_, plan) in enumerate(cands[k])]
+    labels = list(dict.fromkeys(r.alg for r in items))
+    t2 = time.perf_counter()
+    results, _ = run(items, data_dir, task_path, replace(hw, repeats=refine.refine_repeats), Path(work_dir), labels,
+                     len(tasks), show=None)
+    job_s = time.perf_counter() - t2
+    measured = {(r.task, r.alg): r for r in results}
+    if refine.refine_data_dir:
+        append_onpolicy(results, tasks, configs, refine.refine_data_dir)
+    out = list(records)
+    for k in todo:
+        rec = records[k]
+        got = [measured[(rec.task, f"{rec.alg}@{i}")] for i in range(len(cands[k]))]
+        if any(g.cost is None for g in got):
+            raise NeuroShardError(f"task {rec.task} [{rec.alg}]: a candidate was not measured")
+        chosen = int(np.argmin([g.cost for g in got]))
+        share = job_s * len(got) / len(items)
+        info = RefineRecord(candidates=[RefineCandidate(source, g.estimated_cost, g.repeat_costs)
+                                        for (source, _), g in zip(cands[k], got)],
+                            chosen=chosen, seconds=plan_s[k] + share)
+        plan = cands[k][chosen][1]
+        tables = tasks[rec.task].tables(configs)
+        out[k] = replace(rec, plan=plan, estimate=simulate(tables, plan, models, max_mem),
+                         view=plan_view(tables, plan), search_ms=(rec.search_ms or 0.0) + 1e3 * info.seconds,
+                         refine=info)
+        if show is not None:
+            show(f"Task {rec.task + 1}/{len(tasks)} [{rec.alg}] refined on hardware: {len(got)} candidates, chose "
+                 f"{cands[k][chosen][0]} ({got[chosen].cost:.3f} ms measured, estimated {got[chosen].estimated_cost:.3f}"
+                 f" ms; the models' choice measured {got[0].cost:.3f} ms)")
+    if show is not None:
+        show(f"refine: {len(items)} candidates of {len(todo)} plans measured in {time.perf_counter() - t0:.1f} s")
+    return out
+
+
+def append_onpolicy(results: Sequence[PlanRecord], tasks, configs, data_dir) -> None:
+    """Append the measured plans' samples (`eval.onpolicy.plan_samples`) to an on-policy cost data dir made by
+    collect_plan_cost_data.py (its compute/ table list fixes the dim set)."""
+    from neuroshard.eval.onpolicy import plan_samples
+    from neuroshard.formats.cost_data import DATA_TXT, format_comm_sample, format_compute_sample, read_compute_data
+    from neuroshard.formats.io import append_line, open_append
+    from neuroshard.types import InputError
+
+    root = Path(data_dir)
+    aug, _ = read_compute_data(root / "compute")
+    max_dim = max(c.dim for c in aug)
+    if aug[:len(configs)] != [c.with_dim(max_dim) for c in configs]:
+        raise InputError(root / "compute" / "table_configs.json", "augmented table list is not this dataset's")
+    compute, comm = plan_samples(results, tasks, configs, max_dim)
+    with open_append(root / "compute" / DATA_TXT, exclusive=True) as fh:
+        for ids, ms in compute:
+            append_line(fh, format_compute_sample(ids, ms))
+    with open_append(root / "comm" / DATA_TXT, exclusive=True) as fh:
+        for s in comm:
+            append_line(fh, format_comm_sample(s))

@@ -1,0 +1,101 @@
+"""Hardware in the loop (`eval.refine`): the candidates of a task (the algorithm's own best, NeuroShard's plan,
+the best plain baseline's), the measured best kept, the time counted as planning, and the evaluation measuring
+the chosen plan afresh: fake measurers record what they are asked."""
+
+import pytest
+
+from neuroshard.eval import hardware
+from neuroshard.eval.refine import RefineConfig, candidates, refine_records
+from neuroshard.eval.summary import summarize
+from neuroshard.formats.plans import read_plans
+from neuroshard.measure import plan_job
+from neuroshard.measure.plan_job import HardwareConfig
+from neuroshard.planner.shard import shard
+from neuroshard.types import ConfigError, CostBreakdown, PlanMeasurement, PlanRecord, TableConfig, Task
+from tests.planner.test_simulator import BINS, hand_models
+
+CONFIGS = [TableConfig(1000, 1.0 + i, BINS) for i in range(6)]
+TASKS = [Task((0, 1, 2, 3), (32, 16, 8, 16)), Task((4, 5, 1), (16, 32, 8))]
+
+
+def test_candidates_hold_the_algorithms_choice_neuroshards_plan_and_the_best_baselines():
+    tables = TASKS[0].tables(CONFIGS)
+    models = hand_models(2)
+    got = candidates(tables, "neuroshard_plus", 2, 1.0, models, 0, {}, 5)
+    sources = [s for s, _ in got]
+    plans = [p for _, p in got]
+    assert sources[0] == "neuroshard_plus" and len(set(map(repr, plans))) == len(plans) <= 5
+    assert plans[0] == shard(tables, 2, 1.0, models=models, alg="neuroshard_plus").plan
+    ns = shard(tables, 2, 1.0, models=models, alg="neuroshard").plan
+    assert ns in plans  # always, whatever its rank
+    best_base = min((shard(tables, 2, 1.0, models=models, alg=a) for a in
+                     ("random", "dim_greedy", "lookup_greedy", "size_greedy", "size_lookup_greedy")),
+                    key=lambda r: r.cost_ms).plan
+    assert best_base in plans
+    assert len(candidates(tables, "neuroshard", 2, 1.0, models, 0, {}, 1)) >= 1
+
+
+def _measurement(i, rec, ms):
+    return PlanMeasurement(index=i, task=rec.task, alg=rec.alg, dims=[8, 8], ntables=[1, 1], compute=[ms, 1.0],
+                           bw_comm=[0.0, 0.0], fw_comm=[0.0, 0.0], fw_comm_nosleep=[0.0, 0.0], skew=[0.0, 0.0])
+
+
+def test_refine_keeps_the_measured_best_and_the_evaluation_measures_it_afresh(tmp_path, monkeypatch):
+    models = hand_models(2)
+    records = [shard_record(t, alg, models) for t in range(2) for alg in ("neuroshard", "size_greedy")]
+    asked = []
+
+    def fake_selection(items, data_dir, task_path, cfg, work_dir, labels, num_tasks, show=None):
+        asked.append(list(items))
+        assert cfg.repeats == 3  # refine_repeats
+        results = []
+        for rec in items:  # the last candidate of each task is the cheapest: 5 ms, the others 9 ms
+            last = max(int(r.alg.split("@")[1]) for r in items if r.task == rec.task)
+            ms = 5.0 if int(rec.alg.split("@")[1]) == last else 9.0
+            results.append(PlanRecord(rec.task, rec.alg, plan=rec.plan, estimate=CostBreakdown([1.0], [0.0], [0.0]),
+                                      measured=CostBreakdown([ms, 1.0], [0.0, 0.0], [0.0, 0.0]),
+                                      repeat_costs=[ms] * 3))
+        return results, summarize(results, labels, num_tasks, cost_key="cost", reference=labels[0])
+
+    refine = RefineConfig(refine=3, refine_repeats=3)
+    hw = HardwareConfig(ndevices=2)
+    out = refine_records(records, TASKS, CONFIGS, models, refine, hw, "ds", "tasks.txt", tmp_path / "refine", 1.0, 0,
+                         {}, run=fake_selection)
+    [items] = asked  # one measuring job for every task's candidates
+    assert {r.task for r in items} == {0, 1} and all(r.alg.startswith("neuroshard@") for r in items)
+    for k, rec in enumerate(out):
+        if rec.alg != "neuroshard":
+            assert rec == records[k]  # only NeuroShard and NeuroShard+ are refined
+            continue
+        cands = [r for r in items if r.task == rec.task]
+        assert rec.refine.chosen == len(cands) - 1 and rec.plan == cands[-1].plan
+        assert rec.refine.candidates[-1].measured_costs == [5.0] * 3
+        assert rec.search_ms == pytest.approx(records[k].search_ms + 1e3 * rec.refine.seconds)
+        assert rec.estimated_cost is not None and rec.view is not None
+
+    # the evaluation measures every chosen plan again, in its own job: 7 ms now, never the selection's 5 ms
+    measured_plans = []
+
+    def fake_measure(plans_path, data_dir, task_path, cfg, on_result=None, work_dir=None, worker_module=None):
+        for i, rec in enumerate(read_plans(plans_path)):
+            measured_plans.append((rec.task, rec.alg, rec.plan))
+            on_result(_measurement(i, rec, 7.0))
+
+    monkeypatch.setattr(plan_job, "measure_plans", fake_measure)
+    results, _ = hardware.run_evaluation(out, "ds", "tasks.txt", HardwareConfig(ndevices=2), tmp_path / "hw",
+                                         ["neuroshard", "size_greedy"], 2, show=None)
+    for rec, res in zip(out, results):
+        assert (rec.task, rec.alg, rec.plan) in measured_plans
+        assert res.repeat_costs == [7.0] and res.refine == rec.refine
+
+
+def shard_record(task, alg, models):
+    r = shard(TASKS[task].tables(CONFIGS), 2, 1.0, models=models, alg=alg)
+    return PlanRecord(task, alg, plan=r.plan, estimate=r.breakdown, search_ms=r.search_ms, view=r.view)
+
+
+def test_refine_settings_are_checked():
+    with pytest.raises(ConfigError, match="--refine_repeats: must be >= 1"):
+        RefineConfig(refine=2, refine_repeats=0).validate()
+    with pytest.raises(ConfigError, match="--refine: must be >= 0"):
+        RefineConfig(refine=-1).validate()
