@@ -49,13 +49,19 @@ def main(argv=None) -> int:
     from neuroshard.checks import check_float
     from neuroshard.eval import plans as ev
     from neuroshard.eval import results
-    from neuroshard.eval.refine import RefineConfig, refine_hardware, refine_records
+    from neuroshard.eval.refine import RefineConfig, refine_records
     from neuroshard.eval.summary import summarize
     from neuroshard.planner.cost_models import default_comm_model_path
 
     check_float("--max_mem", args.max_mem, 0.0, lo_open=True)
     refine = RefineConfig.from_args(args)
-    hw = refine_hardware(args, args.ndevices) if refine.refine else None
+    hw = None
+    if refine.refine:  # how the candidates are measured: eval.py's settings, checked before any work
+        from neuroshard.cli import resolve_devices, resolve_ranks
+        from neuroshard.measure.plan_job import HardwareConfig as Hw
+
+        device, n = resolve_ranks(resolve_devices(args.device, args.gpu_devices), args.ndevices, args.gpu_devices)
+        hw = Hw.from_args(args, ndevices=n, device=device)
     options = sharder_options(args, None)  # one-line error on a bad value, before any work
     algs = ev.resolve_algs(args.alg, options)
     ev.check_learned_policies(algs, options, args.ndevices, args.max_mem)

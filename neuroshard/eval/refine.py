@@ -51,16 +51,6 @@ class RefineConfig(Settings):
         check_int("--refine_repeats", self.refine_repeats, 1)
 
 
-def refine_hardware(args, ndevices: int | None):
-    """The measurement of --refine's candidates from a script's flags (`measure.plan_job.HardwareConfig`'s,
-    `--device` / `--gpu_devices`), checked, for `ndevices` ranks on this machine."""
-    from neuroshard.cli import resolve_devices, resolve_ranks
-    from neuroshard.measure.plan_job import HardwareConfig
-
-    device, n = resolve_ranks(resolve_devices(args.device, args.gpu_devices), ndevices, args.gpu_devices)
-    return HardwareConfig.from_args(args, ndevices=n, device=device)
-
-
 def candidates(tables, alg: str, ndevices: int, max_mem: float, models, seed: int, options: dict,
                k: int) -> list[tuple[str, Plan]]:
     """(source, plan) of a task's candidates, distinct: the algorithm's own choice, NeuroShard's plan, the
