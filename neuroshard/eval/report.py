@@ -138,7 +138,44 @@ def accuracy_table(acc: Accuracy) -> str:
     else:
         lines.append("(One measurement per plan: rerun eval.py with --repeats 2 or more for the agreement over "
                      "pairs that differ by more than the repeat noise.)")
+    if acc.calibration is not None:
+        lines.append(f"Calibration: {pct(acc.calibration)} of the {acc.calibration_n} measurements lie inside the "
+                     f"simulator's predicted 80% band (ensemble members x the measured noise of one measurement, "
+                     f"planner/uncertainty.py); 80% when the predicted spread is right, less when it is too "
+                     f"narrow (or the estimates are biased).")
     return "\n".join(lines) + "\n"
+
+
+def onpolicy_lines(out: Path) -> tuple[list[str], dict | None]:
+    """Markdown on the on-policy step (eval/onpolicy.py): how much plan data, NeuroShard+'s lambda chosen on
+    hardware, and the error of the models before and after it on the evaluation's measured plans
+    (tools/model_error.py); the figures for config.json. Nothing when the run had no on-policy step."""
+    lam, errors = _load(out / "plan_data" / "lambda.json"), _load(out / "hw" / "model_error.json")
+    if lam is None and errors is None:
+        return [], None
+    pct = lambda x: "-" if x is None else f"{100 * x:.1f}%"  # noqa: E731
+    lines = ["", "## On-policy cost data", "",
+             "The plans of training tasks (never the evaluation tasks), made with the models of the random data, "
+             "measured as the evaluation measures: their shards and exchanges are cost data where plans live; "
+             "the models used from the policy steps on were retrained on both (step 4g, 4h)."]
+    for kind in ("compute", "comm"):
+        cfg = _load(out / "plan_data" / kind / "config.json")
+        if cfg:
+            lines.append(f"- {kind}: {cfg.get('samples')} samples from {cfg.get('plans')} measured plans "
+                         f"({', '.join(cfg.get('algorithms', []))})")
+    if lam:
+        means = ", ".join(f"{k}: {v:.2f} ms" if v is not None else f"{k}: -" for k, v in lam["mean_ms"].items())
+        lines.append(f"- NeuroShard+'s `plus_lambda` chosen on hardware: **{lam['chosen']:g}** (mean measured plan "
+                     f"cost over {lam['tasks']} training tasks: {means})")
+    if errors:
+        lines += ["", "The evaluation's measured plans, re-simulated under each set of models (tools/model_error.py):",
+                  "", "| models | plans | plan MAPE | per-rank compute | bw comm | fw comm | in the 80% band |",
+                  "|---|---|---|---|---|---|---|"]
+        for label, acc in errors.get("accuracy", {}).items():
+            part = lambda k: pct(acc.get("parts", {}).get(k, {}).get("mape"))  # noqa: E731
+            lines.append(f"| {label} | {acc.get('plans')} | {pct(acc.get('mape'))} | {part('compute')} | "
+                         f"{part('bw_comm')} | {part('fw_comm')} | {pct(acc.get('calibration'))} |")
+    return lines, {"lambda": lam, "model_error": errors.get("accuracy") if errors else None}
 
 
 def drift_lines(hw_dir: Path) -> tuple[list[str], dict | None]:
@@ -307,6 +344,8 @@ def write_report(out, preset, steps: list[dict], seconds: float) -> Path:
         text += ["", "## Simulator vs hardware", "", accuracy_table(hw.simulator_accuracy)]
         lines, drift = drift_lines(out / "hw")
         text += lines
+    onpolicy_md, onpolicy = onpolicy_lines(out)
+    text += onpolicy_md
     learned_md, learned_rows = learned_table(out, sim, hw)
     if learned_rows:
         text += ["", "## Learned baselines", "",
@@ -333,5 +372,6 @@ def write_report(out, preset, steps: list[dict], seconds: float) -> Path:
         fh.write("\n".join(text) + "\n")
     write_json_atomic(out / "config.json", {"preset": asdict(preset), "steps": steps, "wall_seconds": seconds,
                                             "versions": library_versions(), "models": model_rows,
-                                            "learned": learned_rows, "verdicts": verdicts, "drift": drift})
+                                            "learned": learned_rows, "verdicts": verdicts, "drift": drift,
+                                            "onpolicy": onpolicy})
     return report
