@@ -34,3 +34,18 @@ def test_verdict_words_follow_the_intervals():
                     "loses to greedy_c (95% intervals of the paired differences).")
     sim_all = {"simulator": {"a": "beats", "b": "beats"}}
     assert verdict_lines(sim_all)[0].startswith("- simulator: NeuroShard beats every baseline (")
+
+
+def test_power_line_from_the_median_noise_of_the_comparisons():
+    from types import SimpleNamespace as N
+
+    from neuroshard.eval.power import Components
+    from neuroshard.eval.report import power_lines
+
+    comps = [Components(0.08, 0.08, 10, 2), Components(0.06, 0.10, 10, 2), Components(0.10, 0.06, 10, 2)]
+    hw = N(algorithms=[N(vs_reference=None)] + [N(vs_reference=N(power=c)) for c in comps])
+    # medians 8% and 8%: 2.802 * sqrt(0.0064 / 10 + 0.0064 / 20) = 8.7%; (2.802 / 0.03)^2 * 0.0096 = 83.7 -> 84
+    (line,) = power_lines(hw)
+    assert "8.0% from task to task and by 8.0% between repeats" in line
+    assert "10 tasks detect about 8.7%" in line and "3% difference needs 84 tasks" in line
+    assert power_lines(N(algorithms=[N(vs_reference=None)])) == [] and power_lines(None) == []
