@@ -77,10 +77,11 @@ def main(argv=None) -> int:
     models = {label: CostModels.from_paths(*paths, args.ndevices) for label, paths in sets.items()}
     errors = model_error(records, tasks, configs, models, args.max_mem)
     pct = lambda x: "-" if x is None else f"{100 * x:.1f}%"  # noqa: E731
-    print("| models | plans | plan MAPE | compute | bw comm | fw comm | in 80% band |")
+    print("| models | plans | plan MAPE | expected | compute | bw comm | fw comm | in 80% band |")
     for label, acc in errors.items():
         part = lambda k: pct(acc.parts[k].mape) if k in acc.parts else "-"  # noqa: E731
-        print(f"| {label} | {acc.plans} | {pct(acc.mape)} | {part('compute')} | {part('bw_comm')} | "
+        print(f"| {label} | {acc.plans} | {pct(acc.mape)} | {pct(acc.mape_expected)} | {part('compute')} | "
+              f"{part('bw_comm')} | "
               f"{part('fw_comm')} | {pct(acc.calibration)} |")
     write_json_atomic(out_path, {"results": str(args.results), "models": {k: [str(x) for x in v]
                                                                          for k, v in sets.items()},

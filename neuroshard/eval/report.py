@@ -136,6 +136,9 @@ def accuracy_table(acc: Accuracy) -> str:
     num = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
     lines = ["| what | MAPE | Spearman | n |", "|---|---|---|---|",
              f"| plan cost | {pct(acc.mape)} | {num(acc.spearman)} | {acc.plans} |"]
+    if acc.mape_expected is not None:
+        lines.append(f"| plan cost, expected measured (the predicted distribution's mean) | {pct(acc.mape_expected)} "
+                     f"| - | {acc.plans} |")
     noise = acc.repeat_noise
     if noise:
         lines.append(f"| plan cost, a perfect model (the repeat noise) | {pct(noise['mape_floor'])} | - | "
@@ -189,11 +192,12 @@ def onpolicy_lines(out: Path) -> tuple[list[str], dict | None]:
                      f"cost over {lam['tasks']} training tasks: {means})")
     if errors:
         lines += ["", "The evaluation's measured plans, re-simulated under each set of models (tools/model_error.py):",
-                  "", "| models | plans | plan MAPE | per-rank compute | bw comm | fw comm | in the 80% band |",
-                  "|---|---|---|---|---|---|---|"]
+                  "", "| models | plans | plan MAPE | expected cost MAPE | per-rank compute | bw comm | fw comm | "
+                  "in the 80% band |", "|---|---|---|---|---|---|---|---|"]
         for label, acc in errors.get("accuracy", {}).items():
             part = lambda k: pct(acc.get("parts", {}).get(k, {}).get("mape"))  # noqa: E731
-            lines.append(f"| {label} | {acc.get('plans')} | {pct(acc.get('mape'))} | {part('compute')} | "
+            lines.append(f"| {label} | {acc.get('plans')} | {pct(acc.get('mape'))} | "
+                         f"{pct(acc.get('mape_expected'))} | {part('compute')} | "
                          f"{part('bw_comm')} | {part('fw_comm')} | {pct(acc.get('calibration'))} |")
     return lines, {"lambda": lam, "model_error": errors.get("accuracy") if errors else None}
 

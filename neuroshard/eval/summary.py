@@ -164,6 +164,9 @@ class Accuracy:
     # (`CostSpread` q10..q90, planner.uncertainty): 0.8 when the predicted spread is calibrated
     calibration: float | None = None
     calibration_n: int = 0
+    # the MAPE of the expected measured cost (the mean of the predicted distribution, `CostSpread.mean`: the
+    # expected maximum of the ranks' noisy totals) instead of the point estimate; None without spreads
+    mape_expected: float | None = None
 
     def to_json(self) -> dict:
         d = {k: getattr(self, k) for k in ("cost", "plans", "mape", "spearman", "pair_agreement", "pairs",
@@ -173,7 +176,8 @@ class Accuracy:
             d.update(mean_estimated=self.mean_estimated, mean_measured=self.mean_measured,
                      pairs_beyond_noise=self.pairs_beyond_noise,
                      pair_agreement_beyond_noise=self.pair_agreement_beyond_noise, repeat_noise=self.repeat_noise,
-                     calibration=self.calibration, calibration_n=self.calibration_n)
+                     calibration=self.calibration, calibration_n=self.calibration_n,
+                     mape_expected=self.mape_expected)
         return d
 
     @classmethod
@@ -183,7 +187,7 @@ class Accuracy:
         return cls(d["cost"], d["plans"], d.get("mape"), d.get("spearman"), d.get("pair_agreement"), d.get("pairs", 0),
                    d.get("pairs_tied", 0), parts, d.get("mean_estimated"), d.get("mean_measured"),
                    d.get("pairs_beyond_noise"), d.get("pair_agreement_beyond_noise"), d.get("repeat_noise"),
-                   d.get("calibration"), d.get("calibration_n", 0))
+                   d.get("calibration"), d.get("calibration_n", 0), d.get("mape_expected"))
 
 
 @dataclass
@@ -398,6 +402,10 @@ def simulator_accuracy(records: Sequence[PlanRecord], cost_key: str = "cost") ->
                 pm_ = regression_metrics(pe, pm)
                 out.parts[part] = PartAccuracy(_finite(pm_["mape"]), _finite(pm_["spearman"]), pm_["n"])
         out.calibration, out.calibration_n = band_coverage(done)
+        spread = [r for r in done if r.estimate.spread is not None]
+        if spread:
+            out.mape_expected = _finite(regression_metrics([r.estimate.spread.mean for r in spread],
+                                                           [r.cost for r in spread])["mape"])
 
     agree = total = tied = 0
     beyond = agree_beyond = 0
