@@ -8,7 +8,10 @@ The planner as a library, in one import:
     tables = ns.tables_from_task(configs, ns.read_tasks("results/quick/tasks/data.txt")[0])
     # or your own tables: [ns.TableConfig(row=..., pooling_factor=..., bins=ns.DEFAULT_BINS, dim=64), ...]
     result = ns.shard(tables, ndevices=4, max_mem_gb=1.0, models=models, alg="neuroshard", beam_k=3)
-    result.plan, result.cost_ms, result.breakdown, result.view, result.search_ms
+    result.plan, result.cost_ms, result.breakdown, result.view, result.search_ms, result.warnings
+
+Inside TorchRec, `ns.NeuroShardPlanner(topology, models=models)` is a `ShardingPlanner` for any model
+(README "Use with TorchRec").
 
 Every registered algorithm (`ns.algorithm_names()`) goes through the same
 call; third-party sharders register with `@ns.register("name")` or through
@@ -34,6 +37,15 @@ from neuroshard.types import (DEFAULT_BINS, ConfigError, CostBreakdown, InputErr
                               OutOfMemoryError, Plan, PlanRecord, ShardTable, TableConfig, Task)
 
 __version__ = "0.2.0"
+
+
+def __getattr__(name):
+    # NeuroShardPlanner is TorchRec's ShardingPlanner: importing it imports torchrec, so only when asked for
+    if name == "NeuroShardPlanner":
+        from neuroshard.planner.torchrec_planner import NeuroShardPlanner
+
+        return NeuroShardPlanner
+    raise AttributeError(f"module 'neuroshard' has no attribute {name!r}")
 
 __all__ = [
     "CostModels", "shard", "ShardResult", "tables_from_task", "read_dataset_configs", "read_tasks", "read_plans",

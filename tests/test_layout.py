@@ -46,7 +46,7 @@ TOP = {"types": (), "checks": (), "settings": (), "cli": (), "__init__": ("neuro
 # use the CLI helpers
 SCRIPT_MAINS = ("neuroshard.learned.train",)
 # modules that are torch code themselves: imported only lazily, once a model or policy is loaded or trained
-TORCH_MODULES = {"planner": ("nets",)}
+TORCH_MODULES = {"planner": ("nets", "torchrec_planner")}
 
 
 def _module_name(path: Path) -> str:
