@@ -3,6 +3,7 @@
     python -m neuroshard.pipeline --preset quick          # what `make demo` runs
     python -m neuroshard.pipeline --preset quick --force  # redo every step
     python -m neuroshard.pipeline --preset quick --seed 1  # fresh measurements -> results/quick-seed1
+    python -m neuroshard.pipeline --preset quick --torchrec_train  # also step 7: the plans trained with TorchRec
     python -m neuroshard.pipeline --preset paper --data fbgemm_t856_bs65536.pt.gz --gpu_devices 0,1,2,3
 
 Every step is a top-level script; the driver prints each command before it
@@ -72,6 +73,11 @@ class Preset:
     # after step 6: collected shards / all-to-alls re-measured to see how far the machine drifted (eval.drift)
     drift_samples: int = 50
     gpu: bool = False
+    # step 7 (opt-in, --torchrec_train): the plans of the first tasks trained with TorchRec (eval_torchrec.py)
+    torchrec_tasks: int = 3
+    torchrec_warmup: int = 3
+    torchrec_iters: int = 20
+    torchrec_repeats: int = 3
 
 
 PRESETS = {
@@ -84,7 +90,8 @@ PRESETS = {
                                     "--rl_num_batches", "2", "--rl_batch_size", "4"),
                    autoshard_args=("--total_steps", "400", "--batch_size", "4", "--unroll_length", "50",
                                    "--num_cost_updates", "2", "--cost_batch_size", "32"),
-                   eval_tasks=2, eval_warmup=1, eval_iters=2, eval_repeats=2, drift_samples=4),
+                   eval_tasks=2, eval_warmup=1, eval_iters=2, eval_repeats=2, drift_samples=4, torchrec_tasks=2,
+                   torchrec_warmup=1, torchrec_iters=3, torchrec_repeats=2),
     # `make demo`: the whole pipeline on CPU in about ten minutes, on the default synthetic
     # dataset of tools/gen_dlrm_data.py. The comm batch equals the dataset's, as eval.py uses it.
     # 600 tables, not fewer: the compute model generalises to unseen tables with the number of
@@ -115,9 +122,11 @@ class Step:
     outputs: list[Path]
 
 
-def build_steps(p: Preset, out: Path, data: str | None, gpu_devices: str | None, seed: int = 0) -> list[Step]:
+def build_steps(p: Preset, out: Path, data: str | None, gpu_devices: str | None, seed: int = 0,
+                torchrec_train: bool = False) -> list[Step]:
     """The commands of one pipeline run, in order. `seed` seeds every measurement, training and
-    evaluation step (the dataset and the tasks keep seed 0, so runs of several seeds share them)."""
+    evaluation step (the dataset and the tasks keep seed 0, so runs of several seeds share them).
+    `torchrec_train`: add step 7, the plans trained with TorchRec (opt-in: minutes at the quick preset)."""
     n = p.ndevices
     ds, tasks, cdata, mdata = out / "dataset", out / "tasks", out / "compute_data", out / "comm_data"
     models = out / "models"
@@ -143,7 +152,7 @@ def build_steps(p: Preset, out: Path, data: str | None, gpu_devices: str | None,
     comm_ranks = dev if gpu_devices else ["--ndevices", str(n)]
     comm_cfg = ["--T_range", p.comm_t_range, "--sleep_range", p.sleep_range, "--max_dim", str(p.max_dim),
                 "--batch_size", str(p.comm_batch_size), "--warmup", str(p.warmup), "--iters", str(p.iters), *s]
-    return [
+    steps = [
         Step("1", "dataset", gen, [ds / "table_configs.json", ds / "data.pt"]),
         Step("2", "tasks", ["tools/gen_tasks.py", "--data_dir", str(ds), "--out_dir", str(tasks), "--data_size",
                             str(p.num_tasks), "--T_range", p.t_range, "--max_mem", str(p.max_mem), "--ndevices",
@@ -198,6 +207,15 @@ def build_steps(p: Preset, out: Path, data: str | None, gpu_devices: str | None,
              ["collect_comm_cost_data.py", "--out_dir", str(mdata), "--noise_floor", str(p.drift_samples),
               "--noise_out", str(out / "hw" / DRIFT_COMM), *comm_cfg, *comm_ranks], [out / "hw" / DRIFT_COMM]),
     ]
+    if torchrec_train:
+        # The simulator's plans of the first tasks, every algorithm, trained with DistributedModelParallel.
+        steps.append(Step("7", "TorchRec training",
+                          ["eval_torchrec.py", "--data_dir", str(ds), "--task_path", str(tasks / "data.txt"),
+                           "--plans", str(out / "sim" / "plans.json"), "--ndevices", str(n), "--max_tasks",
+                           str(p.torchrec_tasks), "--warmup", str(p.torchrec_warmup), "--iters",
+                           str(p.torchrec_iters), "--repeats", str(p.torchrec_repeats), *s, *dev, "--out_dir",
+                           str(out / "torchrec"), "--no_progress"], [out / "torchrec" / "summary.json"]))
+    return steps
 
 
 def _stamp_path(out: Path, step: Step) -> Path:
@@ -256,6 +274,9 @@ def main(argv=None) -> int:
     ap.add_argument("--force", action="store_true", default=os.environ.get("FORCE", "") not in ("", "0"),
                     help="redo every step even if its outputs are up to date (also FORCE=1)")
     ap.add_argument("--only", default=None, help="comma list of steps to run, e.g. 5,6")
+    ap.add_argument("--torchrec_train", action="store_true",
+                    help="also run step 7: train the plans of the first tasks with TorchRec (DistributedModelParallel) "
+                         "and compare step times (opt-in: about 10 min more at the quick preset on 2 cores)")
     ap.add_argument("--seed", type=int, default=0,
                     help="seed of every measurement, training and evaluation step (the dataset and tasks keep "
                          "seed 0); a seed other than 0 defaults to the folder results/<preset>-seed<N>, so "
@@ -282,7 +303,7 @@ def main(argv=None) -> int:
         out = ROOT / out.relative_to(ROOT)
     data = os.path.abspath(args.data) if args.data else None
     steps = build_steps(preset, out.relative_to(ROOT) if out.is_relative_to(ROOT) else out, data, args.gpu_devices,
-                        args.seed)
+                        args.seed, args.torchrec_train)
     only = None
     if args.only is not None:
         only = {k.strip() for k in args.only.split(",") if k.strip()}

@@ -121,7 +121,8 @@ def summarize(costs: dict, reference: str, algs: Sequence[str], iteration_spread
     by task and round: mean of (alg - ref) / ref with its interval, the
     verdict ("<reference> beats / loses to / no significant difference"
     with the algorithm, from the interval) and the minimum detectable
-    difference (None with fewer than 2 tasks or rounds). `noise`: how far two
+    difference (None with fewer than 2 tasks or rounds; the verdict None from a single task and
+    round). `noise`: how far two
     rounds of the same plan differ (`plan_repeat_noise`), and
     `iteration_spread` (the median relative spread of iterations within one
     measurement), as given.
@@ -140,7 +141,9 @@ def summarize(costs: dict, reference: str, algs: Sequence[str], iteration_spread
             rel = [[(o - r) / r for o, r in zip(ot, rt)] for ot, rt in zip(oth, ref)]
             d = mean_interval(rel, seed=seed)
             comp = components(ref, oth)
-            row.update(ratio=1 + d.mean, ratio_ci=[1 + d.lo, 1 + d.hi], verdict=verdict(d),
+            # one task measured once has no spread to read a verdict from
+            row.update(ratio=1 + d.mean, ratio_ci=[1 + d.lo, 1 + d.hi],
+                       verdict=verdict(d) if d.n_tasks * d.n_repeats > 1 else None,
                        mdd=None if comp is None else comp.mdd())
         rows.append(row)
     repeat = plan_repeat_noise(list(costs.values()))
@@ -170,7 +173,7 @@ def summary_markdown(summary: dict, config: dict | None = None) -> str:
             ratio, word, mdd = "-", "-", "-"
         else:
             ratio = f"{r['ratio']:.3f} [{r['ratio_ci'][0]:.3f}, {r['ratio_ci'][1]:.3f}]"
-            word = {"beats": f"{ref} beats it", "loses to": f"{ref} loses to it",
+            word = {"beats": f"{ref} beats it", "loses to": f"{ref} loses to it", None: "- (one measurement)",
                     "no significant difference": "no significant difference"}[r["verdict"]]
             mdd = "-" if r.get("mdd") is None else f"≥ {100 * r['mdd']:.1f}%"
         lines.append(f"| {r['alg']} | {mean} | {ratio} | {word} | {mdd} | {r['plans']} |")
