@@ -190,6 +190,10 @@ def torchrec_lines(out: Path) -> tuple[list[str], dict | None]:
         lines.append(f"On this machine {share}; every all-to-all of a step waits for the rank the scheduler ran "
                      "last, so the scheduling and the machine's other load are part of each step time. Read a "
                      "verdict only from its interval, and compare the ratios with the noise floor above.")
+    lines.append("")
+    lines.append("A plan that mixes table-wise and column-split tables runs two sharding groups in TorchRec, "
+                 "each with its own input distribution, kernels and all-to-alls; the cost models price one kernel "
+                 "and two all-to-alls per device, so they do not see that overhead.")
     return lines, summary
 
 

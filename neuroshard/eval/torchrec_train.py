@@ -112,7 +112,7 @@ def step_costs(records: Sequence[PlanRecord], steps: dict[str, TorchRecStep], re
 
 
 def summarize(costs: dict, reference: str, algs: Sequence[str], iteration_spread: float | None = None,
-              seed: int = 0) -> dict:
+              seed: int = 0, splits: dict | None = None) -> dict:
     """The run's summary (JSON-able) from `costs[(task, alg)]` = step ms per round.
 
     Over the tasks every algorithm of `algs` has a plan for: per algorithm
@@ -125,13 +125,16 @@ def summarize(costs: dict, reference: str, algs: Sequence[str], iteration_spread
     round). `noise`: how far two
     rounds of the same plan differ (`plan_repeat_noise`), and
     `iteration_spread` (the median relative spread of iterations within one
-    measurement), as given.
+    measurement), as given. `splits[(task, alg)]`: the plan's column splits; each row then counts
+    its plans with at least one (`split_plans`): in TorchRec such a plan runs a second sharding group.
     """
     tasks = sorted({t for t, _ in costs})
     common = [t for t in tasks if all((t, a) in costs for a in algs)]
     rows = []
     for a in algs:
         row = {"alg": a, "plans": sum(1 for t in tasks if (t, a) in costs), "tasks": len(common)}
+        if splits is not None:
+            row["split_plans"] = sum(1 for t in tasks if splits.get((t, a), 0) > 0)
         if common:
             iv = mean_interval([costs[t, a] for t in common], seed=seed)
             row.update(mean_ms=iv.mean, ci=[iv.lo, iv.hi])
@@ -163,8 +166,8 @@ def summary_markdown(summary: dict, config: dict | None = None) -> str:
     and the noise sentences."""
     ref = summary["reference"]
     pct = lambda x: "-" if x is None else f"{100 * x:.1f}%"  # noqa: E731
-    lines = [f"| algorithm | step ms [95% CI] | vs {ref} [95% CI] | verdict | detectable | plans |",
-             "|---|---|---|---|---|---|"]
+    lines = [f"| algorithm | step ms [95% CI] | vs {ref} [95% CI] | verdict | detectable | plans (with column "
+             "splits) |", "|---|---|---|---|---|---|"]
     for r in summary["algorithms"]:
         mean = "-" if r.get("mean_ms") is None else f"{r['mean_ms']:.1f} [{r['ci'][0]:.1f}, {r['ci'][1]:.1f}]"
         if r["alg"] == ref:
@@ -176,7 +179,8 @@ def summary_markdown(summary: dict, config: dict | None = None) -> str:
             word = {"beats": f"{ref} beats it", "loses to": f"{ref} loses to it", None: "- (one measurement)",
                     "no significant difference": "no significant difference"}[r["verdict"]]
             mdd = "-" if r.get("mdd") is None else f"≥ {100 * r['mdd']:.1f}%"
-        lines.append(f"| {r['alg']} | {mean} | {ratio} | {word} | {mdd} | {r['plans']} |")
+        split = "" if r.get("split_plans") is None else f" ({r['split_plans']})"
+        lines.append(f"| {r['alg']} | {mean} | {ratio} | {word} | {mdd} | {r['plans']}{split} |")
     lines.append("")
     n = len(summary["common_tasks"])
     head = (f"Step time of one training iteration (forward, loss, backward with the fused embedding update, dense "
@@ -258,7 +262,8 @@ def run_torchrec_eval(records: Sequence[PlanRecord], tasks: Sequence[Task], conf
         job_s = time.perf_counter() - t0
         costs = step_costs(records, done, cfg.repeats)
         steps = [done[plan_identity(rec, r)] for rec in records for r in range(cfg.repeats)]
-        summary = summarize(costs, reference, algs, iteration_spread(steps), seed=cfg.seed)
+        splits = {(rec.task, rec.alg): len(rec.plan.column_steps) for rec in records}
+        summary = summarize(costs, reference, algs, iteration_spread(steps), seed=cfg.seed, splits=splits)
         summary["job_s"] = job_s if todo else 0.0
         summary["measurements"] = len(todo)
         results = [{"task": rec.task, "alg": rec.alg, "plan": rec.plan.to_json(), "step_ms": costs[rec.task, rec.alg],

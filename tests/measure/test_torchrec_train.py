@@ -65,12 +65,12 @@ def test_summary_ratios_intervals_and_verdicts_by_hand():
         costs[t, "b"] = [1.5 * x for x in xs]
         costs[t, "c"] = [x * (1.01 if k == 0 else 0.99) for k, x in enumerate(xs)]
     costs[3, "a"] = [5.0, 5.0]  # a task only a has: left out of the common tasks
-    s = summarize(costs, "a", ["a", "b", "c"], iteration_spread=0.1)
+    s = summarize(costs, "a", ["a", "b", "c"], iteration_spread=0.1, splits={(0, "b"): 2, (1, "b"): 0})
     assert s["common_tasks"] == [0, 1, 2]
     rows = {r["alg"]: r for r in s["algorithms"]}
     assert rows["a"]["mean_ms"] == pytest.approx(123 / 6) and rows["a"]["plans"] == 4
     assert rows["a"]["ci"][0] <= rows["a"]["mean_ms"] <= rows["a"]["ci"][1]
-    assert "ratio" not in rows["a"]
+    assert "ratio" not in rows["a"] and rows["a"]["split_plans"] == 0 and rows["b"]["split_plans"] == 1
     b = rows["b"]
     assert b["ratio"] == pytest.approx(1.5) and b["ratio_ci"] == pytest.approx([1.5, 1.5])
     assert b["verdict"] == "beats" and b["mdd"] == pytest.approx(0.0)  # the reference beats b
