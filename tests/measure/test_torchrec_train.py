@@ -99,3 +99,21 @@ def test_select_records_and_settings_errors(tiny):
         TorchRecTrainConfig(over_arch="64,2").validate()
     with pytest.raises(ConfigError, match="--dense_arch"):
         parse_layers("64,x", "--dense_arch")
+
+
+def test_an_interrupted_run_trains_only_what_is_missing(tiny, tmp_path):
+    from neuroshard.eval.hardware import plan_identity
+    from neuroshard.eval.torchrec_train import MEASUREMENTS, run_torchrec_eval
+
+    d, configs, task, records = tiny
+    out = tmp_path / "out"
+    (out / ".partial").mkdir(parents=True)
+    made = TorchRecStep(0, 0, "table_wise", 0, [5.0, 5.0], [5.0, 4.0], 1.0)  # what the killed run had written
+    (out / ".partial" / MEASUREMENTS).write_text(json.dumps([plan_identity(records[0], 0), made.to_json()]) + "\n")
+    cfg = TorchRecTrainConfig(ndevices=2, warmup=0, iters=2, repeats=1, timeout=60)
+    summary = run_torchrec_eval(records, [task], configs, d / "ds", 64, cfg, out, ["table_wise", "column"],
+                                "table_wise", config={"test": 1}, show=None, progress=False)
+    assert summary["measurements"] == 1 and not (out / ".partial").exists()
+    results = {r["alg"]: r for r in json.loads((out / "results.json").read_text())}
+    assert results["table_wise"]["step_ms"] == [5.0] and results["column"]["step_ms"][0] > 0
+    assert (out / "torchrec_plans" / "task0_column.pt").is_file() and (out / "summary.md").is_file()
