@@ -100,5 +100,5 @@ def test_torchrec_training_is_an_opt_in_last_step():
     assert last.key == "7" and last.argv[0] == "eval_torchrec.py"
     flags = dict(zip(last.argv[1::2], last.argv[2::2]))
     assert flags["--plans"] == str(out / "sim" / "plans.json") and flags["--ndevices"] == "4"
-    assert flags["--max_tasks"] == "3" and flags["--repeats"] == "3" and flags["--seed"] == "2"
+    assert flags["--max_tasks"] == "3" and flags["--repeats"] == "4" and flags["--seed"] == "2"
     assert last.outputs == [out / "torchrec" / "summary.json"]

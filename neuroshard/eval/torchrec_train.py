@@ -112,7 +112,7 @@ def step_costs(records: Sequence[PlanRecord], steps: dict[str, TorchRecStep], re
 
 
 def summarize(costs: dict, reference: str, algs: Sequence[str], iteration_spread: float | None = None,
-              seed: int = 0, splits: dict | None = None) -> dict:
+              seed: int = 0, splits: dict | None = None, median_se: float | None = None) -> dict:
     """The run's summary (JSON-able) from `costs[(task, alg)]` = step ms per round.
 
     Over the tasks every algorithm of `algs` has a plan for: per algorithm
@@ -125,7 +125,8 @@ def summarize(costs: dict, reference: str, algs: Sequence[str], iteration_spread
     round). `noise`: how far two
     rounds of the same plan differ (`plan_repeat_noise`), and
     `iteration_spread` (the median relative spread of iterations within one
-    measurement), as given. `splits[(task, alg)]`: the plan's column splits; each row then counts
+    measurement) and `median_se` (how well a measurement's median is known, `median_uncertainty`),
+    as given. `splits[(task, alg)]`: the plan's column splits; each row then counts
     its plans with at least one (`split_plans`): in TorchRec such a plan runs a second sharding group.
     """
     tasks = sorted({t for t, _ in costs})
@@ -151,7 +152,7 @@ def summarize(costs: dict, reference: str, algs: Sequence[str], iteration_spread
         rows.append(row)
     repeat = plan_repeat_noise(list(costs.values()))
     return {"reference": reference, "common_tasks": common, "algorithms": rows,
-            "noise": {"repeat": repeat, "iteration_spread": iteration_spread}}
+            "noise": {"repeat": repeat, "iteration_spread": iteration_spread, "median_se": median_se}}
 
 
 def iteration_spread(steps: Sequence[TorchRecStep]) -> float | None:
@@ -159,6 +160,19 @@ def iteration_spread(steps: Sequence[TorchRecStep]) -> float | None:
     spreads = [float((np.quantile(s.iters, 0.9) - np.quantile(s.iters, 0.1)) / s.cost) for s in steps
                if len(s.iters) >= 2 and s.cost > 0]
     return float(np.median(spreads)) if spreads else None
+
+
+def median_uncertainty(steps: Sequence[TorchRecStep], seed: int = 0, resamples: int = 200) -> float | None:
+    """The median over measurements of the bootstrap standard error of their median iteration, relative to
+    it: how much more iterations could still narrow a measurement (against the spread between rounds)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for s in steps:
+        it = np.asarray(s.iters, dtype=np.float64)
+        if len(it) >= 2 and s.cost > 0:
+            medians = np.median(it[rng.integers(0, len(it), size=(resamples, len(it)))], axis=1)
+            out.append(float(medians.std() / s.cost))
+    return float(np.median(out)) if out else None
 
 
 def summary_markdown(summary: dict, config: dict | None = None) -> str:
@@ -204,6 +218,14 @@ def summary_markdown(summary: dict, config: dict | None = None) -> str:
     if parts:
         lines.append("")
         lines.append("Noise floor: " + "; ".join(parts) + ". " + NOISE_NOTE)
+    se = noise.get("median_se")
+    if se is not None and rep:
+        lines.append("")
+        lines.append(f"A measurement's median is known to ±{pct(se)} (bootstrap standard error over its iterations), "
+                     f"while two rounds of the same plan differ by {pct(rep['mean'])}: "
+                     + ("the rounds, not the iterations, limit the intervals; add rounds or tasks rather than "
+                        "iterations." if se < rep["mean"] / 2 else "more iterations would still narrow the "
+                                                                    "intervals."))
     return "\n".join(lines) + "\n"
 
 
@@ -263,7 +285,8 @@ def run_torchrec_eval(records: Sequence[PlanRecord], tasks: Sequence[Task], conf
         costs = step_costs(records, done, cfg.repeats)
         steps = [done[plan_identity(rec, r)] for rec in records for r in range(cfg.repeats)]
         splits = {(rec.task, rec.alg): len(rec.plan.column_steps) for rec in records}
-        summary = summarize(costs, reference, algs, iteration_spread(steps), seed=cfg.seed, splits=splits)
+        summary = summarize(costs, reference, algs, iteration_spread(steps), seed=cfg.seed, splits=splits,
+                            median_se=median_uncertainty(steps, cfg.seed))
         summary["job_s"] = job_s if todo else 0.0
         summary["measurements"] = len(todo)
         results = [{"task": rec.task, "alg": rec.alg, "plan": rec.plan.to_json(), "step_ms": costs[rec.task, rec.alg],

@@ -9,7 +9,7 @@ import pytest
 
 from neuroshard.data.synthetic import SyntheticSpec, generate_synthetic
 from neuroshard.eval.hardware import measurement_order
-from neuroshard.eval.torchrec_train import export_plans, select_records, summarize, summary_markdown
+from neuroshard.eval.torchrec_train import export_plans, median_uncertainty, select_records, summarize, summary_markdown
 from neuroshard.formats.dataset import write_dataset
 from neuroshard.measure.torchrec_train import TorchRecTrainConfig, parse_layers, train_plans
 from neuroshard.types import ConfigError, InputError, Plan, PlanRecord, Task, TorchRecStep
@@ -65,7 +65,8 @@ def test_summary_ratios_intervals_and_verdicts_by_hand():
         costs[t, "b"] = [1.5 * x for x in xs]
         costs[t, "c"] = [x * (1.01 if k == 0 else 0.99) for k, x in enumerate(xs)]
     costs[3, "a"] = [5.0, 5.0]  # a task only a has: left out of the common tasks
-    s = summarize(costs, "a", ["a", "b", "c"], iteration_spread=0.1, splits={(0, "b"): 2, (1, "b"): 0})
+    s = summarize(costs, "a", ["a", "b", "c"], iteration_spread=0.1, splits={(0, "b"): 2, (1, "b"): 0},
+                  median_se=0.01)
     assert s["common_tasks"] == [0, 1, 2]
     rows = {r["alg"]: r for r in s["algorithms"]}
     assert rows["a"]["mean_ms"] == pytest.approx(123 / 6) and rows["a"]["plans"] == 4
@@ -83,6 +84,10 @@ def test_summary_ratios_intervals_and_verdicts_by_hand():
     md = summary_markdown(s)
     assert "a beats it" in md and "no significant difference" in md and "1.500 [1.500, 1.500]" in md
     assert "ranks" in md and "cores" in md  # the honest sentence on why it is noisy
+    assert "known to ±1.0%" in md and "add rounds or tasks" in md
+    # a measurement's median: constant iterations are known exactly, spread ones less well
+    assert median_uncertainty([TorchRecStep(0, 0, "a", 0, [5.0] * 8, [5.0])]) == 0.0
+    assert median_uncertainty([TorchRecStep(0, 0, "a", 0, [4.0, 6.0, 5.0, 9.0, 3.0], [5.0])]) > 0.05
 
 
 def test_select_records_and_settings_errors(tiny):
