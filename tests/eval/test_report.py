@@ -53,5 +53,6 @@ def test_torchrec_section_reads_step_7_and_says_how_noisy_it_is(tmp_path):
     lines, summary = torchrec_lines(tmp_path)
     text = "\n".join(lines)
     assert summary["reference"] == "neuroshard"
-    assert "| greedy |" in text and "neuroshard beats it" in text and "two sharding groups" in text and "1.200 [1.200, 1.200]" in text
+    assert "| greedy |" in text and "neuroshard beats it" in text and "1.200 [1.200, 1.200]" in text
+    assert "two sharding groups" in text
     assert "4096 ranks shared" in text and "same plan trained in two rounds differed by 4.9%" in text
