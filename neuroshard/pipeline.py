@@ -23,6 +23,7 @@ import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Callable
 
 from neuroshard.checks import check_gpu_ids, check_int
 from neuroshard.eval.drift import DRIFT_COMM, DRIFT_COMPUTE
@@ -73,6 +74,14 @@ class Preset:
     # after step 6: collected shards / all-to-alls re-measured to see how far the machine drifted (eval.drift)
     drift_samples: int = 50
     gpu: bool = False
+    # sim-to-real (issue 22): cost-model ensembles (members per model, 1: one model), and on-policy cost
+    # data: the plans of `onpolicy_tasks` training tasks (0: off) by `onpolicy_algs`, NeuroShard+ once per
+    # value of `plus_lambdas`, measured; the models retrained on both; NeuroShard+'s lambda chosen there
+    ensemble: int = 1
+    algs: str = "all"  # the algorithms of steps 5 and 6 (a learned baseline's policy is trained only if named)
+    onpolicy_tasks: int = 0
+    onpolicy_algs: str = "neuroshard,neuroshard_plus,size_lookup_greedy,random"
+    plus_lambdas: str = "0,0.5,1"
     # step 7 (opt-in, --torchrec_train): the plans of the first tasks trained with TorchRec (eval_torchrec.py).
     # Rounds rather than iterations: on the 2-core machine (quick preset, 4 ranks) the median of 20 iterations
     # was known to +-4% while two rounds of the same plan differed by 20%.
@@ -92,8 +101,9 @@ PRESETS = {
                                     "--rl_num_batches", "2", "--rl_batch_size", "4"),
                    autoshard_args=("--total_steps", "400", "--batch_size", "4", "--unroll_length", "50",
                                    "--num_cost_updates", "2", "--cost_batch_size", "32"),
-                   eval_tasks=2, eval_warmup=1, eval_iters=2, eval_repeats=2, drift_samples=4, torchrec_tasks=2,
-                   torchrec_warmup=1, torchrec_iters=3, torchrec_repeats=2),
+                   eval_tasks=2, eval_warmup=1, eval_iters=2, eval_repeats=2, drift_samples=4, ensemble=2,
+                   onpolicy_tasks=2, plus_lambdas="0,1", torchrec_tasks=2, torchrec_warmup=1, torchrec_iters=3,
+                   torchrec_repeats=2),
     # `make demo`: the whole pipeline on CPU in about ten minutes, on the default synthetic
     # dataset of tools/gen_dlrm_data.py. The comm batch equals the dataset's, as eval.py uses it.
     # 600 tables, not fewer: the compute model generalises to unseen tables with the number of
@@ -104,7 +114,8 @@ PRESETS = {
                     max_rows=1_000_000, num_tasks=20, t_range="10,30", compute_samples=1000, max_tables=10,
                     comm_samples=500, comm_t_range="10,30", sleep_range="0,50", comm_batch_size=4096, warmup=3,
                     iters=7, noise_samples=100, epochs=1000, policy_tasks=50, dreamshard_args=(),
-                    autoshard_args=(), eval_tasks=10, eval_warmup=3, eval_iters=7, eval_repeats=2),
+                    autoshard_args=(), eval_tasks=10, eval_warmup=3, eval_iters=7, eval_repeats=2, ensemble=3,
+                    onpolicy_tasks=6),
     # The paper's setting on the public dataset and GPUs (DESIGN §2 defaults: 4 GB per GPU,
     # T from 10 to 60, 100 tasks, batch 65536); run once with 4 and once with 8 GPUs.
     "paper": Preset("paper", ndevices=4, max_mem=4.0, max_dim=128, num_tables=856, batch_size=65536,
@@ -112,8 +123,14 @@ PRESETS = {
                     comm_samples=20_000, comm_t_range="10,60", sleep_range="0,30", comm_batch_size=65536,
                     warmup=5, iters=10, noise_samples=500, epochs=1000, policy_tasks=100, dreamshard_args=(),
                     autoshard_args=(), eval_tasks=100, eval_warmup=5, eval_iters=10, eval_repeats=3, drift_samples=200,
-                    gpu=True),
+                    gpu=True, ensemble=5, onpolicy_tasks=30),
 }
+# Hardware verdicts with power (issue 22): the quick preset's data and models, five algorithms (NeuroShard,
+# NeuroShard+, the strongest baselines), 40 tasks x 4 interleaved rounds. With
+# paired task and repeat sds of 8% each (assumed: the report prints the measured ones), eval/power.py gives a
+# detectable difference of 4.0% at 95% / 80% power (3% needs ~70 tasks); about 40 minutes on the 2-core machine.
+PRESETS["study"] = replace(PRESETS["quick"], name="study", num_tasks=40, eval_tasks=40, eval_repeats=4,
+                           algs="neuroshard,neuroshard_plus,torchrec,autoshard,size_lookup_greedy")
 
 
 @dataclass
@@ -122,6 +139,22 @@ class Step:
     title: str
     argv: list[str]  # script and flags, relative to the repository root
     outputs: list[Path]
+    # flags known only once an earlier step ran (e.g. NeuroShard+'s lambda chosen on hardware), appended
+    late: Callable[[], list[str]] | None = None
+
+    def command(self) -> list[str]:
+        return self.argv + (self.late() if self.late is not None else [])
+
+
+def chosen_lambda(path: Path) -> list[str]:
+    """`--plus_lambda x` as chosen on hardware by the on-policy step (its lambda.json); nothing when it chose
+    none (e.g. no NeuroShard+ plan fitted)."""
+    from neuroshard.formats.io import read_json
+
+    if not path.exists():
+        raise NeuroShardError(f"{path} not found: run the on-policy step (4f) first")
+    chosen = read_json(path).get("chosen")
+    return [] if chosen is None else ["--plus_lambda", f"{chosen:g}"]
 
 
 def build_steps(p: Preset, out: Path, data: str | None, gpu_devices: str | None, seed: int = 0,
@@ -133,6 +166,11 @@ def build_steps(p: Preset, out: Path, data: str | None, gpu_devices: str | None,
     ds, tasks, cdata, mdata = out / "dataset", out / "tasks", out / "compute_data", out / "comm_data"
     models = out / "models"
     compute_model, fw_model, bw_model = models / "compute.pt", models / f"comm_{n}_fw.pt", models / f"comm_{n}_bw.pt"
+    # with on-policy data, the models retrained on it (models/onpolicy/) plan and are judged from step 4d on
+    onpolicy, plan_data = p.onpolicy_tasks > 0, out / "plan_data"
+    final = models / "onpolicy" if onpolicy else models
+    f_compute, f_fw, f_bw = final / "compute.pt", final / f"comm_{n}_fw.pt", final / f"comm_{n}_bw.pt"
+    ens = ["--ensemble", str(p.ensemble)] if p.ensemble > 1 else []
     dev = ["--gpu_devices", gpu_devices] if gpu_devices else ["--device", "cpu"]
     # One benchmark process per core for the compute collection on CPU.
     workers = [] if gpu_devices else ["--num_workers", str(min(2, os.cpu_count() or 1))]
@@ -142,15 +180,20 @@ def build_steps(p: Preset, out: Path, data: str | None, gpu_devices: str | None,
     else:
         gen = ["tools/gen_dlrm_data.py", "--synthetic", "--num_tables", str(p.num_tables), "--batch_size",
                str(p.batch_size), "--max_rows", str(p.max_rows), "--seed", "0", "--out_dir", str(ds)]
-    models_flags = ["--compute_model", str(compute_model), "--fw_comm_model", str(fw_model),
-                    "--bw_comm_model", str(bw_model)]
+    random_models = ["--compute_model", str(compute_model), "--fw_comm_model", str(fw_model),
+                     "--bw_comm_model", str(bw_model)]
+    models_flags = ["--compute_model", str(f_compute), "--fw_comm_model", str(f_fw), "--bw_comm_model", str(f_bw)]
     train_tasks, ds_policy, as_policy = out / "train_tasks", models / "dreamshard.pt", models / "autoshard.pt"
     policy_common = ["--data_dir", str(ds), "--task_path", str(train_tasks / "data.txt"), "--eval_task_path",
                      str(tasks / "data.txt"), *models_flags, "--ndevices", str(n), "--max_mem", str(p.max_mem),
                      *s, "--no_progress"]
-    eval_common = ["--data_dir", str(ds), "--task_path", str(tasks / "data.txt"), *models_flags, "--alg", "all",
-                   "--ndevices", str(n), "--max_mem", str(p.max_mem), "--max_tasks", str(p.eval_tasks), *s,
-                   "--dreamshard_policy", str(ds_policy), "--autoshard_policy", str(as_policy)]
+    algs = None if p.algs == "all" else p.algs.split(",")
+    learned = [a for a in ("dreamshard", "autoshard") if algs is None or a in algs]
+    policies = {"dreamshard": ds_policy, "autoshard": as_policy}
+    eval_common = ["--data_dir", str(ds), "--task_path", str(tasks / "data.txt"), *models_flags, "--alg", p.algs,
+                   "--ndevices", str(n), "--max_mem", str(p.max_mem), "--max_tasks", str(p.eval_tasks), *s]
+    for a in learned:
+        eval_common += [f"--{a}_policy", str(policies[a])]
     comm_ranks = dev if gpu_devices else ["--ndevices", str(n)]
     comm_cfg = ["--T_range", p.comm_t_range, "--sleep_range", p.sleep_range, "--max_dim", str(p.max_dim),
                 "--batch_size", str(p.comm_batch_size), "--warmup", str(p.warmup), "--iters", str(p.iters), *s]
@@ -175,25 +218,51 @@ def build_steps(p: Preset, out: Path, data: str | None, gpu_devices: str | None,
               *comm_cfg, *comm_ranks], [mdata / "noise_floor.json"]),
         Step("4a", "compute cost model",
              ["train_compute_cost_model.py", "--data_dir", str(cdata), "--epochs", str(p.epochs), "--out_path",
-              str(compute_model), *s], [compute_model]),
+              str(compute_model), *ens, *s], [compute_model]),
         Step("4a-heldout", "compute model on unseen tables",
              ["tools/heldout_check.py", "--data_dir", str(cdata), "--epochs", str(p.epochs), "--out_path",
               str(models / "compute_heldout.json"), *s], [models / "compute_heldout.json"]),
         Step("4b", "comm cost models",
              ["train_comm_cost_model.py", "--data_dir", str(mdata), "--epochs", str(p.epochs), "--fw_out_path",
-              str(fw_model), "--bw_out_path", str(bw_model), *s], [fw_model, bw_model]),
+              str(fw_model), "--bw_out_path", str(bw_model), *ens, *s], [fw_model, bw_model]),
         # The learned baselines train on their own tasks (seed 1; the evaluation tasks are seed 0,
         # and train_*.py refuses any task they share), against the simulator.
         Step("4c", "policy training tasks",
              ["tools/gen_tasks.py", "--data_dir", str(ds), "--out_dir", str(train_tasks), "--data_size",
               str(p.policy_tasks), "--T_range", p.t_range, "--max_mem", str(p.max_mem), "--ndevices", str(n),
               "--max_dim", str(p.max_dim), "--seed", "1"], [train_tasks / "data.txt"]),
-        Step("4d", "DreamShard policy", ["train_dreamshard.py", *policy_common, "--out_path", str(ds_policy),
-                                         *p.dreamshard_args], [ds_policy]),
-        Step("4e", "AutoShard policy", ["train_autoshard.py", *policy_common, "--out_path", str(as_policy),
-                                        *p.autoshard_args], [as_policy]),
+    ]
+    if onpolicy:
+        steps += [
+            # The plans of training tasks, made with the random data's models, measured as eval.py measures:
+            # on-policy cost data, and NeuroShard+'s lambda chosen on hardware (eval/onpolicy.py).
+            Step("4f", "on-policy cost data",
+                 ["collect_plan_cost_data.py", "--data_dir", str(ds), "--task_path", str(train_tasks / "data.txt"),
+                  "--eval_task_path", str(tasks / "data.txt"), *random_models, "--alg", p.onpolicy_algs,
+                  "--plus_lambdas", p.plus_lambdas, "--max_tasks", str(p.onpolicy_tasks), "--ndevices", str(n),
+                  "--max_mem", str(p.max_mem), "--max_dim", str(p.max_dim), "--out_dir", str(plan_data),
+                  "--warmup", str(p.eval_warmup), "--iters", str(p.eval_iters), *s, *dev, "--quiet",
+                  "--no_progress"],
+                 [plan_data / "compute" / "data.txt", plan_data / "comm" / "data.txt", plan_data / "lambda.json"]),
+            Step("4g", "compute cost model, random + on-policy data",
+                 ["train_compute_cost_model.py", "--data_dir", str(cdata), "--plan_data_dir",
+                  str(plan_data / "compute"), "--epochs", str(p.epochs), "--out_path", str(f_compute), *ens, *s],
+                 [f_compute]),
+            Step("4h", "comm cost models, random + on-policy data",
+                 ["train_comm_cost_model.py", "--data_dir", str(mdata), "--plan_data_dir", str(plan_data / "comm"),
+                  "--epochs", str(p.epochs), "--fw_out_path", str(f_fw), "--bw_out_path", str(f_bw), *ens, *s],
+                 [f_fw, f_bw]),
+        ]
+    if "dreamshard" in learned:
+        steps.append(Step("4d", "DreamShard policy", ["train_dreamshard.py", *policy_common, "--out_path",
+                                                      str(ds_policy), *p.dreamshard_args], [ds_policy]))
+    if "autoshard" in learned:
+        steps.append(Step("4e", "AutoShard policy", ["train_autoshard.py", *policy_common, "--out_path",
+                                                     str(as_policy), *p.autoshard_args], [as_policy]))
+    steps += [
         Step("5", "simulator evaluation", ["eval_simulator.py", *eval_common, "--out_dir", str(out / "sim")],
-             [out / "sim" / "summary.json"]),
+             [out / "sim" / "summary.json"], late=(lambda: chosen_lambda(plan_data / "lambda.json")) if onpolicy
+             else None),
         # eval.py measures the plans eval_simulator.py made: planned once, by the same code.
         Step("6", "hardware evaluation",
              ["eval.py", *eval_common, "--plans", str(out / "sim" / "plans.json"), "--out_dir", str(out / "hw"),
@@ -209,6 +278,12 @@ def build_steps(p: Preset, out: Path, data: str | None, gpu_devices: str | None,
              ["collect_comm_cost_data.py", "--out_dir", str(mdata), "--noise_floor", str(p.drift_samples),
               "--noise_out", str(out / "hw" / DRIFT_COMM), *comm_cfg, *comm_ranks], [out / "hw" / DRIFT_COMM]),
     ]
+    if onpolicy:  # the measured plans re-simulated under the models before and after the on-policy data
+        steps.append(Step("6-models", "model error on the measured plans, random vs on-policy data",
+                          ["tools/model_error.py", "--data_dir", str(ds), "--task_path", str(tasks / "data.txt"),
+                           "--results", str(out / "hw" / "results.json"), "--ndevices", str(n), "--max_mem",
+                           str(p.max_mem), "--models", f"random={models}", "--models", f"onpolicy={final}",
+                           "--out_path", str(out / "hw" / "model_error.json")], [out / "hw" / "model_error.json"]))
     if torchrec_train:
         # The simulator's plans of the first tasks, every algorithm, trained with DistributedModelParallel.
         steps.append(Step("7", "TorchRec training",
@@ -224,7 +299,7 @@ def _stamp_path(out: Path, step: Step) -> Path:
     return out / "steps" / f"{step.key}.json"
 
 
-def _up_to_date(out: Path, step: Step, upstream: list[dict]) -> dict | None:
+def _up_to_date(out: Path, step: Step, argv: list[str], upstream: list[dict]) -> dict | None:
     """The step's stamp if its outputs exist and were made by the same command, else None."""
     path = _stamp_path(out, step)
     if not path.exists() or not all(o.exists() for o in step.outputs):
@@ -233,7 +308,7 @@ def _up_to_date(out: Path, step: Step, upstream: list[dict]) -> dict | None:
         stamp = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError):
         return None
-    return stamp if stamp.get("argv") == step.argv and stamp.get("upstream") == upstream else None
+    return stamp if stamp.get("argv") == argv and stamp.get("upstream") == upstream else None
 
 
 def run_steps(steps: list[Step], out: Path, force: bool, only: set[str] | None = None) -> list[dict]:
@@ -242,8 +317,9 @@ def run_steps(steps: list[Step], out: Path, force: bool, only: set[str] | None =
     for step in steps:
         if only and step.key not in only:
             continue
-        shown = "python " + " ".join(shlex.quote(a) for a in step.argv)
-        stamp = None if force else _up_to_date(out, step, upstream)
+        argv = step.command()
+        shown = "python " + " ".join(shlex.quote(a) for a in argv)
+        stamp = None if force else _up_to_date(out, step, argv, upstream)
         if stamp is not None:
             print(f"[{step.key}] {step.title}: up to date, skipped\n      {shown}", flush=True)
             # keep the time the step took when it ran, for the report
@@ -252,17 +328,17 @@ def run_steps(steps: list[Step], out: Path, force: bool, only: set[str] | None =
         else:
             print(f"[{step.key}] {step.title}\n  $ {shown}", flush=True)
             t0 = time.perf_counter()
-            rc = subprocess.call([sys.executable, *step.argv], cwd=ROOT)
+            rc = subprocess.call([sys.executable, *argv], cwd=ROOT)
             seconds = time.perf_counter() - t0
             if rc != 0:
                 raise NeuroShardError(f"step {step.key} ({step.title}) failed with exit code {rc}; "
                                       f"rerun it by hand: {shown}")
-            write_json_atomic(_stamp_path(out, step), {"argv": step.argv, "upstream": upstream,
+            write_json_atomic(_stamp_path(out, step), {"argv": argv, "upstream": upstream,
                                                        "seconds": round(seconds, 2)})
             records.append({"step": step.key, "title": step.title, "command": shown, "skipped": False,
                             "seconds": round(seconds, 2)})
             print(f"[{step.key}] done in {seconds:.1f} s", flush=True)
-        upstream = upstream + [{"step": step.key, "argv": step.argv}]
+        upstream = upstream + [{"step": step.key, "argv": argv}]
     return records
 
 

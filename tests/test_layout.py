@@ -34,6 +34,7 @@ ALLOWED = {
     "planner": ("neuroshard.data",),
     "measure": ("neuroshard.data",),
     "train": ("neuroshard.planner.features", "neuroshard.planner.nets", "neuroshard.planner.cost_models",
+              "neuroshard.planner.extrapolation",
               "neuroshard.data"),
     "learned": ("neuroshard.planner", "neuroshard.measure", "neuroshard.data"),
     "eval": ("neuroshard.planner", "neuroshard.learned", "neuroshard.measure", "neuroshard.data", "neuroshard.train"),

@@ -27,7 +27,7 @@ def test_tiny_pipeline_writes_every_artifact_and_skips_on_rerun(tmp_path):
     for script in ("tools/gen_dlrm_data.py", "tools/gen_tasks.py", "collect_compute_cost_data.py",
                    "collect_comm_cost_data.py", "train_compute_cost_model.py", "tools/heldout_check.py",
                    "train_comm_cost_model.py", "train_dreamshard.py", "train_autoshard.py", "eval_simulator.py",
-                   "eval.py"):
+                   "eval.py", "collect_plan_cost_data.py", "tools/model_error.py"):
         assert f"$ python {script}" in r.stdout
     ds = read_dataset(out / "dataset")
     assert len(ds.configs) == 16 and ds.batch_size == 256
@@ -71,9 +71,23 @@ def test_tiny_pipeline_writes_every_artifact_and_skips_on_rerun(tmp_path):
     config = json.loads((out / "config.json").read_text())
     assert config["preset"]["name"] == "tiny" and config["versions"]["torch"].startswith("2.13")
 
+    # sim-to-real: ensembles of 2, on-policy data from 2 training tasks, the models retrained on it plan
+    # from the policy steps on, NeuroShard+ with the lambda chosen on hardware, the error before and after
+    import torch
+
+    assert len(torch.load(out / "models" / "compute.pt", weights_only=False)["members"]) == 2
+    lam = json.loads((out / "plan_data" / "lambda.json").read_text())
+    assert lam["lambdas"] == [0.0, 1.0] and lam["tasks"] == 2 and lam["chosen"] in (0.0, 1.0)
+    assert f"--plus_lambda {lam['chosen']:g}" in r.stdout
+    assert (out / "plan_data" / "compute" / "data.txt").stat().st_size > 0
+    assert f"--compute_model {out / 'models' / 'onpolicy' / 'compute.pt'}" in r.stdout
+    err = json.loads((out / "hw" / "model_error.json").read_text())["accuracy"]
+    assert set(err) == {"random", "onpolicy"} and err["onpolicy"]["plans"] == len(measured)
+    assert "## On-policy cost data" in report and "Calibration:" in report
+
     again = _driver(out)
     assert again.returncode == 0, again.stderr[-2000:]
-    assert again.stdout.count("up to date, skipped") == 16
+    assert again.stdout.count("up to date, skipped") == 20
 
 
 def test_changed_step_reruns_itself_and_everything_after(tmp_path, capsys):

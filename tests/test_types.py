@@ -13,6 +13,7 @@ from neuroshard.types import (
     can_split,
     column_offsets,
     dim_set,
+    merge_colocated_halves,
     plan_from_pieces,
     plan_pieces,
     size_gb,
@@ -110,3 +111,18 @@ def test_plan_from_pieces_refuses_what_halvings_cannot_make():
         plan_from_pieces(tables, [[ColumnPiece(0, 16, 2)]], 2)
     with pytest.raises(InvalidPlanError, match="out of range"):
         plan_from_pieces(tables, [[ColumnPiece(0, 32, 0)]], 2)
+
+
+def test_merge_colocated_halves_undoes_splits_that_stay_on_one_device():
+    tables = _tables(16, 8, 32)
+    # table 0 in quarters-and-a-half all on device 0: [0,4) + [4,8) -> [0,8), then [0,8) + [8,16) -> whole;
+    # table 2's halves are on devices 1 and 2 and stay split
+    pieces = [[ColumnPiece(0, 4, 0), ColumnPiece(4, 4, 0), ColumnPiece(8, 8, 0)], [ColumnPiece(0, 8, 1)],
+              [ColumnPiece(0, 16, 1), ColumnPiece(16, 16, 2)]]
+    merged = merge_colocated_halves(tables, plan_from_pieces(tables, pieces, 3))
+    assert plan_pieces(tables, merged) == [[ColumnPiece(0, 16, 0)], [ColumnPiece(0, 8, 1)],
+                                           [ColumnPiece(0, 16, 1), ColumnPiece(16, 16, 2)]]
+    # [4,8) and [8,16) share a device but are not two halves of one cut: nothing changes
+    apart = plan_from_pieces(tables, [[ColumnPiece(0, 4, 1), ColumnPiece(4, 4, 0), ColumnPiece(8, 8, 0)],
+                                      [ColumnPiece(0, 8, 1)], [ColumnPiece(0, 32, 2)]], 3)
+    assert merge_colocated_halves(tables, apart) is apart

@@ -87,6 +87,11 @@ def main(argv=None) -> int:
               CostModels.load(args.models_dir, ndevices) if args.models_dir else None)
     result = ut.shard_user_tables(user.configs, ndevices, max_mem, models, args.alg, args.seed, options)
     print(ut.device_table(result, user.names))
+    if result.breakdown is not None:
+        from neuroshard.planner.extrapolation import warnings
+
+        for line in warnings(result.tables, result.plan, result.breakdown, models, user.names):
+            print(f"warning: {line}", file=sys.stderr)
     write_plans(args.out, [ut.user_plan_record(result, user.names)])
     print(f"wrote {args.out}", file=sys.stderr)
     if args.torchrec_out:

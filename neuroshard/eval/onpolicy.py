@@ -80,6 +80,24 @@ def plan_samples(records: Sequence[PlanRecord], tasks: Sequence[Task], configs: 
     return compute, comm
 
 
+def model_error(records: Sequence[PlanRecord], tasks: Sequence[Task], configs: Sequence[TableConfig],
+                models_by_label: dict, max_mem: float) -> dict:
+    """{label: `Accuracy`} of each set of cost models (`CostModels`) on the measured plans of `records`: every
+    plan re-simulated under those models and compared with its measurements (`eval.summary.simulator_accuracy`),
+    so the random data's models and the models trained with on-policy data are judged on the same plans."""
+    from neuroshard.eval.summary import simulator_accuracy
+    from neuroshard.planner.simulator import simulate
+
+    measured = [r for r in records if r.measured is not None and r.plan is not None]
+    out = {}
+    for label, models in models_by_label.items():
+        again = []
+        for r in measured:
+            again.append(replace(r, estimate=simulate(tasks[r.task].tables(configs), r.plan, models, max_mem)))
+        out[label] = simulator_accuracy(again)
+    return out
+
+
 def choose_lambda(summary) -> dict | None:
     """NeuroShard+'s `plus_lambda` whose plans cost least on hardware: the mean measured cost of each labelled
     value over the tasks valid for all (ties: the smaller lambda). None without labelled records."""

@@ -90,6 +90,26 @@ def comparison_table(sim: Summary | None, hw: Summary | None) -> tuple[str, dict
     return "\n".join(lines) + "\n", verdicts
 
 
+def power_lines(hw: Summary | None, target: float = 0.03) -> list[str]:
+    """A line on the power of the hardware verdicts: the median task and repeat sds of the paired differences
+    (eval/power.py) and how many tasks at this run's repeats would detect a `target` difference."""
+    from neuroshard.eval.power import min_detectable, tasks_needed
+
+    comps = [r.vs_reference.power for r in (hw.algorithms if hw else [])
+             if r.vs_reference is not None and r.vs_reference.power is not None]
+    if not comps:
+        return []
+    task_sd = float(np.median([c.task_sd for c in comps]))
+    repeat_sd = float(np.median([c.repeat_sd for c in comps]))
+    repeats, tasks = comps[0].repeats, comps[0].tasks
+    need = tasks_needed(task_sd, repeat_sd, repeats, target)
+    return [f"- power: the paired differences vary by {100 * task_sd:.1f}% from task to task and by "
+            f"{100 * repeat_sd:.1f}% between repeats (medians over the baselines); with {repeats} repeats, "
+            f"{tasks} tasks detect about {100 * min_detectable(task_sd, repeat_sd, tasks, repeats):.1f}% (95%, 80% "
+            f"power) and a "
+            f"{100 * target:.0f}% difference needs {need} tasks (`--preset study` runs 40 x 4)."]
+
+
 def verdict_lines(verdicts: dict) -> list[str]:
     """One line per evaluation: which baselines NeuroShard beats, loses to, or does not separate from,
     as the 95% intervals of the paired differences say (never the point estimate alone)."""
@@ -116,6 +136,9 @@ def accuracy_table(acc: Accuracy) -> str:
     num = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
     lines = ["| what | MAPE | Spearman | n |", "|---|---|---|---|",
              f"| plan cost | {pct(acc.mape)} | {num(acc.spearman)} | {acc.plans} |"]
+    if acc.mape_expected is not None:
+        lines.append(f"| plan cost, expected measured (the predicted distribution's mean) | {pct(acc.mape_expected)} "
+                     f"| - | {acc.plans} |")
     noise = acc.repeat_noise
     if noise:
         lines.append(f"| plan cost, a perfect model (the repeat noise) | {pct(noise['mape_floor'])} | - | "
@@ -138,7 +161,45 @@ def accuracy_table(acc: Accuracy) -> str:
     else:
         lines.append("(One measurement per plan: rerun eval.py with --repeats 2 or more for the agreement over "
                      "pairs that differ by more than the repeat noise.)")
+    if acc.calibration is not None:
+        lines.append(f"Calibration: {pct(acc.calibration)} of the {acc.calibration_n} measurements lie inside the "
+                     f"simulator's predicted 80% band (ensemble members x the measured noise of one measurement, "
+                     f"planner/uncertainty.py); 80% when the predicted spread is right, less when it is too "
+                     f"narrow (or the estimates are biased).")
     return "\n".join(lines) + "\n"
+
+
+def onpolicy_lines(out: Path) -> tuple[list[str], dict | None]:
+    """Markdown on the on-policy step (eval/onpolicy.py): how much plan data, NeuroShard+'s lambda chosen on
+    hardware, and the error of the models before and after it on the evaluation's measured plans
+    (tools/model_error.py); the figures for config.json. Nothing when the run had no on-policy step."""
+    lam, errors = _load(out / "plan_data" / "lambda.json"), _load(out / "hw" / "model_error.json")
+    if lam is None and errors is None:
+        return [], None
+    pct = lambda x: "-" if x is None else f"{100 * x:.1f}%"  # noqa: E731
+    lines = ["", "## On-policy cost data", "",
+             "The plans of training tasks (never the evaluation tasks), made with the models of the random data, "
+             "measured as the evaluation measures: their shards and exchanges are cost data where plans live; "
+             "the models used from the policy steps on were retrained on both (step 4g, 4h)."]
+    for kind in ("compute", "comm"):
+        cfg = _load(out / "plan_data" / kind / "config.json")
+        if cfg:
+            lines.append(f"- {kind}: {cfg.get('samples')} samples from {cfg.get('plans')} measured plans "
+                         f"({', '.join(cfg.get('algorithms', []))})")
+    if lam:
+        means = ", ".join(f"{k}: {v:.2f} ms" if v is not None else f"{k}: -" for k, v in lam["mean_ms"].items())
+        lines.append(f"- NeuroShard+'s `plus_lambda` chosen on hardware: **{lam['chosen']:g}** (mean measured plan "
+                     f"cost over {lam['tasks']} training tasks: {means})")
+    if errors:
+        lines += ["", "The evaluation's measured plans, re-simulated under each set of models (tools/model_error.py):",
+                  "", "| models | plans | plan MAPE | expected cost MAPE | per-rank compute | bw comm | fw comm | "
+                  "in the 80% band |", "|---|---|---|---|---|---|---|---|"]
+        for label, acc in errors.get("accuracy", {}).items():
+            part = lambda k: pct(acc.get("parts", {}).get(k, {}).get("mape"))  # noqa: E731
+            lines.append(f"| {label} | {acc.get('plans')} | {pct(acc.get('mape'))} | "
+                         f"{pct(acc.get('mape_expected'))} | {part('compute')} | "
+                         f"{part('bw_comm')} | {part('fw_comm')} | {pct(acc.get('calibration'))} |")
+    return lines, {"lambda": lam, "model_error": errors.get("accuracy") if errors else None}
 
 
 def drift_lines(hw_dir: Path) -> tuple[list[str], dict | None]:
@@ -334,6 +395,7 @@ def write_report(out, preset, steps: list[dict], seconds: float) -> Path:
             "of the paired difference; the verdict is read from that interval.", "",
             cmp_md]
     text += verdict_lines(verdicts)
+    text += power_lines(hw)
     drift = None
     if hw and hw.simulator_accuracy:
         text += ["", "## Simulator vs hardware", "", accuracy_table(hw.simulator_accuracy)]
@@ -342,6 +404,8 @@ def write_report(out, preset, steps: list[dict], seconds: float) -> Path:
     trec_lines, trec = torchrec_lines(out)
     if trec_lines:
         text += ["", "## TorchRec training (DistributedModelParallel)", ""] + trec_lines
+    onpolicy_md, onpolicy = onpolicy_lines(out)
+    text += onpolicy_md
     learned_md, learned_rows = learned_table(out, sim, hw)
     if learned_rows:
         text += ["", "## Learned baselines", "",
@@ -369,5 +433,6 @@ def write_report(out, preset, steps: list[dict], seconds: float) -> Path:
     write_json_atomic(out / "config.json", {"preset": asdict(preset), "steps": steps, "wall_seconds": seconds,
                                             "versions": library_versions(), "models": model_rows,
                                             "learned": learned_rows, "verdicts": verdicts, "drift": drift,
+                                            "onpolicy": onpolicy,
                                             "torchrec_train": trec})
     return report

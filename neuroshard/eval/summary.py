@@ -160,6 +160,13 @@ class Accuracy:
     pairs_beyond_noise: int | None = None
     pair_agreement_beyond_noise: float | None = None
     repeat_noise: dict | None = None  # power.plan_repeat_noise: how far two measurements of a plan differ
+    # share of the measurements (each repeat of each plan) inside the estimate's predicted 80% band
+    # (`CostSpread` q10..q90, planner.uncertainty): 0.8 when the predicted spread is calibrated
+    calibration: float | None = None
+    calibration_n: int = 0
+    # the MAPE of the expected measured cost (the mean of the predicted distribution, `CostSpread.mean`: the
+    # expected maximum of the ranks' noisy totals) instead of the point estimate; None without spreads
+    mape_expected: float | None = None
 
     def to_json(self) -> dict:
         d = {k: getattr(self, k) for k in ("cost", "plans", "mape", "spearman", "pair_agreement", "pairs",
@@ -168,7 +175,9 @@ class Accuracy:
         if self.plans:
             d.update(mean_estimated=self.mean_estimated, mean_measured=self.mean_measured,
                      pairs_beyond_noise=self.pairs_beyond_noise,
-                     pair_agreement_beyond_noise=self.pair_agreement_beyond_noise, repeat_noise=self.repeat_noise)
+                     pair_agreement_beyond_noise=self.pair_agreement_beyond_noise, repeat_noise=self.repeat_noise,
+                     calibration=self.calibration, calibration_n=self.calibration_n,
+                     mape_expected=self.mape_expected)
         return d
 
     @classmethod
@@ -177,7 +186,8 @@ class Accuracy:
                  for k, p in d.get("parts", {}).items()}
         return cls(d["cost"], d["plans"], d.get("mape"), d.get("spearman"), d.get("pair_agreement"), d.get("pairs", 0),
                    d.get("pairs_tied", 0), parts, d.get("mean_estimated"), d.get("mean_measured"),
-                   d.get("pairs_beyond_noise"), d.get("pair_agreement_beyond_noise"), d.get("repeat_noise"))
+                   d.get("pairs_beyond_noise"), d.get("pair_agreement_beyond_noise"), d.get("repeat_noise"),
+                   d.get("calibration"), d.get("calibration_n", 0), d.get("mape_expected"))
 
 
 @dataclass
@@ -343,6 +353,20 @@ def _same_repeats(a: list, b: list) -> tuple[list, list]:
     return a, b
 
 
+def band_coverage(records: Sequence[PlanRecord]) -> tuple[float | None, int]:
+    """(share, count) of the measured repeat costs of `records` that lie inside their estimate's predicted
+    80% band (`CostSpread.q10` .. `q90`); (None, 0) when no estimate has a spread."""
+    inside = n = 0
+    for r in records:
+        spread = r.estimate.spread if r.estimate is not None else None
+        if spread is None:
+            continue
+        for c in r.costs("cost") or []:
+            n += 1
+            inside += spread.q10 <= c <= spread.q90
+    return (inside / n if n else None), n
+
+
 def simulator_accuracy(records: Sequence[PlanRecord], cost_key: str = "cost") -> Accuracy:
     """How well the simulator's estimates match the hardware, over every measured plan.
 
@@ -377,6 +401,11 @@ def simulator_accuracy(records: Sequence[PlanRecord], cost_key: str = "cost") ->
             if pe:
                 pm_ = regression_metrics(pe, pm)
                 out.parts[part] = PartAccuracy(_finite(pm_["mape"]), _finite(pm_["spearman"]), pm_["n"])
+        out.calibration, out.calibration_n = band_coverage(done)
+        spread = [r for r in done if r.estimate.spread is not None]
+        if spread:
+            out.mape_expected = _finite(regression_metrics([r.estimate.spread.mean for r in spread],
+                                                           [r.cost for r in spread])["mape"])
 
     agree = total = tied = 0
     beyond = agree_beyond = 0

@@ -49,7 +49,8 @@ from neuroshard.planner.registry import ShardingContext, register
 from neuroshard.planner.scorer import PlanScorer, get_scorer, single_threaded_blas
 from neuroshard.planner.simulator import mem_cap_elements, score_placements
 from neuroshard.settings import Settings, setting
-from neuroshard.types import ConfigError, NeuroShardError, OutOfMemoryError, Plan, ShardTable, can_split
+from neuroshard.types import (ConfigError, NeuroShardError, OutOfMemoryError, Plan, ShardTable, can_split,
+                              merge_colocated_halves)
 
 # The states of one batched greedy are chunked so its arrays stay below this size (a bound: only the
 # rows in use are touched); one chunk per beam round up to ~10,000 tables x 1,024 devices.
@@ -343,12 +344,14 @@ def beam_search(prob: SearchProblem, t0: float | None = None, keep: int = 0) -> 
 
 @register("neuroshard", settings=(SearchConfig,))
 def neuroshard(tables: Sequence[ShardTable], ndevices: int, max_mem: float, ctx: ShardingContext) -> Plan:
-    """NeuroShard (beam search over column splits + greedy grid search) under ctx's cost models.
+    """NeuroShard (beam search over column splits + greedy grid search) under ctx's cost models; a split
+    whose two halves the grid search put on one device is undone (`types.merge_colocated_halves`).
 
     Options (ctx.options): the fields of SearchConfig. Raises OutOfMemoryError when no plan fits.
     """
     models = require_models(ctx.models if ctx is not None else None, "neuroshard")
-    return search(tables, ndevices, max_mem, models, SearchConfig.from_options(ctx.options)).plan
+    return merge_colocated_halves(tables, search(tables, ndevices, max_mem, models,
+                                                 SearchConfig.from_options(ctx.options)).plan)
 
 
 def _best_plans(tables: Sequence[ShardTable], ndevices: int, max_mem: float, ctx: ShardingContext,
@@ -357,7 +360,12 @@ def _best_plans(tables: Sequence[ShardTable], ndevices: int, max_mem: float, ctx
     models = require_models(ctx.models if ctx is not None else None, "neuroshard")
     with single_threaded_blas():
         prob = make_problem(tables, ndevices, max_mem, models, SearchConfig.from_options(ctx.options))
-        return [plan for _, plan in beam_search(prob, keep=k).candidates]
+        plans = []
+        for _, plan in beam_search(prob, keep=k).candidates:
+            plan = merge_colocated_halves(tables, plan)
+            if plan not in plans:
+                plans.append(plan)
+        return plans
 
 
 neuroshard.candidates = _best_plans

@@ -14,9 +14,10 @@ Beyond the paper, with the same pre-trained cost models and simulator:
    device (the one with the largest total) with a piece elsewhere; every
    trade of two devices' whole shards (the comm models are not symmetric in
    the devices); and, with `plus_splits`, every column split of a piece
-   with the new half on any device (its own too: two half-width tables can
-   cost less than one), so splits are chosen by their effect on the plan
-   cost. On big tasks only pieces on the bottleneck move or split. When no
+   with the new half on another device (two halves on one device cost more
+   than the whole table on hardware, see `types.merge_colocated_halves`,
+   which also undoes such splits in the final plan), so splits are chosen
+   by their effect on the plan cost. On big tasks only pieces on the bottleneck move or split. When no
    simple candidate lowers the cost, the compound neighbourhood (while the
    bottleneck holds few pieces): two pieces off the bottleneck to one
    device, for nothing or for one of its pieces, and one piece for two;
@@ -67,7 +68,8 @@ from neuroshard.planner.search import SearchConfig, SearchProblem, beam_search, 
 from neuroshard.planner.simulator import score_placements, simulate
 from neuroshard.planner.uncertainty import cost_samples, robust_cost
 from neuroshard.settings import Settings, setting
-from neuroshard.types import ConfigError, NeuroShardError, OutOfMemoryError, Plan, ShardTable
+from neuroshard.types import (ConfigError, NeuroShardError, OutOfMemoryError, Plan, ShardTable,
+                              merge_colocated_halves)
 
 NAME = "neuroshard_plus"
 # A move must lower the plan cost by more than this fraction (float noise is not progress).
@@ -327,10 +329,11 @@ def _candidates(state: _State, bottleneck: int, splits: bool, compound: bool) ->
         if len(a) > _MAX_TRADES:
             a, b = np.full(n - 1, bottleneck), np.delete(np.arange(n), bottleneck)
         add(a, b, np.full((len(a), 2), -1), np.full((len(a), 2), -1), kind=2)
-        if splits:  # a piece (as for moves) halved, the new half on any device (its own too)
+        if splits:  # a piece (as for moves) halved, the new half on another device
             can = movers[prob.can_split[gids[movers]]]
-            i = np.repeat(can, n)
-            add(dev[i], np.tile(np.arange(n), len(can)), _one(i), np.full((len(i), 2), -1), kind=1)
+            i = np.repeat(can, n - 1)
+            add(dev[i], (dev[i] + np.tile(np.arange(1, n), len(can))) % n, _one(i), np.full((len(i), 2), -1),
+                kind=1)
     else:
         # two pieces off the bottleneck to one device (for none or one of its pieces), one for two
         pairs_b = _pairs(on_b)
@@ -374,10 +377,6 @@ def _candidates(state: _State, bottleneck: int, splits: bool, compound: bool) ->
     d_acc, d_mem, d_dim = both(ext.proj), both(ext.size), both(ext.dim)
     d_count = np.stack([(src_gain >= 0).sum(1) - (src_lose >= 0).sum(1),
                         (dst_gain >= 0).sum(1) - (dst_lose >= 0).sum(1)], axis=1)
-    here = np.flatnonzero(split & (src == dst))
-    for arr in (d_acc, d_mem, d_dim, d_count):  # both halves stay: the device gets both increments
-        arr[here, 0] += arr[here, 1]
-        arr[here, 1] = arr[here, 0]
     whole = np.flatnonzero(kind == 2)
     if len(whole):  # src takes dst's sums and dst takes src's
         s, d = src[whole], dst[whole]
@@ -588,7 +587,7 @@ def search_plus(tables: Sequence[ShardTable], ndevices: int, max_mem: float, mod
         except OutOfMemoryError:
             res = None
         else:
-            starts["neuroshard"] = res.plan
+            starts["neuroshard"] = merge_colocated_halves(tables, res.plan)
             if res.start_plan is not None:
                 starts["neuroshard_no_split"] = res.start_plan
     base_costs = {}
@@ -636,7 +635,7 @@ def search_plus(tables: Sequence[ShardTable], ndevices: int, max_mem: float, mod
                 moves += m
         for _, name, state, m in found:
             if m:
-                plan = state.plan()
+                plan = merge_colocated_halves(tables, state.plan())
                 c = cost_of("", plan)
                 seen.append((c, f"{name}+search", plan))
                 if c < best_cost:

@@ -4,7 +4,7 @@
     models = ns.CostModels.load("results/quick/models", ndevices=4)
     tables = ns.tables_from_task(ns.read_dataset_configs("results/quick/dataset"), task)
     result = ns.shard(tables, ndevices=4, max_mem_gb=1.0, models=models, alg="neuroshard", beam_k=3)
-    result.plan, result.cost_ms, result.breakdown, result.view, result.search_ms
+    result.plan, result.cost_ms, result.breakdown, result.view, result.search_ms, result.warnings
 
 Every algorithm goes through this one function; the evaluation scripts call
 it per task. The returned plan has been validated (each table placed once,
@@ -14,9 +14,10 @@ legal splits, memory per device) and, when cost models are given, simulated.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
+from neuroshard.planner import extrapolation
 from neuroshard.planner.registry import ShardingContext, check_options, get_sharder
 from neuroshard.planner.simulator import simulate, validate_plan
 from neuroshard.types import CostBreakdown, InvalidPlanError, OutOfMemoryError, Plan, ShardTable, TableConfig, Task
@@ -29,7 +30,9 @@ class ShardResult:
     `plan`: column steps, then the post-split tables on each device;
     `cost_ms` and `breakdown`: the simulator's plan cost and per-device parts
     (None without models); `view`: one entry per input table with its shards'
-    dims and devices; `search_ms`: wall time of the sharder.
+    dims and devices; `search_ms`: wall time of the sharder; `warnings`: per
+    table and device, where the estimate leaves the models' training data
+    (`planner.extrapolation`).
     """
 
     alg: str
@@ -39,6 +42,7 @@ class ShardResult:
     view: list[dict]
     search_ms: float
     tables: list[ShardTable]
+    warnings: list[str] = field(default_factory=list)
 
 
 def tables_from_task(configs: Sequence[TableConfig], task: Task) -> list[ShardTable]:
@@ -92,5 +96,7 @@ def shard(tables: Sequence[ShardTable | TableConfig], ndevices: int, max_mem_gb:
                                used=e.used) from None
     except InvalidPlanError as e:
         raise InvalidPlanError(f"{alg} returned an invalid plan: {e}") from None
+    notes = extrapolation.warnings(tables, plan, breakdown, models) if breakdown is not None else []
     return ShardResult(alg=alg, plan=plan, cost_ms=None if breakdown is None else breakdown.cost,
-                       breakdown=breakdown, view=plan_view(tables, plan), search_ms=search_ms, tables=tables)
+                       breakdown=breakdown, view=plan_view(tables, plan), search_ms=search_ms, tables=tables,
+                       warnings=notes)

@@ -15,6 +15,7 @@ import torch
 
 from neuroshard.checks import check_output_file
 from neuroshard.formats.cost_data import DATA_TXT, CommSample, read_comm_data, read_noise_floor
+from neuroshard.planner.extrapolation import comm_ranges
 from neuroshard.planner.nets import CommCostModel
 from neuroshard.train.loop import TrainConfig, save_trained, train_ensemble
 from neuroshard.types import InputError
@@ -49,7 +50,7 @@ def train_comm_model(samples: Sequence[CommSample], kind: str, cfg: TrainConfig,
     model, report = train_ensemble(lambda: build_model(kind, n, x, wait_term), (x,), y, cfg,
                                    desc=f"{kind} comm model", progress=progress)
     result = {"kind": kind, "ndevices": n, "data_dir": None if data_dir is None else str(data_dir),
-              "num_samples": len(samples), "wait_term": wait_term, **(extra or {})}
+              "num_samples": len(samples), "wait_term": wait_term, "ranges": comm_ranges(samples), **(extra or {})}
     noise = read_noise_floor(data_dir, kind) if data_dir is not None else None
     if noise is not None:
         result["noise_floor"] = noise

@@ -14,6 +14,7 @@ import torch
 
 from neuroshard.checks import check_output_file
 from neuroshard.formats.cost_data import read_compute_data, read_noise_floor
+from neuroshard.planner.extrapolation import compute_ranges
 from neuroshard.planner.nets import ComputeCostModel, feature_stats, table_features
 from neuroshard.train.loop import TrainConfig, save_trained, train_ensemble
 from neuroshard.types import InputError, TableConfig
@@ -56,7 +57,8 @@ def train_compute_model(data_dir, cfg: TrainConfig, out_path, progress: bool = T
     y = torch.tensor([c for _, c in samples], dtype=torch.float32)
     model, report = train_ensemble(lambda: build_model(configs), (x, mask), y, cfg, desc="compute model",
                                    progress=progress)
-    result = {"data_dir": str(data_dir), "num_samples": len(samples)}
+    result = {"data_dir": str(data_dir), "num_samples": len(samples),
+              "ranges": compute_ranges(configs, [ids for ids, _ in samples])}
     if plan_data_dir is not None:
         result.update(plan_data_dir=str(plan_data_dir), plan_samples=len(plan_samples))
     noise = read_noise_floor(data_dir, "cost")

@@ -56,3 +56,18 @@ def test_torchrec_section_reads_step_7_and_says_how_noisy_it_is(tmp_path):
     assert "| greedy |" in text and "neuroshard beats it" in text and "1.200 [1.200, 1.200]" in text
     assert "two sharding groups" in text
     assert "4096 ranks shared" in text and "same plan trained in two rounds differed by 4.9%" in text
+
+
+def test_power_line_from_the_median_noise_of_the_comparisons():
+    from types import SimpleNamespace as N
+
+    from neuroshard.eval.power import Components
+    from neuroshard.eval.report import power_lines
+
+    comps = [Components(0.08, 0.08, 10, 2), Components(0.06, 0.10, 10, 2), Components(0.10, 0.06, 10, 2)]
+    hw = N(algorithms=[N(vs_reference=None)] + [N(vs_reference=N(power=c)) for c in comps])
+    # medians 8% and 8%: 2.802 * sqrt(0.0064 / 10 + 0.0064 / 20) = 8.7%; (2.802 / 0.03)^2 * 0.0096 = 83.7 -> 84
+    (line,) = power_lines(hw)
+    assert "8.0% from task to task and by 8.0% between repeats" in line
+    assert "10 tasks detect about 8.7%" in line and "3% difference needs 84 tasks" in line
+    assert power_lines(N(algorithms=[N(vs_reference=None)])) == [] and power_lines(None) == []

@@ -9,7 +9,7 @@ from neuroshard.planner.search import SearchConfig, search
 from neuroshard.planner.search_plus import PlusConfig, search_plus
 from neuroshard.planner.shard import shard
 from neuroshard.planner.simulator import simulate, validate_plan
-from neuroshard.types import ConfigError, OutOfMemoryError, ShardTable, TableConfig
+from neuroshard.types import ConfigError, OutOfMemoryError, ShardTable, TableConfig, merge_colocated_halves
 from tests.planner.test_search import BINS, linear_models, random_models, random_task
 
 NO_SPLITS = SearchConfig(max_length=0)
@@ -40,6 +40,17 @@ def test_splits_a_table_on_the_bottleneck_when_that_balances():
     assert res.cost == pytest.approx(0.5 + 0.48)
     assert res.plan.column_steps == (0,)
     assert simulate(tables, res.plan, models, 1.0).dims == [48, 48]
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_no_plan_keeps_two_halves_of_a_table_on_one_device(n):
+    rng = np.random.default_rng(7 + n)
+    models = random_models(n, n)
+    for _ in range(3):
+        tables = random_task(rng, 12)
+        for alg in ("neuroshard", "neuroshard_plus"):
+            plan = shard(tables, n, 4.0, models=models, alg=alg).plan
+            assert merge_colocated_halves(tables, plan) == plan, alg
 
 
 def test_memory_is_respected():
@@ -83,11 +94,14 @@ def test_deterministic_and_options_reach_it_through_the_registry():
     rng = np.random.default_rng(3)
     models = random_models(3, 3)
     tables = random_task(rng, 12)
-    a = search_plus(tables, 3, 2.0, models, SearchConfig(max_length=2))
-    b = search_plus(tables, 3, 2.0, models, SearchConfig(max_length=2))
+    a = search_plus(tables, 3, 2.0, models, SearchConfig(max_length=2, beam_k=3), PlusConfig(plus_tabu=10))
+    b = search_plus(tables, 3, 2.0, models, SearchConfig(max_length=2, beam_k=3), PlusConfig(plus_tabu=10))
     assert a.plan == b.plan and a.cost == b.cost
     ctx = ShardingContext(models, options={"max_length": 2, "plus_tabu": 10, "beam_k": 3, "other": 1})
     assert get_sharder("neuroshard_plus")(tables, 3, 2.0, ctx) == a.plan
+    # the options change the search (here: a longer tabu search finds a cheaper plan)
+    default = search_plus(tables, 3, 2.0, models, SearchConfig(max_length=2))
+    assert default.cost > a.cost
     # no local search: the best start
     none = search_plus(tables, 3, 2.0, models, SearchConfig(max_length=2), PlusConfig(plus_max_moves=0))
     assert not none.refined and none.cost == min(none.start_costs.values())

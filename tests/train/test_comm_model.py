@@ -69,6 +69,9 @@ def test_train_checkpoint_round_trip_and_device_guard(tmp_path, one_thread):
         # Round trip: the loaded model predicts exactly what the trained one did.
         model = load_comm_model(path, 3, kind)
         assert model.kind == kind and model.ndevices == 3
+        assert model.checkpoint_extra["ranges"] == {
+            "dim_sum": [min(d for s in samples for d in s.dims), max(d for s in samples for d in s.dims)],
+            "sleep": [min(x for s in samples for x in s.sleeps), max(x for s in samples for x in s.sleeps)]}
         dims = np.array([s.dims for s in samples[:5]])
         sleeps = np.array([s.sleeps for s in samples[:5]]) if kind == "fw" else None
         pred = model.predict(dims, sleeps)

@@ -68,8 +68,15 @@ def test_training_on_additive_costs_beats_a_constant_and_round_trips(tmp_path):
     assert scatter.stat().st_size > 0
     assert json.loads(metrics_path.read_text())["metrics"]["test"]["mse"] == pytest.approx(test["mse"])
 
-    # checkpoint round trip: identical predictions with no other information
+    # the checkpoint records the ranges of its training data, for the extrapolation warnings
     model = load_model(out)
+    used = sorted({i for s in sets for i in s})
+    ranges = model.checkpoint_extra["ranges"]
+    assert ranges["rows"] == [min(tables[i].row for i in used), max(tables[i].row for i in used)]
+    assert ranges["shard_tables"] == [min(map(len, sets)), max(map(len, sets))]
+    assert ranges["shard_dim_sum"][1] == max(sum(tables[i].dim for i in s) for s in sets)
+
+    # checkpoint round trip: identical predictions with no other information
     x, mask = shard_tensors(table_features(tables), sets[:50])
     again = load_model(out)
     assert torch.equal(model(x, mask), again(x, mask))

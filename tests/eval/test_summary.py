@@ -1,0 +1,29 @@
+"""Evaluation summary: the calibration of the predicted band, by hand."""
+
+from neuroshard.eval.summary import band_coverage
+from neuroshard.types import CostBreakdown, CostSpread, Plan, PlanRecord
+
+
+def record(repeats, spread):
+    est = CostBreakdown([10.0], [0.0], [0.0], spread=spread)
+    return PlanRecord(task=0, alg="a", plan=Plan((), ((0,),)), estimate=est,
+                      measured=CostBreakdown([10.0], [0.0], [0.0]), repeat_costs=list(repeats))
+
+
+def test_band_coverage_counts_every_repeat_inside_q10_to_q90():
+    band = CostSpread(mean=10.0, sd=1.0, q10=9.0, q90=11.0, samples=64)
+    # 10 and 11 inside (edges count), 8 and 12 outside; the record without a spread is not counted
+    share, n = band_coverage([record([8.0, 10.0], band), record([11.0, 12.0], band), record([10.0], None)])
+    assert (share, n) == (0.5, 4)
+    assert band_coverage([record([10.0], None)]) == (None, 0)
+
+
+def test_the_expected_cost_mape_uses_the_predicted_distributions_mean():
+    from neuroshard.eval.summary import simulator_accuracy
+
+    # point estimate 10 ms, predicted mean 11 ms (the expected maximum of noisy ranks), measured 11 and 11
+    band = CostSpread(mean=11.0, sd=1.0, q10=10.0, q90=12.0, samples=64)
+    acc = simulator_accuracy([record([11.0, 11.0], band)])
+    assert abs(acc.mape - 1 / 11) < 1e-9 and acc.mape_expected == 0.0
+    assert (acc.calibration, acc.calibration_n) == (1.0, 2)
+    assert simulator_accuracy([record([11.0], None)]).mape_expected is None
