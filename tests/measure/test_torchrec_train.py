@@ -31,12 +31,15 @@ def tiny(tmp_path_factory):
 
 
 def test_two_rank_job_trains_a_table_wise_and_a_column_split_plan(tiny, tmp_path):
+    """Two iterations of each plan, timed: finite, positive, the slowest rank's."""
     d, configs, task, records = tiny
-    items = export_plans(records, [task], configs, tmp_path / "plans", "cpu")
+    # and a plan that leaves rank 1 without tables (it still feeds its batch slice)
+    empty = PlanRecord(0, "one_rank", plan=Plan((), ((0, 1, 2, 3), ())), num_tables=4)
+    items = export_plans(records + [empty], [task], configs, tmp_path / "plans", "cpu")
     assert items[0]["names"] == ["t0", "t1", "t2", "t1_1"] and items[0]["table_ids"] == [0, 1, 2, 1]
     cfg = TorchRecTrainConfig(ndevices=2, warmup=1, iters=2, repeats=1, timeout=60)
     steps = train_plans([{**it, "repeat": 0} for it in items], d / "ds", 64, cfg)
-    assert [(s.index, s.alg, s.repeat) for s in steps] == [(0, "table_wise", 0), (1, "column", 0)]
+    assert [(s.index, s.alg, s.repeat) for s in steps] == [(0, "table_wise", 0), (1, "column", 0), (2, "one_rank", 0)]
     for s in steps:
         assert len(s.iters) == 2 and all(math.isfinite(x) and x > 0 for x in s.iters)
         assert len(s.per_rank) == 2 and all(x > 0 for x in s.per_rank)
