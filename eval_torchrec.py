@@ -83,6 +83,11 @@ def main(argv=None) -> int:
         raise ConfigError("--reference", f"{args.reference!r} has no plan to train (algorithms: {', '.join(algs)})")
     config = {k: v for k, v in vars(args).items() if k not in ("quiet", "no_progress", "out_dir", "timeout")}
     config.update(device=device, ndevices=ndevices, algs=algs, plans=os.path.abspath(args.plans))
+    cores = os.cpu_count() or 1
+    if device == "cpu" and ndevices > cores:
+        print(f"note: {ndevices} ranks on {cores} cores take turns on them: every step time holds scheduling waits "
+              f"(the summary's noise floor says how much); rounds narrow the intervals more than iterations",
+              file=sys.stderr)
     print(f"training {len(records)} plans x {cfg.repeats} rounds on {ndevices} {device} ranks "
           f"({cfg.warmup} + {cfg.iters} iterations each, batch {batch}) in one torchrun job (resumable: rerun the "
           f"same command after an interruption)", file=sys.stderr, flush=True)
