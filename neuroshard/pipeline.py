@@ -3,6 +3,7 @@
     python -m neuroshard.pipeline --preset quick          # what `make demo` runs
     python -m neuroshard.pipeline --preset quick --force  # redo every step
     python -m neuroshard.pipeline --preset quick --seed 1  # fresh measurements -> results/quick-seed1
+    python -m neuroshard.pipeline --preset quick --torchrec_train  # also step 7: the plans trained with TorchRec
     python -m neuroshard.pipeline --preset paper --data fbgemm_t856_bs65536.pt.gz --gpu_devices 0,1,2,3
 
 Every step is a top-level script; the driver prints each command before it
@@ -81,6 +82,13 @@ class Preset:
     onpolicy_tasks: int = 0
     onpolicy_algs: str = "neuroshard,neuroshard_plus,size_lookup_greedy,random"
     plus_lambdas: str = "0,0.5,1"
+    # step 7 (opt-in, --torchrec_train): the plans of the first tasks trained with TorchRec (eval_torchrec.py).
+    # Rounds rather than iterations: on the 2-core machine (quick preset, 4 ranks) the median of 20 iterations
+    # was known to +-4% while two rounds of the same plan differed by 20%.
+    torchrec_tasks: int = 3
+    torchrec_warmup: int = 3
+    torchrec_iters: int = 10
+    torchrec_repeats: int = 4
 
 
 PRESETS = {
@@ -94,7 +102,8 @@ PRESETS = {
                    autoshard_args=("--total_steps", "400", "--batch_size", "4", "--unroll_length", "50",
                                    "--num_cost_updates", "2", "--cost_batch_size", "32"),
                    eval_tasks=2, eval_warmup=1, eval_iters=2, eval_repeats=2, drift_samples=4, ensemble=2,
-                   onpolicy_tasks=2, plus_lambdas="0,1"),
+                   onpolicy_tasks=2, plus_lambdas="0,1", torchrec_tasks=2, torchrec_warmup=1, torchrec_iters=3,
+                   torchrec_repeats=2),
     # `make demo`: the whole pipeline on CPU in about ten minutes, on the default synthetic
     # dataset of tools/gen_dlrm_data.py. The comm batch equals the dataset's, as eval.py uses it.
     # 600 tables, not fewer: the compute model generalises to unseen tables with the number of
@@ -148,9 +157,11 @@ def chosen_lambda(path: Path) -> list[str]:
     return [] if chosen is None else ["--plus_lambda", f"{chosen:g}"]
 
 
-def build_steps(p: Preset, out: Path, data: str | None, gpu_devices: str | None, seed: int = 0) -> list[Step]:
+def build_steps(p: Preset, out: Path, data: str | None, gpu_devices: str | None, seed: int = 0,
+                torchrec_train: bool = False) -> list[Step]:
     """The commands of one pipeline run, in order. `seed` seeds every measurement, training and
-    evaluation step (the dataset and the tasks keep seed 0, so runs of several seeds share them)."""
+    evaluation step (the dataset and the tasks keep seed 0, so runs of several seeds share them).
+    `torchrec_train`: add step 7, the plans trained with TorchRec (opt-in: minutes at the quick preset)."""
     n = p.ndevices
     ds, tasks, cdata, mdata = out / "dataset", out / "tasks", out / "compute_data", out / "comm_data"
     models = out / "models"
@@ -273,6 +284,14 @@ def build_steps(p: Preset, out: Path, data: str | None, gpu_devices: str | None,
                            "--results", str(out / "hw" / "results.json"), "--ndevices", str(n), "--max_mem",
                            str(p.max_mem), "--models", f"random={models}", "--models", f"onpolicy={final}",
                            "--out_path", str(out / "hw" / "model_error.json")], [out / "hw" / "model_error.json"]))
+    if torchrec_train:
+        # The simulator's plans of the first tasks, every algorithm, trained with DistributedModelParallel.
+        steps.append(Step("7", "TorchRec training",
+                          ["eval_torchrec.py", "--data_dir", str(ds), "--task_path", str(tasks / "data.txt"),
+                           "--plans", str(out / "sim" / "plans.json"), "--ndevices", str(n), "--max_tasks",
+                           str(p.torchrec_tasks), "--warmup", str(p.torchrec_warmup), "--iters",
+                           str(p.torchrec_iters), "--repeats", str(p.torchrec_repeats), *s, *dev, "--out_dir",
+                           str(out / "torchrec"), "--no_progress"], [out / "torchrec" / "summary.json"]))
     return steps
 
 
@@ -333,6 +352,9 @@ def main(argv=None) -> int:
     ap.add_argument("--force", action="store_true", default=os.environ.get("FORCE", "") not in ("", "0"),
                     help="redo every step even if its outputs are up to date (also FORCE=1)")
     ap.add_argument("--only", default=None, help="comma list of steps to run, e.g. 5,6")
+    ap.add_argument("--torchrec_train", action="store_true",
+                    help="also run step 7: train the plans of the first tasks with TorchRec (DistributedModelParallel) "
+                         "and compare step times (opt-in: about 10 min more at the quick preset on 2 cores)")
     ap.add_argument("--seed", type=int, default=0,
                     help="seed of every measurement, training and evaluation step (the dataset and tasks keep "
                          "seed 0); a seed other than 0 defaults to the folder results/<preset>-seed<N>, so "
@@ -359,7 +381,7 @@ def main(argv=None) -> int:
         out = ROOT / out.relative_to(ROOT)
     data = os.path.abspath(args.data) if args.data else None
     steps = build_steps(preset, out.relative_to(ROOT) if out.is_relative_to(ROOT) else out, data, args.gpu_devices,
-                        args.seed)
+                        args.seed, args.torchrec_train)
     only = None
     if args.only is not None:
         only = {k.strip() for k in args.only.split(",") if k.strip()}

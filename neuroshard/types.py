@@ -580,6 +580,45 @@ class PlanMeasurement:
 
 
 @dataclass
+class TorchRecStep:
+    """One measurement of one plan by TorchRec training (`measure.torchrec_train`): a DLRM whose
+    EmbeddingBagCollection DistributedModelParallel shards by the plan, trained for some iterations.
+
+    `index`: the measurement's position in the job; `repeat`: its round; `iters`: each timed
+    iteration's step time in ms, the slowest rank's (a barrier before each iteration); `per_rank`:
+    each rank's median step ms; `build_s`: the slowest rank's model construction and sharding (s).
+    Its cost is the median of `iters`.
+    """
+
+    index: int
+    task: int
+    alg: str
+    repeat: int
+    iters: list[float]
+    per_rank: list[float]
+    build_s: float = 0.0
+
+    @property
+    def cost(self) -> float:
+        xs = sorted(self.iters)
+        n = len(xs)
+        return float(xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2)
+
+    def to_json(self) -> dict:
+        return {"i": self.index, "task": self.task, "alg": self.alg, "repeat": self.repeat, "iters": self.iters,
+                "per_rank": self.per_rank, "build_s": self.build_s}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "TorchRecStep":
+        """Inverse of `to_json`; KeyError / TypeError / ValueError on a malformed record."""
+        iters = _floats(d["iters"])
+        if not iters:
+            raise ValueError("a TorchRec step record without timed iterations")
+        return cls(int(d["i"]), int(d["task"]), str(d["alg"]), int(d["repeat"]), iters, _floats(d["per_rank"]),
+                   float(d.get("build_s", 0.0)))
+
+
+@dataclass
 class RefineCandidate:
     """A candidate plan of `--refine`: where it came from, its simulated cost and its measured costs (ms)."""
 

@@ -116,6 +116,8 @@ EVAL_INPUTS = ["--data_dir", "ds", "--task_path", "tasks.txt", "--compute_model"
 SIM = EVAL_INPUTS + ["--alg", "all", "--no_progress", "--quiet"]
 HW = EVAL_INPUTS + ["--device", "cpu", "--warmup", "1", "--iters", "1", "--out_dir", "hw", "--quiet",
                     "--no_progress"]
+TREC = ["--data_dir", "ds", "--task_path", "tasks.txt", "--plans", "plans.json", "--ndevices", "2", "--device", "cpu",
+        "--out_dir", "trec", "--quiet", "--no_progress"]
 COMPUTE = ["--dataset_dir", "ds", "--out_dir", "cout", "--data_size", "5", "--max_mem", "0.01", "--max_dim", "16",
            "--device", "cpu", "--no_progress"]
 COMM = ["--device", "cpu", "--ndevices", "2", "--out_dir", "mout", "--data_size", "2", "--batch_size", "8",
@@ -339,6 +341,18 @@ CASES = [
     ("hw bad endpoint", "eval.py", HW + ["--nnodes", "2", "--rdzv_endpoint", "host:99999"], "--rdzv_endpoint"),
     ("hw ranks do not fill nodes", "eval.py", HW + ["--nnodes", "2", "--nproc_per_node", "3", "--rdzv_endpoint",
                                                     "127.0.0.1:29500"], "2 ranks but --nproc_per_node 3 x --nnodes 2 makes 6"),
+    # ---- eval_torchrec.py
+    ("trec plans other ranks", "eval_torchrec.py", _replace(TREC, "--ndevices", "4"),
+     "a plan for 2 devices, training on 4 ranks"),
+    ("trec iters 0", "eval_torchrec.py", TREC + ["--iters", "0"], "--iters: must be >= 1"),
+    ("trec repeats 0", "eval_torchrec.py", TREC + ["--repeats", "0"], "--repeats: must be >= 1"),
+    ("trec over arch", "eval_torchrec.py", TREC + ["--over_arch", "64,8"], "--over_arch: expected at least two"),
+    ("trec dense arch", "eval_torchrec.py", TREC + ["--dense_arch", "a,b"], "--dense_arch: expected a comma list"),
+    ("trec batch too big", "eval_torchrec.py", TREC + ["--batch_size", "128"], "more than the dataset's 64 samples"),
+    ("trec batch not multiple", "eval_torchrec.py", TREC + ["--batch_size", "33"], "not a multiple of the 2 ranks"),
+    ("trec reference absent", "eval_torchrec.py", TREC + ["--alg", "dim_greedy"], "--reference: 'neuroshard' has "
+                                                                                   "no plan"),
+    ("trec bad indices", "eval_torchrec.py", _replace(TREC, "--data_dir", "ds_idx"), "data.pt: table 2: index"),
     ("comm join_timeout 0", "collect_comm_cost_data.py", COMM + ["--join_timeout", "0"],
      "--join_timeout: must be > 0"),
     ("comm nnodes 0", "collect_comm_cost_data.py", COMM + ["--nnodes", "0"], "--nnodes: must be >= 1, got 0"),

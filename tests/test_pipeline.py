@@ -102,3 +102,17 @@ def test_changed_step_reruns_itself_and_everything_after(tmp_path, capsys):
     assert a.read_text() == "z"
     b.unlink()
     assert [r["skipped"] for r in run_steps(steps, tmp_path, force=False)] == [True, False]
+
+
+def test_torchrec_training_is_an_opt_in_last_step():
+    from neuroshard.pipeline import PRESETS, build_steps
+
+    out = Path("results/quick")
+    assert "7" not in [s.key for s in build_steps(PRESETS["quick"], out, None, None)]
+    steps = build_steps(PRESETS["quick"], out, None, None, seed=2, torchrec_train=True)
+    last = steps[-1]
+    assert last.key == "7" and last.argv[0] == "eval_torchrec.py"
+    flags = dict(zip(last.argv[1::2], last.argv[2::2]))
+    assert flags["--plans"] == str(out / "sim" / "plans.json") and flags["--ndevices"] == "4"
+    assert flags["--max_tasks"] == "3" and flags["--repeats"] == "4" and flags["--seed"] == "2"
+    assert last.outputs == [out / "torchrec" / "summary.json"]

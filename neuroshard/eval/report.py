@@ -226,6 +226,38 @@ def drift_lines(hw_dir: Path) -> tuple[list[str], dict | None]:
     return lines, {**drift, "scaled_plan_mape": scaled["mape"], "scaled_spearman": scaled["spearman"]}
 
 
+def torchrec_lines(out: Path) -> tuple[list[str], dict | None]:
+    """Markdown on step 7 (the plans trained with TorchRec, `eval.torchrec_train`): the table of step times
+    and ratios, and how noisy it is on this machine (None when the step did not run)."""
+    import os
+
+    from neuroshard.eval.torchrec_train import summary_markdown
+
+    summary, config = _load(out / "torchrec" / "summary.json"), _load(out / "torchrec" / "config.json")
+    if not summary:
+        return [], None
+    config = config or {}
+    training = {**config.get("training", {}), "batch_size": config.get("batch_size")}
+    lines = ["Every algorithm's plan for the first tasks, exported as a TorchRec ShardingPlan (fused kernel) and "
+             "trained with DistributedModelParallel: a DLRM (torchrec's dense and over archs, the task's tables in "
+             "an EmbeddingBagCollection; the interaction concatenates, as torchrec's DLRM class needs one "
+             "embedding dim for all tables), each rank fed its slice of the dataset's real lookups, BCE loss, "
+             "fused exact SGD. Plans are trained in rounds, each round in a shuffled order (`eval_torchrec.py`).",
+             "", summary_markdown(summary, training)]
+    ranks, cores = training.get("ndevices"), os.cpu_count()
+    if training.get("device") == "cpu" and ranks and cores:
+        share = (f"{ranks} ranks shared {cores} cores, so at most {cores} of them ran at any moment"
+                 if ranks > cores else f"{ranks} ranks ran on {cores} cores, one core each at most")
+        lines.append(f"On this machine {share}; every all-to-all of a step waits for the rank the scheduler ran "
+                     "last, so the scheduling and the machine's other load are part of each step time. Read a "
+                     "verdict only from its interval, and compare the ratios with the noise floor above.")
+    lines.append("")
+    lines.append("A plan that mixes table-wise and column-split tables runs two sharding groups in TorchRec, "
+                 "each with its own input distribution, kernels and all-to-alls; the cost models price one kernel "
+                 "and two all-to-alls per device, so they do not see that overhead.")
+    return lines, summary
+
+
 LEARNED = ("dreamshard", "autoshard")
 
 
@@ -369,6 +401,9 @@ def write_report(out, preset, steps: list[dict], seconds: float) -> Path:
         text += ["", "## Simulator vs hardware", "", accuracy_table(hw.simulator_accuracy)]
         lines, drift = drift_lines(out / "hw")
         text += lines
+    trec_lines, trec = torchrec_lines(out)
+    if trec_lines:
+        text += ["", "## TorchRec training (DistributedModelParallel)", ""] + trec_lines
     onpolicy_md, onpolicy = onpolicy_lines(out)
     text += onpolicy_md
     learned_md, learned_rows = learned_table(out, sim, hw)
@@ -398,5 +433,6 @@ def write_report(out, preset, steps: list[dict], seconds: float) -> Path:
     write_json_atomic(out / "config.json", {"preset": asdict(preset), "steps": steps, "wall_seconds": seconds,
                                             "versions": library_versions(), "models": model_rows,
                                             "learned": learned_rows, "verdicts": verdicts, "drift": drift,
-                                            "onpolicy": onpolicy})
+                                            "onpolicy": onpolicy,
+                                            "torchrec_train": trec})
     return report

@@ -36,6 +36,28 @@ def test_verdict_words_follow_the_intervals():
     assert verdict_lines(sim_all)[0].startswith("- simulator: NeuroShard beats every baseline (")
 
 
+def test_torchrec_section_reads_step_7_and_says_how_noisy_it_is(tmp_path):
+    import json
+
+    from neuroshard.eval.report import torchrec_lines
+    from neuroshard.eval.torchrec_train import summarize
+
+    assert torchrec_lines(tmp_path) == ([], None)  # step 7 did not run: no section
+    costs = {(t, a): [10.0 * (t + 1) * f, 10.5 * (t + 1) * f] for t in range(3) for a, f in (("neuroshard", 1.0),
+                                                                                           ("greedy", 1.2))}
+    (tmp_path / "torchrec").mkdir()
+    (tmp_path / "torchrec" / "summary.json").write_text(json.dumps(summarize(costs, "neuroshard",
+                                                                             ["neuroshard", "greedy"])))
+    (tmp_path / "torchrec" / "config.json").write_text(json.dumps(
+        {"training": {"ndevices": 4096, "device": "cpu", "warmup": 3, "iters": 20, "repeats": 2}, "batch_size": 4096}))
+    lines, summary = torchrec_lines(tmp_path)
+    text = "\n".join(lines)
+    assert summary["reference"] == "neuroshard"
+    assert "| greedy |" in text and "neuroshard beats it" in text and "1.200 [1.200, 1.200]" in text
+    assert "two sharding groups" in text
+    assert "4096 ranks shared" in text and "same plan trained in two rounds differed by 4.9%" in text
+
+
 def test_power_line_from_the_median_noise_of_the_comparisons():
     from types import SimpleNamespace as N
 

@@ -1,0 +1,104 @@
+"""Train every algorithm's plan with TorchRec (DistributedModelParallel) and compare the step times.
+
+    python eval_torchrec.py --data_dir results/quick/dataset --task_path results/quick/tasks/data.txt \
+        --plans results/quick/sim/plans.json --ndevices 4 --max_tasks 3 --out_dir results/quick/torchrec
+    python eval_torchrec.py ... --alg neuroshard,size_lookup_greedy,torchrec --repeats 5 --iters 30
+    python eval_torchrec.py ... --gpu_devices 0,1,2,3                 # NCCL, one GPU per rank
+
+Each plan of eval_simulator.py's plans.json becomes a TorchRec ShardingPlan
+(fused kernel; written to <out_dir>/torchrec_plans/) and ONE torchrun job
+trains a DLRM with each (torchrec's dense and over archs, the task's tables
+in an EmbeddingBagCollection sharded by the plan, each rank fed its slice of
+the dataset's real lookups, BCE loss, fused exact SGD for the embeddings),
+timing every iteration's step (the slowest rank's, a barrier before each).
+Plans are trained in --repeats rounds, each in a seeded shuffled order. Prints
+and writes (summary.md / summary.json / results.json in --out_dir) each
+algorithm's mean step time and its ratio to --reference's with 95% intervals,
+the verdict the interval supports, and the noise floor (the same plan in two
+rounds). See neuroshard/measure/torchrec_train.py and neuroshard/eval/torchrec_train.py.
+
+Interrupted? Rerun the same command: measurements so far are kept in
+<out_dir>/.partial/ and only the others are made.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from neuroshard.cli import run_main
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    from neuroshard.cli import add_device_arg, add_progress_arg, add_quiet_arg
+    from neuroshard.measure.torchrec_train import TorchRecTrainConfig
+
+    p = argparse.ArgumentParser(description="Train sharding plans with TorchRec and compare their step times.")
+    p.add_argument("--data_dir", required=True, help="dataset dir with table_configs.json and data.pt (the lookups)")
+    p.add_argument("--task_path", required=True, help="task file (one task per line)")
+    p.add_argument("--plans", required=True, help="eval_simulator.py's plans.json for the same --task_path")
+    p.add_argument("--alg", default="all", help="comma list of algorithms to train, or 'all' (default: all)")
+    p.add_argument("--reference", default="neuroshard",
+                   help="the algorithm the others are compared with (default: neuroshard)")
+    p.add_argument("--max_tasks", type=int, default=None, help="train the plans of the first N tasks only")
+    p.add_argument("--ndevices", type=int, default=None,
+                   help="number of ranks: CPU processes (default 4), or GPUs (default: those of --gpu_devices); "
+                        "the plans must be for this many devices")
+    add_device_arg(p)
+    p.add_argument("--out_dir", default="results/torchrec", help="output directory (default: results/torchrec)")
+    TorchRecTrainConfig.add_args(p)
+    add_quiet_arg(p)
+    add_progress_arg(p)
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    from neuroshard.checks import check_int
+    from neuroshard.cli import resolve_devices, resolve_ranks
+    from neuroshard.eval import torchrec_train as tt
+    from neuroshard.formats.dataset import read_dataset
+    from neuroshard.formats.plans import read_plans
+    from neuroshard.formats.tasks import read_tasks
+    from neuroshard.measure.torchrec_train import TorchRecTrainConfig
+    from neuroshard.types import ConfigError, InputError
+
+    if args.max_tasks is not None:
+        check_int("--max_tasks", args.max_tasks, 1)
+    device, ndevices = resolve_ranks(resolve_devices(args.device, args.gpu_devices), args.ndevices, args.gpu_devices)
+    cfg = TorchRecTrainConfig.from_args(args, ndevices=ndevices, device=device)
+    dataset = read_dataset(args.data_dir)  # every lookup index checked against its table's rows, naming data.pt
+    batch = cfg.batch_size or dataset.batch_size
+    if batch > dataset.batch_size:
+        raise ConfigError("--batch_size", f"{batch} is more than the dataset's {dataset.batch_size} samples")
+    if batch % ndevices:
+        raise InputError(args.data_dir, f"batch size {batch} is not a multiple of the {ndevices} ranks")
+    tasks = read_tasks(args.task_path, num_tables=len(dataset))
+    algs = None if args.alg == "all" else [a.strip() for a in args.alg.split(",") if a.strip()]
+    records = tt.select_records(read_plans(args.plans), tasks, algs, args.max_tasks, ndevices, args.plans)
+    algs = list(dict.fromkeys(r.alg for r in records)) if algs is None else [a for a in algs
+                                                                             if any(r.alg == a for r in records)]
+    if args.reference not in algs:
+        raise ConfigError("--reference", f"{args.reference!r} has no plan to train (algorithms: {', '.join(algs)})")
+    config = {k: v for k, v in vars(args).items() if k not in ("quiet", "no_progress", "out_dir", "timeout")}
+    config.update(device=device, ndevices=ndevices, algs=algs, plans=os.path.abspath(args.plans))
+    cores = os.cpu_count() or 1
+    if device == "cpu" and ndevices > cores:
+        print(f"note: {ndevices} ranks on {cores} cores take turns on them: every step time holds scheduling waits "
+              f"(the summary's noise floor says how much); rounds narrow the intervals more than iterations",
+              file=sys.stderr)
+    print(f"training {len(records)} plans x {cfg.repeats} rounds on {ndevices} {device} ranks "
+          f"({cfg.warmup} + {cfg.iters} iterations each, batch {batch}) in one torchrun job (resumable: rerun the "
+          f"same command after an interruption)", file=sys.stderr, flush=True)
+    summary = tt.run_torchrec_eval(records, tasks, dataset.configs, args.data_dir, batch, cfg, args.out_dir, algs,
+                                   args.reference, config=config, show=None if args.quiet else print,
+                                   progress=not args.no_progress)
+    tt.print_summary(summary)
+    print(f"TorchRec job: {summary['measurements']} measurements in {summary['job_s']:.1f} s; wrote "
+          f"{os.path.join(args.out_dir, tt.SUMMARY_MD)}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main)
