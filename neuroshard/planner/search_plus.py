@@ -61,7 +61,8 @@ import numpy as np
 
 from neuroshard.checks import check_float, check_int
 from neuroshard.planner.cost_models import require_models
-from neuroshard.planner.registry import ShardingContext, algorithm_names, is_plain, options_for, register
+from neuroshard.planner.registry import (ShardingContext, algorithm_names, is_plain, options_for, register,
+                                         required_option)
 from neuroshard.planner.scorer import single_threaded_blas
 from neuroshard.planner.search import SearchConfig, SearchProblem, beam_search, make_problem
 from neuroshard.planner.simulator import score_placements, simulate
@@ -580,6 +581,11 @@ def search_plus(tables: Sequence[ShardTable], ndevices: int, max_mem: float, mod
     t0 = time.perf_counter()
     plus = plus or PlusConfig()
     baselines = plus.baselines()
+    for alg in baselines:  # a start named explicitly ('auto' names only plain ones) is never skipped silently
+        needs = required_option(alg)
+        if needs and not (options or {}).get(needs):
+            raise ConfigError("--plus_baselines", f"{alg} needs its trained policy: give --{needs} "
+                                                  f"(or leave {alg} out of --plus_baselines)")
     starts: dict[str, Plan] = {}
     with single_threaded_blas():
         prob = make_problem(tables, ndevices, max_mem, models, config)
