@@ -579,3 +579,13 @@ def test_a_torn_last_line_is_reported_and_the_rest_is_used(ws, capsys):
     assert "data.txt:41: ignoring torn last line" in err
     metrics = json.loads((ws / "m" / "compute_metrics.json").read_text())
     assert metrics["num_samples"] == 40  # the 40 complete lines, not the torn 41st
+
+
+def test_training_that_measures_nothing_writes_nothing(ws, capsys):
+    """Issue 24: no training task fits -> a one-line error and no policy, curve or config; a checkpoint path
+    that cannot be written is refused before any training."""
+    code, err = run("train_dreamshard.py", _replace(TRAIN_D, "--out_path", "none/dreamshard.pt")[:-1]
+                    + ["--max_mem", "1e-6", "--no_progress"], ws, capsys)
+    assert code == 1 and "no training task fits" in err and not (ws / "none").exists()
+    code, err = run("train_dreamshard.py", _replace(TRAIN_D, "--out_path", "a_dir"), ws, capsys)
+    assert code == 1 and "--out_path: a_dir is a directory" in err and "dreamshard:" not in err
