@@ -86,6 +86,8 @@ class LearnedPolicy:
 
     kind: str = ""
     net_class: type = object
+    # meta entries a policy of this kind cannot plan without (numbers or lists of numbers, all finite)
+    meta_arrays: tuple[str, ...] = ()
 
     def __init__(self, net, meta: dict):
         self.net = net.eval()
@@ -110,9 +112,6 @@ class LearnedPolicy:
     def save(self, path) -> None:
         save_checkpoint(path, self.kind, self.meta, self.net.state_dict())
 
-    # meta entries a policy of this kind cannot plan without (numbers or lists of numbers, all finite)
-    meta_arrays: tuple[str, ...] = ()
-
     @classmethod
     def load(cls, path):
         """Rebuild a policy from its checkpoint; InputError (one line) for a file that is not a policy of
@@ -127,8 +126,8 @@ class LearnedPolicy:
         if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
             raise InputError(path, f"malformed {what}: \"state_dict\" must map names to tensors")
         net = cls.net_class()
-        expected = set(net.state_dict())
-        missing = [k for k in net.state_dict() if k not in state]
+        expected = net.state_dict()
+        missing = [k for k in expected if k not in state]
         if missing:
             raise InputError(path, f"malformed {what}: missing weight {missing[0]!r}"
                                    f"{f' (and {len(missing) - 1} more)' if len(missing) > 1 else ''}")

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from neuroshard.checks import check_int
 from neuroshard.data.split import sample_group, table_halves
 from neuroshard.formats.cost_data import read_compute_data
 from neuroshard.formats.io import RUN_CONFIG, read_json
@@ -29,7 +30,6 @@ from neuroshard.planner.nets import table_features
 from neuroshard.train.compute_model import build_model, shard_tensors
 from neuroshard.train.loop import TrainConfig, train_model
 from neuroshard.train.metrics import regression_metrics
-from neuroshard.checks import check_int
 from neuroshard.types import ConfigError, InputError, NeuroShardError, dim_set
 
 MIN_SHARDS = 10  # per group: fewer and the MAPEs say nothing
