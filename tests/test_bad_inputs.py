@@ -452,6 +452,9 @@ CASES = [
     ("sim plus start without its policy", "eval_simulator.py",
      _replace(SIM, "--alg", "neuroshard_plus") + ["--plus_baselines", "dreamshard"],
      "--plus_baselines: dreamshard needs its trained policy: give --dreamshard_policy"),
+    ("sim plus start with a broken policy", "eval_simulator.py",
+     _replace(SIM, "--alg", "neuroshard_plus") + ["--plus_baselines", "dreamshard", "--dreamshard_policy",
+                                                  "ds_policy_nan.pt"], "holds non-finite values in"),
     # ---- issue 24: training that would train nothing, or write where it cannot
     ("dreamshard nothing fits", "train_dreamshard.py", _replace(TRAIN_D, "--max_mem", "1e-6"),
      "no training task fits 2 devices of 1e-06 GB"),
@@ -518,7 +521,7 @@ def test_bad_input_is_a_one_line_error(ws, capsys, name, script, argv, fragment)
 def test_the_count_of_cases():
     # the closing note of issue 12 quotes this number
     assert len(CASES) >= 100
-    assert len(CASES) == 165  # issue 24 added 30
+    assert len(CASES) == 166  # issue 24 added 31
 
 
 def test_a_second_compute_collection_into_the_same_dir_is_refused(ws):

@@ -68,7 +68,7 @@ from neuroshard.planner.search import SearchConfig, SearchProblem, beam_search, 
 from neuroshard.planner.simulator import score_placements, simulate
 from neuroshard.planner.uncertainty import cost_samples, robust_cost
 from neuroshard.settings import Settings, setting
-from neuroshard.types import ConfigError, NeuroShardError, OutOfMemoryError, Plan, ShardTable
+from neuroshard.types import ConfigError, InputError, NeuroShardError, OutOfMemoryError, Plan, ShardTable
 
 NAME = "neuroshard_plus"
 # A move must lower the plan cost by more than this fraction (float noise is not progress).
@@ -601,6 +601,8 @@ def search_plus(tables: Sequence[ShardTable], ndevices: int, max_mem: float, mod
     for alg in baselines:
         try:
             got = shard(tables, ndevices, max_mem, models=models, alg=alg, seed=seed, **options_for(alg, options))
+        except (ConfigError, InputError):  # a bad setting or policy file of a named start: not skipped
+            raise
         except NeuroShardError:  # out of memory, or a sharder that cannot run here
             continue
         starts[alg], base_costs[alg] = got.plan, got.cost_ms
