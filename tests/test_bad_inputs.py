@@ -111,6 +111,8 @@ def ws(tmp_path_factory):
     (d / "plans_null.json").write_text(json.dumps([{"task": 0, "alg": "x", "plan": None}]))
     # issue 24: plans against other tables (same dims, other dims), old plans files without the task's identity
     write_tasks(d / "tasks_same_dims.txt", [Task((3, 4, 5), (16, 8, 32)), Task((0, 1), (8, 16))])
+    # three tables of 0.6 device each on 2 devices: each fits, all fit by size, no placement fits
+    write_tasks(d / "tasks_pack.txt", [Task((0, 0, 0), (16, 16, 16))])
     write_tasks(d / "tasks_other_dims.txt", [Task((0, 1, 2), (8, 8, 8)), Task((3, 4), (8, 16))])
     (d / "plans_old.json").write_text(json.dumps([{k: v for k, v in r.items() if k not in ("table_ids", "dims")}
                                                   for r in raw]))
@@ -119,7 +121,6 @@ def ws(tmp_path_factory):
     (d / "user.csv").write_text(user)
     (d / "user_dims.csv").write_text(user.replace("b,1000,8,2", "b,1000,16,2"))
     (d / "user_names.csv").write_text(user.replace("b,1000,8,2", "bb,1000,8,2"))
-    (d / "user_extra.csv").write_text("name,rows,dim,pooling_factor,colour\na,1000,16,2,red\n")
     res = shard_user_tables(read_user_tables(d / "user.csv", warn=False).configs, 2, 1.0, models=models,
                             alg="dim_greedy")
     write_plans(d / "user_plan.json", [user_plan_record(res, ["a", "b", "c"])])
@@ -429,7 +430,10 @@ CASES = [
      "error: a_dir: is a directory, expected a file path"),
     ("shard_tables out a directory", "tools/shard_tables.py",
      ["--tables", "user.csv", "--ndevices", "2", "--max_mem", "1", "--alg", "dim_greedy", "--out", "a_dir"],
-     "error: a_dir: is a directory, expected a file path"),
+     "error: --out: a_dir is a directory, expected a file path"),
+    ("shard_tables torchrec_out a directory", "tools/shard_tables.py",
+     ["--tables", "user.csv", "--ndevices", "2", "--max_mem", "1", "--alg", "dim_greedy", "--out", "u.json",
+      "--torchrec_out", "a_dir"], "error: --torchrec_out: a_dir is a directory, expected a file path"),
     # ---- issue 24: learned-policy checkpoints
     ("sim policy missing weight", "eval_simulator.py",
      _replace(SIM, "--alg", "dreamshard") + ["--dreamshard_policy", "ds_policy_missing.pt"],
@@ -458,6 +462,13 @@ CASES = [
     # ---- issue 24: training that would train nothing, or write where it cannot
     ("dreamshard nothing fits", "train_dreamshard.py", _replace(TRAIN_D, "--max_mem", "1e-6"),
      "no training task fits 2 devices of 1e-06 GB"),
+    ("dreamshard measures nothing", "train_dreamshard.py",
+     _replace(_replace(TRAIN_D, "--task_path", "tasks_pack.txt"), "--max_mem", "0.00045"),
+     "dreamshard training measured no plan"),
+    ("autoshard measures nothing", "train_autoshard.py",
+     _replace(_replace(TRAIN_D[:-11], "--task_path", "tasks_pack.txt"), "--max_mem", "0.00045")
+     + ["--total_steps", "20", "--batch_size", "2", "--unroll_length", "5", "--num_cost_updates", "2",
+        "--no_progress"], "autoshard training measured no plan"),
     ("dreamshard out_path dir", "train_dreamshard.py", _replace(TRAIN_D, "--out_path", "a_dir"),
      "--out_path: a_dir is a directory"),
     ("autoshard out_path under file", "train_autoshard.py", _replace(TRAIN_D[:-11], "--out_path", "a_file/x.pt")
@@ -521,7 +532,7 @@ def test_bad_input_is_a_one_line_error(ws, capsys, name, script, argv, fragment)
 def test_the_count_of_cases():
     # the closing note of issue 12 quotes this number
     assert len(CASES) >= 100
-    assert len(CASES) == 166  # issue 24 added 31
+    assert len(CASES) == 169  # issue 24 added 34
 
 
 def test_a_second_compute_collection_into_the_same_dir_is_refused(ws):
@@ -590,5 +601,8 @@ def test_training_that_measures_nothing_writes_nothing(ws, capsys):
     code, err = run("train_dreamshard.py", _replace(TRAIN_D, "--out_path", "none/dreamshard.pt")[:-1]
                     + ["--max_mem", "1e-6", "--no_progress"], ws, capsys)
     assert code == 1 and "no training task fits" in err and not (ws / "none").exists()
+    code, err = run("train_dreamshard.py", _replace(_replace(TRAIN_D, "--task_path", "tasks_pack.txt"),
+                                                    "--max_mem", "0.00045"), ws, capsys)
+    assert code == 1 and "measured no plan" in err and not (ws / "pol").exists()
     code, err = run("train_dreamshard.py", _replace(TRAIN_D, "--out_path", "a_dir"), ws, capsys)
     assert code == 1 and "--out_path: a_dir is a directory" in err and "dreamshard:" not in err
