@@ -237,8 +237,9 @@ def plans_from_file(path, inputs: EvalInputs, task_path, alg: str, ndevices: int
     task the task file does not have; two records for the same task and
     algorithm; a record whose task identity (table ids and dims), table count
     or per-table view does not match its task (plans made for another task
-    file; `formats.plans.plan_mismatch`). Records for tasks beyond `--max_tasks` are
-    left out; `alg` ("all" or names) picks algorithms. Estimates are recomputed.
+    file; `formats.plans.plan_mismatch`). Records for tasks beyond
+    `--max_tasks` are left out; `alg` ("all" or names) picks algorithms.
+    Estimates are recomputed.
     """
     from neuroshard.formats.plans import read_plans
 
@@ -253,11 +254,11 @@ def plans_from_file(path, inputs: EvalInputs, task_path, alg: str, ndevices: int
         if (rec.task, rec.alg) in seen:
             raise InputError(path, f"{where}: duplicates record {seen[rec.task, rec.alg]}")
         seen[rec.task, rec.alg] = k
-        problem = plan_mismatch(rec, inputs.tasks[rec.task].tables(inputs.configs), check_plan=False) \
-            if rec.task < len(inputs.tasks) else None
-        if problem is not None:
-            raise InputError(path, f"{where}: its tables do not match task {rec.task} of {task_path}: {problem} "
-                                   "(plans made for another task file?)")
+        if rec.task < len(inputs.tasks):  # a plan breaking the rules is reported as "invalid" (check_plans)
+            problem = plan_mismatch(rec, inputs.tasks[rec.task].tables(inputs.configs), check_plan=False)
+            if problem is not None:
+                raise InputError(path, f"{where}: its tables do not match task {rec.task} of {task_path}: "
+                                       f"{problem} (plans made for another task file?)")
     records = [r for r in records if r.task < len(inputs.tasks)]
     algs = list(dict.fromkeys(r.alg for r in records))
     if alg != "all":

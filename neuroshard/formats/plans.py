@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Sequence
 
 from neuroshard.formats.io import json_default, load_json, read_lines_tolerant, show_value, write_text_atomic
-from neuroshard.types import (PLAN_STATUSES, CostBreakdown, EndToEnd, InputError, Plan, PlanMeasurement, PlanRecord,
-                              RefineRecord, ShardTable, apply_column_steps, table_devices)
+from neuroshard.types import (PLAN_STATUSES, CostBreakdown, EndToEnd, InputError, InvalidPlanError, Plan,
+                              PlanMeasurement, PlanRecord, RefineRecord, ShardTable, apply_column_steps,
+                              table_devices)
 
 
 # --------------------------------------------------------------------------- plans
@@ -101,9 +102,8 @@ def _record_from_json(path: Path, k: int, rec) -> PlanRecord:
         identity[key] = None if value is None else tuple(value)
     if None not in identity.values() and len(identity["table_ids"]) != len(identity["dims"]):
         raise InputError(path, f"{where}: {len(identity['table_ids'])} table ids but {len(identity['dims'])} dims")
-    num_tables = rec.get("num_tables")
     return PlanRecord(task=task, alg=alg, status=status, message=rec.get("message"), plan=plan,
-                      estimate=estimate, search_ms=rec.get("search_ms"), num_tables=num_tables,
+                      estimate=estimate, search_ms=rec.get("search_ms"), num_tables=rec.get("num_tables"),
                       view=rec.get("view"), measured=measured, e2e=e2e, refine=refine,
                       repeat_costs=rec.get("repeat_costs"), **identity)
 
@@ -119,8 +119,6 @@ def plan_mismatch(rec: PlanRecord, tables: Sequence[ShardTable], check_plan: boo
     leaves that to the caller, e.g. an evaluation that reports a plan breaking
     the rules as "invalid"). The first mismatch, in words.
     """
-    from neuroshard.types import InvalidPlanError
-
     n = len(tables)
     ids, dims = [t.table_id for t in tables], [t.dim for t in tables]
     for key, mine in (("table_ids", ids), ("dims", dims)):
