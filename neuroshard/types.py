@@ -654,6 +654,11 @@ class RefineRecord:
 PLAN_STATUSES = ("ok", "oom", "invalid")
 
 
+def task_identity(tables: Sequence[ShardTable]) -> dict[str, tuple[int, ...]]:
+    """What identifies a plan's task, as `PlanRecord` keeps it: the tables' dataset ids and dims (before splits)."""
+    return {"table_ids": tuple(t.table_id for t in tables), "dims": tuple(t.dim for t in tables)}
+
+
 @dataclass
 class PlanRecord:
     """One algorithm's plan for one task, with its simulated and (after eval.py) measured cost.
@@ -663,7 +668,10 @@ class PlanRecord:
     non-ok statuses count as invalid tasks (upstream's `Valid v / N`) and have
     `plan` None and a `message`. `estimate`: the simulator's per-device
     breakdown; `search_ms`: wall time of the sharder call; `view`: the readable
-    per-table view (`formats.plans.plan_view`). Hardware evaluation adds `measured`
+    per-table view (`formats.plans.plan_view`); `table_ids` and `dims`: what identifies
+    the task the plan is for (its dataset table ids and dims, in task order; None in
+    plans files written before they were recorded), checked by every reader that
+    applies the plan (`formats.plans.check_plan_tables`). Hardware evaluation adds `measured`
     (the per-rank breakdown, averaged over repeats) with `repeat_costs` (the plan
     cost of each repeated measurement) and, in end-to-end mode, `e2e`. Costs in ms.
     """
@@ -681,6 +689,8 @@ class PlanRecord:
     e2e: EndToEnd | None = None
     repeat_costs: list[float] | None = None
     refine: RefineRecord | None = None
+    table_ids: tuple[int, ...] | None = None
+    dims: tuple[int, ...] | None = None
 
     @property
     def estimated_cost(self) -> float | None:
@@ -727,6 +737,10 @@ class PlanRecord:
             "estimated_cost": self.estimated_cost,
             "estimate": None if self.estimate is None else self.estimate.to_json(),
             "search_ms": self.search_ms, "num_tables": self.num_tables, "num_splits": self.num_splits}
+        if self.table_ids is not None:
+            d["table_ids"] = list(self.table_ids)
+        if self.dims is not None:
+            d["dims"] = list(self.dims)
         if measured or self.measured is not None:
             d.update(cost=self.cost, plan_key=self.plan_key)
         if self.measured is not None:

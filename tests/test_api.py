@@ -94,3 +94,17 @@ def test_cost_models_load_checks_the_device_count(tmp_path):
         ns.CostModels.load(tmp_path, ndevices=4)
     with pytest.raises(ns.ConfigError, match="forward model is for 2 devices, backward for 3"):
         ns.CostModels(models.compute, models.fw, linear_comm_model("bw", 3, np.eye(3), np.zeros(3)))
+
+
+def test_an_empty_table_list_is_a_zero_cost_plan():
+    """Issue 24: with no table anywhere nothing is sent, so the comm models' few ms for an empty all-to-all
+    are not a cost; a device without tables in a plan with tables keeps its comm (it still receives)."""
+    models = _hand_models(2)
+    for alg in ("neuroshard", "neuroshard_plus", "dim_greedy", "random"):
+        r = ns.shard([], ndevices=2, max_mem_gb=1.0, models=models, alg=alg)
+        assert r.plan.shards == ((), ()) and r.cost_ms == 0.0
+        assert r.breakdown.total == [0.0, 0.0] and r.breakdown.fw_comm == [0.0, 0.0]
+    one = ns.shard([ns.TableConfig(1000, 1.0, ns.DEFAULT_BINS, 8)], ndevices=2, max_mem_gb=1.0, models=models,
+                   alg="dim_greedy")
+    empty = [r for r, s in enumerate(one.plan.shards) if not s]
+    assert empty and one.breakdown.compute[empty[0]] == 0.0 and one.breakdown.bw_comm[empty[0]] > 0

@@ -25,6 +25,10 @@ from neuroshard.formats.plans import write_plans
 from neuroshard.formats.tasks import write_tasks
 from neuroshard.planner.cost_models import CostModels, save_model
 from neuroshard.planner.nets import linear_comm_model, linear_compute_model
+from neuroshard.data.split import table_halves
+from neuroshard.formats.user_tables import read_user_tables
+from neuroshard.measure.compute_collect import ShardSampler, augment_table_configs
+from neuroshard.planner.user_tables import shard_user_tables, user_plan_record
 from neuroshard.types import PlanRecord, TableConfig, Task
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -105,6 +109,54 @@ def ws(tmp_path_factory):
     raw = json.loads((d / "plans.json").read_text())
     (d / "plans_noalg.json").write_text(json.dumps([{k: v for k, v in raw[0].items() if k != "alg"}]))
     (d / "plans_null.json").write_text(json.dumps([{"task": 0, "alg": "x", "plan": None}]))
+    # issue 24: plans against other tables (same dims, other dims), old plans files without the task's identity
+    write_tasks(d / "tasks_same_dims.txt", [Task((3, 4, 5), (16, 8, 32)), Task((0, 1), (8, 16))])
+    # three tables of 0.6 device each on 2 devices: each fits, all fit by size, no placement fits
+    write_tasks(d / "tasks_pack.txt", [Task((0, 0, 0), (16, 16, 16))])
+    write_tasks(d / "tasks_other_dims.txt", [Task((0, 1, 2), (8, 8, 8)), Task((3, 4), (8, 16))])
+    (d / "plans_old.json").write_text(json.dumps([{k: v for k, v in r.items() if k not in ("table_ids", "dims")}
+                                                  for r in raw]))
+    (d / "plans_bad_ids.json").write_text(json.dumps([{**raw[0], "table_ids": [0, "x", 2]}]))
+    user = "name,rows,dim,pooling_factor\na,1000,16,2\nb,1000,8,2\nc,1000,32,2\n"
+    (d / "user.csv").write_text(user)
+    (d / "user_dims.csv").write_text(user.replace("b,1000,8,2", "b,1000,16,2"))
+    (d / "user_names.csv").write_text(user.replace("b,1000,8,2", "bb,1000,8,2"))
+    res = shard_user_tables(read_user_tables(d / "user.csv", warn=False).configs, 2, 1.0, models=models,
+                            alg="dim_greedy")
+    write_plans(d / "user_plan.json", [user_plan_record(res, ["a", "b", "c"])])
+    # learned policies: good, a weight deleted, a NaN weight, a NaN feature statistic, a bad setting
+    from neuroshard.learned import autoshard as an
+    from neuroshard.learned import dreamshard as dn
+
+    torch.manual_seed(0)
+    dn.DreamShardPolicy(dn.DreamShardNet(), {"ndevices": 2, "max_mem": 1.0}).save(d / "ds_policy.pt")
+    ck = torch.load(d / "ds_policy.pt", weights_only=True)
+    del ck["state_dict"][next(iter(ck["state_dict"]))]
+    torch.save(ck, d / "ds_policy_missing.pt")
+    ck = torch.load(d / "ds_policy.pt", weights_only=True)
+    next(iter(ck["state_dict"].values())).view(-1)[0] = float("nan")
+    torch.save(ck, d / "ds_policy_nan.pt")
+    ck = torch.load(d / "ds_policy.pt", weights_only=True)
+    ck["meta"]["ndevices"] = "two"
+    torch.save(ck, d / "ds_policy_meta.pt")
+    ck = torch.load(d / "ds_policy.pt", weights_only=True)
+    key = next(iter(ck["state_dict"]))
+    ck["state_dict"][key] = torch.zeros(3, 3, 3)
+    torch.save(ck, d / "ds_policy_shape.pt")
+    an.AutoShardPolicy(an.AutoShardNet(), {"ndevices": 2, "max_mem": 1.0, "feature_mean": [float("nan")] * 3,
+                                           "feature_std": [1.0] * 3}).save(d / "as_policy_nan_meta.pt")
+    # held-out check data (half-share compute data): good, no seed, a max_dim of another collection
+    base = [TableConfig(int(10 ** rng.uniform(3, 5)), float(rng.uniform(1, 20)), (1.0,) + (0.0,) * 16)
+            for _ in range(12)]
+    aug16 = augment_table_configs(base, 16)
+    sampler = ShardSampler(aug16, 5, 1.0, seed=0, halves=table_halves(12, seed=0), half_share=0.67)
+    hs = [(ids, 0.5 + sum(aug16[i].dim * aug16[i].pooling_factor for i in ids) / 100)
+          for ids in (sampler.sample() for _ in range(150))]
+    for name, run_config in (("hdata", {"max_dim": 16, "seed": 0, "half_share": 0.67}),
+                             ("hdata_noseed", {"max_dim": 16, "half_share": 0.67}),
+                             ("hdata_maxdim", {"max_dim": 32, "seed": 0, "half_share": 0.67})):
+        write_compute_data(d / name, aug16, hs)
+        (d / name / "config.json").write_text(json.dumps(run_config))
     os.mkdir(d / "a_dir")
     (d / "a_file").write_text("x")
     return d
@@ -123,6 +175,13 @@ COMPUTE = ["--dataset_dir", "ds", "--out_dir", "cout", "--data_size", "5", "--ma
 COMM = ["--device", "cpu", "--ndevices", "2", "--out_dir", "mout", "--data_size", "2", "--batch_size", "8",
         "--no_progress"]
 TRAIN_C = ["--data_dir", "cdata", "--out_path", "m/compute.pt", "--epochs", "2"]
+TRAIN_D = ["--data_dir", "ds", "--task_path", "tasks.txt", "--compute_model", "compute.pt", "--fw_comm_model",
+           "comm_2_fw.pt", "--bw_comm_model", "comm_2_bw.pt", "--ndevices", "2", "--max_mem", "1", "--out_path",
+           "pol/dreamshard.pt", "--num_iterations", "1", "--bench_steps", "2", "--bench_training_steps", "2",
+           "--rl_num_batches", "1", "--rl_batch_size", "2", "--no_progress"]
+EXPORT = ["--plans", "plans.json", "--task", "0", "--alg", "neuroshard", "--data_dir", "ds", "--task_path",
+          "tasks.txt", "--out", "tr/plan.pt", "--torchrec_device", "cpu"]
+HELD = ["--data_dir", "hdata", "--epochs", "2", "--no_progress"]
 TRAIN_M = ["--data_dir", "mdata", "--fw_out_path", "m/fw.pt", "--bw_out_path", "m/bw.pt", "--epochs", "2"]
 
 
@@ -356,6 +415,88 @@ CASES = [
     ("comm join_timeout 0", "collect_comm_cost_data.py", COMM + ["--join_timeout", "0"],
      "--join_timeout: must be > 0"),
     ("comm nnodes 0", "collect_comm_cost_data.py", COMM + ["--nnodes", "0"], "--nnodes: must be >= 1, got 0"),
+    # ---- issue 24: plans applied to the tables they were made for, and nothing else
+    ("hw plans same dims other tables", "eval.py", _replace(HW, "--task_path", "tasks_same_dims.txt")
+     + ["--plans", "plans.json"], "table 0 is dataset table 0 in the plan, dataset table 3 here"),
+    ("hw plans bad table ids", "eval.py", HW + ["--plans", "plans_bad_ids.json"],
+     '"table_ids" must be a list of non-negative integers'),
+    ("hw old plans other dims", "eval.py", _replace(HW, "--task_path", "tasks_other_dims.txt")
+     + ["--plans", "plans_old.json"], "table 0 has dim 16 in the plan, dim 8 here"),
+    ("export same dims other tables", "tools/export_torchrec_plan.py",
+     _replace(EXPORT, "--task_path", "tasks_same_dims.txt"),
+     "not a plan of task 0 of tasks_same_dims.txt: table 0 is dataset table 0 in the plan, dataset table 3 here"),
+    ("export other dims", "tools/export_torchrec_plan.py", _replace(EXPORT, "--task_path", "tasks_other_dims.txt"),
+     "table 0 is dim 16 in the plan, dim 8 here"),
+    ("export old plans other dims", "tools/export_torchrec_plan.py",
+     _replace(_replace(EXPORT, "--task_path", "tasks_other_dims.txt"), "--plans", "plans_old.json"),
+     "table 0 has dim 16 in the plan, dim 8 here"),
+    ("export tables other dims", "tools/export_torchrec_plan.py",
+     ["--plans", "user_plan.json", "--alg", "dim_greedy", "--tables", "user_dims.csv", "--out", "tr/u.pt"],
+     "not a plan of user_dims.csv: table 1 is dim 8 in the plan, dim 16 here"),
+    ("export tables other names", "tools/export_torchrec_plan.py",
+     ["--plans", "user_plan.json", "--alg", "dim_greedy", "--tables", "user_names.csv", "--out", "tr/u.pt"],
+     "table 1 is 'b' in the plan, 'bb' here"),
+    ("export module_path", "tools/export_torchrec_plan.py", EXPORT + ["--module_path", "sparse..ebc."],
+     "--module_path: 'sparse..ebc.' is not a module path"),
+    ("export module_path dash", "tools/export_torchrec_plan.py", EXPORT + ["--module_path", "sparse.my-ebc"],
+     "--module_path: 'sparse.my-ebc' is not a module path"),
+    ("export out a directory", "tools/export_torchrec_plan.py", _replace(EXPORT, "--out", "a_dir"),
+     "error: a_dir: is a directory, expected a file path"),
+    ("shard_tables out a directory", "tools/shard_tables.py",
+     ["--tables", "user.csv", "--ndevices", "2", "--max_mem", "1", "--alg", "dim_greedy", "--out", "a_dir"],
+     "error: --out: a_dir is a directory, expected a file path"),
+    ("shard_tables torchrec_out a directory", "tools/shard_tables.py",
+     ["--tables", "user.csv", "--ndevices", "2", "--max_mem", "1", "--alg", "dim_greedy", "--out", "u.json",
+      "--torchrec_out", "a_dir"], "error: --torchrec_out: a_dir is a directory, expected a file path"),
+    # ---- issue 24: learned-policy checkpoints
+    ("sim policy missing weight", "eval_simulator.py",
+     _replace(SIM, "--alg", "dreamshard") + ["--dreamshard_policy", "ds_policy_missing.pt"],
+     "malformed dreamshard policy checkpoint: missing weight"),
+    ("sim policy nan weight", "eval_simulator.py",
+     _replace(SIM, "--alg", "dreamshard") + ["--dreamshard_policy", "ds_policy_nan.pt"],
+     "dreamshard policy checkpoint holds non-finite values in"),
+    ("sim policy bad setting", "eval_simulator.py",
+     _replace(SIM, "--alg", "dreamshard") + ["--dreamshard_policy", "ds_policy_meta.pt"],
+     "ndevices must be an integer >= 1, got 'two'"),
+    ("sim policy wrong shape", "eval_simulator.py",
+     _replace(SIM, "--alg", "dreamshard") + ["--dreamshard_policy", "ds_policy_shape.pt"],
+     "malformed dreamshard policy checkpoint (size mismatch"),
+    ("sim policy of the other kind", "eval_simulator.py",
+     _replace(SIM, "--alg", "autoshard") + ["--autoshard_policy", "ds_policy.pt"],
+     "expected a autoshard policy checkpoint, found 'dreamshard_policy'"),
+    ("sim autoshard nan statistic", "eval_simulator.py",
+     _replace(SIM, "--alg", "autoshard") + ["--autoshard_policy", "as_policy_nan_meta.pt"],
+     "holds non-finite or no values in 'feature_mean'"),
+    ("sim plus start without its policy", "eval_simulator.py",
+     _replace(SIM, "--alg", "neuroshard_plus") + ["--plus_baselines", "dreamshard"],
+     "--plus_baselines: dreamshard needs its trained policy: give --dreamshard_policy"),
+    ("sim plus start with a broken policy", "eval_simulator.py",
+     _replace(SIM, "--alg", "neuroshard_plus") + ["--plus_baselines", "dreamshard", "--dreamshard_policy",
+                                                  "ds_policy_nan.pt"], "holds non-finite values in"),
+    # ---- issue 24: training that would train nothing, or write where it cannot
+    ("dreamshard nothing fits", "train_dreamshard.py", _replace(TRAIN_D, "--max_mem", "1e-6"),
+     "no training task fits 2 devices of 1e-06 GB"),
+    ("dreamshard measures nothing", "train_dreamshard.py",
+     _replace(_replace(TRAIN_D, "--task_path", "tasks_pack.txt"), "--max_mem", "0.00045"),
+     "dreamshard training measured no plan"),
+    ("autoshard measures nothing", "train_autoshard.py",
+     _replace(_replace(TRAIN_D[:-11], "--task_path", "tasks_pack.txt"), "--max_mem", "0.00045")
+     + ["--total_steps", "20", "--batch_size", "2", "--unroll_length", "5", "--num_cost_updates", "2",
+        "--no_progress"], "autoshard training measured no plan"),
+    ("dreamshard out_path dir", "train_dreamshard.py", _replace(TRAIN_D, "--out_path", "a_dir"),
+     "--out_path: a_dir is a directory"),
+    ("autoshard out_path under file", "train_autoshard.py", _replace(TRAIN_D[:-11], "--out_path", "a_file/x.pt")
+     + ["--no_progress"], "--out_path: cannot create a_file/x.pt: a_file is a file"),
+    # ---- issue 24: the held-out check
+    ("heldout no seed", "tools/heldout_check.py", _replace(HELD, "--data_dir", "hdata_noseed"),
+     "config.json: missing 'seed'"),
+    ("heldout max_dim of other data", "tools/heldout_check.py", _replace(HELD, "--data_dir", "hdata_maxdim"),
+     "max_dim 32 does not describe the 36 table configs"),
+    ("heldout folds 100000", "tools/heldout_check.py", HELD + ["--folds", "100000"],
+     "--folds: 100000 folds of"),
+    ("heldout folds 1", "tools/heldout_check.py", HELD + ["--folds", "1"], "--folds: must be >= 2"),
+    ("heldout num_samples 5", "tools/heldout_check.py", HELD + ["--num_samples", "5"],
+     "too few shards per group for the check"),
     # ---- the pipeline
     ("pipeline only 9", "neuroshard/pipeline.py", ["--preset", "tiny", "--only", "9", "--out_dir", "p"],
      "--only: unknown step 9"),
@@ -405,6 +546,7 @@ def test_bad_input_is_a_one_line_error(ws, capsys, name, script, argv, fragment)
 def test_the_count_of_cases():
     # the closing note of issue 12 quotes this number
     assert len(CASES) >= 100
+    assert len(CASES) == 169  # issue 24 added 31 (138 before)
 
 
 def test_a_second_compute_collection_into_the_same_dir_is_refused(ws):
@@ -465,3 +607,16 @@ def test_a_torn_last_line_is_reported_and_the_rest_is_used(ws, capsys):
     assert "data.txt:41: ignoring torn last line" in err
     metrics = json.loads((ws / "m" / "compute_metrics.json").read_text())
     assert metrics["num_samples"] == 40  # the 40 complete lines, not the torn 41st
+
+
+def test_training_that_measures_nothing_writes_nothing(ws, capsys):
+    """Issue 24: no training task fits -> a one-line error and no policy, curve or config; a checkpoint path
+    that cannot be written is refused before any training."""
+    code, err = run("train_dreamshard.py", _replace(TRAIN_D, "--out_path", "none/dreamshard.pt")[:-1]
+                    + ["--max_mem", "1e-6", "--no_progress"], ws, capsys)
+    assert code == 1 and "no training task fits" in err and not (ws / "none").exists()
+    code, err = run("train_dreamshard.py", _replace(_replace(TRAIN_D, "--task_path", "tasks_pack.txt"),
+                                                    "--max_mem", "0.00045"), ws, capsys)
+    assert code == 1 and "measured no plan" in err and not (ws / "pol").exists()
+    code, err = run("train_dreamshard.py", _replace(TRAIN_D, "--out_path", "a_dir"), ws, capsys)
+    assert code == 1 and "--out_path: a_dir is a directory" in err and "dreamshard:" not in err

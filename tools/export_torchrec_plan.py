@@ -44,7 +44,8 @@ def main(argv=None) -> int:
     from neuroshard.planner.torchrec_export import find_record, plan_tables
 
     tables, names = plan_tables(args.data_dir, args.task_path, args.tables, args.task)
-    record = find_record(read_plans(args.plans), args.plans, args.task, args.alg, len(tables))
+    what = args.tables if args.tables else f"task {args.task} of {args.task_path}"
+    record = find_record(read_plans(args.plans), args.plans, args.task, args.alg, tables, what, names)
     written = ExportConfig.from_args(args).export(args.out, tables, record.plan, names)
     print(f"wrote {' and '.join(map(str, written))} ({args.alg}, task {args.task}, {len(tables)} tables, "
           f"{record.plan.ndevices} ranks)", file=sys.stderr)

@@ -61,7 +61,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from neuroshard.checks import check_float, check_int
+    from neuroshard.checks import check_float, check_int, check_output_file
     from neuroshard.formats.plans import write_plans
     from neuroshard.formats.user_tables import read_user_tables
     from neuroshard.planner import user_tables as ut
@@ -78,6 +78,9 @@ def main(argv=None) -> int:
     if args.torchrec_out and Path(args.torchrec_out).with_suffix(".json").resolve() == Path(args.out).resolve():
         raise ConfigError("--torchrec_out", f"its JSON view {Path(args.torchrec_out).with_suffix('.json')} would "
                                             f"overwrite --out {args.out}: name them differently")
+    check_output_file("--out", args.out)  # before planning, not after it
+    if args.torchrec_out:
+        check_output_file("--torchrec_out", args.torchrec_out)
     user = read_user_tables(args.tables, max_mem)
     paths = (args.compute_model, args.fw_comm_model, args.bw_comm_model)
     if any(paths) and not all(paths):

@@ -11,6 +11,7 @@ that breaks the rules. Both count as invalid tasks (upstream's `Valid v / N`).
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -19,7 +20,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from neuroshard.formats.plans import plan_view
+from neuroshard.formats.plans import plan_mismatch, plan_view
 from neuroshard.learned.policy import POLICY_OPTIONS, load_policy
 from neuroshard.planner.cost_models import CostModels
 from neuroshard.planner.registry import (
@@ -41,6 +42,7 @@ from neuroshard.types import (
     ShardTable,
     TableConfig,
     Task,
+    task_identity,
 )
 
 
@@ -144,9 +146,10 @@ def plan_task(task: int, tables: Sequence[ShardTable], alg: str, ndevices: int, 
         res = shard(tables, ndevices, max_mem, models=models, alg=alg, seed=seed, **options_for(alg, options))
     except (OutOfMemoryError, InvalidPlanError) as e:
         return PlanRecord(task=task, alg=alg, status="oom" if isinstance(e, OutOfMemoryError) else "invalid",
-                          message=str(e), search_ms=1e3 * (time.perf_counter() - t0), num_tables=len(tables))
+                          message=str(e), search_ms=1e3 * (time.perf_counter() - t0), num_tables=len(tables),
+                          **task_identity(tables))
     return PlanRecord(task=task, alg=alg, plan=res.plan, estimate=res.breakdown, search_ms=res.search_ms,
-                      num_tables=len(tables), view=res.view)
+                      num_tables=len(tables), view=res.view, **task_identity(tables))
 
 
 def compute_plans(configs: Sequence[TableConfig], tasks: Sequence[Task], algs: Sequence[str], ndevices: int,
@@ -185,13 +188,19 @@ def format_record(rec: PlanRecord, num_tasks: int) -> str:
 # --------------------------------------------------------------------------- plans from a file
 
 
+# a re-simulated estimate this far (relative) from the one a plans file recorded is warned about
+ESTIMATE_TOLERANCE = 0.1
+
+
 def check_plans(records: Sequence[PlanRecord], configs: Sequence[TableConfig], tasks: Sequence[Task],
                 ndevices: int, max_mem: float, models: CostModels) -> list[PlanRecord]:
     """Re-validate plan records against the tasks and recompute their estimates with `models`.
 
     A plan for another device count or memory cap, or one that breaks the
     rules for its task, becomes "oom"/"invalid" (reported, not run); the
-    estimate written in the file is never trusted, it is simulated again.
+    estimate written in the file is never trusted, it is simulated again
+    (a warning when the two differ by more than `ESTIMATE_TOLERANCE`), and
+    the task's identity (`types.task_identity`) is recorded.
     """
     out = []
     for rec in records:
@@ -208,8 +217,13 @@ def check_plans(records: Sequence[PlanRecord], configs: Sequence[TableConfig], t
             rec = replace(rec, plan=None, status="invalid", message=f"plan does not fit task {rec.task}: {e}",
                           estimate=None, view=None)
         else:
+            recorded = rec.estimated_cost
+            if recorded is not None and not math.isclose(estimate.cost, recorded, rel_tol=ESTIMATE_TOLERANCE):
+                print(f"warning: task {rec.task} [{rec.alg}]: the plan's estimate re-simulated is "
+                      f"{estimate.cost:.4g} ms, the file recorded {recorded:.4g} ms (other cost models, or a "
+                      "plan made for other tables?)", file=sys.stderr)
             rec = replace(rec, status="ok", message=None, estimate=estimate, num_tables=len(tables),
-                          view=plan_view(tables, rec.plan))
+                          view=plan_view(tables, rec.plan), **task_identity(tables))
         out.append(rec)
     return out
 
@@ -221,9 +235,11 @@ def plans_from_file(path, inputs: EvalInputs, task_path, alg: str, ndevices: int
 
     Errors (InputError naming the file and record): no record; a record for a
     task the task file does not have; two records for the same task and
-    algorithm; a record whose per-table view does not match its task (plans
-    made for another task file). Records for tasks beyond `--max_tasks` are
-    left out; `alg` ("all" or names) picks algorithms. Estimates are recomputed.
+    algorithm; a record whose task identity (table ids and dims), table count
+    or per-table view does not match its task (plans made for another task
+    file; `formats.plans.plan_mismatch`). Records for tasks beyond
+    `--max_tasks` are left out; `alg` ("all" or names) picks algorithms.
+    Estimates are recomputed.
     """
     from neuroshard.formats.plans import read_plans
 
@@ -238,10 +254,11 @@ def plans_from_file(path, inputs: EvalInputs, task_path, alg: str, ndevices: int
         if (rec.task, rec.alg) in seen:
             raise InputError(path, f"{where}: duplicates record {seen[rec.task, rec.alg]}")
         seen[rec.task, rec.alg] = k
-        if rec.task < len(inputs.tasks) and rec.view is not None and not _view_matches(rec.view,
-                                                                                       inputs.tasks[rec.task]):
-            raise InputError(path, f"{where}: its tables do not match task {rec.task} of {task_path} "
-                                   "(plans made for another task file?)")
+        if rec.task < len(inputs.tasks):  # a plan breaking the rules is reported as "invalid" (check_plans)
+            problem = plan_mismatch(rec, inputs.tasks[rec.task].tables(inputs.configs), check_plan=False)
+            if problem is not None:
+                raise InputError(path, f"{where}: its tables do not match task {rec.task} of {task_path}: "
+                                       f"{problem} (plans made for another task file?)")
     records = [r for r in records if r.task < len(inputs.tasks)]
     algs = list(dict.fromkeys(r.alg for r in records))
     if alg != "all":
@@ -253,10 +270,3 @@ def plans_from_file(path, inputs: EvalInputs, task_path, alg: str, ndevices: int
     return check_plans(records, inputs.configs, inputs.tasks, ndevices, max_mem, inputs.models), algs
 
 
-def _view_matches(view, task: Task) -> bool:
-    """A plan's readable view describes `task`: one entry per table, its shards' dims adding up to the dim."""
-    try:
-        return len(view) == len(task) and all(
-            v["table"] == i and sum(s["dim"] for s in v["shards"]) == d for i, (v, d) in enumerate(zip(view, task.dims)))
-    except (KeyError, TypeError):
-        return False

@@ -116,7 +116,8 @@ def refine_records(records: Sequence[PlanRecord], tasks, configs, models, refine
         cands[k] = candidates(tables, rec.alg, hw.ndevices, max_mem, models, task_seed(seed, rec.task), options,
                               refine.refine)
         plan_s[k] = time.perf_counter() - t1
-    items = [PlanRecord(records[k].task, f"{records[k].alg}@{i}", plan=plan, num_tables=records[k].num_tables)
+    items = [PlanRecord(records[k].task, f"{records[k].alg}@{i}", plan=plan, num_tables=records[k].num_tables,
+                        table_ids=records[k].table_ids, dims=records[k].dims)
              for k in todo for i, (_, plan) in enumerate(cands[k])]
     labels = list(dict.fromkeys(r.alg for r in items))
     t2 = time.perf_counter()

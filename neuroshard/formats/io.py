@@ -36,6 +36,8 @@ RUN_CONFIG = "config.json"
 def atomic_write(path, mode: str = "w"):
     """Write to a unique temp file beside `path`, then rename it over `path`."""
     path = os.fspath(path)
+    if os.path.isdir(path):  # else os.replace reports the temp file's name
+        raise InputError(path, "is a directory, expected a file path")
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Sequence
 
 from neuroshard.formats.io import json_default, load_json, read_lines_tolerant, show_value, write_text_atomic
-from neuroshard.types import (PLAN_STATUSES, CostBreakdown, EndToEnd, InputError, Plan, PlanMeasurement, PlanRecord,
-                              RefineRecord, ShardTable, apply_column_steps, table_devices)
+from neuroshard.types import (PLAN_STATUSES, CostBreakdown, EndToEnd, InputError, InvalidPlanError, Plan,
+                              PlanMeasurement, PlanRecord, RefineRecord, ShardTable, apply_column_steps,
+                              table_devices)
 
 
 # --------------------------------------------------------------------------- plans
@@ -91,10 +92,72 @@ def _record_from_json(path: Path, k: int, rec) -> PlanRecord:
         refine = None if rec.get("refine") is None else RefineRecord.from_json(rec["refine"])
     except (KeyError, TypeError, ValueError) as e:
         raise InputError(path, f"{where}: malformed cost breakdown ({type(e).__name__}: {e})") from None
+    identity = {}
+    for key in ("table_ids", "dims"):  # optional: plans files written before they were recorded lack them
+        value = rec.get(key)
+        if value is not None and not (isinstance(value, list) and all(
+                isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in value)):
+            raise InputError(path, f"{where}: \"{key}\" must be a list of non-negative integers, "
+                                   f"got {show_value(json.dumps(value))}")
+        identity[key] = None if value is None else tuple(value)
+    if None not in identity.values() and len(identity["table_ids"]) != len(identity["dims"]):
+        raise InputError(path, f"{where}: {len(identity['table_ids'])} table ids but {len(identity['dims'])} dims")
     return PlanRecord(task=task, alg=alg, status=status, message=rec.get("message"), plan=plan,
                       estimate=estimate, search_ms=rec.get("search_ms"), num_tables=rec.get("num_tables"),
                       view=rec.get("view"), measured=measured, e2e=e2e, refine=refine,
-                      repeat_costs=rec.get("repeat_costs"))
+                      repeat_costs=rec.get("repeat_costs"), **identity)
+
+
+def plan_mismatch(rec: PlanRecord, tables: Sequence[ShardTable], check_plan: bool = True) -> str | None:
+    """How plan record `rec` does not fit `tables` (the task's tables before splits), or None when it fits.
+
+    Checks what the record says of its task: its table ids and dims (recorded
+    since they were, see `PlanRecord`), the table count, and the per-table dims
+    of its readable view; then the plan itself: its column splits must halve
+    these dims and it must place every resulting table exactly once (what an
+    old file without the identity keys can be checked by; `check_plan=False`
+    leaves that to the caller, e.g. an evaluation that reports a plan breaking
+    the rules as "invalid"). The first mismatch, in words.
+    """
+    n = len(tables)
+    ids, dims = [t.table_id for t in tables], [t.dim for t in tables]
+    for key, mine in (("table_ids", ids), ("dims", dims)):
+        theirs = getattr(rec, key)
+        if theirs is None:
+            continue
+        what = "dataset table" if key == "table_ids" else "dim"
+        if len(theirs) != n:
+            return f"the plan is for {len(theirs)} tables, the tables given are {n}"
+        for i, (a, b) in enumerate(zip(theirs, mine)):
+            if a != b:
+                return f"table {i} is {what} {a} in the plan, {what} {b} here"
+    if rec.num_tables is not None and rec.num_tables != n:
+        return f"the plan is for {rec.num_tables} tables, the tables given are {n}"
+    if isinstance(rec.view, list):
+        if len(rec.view) != n:
+            return f"the plan's view has {len(rec.view)} tables, the tables given are {n}"
+        for i, (v, d) in enumerate(zip(rec.view, dims)):
+            try:
+                vd = sum(int(s["dim"]) for s in v["shards"])
+            except (KeyError, TypeError, ValueError):
+                return f"table {i}: the plan's view is malformed"
+            if vd != d:
+                return f"table {i} has dim {vd} in the plan, dim {d} here"
+    if check_plan and rec.plan is not None:
+        try:
+            plan_view(tables, rec.plan)
+        except InvalidPlanError as e:
+            return f"the plan does not fit these tables ({e})"
+    return None
+
+
+def check_plan_tables(rec: PlanRecord, tables: Sequence[ShardTable], path, task: str) -> None:
+    """InputError naming the plans file, the task (`task`, in words) and the first mismatch when `rec`
+    was not made for `tables` (`plan_mismatch`)."""
+    problem = plan_mismatch(rec, tables)
+    if problem is not None:
+        raise InputError(path, f"task {rec.task} [{rec.alg}]: not a plan of {task}: {problem} "
+                               "(plans made for another task file or table list?)")
 
 
 def _plan_from_json(path, where: str, d) -> Plan:

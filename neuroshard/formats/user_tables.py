@@ -126,6 +126,13 @@ def read_user_tables(path, max_mem: float | None = None, warn: bool = True) -> U
         out.configs.append(config)
         if default:
             out.default_bins.append(name)
+    known = set(USER_TABLE_FIELDS) | {f"bin_{j}" for j in range(NUM_BINS)}
+    unknown = list(dict.fromkeys(k for _, _, d in rows if isinstance(d, dict) for k in d
+                                 if k is not None and k not in known))
+    if unknown and warn:
+        print_warning(f"{path}: ignoring unknown column(s) {', '.join(map(repr, unknown[:5]))}"
+                      f"{', ...' if len(unknown) > 5 else ''} (known: {', '.join(USER_TABLE_FIELDS)}, "
+                      f"bin_0..bin_{NUM_BINS - 1})")
     if out.default_bins and warn:
         shown = ", ".join(out.default_bins[:5]) + (", ..." if len(out.default_bins) > 5 else "")
         print_warning(f"{path}: {len(out.default_bins)} table(s) without locality bins ({shown}) get the default "

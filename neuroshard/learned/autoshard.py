@@ -162,6 +162,7 @@ class AutoShardPolicy(LearnedPolicy):
 
     kind = KIND
     net_class = AutoShardNet
+    meta_arrays = ("feature_mean", "feature_std")
 
     def task(self, tables: Sequence[ShardTable], max_mem: float) -> _Task:
         elements, cap = element_sizes(tables, max_mem)

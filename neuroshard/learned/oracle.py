@@ -26,7 +26,7 @@ from typing import Sequence
 
 from neuroshard.measure.plan_job import HardwareConfig, measure_plans
 from neuroshard.planner.simulator import simulate
-from neuroshard.types import CostBreakdown, NeuroShardError, Plan, PlanRecord, ShardTable, Task
+from neuroshard.types import CostBreakdown, NeuroShardError, Plan, PlanRecord, ShardTable, Task, task_identity
 
 ORACLES = ("simulator", "hardware")
 
@@ -76,7 +76,8 @@ class HardwareOracle:
             if plan.column_steps or any(t.origin != k for k, t in enumerate(tables)):
                 raise NeuroShardError("the hardware oracle measures plans of unsplit task tables only")
             tasks.append(Task(tuple(t.table_id for t in tables), tuple(t.dim for t in tables)))
-            records.append(PlanRecord(task=i, alg="oracle", plan=plan, num_tables=len(tables)))
+            records.append(PlanRecord(task=i, alg="oracle", plan=plan, num_tables=len(tables),
+                                      **task_identity(tables)))
         with tempfile.TemporaryDirectory(prefix="oracle_", dir=self.work_dir) as d:
             task_path, plans_path = os.path.join(d, "tasks.txt"), os.path.join(d, "plans.json")
             write_tasks(task_path, tasks)

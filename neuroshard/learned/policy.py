@@ -86,6 +86,8 @@ class LearnedPolicy:
 
     kind: str = ""
     net_class: type = object
+    # meta entries a policy of this kind cannot plan without (numbers or lists of numbers, all finite)
+    meta_arrays: tuple[str, ...] = ()
 
     def __init__(self, net, meta: dict):
         self.net = net.eval()
@@ -112,11 +114,59 @@ class LearnedPolicy:
 
     @classmethod
     def load(cls, path):
-        """Rebuild a policy from its checkpoint (`read_checkpoint` checks that it is one of this kind)."""
+        """Rebuild a policy from its checkpoint; InputError (one line) for a file that is not a policy of
+        this kind (`read_checkpoint`), or whose weights or settings are not those of one: missing or
+        unexpected weights, shapes of another network, non-finite values, settings out of range."""
+        import torch
+
         ckpt = read_checkpoint(path, cls.kind)
+        meta, state = ckpt["meta"], ckpt["state_dict"]
+        what = f"{cls.kind} policy checkpoint"
+        check_meta(path, what, meta, cls.meta_arrays)
+        if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+            raise InputError(path, f"malformed {what}: \"state_dict\" must map names to tensors")
         net = cls.net_class()
-        net.load_state_dict(ckpt["state_dict"])
-        return cls(net, ckpt["meta"])
+        expected = net.state_dict()
+        missing = [k for k in expected if k not in state]
+        if missing:
+            raise InputError(path, f"malformed {what}: missing weight {missing[0]!r}"
+                                   f"{f' (and {len(missing) - 1} more)' if len(missing) > 1 else ''}")
+        unexpected = [k for k in state if k not in expected]
+        if unexpected:
+            raise InputError(path, f"malformed {what}: unexpected weight {unexpected[0]!r} (another network?)")
+        for name, t in state.items():
+            if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+                raise InputError(path, f"{what} holds non-finite values in {name!r}")
+        try:
+            net.load_state_dict(state)
+        except (RuntimeError, TypeError, ValueError) as e:
+            lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+            raise InputError(path, f"malformed {what} ({lines[-1] if lines else type(e).__name__})") from None
+        return cls(net, meta)
+
+
+def check_meta(path, what: str, meta, arrays: Sequence[str] = ()) -> None:
+    """The setting a policy checkpoint records: a device count >= 1, a finite memory cap > 0, and the
+    finite numbers (`arrays`) its planning needs; InputError naming the entry otherwise."""
+    import math
+
+    if not isinstance(meta, dict):
+        raise InputError(path, f"malformed {what}: \"meta\" must be a dict")
+    n = meta.get("ndevices")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise InputError(path, f"malformed {what}: ndevices must be an integer >= 1, got {n!r}")
+    mem = meta.get("max_mem")
+    if isinstance(mem, bool) or not isinstance(mem, (int, float)) or not math.isfinite(mem) or mem <= 0:
+        raise InputError(path, f"malformed {what}: max_mem must be a finite number > 0, got {mem!r}")
+    for key in arrays:
+        if key not in meta:
+            raise InputError(path, f"malformed {what}: missing {key!r}")
+        try:
+            values = np.asarray(meta[key], dtype=np.float64)
+        except (TypeError, ValueError):
+            raise InputError(path, f"malformed {what}: {key!r} must be numbers") from None
+        if values.size == 0 or not np.isfinite(values).all():
+            raise InputError(path, f"{what} holds non-finite or no values in {key!r}")
 
 
 CHECKPOINT_FORMAT = 1

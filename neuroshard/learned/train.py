@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from neuroshard.checks import check_float, check_int
+from neuroshard.checks import check_float, check_int, check_output_file
 from neuroshard.learned.oracle import ORACLES, HardwareOracle, SimulatorOracle
 from neuroshard.measure.plan_job import HardwareConfig
 from neuroshard.types import InputError, NeuroShardError
@@ -101,6 +101,10 @@ def _load_training_inputs(args):
     tasks = read_tasks(args.task_path, num_tables=len(configs))
     if args.max_tasks is not None:
         tasks = tasks[:check_int("--max_tasks", args.max_tasks, 1)]
+    if not any(may_fit(t.tables(configs), args.ndevices, args.max_mem) for t in tasks):
+        raise InputError(args.task_path, f"no training task fits {args.ndevices} devices of {args.max_mem:g} GB "
+                                         "(a table larger than a device, or more than all of them hold): "
+                                         "nothing to train on")
     if args.eval_task_path:
         held_out = set(read_tasks(args.eval_task_path, num_tables=len(configs)))
         seen = [i for i, t in enumerate(tasks) if t in held_out]
@@ -111,6 +115,15 @@ def _load_training_inputs(args):
     bw = args.bw_comm_model or default_comm_model_path(args.ndevices, "bw")
     models = CostModels.from_paths(args.compute_model, fw, bw, args.ndevices)
     return configs, tasks, models, fw, bw
+
+
+def may_fit(tables, ndevices: int, max_mem: float) -> bool:
+    """False when the tables cannot fit `ndevices` devices of `max_mem` GB whatever the plan: one is
+    larger than a device (unsplit, as the learned sharders place them), or all of them exceed all devices."""
+    from neuroshard.learned.policy import element_sizes
+
+    sizes, cap = element_sizes(tables, max_mem)
+    return bool(len(sizes)) and int(sizes.max()) <= cap and int(sizes.sum()) <= ndevices * cap
 
 
 def _oracle(args, models, device: str, ndevices: int):
@@ -132,6 +145,7 @@ def run_training(kind: str, args, cfg, device: str = "cpu") -> dict:
     from neuroshard.formats.io import write_json_atomic
     from neuroshard.planner.simulator import simulate
 
+    check_output_file("--out_path", args.out_path)  # before any training, not after it
     configs, tasks, models, fw, bw = _load_training_inputs(args)
     oracle = _oracle(args, models, device, args.ndevices)
     train_tables = [t.tables(configs) for t in tasks]
@@ -146,6 +160,8 @@ def run_training(kind: str, args, cfg, device: str = "cpu") -> dict:
 
     def checkpoint(step, policy, row):
         rows.append(row)
+        if not oracle.plans:  # a policy that learned from nothing is not written
+            return
         policy.meta["trained_steps"] = step + 1
         policy.save(out)
         write_curve(curve_csv, rows)
@@ -166,6 +182,9 @@ def run_training(kind: str, args, cfg, device: str = "cpu") -> dict:
                                progress=not args.no_progress, on_update=checkpoint, log_every=log_every)
         x = "steps"
     seconds = time.perf_counter() - t0
+    if not oracle.plans:
+        raise NeuroShardError(f"{kind} training measured no plan (every rolled-out plan was out of memory on "
+                              f"{args.ndevices} devices of {args.max_mem:g} GB); nothing written to {out}")
     # the trained policy's greedy plans on the training tasks, in the simulator
     costs = []
     for tables in train_tables:

@@ -321,7 +321,7 @@ class PlanScorer:
         ready = compute + bw
         skew = ready - ready.min(axis=1, keepdims=True)
         fw = self._comm("fw", dims, skew)
-        return bw, fw
+        return _no_tables_no_comm(dims, bw, fw)
 
     # -- the members of an ensemble (one here; see EnsembleScorer)
 
@@ -468,7 +468,7 @@ class EnsembleScorer:
         bw = self._comm("bw", dims, None)
         ready = compute + bw
         fw = self._comm("fw", dims, ready - ready.min(axis=-1, keepdims=True))
-        return bw, fw
+        return _no_tables_no_comm(dims, bw, fw)
 
     def comm(self, dims: np.ndarray, compute: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Backward and forward comm ms [M, n]: the members' means, each member's forward wait from the mean
@@ -477,6 +477,24 @@ class EnsembleScorer:
         bw, fw = self.comm_members(dims, np.broadcast_to(np.asarray(compute, dtype=np.float64),
                                                          (k, *np.shape(compute))))
         return bw.mean(axis=0), fw.mean(axis=0)
+
+
+def _no_tables_no_comm(dims: np.ndarray, bw: np.ndarray, fw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Zero comm ms for the placements [M, n] whose devices hold no table at all (every dim sum 0).
+
+    The comm models were fitted on all-to-alls that carry something and
+    predict a few ms for an empty one; with no table anywhere nothing is
+    sent, so such a placement (the plan of an empty table list) costs 0. A
+    device without tables in a plan with tables still receives its slice of
+    the others' embeddings (and sends their gradients), so its comm is kept:
+    the costs of plans with tables do not change. `bw`, `fw`: [M, n] or [K, M, n].
+    """
+    idle = ~np.asarray(dims).any(axis=-1)
+    if idle.any():
+        bw, fw = bw.copy(), fw.copy()
+        bw[..., idle, :] = 0.0
+        fw[..., idle, :] = 0.0
+    return bw, fw
 
 
 _SCORERS: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()

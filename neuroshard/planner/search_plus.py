@@ -62,13 +62,14 @@ import numpy as np
 
 from neuroshard.checks import check_float, check_int
 from neuroshard.planner.cost_models import require_models
-from neuroshard.planner.registry import ShardingContext, algorithm_names, is_plain, options_for, register
+from neuroshard.planner.registry import (ShardingContext, algorithm_names, is_plain, options_for, register,
+                                         required_option)
 from neuroshard.planner.scorer import single_threaded_blas
 from neuroshard.planner.search import SearchConfig, SearchProblem, beam_search, make_problem
 from neuroshard.planner.simulator import score_placements, simulate
 from neuroshard.planner.uncertainty import cost_samples, robust_cost
 from neuroshard.settings import Settings, setting
-from neuroshard.types import (ConfigError, NeuroShardError, OutOfMemoryError, Plan, ShardTable,
+from neuroshard.types import (ConfigError, InputError, NeuroShardError, OutOfMemoryError, Plan, ShardTable,
                               merge_colocated_halves)
 
 NAME = "neuroshard_plus"
@@ -579,6 +580,11 @@ def search_plus(tables: Sequence[ShardTable], ndevices: int, max_mem: float, mod
     t0 = time.perf_counter()
     plus = plus or PlusConfig()
     baselines = plus.baselines()
+    for alg in baselines:  # a start named explicitly ('auto' names only plain ones) is never skipped silently
+        needs = required_option(alg)
+        if needs and not (options or {}).get(needs):
+            raise ConfigError("--plus_baselines", f"{alg} needs its trained policy: give --{needs} "
+                                                  f"(or leave {alg} out of --plus_baselines)")
     starts: dict[str, Plan] = {}
     with single_threaded_blas():
         prob = make_problem(tables, ndevices, max_mem, models, config)
@@ -594,6 +600,8 @@ def search_plus(tables: Sequence[ShardTable], ndevices: int, max_mem: float, mod
     for alg in baselines:
         try:
             got = shard(tables, ndevices, max_mem, models=models, alg=alg, seed=seed, **options_for(alg, options))
+        except (ConfigError, InputError):  # a bad setting or policy file of a named start: not skipped
+            raise
         except NeuroShardError:  # out of memory, or a sharder that cannot run here
             continue
         starts[alg], base_costs[alg] = got.plan, got.cost_ms

@@ -90,6 +90,15 @@ def export_torchrec_plan(path, tables: Sequence[ShardTable], plan: Plan, names: 
     return write_torchrec_plan(path, sharding_plan, torchrec_plan_json(sharding_plan, plan.ndevices))
 
 
+def check_module_path(name: str, path: str) -> str:
+    """A module path DistributedModelParallel can resolve: Python identifiers joined by dots
+    ('sparse.ebc'), or '' for the model itself; ConfigError otherwise."""
+    if path and not all(part.isidentifier() for part in path.split(".")):
+        raise ConfigError(name, f"{path!r} is not a module path: dot-separated Python identifiers "
+                                "(e.g. 'sparse.ebc'), or '' for the EmbeddingBagCollection itself")
+    return path
+
+
 @dataclass(frozen=True)
 class ExportConfig(Settings):
     """How a plan becomes a TorchRec plan (the flags of tools/shard_tables.py and tools/export_torchrec_plan.py)."""
@@ -106,6 +115,7 @@ class ExportConfig(Settings):
 
     def __post_init__(self):
         check_choice("--torchrec_device", self.torchrec_device, DEVICE_TYPES)
+        check_module_path("--module_path", self.module_path)
         if self.local_world_size is not None:
             check_int("--local_world_size", self.local_world_size, 1)
 
@@ -139,16 +149,24 @@ def plan_tables(data_dir, task_path, tables_path, task: int) -> tuple[list[Shard
     return tables, table_names(tables)
 
 
-def find_record(records: Sequence[PlanRecord], path, task: int, alg: str, num_tables: int) -> PlanRecord:
-    """The plan record of `task` and `alg` in a plans file, for `num_tables` tables; InputError if absent,
-    without a plan, or made for another number of tables."""
+def find_record(records: Sequence[PlanRecord], path, task: int, alg: str, tables: Sequence[ShardTable],
+                what: str = "the tables given", names: Sequence[str] | None = None) -> PlanRecord:
+    """The plan record of `task` and `alg` in a plans file, for `tables` (`what`: the task or table list
+    they come from, in words; `names`: their names, checked against a view that names them); InputError
+    if absent, without a plan, or made for other tables (`formats.plans.check_plan_tables`)."""
+    from neuroshard.formats.plans import check_plan_tables
+
     found = [r for r in records if r.task == task and r.alg == alg]
     if not found:
         have = sorted({r.alg for r in records if r.task == task})
         raise InputError(path, f"no plan of {alg!r} for task {task} (algorithms there: {', '.join(have) or 'none'})")
     if found[0].plan is None:
         raise InputError(path, f"task {task} [{alg}] has no plan ({found[0].status}: {found[0].message})")
-    if found[0].num_tables not in (None, num_tables):
-        raise InputError(path, f"task {task} [{alg}]: the plan is for {found[0].num_tables} tables, "
-                               f"the tables given are {num_tables}")
+    check_plan_tables(found[0], tables, path, what)
+    view = found[0].view
+    if names is not None and isinstance(view, list) and len(view) == len(names):
+        for i, (v, name) in enumerate(zip(view, names)):
+            if isinstance(v, dict) and "name" in v and v["name"] != name:
+                raise InputError(path, f"task {task} [{alg}]: not a plan of {what}: table {i} is {v['name']!r} "
+                                       f"in the plan, {name!r} here (plans made for another table list?)")
     return found[0]

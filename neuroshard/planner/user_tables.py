@@ -15,7 +15,8 @@ from typing import Sequence
 
 from neuroshard.planner.registry import options_for, prepare
 from neuroshard.planner.shard import ShardResult, shard
-from neuroshard.types import PlanRecord, ShardTable, TableConfig, apply_column_steps, column_offsets
+from neuroshard.types import (PlanRecord, ShardTable, TableConfig, apply_column_steps, column_offsets,
+                              task_identity)
 
 
 def user_shard_tables(configs: Sequence[TableConfig]) -> list[ShardTable]:
@@ -67,4 +68,5 @@ def user_plan_record(result: ShardResult, names: Sequence[str]) -> PlanRecord:
     """The plan as a one-task plan record (task 0); its view names each table."""
     view = [{"name": names[v["table"]], **v} for v in result.view]
     return PlanRecord(task=0, alg=result.alg, plan=result.plan, estimate=result.breakdown,
-                      search_ms=result.search_ms, num_tables=len(result.tables), view=view)
+                      search_ms=result.search_ms, num_tables=len(result.tables), view=view,
+                      **task_identity(result.tables))

@@ -84,3 +84,39 @@ def test_plan_file_keeps_tasks_within_max_tasks_and_picks_algorithms(tmp_path):
     want = simulate(TASKS[0].tables(CONFIGS), records[0].plan, hand_models(), 1.0).cost
     assert got[0].estimated_cost == pytest.approx(want) and want != 9.0
     assert json.loads(path.read_text())[0]["estimated_cost"] == 9.0  # the file itself is left as it was
+
+
+def test_plans_carry_their_task_and_are_refused_for_other_tables(tmp_path):
+    """Issue 24: a plan records its task's table ids and dims; the same dims over other tables is refused
+    (the view alone could not tell), and an old file without the keys still loads."""
+    from neuroshard.eval.plans import plan_task
+
+    path = tmp_path / "plans.json"
+    rec = plan_task(1, TASKS[1].tables(CONFIGS), "dim_greedy", 2, 1.0, hand_models())
+    assert (rec.table_ids, rec.dims) == ((4, 1), (8, 8))
+    write_plans(path, [rec])
+    other = EvalInputs(CONFIGS, [TASKS[0], Task((3, 1), (8, 8))], hand_models(), 2)  # same dims, table 3
+    with pytest.raises(InputError, match=r"record 0 \(task 1, dim_greedy\): its tables do not match task 1 of "
+                                         r"t.txt: table 0 is dataset table 4 in the plan, dataset table 3 here"):
+        plans_from_file(path, other, "t.txt", "all", 2, 1.0)
+    got, _ = plans_from_file(path, _inputs(), "tasks.txt", "all", 2, 1.0)
+    assert (got[0].table_ids, got[0].dims) == ((4, 1), (8, 8))
+    # an old file (no identity keys): loads; the view's dims and the table count are still checked
+    raw = json.loads(path.read_text())
+    path.write_text(json.dumps([{k: v for k, v in raw[0].items() if k not in ("table_ids", "dims")}]))
+    got, _ = plans_from_file(path, _inputs(), "tasks.txt", "all", 2, 1.0)
+    assert got[0].plan == rec.plan and (got[0].table_ids, got[0].dims) == ((4, 1), (8, 8))
+    wider = EvalInputs(CONFIGS, [TASKS[0], Task((4, 1), (8, 16))], hand_models(), 2)
+    with pytest.raises(InputError, match="table 1 has dim 8 in the plan, dim 16 here"):
+        plans_from_file(path, wider, "t.txt", "all", 2, 1.0)
+
+
+def test_an_estimate_far_from_the_recorded_one_is_warned_about(capsys):
+    models = hand_models()
+    plan = Plan((), ((0,), (1,)))
+    want = simulate(TASKS[1].tables(CONFIGS), plan, models, 1.0).cost
+    check_plans([PlanRecord(1, "a", plan=plan, estimate=stale(want))], CONFIGS, TASKS, 2, 1.0, models)
+    assert capsys.readouterr().err == ""
+    check_plans([PlanRecord(1, "a", plan=plan, estimate=stale(3 * want))], CONFIGS, TASKS, 2, 1.0, models)
+    err = capsys.readouterr().err
+    assert err.startswith("warning: task 1 [a]: the plan's estimate re-simulated is") and "the file recorded" in err

@@ -30,3 +30,16 @@ def test_user_tables_csv_header_is_checked(tmp_path):
     path = tmp_path / "t.csv"
     path.write_text("name,rows,dims,pooling_factor\na,1,4,1\n")
     expect_error(lambda: read_user_tables(path), path, "missing dim", line=1)
+
+
+def test_an_unknown_column_is_named_in_a_warning(tmp_path, capsys):
+    """Issue 24: a misspelt optional column (here bin0 for bin_0) was dropped without a word."""
+    path = tmp_path / "t.csv"
+    path.write_text("name,rows,dim,pooling_factor,bin0,colour\na,100,8,1,0.5,red\n")
+    user = read_user_tables(path)
+    assert user.names == ["a"]
+    err = capsys.readouterr().err
+    assert "warning: " in err and "ignoring unknown column(s) 'bin0', 'colour'" in err
+    path.write_text("name,rows,dim,pooling_factor\na,100,8,1\n")
+    read_user_tables(path)
+    assert "unknown column" not in capsys.readouterr().err

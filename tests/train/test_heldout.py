@@ -72,3 +72,29 @@ def test_check_needs_half_share_data(tmp_path):
     _write(tmp_path, 0.0)
     with pytest.raises(InputError, match="no --half_share"):
         heldout_check(tmp_path, TrainConfig(epochs=2))
+
+
+def test_check_refuses_a_config_json_that_does_not_describe_the_data(tmp_path):
+    """Issue 24: no `seed` was a KeyError; a `max_dim` of other data gave a MAPE of a wrong split."""
+    _write(tmp_path, 0.67)
+    run = json.loads((tmp_path / "config.json").read_text())
+    for edit, message in (({"seed": None}, "missing 'seed'"), ({"max_dim": 32}, "max_dim 32 does not describe"),
+                          ({"max_dim": 8}, "max_dim 8 does not describe"), ({"seed": "0"}, "'seed' must be an")):
+        bad = {k: v for k, v in {**run, **edit}.items() if v is not None}
+        (tmp_path / "config.json").write_text(json.dumps(bad))
+        with pytest.raises(InputError, match=message):
+            heldout_check(tmp_path, TrainConfig(epochs=2))
+
+
+def test_check_honours_num_samples_and_bounds_folds(tmp_path):
+    from neuroshard.types import ConfigError
+
+    _write(tmp_path, 0.67)
+    res = heldout_check(tmp_path, TrainConfig(epochs=2, num_samples=200, seed=0), folds=2, progress=False)
+    assert sum(res["shards"].values()) == 200
+    with pytest.raises(InputError, match="too few shards per group"):
+        heldout_check(tmp_path, TrainConfig(epochs=2, num_samples=5), folds=2)
+    with pytest.raises(ConfigError, match="--folds: 100000 folds of"):
+        heldout_check(tmp_path, TrainConfig(epochs=2), folds=100000)
+    with pytest.raises(ConfigError, match="--folds: must be >= 2"):
+        heldout_check(tmp_path, TrainConfig(epochs=2), folds=1)
