@@ -188,7 +188,7 @@ def _reference_losses(world: int) -> list[list[float]]:
         for rank in range(world):
             (kjt_a, kjt_b), target = _batch(rank, step)
             loss = ((model(kjt_a, kjt_b) - target) ** 2).mean()
-            out[rank].append(float(loss))
+            out[rank].append(loss.item())
             total = total + loss
         (total / world).backward()
         opt.step()
