@@ -110,12 +110,16 @@ PRESETS = {
     # distinct tables it trains on, not with the number of shards (held-out check, 1,000 shards:
     # unseen / seen MAPE 1.4-1.7x with 150 tables, 1.17-1.20x with 600; 3,000 shards of the 150
     # tables: still 1.6-1.9x).
+    # Within 15 minutes with the sim-to-real steps: 750 compute and 350 comm samples (the on-policy data
+    # adds where plans live), the strongest baselines only (dim_greedy, lookup_greedy and size_greedy lost
+    # to NeuroShard by 14-32% on hardware in every run; `--preset paper` and `--alg all` keep them).
     "quick": Preset("quick", ndevices=4, max_mem=1.0, max_dim=128, num_tables=600, batch_size=4096,
-                    max_rows=1_000_000, num_tasks=20, t_range="10,30", compute_samples=1000, max_tables=10,
-                    comm_samples=500, comm_t_range="10,30", sleep_range="0,50", comm_batch_size=4096, warmup=3,
-                    iters=7, noise_samples=100, epochs=1000, policy_tasks=50, dreamshard_args=(),
-                    autoshard_args=(), eval_tasks=10, eval_warmup=3, eval_iters=7, eval_repeats=2, ensemble=3,
-                    onpolicy_tasks=6),
+                    max_rows=1_000_000, num_tasks=20, t_range="10,30", compute_samples=750, max_tables=10,
+                    comm_samples=350, comm_t_range="10,30", sleep_range="0,50", comm_batch_size=4096, warmup=3,
+                    iters=7, noise_samples=60, epochs=1000, policy_tasks=50, dreamshard_args=(),
+                    autoshard_args=(), eval_tasks=10, eval_warmup=3, eval_iters=5, eval_repeats=2, drift_samples=30,
+                    ensemble=3, onpolicy_tasks=4,
+                    algs="neuroshard,neuroshard_plus,random,size_lookup_greedy,torchrec,dreamshard,autoshard"),
     # The paper's setting on the public dataset and GPUs (DESIGN §2 defaults: 4 GB per GPU,
     # T from 10 to 60, 100 tasks, batch 65536); run once with 4 and once with 8 GPUs.
     "paper": Preset("paper", ndevices=4, max_mem=4.0, max_dim=128, num_tables=856, batch_size=65536,
@@ -129,8 +133,9 @@ PRESETS = {
 # NeuroShard+, the strongest baselines), 40 tasks x 4 interleaved rounds. With
 # paired task and repeat sds of 8% each (assumed: the report prints the measured ones), eval/power.py gives a
 # detectable difference of 4.0% at 95% / 80% power (3% needs ~70 tasks); about 40 minutes on the 2-core machine.
-PRESETS["study"] = replace(PRESETS["quick"], name="study", num_tasks=40, eval_tasks=40, eval_repeats=4,
-                           algs="neuroshard,neuroshard_plus,torchrec,autoshard,size_lookup_greedy")
+PRESETS["study"] = replace(PRESETS["quick"], name="study", num_tasks=40, eval_tasks=40, eval_repeats=4, eval_iters=7,
+                           compute_samples=1000, comm_samples=500, noise_samples=100, drift_samples=50,
+                           onpolicy_tasks=6, algs="neuroshard,neuroshard_plus,torchrec,autoshard,size_lookup_greedy")
 
 
 @dataclass

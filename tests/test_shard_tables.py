@@ -109,3 +109,20 @@ def test_bad_input_as_a_script_and_other_errors(tmp_path, models_dir):
                                             tmp_path / "p.pt"], "would overwrite --out")
     assert_raises_one_line("shard_tables", ["--tables", good, "--alg", "random", "--max_mem", 0.001],
                            "does not fit a device of 0.001 GB")
+
+
+def test_memory_torchrec_counts_what_torchrec_counts(tmp_path):
+    # 16M x 4 fp32 = 256,000,000 B on devices of 0.26 GB (279,172,874 B): the weights fit, TorchRec's count
+    # (weights + buffers, within 90% of the device) does not, and a dim-4 table cannot be split
+    from neuroshard.types import OutOfMemoryError
+
+    tables_csv = write_csv(tmp_path / "tables.csv", ["big,16000000,4,1", "small,1000,8,1"])
+    args = ["--tables", str(tables_csv), "--ndevices", "2", "--max_mem", "0.26", "--alg", "size_greedy"]
+    assert load_tool("shard_tables").main(args + ["--out", str(tmp_path / "w.json")]) == 0
+    with pytest.raises(OutOfMemoryError, match=r"cannot place 2 tables on 2 devices of 0.234 GB each after a 10% "
+                                               r"reservation \(torchrec count\).* the largest \(big\) 0.2"):
+        load_tool("shard_tables").main(args + ["--memory", "torchrec", "--out", str(tmp_path / "t.json")])
+    args[5] = "0.3"  # 322,122,547 B: fits in TorchRec's count too
+    assert load_tool("shard_tables").main(args + ["--memory", "torchrec", "--out", str(tmp_path / "t.json")]) == 0
+    (rec,) = read_plans(tmp_path / "t.json")
+    assert rec.plan.ndevices == 2

@@ -15,6 +15,11 @@ column-wise to its narrowest piece is refused, naming its row. The cost
 models are the pipeline's (`--models_dir`, whose comm models must be for
 `--ndevices`), or the three checkpoints by path; `neuroshard` needs them,
 the other algorithms plan without them (then no estimated ms are shown).
+`--memory torchrec` plans through `NeuroShardPlanner` so that the plan fits
+in what TorchRec's storage estimator counts (weights, input and output
+buffers at the per-rank batch `--batch_size / --ndevices`, TorchRec's 512
+without it, within 90% of `--max_mem`); the default, `weights`, counts the
+fp32 weights.
 
 Prints the plan per device (tables, dim sum, memory, estimated compute,
 comm and total ms) and writes it as a one-task plans file (`--out`; the
@@ -50,6 +55,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--bw_comm_model", default=None, help="backward comm cost model checkpoint")
     p.add_argument("--batch_size", type=int, default=None,
                    help="global training batch, for --alg torchrec (default: 65536, the public dataset's)")
+    p.add_argument("--memory", choices=("weights", "torchrec"), default="weights",
+                   help="what must fit in --max_mem: the fp32 weights (default), or TorchRec's storage count "
+                        "(weights, input/output buffers at the per-rank batch, a 10%% reservation; "
+                        "planned through NeuroShardPlanner)")
     p.add_argument("--seed", type=int, default=0, help="seed of the randomised algorithms (default: 0)")
     p.add_argument("--out", default="shard_plan.json", help="plan file to write (default: shard_plan.json)")
     p.add_argument("--torchrec_out", default=None,
@@ -88,7 +97,10 @@ def main(argv=None) -> int:
                                  "(or --models_dir)")
     models = (CostModels.from_paths(*paths, ndevices) if all(paths) else
               CostModels.load(args.models_dir, ndevices) if args.models_dir else None)
-    result = ut.shard_user_tables(user.configs, ndevices, max_mem, models, args.alg, args.seed, options)
+    if args.memory == "torchrec":
+        result = torchrec_counted(user, ndevices, max_mem, models, args, options)
+    else:
+        result = ut.shard_user_tables(user.configs, ndevices, max_mem, models, args.alg, args.seed, options)
     print(ut.device_table(result, user.names))
     if result.breakdown is not None:
         from neuroshard.planner.extrapolation import warnings
@@ -101,6 +113,37 @@ def main(argv=None) -> int:
         written = export.export(args.torchrec_out, result.tables, result.plan, user.names)
         print(f"wrote the TorchRec plan: {' and '.join(map(str, written))}", file=sys.stderr)
     return 0
+
+
+def torchrec_counted(user, ndevices: int, max_mem: float, models, args, options: dict):
+    """The user's tables planned by NeuroShardPlanner (one EmbeddingBagCollection, a --torchrec_device topology
+    of --max_mem GB per device) so that the plan fits in TorchRec's storage count; its ShardResult."""
+    from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+    from torchrec.distributed.planner import ParameterConstraints
+    from torchrec.distributed.planner.types import PlannerError, Topology
+
+    from neuroshard.planner.registry import options_for
+    from neuroshard.planner.torchrec_planner import NeuroShardPlanner
+    from neuroshard.planner.torchrec_sharder import embedding_bag_collection
+    from neuroshard.planner.user_tables import user_shard_tables
+    from neuroshard.types import OutOfMemoryError
+
+    cap = int(max_mem * 2**30)
+    memory = {"hbm_cap": cap} if args.torchrec_device == "cuda" else {"ddr_cap": cap}
+    topology = Topology(world_size=ndevices, compute_device=args.torchrec_device,
+                        local_world_size=args.local_world_size or ndevices, **memory)
+    constraints = {n: ParameterConstraints(pooling_factors=[c.pooling_factor]) for n, c in zip(user.names, user.configs)}
+    planner = NeuroShardPlanner(topology, batch_size=args.batch_size // ndevices if args.batch_size else None,
+                                constraints=constraints, alg=args.alg, models=models,
+                                table_stats={n: c.bins for n, c in zip(user.names, user.configs)},
+                                seed=args.seed, **{k: v for k, v in options_for(args.alg, options).items()
+                                                   if k != "batch_size"})
+    try:
+        planner.plan(embedding_bag_collection(user_shard_tables(user.configs), user.names),
+                     [EmbeddingBagCollectionSharder()])
+    except PlannerError as e:
+        raise OutOfMemoryError(str(e).strip().splitlines()[0], max_mem=max_mem) from None
+    return planner.last_result
 
 
 if __name__ == "__main__":
