@@ -82,6 +82,9 @@ class Preset:
     onpolicy_tasks: int = 0
     onpolicy_algs: str = "neuroshard,neuroshard_plus,size_lookup_greedy,random"
     plus_lambdas: str = "0,0.5,1"
+    # each on-policy plan measured twice: the repeats tell how much of a rank's noise the plan's ranks share
+    # (eval.power.rank_noise), which the predicted spread needs (planner.uncertainty)
+    onpolicy_repeats: int = 2
     # step 7 (opt-in, --torchrec_train): the plans of the first tasks trained with TorchRec (eval_torchrec.py).
     # Rounds rather than iterations: on the 2-core machine (quick preset, 4 ranks) the median of 20 iterations
     # was known to +-4% while two rounds of the same plan differed by 20%.
@@ -111,14 +114,15 @@ PRESETS = {
     # unseen / seen MAPE 1.4-1.7x with 150 tables, 1.17-1.20x with 600; 3,000 shards of the 150
     # tables: still 1.6-1.9x).
     # Within 15 minutes with the sim-to-real steps: 750 compute and 350 comm samples (the on-policy data
-    # adds where plans live), the strongest baselines only (dim_greedy, lookup_greedy and size_greedy lost
-    # to NeuroShard by 14-32% on hardware in every run; `--preset paper` and `--alg all` keep them).
+    # adds where plans live: 3 training tasks, each plan measured twice), the strongest baselines only
+    # (dim_greedy, lookup_greedy and size_greedy lost to NeuroShard by 14-32% on hardware in every run;
+    # `--preset paper` and `--alg all` keep them).
     "quick": Preset("quick", ndevices=4, max_mem=1.0, max_dim=128, num_tables=600, batch_size=4096,
                     max_rows=1_000_000, num_tasks=20, t_range="10,30", compute_samples=750, max_tables=10,
                     comm_samples=350, comm_t_range="10,30", sleep_range="0,50", comm_batch_size=4096, warmup=3,
                     iters=7, noise_samples=60, epochs=1000, policy_tasks=50, dreamshard_args=(),
                     autoshard_args=(), eval_tasks=10, eval_warmup=3, eval_iters=5, eval_repeats=2, drift_samples=30,
-                    ensemble=3, onpolicy_tasks=4,
+                    ensemble=3, onpolicy_tasks=3,
                     algs="neuroshard,neuroshard_plus,random,size_lookup_greedy,torchrec,dreamshard,autoshard"),
     # The paper's setting on the public dataset and GPUs (DESIGN §2 defaults: 4 GB per GPU,
     # T from 10 to 60, 100 tasks, batch 65536); run once with 4 and once with 8 GPUs.
@@ -246,8 +250,8 @@ def build_steps(p: Preset, out: Path, data: str | None, gpu_devices: str | None,
                   "--eval_task_path", str(tasks / "data.txt"), *random_models, "--alg", p.onpolicy_algs,
                   "--plus_lambdas", p.plus_lambdas, "--max_tasks", str(p.onpolicy_tasks), "--ndevices", str(n),
                   "--max_mem", str(p.max_mem), "--max_dim", str(p.max_dim), "--out_dir", str(plan_data),
-                  "--warmup", str(p.eval_warmup), "--iters", str(p.eval_iters), *s, *dev, "--quiet",
-                  "--no_progress"],
+                  "--warmup", str(p.eval_warmup), "--iters", str(p.eval_iters),
+                  "--repeats", str(p.onpolicy_repeats), *s, *dev, "--quiet", "--no_progress"],
                  [plan_data / "compute" / "data.txt", plan_data / "comm" / "data.txt", plan_data / "lambda.json"]),
             Step("4g", "compute cost model, random + on-policy data",
                  ["train_compute_cost_model.py", "--data_dir", str(cdata), "--plan_data_dir",

@@ -80,10 +80,16 @@ def test_tiny_pipeline_writes_every_artifact_and_skips_on_rerun(tmp_path):
     assert lam["lambdas"] == [0.0, 1.0] and lam["tasks"] == 2 and lam["chosen"] in (0.0, 1.0)
     assert f"--plus_lambda {lam['chosen']:g}" in r.stdout
     assert (out / "plan_data" / "compute" / "data.txt").stat().st_size > 0
+    # each on-policy plan measured twice: how much of a rank's noise the ranks share, kept by the fw model
+    rank_noise = json.loads((out / "plan_data" / "comm" / "config.json").read_text())["rank_noise"]
+    assert rank_noise["plans"] > 0 and rank_noise["independent_sd"] >= 0 and rank_noise["common_sd"] >= 0
+    fw_ckpt = torch.load(out / "models" / "onpolicy" / "comm_2_fw.pt", weights_only=False)
+    assert fw_ckpt["extra"]["rank_noise"] == rank_noise
     assert f"--compute_model {out / 'models' / 'onpolicy' / 'compute.pt'}" in r.stdout
     err = json.loads((out / "hw" / "model_error.json").read_text())["accuracy"]
     assert set(err) == {"random", "onpolicy"} and err["onpolicy"]["plans"] == len(measured)
     assert "## On-policy cost data" in report and "Calibration:" in report
+    assert "Within a plan the ranks move together" in report
 
     again = _driver(out)
     assert again.returncode == 0, again.stderr[-2000:]

@@ -14,7 +14,10 @@ measured plan into cost data in the formats of the random collections:
   augmented table list of the random compute data (the same
   `table_configs.json`), so the two train one model together;
 * every repeat's exchange: a comm sample `dims sleeps fw bw`, the sleeps
-  being the start delays the forward exchange ran with (the measured skew).
+  being the start delays the forward exchange ran with (the measured skew);
+* with 2 or more repeats, how one measurement's noise of a rank's total splits
+  into the rank's own and the part shared by the plan's ranks
+  (`eval.power.rank_noise`, "rank_noise" in the comm data's config.json).
 
 NeuroShard+ may be planned with several values of its robust objective's
 `plus_lambda` (records labelled `neuroshard_plus[lambda=x]`); the value whose
@@ -151,7 +154,13 @@ def collect(inputs, algs: Sequence[str], lambdas: Sequence[float], options: dict
     provenance = {"source": "plans of training tasks", "task_path": str(task_path), "algorithms": labels,
                   "plans": sum(r.measured is not None for r in results), "repeats": cfg.repeats, "max_dim": max_dim}
     write_json_atomic(out / "compute" / "config.json", {**provenance, "samples": len(compute)})
-    write_json_atomic(out / "comm" / "config.json", {**provenance, "samples": len(comm)})
+    # how the ranks' noise splits into their own and the plan's (needs repeats): the predicted spread's
+    # `shared` (planner.uncertainty), recorded by the comm models trained on this data
+    from neuroshard.eval.summary import measured_rank_noise
+
+    noise = measured_rank_noise(results) if cfg.repeats >= 2 else None
+    write_json_atomic(out / "comm" / "config.json", {**provenance, "samples": len(comm),
+                                                     **({"rank_noise": noise} if noise else {})})
     written = {"compute_samples": len(compute), "comm_samples": len(comm), "plans": provenance["plans"],
                "compute_dir": str(out / "compute"), "comm_dir": str(out / "comm")}
     chosen = choose_lambda(summary)

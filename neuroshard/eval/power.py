@@ -99,3 +99,37 @@ def plan_repeat_noise(costs: Sequence[Sequence[float]]) -> dict | None:
     repeats = min(n for _, _, n in pairs)
     return {"plans": len(pairs), "mean": float(diff.mean()), "median": float(np.median(diff)), "repeats": repeats,
             "mape_floor": float(diff.mean() / math.sqrt(2 * repeats))}
+
+
+def rank_noise(totals: Sequence[Sequence[Sequence[float]]]) -> dict | None:
+    """How one measurement of a rank's total splits into noise of its own and noise shared with the plan's
+    other ranks, from plans measured at least twice: `totals[plan][repeat][rank]` (ms).
+
+    For each plan the log ratios of its first two measurements, ``l[r] = log(t1[r] / t2[r])``, have a mean
+    ``c`` (what moved every rank) and deviations ``l[r] - c`` (what moved one rank). With one measurement's
+    log noise ``common + own[r]`` (sds `common_sd`, `independent_sd`), a ratio holds the difference of two
+    measurements (twice the variance), so
+
+        independent_sd**2 = sum (l[r] - c)**2 / sum (ranks - 1) / 2
+        common_sd**2      = (mean c**2 - mean 2 independent_sd**2 / ranks) / 2   (0 when negative)
+
+    Both are relative sds of one measurement (fractions); None without a plan of 2 or more ranks measured
+    twice. The predicted spread of `planner.uncertainty` draws every rank's noise independently: the share of
+    it that is shared is what it cannot see."""
+    logs = []
+    for plan in totals:
+        if len(plan) < 2 or len(plan[0]) < 2 or len(plan[0]) != len(plan[1]):
+            continue
+        a, b = np.asarray(plan[0], dtype=np.float64), np.asarray(plan[1], dtype=np.float64)
+        if (a <= 0).any() or (b <= 0).any():
+            continue
+        logs.append(np.log(a / b))
+    if not logs:
+        return None
+    dev2 = sum(float(((lr - lr.mean()) ** 2).sum()) for lr in logs)
+    dof = sum(len(lr) - 1 for lr in logs)
+    independent_var = dev2 / dof / 2
+    c2 = float(np.mean([lr.mean() ** 2 for lr in logs]))
+    shared = float(np.mean([2 * independent_var / len(lr) for lr in logs]))
+    return {"plans": len(logs), "independent_sd": math.sqrt(independent_var),
+            "common_sd": math.sqrt(max(0.0, (c2 - shared) / 2))}

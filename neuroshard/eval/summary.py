@@ -17,7 +17,7 @@ from typing import Sequence
 import numpy as np
 
 from neuroshard.eval.intervals import Interval, exceeds_repeat_noise, mean_interval, paired_difference, verdict
-from neuroshard.eval.power import Components, components, plan_repeat_noise
+from neuroshard.eval.power import Components, components, plan_repeat_noise, rank_noise
 from neuroshard.types import PlanRecord
 
 REFERENCE_ALG = "neuroshard"
@@ -167,6 +167,8 @@ class Accuracy:
     # the MAPE of the expected measured cost (the mean of the predicted distribution, `CostSpread.mean`: the
     # expected maximum of the ranks' noisy totals) instead of the point estimate; None without spreads
     mape_expected: float | None = None
+    # power.rank_noise: one measurement of a rank's total, its own noise and the noise shared by the plan's ranks
+    rank_noise: dict | None = None
 
     def to_json(self) -> dict:
         d = {k: getattr(self, k) for k in ("cost", "plans", "mape", "spearman", "pair_agreement", "pairs",
@@ -177,7 +179,7 @@ class Accuracy:
                      pairs_beyond_noise=self.pairs_beyond_noise,
                      pair_agreement_beyond_noise=self.pair_agreement_beyond_noise, repeat_noise=self.repeat_noise,
                      calibration=self.calibration, calibration_n=self.calibration_n,
-                     mape_expected=self.mape_expected)
+                     mape_expected=self.mape_expected, rank_noise=self.rank_noise)
         return d
 
     @classmethod
@@ -187,7 +189,8 @@ class Accuracy:
         return cls(d["cost"], d["plans"], d.get("mape"), d.get("spearman"), d.get("pair_agreement"), d.get("pairs", 0),
                    d.get("pairs_tied", 0), parts, d.get("mean_estimated"), d.get("mean_measured"),
                    d.get("pairs_beyond_noise"), d.get("pair_agreement_beyond_noise"), d.get("repeat_noise"),
-                   d.get("calibration"), d.get("calibration_n", 0), d.get("mape_expected"))
+                   d.get("calibration"), d.get("calibration_n", 0), d.get("mape_expected"),
+                   d.get("rank_noise"))
 
 
 @dataclass
@@ -367,6 +370,12 @@ def band_coverage(records: Sequence[PlanRecord]) -> tuple[float | None, int]:
     return (inside / n if n else None), n
 
 
+def measured_rank_noise(records: Sequence[PlanRecord]) -> dict | None:
+    """`power.rank_noise` of the measured records' repeats (each rank's total: compute + bw + fw)."""
+    return rank_noise([[[c + b + f for c, b, f in zip(p.compute, p.bw_comm, p.fw_comm)] for p in r.measured.repeats]
+                       for r in records if r.measured is not None and r.measured.repeats])
+
+
 def simulator_accuracy(records: Sequence[PlanRecord], cost_key: str = "cost") -> Accuracy:
     """How well the simulator's estimates match the hardware, over every measured plan.
 
@@ -402,6 +411,7 @@ def simulator_accuracy(records: Sequence[PlanRecord], cost_key: str = "cost") ->
                 pm_ = regression_metrics(pe, pm)
                 out.parts[part] = PartAccuracy(_finite(pm_["mape"]), _finite(pm_["spearman"]), pm_["n"])
         out.calibration, out.calibration_n = band_coverage(done)
+        out.rank_noise = measured_rank_noise(done)
         spread = [r for r in done if r.estimate.spread is not None]
         if spread:
             out.mape_expected = _finite(regression_metrics([r.estimate.spread.mean for r in spread],

@@ -189,3 +189,25 @@ def read_noise_floor(data_dir, target: str, path=None, stat: str = "fresh_vs_sto
         raise InputError(path, f"no {_NOISE_STATS[stat]} for {target!r} (expected \"targets\": "
                                f"{{\"{target}\": {{\"{stat}\": {{\"median\", \"mean\", \"n\"}}}}}})") from None
     return stats
+
+
+def read_rank_noise(data_dir) -> dict | None:
+    """The "rank_noise" of on-policy comm data (`<data_dir>/config.json`, `eval.onpolicy`: one measurement's
+    sds of a rank's total, its own and shared with the plan's ranks), or None when the file or the key is
+    absent (data measured once per plan)."""
+    path = Path(data_dir) / "config.json"
+    if not path.exists():
+        return None
+    config = load_json(path)
+    noise = config.get("rank_noise") if isinstance(config, dict) else None
+    if noise is None:
+        return None
+    try:
+        sds = [float(noise[k]) for k in ("independent_sd", "common_sd")]
+        plans = noise["plans"]
+        if not all(0.0 <= x < 10.0 for x in sds) or not isinstance(plans, int) or plans < 1:
+            raise ValueError
+    except (KeyError, TypeError, ValueError):
+        raise InputError(path, f"\"rank_noise\" must hold \"plans\" >= 1 and finite sds \"independent_sd\", "
+                               f"\"common_sd\" >= 0, got {show_value(noise)}") from None
+    return {"plans": plans, "independent_sd": sds[0], "common_sd": sds[1]}

@@ -46,8 +46,9 @@ class CostModels:
     @property
     def noise_model(self):
         """The relative noise of one measurement of each part (`uncertainty.NoiseModel`): `noise` if given,
-        else from the noise floors the checkpoints recorded when they were trained (0 for a part without)."""
-        from neuroshard.planner.uncertainty import NoiseModel, sd_from_noise_floor
+        else from the noise floors the checkpoints recorded when they were trained (0 for a part without), and
+        the share the plan's ranks have in common from the forward model's on-policy "rank_noise" (0 without)."""
+        from neuroshard.planner.uncertainty import NoiseModel, sd_from_noise_floor, shared_share
 
         if self.noise is not None:
             return self.noise
@@ -56,7 +57,9 @@ class CostModels:
             nf = (getattr(model, "checkpoint_extra", None) or {}).get("noise_floor")
             return sd_from_noise_floor(nf["mean"]) if nf else 0.0
 
-        return NoiseModel(floor(self.compute), floor(self.bw), floor(self.fw))
+        rn = (getattr(self.fw, "checkpoint_extra", None) or {}).get("rank_noise")
+        shared = shared_share(rn["independent_sd"], rn["common_sd"]) if rn else 0.0
+        return NoiseModel(floor(self.compute), floor(self.bw), floor(self.fw), shared)
 
     @classmethod
     def load(cls, models_dir, ndevices: int) -> "CostModels":
@@ -172,6 +175,11 @@ def load_model(path):
         models.append(model.eval())
     model = models[0] if len(models) == 1 else nets.CostEnsemble(models).eval()
     model.checkpoint_extra = ckpt.get("extra") if isinstance(ckpt.get("extra"), dict) else {}
+    rn = model.checkpoint_extra.get("rank_noise")
+    if rn is not None and not (isinstance(rn, dict) and all(
+            isinstance(rn.get(k), (int, float)) and 0.0 <= rn[k] < 10.0 for k in ("independent_sd", "common_sd"))):
+        raise InputError(path, f"malformed checkpoint: \"rank_noise\" must hold sds \"independent_sd\" and "
+                               f"\"common_sd\" in [0, 10), got {rn!r}")
     return model
 
 

@@ -16,7 +16,14 @@ one for a single model) and `SAMPLES` fixed standard normal draws z (seeded:
 the same draws for every plan, so costs compare without sampling noise),
 where sd[k, r] combines the per-part noise of one measurement, each part's
 relative sd times that part (`NoiseModel`, from the noise floors measured
-when the cost data was collected). Their mean is the expected measured cost,
+when the cost data was collected). Ranks measured together do not draw their
+noise independently: the forward exchange waits for the slowest rank and a
+slow spell of the machine slows them all, so a share `shared` of each rank's
+noise variance is common to the plan's ranks (z[s, r] is then
+sqrt(1 - shared) x its own draw + sqrt(shared) x one draw of the sample),
+which leaves each rank's sd as it is, widens the band and raises the
+expected maximum less. `shared` comes from plans measured twice on training
+tasks (`eval.power.rank_noise`; 0, independent ranks, without them). Their mean is the expected measured cost,
 their sd the spread, their 10% and 90% quantiles the predicted 80% band. With
 one model and no noise every sample is the point estimate.
 """
@@ -42,6 +49,19 @@ def normals(n: int) -> np.ndarray:
     return _NORMALS[n]
 
 
+def shared_normals() -> np.ndarray:
+    """The fixed standard normal draw [SAMPLES] that every rank of a sample shares (independent of `normals`)."""
+    if -1 not in _NORMALS:
+        _NORMALS[-1] = np.random.default_rng([_SEED, 0, 1]).standard_normal(SAMPLES)
+    return _NORMALS[-1]
+
+
+def shared_share(independent_sd: float, common_sd: float) -> float:
+    """The share of a rank's noise variance common to the plan's ranks, from `eval.power.rank_noise`'s sds."""
+    total = independent_sd ** 2 + common_sd ** 2
+    return float(common_sd ** 2 / total) if total > 0 else 0.0
+
+
 def sd_from_noise_floor(mean_abs_rel_diff: float) -> float:
     """The relative sd of one measurement from a noise floor's mean |fresh - recorded| / recorded: the
     difference of two measurements with sd s has mean absolute value 2 s / sqrt(pi)."""
@@ -50,11 +70,13 @@ def sd_from_noise_floor(mean_abs_rel_diff: float) -> float:
 
 @dataclass(frozen=True)
 class NoiseModel:
-    """The relative sd of one measurement of a rank's compute, backward and forward comm (fractions)."""
+    """The relative sd of one measurement of a rank's compute, backward and forward comm (fractions), and the
+    share of that noise's variance the plan's ranks have in common (`shared`, 0..1)."""
 
     compute: float = 0.0
     bw: float = 0.0
     fw: float = 0.0
+    shared: float = 0.0
 
     @property
     def zero(self) -> bool:
@@ -75,6 +97,8 @@ def cost_samples(compute: np.ndarray, bw: np.ndarray, fw: np.ndarray, noise: Noi
         return total.max(axis=-1).T
     sd = np.sqrt((noise.compute * compute) ** 2 + (noise.bw * bw) ** 2 + (noise.fw * fw) ** 2)
     z = normals(total.shape[-1])
+    if noise.shared:
+        z = math.sqrt(1.0 - noise.shared) * z + math.sqrt(noise.shared) * shared_normals()[:, None]
     k, m, n = total.shape
     draws = (total[:, :, None, :] + sd[:, :, None, :] * z[None, None]).max(axis=-1)  # [K, M, S]
     return draws.transpose(1, 0, 2).reshape(m, k * len(z))

@@ -14,7 +14,7 @@ from typing import Sequence
 import torch
 
 from neuroshard.checks import check_output_file
-from neuroshard.formats.cost_data import DATA_TXT, CommSample, read_comm_data, read_noise_floor
+from neuroshard.formats.cost_data import DATA_TXT, CommSample, read_comm_data, read_noise_floor, read_rank_noise
 from neuroshard.planner.extrapolation import comm_ranges
 from neuroshard.planner.nets import CommCostModel
 from neuroshard.train.loop import TrainConfig, save_trained, train_ensemble
@@ -77,8 +77,13 @@ def train_comm_models(data_dir, cfg: TrainConfig, fw_out_path=None, bw_out_path=
     paths = {"fw": fw_out_path or f"models/comm_{n}_fw.pt", "bw": bw_out_path or f"models/comm_{n}_bw.pt"}
     for kind in KINDS:
         check_output_file(f"--{kind}_out_path", paths[kind])
+    extra = None
+    if plan_data_dir is not None:
+        extra = {"plan_data_dir": str(plan_data_dir), "plan_samples": len(plan_samples)}
+        rank_noise = read_rank_noise(plan_data_dir)  # plans measured twice: how much noise the ranks share
+        if rank_noise is not None:
+            extra["rank_noise"] = rank_noise
     out = {kind: train_comm_model(samples, kind, cfg, paths[kind], data_dir, wait_term=fw_wait and kind == "fw",
-                                  progress=progress, extra=None if plan_data_dir is None else
-                                  {"plan_data_dir": str(plan_data_dir), "plan_samples": len(plan_samples)})
+                                  progress=progress, extra=extra)
            for kind in KINDS}
     return out

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from neuroshard.eval.power import components, min_detectable, plan_repeat_noise, tasks_needed, z_sum
+from neuroshard.eval.power import components, min_detectable, plan_repeat_noise, rank_noise, tasks_needed, z_sum
 
 
 def test_z_sum_is_the_textbook_two_point_eight():
@@ -41,3 +41,23 @@ def test_plan_repeat_noise_by_hand():
     assert noise["mean"] == pytest.approx((2 / 11) / 2) and noise["median"] == pytest.approx((2 / 11) / 2)
     assert noise["mape_floor"] == pytest.approx((2 / 11) / 2 / 2)  # / sqrt(2 * 2)
     assert plan_repeat_noise([[1.0], [2.0]]) is None
+
+
+def test_rank_noise_by_hand():
+    e = math.exp
+    # plan A: log ratios (0.1, -0.1), mean 0; plan B: (0.3, 0.1), mean 0.2; deviations +-0.1 in both
+    # independent: (0.01 + 0.01 + 0.01 + 0.01) / (1 + 1) / 2 = 0.01 -> 0.1
+    # common: (mean(0, 0.04) - 2 * 0.01 / 2) / 2 = (0.02 - 0.01) / 2 = 0.005
+    plans = [[[e(0.1), e(-0.1)], [1.0, 1.0]],
+             [[2 * e(0.3), 3 * e(0.1)], [2.0, 3.0], [9.0, 9.0]],  # a third measurement is not used
+             [[5.0, 5.0]],  # measured once: says nothing
+             [[4.0], [5.0]]]  # one rank: nothing to split
+    noise = rank_noise(plans)
+    assert noise["plans"] == 2
+    assert noise["independent_sd"] == pytest.approx(0.1)
+    assert noise["common_sd"] == pytest.approx(math.sqrt(0.005))
+    # ranks that move only together: no noise of their own
+    together = rank_noise([[[1.1, 2.2, 3.3], [1.0, 2.0, 3.0]], [[1.0, 2.0, 3.0], [1.1, 2.2, 3.3]]])
+    assert together["independent_sd"] == pytest.approx(0.0, abs=1e-12)
+    assert together["common_sd"] == pytest.approx(math.log(1.1) / math.sqrt(2))
+    assert rank_noise([[[1.0, 2.0]]]) is None

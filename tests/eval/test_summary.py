@@ -27,3 +27,27 @@ def test_the_expected_cost_mape_uses_the_predicted_distributions_mean():
     assert abs(acc.mape - 1 / 11) < 1e-9 and acc.mape_expected == 0.0
     assert (acc.calibration, acc.calibration_n) == (1.0, 2)
     assert simulator_accuracy([record([11.0], None)]).mape_expected is None
+
+
+def test_rank_noise_reads_each_repeats_rank_totals_and_reaches_the_report():
+    import math
+
+    from neuroshard.eval.report import accuracy_table
+    from neuroshard.eval.summary import Accuracy, simulator_accuracy
+    from neuroshard.types import RepeatParts
+
+    # two ranks; totals (compute + bw + fw) 11, 9 then 10, 10: log ratios log 1.1, log 0.9
+    reps = [RepeatParts([9.0, 7.0], [1.0, 1.0], [1.0, 1.0]), RepeatParts([8.0, 8.0], [1.0, 1.0], [1.0, 1.0])]
+    measured = CostBreakdown([8.5, 7.5], [1.0, 1.0], [1.0, 1.0], repeats=reps)
+    rec = PlanRecord(task=0, alg="a", plan=Plan((), ((0,), (1,))), estimate=CostBreakdown([8.0, 8.0], [1.0] * 2,
+                     [1.0] * 2), measured=measured, repeat_costs=[11.0, 10.0])
+    acc = simulator_accuracy([rec])
+    lr = [math.log(1.1), math.log(0.9)]
+    c = sum(lr) / 2
+    ind2 = sum((x - c) ** 2 for x in lr) / 1 / 2
+    assert acc.rank_noise["plans"] == 1
+    assert abs(acc.rank_noise["independent_sd"] - math.sqrt(ind2)) < 1e-12
+    assert abs(acc.rank_noise["common_sd"] - math.sqrt(max(0.0, (c * c - 2 * ind2 / 2) / 2))) < 1e-12
+    assert Accuracy.from_json(acc.to_json()).rank_noise == acc.rank_noise
+    text = accuracy_table(acc)
+    assert f"varies by {100 * math.sqrt(ind2):.1f}% on its own" in text

@@ -11,7 +11,7 @@ from neuroshard.planner.scorer import get_scorer
 from neuroshard.planner.search_plus import PlusConfig, _Objective, search_plus
 from neuroshard.planner.simulator import simulate
 from neuroshard.planner.uncertainty import (NO_NOISE, NoiseModel, cost_samples, normals, robust_cost,
-                                            sd_from_noise_floor, spread)
+                                            sd_from_noise_floor, shared_normals, shared_share, spread)
 from neuroshard.types import Plan
 from tests.planner.test_scorer import hand_ensemble
 from tests.planner.test_simulator import hand_models, tables_of
@@ -31,6 +31,22 @@ def test_samples_without_noise_are_each_members_plan_cost():
     one = np.array([[[10.0]]])
     s = cost_samples(one, np.zeros_like(one), np.zeros_like(one), NoiseModel(compute=0.1))
     np.testing.assert_allclose(s[0], 10.0 + 1.0 * normals(1)[:, 0])
+
+
+def test_shared_noise_moves_the_ranks_together():
+    two = np.array([[[10.0, 10.0]]])  # [K=1, M=1, n=2]: two equal ranks, compute sd 1 ms
+    zero = np.zeros_like(two)
+    # all of it shared: both ranks draw the same z, so the maximum is one rank's draw
+    together = cost_samples(two, zero, zero, NoiseModel(compute=0.1, shared=1.0))
+    np.testing.assert_allclose(together[0], 10.0 + shared_normals())
+    # half shared: each rank's z is sqrt(1/2) (own + shared), the sd of a rank unchanged
+    half = cost_samples(two, zero, zero, NoiseModel(compute=0.1, shared=0.5))
+    z = math.sqrt(0.5) * (normals(2) + shared_normals()[:, None])
+    np.testing.assert_allclose(half[0], 10.0 + z.max(axis=1))
+    # independent ranks raise the expected maximum more than shared ones
+    apart = cost_samples(two, zero, zero, NoiseModel(compute=0.1))
+    assert apart.mean() > half.mean() > together.mean()  # 10.60 > 10.54 > 10.16 with the fixed draws
+    assert shared_share(0.01, 0.03) == pytest.approx(0.9) and shared_share(0.0, 0.0) == 0.0
 
 
 def test_spread_and_the_robust_objective_by_hand():

@@ -106,3 +106,47 @@ def test_cli_trains_both_models(tmp_path):
     assert (tmp_path / "models" / "comm_2_fw.pt").exists()
     assert (tmp_path / "models" / "comm_2_bw_metrics.json").exists()
     assert torch.load(tmp_path / "models" / "comm_2_bw.pt", weights_only=True)["ndevices"] == 2
+
+
+def test_on_policy_rank_noise_reaches_the_checkpoint_and_the_predicted_spread(tmp_path, one_thread):
+    from neuroshard.planner.cost_models import CostModels
+
+    data, plan = tmp_path / "comm", tmp_path / "plan_comm"
+    write_comm_data(data, synthetic_samples(60, ndevices=2))
+    write_comm_data(plan, synthetic_samples(6, ndevices=2))
+    (plan / "config.json").write_text(json.dumps({"rank_noise": {"plans": 4, "independent_sd": 0.01,
+                                                                 "common_sd": 0.03}}))
+    fw, bw = tmp_path / "m" / "comm_2_fw.pt", tmp_path / "m" / "comm_2_bw.pt"
+    train_comm_models(data, TrainConfig(epochs=2, seed=0), fw, bw, progress=False, plan_data_dir=plan)
+    fw_model = load_comm_model(fw, 2, "fw")
+    assert fw_model.checkpoint_extra["rank_noise"] == {"plans": 4, "independent_sd": 0.01, "common_sd": 0.03}
+    # 0.03^2 / (0.01^2 + 0.03^2) = 0.9 of a rank's noise variance is shared by the plan's ranks
+    assert CostModels(None, fw_model, load_comm_model(bw, 2, "bw")).noise_model.shared == pytest.approx(0.9)
+    # without on-policy repeats nothing is shared
+    train_comm_models(data, TrainConfig(epochs=2, seed=0), fw, bw, progress=False)
+    assert CostModels(None, load_comm_model(fw, 2, "fw"), load_comm_model(bw, 2, "bw")).noise_model.shared == 0.0
+
+
+def test_malformed_rank_noise_is_an_input_error(tmp_path):
+    import torch
+
+    from neuroshard.formats.cost_data import read_rank_noise
+
+    plan = tmp_path / "plan_comm"
+    plan.mkdir()
+    (plan / "config.json").write_text(json.dumps({"rank_noise": {"plans": 4, "independent_sd": -1,
+                                                                 "common_sd": 0.03}}))
+    with pytest.raises(InputError, match=r"config.json: \"rank_noise\" must hold"):
+        read_rank_noise(plan)
+    (plan / "config.json").write_text(json.dumps({"samples": 3}))
+    assert read_rank_noise(plan) is None and read_rank_noise(tmp_path / "nowhere") is None
+    # a checkpoint whose rank_noise is not two sds
+    data = tmp_path / "comm"
+    write_comm_data(data, synthetic_samples(30, ndevices=2))
+    fw, bw = tmp_path / "fw.pt", tmp_path / "bw.pt"
+    train_comm_models(data, TrainConfig(epochs=1, seed=0), fw, bw, progress=False)
+    ckpt = torch.load(fw, weights_only=False)
+    ckpt["extra"]["rank_noise"] = {"independent_sd": "x"}
+    torch.save(ckpt, fw)
+    with pytest.raises(InputError, match="malformed checkpoint: \"rank_noise\" must hold sds"):
+        load_comm_model(fw, 2, "fw")
