@@ -114,7 +114,8 @@ PRESETS = {
     # unseen / seen MAPE 1.4-1.7x with 150 tables, 1.17-1.20x with 600; 3,000 shards of the 150
     # tables: still 1.6-1.9x).
     # Within 15 minutes with the sim-to-real steps: 750 compute and 350 comm samples (the on-policy data
-    # adds where plans live: 3 training tasks, each plan measured twice), the strongest baselines only
+    # adds where plans live: 2 training tasks, each plan measured twice; 3 took make demo to 16.2 min on a
+    # slow day), the strongest baselines only
     # (dim_greedy, lookup_greedy and size_greedy lost to NeuroShard by 14-32% on hardware in every run;
     # `--preset paper` and `--alg all` keep them).
     "quick": Preset("quick", ndevices=4, max_mem=1.0, max_dim=128, num_tables=600, batch_size=4096,
@@ -122,7 +123,7 @@ PRESETS = {
                     comm_samples=350, comm_t_range="10,30", sleep_range="0,50", comm_batch_size=4096, warmup=3,
                     iters=7, noise_samples=60, epochs=1000, policy_tasks=50, dreamshard_args=(),
                     autoshard_args=(), eval_tasks=10, eval_warmup=3, eval_iters=5, eval_repeats=2, drift_samples=30,
-                    ensemble=3, onpolicy_tasks=3,
+                    ensemble=3, onpolicy_tasks=2,
                     algs="neuroshard,neuroshard_plus,random,size_lookup_greedy,torchrec,dreamshard,autoshard"),
     # The paper's setting on the public dataset and GPUs (DESIGN §2 defaults: 4 GB per GPU,
     # T from 10 to 60, 100 tasks, batch 65536); run once with 4 and once with 8 GPUs.
