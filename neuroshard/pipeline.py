@@ -113,18 +113,19 @@ PRESETS = {
     # distinct tables it trains on, not with the number of shards (held-out check, 1,000 shards:
     # unseen / seen MAPE 1.4-1.7x with 150 tables, 1.17-1.20x with 600; 3,000 shards of the 150
     # tables: still 1.6-1.9x).
-    # Within 15 minutes with the sim-to-real steps: 750 compute and 350 comm samples (the on-policy data
-    # adds where plans live: 2 training tasks, each plan measured twice; 3 took make demo to 16.2 min on a
-    # slow day), the strongest baselines only
-    # (dim_greedy, lookup_greedy and size_greedy lost to NeuroShard by 14-32% on hardware in every run;
-    # `--preset paper` and `--alg all` keep them).
+    # Within 15 minutes with the sim-to-real steps, on a slow day too (one at 750/350 samples, 60 + 30
+    # noise and drift samples, random among the algorithms and 3 on-policy tasks took 16.2 min, 15.7 min
+    # with 2; the same steps took 13 min on a quiet day): 650 compute and 300 comm samples (the on-policy
+    # data adds where plans live: 2 training tasks, each plan measured twice), the strongest baselines only
+    # (dim_greedy, lookup_greedy and size_greedy lost to NeuroShard by 14-32% on hardware in every run, random
+    # by 20-32%; `--preset paper` and `--alg all` keep them).
     "quick": Preset("quick", ndevices=4, max_mem=1.0, max_dim=128, num_tables=600, batch_size=4096,
-                    max_rows=1_000_000, num_tasks=20, t_range="10,30", compute_samples=750, max_tables=10,
-                    comm_samples=350, comm_t_range="10,30", sleep_range="0,50", comm_batch_size=4096, warmup=3,
-                    iters=7, noise_samples=60, epochs=1000, policy_tasks=50, dreamshard_args=(),
-                    autoshard_args=(), eval_tasks=10, eval_warmup=3, eval_iters=5, eval_repeats=2, drift_samples=30,
+                    max_rows=1_000_000, num_tasks=20, t_range="10,30", compute_samples=650, max_tables=10,
+                    comm_samples=300, comm_t_range="10,30", sleep_range="0,50", comm_batch_size=4096, warmup=3,
+                    iters=7, noise_samples=40, epochs=1000, policy_tasks=50, dreamshard_args=(),
+                    autoshard_args=(), eval_tasks=10, eval_warmup=3, eval_iters=5, eval_repeats=2, drift_samples=20,
                     ensemble=3, onpolicy_tasks=2,
-                    algs="neuroshard,neuroshard_plus,random,size_lookup_greedy,torchrec,dreamshard,autoshard"),
+                    algs="neuroshard,neuroshard_plus,size_lookup_greedy,torchrec,dreamshard,autoshard"),
     # The paper's setting on the public dataset and GPUs (DESIGN §2 defaults: 4 GB per GPU,
     # T from 10 to 60, 100 tasks, batch 65536); run once with 4 and once with 8 GPUs.
     "paper": Preset("paper", ndevices=4, max_mem=4.0, max_dim=128, num_tables=856, batch_size=65536,
