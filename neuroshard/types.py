@@ -425,6 +425,39 @@ class CostSpread:
         return cls(float(d["mean"]), float(d["sd"]), float(d["q10"]), float(d["q90"]), int(d["samples"]))
 
 
+@dataclass(frozen=True)
+class RankNoise:
+    """How one measurement of a rank's total splits into noise of its own and noise shared by the plan's
+    ranks (relative sds, fractions; `eval.power.rank_noise`, from `plans` plans measured twice)."""
+
+    plans: int
+    independent_sd: float
+    common_sd: float
+
+    @property
+    def shared(self) -> float:
+        """The share of a rank's noise variance the plan's ranks have in common (`uncertainty.NoiseModel`)."""
+        total = self.independent_sd ** 2 + self.common_sd ** 2
+        return self.common_sd ** 2 / total if total > 0 else 0.0
+
+    def to_json(self) -> dict:
+        return {"plans": self.plans, "independent_sd": self.independent_sd, "common_sd": self.common_sd}
+
+    @classmethod
+    def from_json(cls, d) -> "RankNoise":
+        """ValueError (its message says what a valid one holds) unless `d` holds "plans" >= 1 and both sds in
+        [0, 10)."""
+        try:
+            sds = [d[k] for k in ("independent_sd", "common_sd")]
+            plans = d["plans"]
+            if (isinstance(plans, bool) or not isinstance(plans, int) or plans < 1
+                    or not all(isinstance(x, numbers.Real) and 0.0 <= x < 10.0 for x in sds)):
+                raise ValueError
+        except (KeyError, TypeError, ValueError):
+            raise ValueError("must hold sds \"independent_sd\", \"common_sd\" in [0, 10) and \"plans\" >= 1") from None
+        return cls(plans, float(sds[0]), float(sds[1]))
+
+
 @dataclass
 class CostBreakdown:
     """Per-device costs in ms of one plan: compute, backward comm, forward comm, and what they came from.

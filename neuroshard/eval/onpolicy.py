@@ -32,6 +32,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
+from neuroshard.eval.summary import measured_rank_noise
 from neuroshard.formats.cost_data import CommSample
 from neuroshard.types import InputError, PlanRecord, TableConfig, Task, apply_column_steps, dim_set
 
@@ -156,11 +157,9 @@ def collect(inputs, algs: Sequence[str], lambdas: Sequence[float], options: dict
     write_json_atomic(out / "compute" / "config.json", {**provenance, "samples": len(compute)})
     # how the ranks' noise splits into their own and the plan's (needs repeats): the predicted spread's
     # `shared` (planner.uncertainty), recorded by the comm models trained on this data
-    from neuroshard.eval.summary import measured_rank_noise
-
     noise = measured_rank_noise(results) if cfg.repeats >= 2 else None
     write_json_atomic(out / "comm" / "config.json", {**provenance, "samples": len(comm),
-                                                     **({"rank_noise": noise} if noise else {})})
+                                                     **({"rank_noise": noise.to_json()} if noise else {})})
     written = {"compute_samples": len(compute), "comm_samples": len(comm), "plans": provenance["plans"],
                "compute_dir": str(out / "compute"), "comm_dir": str(out / "comm")}
     chosen = choose_lambda(summary)

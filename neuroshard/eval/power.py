@@ -32,6 +32,8 @@ from typing import Sequence
 
 import numpy as np
 
+from neuroshard.types import RankNoise
+
 ALPHA = 0.05
 POWER = 0.80
 
@@ -101,7 +103,7 @@ def plan_repeat_noise(costs: Sequence[Sequence[float]]) -> dict | None:
             "mape_floor": float(diff.mean() / math.sqrt(2 * repeats))}
 
 
-def rank_noise(totals: Sequence[Sequence[Sequence[float]]]) -> dict | None:
+def rank_noise(totals: Sequence[Sequence[Sequence[float]]]) -> RankNoise | None:
     """How one measurement of a rank's total splits into noise of its own and noise shared with the plan's
     other ranks, from plans measured at least twice: `totals[plan][repeat][rank]` (ms).
 
@@ -114,8 +116,7 @@ def rank_noise(totals: Sequence[Sequence[Sequence[float]]]) -> dict | None:
         common_sd**2      = (mean c**2 - mean 2 independent_sd**2 / ranks) / 2   (0 when negative)
 
     Both are relative sds of one measurement (fractions); None without a plan of 2 or more ranks measured
-    twice. The predicted spread of `planner.uncertainty` draws every rank's noise independently: the share of
-    it that is shared is what it cannot see."""
+    twice. `planner.uncertainty` draws the shared part once for all of a plan's ranks (`RankNoise.shared`)."""
     logs = []
     for plan in totals:
         if len(plan) < 2 or len(plan[0]) < 2 or len(plan[0]) != len(plan[1]):
@@ -131,5 +132,4 @@ def rank_noise(totals: Sequence[Sequence[Sequence[float]]]) -> dict | None:
     independent_var = dev2 / dof / 2
     c2 = float(np.mean([lr.mean() ** 2 for lr in logs]))
     shared = float(np.mean([2 * independent_var / len(lr) for lr in logs]))
-    return {"plans": len(logs), "independent_sd": math.sqrt(independent_var),
-            "common_sd": math.sqrt(max(0.0, (c2 - shared) / 2))}
+    return RankNoise(len(logs), math.sqrt(independent_var), math.sqrt(max(0.0, (c2 - shared) / 2)))

@@ -155,10 +155,11 @@ def accuracy_table(acc: Accuracy) -> str:
     rn = acc.rank_noise
     if rn:
         lines.append(f"Within a plan the ranks move together: one measurement of a rank's total varies by "
-                     f"{pct(rn['independent_sd'])} on its own and by {pct(rn['common_sd'])} with all the plan's ranks "
-                     f"(sds, from the repeats of {rn['plans']} plans). The predicted spread draws every rank's noise "
-                     f"independently, from the noise floors (planner/uncertainty.py): the larger the shared part, the "
-                     f"more it raises the expected maximum and the narrower its band is around the measurements.")
+                     f"{pct(rn.independent_sd)} on its own and by {pct(rn.common_sd)} with all the plan's ranks "
+                     f"(sds, from the repeats of {rn.plans} plans). The predicted spread draws the shared part once "
+                     f"for all ranks when the models record it (on-policy plans measured twice, step 4f; "
+                     f"planner/uncertainty.py); drawn independently, it raises the expected maximum and narrows "
+                     f"the band.")
     lines.append(f"The simulator orders two algorithms' plans for the same task as the hardware does in "
                  f"{pct(acc.pair_agreement)} of {acc.pairs} cases ({acc.pairs_tied} ties left out).")
     if acc.pairs_beyond_noise is not None:

@@ -18,7 +18,7 @@ import numpy as np
 
 from neuroshard.eval.intervals import Interval, exceeds_repeat_noise, mean_interval, paired_difference, verdict
 from neuroshard.eval.power import Components, components, plan_repeat_noise, rank_noise
-from neuroshard.types import PlanRecord
+from neuroshard.types import PlanRecord, RankNoise
 
 REFERENCE_ALG = "neuroshard"
 # the costs a summary can compare: the record attribute, and the suffix of its columns beside the measured cost
@@ -168,7 +168,7 @@ class Accuracy:
     # expected maximum of the ranks' noisy totals) instead of the point estimate; None without spreads
     mape_expected: float | None = None
     # power.rank_noise: one measurement of a rank's total, its own noise and the noise shared by the plan's ranks
-    rank_noise: dict | None = None
+    rank_noise: RankNoise | None = None
 
     def to_json(self) -> dict:
         d = {k: getattr(self, k) for k in ("cost", "plans", "mape", "spearman", "pair_agreement", "pairs",
@@ -179,7 +179,8 @@ class Accuracy:
                      pairs_beyond_noise=self.pairs_beyond_noise,
                      pair_agreement_beyond_noise=self.pair_agreement_beyond_noise, repeat_noise=self.repeat_noise,
                      calibration=self.calibration, calibration_n=self.calibration_n,
-                     mape_expected=self.mape_expected, rank_noise=self.rank_noise)
+                     mape_expected=self.mape_expected,
+                     rank_noise=None if self.rank_noise is None else self.rank_noise.to_json())
         return d
 
     @classmethod
@@ -190,7 +191,7 @@ class Accuracy:
                    d.get("pairs_tied", 0), parts, d.get("mean_estimated"), d.get("mean_measured"),
                    d.get("pairs_beyond_noise"), d.get("pair_agreement_beyond_noise"), d.get("repeat_noise"),
                    d.get("calibration"), d.get("calibration_n", 0), d.get("mape_expected"),
-                   d.get("rank_noise"))
+                   None if d.get("rank_noise") is None else RankNoise.from_json(d["rank_noise"]))
 
 
 @dataclass
@@ -370,7 +371,7 @@ def band_coverage(records: Sequence[PlanRecord]) -> tuple[float | None, int]:
     return (inside / n if n else None), n
 
 
-def measured_rank_noise(records: Sequence[PlanRecord]) -> dict | None:
+def measured_rank_noise(records: Sequence[PlanRecord]) -> RankNoise | None:
     """`power.rank_noise` of the measured records' repeats (each rank's total: compute + bw + fw)."""
     return rank_noise([[[c + b + f for c, b, f in zip(p.compute, p.bw_comm, p.fw_comm)] for p in r.measured.repeats]
                        for r in records if r.measured is not None and r.measured.repeats])

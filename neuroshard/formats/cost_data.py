@@ -25,7 +25,7 @@ from neuroshard.formats.io import (
     write_json_atomic,
     write_text_atomic,
 )
-from neuroshard.types import InputError, TableConfig
+from neuroshard.types import InputError, RankNoise, TableConfig
 
 DATA_TXT = "data.txt"
 NOISE_JSON = "noise_floor.json"
@@ -191,7 +191,7 @@ def read_noise_floor(data_dir, target: str, path=None, stat: str = "fresh_vs_sto
     return stats
 
 
-def read_rank_noise(data_dir) -> dict | None:
+def read_rank_noise(data_dir) -> RankNoise | None:
     """The "rank_noise" of on-policy comm data (`<data_dir>/config.json`, `eval.onpolicy`: one measurement's
     sds of a rank's total, its own and shared with the plan's ranks), or None when the file or the key is
     absent (data measured once per plan)."""
@@ -203,11 +203,6 @@ def read_rank_noise(data_dir) -> dict | None:
     if noise is None:
         return None
     try:
-        sds = [float(noise[k]) for k in ("independent_sd", "common_sd")]
-        plans = noise["plans"]
-        if not all(0.0 <= x < 10.0 for x in sds) or not isinstance(plans, int) or plans < 1:
-            raise ValueError
-    except (KeyError, TypeError, ValueError):
-        raise InputError(path, f"\"rank_noise\" must hold \"plans\" >= 1 and finite sds \"independent_sd\", "
-                               f"\"common_sd\" >= 0, got {show_value(noise)}") from None
-    return {"plans": plans, "independent_sd": sds[0], "common_sd": sds[1]}
+        return RankNoise.from_json(noise)
+    except ValueError as e:
+        raise InputError(path, f"\"rank_noise\" {e}, got {show_value(noise)}") from None

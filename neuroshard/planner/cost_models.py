@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from neuroshard.types import ConfigError, InputError, NeuroShardError
+from neuroshard.types import ConfigError, InputError, NeuroShardError, RankNoise
 
 
 @dataclass(frozen=True, eq=False)
@@ -48,7 +48,7 @@ class CostModels:
         """The relative noise of one measurement of each part (`uncertainty.NoiseModel`): `noise` if given,
         else from the noise floors the checkpoints recorded when they were trained (0 for a part without), and
         the share the plan's ranks have in common from the forward model's on-policy "rank_noise" (0 without)."""
-        from neuroshard.planner.uncertainty import NoiseModel, sd_from_noise_floor, shared_share
+        from neuroshard.planner.uncertainty import NoiseModel, sd_from_noise_floor
 
         if self.noise is not None:
             return self.noise
@@ -58,7 +58,7 @@ class CostModels:
             return sd_from_noise_floor(nf["mean"]) if nf else 0.0
 
         rn = (getattr(self.fw, "checkpoint_extra", None) or {}).get("rank_noise")
-        shared = shared_share(rn["independent_sd"], rn["common_sd"]) if rn else 0.0
+        shared = RankNoise.from_json(rn).shared if rn else 0.0  # checked when the checkpoint was loaded
         return NoiseModel(floor(self.compute), floor(self.bw), floor(self.fw), shared)
 
     @classmethod
@@ -176,10 +176,11 @@ def load_model(path):
     model = models[0] if len(models) == 1 else nets.CostEnsemble(models).eval()
     model.checkpoint_extra = ckpt.get("extra") if isinstance(ckpt.get("extra"), dict) else {}
     rn = model.checkpoint_extra.get("rank_noise")
-    if rn is not None and not (isinstance(rn, dict) and all(
-            isinstance(rn.get(k), (int, float)) and 0.0 <= rn[k] < 10.0 for k in ("independent_sd", "common_sd"))):
-        raise InputError(path, f"malformed checkpoint: \"rank_noise\" must hold sds \"independent_sd\" and "
-                               f"\"common_sd\" in [0, 10), got {rn!r}")
+    if rn is not None:
+        try:
+            RankNoise.from_json(rn)
+        except ValueError as e:
+            raise InputError(path, f"malformed checkpoint: \"rank_noise\" {e}, got {rn!r}") from None
     return model
 
 

@@ -23,9 +23,10 @@ noise variance is common to the plan's ranks (z[s, r] is then
 sqrt(1 - shared) x its own draw + sqrt(shared) x one draw of the sample),
 which leaves each rank's sd as it is, widens the band and raises the
 expected maximum less. `shared` comes from plans measured twice on training
-tasks (`eval.power.rank_noise`; 0, independent ranks, without them). Their mean is the expected measured cost,
-their sd the spread, their 10% and 90% quantiles the predicted 80% band. With
-one model and no noise every sample is the point estimate.
+tasks (`types.RankNoise.shared`; 0, independent ranks, without them). Their
+mean is the expected measured cost, their sd the spread, their 10% and 90%
+quantiles the predicted 80% band. With one model and no noise every sample
+is the point estimate.
 """
 
 from __future__ import annotations
@@ -54,12 +55,6 @@ def shared_normals() -> np.ndarray:
     if -1 not in _NORMALS:
         _NORMALS[-1] = np.random.default_rng([_SEED, 0, 1]).standard_normal(SAMPLES)
     return _NORMALS[-1]
-
-
-def shared_share(independent_sd: float, common_sd: float) -> float:
-    """The share of a rank's noise variance common to the plan's ranks, from `eval.power.rank_noise`'s sds."""
-    total = independent_sd ** 2 + common_sd ** 2
-    return float(common_sd ** 2 / total) if total > 0 else 0.0
 
 
 def sd_from_noise_floor(mean_abs_rel_diff: float) -> float:

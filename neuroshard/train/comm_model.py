@@ -82,7 +82,7 @@ def train_comm_models(data_dir, cfg: TrainConfig, fw_out_path=None, bw_out_path=
         extra = {"plan_data_dir": str(plan_data_dir), "plan_samples": len(plan_samples)}
         rank_noise = read_rank_noise(plan_data_dir)  # plans measured twice: how much noise the ranks share
         if rank_noise is not None:
-            extra["rank_noise"] = rank_noise
+            extra["rank_noise"] = rank_noise.to_json()
     out = {kind: train_comm_model(samples, kind, cfg, paths[kind], data_dir, wait_term=fw_wait and kind == "fw",
                                   progress=progress, extra=extra)
            for kind in KINDS}

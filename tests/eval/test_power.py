@@ -53,11 +53,11 @@ def test_rank_noise_by_hand():
              [[5.0, 5.0]],  # measured once: says nothing
              [[4.0], [5.0]]]  # one rank: nothing to split
     noise = rank_noise(plans)
-    assert noise["plans"] == 2
-    assert noise["independent_sd"] == pytest.approx(0.1)
-    assert noise["common_sd"] == pytest.approx(math.sqrt(0.005))
+    assert noise.plans == 2
+    assert noise.independent_sd == pytest.approx(0.1)
+    assert noise.common_sd == pytest.approx(math.sqrt(0.005))
     # ranks that move only together: no noise of their own
     together = rank_noise([[[1.1, 2.2, 3.3], [1.0, 2.0, 3.0]], [[1.0, 2.0, 3.0], [1.1, 2.2, 3.3]]])
-    assert together["independent_sd"] == pytest.approx(0.0, abs=1e-12)
-    assert together["common_sd"] == pytest.approx(math.log(1.1) / math.sqrt(2))
+    assert together.independent_sd == pytest.approx(0.0, abs=1e-12)
+    assert together.common_sd == pytest.approx(math.log(1.1) / math.sqrt(2))
     assert rank_noise([[[1.0, 2.0]]]) is None

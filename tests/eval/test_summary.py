@@ -45,9 +45,9 @@ def test_rank_noise_reads_each_repeats_rank_totals_and_reaches_the_report():
     lr = [math.log(1.1), math.log(0.9)]
     c = sum(lr) / 2
     ind2 = sum((x - c) ** 2 for x in lr) / 1 / 2
-    assert acc.rank_noise["plans"] == 1
-    assert abs(acc.rank_noise["independent_sd"] - math.sqrt(ind2)) < 1e-12
-    assert abs(acc.rank_noise["common_sd"] - math.sqrt(max(0.0, (c * c - 2 * ind2 / 2) / 2))) < 1e-12
+    assert acc.rank_noise.plans == 1
+    assert abs(acc.rank_noise.independent_sd - math.sqrt(ind2)) < 1e-12
+    assert abs(acc.rank_noise.common_sd - math.sqrt(max(0.0, (c * c - 2 * ind2 / 2) / 2))) < 1e-12
     assert Accuracy.from_json(acc.to_json()).rank_noise == acc.rank_noise
     text = accuracy_table(acc)
     assert f"varies by {100 * math.sqrt(ind2):.1f}% on its own" in text

@@ -11,8 +11,8 @@ from neuroshard.planner.scorer import get_scorer
 from neuroshard.planner.search_plus import PlusConfig, _Objective, search_plus
 from neuroshard.planner.simulator import simulate
 from neuroshard.planner.uncertainty import (NO_NOISE, NoiseModel, cost_samples, normals, robust_cost,
-                                            sd_from_noise_floor, shared_normals, shared_share, spread)
-from neuroshard.types import Plan
+                                            sd_from_noise_floor, shared_normals, spread)
+from neuroshard.types import Plan, RankNoise
 from tests.planner.test_scorer import hand_ensemble
 from tests.planner.test_simulator import hand_models, tables_of
 
@@ -46,7 +46,7 @@ def test_shared_noise_moves_the_ranks_together():
     # independent ranks raise the expected maximum more than shared ones
     apart = cost_samples(two, zero, zero, NoiseModel(compute=0.1))
     assert apart.mean() > half.mean() > together.mean()  # 10.60 > 10.54 > 10.16 with the fixed draws
-    assert shared_share(0.01, 0.03) == pytest.approx(0.9) and shared_share(0.0, 0.0) == 0.0
+    assert RankNoise(4, 0.01, 0.03).shared == pytest.approx(0.9) and RankNoise(4, 0.0, 0.0).shared == 0.0
 
 
 def test_spread_and_the_robust_objective_by_hand():
