@@ -11,7 +11,7 @@ import json
 import math
 import numbers
 from dataclasses import dataclass, field, replace
-from typing import Any, NamedTuple, Sequence
+from typing import Any, ClassVar, NamedTuple, Sequence
 
 NUM_BINS = 17
 BYTES_PER_ELEMENT = 4  # fp32 weights
@@ -619,9 +619,13 @@ class TorchRecStep:
 
     `index`: the measurement's position in the job; `repeat`: its round; `iters`: each timed
     iteration's step time in ms, the slowest rank's (a barrier before each iteration); `per_rank`:
-    each rank's median step ms; `build_s`: the slowest rank's model construction and sharding (s).
-    Its cost is the median of `iters`.
+    each rank's median step ms; `build_s`: the slowest rank's model construction and sharding (s);
+    `phases`: per rank, the median ms of each phase of its steps (`PHASES`: the embedding collection's
+    forward up to its pooled output, the rest of the forward with the loss, the backward, the dense
+    optimizer's step; None in records written before they were). Its cost is the median of `iters`.
     """
+
+    PHASES: ClassVar[tuple[str, ...]] = ("embedding_fw", "dense_fw", "backward", "optimizer")
 
     index: int
     task: int
@@ -630,6 +634,7 @@ class TorchRecStep:
     iters: list[float]
     per_rank: list[float]
     build_s: float = 0.0
+    phases: list[dict] | None = None
 
     @property
     def cost(self) -> float:
@@ -638,8 +643,11 @@ class TorchRecStep:
         return float(xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2)
 
     def to_json(self) -> dict:
-        return {"i": self.index, "task": self.task, "alg": self.alg, "repeat": self.repeat, "iters": self.iters,
-                "per_rank": self.per_rank, "build_s": self.build_s}
+        d = {"i": self.index, "task": self.task, "alg": self.alg, "repeat": self.repeat, "iters": self.iters,
+             "per_rank": self.per_rank, "build_s": self.build_s}
+        if self.phases is not None:
+            d["phases"] = self.phases
+        return d
 
     @classmethod
     def from_json(cls, d: dict) -> "TorchRecStep":
@@ -647,8 +655,11 @@ class TorchRecStep:
         iters = _floats(d["iters"])
         if not iters:
             raise ValueError("a TorchRec step record without timed iterations")
+        phases = d.get("phases")
+        if phases is not None:
+            phases = [{name: float(p[name]) for name in cls.PHASES} for p in phases]
         return cls(int(d["i"]), int(d["task"]), str(d["alg"]), int(d["repeat"]), iters, _floats(d["per_rank"]),
-                   float(d.get("build_s", 0.0)))
+                   float(d.get("build_s", 0.0)), phases)
 
 
 @dataclass

@@ -27,7 +27,10 @@ ShardingPlan and hands them to every rank (`read_block`). Per item, every rank:
    barrier, so every rank starts the step together; a step is forward,
    loss, backward (the embeddings update inside it) and the dense
    optimizer's step. An iteration's step time is the slowest rank's
-   (all_reduce MAX); the first `warmup` are dropped.
+   (all_reduce MAX); the first `warmup` are dropped. Each rank also times
+   its phases (`TorchRecStep.PHASES`: the embedding collection's forward up
+   to its pooled output, the rest of the forward and the loss, the backward,
+   the dense optimizer's step) and reports their medians.
 
 Each node's first rank writes one `types.TorchRecStep` per item. Times in ms
 (build time in s).
@@ -141,9 +144,12 @@ class TorchRecTrainSpec:
 # =========================================================================== rank side
 
 
-def concat_dlrm(ebc, dense_features: int, dense_arch: Sequence[int], over_arch: Sequence[int], device):
+def concat_dlrm(ebc, dense_features: int, dense_arch: Sequence[int], over_arch: Sequence[int], device,
+                marks: dict | None = None):
     """DLRM with a concatenating interaction: torchrec's `DenseArch` and `OverArch` around the
-    EmbeddingBagCollection `ebc` (at `MODULE_PATH`); forward(dense [B, F], kjt) -> logits [B]."""
+    EmbeddingBagCollection `ebc` (at `MODULE_PATH`); forward(dense [B, F], kjt) -> logits [B].
+    `marks`: if given, each forward stores in it the ms of the embedding lookup (`embedding_ms`: the
+    sharded collection's input distribution, kernels and output distribution, up to its pooled values)."""
     import torch
     from torchrec.models.dlrm import DenseArch, OverArch
 
@@ -156,7 +162,12 @@ def concat_dlrm(ebc, dense_features: int, dense_arch: Sequence[int], over_arch: 
             self.over_arch = OverArch(dense_arch[-1] + pooled, list(over_arch), device=device)
 
         def forward(self, dense, kjt):
-            pooled = getattr(self, MODULE_PATH)(kjt).values()
+            start = time.perf_counter()
+            pooled = getattr(self, MODULE_PATH)(kjt).values()  # waits for the output distribution
+            if marks is not None:
+                if pooled.is_cuda:
+                    torch.cuda.synchronize(pooled.device)
+                marks["embedding_ms"] = (time.perf_counter() - start) * 1e3
             return self.over_arch(torch.cat([self.dense_arch(dense), pooled], dim=1)).squeeze(1)
 
     return ConcatDLRM()
@@ -246,8 +257,9 @@ class TorchRecTrainWorker(RankWorker):
             EmbeddingBagConfig(name=n, embedding_dim=d, num_embeddings=r, feature_names=[n], pooling=PoolingType.SUM)
             for n, d, r in zip(names, item["dims"], item["rows"])], device=torch.device("meta"))
         torch.manual_seed(spec.seed)  # the same dense weights on every rank (DDP also broadcasts rank 0's)
+        marks: dict = {}
         model = concat_dlrm(ebc, spec.dense_features, parse_layers(spec.dense_arch, "dense_arch"),
-                            parse_layers(spec.over_arch, "over_arch", last=1), device)
+                            parse_layers(spec.over_arch, "over_arch", last=1), device, marks)
         sharder = EmbeddingBagCollectionSharder(fused_params={"optimizer": EmbOptimType.EXACT_SGD,
                                                               "learning_rate": spec.lr})
         dmp = DistributedModelParallel(model, device=device, plan=item["sharding_plan"], sharders=[sharder])
@@ -257,7 +269,13 @@ class TorchRecTrainWorker(RankWorker):
         loss_fn = torch.nn.BCEWithLogitsLoss()
         build_s = time.perf_counter() - t0
         cuda = device.type == "cuda"
-        times = []
+        times, phases = [], {name: [] for name in TorchRecStep.PHASES}
+
+        def lap(t: float) -> float:  # ms since t
+            if cuda:
+                torch.cuda.synchronize(device)
+            return (time.perf_counter() - t) * 1e3
+
         for i in range(spec.warmup + spec.iters):
             st["phase"] = f"barrier before iteration {i}"
             ctx.barrier()
@@ -265,25 +283,32 @@ class TorchRecTrainWorker(RankWorker):
             start = time.perf_counter()
             dense_opt.zero_grad()
             loss = loss_fn(dmp(dense, kjt), labels)
+            forward_ms = lap(start)
+            t = time.perf_counter()
             loss.backward()
+            backward_ms = lap(t)
+            t = time.perf_counter()
             dense_opt.step()
-            if cuda:
-                torch.cuda.synchronize(device)
+            optimizer_ms = lap(t)
             ms = (time.perf_counter() - start) * 1e3
             if i >= spec.warmup:
                 times.append(ms)
+                for name, v in zip(TorchRecStep.PHASES, (marks["embedding_ms"], forward_ms - marks["embedding_ms"],
+                                                         backward_ms, optimizer_ms)):
+                    phases[name].append(v)
             if not np.isfinite(float(loss.detach())):
                 raise ValueError(f"the loss is {float(loss.detach())} at iteration {i}")
         st["phase"] = "gathering step times"
         slowest = torch.tensor(times + [build_s], dtype=torch.float64, device=device)
         dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
         per_rank = ctx.gather(float(np.median(times)))
+        rank_phases = ctx.gather({name: float(np.median(v)) for name, v in phases.items()})
         del dmp, dense_opt, model, ebc  # free this plan's shards before the next is built
         if not local_lead():
             return None
         slowest = slowest.cpu().tolist()
         return TorchRecStep(k, int(item["task"]), str(item["alg"]), int(item["repeat"]), slowest[:-1], per_rank,
-                            slowest[-1]).to_json()
+                            slowest[-1], rank_phases).to_json()
 
 
 # =========================================================================== launcher

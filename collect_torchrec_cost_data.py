@@ -1,0 +1,107 @@
+"""Collect cost data of TorchRec's runtime: random plans and sharders' plans of TRAINING tasks, trained in TorchRec.
+
+    python collect_torchrec_cost_data.py --data_dir results/quick/dataset \
+        --task_path results/quick/train_tasks/data.txt --eval_task_path results/quick/tasks/data.txt \
+        --compute_model results/quick/models/onpolicy/compute.pt --fw_comm_model results/quick/models/onpolicy/comm_4_fw.pt \
+        --bw_comm_model results/quick/models/onpolicy/comm_4_bw.pt --ndevices 4 --max_mem 1 --max_tasks 24 \
+        --random_plans 3 --alg neuroshard,size_lookup_greedy,torchrec --out_dir results/quick/torchrec_data
+    python train_torchrec_cost_model.py --data_dir results/quick/dataset --task_path results/quick/train_tasks/data.txt \
+        --samples results/quick/torchrec_data/results.json --compute_model results/quick/models/onpolicy/compute.pt ...
+
+Per task of --task_path (never one of --eval_task_path: an error): the plans of
+each --alg and --random_plans random plans (up to --max_splits column splits of
+random tables, each piece on a random device with room); ONE torchrun job
+trains a DLRM with each plan under DistributedModelParallel (eval_torchrec.py's
+measurement: the slowest rank's step after a barrier, and every rank's phase
+times) and writes, in --out_dir, results.json (each plan, its step times and
+phases), summary.md and the plans as TorchRec ShardingPlans. Resumable: rerun
+the same command after an interruption. See neuroshard/eval/runtime_data.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from neuroshard.cli import run_main
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    from neuroshard.cli import add_device_arg, add_progress_arg, add_quiet_arg
+    from neuroshard.eval.plans import add_input_args
+    from neuroshard.measure.torchrec_train import TorchRecTrainConfig
+    from neuroshard.planner.registry import add_sharder_args
+
+    p = argparse.ArgumentParser(description="Collect TorchRec runtime cost data: plans of training tasks, trained.")
+    add_input_args(p, data_help="dataset dir with table_configs.json and data.pt (the lookups)")
+    p.set_defaults(alg="neuroshard,size_lookup_greedy,torchrec")
+    p.add_argument("--eval_task_path", default=None,
+                   help="the evaluation task file: a training task that is also an evaluation task is an error")
+    p.add_argument("--random_plans", type=int, default=3, help="random plans per task (default: 3)")
+    p.add_argument("--max_splits", type=int, default=6,
+                   help="a random plan makes 0..this many column splits (default: 6)")
+    p.add_argument("--ndevices", type=int, default=None,
+                   help="number of ranks: CPU processes (default 4), or GPUs (default: those of --gpu_devices)")
+    add_device_arg(p)
+    p.add_argument("--out_dir", default="data/cost_data/torchrec",
+                   help="output directory (default: data/cost_data/torchrec)")
+    TorchRecTrainConfig.add_args(p)
+    p.set_defaults(repeats=1)
+    add_sharder_args(p)
+    add_quiet_arg(p)
+    add_progress_arg(p)
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    from neuroshard.checks import check_float, check_int
+    from neuroshard.cli import resolve_devices, resolve_ranks
+    from neuroshard.eval import onpolicy, runtime_data
+    from neuroshard.eval import torchrec_train as tt
+    from neuroshard.eval.plans import load_inputs, resolve_algs
+    from neuroshard.formats.tasks import read_tasks
+    from neuroshard.measure.torchrec_train import TorchRecTrainConfig
+    from neuroshard.planner.cost_models import default_comm_model_path
+    from neuroshard.planner.registry import sharder_options
+    from neuroshard.types import InputError
+
+    check_float("--max_mem", args.max_mem, 0.0, lo_open=True)
+    check_int("--random_plans", args.random_plans, 0)
+    check_int("--max_splits", args.max_splits, 0)
+    device, ndevices = resolve_ranks(resolve_devices(args.device, args.gpu_devices), args.ndevices, args.gpu_devices)
+    cfg = TorchRecTrainConfig.from_args(args, ndevices=ndevices, device=device)
+    fw = args.fw_comm_model or default_comm_model_path(ndevices, "fw")
+    bw = args.bw_comm_model or default_comm_model_path(ndevices, "bw")
+    inputs = load_inputs(args.data_dir, args.task_path, args.compute_model, fw, bw, ndevices, args.max_tasks)
+    if inputs.batch_size is None:
+        raise InputError(args.data_dir, "no data.pt: TorchRec training needs the dataset's lookups")
+    batch = cfg.batch_size or inputs.batch_size
+    if batch % ndevices:
+        raise InputError(args.data_dir, f"batch size {batch} is not a multiple of the {ndevices} ranks")
+    if args.eval_task_path:
+        onpolicy.check_disjoint(inputs.tasks, read_tasks(args.eval_task_path, num_tables=len(inputs.configs)),
+                                args.task_path, args.eval_task_path)
+    options = sharder_options(args, batch)
+    algs = resolve_algs(args.alg, options) if args.alg else []
+    records = runtime_data.collection_records(inputs.configs, inputs.tasks, algs, inputs.models, ndevices,
+                                              args.max_mem, args.random_plans, args.max_splits, args.seed, options)
+    if not records:
+        raise InputError(args.task_path, "no plan fits: nothing to train")
+    labels = list(dict.fromkeys(r.alg for r in records))
+    config = {k: v for k, v in vars(args).items() if k not in ("quiet", "no_progress", "out_dir", "timeout")}
+    config.update(device=device, ndevices=ndevices, algs=algs)
+    print(f"training {len(records)} plans of {len(inputs.tasks)} training tasks x {cfg.repeats} rounds on "
+          f"{ndevices} {device} ranks ({cfg.warmup} + {cfg.iters} iterations each, batch {batch}) in one torchrun "
+          f"job (resumable: rerun the same command after an interruption)", file=sys.stderr, flush=True)
+    summary = tt.run_torchrec_eval(records, inputs.tasks, inputs.configs, args.data_dir, batch, cfg, args.out_dir,
+                                   labels, labels[0], config=config, show=None if args.quiet else print,
+                                   progress=not args.no_progress)
+    print(f"TorchRec job: {summary['measurements']} plans trained in {summary['job_s']:.1f} s; wrote "
+          f"{os.path.join(args.out_dir, tt.RESULTS_JSON)}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main)
