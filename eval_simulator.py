@@ -34,6 +34,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     add_input_args(p)
     p.add_argument("--ndevices", type=int, default=4, help="number of devices (GPUs) (default: 4)")
     p.add_argument("--out_dir", default=None, help="write plans, results and the summary here (default: print only)")
+    p.add_argument("--runtime", default="paper", choices=("paper", "torchrec"),
+                   help="the execution plans are costed and searched for: the paper's (one kernel and one "
+                        "exchange per device) or TorchRec's (DistributedModelParallel: groups by sharding type, id "
+                        "distribution; the plans of neuroshard are then labelled neuroshard[torchrec]) "
+                        "(default: paper)")
+    p.add_argument("--runtime_model", default=None,
+                   help="the TorchRec runtime model for --runtime torchrec (default: torchrec_runtime_<ndevices>.json "
+                        "beside --compute_model; train_torchrec_cost_model.py fits it)")
     add_sharder_args(p)
     RefineConfig.add_args(p)
     add_device_arg(p)
@@ -53,8 +61,12 @@ def main(argv=None) -> int:
     from neuroshard.eval.summary import summarize
     from neuroshard.planner.cost_models import default_comm_model_path
 
+    from neuroshard.types import ConfigError
+
     check_float("--max_mem", args.max_mem, 0.0, lo_open=True)
     refine = RefineConfig.from_args(args)
+    if refine.refine and args.runtime != "paper":
+        raise ConfigError("--refine", "measures the paper's execution on hardware; not with --runtime torchrec")
     hw = None
     if refine.refine:  # how the candidates are measured: eval.py's settings, checked before any work
         from neuroshard.cli import resolve_devices, resolve_ranks
@@ -69,6 +81,13 @@ def main(argv=None) -> int:
     bw_path = args.bw_comm_model or default_comm_model_path(args.ndevices, "bw")
     inputs = ev.load_inputs(args.data_dir, args.task_path, args.compute_model, fw_path, bw_path,
                             args.ndevices, args.max_tasks)
+    if args.runtime != "paper":
+        from dataclasses import replace
+
+        from neuroshard.planner.torchrec_runtime import default_path
+
+        path = args.runtime_model or default_path(os.path.dirname(args.compute_model), args.ndevices)
+        inputs = replace(inputs, models=inputs.models.for_runtime(args.runtime, path))
     n = len(inputs.tasks)
     options = sharder_options(args, inputs.batch_size)
 
@@ -79,6 +98,8 @@ def main(argv=None) -> int:
 
     records = ev.compute_plans(inputs.configs, inputs.tasks, algs, args.ndevices, args.max_mem, inputs.models,
                                seed=args.seed, options=options, progress=not args.no_progress, on_record=show)
+    if args.runtime != "paper":
+        records, algs = ev.label_runtime(records, algs, args.runtime)
     if refine.refine:
         work = os.path.join(args.out_dir, "refine") if args.out_dir else tempfile.mkdtemp(prefix="refine_")
         records = refine_records(records, inputs.tasks, inputs.configs, inputs.models, refine, hw, args.data_dir,

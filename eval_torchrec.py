@@ -37,7 +37,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="Train sharding plans with TorchRec and compare their step times.")
     p.add_argument("--data_dir", required=True, help="dataset dir with table_configs.json and data.pt (the lookups)")
     p.add_argument("--task_path", required=True, help="task file (one task per line)")
-    p.add_argument("--plans", required=True, help="eval_simulator.py's plans.json for the same --task_path")
+    p.add_argument("--plans", required=True,
+                   help="eval_simulator.py's plans.json for the same --task_path, or a comma list of them (a plan of "
+                        "a task and algorithm already in an earlier file is skipped)")
     p.add_argument("--alg", default="all", help="comma list of algorithms to train, or 'all' (default: all)")
     p.add_argument("--reference", default="neuroshard",
                    help="the algorithm the others are compared with (default: neuroshard)")
@@ -76,7 +78,8 @@ def main(argv=None) -> int:
         raise InputError(args.data_dir, f"batch size {batch} is not a multiple of the {ndevices} ranks")
     tasks = read_tasks(args.task_path, num_tables=len(dataset))
     algs = None if args.alg == "all" else [a.strip() for a in args.alg.split(",") if a.strip()]
-    records = tt.select_records(read_plans(args.plans), tasks, algs, args.max_tasks, ndevices, args.plans)
+    records = tt.select_records(tt.merge_plan_files([read_plans(p) for p in args.plans.split(",")]), tasks, algs,
+                                args.max_tasks, ndevices, args.plans)
     algs = list(dict.fromkeys(r.alg for r in records)) if algs is None else [a for a in algs
                                                                              if any(r.alg == a for r in records)]
     if args.reference not in algs:

@@ -406,6 +406,23 @@ class RepeatParts:
 
 
 @dataclass
+class RuntimeEstimate:
+    """A plan's cost under a runtime other than the paper's (`planner.torchrec_runtime`): the runtime's
+    name, the predicted step ms and each term's share of it (ms)."""
+
+    name: str
+    cost: float
+    terms: dict[str, float]
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "cost": self.cost, "terms": self.terms}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "RuntimeEstimate":
+        return cls(str(d["name"]), float(d["cost"]), {str(k): float(v) for k, v in d["terms"].items()})
+
+
+@dataclass
 class CostSpread:
     """A plan's simulated cost as a distribution (ms; `planner.uncertainty`): its mean (the expected
     measured cost), sd, and 10% / 90% quantiles (the predicted 80% band), over `samples` draws (ensemble
@@ -471,7 +488,9 @@ class CostBreakdown:
     measurement noise, the simulator also gives each member's plan cost
     (`member_costs`) and the plan's cost distribution (`spread`). The plan's
     cost is `cost`, the largest per-device total: computed here and nowhere
-    else.
+    else; or, simulated under another runtime (`runtime`, e.g. TorchRec's,
+    where `compute` is each device's kernels and the exchanges are in the
+    runtime's terms), that runtime's estimate.
     """
 
     compute: list[float]
@@ -485,6 +504,7 @@ class CostBreakdown:
     repeats: list[RepeatParts] | None = None
     member_costs: list[float] | None = None
     spread: CostSpread | None = None
+    runtime: RuntimeEstimate | None = None
 
     @property
     def cost_sd(self) -> float | None:
@@ -500,8 +520,8 @@ class CostBreakdown:
 
     @property
     def cost(self) -> float:
-        """Plan cost: the largest per-device total (ms)."""
-        return max(self.total)
+        """Plan cost (ms): the largest per-device total, or the runtime's estimate."""
+        return self.runtime.cost if self.runtime is not None else max(self.total)
 
     def to_json(self) -> dict:
         d = {"compute": self.compute, "bw_comm": self.bw_comm, "fw_comm": self.fw_comm, "total": self.total,
@@ -513,6 +533,8 @@ class CostBreakdown:
             d["repeats"] = [r.to_json() for r in self.repeats]
         if self.spread is not None:
             d["spread"] = self.spread.to_json()
+        if self.runtime is not None:
+            d["runtime"] = self.runtime.to_json()
         return d
 
     @classmethod
@@ -525,7 +547,8 @@ class CostBreakdown:
                    skew=opt("skew", _floats), mem_gb=opt("mem_gb", _floats), ntables=opt("ntables", _ints),
                    fw_comm_nosleep=opt("fw_comm_nosleep", _floats),
                    repeats=opt("repeats", lambda rs: [RepeatParts.from_json(r) for r in rs]),
-                   member_costs=opt("member_costs", _floats), spread=opt("spread", CostSpread.from_json))
+                   member_costs=opt("member_costs", _floats), spread=opt("spread", CostSpread.from_json),
+                   runtime=opt("runtime", RuntimeEstimate.from_json))
 
 
 @dataclass

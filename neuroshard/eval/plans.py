@@ -59,6 +59,22 @@ class EvalInputs:
     batch_size: int | None = None
 
 
+# the algorithms whose search optimises the cost models' runtime: their plans are labelled with it
+RUNTIME_SEARCHES = ("neuroshard",)
+
+
+def label_runtime(records: Sequence[PlanRecord], algs: Sequence[str], runtime: str) -> tuple[list, list]:
+    """Records and algorithm list with the plans searched for `runtime` (other than the paper's) labelled
+    `alg[runtime]` (e.g. neuroshard[torchrec]), so they sit beside the paper-runtime plans of the same
+    algorithm in one comparison (eval_torchrec.py --plans a.json,b.json)."""
+    from dataclasses import replace
+
+    def label(alg):
+        return f"{alg}[{runtime}]" if alg in RUNTIME_SEARCHES else alg
+
+    return [replace(r, alg=label(r.alg)) for r in records], [label(a) for a in algs]
+
+
 def add_input_args(parser, data_help: str = "dataset dir with table_configs.json") -> None:
     """The flags naming what an evaluation reads, shared by eval_simulator.py and eval.py."""
     parser.add_argument("--data_dir", default="data/dlrm_datasets", help=data_help)

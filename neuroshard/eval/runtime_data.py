@@ -30,8 +30,8 @@ from neuroshard.eval.plans import plan_task, task_seed
 from neuroshard.planner.baselines import random_sharder
 from neuroshard.planner.registry import ShardingContext
 from neuroshard.planner.simulator import validate_plan
-from neuroshard.types import (InputError, OutOfMemoryError, Plan, PlanRecord, ShardTable, TableConfig, Task,
-                              apply_column_steps, can_split)
+from neuroshard.types import (InputError, InvalidPlanError, OutOfMemoryError, Plan, PlanRecord, ShardTable,
+                              TableConfig, Task, apply_column_steps, can_split)
 
 RANDOM = "random_split"
 
@@ -125,7 +125,79 @@ def read_samples(results_path, tasks: Sequence[Task], configs: Sequence[TableCon
             if not steps or not all(np.isfinite(steps)) or min(steps) <= 0:
                 raise ValueError(f"step times must be positive, got {steps}")
             phases = row["rounds"][0].get("phases") if row.get("rounds") else None
-        except (KeyError, TypeError, ValueError, IndexError) as e:
+        except (KeyError, TypeError, ValueError, IndexError, InvalidPlanError) as e:
             raise InputError(path, f"record {k}: {e}") from None
         out.append(RuntimeSample(task, str(row["alg"]), tables, plan, steps, phases))
     return out
+
+
+# --------------------------------------------------------------------------- fitting
+
+
+@dataclass
+class RuntimeFit:
+    """A fitted TorchRec runtime model and how well it predicts: MAPE (%) on the held-out tasks' plans (the
+    coefficients fitted without them) and on all plans (fitted on all), per sample label kind."""
+
+    model: object  # planner.torchrec_runtime.TorchRecRuntimeModel, fitted on every sample
+    test_tasks: list[int]
+    test_mape: float | None
+    fit_mape: float
+    by_kind: dict  # {"random" | alg: {"plans": n, "test_mape": %, "fit_mape": %}}
+    terms: dict  # mean ms of each feature's share over the samples
+
+    def to_json(self) -> dict:
+        return {"model": self.model.to_json(), "test_tasks": self.test_tasks, "test_mape": self.test_mape,
+                "fit_mape": self.fit_mape, "by_kind": self.by_kind, "mean_terms_ms": self.terms}
+
+
+def sample_kind(alg: str) -> str:
+    return "random" if alg.startswith(RANDOM) else alg
+
+
+def sample_features(samples: Sequence[RuntimeSample], models, batch: int) -> np.ndarray:
+    """The runtime model's features of each sample's plan [N, F]."""
+    from neuroshard.planner.scorer import get_scorer, single_threaded_blas
+    from neuroshard.planner.torchrec_runtime import features, plan_parts
+
+    scorer = get_scorer(models)
+    with single_threaded_blas():
+        return np.concatenate([features(plan_parts(scorer, s.tables, s.plan, batch)) for s in samples])
+
+
+def fit_runtime_model(samples: Sequence[RuntimeSample], models, ndevices: int, batch: int, test_share: float = 0.25,
+                      seed: int = 0, source: dict | None = None) -> RuntimeFit:
+    """Fit the runtime model: first without a seeded `test_share` of the tasks (its error on their plans is
+    `test_mape`), then on every sample (the model returned)."""
+    from neuroshard.planner.torchrec_runtime import FEATURES, TorchRecRuntimeModel, fit, mape
+
+    if not samples:
+        raise ValueError("no samples to fit")
+    wrong = sorted({s.plan.ndevices for s in samples} - {ndevices})
+    if wrong:
+        raise ValueError(f"samples with plans for {wrong} devices, fitting for {ndevices}")
+    x = sample_features(samples, models, batch)
+    y = np.array([s.cost for s in samples])
+    tasks = sorted({s.task for s in samples})
+    rng = np.random.default_rng(seed)
+    k = int(round(test_share * len(tasks)))
+    test_tasks = sorted(int(t) for t in rng.choice(tasks, size=k, replace=False)) if 0 < k < len(tasks) else []
+    test = np.array([s.task in test_tasks for s in samples])
+    pred_test = None
+    if test.any():
+        pred_test = x[test] @ fit(x[~test], y[~test])
+    coef = fit(x, y)
+    pred = x @ coef
+    kinds = [sample_kind(s.alg) for s in samples]
+    by_kind = {}
+    for kind in dict.fromkeys(kinds):
+        sel = np.array([k == kind for k in kinds])
+        row = {"plans": int(sel.sum()), "fit_mape": mape(pred[sel], y[sel])}
+        if pred_test is not None and (sel & test).any():
+            row["test_mape"] = mape(pred_test[sel[test]], y[sel & test])
+        by_kind[kind] = row
+    test_mape = None if pred_test is None else mape(pred_test, y[test])
+    model = TorchRecRuntimeModel(ndevices, batch, tuple(float(c) for c in coef), len(samples), mape(pred, y),
+                                 test_mape, dict(source or {}))
+    terms = {name: float(np.mean(x[:, j] * coef[j])) for j, name in enumerate(FEATURES)}
+    return RuntimeFit(model, test_tasks, test_mape, mape(pred, y), by_kind, terms)

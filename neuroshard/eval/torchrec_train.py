@@ -53,6 +53,20 @@ NOISE_NOTE = ("On a CPU machine the ranks are processes that run at once on the 
               "anything else running on the machine lands in it too.")
 
 
+def merge_plan_files(files: Sequence[Sequence[PlanRecord]]) -> list[PlanRecord]:
+    """The records of several plans files, in order; a (task, algorithm) already given by an earlier file is
+    skipped (e.g. the paper-runtime plans beside the TorchRec-runtime ones, `eval.plans.label_runtime`)."""
+    seen, out = set(), []
+    for records in files:
+        keys = set()
+        for rec in records:
+            if (rec.task, rec.alg) not in seen:
+                out.append(rec)
+            keys.add((rec.task, rec.alg))
+        seen |= keys
+    return out
+
+
 def select_records(records: Sequence[PlanRecord], tasks: Sequence[Task], algs: Sequence[str] | None,
                    max_tasks: int | None, ndevices: int, path) -> list[PlanRecord]:
     """The plan records to train: those with a plan, of the first `max_tasks` tasks and of `algs` (None:

@@ -23,12 +23,16 @@ class CostModels:
 
     `compute`: shard compute ms; `fw` / `bw`: per-device forward / backward
     all-to-all ms, both trained for `ndevices` devices (checked here once).
+    `runtime`: None for the paper's execution (DESIGN §7), or a
+    `torchrec_runtime.TorchRecRuntimeModel`: plans are then simulated and
+    searched for TorchRec's execution (`--runtime torchrec`).
     """
 
     compute: Any
     fw: Any
     bw: Any
     noise: Any = None  # uncertainty.NoiseModel; None: from the checkpoints' noise floors (or none)
+    runtime: Any = None
 
     def __post_init__(self):
         for name, model, kind in (("fw", self.fw, "fw"), ("bw", self.bw, "bw")):
@@ -37,6 +41,33 @@ class CostModels:
         if getattr(self.fw, "ndevices", None) != getattr(self.bw, "ndevices", None):
             raise ConfigError("comm models", f"forward model is for {self.fw.ndevices} devices, "
                                              f"backward for {self.bw.ndevices}")
+        if self.runtime is not None and self.runtime.ndevices != self.ndevices:
+            raise ConfigError("--runtime torchrec", f"the runtime model is for {self.runtime.ndevices} ranks, the "
+                                                    f"comm models for {self.ndevices}")
+
+    @property
+    def runtime_name(self) -> str:
+        """The execution plans are costed for: "paper" or "torchrec"."""
+        return "paper" if self.runtime is None else "torchrec"
+
+    def for_runtime(self, runtime: str, path=None) -> "CostModels":
+        """These models costing plans for `runtime`: "paper" (without a runtime model) or "torchrec" (the
+        runtime model at `path`, or the one these models already hold). ConfigError for another name or
+        when "torchrec" has no runtime model."""
+        from dataclasses import replace
+
+        from neuroshard.planner.torchrec_runtime import TorchRecRuntimeModel
+
+        if runtime == "paper":
+            return self if self.runtime is None else replace(self, runtime=None)
+        if runtime != "torchrec":
+            raise ConfigError("--runtime", f"expected paper or torchrec, got {runtime!r}")
+        if path is not None:
+            return replace(self, runtime=TorchRecRuntimeModel.load(path, self.ndevices))
+        if self.runtime is None:
+            raise ConfigError("--runtime", "torchrec needs a TorchRec runtime model (--runtime_model; "
+                                           "train_torchrec_cost_model.py fits one)")
+        return self
 
     @property
     def ndevices(self) -> int:

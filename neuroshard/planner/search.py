@@ -120,11 +120,12 @@ class SearchProblem:
     """
 
     def __init__(self, tables: Sequence[ShardTable], ndevices: int, max_mem: float,
-                 scorer: PlanScorer, cfg: SearchConfig):
+                 scorer: PlanScorer, cfg: SearchConfig, runtime=None):
         self.tables = list(tables)
         self.n = int(ndevices)
         self.cfg = cfg
         self.scorer = scorer
+        self.runtime = runtime  # a torchrec_runtime.TorchRecRuntimeModel: placements are scored by it
         configs, start, can = [], [], []
         for t in self.tables:
             start.append(len(configs))
@@ -140,6 +141,9 @@ class SearchProblem:
         self.can_split = np.array(can, dtype=bool)
         self.dim = np.array([c.dim for c in configs], dtype=np.int64)
         self.size = np.array([c.row * c.dim for c in configs], dtype=np.int64)  # fp32 elements
+        self.pool = np.array([c.pooling_factor for c in configs], dtype=np.float64)
+        self.piece = np.ones(len(configs), dtype=np.int64)  # 1: a piece of a split table (column-wise)
+        self.piece[self.start] = 0
         emb = scorer.embed(configs)
         self.proj = scorer.project(emb)  # accumulator increment of each gid
         self.cost1 = scorer.cost_from_acc(scorer.acc0 + self.proj) if configs else np.zeros(0)
@@ -189,7 +193,9 @@ class SearchProblem:
         res = run_greedy(gid_order, self.limits, self.n, self.cap, self.size, self.dim, self.proj,
                          self.scorer.acc0, self.scorer.cost_from_acc)
         row_cost = np.full(len(res.compute) + 1, np.inf)  # the extra last entry: failed (row -1)
-        if len(res.compute):
+        if len(res.compute) and self.runtime is not None:
+            row_cost[:-1] = self._runtime_costs(gid_order, res)
+        elif len(res.compute):
             uniq, inv = _distinct_rows(np.concatenate([res.compute.astype(np.float64),
                                                        res.dims.astype(np.float64)], axis=1))
             row_cost[:-1] = score_placements(self.scorer, uniq[:, :self.n], uniq[:, self.n:])[3][inv]
@@ -207,6 +213,21 @@ class SearchProblem:
             out.append(_Scored(float(costs[s, r]), scale, order[s].copy(),
                                res.devices[:, res.row_of[s, r]].copy()))
         return out
+
+    def _runtime_costs(self, gid_order: np.ndarray, res) -> np.ndarray:
+        """Each placement's cost under the runtime model (`planner.torchrec_runtime`): its pieces' groups
+        (a split table's pieces column-wise, the others table-wise), per rank and group their kernels, ids
+        and outputs."""
+        from neuroshard.planner.torchrec_runtime import features, group_parts
+
+        state = np.zeros(len(res.compute), dtype=np.int64)
+        for s in range(len(gid_order)):
+            rows = res.row_of[s]
+            state[rows[rows >= 0]] = s
+        gids = gid_order[state]  # [R, P] in greedy order, as res.devices
+        parts = group_parts(self.scorer, self.proj, gids, res.devices.T, self.piece[gids], self.pool[gids],
+                            self.dim[gids], self.n, self.runtime.batch_size)
+        return self.runtime.predict(features(parts))
 
     def plan(self, steps: Sequence[int], scored: _Scored) -> Plan:
         shards: list[list[int]] = [[] for _ in range(self.n)]
@@ -258,7 +279,7 @@ def _grid_search(tables, ndevices, max_mem, models, config):
     cfg = config or SearchConfig()
     scorer = get_scorer(models)
     _check_models(scorer, ndevices)
-    prob = SearchProblem(tables, ndevices, max_mem, scorer, cfg)
+    prob = SearchProblem(tables, ndevices, max_mem, scorer, cfg, models.runtime)
     [res] = prob.grid_search([prob.start.copy()])
     if not math.isfinite(res.cost):
         raise _oom(tables, ndevices, max_mem)
@@ -282,7 +303,7 @@ def make_problem(tables: Sequence[ShardTable], ndevices: int, max_mem: float, mo
     """The per-task precomputation of the search (every table at every split level, embedded once)."""
     scorer = get_scorer(models)
     _check_models(scorer, ndevices)
-    return SearchProblem(tables, ndevices, max_mem, scorer, config or SearchConfig())
+    return SearchProblem(tables, ndevices, max_mem, scorer, config or SearchConfig(), models.runtime)
 
 
 def beam_search(prob: SearchProblem, t0: float | None = None, keep: int = 0) -> SearchResult:

@@ -671,6 +671,9 @@ def neuroshard_plus(tables: Sequence[ShardTable], ndevices: int, max_mem: float,
 
 def _run(tables, ndevices: int, max_mem: float, ctx: ShardingContext, keep: int = 0) -> PlusResult:
     models = require_models(ctx.models if ctx is not None else None, NAME)
+    if models.runtime is not None:
+        raise ConfigError("--runtime", f"{NAME} searches the paper's execution only; plan for TorchRec's with "
+                                       "neuroshard (--runtime torchrec)")
     options = dict(ctx.options or {})
     return search_plus(tables, ndevices, max_mem, models, SearchConfig.from_options(options),
                        PlusConfig.from_options(options), seed=ctx.seed, options=options, keep=keep)

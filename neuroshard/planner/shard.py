@@ -20,7 +20,8 @@ from typing import Sequence
 from neuroshard.planner import extrapolation
 from neuroshard.planner.registry import ShardingContext, check_options, get_sharder
 from neuroshard.planner.simulator import simulate, validate_plan
-from neuroshard.types import CostBreakdown, InvalidPlanError, OutOfMemoryError, Plan, ShardTable, TableConfig, Task
+from neuroshard.types import (ConfigError, CostBreakdown, InvalidPlanError, OutOfMemoryError, Plan, ShardTable,
+                              TableConfig, Task)
 
 
 @dataclass
@@ -66,11 +67,13 @@ def as_shard_tables(tables: Sequence[ShardTable | TableConfig]) -> list[ShardTab
 
 
 def shard(tables: Sequence[ShardTable | TableConfig], ndevices: int, max_mem_gb: float, models=None,
-          alg: str = "neuroshard", seed: int = 0, **options) -> ShardResult:
+          alg: str = "neuroshard", seed: int = 0, runtime: str | None = None, **options) -> ShardResult:
     """Plan `tables` on `ndevices` devices of `max_mem_gb` GB with the algorithm `alg`.
 
     `models`: a `CostModels` (needed by `neuroshard`, and for the simulated
-    cost); `seed`: for randomised algorithms; `options`: the algorithm's
+    cost); `seed`: for randomised algorithms; `runtime`: "paper" or "torchrec"
+    (the execution the plan is searched and costed for; default: the models'
+    own, see `CostModels.for_runtime`); `options`: the algorithm's
     settings (e.g. `beam_k=3`; an option the algorithm does not take, or a
     bad value, is a ConfigError listing the valid ones). Raises
     OutOfMemoryError when no plan fits (or the algorithm returned one that
@@ -79,6 +82,10 @@ def shard(tables: Sequence[ShardTable | TableConfig], ndevices: int, max_mem_gb:
     from neuroshard.formats.plans import plan_view
 
     tables = as_shard_tables(tables)
+    if runtime is not None:
+        if models is None and runtime != "paper":
+            raise ConfigError("runtime", f"{runtime!r} needs cost models with a runtime model")
+        models = models if models is None else models.for_runtime(runtime)
     sharder = get_sharder(alg)
     check_options(alg, options)
     ctx = ShardingContext(models=models, seed=seed, options=dict(options))

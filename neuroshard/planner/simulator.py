@@ -31,6 +31,7 @@ from neuroshard.types import (
     NeuroShardError,
     OutOfMemoryError,
     Plan,
+    RuntimeEstimate,
     ShardTable,
     apply_column_steps,
     table_devices,
@@ -107,10 +108,30 @@ def simulate(tables: Sequence[ShardTable], plan: Plan, models, max_mem: float) -
     that does not fit. The breakdown also holds per-device `dims`, `skew`
     and `mem_gb`; with ensembles or a known measurement noise
     (`CostModels.noise_model`), each member's plan cost and the plan's cost
-    distribution (`spread`, see `planner.uncertainty`).
+    distribution (`spread`, see `planner.uncertainty`). With a runtime model
+    (`CostModels.runtime`), the cost is that runtime's estimate
+    (`planner.torchrec_runtime`).
     """
     with single_threaded_blas():
         return _simulate(tables, plan, models, max_mem)
+
+
+def _simulate_runtime(scorer, tables, split, plan: Plan, runtime) -> CostBreakdown:
+    """The breakdown under TorchRec's runtime (`planner.torchrec_runtime`): per device its kernels' ms (all
+    groups), no per-device exchanges (they are in the runtime's terms), the runtime's estimate as the cost."""
+    from neuroshard.planner.torchrec_runtime import features, plan_parts
+
+    parts = plan_parts(scorer, tables, plan, runtime.batch_size)
+    x = features(parts)[0]
+    cost = float(runtime.predict(x[None])[0])
+    if not math.isfinite(cost):
+        raise NeuroShardError(f"the TorchRec runtime model gave a non-finite plan cost ({cost})")
+    n = plan.ndevices
+    return CostBreakdown(
+        compute=parts.compute[0].sum(axis=1).tolist(), bw_comm=[0.0] * n, fw_comm=[0.0] * n,
+        dims=[int(sum(split[i].dim for i in s)) for s in plan.shards],
+        mem_gb=[_gb(sum(table_elements(split[i]) for i in s)) for s in plan.shards],
+        runtime=RuntimeEstimate("torchrec", cost, runtime.terms(x)))
 
 
 def _simulate(tables, plan, models, max_mem) -> CostBreakdown:
@@ -121,6 +142,8 @@ def _simulate(tables, plan, models, max_mem) -> CostBreakdown:
     if n != scorer.ndevices:
         raise NeuroShardError(f"plan has {n} devices but the comm models are for {scorer.ndevices}")
     split = validate_plan(tables, plan, n, max_mem)
+    if models.runtime is not None:
+        return _simulate_runtime(scorer, tables, split, plan, models.runtime)
     emb = scorer.embed([t.config for t in split])
     compute = scorer.shard_costs(emb, plan.shards)[None, :]
     dims = np.array([[sum(split[i].dim for i in s) for s in plan.shards]], dtype=np.float64)

@@ -45,6 +45,11 @@ def test_two_rank_job_trains_a_table_wise_and_a_column_split_plan(tiny, tmp_path
         assert len(s.per_rank) == 2 and all(x > 0 for x in s.per_rank)
         # the slowest rank's step, iteration by iteration: at least every rank's median
         assert max(s.iters) >= max(s.per_rank) - 1e-9 and s.build_s > 0
+        # every rank's phases: the four named ones, positive, and together within the rank's median step
+        assert len(s.phases) == 2 and all(set(p) == set(TorchRecStep.PHASES) for p in s.phases)
+        for p, step in zip(s.phases, s.per_rank):
+            assert all(v >= 0 for v in p.values()) and p["embedding_fw"] > 0 and p["backward"] > 0
+            assert sum(p.values()) <= 1.5 * max(s.iters)
         assert TorchRecStep.from_json(json.loads(json.dumps(s.to_json()))) == s
 
 

@@ -1,0 +1,96 @@
+"""Fit the TorchRec runtime cost model (`--runtime torchrec`) to plans trained in TorchRec.
+
+    python train_torchrec_cost_model.py --data_dir results/quick/dataset --task_path results/quick/train_tasks/data.txt \
+        --samples results/quick/torchrec_data/results.json --compute_model results/quick/models/onpolicy/compute.pt \
+        --fw_comm_model results/quick/models/onpolicy/comm_4_fw.pt --bw_comm_model results/quick/models/onpolicy/comm_4_bw.pt \
+        --ndevices 4 --out_path results/quick/models/onpolicy/torchrec_runtime_4.json
+
+Reads collect_torchrec_cost_data.py's results.json (the plans of --task_path's
+tasks and their TorchRec step times), computes each plan's terms
+(neuroshard/planner/torchrec_runtime.py: per sharding-type group the slowest
+rank's kernels by the compute model, ids received, outputs sent; the number of
+groups; the totals over the ranks), fits their non-negative weights (least
+squares of the relative error), first without --test_share of the tasks to
+report the error on unseen tasks' plans, then on all. Writes the model to
+--out_path and the fit's report beside it (<out_path stem>_metrics.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from neuroshard.cli import run_main
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description="Fit the TorchRec runtime cost model to plans trained in TorchRec.")
+    p.add_argument("--data_dir", required=True, help="dataset dir with table_configs.json (and data.pt: its batch)")
+    p.add_argument("--task_path", required=True, help="the task file the samples' plans were made for")
+    p.add_argument("--samples", required=True, help="collect_torchrec_cost_data.py's results.json")
+    p.add_argument("--compute_model", required=True, help="compute cost model checkpoint (the kernel terms)")
+    p.add_argument("--fw_comm_model", default=None, help="forward comm model (default: models/comm_<n>_fw.pt)")
+    p.add_argument("--bw_comm_model", default=None, help="backward comm model (default: models/comm_<n>_bw.pt)")
+    p.add_argument("--ndevices", type=int, default=4, help="ranks the plans were trained on (default: 4)")
+    p.add_argument("--batch_size", type=int, default=None,
+                   help="global batch the plans were trained with (default: the collection's, else the dataset's)")
+    p.add_argument("--test_share", type=float, default=0.25,
+                   help="share of the tasks held out to measure the error on unseen tasks (default: 0.25)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the held-out tasks (default: 0)")
+    p.add_argument("--out_path", required=True, help="where to write the model (JSON)")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    import json
+
+    from neuroshard.checks import check_float, check_int
+    from neuroshard.eval import runtime_data
+    from neuroshard.eval.plans import load_inputs
+    from neuroshard.formats.io import write_json_atomic
+    from neuroshard.planner.cost_models import default_comm_model_path
+    from neuroshard.planner.torchrec_runtime import FEATURES
+    from neuroshard.types import InputError
+
+    check_int("--ndevices", args.ndevices, 1)
+    check_float("--test_share", args.test_share, 0.0, 0.9)
+    fw = args.fw_comm_model or default_comm_model_path(args.ndevices, "fw")
+    bw = args.bw_comm_model or default_comm_model_path(args.ndevices, "bw")
+    inputs = load_inputs(args.data_dir, args.task_path, args.compute_model, fw, bw, args.ndevices)
+    samples = runtime_data.read_samples(args.samples, inputs.tasks, inputs.configs)
+    batch = args.batch_size
+    if batch is None:
+        cfg_path = Path(args.samples).parent / "config.json"
+        if cfg_path.exists():
+            batch = json.loads(cfg_path.read_text()).get("batch_size")
+        batch = batch or inputs.batch_size
+    if batch is None:
+        raise InputError(args.data_dir, "no data.pt and no --batch_size: the batch the plans were trained with")
+    check_int("--batch_size", batch, 1)
+    try:
+        res = runtime_data.fit_runtime_model(samples, inputs.models, args.ndevices, batch, args.test_share, args.seed,
+                                             source={"samples": str(Path(args.samples).resolve()),
+                                                     "compute_model": str(Path(args.compute_model).resolve()),
+                                                     "task_path": str(Path(args.task_path).resolve())})
+    except ValueError as e:
+        raise InputError(args.samples, str(e)) from None
+    res.model.save(args.out_path)
+    metrics = Path(args.out_path).with_name(Path(args.out_path).stem + "_metrics.json")
+    write_json_atomic(metrics, res.to_json())
+    print(f"{len(samples)} plans of {len({s.task for s in samples})} tasks; batch {batch}, {args.ndevices} ranks")
+    print("| term | weight | mean share of a step (ms) |\n|---|---|---|")
+    for name, c in zip(FEATURES, res.model.coef):
+        print(f"| {name} | {c:.4g} | {res.terms[name]:.2f} |")
+    test = "-" if res.test_mape is None else f"{res.test_mape:.1f}%"
+    print(f"MAPE: {test} on the plans of {len(res.test_tasks)} held-out tasks, {res.fit_mape:.1f}% fitted on all")
+    for kind, row in res.by_kind.items():
+        t = f", held-out {row['test_mape']:.1f}%" if "test_mape" in row else ""
+        print(f"  {kind}: {row['plans']} plans, fitted {row['fit_mape']:.1f}%{t}")
+    print(f"wrote {args.out_path} and {metrics}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main)
