@@ -39,6 +39,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="share of the tasks held out to measure the error on unseen tasks (default: 0.25)")
     p.add_argument("--seed", type=int, default=0, help="seed of the held-out tasks (default: 0)")
     p.add_argument("--out_path", required=True, help="where to write the model (JSON)")
+    p.add_argument("--check", default=None,
+                   help="also report the model's error on these plans: eval_torchrec.py's results.json of other "
+                        "tasks (e.g. the evaluation tasks' plans trained in TorchRec), never fitted on")
+    p.add_argument("--check_task_path", default=None, help="the task file of --check's plans")
     return p.parse_args(argv)
 
 
@@ -76,9 +80,19 @@ def main(argv=None) -> int:
                                                      "task_path": str(Path(args.task_path).resolve())})
     except ValueError as e:
         raise InputError(args.samples, str(e)) from None
+    report = res.to_json()
+    if args.check:
+        if not args.check_task_path:
+            raise InputError(args.check, "--check needs --check_task_path (the task file of its plans)")
+        from neuroshard.formats.tasks import read_tasks
+
+        checked = runtime_data.check_model(res.model, runtime_data.read_samples(
+            args.check, read_tasks(args.check_task_path, num_tables=len(inputs.configs)), inputs.configs),
+            inputs.models)
+        report["check"] = {"results": str(Path(args.check).resolve()), **checked}
     res.model.save(args.out_path)
     metrics = Path(args.out_path).with_name(Path(args.out_path).stem + "_metrics.json")
-    write_json_atomic(metrics, res.to_json())
+    write_json_atomic(metrics, report)
     print(f"{len(samples)} plans of {len({s.task for s in samples})} tasks; batch {batch}, {args.ndevices} ranks")
     print("| term | weight | mean share of a step (ms) |\n|---|---|---|")
     for name, c in zip(FEATURES, res.model.coef):
@@ -88,6 +102,12 @@ def main(argv=None) -> int:
     for kind, row in res.by_kind.items():
         t = f", held-out {row['test_mape']:.1f}%" if "test_mape" in row else ""
         print(f"  {kind}: {row['plans']} plans, fitted {row['fit_mape']:.1f}%{t}")
+    if "check" in report:
+        c = report["check"]
+        print(f"on --check's {c['plans']} plans (other tasks, never fitted on): MAPE {c['mape']:.1f}%, "
+              f"mean predicted / measured {c['ratio']:.3f}")
+        for alg, row in c["by_alg"].items():
+            print(f"  {alg}: {row['plans']} plans, MAPE {row['mape']:.1f}%, predicted / measured {row['ratio']:.3f}")
     print(f"wrote {args.out_path} and {metrics}", file=sys.stderr)
     return 0
 

@@ -92,6 +92,10 @@ class Preset:
     torchrec_warmup: int = 3
     torchrec_iters: int = 10
     torchrec_repeats: int = 4
+    # and (7a-7c) the TorchRec runtime model: random and sharders' plans of this many training tasks trained
+    # in TorchRec, the model fitted to them, NeuroShard planned for TorchRec's runtime with it
+    torchrec_data_tasks: int = 16
+    torchrec_random_plans: int = 3
 
 
 PRESETS = {
@@ -296,13 +300,40 @@ def build_steps(p: Preset, out: Path, data: str | None, gpu_devices: str | None,
                            str(p.max_mem), "--models", f"random={models}", "--models", f"onpolicy={final}",
                            "--out_path", str(out / "hw" / "model_error.json")], [out / "hw" / "model_error.json"]))
     if torchrec_train:
-        # The simulator's plans of the first tasks, every algorithm, trained with DistributedModelParallel.
-        steps.append(Step("7", "TorchRec training",
-                          ["eval_torchrec.py", "--data_dir", str(ds), "--task_path", str(tasks / "data.txt"),
-                           "--plans", str(out / "sim" / "plans.json"), "--ndevices", str(n), "--max_tasks",
-                           str(p.torchrec_tasks), "--warmup", str(p.torchrec_warmup), "--iters",
-                           str(p.torchrec_iters), "--repeats", str(p.torchrec_repeats), *s, *dev, "--out_dir",
-                           str(out / "torchrec"), "--no_progress"], [out / "torchrec" / "summary.json"]))
+        rt_data, rt_model = out / "torchrec_data", final / f"torchrec_runtime_{n}.json"
+        trt = ["--warmup", str(p.torchrec_warmup), "--iters", str(p.torchrec_iters), *s, *dev]
+        no_alg = [a for k, a in enumerate(eval_common) if a != "--alg" and (k == 0 or eval_common[k - 1] != "--alg")]
+        steps += [
+            # TorchRec's runtime: plans of training tasks trained in TorchRec, a cost model fitted to them,
+            # NeuroShard planned for it (labelled neuroshard[torchrec]).
+            Step("7a", "TorchRec runtime cost data",
+                 ["collect_torchrec_cost_data.py", "--data_dir", str(ds), "--task_path", str(train_tasks / "data.txt"),
+                  "--eval_task_path", str(tasks / "data.txt"), *models_flags, "--ndevices", str(n), "--max_mem",
+                  str(p.max_mem), "--max_tasks", str(p.torchrec_data_tasks), "--random_plans",
+                  str(p.torchrec_random_plans), "--alg", "neuroshard,size_lookup_greedy,torchrec", *trt,
+                  "--out_dir", str(rt_data), "--quiet", "--no_progress"], [rt_data / "results.json"]),
+            Step("7b", "TorchRec runtime cost model",
+                 ["train_torchrec_cost_model.py", "--data_dir", str(ds), "--task_path", str(train_tasks / "data.txt"),
+                  "--samples", str(rt_data / "results.json"), *models_flags, "--ndevices", str(n), "--out_path",
+                  str(rt_model)], [rt_model]),
+            Step("7c", "NeuroShard for TorchRec's runtime",
+                 ["eval_simulator.py", *no_alg, "--alg", "neuroshard", "--runtime", "torchrec", "--runtime_model",
+                  str(rt_model), "--out_dir", str(out / "sim_torchrec"), "--quiet", "--no_progress"],
+                 [out / "sim_torchrec" / "summary.json"]),
+            # The simulator's plans of the first tasks, every algorithm and neuroshard[torchrec], trained with
+            # DistributedModelParallel; then the runtime model's error on them.
+            Step("7", "TorchRec training",
+                 ["eval_torchrec.py", "--data_dir", str(ds), "--task_path", str(tasks / "data.txt"),
+                  "--plans", f"{out / 'sim_torchrec' / 'plans.json'},{out / 'sim' / 'plans.json'}",
+                  "--ndevices", str(n), "--max_tasks", str(p.torchrec_tasks), "--repeats", str(p.torchrec_repeats),
+                  *trt, "--out_dir", str(out / "torchrec"), "--no_progress"], [out / "torchrec" / "summary.json"]),
+            Step("7-models", "TorchRec runtime model on the evaluation tasks' plans",
+                 ["train_torchrec_cost_model.py", "--data_dir", str(ds), "--task_path", str(train_tasks / "data.txt"),
+                  "--samples", str(rt_data / "results.json"), *models_flags, "--ndevices", str(n), "--out_path",
+                  str(out / "torchrec" / f"torchrec_runtime_{n}.json"), "--check",
+                  str(out / "torchrec" / "results.json"), "--check_task_path", str(tasks / "data.txt")],
+                 [out / "torchrec" / f"torchrec_runtime_{n}_metrics.json"]),
+        ]
     return steps
 
 

@@ -116,9 +116,18 @@ def test_torchrec_training_is_an_opt_in_last_step():
     out = Path("results/quick")
     assert "7" not in [s.key for s in build_steps(PRESETS["quick"], out, None, None)]
     steps = build_steps(PRESETS["quick"], out, None, None, seed=2, torchrec_train=True)
-    last = steps[-1]
-    assert last.key == "7" and last.argv[0] == "eval_torchrec.py"
-    flags = dict(zip(last.argv[1::2], last.argv[2::2]))
-    assert flags["--plans"] == str(out / "sim" / "plans.json") and flags["--ndevices"] == "4"
-    assert flags["--max_tasks"] == "3" and flags["--repeats"] == "4" and flags["--seed"] == "2"
-    assert last.outputs == [out / "torchrec" / "summary.json"]
+    assert [s.key for s in steps[-5:]] == ["7a", "7b", "7c", "7", "7-models"]
+    collect, fit, plan, train, check = steps[-5:]
+    assert collect.argv[0] == "collect_torchrec_cost_data.py" and "train_tasks" in collect.argv[collect.argv.index(
+        "--task_path") + 1]
+    model = out / "models" / "onpolicy" / "torchrec_runtime_4.json"
+    assert fit.outputs == [model]
+    flags = dict(zip(plan.argv[1::2], plan.argv[2::2]))
+    assert flags["--alg"] == "neuroshard" and flags["--runtime"] == "torchrec" and flags["--runtime_model"] == str(model)
+    assert plan.argv.count("--alg") == 1
+    assert train.argv[0] == "eval_torchrec.py"
+    flags = dict(zip(train.argv[1::2], train.argv[2::2]))
+    assert flags["--plans"] == f"{out / 'sim_torchrec' / 'plans.json'},{out / 'sim' / 'plans.json'}"
+    assert flags["--ndevices"] == "4" and flags["--max_tasks"] == "3" and flags["--repeats"] == "4"
+    assert flags["--seed"] == "2" and train.outputs == [out / "torchrec" / "summary.json"]
+    assert "--check" in check.argv

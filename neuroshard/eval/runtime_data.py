@@ -201,3 +201,21 @@ def fit_runtime_model(samples: Sequence[RuntimeSample], models, ndevices: int, b
                                  test_mape, dict(source or {}))
     terms = {name: float(np.mean(x[:, j] * coef[j])) for j, name in enumerate(FEATURES)}
     return RuntimeFit(model, test_tasks, test_mape, mape(pred, y), by_kind, terms)
+
+
+def check_model(model, samples: Sequence[RuntimeSample], models) -> dict:
+    """The runtime model's error on `samples` (plans it was not fitted on): MAPE (%) and mean predicted /
+    measured step, overall and per algorithm."""
+    from neuroshard.planner.torchrec_runtime import mape
+
+    if not samples:
+        raise ValueError("no plans to check")
+    pred = model.predict(sample_features(samples, models, model.batch_size))
+    y = np.array([s.cost for s in samples])
+
+    def row(sel):
+        return {"plans": int(sel.sum()), "mape": mape(pred[sel], y[sel]), "ratio": float(np.mean(pred[sel] / y[sel]))}
+
+    algs = [s.alg for s in samples]
+    return {**row(np.ones(len(y), dtype=bool)),
+            "by_alg": {a: row(np.array([x == a for x in algs])) for a in dict.fromkeys(algs)}}
