@@ -2,11 +2,12 @@
 
     python collect_torchrec_cost_data.py --data_dir results/quick/dataset \
         --task_path results/quick/train_tasks/data.txt --eval_task_path results/quick/tasks/data.txt \
-        --compute_model results/quick/models/onpolicy/compute.pt --fw_comm_model results/quick/models/onpolicy/comm_4_fw.pt \
-        --bw_comm_model results/quick/models/onpolicy/comm_4_bw.pt --ndevices 4 --max_mem 1 --max_tasks 24 \
+        --compute_model results/quick/models/onpolicy/compute.pt \
+        --fw_comm_model results/quick/models/onpolicy/comm_4_fw.pt --bw_comm_model results/quick/models/onpolicy/comm_4_bw.pt \
+        --ndevices 4 --max_mem 1 --max_tasks 30 \
         --random_plans 3 --alg neuroshard,size_lookup_greedy,torchrec --out_dir results/quick/torchrec_data
-    python train_torchrec_cost_model.py --data_dir results/quick/dataset --task_path results/quick/train_tasks/data.txt \
-        --samples results/quick/torchrec_data/results.json --compute_model results/quick/models/onpolicy/compute.pt ...
+    python train_torchrec_cost_model.py --data_dir results/quick/dataset \
+        --task_path results/quick/train_tasks/data.txt --samples results/quick/torchrec_data/results.json ...
 
 Per task of --task_path (never one of --eval_task_path: an error): the plans of
 each --alg and --random_plans random plans (up to --max_splits column splits of

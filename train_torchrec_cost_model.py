@@ -1,7 +1,8 @@
 """Fit the TorchRec runtime cost model (`--runtime torchrec`) to plans trained in TorchRec.
 
-    python train_torchrec_cost_model.py --data_dir results/quick/dataset --task_path results/quick/train_tasks/data.txt \
-        --samples results/quick/torchrec_data/results.json --compute_model results/quick/models/onpolicy/compute.pt \
+    python train_torchrec_cost_model.py --data_dir results/quick/dataset \
+        --task_path results/quick/train_tasks/data.txt --samples results/quick/torchrec_data/results.json \
+        --compute_model results/quick/models/onpolicy/compute.pt \
         --fw_comm_model results/quick/models/onpolicy/comm_4_fw.pt --bw_comm_model results/quick/models/onpolicy/comm_4_bw.pt \
         --ndevices 4 --out_path results/quick/models/onpolicy/torchrec_runtime_4.json
 

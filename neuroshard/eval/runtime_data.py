@@ -120,7 +120,7 @@ def read_samples(results_path, tasks: Sequence[Task], configs: Sequence[TableCon
                 raise ValueError(f"task {task} is not in the task file ({len(tasks)} tasks)")
             tables = tasks[task].tables(configs)
             plan = Plan.from_json(row["plan"])
-            validate_plan(tables, plan, plan.ndevices, 1e9)  # the plan's splits and placement; memory was checked when planned
+            validate_plan(tables, plan, plan.ndevices, 1e9)  # splits and placement (memory: checked when planned)
             steps = [float(x) for x in row["step_ms"]]
             if not steps or not all(np.isfinite(steps)) or min(steps) <= 0:
                 raise ValueError(f"step times must be positive, got {steps}")

@@ -13,7 +13,7 @@ from neuroshard.eval.runtime_data import (RuntimeSample, collection_records, fit
 from neuroshard.eval.torchrec_train import merge_plan_files
 from neuroshard.planner.simulator import validate_plan
 from neuroshard.planner.torchrec_runtime import FEATURES
-from neuroshard.types import InputError, Plan, PlanRecord, ShardTable, TableConfig, Task
+from neuroshard.types import InputError, Plan, PlanRecord, TableConfig, Task
 from tests.planner.test_simulator import BINS, hand_models
 
 CONFIGS = [TableConfig(1000 * (i + 1), float(1 + i % 5), BINS) for i in range(12)]
