@@ -62,11 +62,10 @@ def main(argv=None) -> int:
     from neuroshard.checks import check_float, check_max_dim, parse_float_list
     from neuroshard.cli import resolve_devices, resolve_ranks
     from neuroshard.eval import onpolicy
-    from neuroshard.eval.plans import load_inputs, resolve_algs
+    from neuroshard.eval.plans import inputs_from_args, resolve_algs
     from neuroshard.formats.dataset import read_dataset
     from neuroshard.formats.tasks import read_tasks
     from neuroshard.measure.plan_job import HardwareConfig
-    from neuroshard.planner.cost_models import default_comm_model_path
     from neuroshard.planner.registry import sharder_options
     from neuroshard.types import InputError
 
@@ -80,9 +79,7 @@ def main(argv=None) -> int:
         raise InputError(args.data_dir, f"batch size {batch} is not a multiple of the {ndevices} ranks")
     options = sharder_options(args, batch)
     algs = resolve_algs(args.alg, options)
-    fw = args.fw_comm_model or default_comm_model_path(ndevices, "fw")
-    bw = args.bw_comm_model or default_comm_model_path(ndevices, "bw")
-    inputs = load_inputs(args.data_dir, args.task_path, args.compute_model, fw, bw, ndevices, args.max_tasks)
+    inputs = inputs_from_args(args, ndevices, args.max_tasks)
     if args.eval_task_path:
         onpolicy.check_disjoint(inputs.tasks, read_tasks(args.eval_task_path, num_tables=len(inputs.configs)),
                                 args.task_path, args.eval_task_path)

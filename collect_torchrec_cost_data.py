@@ -61,10 +61,9 @@ def main(argv=None) -> int:
     from neuroshard.cli import resolve_devices, resolve_ranks
     from neuroshard.eval import onpolicy, runtime_data
     from neuroshard.eval import torchrec_train as tt
-    from neuroshard.eval.plans import load_inputs, resolve_algs
+    from neuroshard.eval.plans import inputs_from_args, resolve_algs
     from neuroshard.formats.tasks import read_tasks
     from neuroshard.measure.torchrec_train import TorchRecTrainConfig
-    from neuroshard.planner.cost_models import default_comm_model_path
     from neuroshard.planner.registry import sharder_options
     from neuroshard.types import InputError
 
@@ -73,9 +72,7 @@ def main(argv=None) -> int:
     check_int("--max_splits", args.max_splits, 0)
     device, ndevices = resolve_ranks(resolve_devices(args.device, args.gpu_devices), args.ndevices, args.gpu_devices)
     cfg = TorchRecTrainConfig.from_args(args, ndevices=ndevices, device=device)
-    fw = args.fw_comm_model or default_comm_model_path(ndevices, "fw")
-    bw = args.bw_comm_model or default_comm_model_path(ndevices, "bw")
-    inputs = load_inputs(args.data_dir, args.task_path, args.compute_model, fw, bw, ndevices, args.max_tasks)
+    inputs = inputs_from_args(args, ndevices, args.max_tasks)
     if inputs.batch_size is None:
         raise InputError(args.data_dir, "no data.pt: TorchRec training needs the dataset's lookups")
     batch = cfg.batch_size or inputs.batch_size

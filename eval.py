@@ -78,7 +78,6 @@ def main(argv=None) -> int:
     from neuroshard.formats.dataset import read_dataset
     from neuroshard.measure.launch import LaunchConfig
     from neuroshard.measure.plan_job import HardwareConfig, follow, runnable
-    from neuroshard.planner.cost_models import default_comm_model_path
     from neuroshard.eval.refine import RefineConfig, refine_records
     from neuroshard.types import ConfigError, InputError
 
@@ -105,10 +104,7 @@ def main(argv=None) -> int:
         print(f"node {launch.node_rank}: {done} plans measured with node 0 (node 0 writes the results)")
         return 0
 
-    fw_path = args.fw_comm_model or default_comm_model_path(ndevices, "fw")
-    bw_path = args.bw_comm_model or default_comm_model_path(ndevices, "bw")
-    inputs = ev.load_inputs(args.data_dir, args.task_path, args.compute_model, fw_path, bw_path, ndevices,
-                            args.max_tasks)
+    inputs = ev.inputs_from_args(args, ndevices, args.max_tasks)
     n = len(inputs.tasks)
     if args.plans:
         records, algs = ev.plans_from_file(args.plans, inputs, args.task_path, args.alg, ndevices, args.max_mem)
@@ -128,7 +124,8 @@ def main(argv=None) -> int:
                                  options, show=show)
 
     config = {k: v for k, v in vars(args).items() if k not in ("quiet", "no_progress")}
-    config.update(device=device, ndevices=ndevices, fw_comm_model=fw_path, bw_comm_model=bw_path, algs=algs,
+    config.update(device=device, ndevices=ndevices, fw_comm_model=inputs.fw_comm_model,
+                  bw_comm_model=inputs.bw_comm_model, algs=algs,
                   num_tasks=n, batch_size=batch)
     measured = len(runnable(records))
     print(f"measuring {measured} plans x {args.repeats} ({len(records) - measured} not run) on {ndevices} {device} "

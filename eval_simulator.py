@@ -59,7 +59,6 @@ def main(argv=None) -> int:
     from neuroshard.eval import results
     from neuroshard.eval.refine import RefineConfig, refine_records
     from neuroshard.eval.summary import summarize
-    from neuroshard.planner.cost_models import default_comm_model_path
 
     from neuroshard.types import ConfigError
 
@@ -77,10 +76,7 @@ def main(argv=None) -> int:
     options = sharder_options(args, None)  # one-line error on a bad value, before any work
     algs = ev.resolve_algs(args.alg, options)
     ev.check_learned_policies(algs, options, args.ndevices, args.max_mem)
-    fw_path = args.fw_comm_model or default_comm_model_path(args.ndevices, "fw")
-    bw_path = args.bw_comm_model or default_comm_model_path(args.ndevices, "bw")
-    inputs = ev.load_inputs(args.data_dir, args.task_path, args.compute_model, fw_path, bw_path,
-                            args.ndevices, args.max_tasks)
+    inputs = ev.inputs_from_args(args, args.ndevices, args.max_tasks)
     if args.runtime != "paper":
         from dataclasses import replace
 
@@ -109,8 +105,8 @@ def main(argv=None) -> int:
     results.print_summary(summary)
     if args.out_dir:
         config = {k: v for k, v in vars(args).items() if k not in ("quiet", "no_progress")}
-        config.update(fw_comm_model=fw_path, bw_comm_model=bw_path, algs=algs, num_tasks=n,
-                      batch_size=inputs.batch_size)
+        config.update(fw_comm_model=inputs.fw_comm_model, bw_comm_model=inputs.bw_comm_model, algs=algs,
+                      num_tasks=n, batch_size=inputs.batch_size)
         results.write_outputs(args.out_dir, records, summary, config)
         print(f"wrote {os.path.join(args.out_dir, results.SUMMARY_MD)} and the rest of the results", file=sys.stderr)
     return 0

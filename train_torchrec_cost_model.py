@@ -14,6 +14,9 @@ groups; the totals over the ranks), fits their non-negative weights (least
 squares of the relative error), first without --test_share of the tasks to
 report the error on unseen tasks' plans, then on all. Writes the model to
 --out_path and the fit's report beside it (<out_path stem>_metrics.json).
+--check also reports the model's error on other plans trained in TorchRec
+(eval_torchrec.py's results.json); with --model instead of --samples, nothing is
+fitted: the given model is checked and --out_path gets the check's report.
 """
 
 from __future__ import annotations
@@ -29,7 +32,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="Fit the TorchRec runtime cost model to plans trained in TorchRec.")
     p.add_argument("--data_dir", required=True, help="dataset dir with table_configs.json (and data.pt: its batch)")
     p.add_argument("--task_path", required=True, help="the task file the samples' plans were made for")
-    p.add_argument("--samples", required=True, help="collect_torchrec_cost_data.py's results.json")
+    p.add_argument("--samples", default=None, help="collect_torchrec_cost_data.py's results.json (to fit)")
+    p.add_argument("--model", default=None,
+                   help="check this fitted model on --check instead of fitting one (--out_path: the check's report)")
     p.add_argument("--compute_model", required=True, help="compute cost model checkpoint (the kernel terms)")
     p.add_argument("--fw_comm_model", default=None, help="forward comm model (default: models/comm_<n>_fw.pt)")
     p.add_argument("--bw_comm_model", default=None, help="backward comm model (default: models/comm_<n>_bw.pt)")
@@ -39,7 +44,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--test_share", type=float, default=0.25,
                    help="share of the tasks held out to measure the error on unseen tasks (default: 0.25)")
     p.add_argument("--seed", type=int, default=0, help="seed of the held-out tasks (default: 0)")
-    p.add_argument("--out_path", required=True, help="where to write the model (JSON)")
+    p.add_argument("--out_path", required=True,
+                   help="where to write the model (JSON; its fit's report beside it), or with --model the report")
     p.add_argument("--check", default=None,
                    help="also report the model's error on these plans: eval_torchrec.py's results.json of other "
                         "tasks (e.g. the evaluation tasks' plans trained in TorchRec), never fitted on")
@@ -49,27 +55,48 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    import json
-
     from neuroshard.checks import check_float, check_int
     from neuroshard.eval import runtime_data
-    from neuroshard.eval.plans import load_inputs
-    from neuroshard.formats.io import write_json_atomic
-    from neuroshard.planner.cost_models import default_comm_model_path
-    from neuroshard.planner.torchrec_runtime import FEATURES
-    from neuroshard.types import InputError
+    from neuroshard.eval.plans import inputs_from_args
+    from neuroshard.formats.io import read_json, write_json_atomic
+    from neuroshard.planner.torchrec_runtime import FEATURES, TorchRecRuntimeModel
+    from neuroshard.types import ConfigError, InputError
 
     check_int("--ndevices", args.ndevices, 1)
     check_float("--test_share", args.test_share, 0.0, 0.9)
-    fw = args.fw_comm_model or default_comm_model_path(args.ndevices, "fw")
-    bw = args.bw_comm_model or default_comm_model_path(args.ndevices, "bw")
-    inputs = load_inputs(args.data_dir, args.task_path, args.compute_model, fw, bw, args.ndevices)
+    if (args.samples is None) == (args.model is None):
+        raise ConfigError("--samples", "give exactly one of --samples (fit a model) and --model (check a fitted one)")
+    if args.check and not args.check_task_path:
+        raise ConfigError("--check", "needs --check_task_path (the task file of its plans)")
+    inputs = inputs_from_args(args, args.ndevices)
+
+    def check(model) -> dict | None:  # the model's error on --check's plans, printed; None without --check
+        if not args.check:
+            return None
+        from neuroshard.formats.tasks import read_tasks
+
+        tasks = read_tasks(args.check_task_path, num_tables=len(inputs.configs))
+        c = runtime_data.check_model(model, runtime_data.read_samples(args.check, tasks, inputs.configs),
+                                     inputs.models)
+        print(f"on --check's {c['plans']} plans (other tasks, never fitted on): MAPE {c['mape']:.1f}%, "
+              f"mean predicted / measured {c['ratio']:.3f}")
+        for alg, row in c["by_alg"].items():
+            print(f"  {alg}: {row['plans']} plans, MAPE {row['mape']:.1f}%, predicted / measured {row['ratio']:.3f}")
+        return {"results": str(Path(args.check).resolve()), **c}
+
+    if args.model is not None:
+        if not args.check:
+            raise ConfigError("--model", "checks a fitted model: give --check and --check_task_path")
+        model = TorchRecRuntimeModel.load(args.model, args.ndevices)
+        write_json_atomic(args.out_path, {"model": str(Path(args.model).resolve()), "check": check(model)})
+        print(f"wrote {args.out_path}", file=sys.stderr)
+        return 0
     samples = runtime_data.read_samples(args.samples, inputs.tasks, inputs.configs)
     batch = args.batch_size
     if batch is None:
         cfg_path = Path(args.samples).parent / "config.json"
         if cfg_path.exists():
-            batch = json.loads(cfg_path.read_text()).get("batch_size")
+            batch = read_json(cfg_path).get("batch_size")
         batch = batch or inputs.batch_size
     if batch is None:
         raise InputError(args.data_dir, "no data.pt and no --batch_size: the batch the plans were trained with")
@@ -81,19 +108,6 @@ def main(argv=None) -> int:
                                                      "task_path": str(Path(args.task_path).resolve())})
     except ValueError as e:
         raise InputError(args.samples, str(e)) from None
-    report = res.to_json()
-    if args.check:
-        if not args.check_task_path:
-            raise InputError(args.check, "--check needs --check_task_path (the task file of its plans)")
-        from neuroshard.formats.tasks import read_tasks
-
-        checked = runtime_data.check_model(res.model, runtime_data.read_samples(
-            args.check, read_tasks(args.check_task_path, num_tables=len(inputs.configs)), inputs.configs),
-            inputs.models)
-        report["check"] = {"results": str(Path(args.check).resolve()), **checked}
-    res.model.save(args.out_path)
-    metrics = Path(args.out_path).with_name(Path(args.out_path).stem + "_metrics.json")
-    write_json_atomic(metrics, report)
     print(f"{len(samples)} plans of {len({s.task for s in samples})} tasks; batch {batch}, {args.ndevices} ranks")
     print("| term | weight | mean share of a step (ms) |\n|---|---|---|")
     for name, c in zip(FEATURES, res.model.coef):
@@ -103,12 +117,13 @@ def main(argv=None) -> int:
     for kind, row in res.by_kind.items():
         t = f", held-out {row['test_mape']:.1f}%" if "test_mape" in row else ""
         print(f"  {kind}: {row['plans']} plans, fitted {row['fit_mape']:.1f}%{t}")
-    if "check" in report:
-        c = report["check"]
-        print(f"on --check's {c['plans']} plans (other tasks, never fitted on): MAPE {c['mape']:.1f}%, "
-              f"mean predicted / measured {c['ratio']:.3f}")
-        for alg, row in c["by_alg"].items():
-            print(f"  {alg}: {row['plans']} plans, MAPE {row['mape']:.1f}%, predicted / measured {row['ratio']:.3f}")
+    report = res.to_json()
+    checked = check(res.model)
+    if checked is not None:
+        report["check"] = checked
+    res.model.save(args.out_path)
+    metrics = Path(args.out_path).with_name(Path(args.out_path).stem + "_metrics.json")
+    write_json_atomic(metrics, report)
     print(f"wrote {args.out_path} and {metrics}", file=sys.stderr)
     return 0
 

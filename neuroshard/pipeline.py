@@ -329,10 +329,10 @@ def build_steps(p: Preset, out: Path, data: str | None, gpu_devices: str | None,
                   *trt, "--out_dir", str(out / "torchrec"), "--no_progress"], [out / "torchrec" / "summary.json"]),
             Step("7-models", "TorchRec runtime model on the evaluation tasks' plans",
                  ["train_torchrec_cost_model.py", "--data_dir", str(ds), "--task_path", str(train_tasks / "data.txt"),
-                  "--samples", str(rt_data / "results.json"), *models_flags, "--ndevices", str(n), "--out_path",
-                  str(out / "torchrec" / f"torchrec_runtime_{n}.json"), "--check",
+                  "--model", str(rt_model), *models_flags, "--ndevices", str(n), "--out_path",
+                  str(out / "torchrec" / "runtime_model_error.json"), "--check",
                   str(out / "torchrec" / "results.json"), "--check_task_path", str(tasks / "data.txt")],
-                 [out / "torchrec" / f"torchrec_runtime_{n}_metrics.json"]),
+                 [out / "torchrec" / "runtime_model_error.json"]),
         ]
     return steps
 

@@ -131,4 +131,6 @@ def test_torchrec_training_is_an_opt_in_last_step():
     assert flags["--plans"] == f"{out / 'sim_torchrec' / 'plans.json'},{out / 'sim' / 'plans.json'}"
     assert flags["--ndevices"] == "4" and flags["--max_tasks"] == "3" and flags["--repeats"] == "4"
     assert flags["--seed"] == "2" and train.outputs == [out / "torchrec" / "summary.json"]
-    assert "--check" in check.argv
+    flags = dict(zip(check.argv[1::2], check.argv[2::2]))
+    assert flags["--model"] == str(model) and flags["--check"] == str(out / "torchrec" / "results.json")
+    assert "--samples" not in flags

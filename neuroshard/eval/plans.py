@@ -49,14 +49,16 @@ from neuroshard.types import (
 @dataclass
 class EvalInputs:
     """Everything an evaluation reads: dataset table configs, tasks (the first `--max_tasks` of the
-    `tasks_in_file` the task file holds), the three cost models, and the dataset's batch size (None
-    without a data.pt)."""
+    `tasks_in_file` the task file holds), the three cost models, the dataset's batch size (None
+    without a data.pt) and the comm models' paths (as resolved by `inputs_from_args`)."""
 
     configs: list[TableConfig]
     tasks: list[Task]
     models: CostModels
     tasks_in_file: int
     batch_size: int | None = None
+    fw_comm_model: str | None = None
+    bw_comm_model: str | None = None
 
 
 # the algorithms whose search optimises the cost models' runtime: their plans are labelled with it
@@ -91,6 +93,19 @@ def add_input_args(parser, data_help: str = "dataset dir with table_configs.json
     parser.add_argument("--max_mem", type=float, default=4.0, help="memory per device in GB (default: 4)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the randomised algorithms (default: 0)")
     parser.add_argument("--max_tasks", type=int, default=None, help="evaluate only the first N tasks")
+
+
+def inputs_from_args(args, ndevices: int, max_tasks: int | None = None) -> EvalInputs:
+    """`load_inputs` from the flags of `add_input_args` on `ndevices` devices; a comm model not named is
+    `models/comm_<ndevices>_<fw|bw>.pt`."""
+    from dataclasses import replace
+
+    from neuroshard.planner.cost_models import default_comm_model_path
+
+    fw = args.fw_comm_model or default_comm_model_path(ndevices, "fw")
+    bw = args.bw_comm_model or default_comm_model_path(ndevices, "bw")
+    inputs = load_inputs(args.data_dir, args.task_path, args.compute_model, fw, bw, ndevices, max_tasks)
+    return replace(inputs, fw_comm_model=str(fw), bw_comm_model=str(bw))
 
 
 def load_inputs(data_dir, task_path, compute_model, fw_comm_model, bw_comm_model, ndevices: int,

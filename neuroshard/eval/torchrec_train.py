@@ -58,7 +58,7 @@ def merge_plan_files(files: Sequence[Sequence[PlanRecord]]) -> list[PlanRecord]:
     skipped (e.g. the paper-runtime plans beside the TorchRec-runtime ones, `eval.plans.label_runtime`)."""
     seen, out = set(), []
     for records in files:
-        keys = set()
+        keys = set()  # this file's: a duplicate within one file is left for `select_records` to report
         for rec in records:
             if (rec.task, rec.alg) not in seen:
                 out.append(rec)

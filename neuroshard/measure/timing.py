@@ -95,5 +95,12 @@ def benchmark(run_once: Callable[[], Optional[float]], warmup: int = 5, iters: i
     return times
 
 
+def elapsed_ms(start: float, device=None) -> float:
+    """Wall ms since `start` (a `time.perf_counter()`), after the work queued on a CUDA `device` is done."""
+    if device is not None and str(device).startswith("cuda"):
+        torch.cuda.synchronize(device)
+    return (time.perf_counter() - start) * 1e3
+
+
 def median(xs) -> float:
     return float(statistics.median(xs))

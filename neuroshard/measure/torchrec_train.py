@@ -153,6 +153,8 @@ def concat_dlrm(ebc, dense_features: int, dense_arch: Sequence[int], over_arch: 
     import torch
     from torchrec.models.dlrm import DenseArch, OverArch
 
+    from neuroshard.measure.timing import elapsed_ms
+
     class ConcatDLRM(torch.nn.Module):
         def __init__(self):
             super().__init__()
@@ -165,9 +167,7 @@ def concat_dlrm(ebc, dense_features: int, dense_arch: Sequence[int], over_arch: 
             start = time.perf_counter()
             pooled = getattr(self, MODULE_PATH)(kjt).values()  # waits for the output distribution
             if marks is not None:
-                if pooled.is_cuda:
-                    torch.cuda.synchronize(pooled.device)
-                marks["embedding_ms"] = (time.perf_counter() - start) * 1e3
+                marks["embedding_ms"] = elapsed_ms(start, pooled.device)
             return self.over_arch(torch.cat([self.dense_arch(dense), pooled], dim=1)).squeeze(1)
 
     return ConcatDLRM()
@@ -247,6 +247,7 @@ class TorchRecTrainWorker(RankWorker):
         from torchrec.optim.optimizers import in_backward_optimizer_filter
 
         from neuroshard.measure.rank import local_lead
+        from neuroshard.measure.timing import elapsed_ms
 
         ctx, spec, st = self.ctx, self.spec, self.ctx.state
         st["phase"] = "building the model"
@@ -268,13 +269,7 @@ class TorchRecTrainWorker(RankWorker):
         dense, kjt, labels = self.batch_slice(ids, names)
         loss_fn = torch.nn.BCEWithLogitsLoss()
         build_s = time.perf_counter() - t0
-        cuda = device.type == "cuda"
         times, phases = [], {name: [] for name in TorchRecStep.PHASES}
-
-        def lap(t: float) -> float:  # ms since t
-            if cuda:
-                torch.cuda.synchronize(device)
-            return (time.perf_counter() - t) * 1e3
 
         for i in range(spec.warmup + spec.iters):
             st["phase"] = f"barrier before iteration {i}"
@@ -283,13 +278,13 @@ class TorchRecTrainWorker(RankWorker):
             start = time.perf_counter()
             dense_opt.zero_grad()
             loss = loss_fn(dmp(dense, kjt), labels)
-            forward_ms = lap(start)
+            forward_ms = elapsed_ms(start, device)
             t = time.perf_counter()
             loss.backward()
-            backward_ms = lap(t)
+            backward_ms = elapsed_ms(t, device)
             t = time.perf_counter()
             dense_opt.step()
-            optimizer_ms = lap(t)
+            optimizer_ms = elapsed_ms(t, device)
             ms = (time.perf_counter() - start) * 1e3
             if i >= spec.warmup:
                 times.append(ms)

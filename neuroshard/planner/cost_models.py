@@ -45,11 +45,6 @@ class CostModels:
             raise ConfigError("--runtime torchrec", f"the runtime model is for {self.runtime.ndevices} ranks, the "
                                                     f"comm models for {self.ndevices}")
 
-    @property
-    def runtime_name(self) -> str:
-        """The execution plans are costed for: "paper" or "torchrec"."""
-        return "paper" if self.runtime is None else "torchrec"
-
     def for_runtime(self, runtime: str, path=None) -> "CostModels":
         """These models costing plans for `runtime`: "paper" (without a runtime model) or "torchrec" (the
         runtime model at `path`, or the one these models already hold). ConfigError for another name or

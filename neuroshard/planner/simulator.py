@@ -121,7 +121,7 @@ def _simulate_runtime(scorer, tables, split, plan: Plan, runtime) -> CostBreakdo
     groups), no per-device exchanges (they are in the runtime's terms), the runtime's estimate as the cost."""
     from neuroshard.planner.torchrec_runtime import features, plan_parts
 
-    parts = plan_parts(scorer, tables, plan, runtime.batch_size)
+    parts = plan_parts(scorer, tables, plan, runtime.batch_size, split)
     x = features(parts)[0]
     cost = float(runtime.predict(x[None])[0])
     if not math.isfinite(cost):

@@ -41,13 +41,14 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
-from neuroshard.types import InputError, Plan, ShardTable, apply_column_steps, plan_pieces
+from neuroshard.types import InputError, Plan, ShardTable, apply_column_steps
 
 FEATURES = ("one", "groups", "compute_max", "compute_mean", "ids_max", "ids_mean", "out_max", "dims")
 GROUPS = ("table_wise", "column_wise")
@@ -115,18 +116,20 @@ def features(parts: GroupParts) -> np.ndarray:
     return np.stack([np.asarray(c, dtype=np.float64) for c in cols], axis=1)
 
 
-def plan_groups(tables: Sequence[ShardTable], plan: Plan) -> list[int]:
+def plan_groups(tables: Sequence[ShardTable], plan: Plan, split: Sequence[ShardTable] | None = None) -> list[int]:
     """The group of each post-split table of a valid plan: 1 (column-wise) if its table has more than one
-    piece, else 0 (table-wise), as `planner.torchrec_export` hands the plan to TorchRec."""
-    pieces = plan_pieces(tables, plan)
-    split = apply_column_steps(tables, plan.column_steps)
-    return [int(len(pieces[t.origin]) > 1) for t in split]
+    piece, else 0 (table-wise), as `planner.torchrec_export` hands the plan to TorchRec. `split`: the
+    post-split tables, if the caller has them."""
+    split = apply_column_steps(tables, plan.column_steps) if split is None else split
+    pieces = Counter(t.origin for t in split)
+    return [int(pieces[t.origin] > 1) for t in split]
 
 
-def plan_parts(scorer, tables: Sequence[ShardTable], plan: Plan, batch: int) -> GroupParts:
-    """`group_parts` of one valid plan (its shards in shard-list order)."""
-    split = apply_column_steps(tables, plan.column_steps)
-    groups = plan_groups(tables, plan)
+def plan_parts(scorer, tables: Sequence[ShardTable], plan: Plan, batch: int,
+               split: Sequence[ShardTable] | None = None) -> GroupParts:
+    """`group_parts` of one valid plan (its shards in shard-list order); `split` as in `plan_groups`."""
+    split = apply_column_steps(tables, plan.column_steps) if split is None else split
+    groups = plan_groups(tables, plan, split)
     order = [(r, i) for r, shard in enumerate(plan.shards) for i in shard]
     proj = scorer.project(scorer.embed([t.config for t in split])) if split else np.zeros((0, len(scorer.acc0)))
     idx = np.array([[i for _, i in order]], dtype=np.int64).reshape(1, len(order))

@@ -2,7 +2,7 @@ import time
 
 import pytest
 
-from neuroshard.measure.timing import benchmark, flush_cpu_cache, median
+from neuroshard.measure.timing import benchmark, elapsed_ms, flush_cpu_cache, median
 
 
 def test_benchmark_counts_and_subtracts():
@@ -17,3 +17,9 @@ def test_benchmark_counts_and_subtracts():
     assert median([3.0, 1.0, 2.0]) == 2.0
     with pytest.raises(ValueError):
         benchmark(lambda: None, iters=0)
+
+
+def test_elapsed_ms_counts_from_the_given_start():
+    start = time.perf_counter() - 0.5  # half a second ago
+    ms = elapsed_ms(start, "cpu")  # no CUDA work to wait for on a CPU device
+    assert 500.0 <= ms < 60_000.0 and elapsed_ms(start) >= ms
