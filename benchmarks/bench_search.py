@@ -2,6 +2,7 @@
 
     python benchmarks/bench_search.py                      # everything, synthetic cost models
     python benchmarks/bench_search.py --parts speed,scale --tasks_per_size 5
+    python benchmarks/bench_search.py --parts speed --ensemble 3           # ensembles and NeuroShard+ beside it
     python benchmarks/bench_search.py --parts torchrec --torchrec_tasks 3   # TorchRec beside NeuroShard
     python benchmarks/bench_search.py --parts scale --scale_tables 10000 --scale_devices 1024
     python benchmarks/bench_search.py --parts exhaustive,baselines --compute_model results/quick/models/compute.pt \
@@ -14,6 +15,10 @@ Parts (--parts, comma list):
 * speed: median search time per task for T = 10, 20, ..., 60 tables on 4 and
   8 devices (targets: 4 devices <= 50 ms, 8 devices <= 100 ms per task),
   wall and CPU time, default settings (k=3, n=10, max_length=10, 11 scales).
+  With --ensemble K, on the same tasks in turn: NeuroShard with K-member
+  ensembles of every cost (target <= 1.5x the single models' time) and
+  NeuroShard+ with them (robust objective; target <= 3x NeuroShard with
+  them), as per-task ratios.
 * scale: one task of --scale_tables tables on --scale_devices devices (comma
   lists, taken pairwise; default 1,000 x 128) with a feasible memory cap
   (1.3 x the mean load, at least 1.05 x the largest table): wall and CPU
@@ -66,7 +71,14 @@ from neuroshard.cli import run_main
 from neuroshard.formats.io import write_json_atomic
 from neuroshard.planner.cost_models import CostModels, load_comm_model, load_compute_model
 from neuroshard.planner.features import NUM_FEATURES
-from neuroshard.planner.nets import CommCostModel, ComputeCostModel, feature_stats, linear_comm_model, table_features
+from neuroshard.planner.nets import (
+    CommCostModel,
+    ComputeCostModel,
+    CostEnsemble,
+    feature_stats,
+    linear_comm_model,
+    table_features,
+)
 from neuroshard.planner.scorer import get_scorer, single_threaded_blas
 from neuroshard.planner.search import SearchConfig, grid_search, search
 from neuroshard.planner.search_plus import PlusConfig, search_plus
@@ -187,40 +199,83 @@ def parse_comm_models(text: str):
 # --------------------------------------------------------------------------- parts
 
 
+def ensemble_models(args, n: int, seed: int, k: int) -> CostModels:
+    """K-member ensembles of each cost (`nets.CostEnsemble`): synthetic compute members of seeds seed..seed+k-1
+    (or the trained compute model k times), the comm models k times; for timing, the weights do not matter."""
+    one = load_models(args, n, seed)
+    compute = ([load_compute_model(args.compute_model)] * k if args.compute_model
+               else [synthetic_compute_model(seed + i) for i in range(k)])
+    return CostModels(CostEnsemble(compute), CostEnsemble([one.fw] * k), CostEnsemble([one.bw] * k))
+
+
+def _best_ms(fn, reps: int = 2) -> tuple[float, float, float]:
+    """(wall ms, CPU ms, plan cost) of the fastest of `reps` runs of fn() -> cost (inf when nothing fits)."""
+    best_w = best_c = math.inf
+    cost = math.inf
+    for _ in range(reps):
+        t0, c0 = time.perf_counter(), time.process_time()
+        try:
+            cost = fn()
+        except OutOfMemoryError:
+            cost = math.inf
+        best_w = min(best_w, time.perf_counter() - t0)
+        best_c = min(best_c, time.process_time() - c0)
+    return 1e3 * best_w, 1e3 * best_c, cost
+
+
 def part_speed(args, out: dict) -> None:
+    k = args.ensemble
     print("== speed: search time per task (default settings), min of 2 runs per task ==")
+    if k > 1:
+        print(f"   with --ensemble {k}: NeuroShard with {k}-member ensembles of every cost timed beside it (target "
+              f"<= 1.5x), and NeuroShard+ (robust objective, lambda {PlusConfig().plus_lambda:g}) with them "
+              "(target <= 3x NeuroShard with them); the three in turn on each task")
     res = {}
     for n, target in ((4, 50.0), (8, 100.0)):
         models = load_models(args, n, args.seed)
+        ens = ensemble_models(args, n, args.seed, k) if k > 1 else None
         rng = np.random.default_rng(args.seed + n)
         walls, cpus, rows = [], [], []
+        ens_walls, plus_walls = [], []
         for T in range(10, 61, 10):
-            w_t, c_t, costs = [], [], []
+            w_t, c_t, costs, e_t, p_t = [], [], [], [], []
             for _ in range(args.tasks_per_size):
                 tables = random_task(rng, T)
-                best_w = best_c = math.inf
-                for _rep in range(2):
-                    t0, c0 = time.perf_counter(), time.process_time()
-                    try:
-                        cost = search(tables, n, args.max_mem, models).cost
-                    except OutOfMemoryError:
-                        cost = math.inf
-                    best_w = min(best_w, time.perf_counter() - t0)
-                    best_c = min(best_c, time.process_time() - c0)
-                w_t.append(1e3 * best_w)
-                c_t.append(1e3 * best_c)
+                w, c, cost = _best_ms(lambda: search(tables, n, args.max_mem, models).cost)
+                w_t.append(w)
+                c_t.append(c)
                 costs.append(cost)
+                if ens is not None:
+                    e_t.append(_best_ms(lambda: search(tables, n, args.max_mem, ens).cost)[0])
+                    p_t.append(_best_ms(lambda: search_plus(tables, n, args.max_mem, ens, seed=args.seed).cost)[0])
             walls += w_t
             cpus += c_t
-            rows.append({"T": T, "median_wall_ms": float(np.median(w_t)), "median_cpu_ms": float(np.median(c_t)),
-                         "plan_costs": costs})
+            ens_walls += e_t
+            plus_walls += p_t
+            row = {"T": T, "median_wall_ms": float(np.median(w_t)), "median_cpu_ms": float(np.median(c_t)),
+                   "plan_costs": costs}
             # the plan costs to the last digit: a change to the search's speed must leave them as they are
-            print(f"  {n} devices, T={T:2d}: median {np.median(w_t):7.1f} ms wall, {np.median(c_t):7.1f} ms CPU; "
-                  f"plan costs {' '.join(repr(c) for c in costs)} ms", flush=True)
+            line = (f"  {n} devices, T={T:2d}: median {np.median(w_t):7.1f} ms wall, {np.median(c_t):7.1f} ms CPU; "
+                    f"plan costs {' '.join(repr(c) for c in costs)} ms")
+            if ens is not None:
+                row.update(ensemble_wall_ms=float(np.median(e_t)), plus_wall_ms=float(np.median(p_t)))
+                line += f"; ensemble {np.median(e_t):7.1f} ms, NeuroShard+ with it {np.median(p_t):7.1f} ms"
+            rows.append(row)
+            print(line, flush=True)
         med = float(np.median(walls))
         print(f"  {n} devices, all T: median {med:.1f} ms wall ({float(np.median(cpus)):.1f} ms CPU), "
               f"target <= {target:.0f} ms: {'met' if med <= target else 'NOT met'}")
         res[n] = {"per_T": rows, "median_wall_ms": med, "median_cpu_ms": float(np.median(cpus)), "target_ms": target}
+        if ens is not None:
+            # per-task ratios (same task, same minute), then their median
+            e_ratio = float(np.median(np.array(ens_walls) / np.array(walls)))
+            p_ratio = float(np.median(np.array(plus_walls) / np.array(ens_walls)))
+            print(f"  {n} devices, {k}-member ensembles: median {np.median(ens_walls):.1f} ms, {e_ratio:.2f}x the "
+                  f"single models' (per-task median ratio; target <= 1.5x: {'met' if e_ratio <= 1.5 else 'NOT met'});"
+                  f" NeuroShard+ {np.median(plus_walls):.1f} ms, {p_ratio:.2f}x NeuroShard with the ensembles "
+                  f"(target <= 3x: {'met' if p_ratio <= 3.0 else 'NOT met'})")
+            res[n].update(ensemble=k, ensemble_median_wall_ms=float(np.median(ens_walls)), ensemble_ratio=e_ratio,
+                          plus_median_wall_ms=float(np.median(plus_walls)), plus_ratio=p_ratio)
     out["speed"] = res
 
 
@@ -500,6 +555,8 @@ def main(argv=None) -> int:
                    help="N:FW_PATH,BW_PATH trained comm models for N devices (repeatable; default: synthetic)")
     p.add_argument("--max_mem", type=float, default=4.0, help="GB per device for the speed and baseline tasks")
     p.add_argument("--tasks_per_size", type=int, default=5, help="speed: tasks per table count")
+    p.add_argument("--ensemble", type=int, default=1,
+                   help="speed: also time K-member ensembles of the cost models (NeuroShard and NeuroShard+)")
     p.add_argument("--scale_tables", default="1000", help="scale: tables per task (comma list, paired with "
                                                           "--scale_devices)")
     p.add_argument("--scale_devices", default="128", help="scale: devices (comma list)")
@@ -509,6 +566,8 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out_json", default=None, help="also write the results here")
     args = p.parse_args(argv)
+    if args.ensemble < 1:
+        raise NeuroShardError(f"--ensemble: at least 1 member, got {args.ensemble}")
     parts = [x.strip() for x in args.parts.split(",") if x.strip()]
     known = {"speed": part_speed, "scale": part_scale, "exhaustive": part_exhaustive, "baselines": part_baselines,
              "torchrec": part_torchrec}
