@@ -267,6 +267,13 @@ def build_steps(p: Preset, out: Path, data: str | None, gpu_devices: str | None,
                  ["train_comm_cost_model.py", "--data_dir", str(mdata), "--plan_data_dir", str(plan_data / "comm"),
                   "--epochs", str(p.epochs), "--fw_out_path", str(f_fw), "--bw_out_path", str(f_bw), *ens, *s],
                  [f_fw, f_bw]),
+            # The retrained models' error on those plans beyond their predicted spread: the plan-level term
+            # of the reported band, recorded in the forward checkpoint (planner/uncertainty.py).
+            Step("4i", "band calibrated on the on-policy plans",
+                 ["tools/calibrate_band.py", "--data_dir", str(ds), "--task_path", str(train_tasks / "data.txt"),
+                  "--eval_task_path", str(tasks / "data.txt"), "--results", str(plan_data / "hw" / "results.json"),
+                  "--models", str(final), "--ndevices", str(n), "--max_mem", str(p.max_mem)],
+                 [final / f"plan_error_{n}.json"]),
         ]
     if "dreamshard" in learned:
         steps.append(Step("4d", "DreamShard policy", ["train_dreamshard.py", *policy_common, "--out_path",

@@ -443,6 +443,42 @@ class CostSpread:
 
 
 @dataclass(frozen=True)
+class PlanError:
+    """The models' own error on whole plans, beyond the spread they predict: the relative sd of a plan-level
+    term that brings the predicted 80% band to 80% of TRAINING tasks' measured plans (`eval.onpolicy.
+    plan_error`, `uncertainty.calibrate_plan_sd`), after dividing out the machine's `speed` at the time (the
+    median measured / expected cost); the share of those `measurements` inside the band before and after."""
+
+    measurements: int
+    sd: float
+    coverage_before: float
+    coverage_after: float
+    speed: float = 1.0
+
+    def to_json(self) -> dict:
+        return {"measurements": self.measurements, "sd": self.sd, "coverage_before": self.coverage_before,
+                "coverage_after": self.coverage_after, "speed": self.speed}
+
+    @classmethod
+    def from_json(cls, d) -> "PlanError":
+        """ValueError (its message says what a valid one holds) unless `d` holds "measurements" >= 1, "sd" and
+        both coverages in [0, 1] and "speed" > 0."""
+        try:
+            n, speed = d["measurements"], d["speed"]
+            vals = [d[k] for k in ("sd", "coverage_before", "coverage_after")]
+            if (isinstance(n, bool) or not isinstance(n, int) or n < 1
+                    or not all(isinstance(x, numbers.Real) and not isinstance(x, bool) and 0.0 <= x <= 1.0
+                               for x in vals)
+                    or not isinstance(speed, numbers.Real) or isinstance(speed, bool)
+                    or not 0.0 < speed < math.inf):
+                raise ValueError
+        except (KeyError, TypeError, ValueError):
+            raise ValueError("must hold \"sd\", \"coverage_before\", \"coverage_after\" in [0, 1], \"speed\" "
+                             "> 0 and \"measurements\" >= 1") from None
+        return cls(n, float(vals[0]), float(vals[1]), float(vals[2]), float(speed))
+
+
+@dataclass(frozen=True)
 class RankNoise:
     """How one measurement of a rank's total splits into noise of its own and noise shared by the plan's
     ranks (relative sds, fractions; `eval.power.rank_noise`, from `plans` plans measured twice)."""

@@ -85,6 +85,14 @@ def test_tiny_pipeline_writes_every_artifact_and_skips_on_rerun(tmp_path):
     assert rank_noise["plans"] > 0 and rank_noise["independent_sd"] >= 0 and rank_noise["common_sd"] >= 0
     fw_ckpt = torch.load(out / "models" / "onpolicy" / "comm_2_fw.pt", weights_only=False)
     assert fw_ckpt["extra"]["rank_noise"] == rank_noise
+    # step 4i: the band calibrated on those plans under the retrained models, kept by the fw model too
+    calibrated = json.loads((out / "models" / "onpolicy" / "plan_error_2.json").read_text())["plan_error"]
+    plan_measured = [r for r in read_plans(out / "plan_data" / "hw" / "results.json") if r.measured]
+    assert calibrated["measurements"] == sum(len(r.repeat_costs) for r in plan_measured) > 0
+    assert 0.0 <= calibrated["sd"] <= 0.5 and calibrated["speed"] > 0
+    assert calibrated["coverage_after"] >= min(0.8, calibrated["coverage_before"])
+    assert fw_ckpt["extra"]["plan_error"] == calibrated
+    assert "$ python tools/calibrate_band.py" in r.stdout and "plan-level error sd" in report
     assert f"--compute_model {out / 'models' / 'onpolicy' / 'compute.pt'}" in r.stdout
     err = json.loads((out / "hw" / "model_error.json").read_text())["accuracy"]
     assert set(err) == {"random", "onpolicy"} and err["onpolicy"]["plans"] == len(measured)
@@ -93,7 +101,7 @@ def test_tiny_pipeline_writes_every_artifact_and_skips_on_rerun(tmp_path):
 
     again = _driver(out)
     assert again.returncode == 0, again.stderr[-2000:]
-    assert again.stdout.count("up to date, skipped") == 20
+    assert again.stdout.count("up to date, skipped") == 21
 
 
 def test_changed_step_reruns_itself_and_everything_after(tmp_path, capsys):

@@ -9,14 +9,17 @@ NeuroShardError, which `run_main` turns into that one line.
 
 import importlib.util
 import json
+import math
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
+from neuroshard.types import InputError
 from tests.data.test_public import check_tiny_configs, write_tiny_public
 from tests.data.test_stats import REFERENCE
 
@@ -177,3 +180,59 @@ def test_dataset_stats_bad_inputs(synthetic_dir, tmp_path):
     if REFERENCE.exists():
         assert_raises_one_line("dataset_stats", [synthetic_dir, "--reference", REFERENCE,
                                                  "--reference_block", 99], "block 99")
+
+
+def test_calibrate_band_records_the_plan_error_in_the_forward_checkpoint(tmp_path):
+    from neuroshard.formats.dataset import write_table_configs
+    from neuroshard.formats.plans import write_plans
+    from neuroshard.formats.tasks import write_tasks
+    from neuroshard.planner.cost_models import CostModels, save_model
+    from neuroshard.planner.nets import linear_compute_model
+    from neuroshard.planner.simulator import simulate
+    from neuroshard.planner.uncertainty import plan_normals
+    from neuroshard.types import CostBreakdown, Plan, PlanRecord, TableConfig, Task
+    from tests.planner.test_simulator import diagonal_comm_model
+
+    configs = [TableConfig(100 + i, 1.0, tuple([0.0] * 16 + [1.0])) for i in range(4)]
+    write_table_configs(tmp_path / "table_configs.json", configs)
+    tasks = [Task((0, 1), (8, 16)), Task((2, 3), (16, 8))]
+    write_tasks(tmp_path / "train.txt", tasks)
+    write_tasks(tmp_path / "eval.txt", [Task((1, 2), (8, 8))])
+    models_dir = tmp_path / "models"
+    models_dir.mkdir()
+    save_model(linear_compute_model(0.01, 0.5), models_dir / "compute.pt")
+    save_model(diagonal_comm_model("fw", 2, 0.01, 0.5, 0.2), models_dir / "comm_2_fw.pt", extra={"kept": 1})
+    save_model(diagonal_comm_model("bw", 2, 0.02, 0.0, 0.1), models_dir / "comm_2_bw.pt")
+    models = CostModels.load(models_dir, 2)
+    plans = [Plan((), ((0,), (1,))), Plan((), ((1,), (0,)))]
+    est = [simulate(t.tables(configs), p, models, 1.0).cost for t, p in zip(tasks, plans)]
+    # measured 1.2x the estimates, one repeat 10% above that: 3 of 4 on the point after dividing out 1.2
+    got = [[1.2 * est[0], 1.2 * est[0]], [1.2 * est[1], 1.32 * est[1]]]
+    parts = CostBreakdown([1.0, 1.0], [1.0, 1.0], [1.0, 1.0])
+    write_plans(tmp_path / "results.json", [PlanRecord(i, "neuroshard", plan=p, measured=parts, repeat_costs=c)
+                                             for i, (p, c) in enumerate(zip(plans, got))])
+    argv = ["--data_dir", tmp_path, "--task_path", tmp_path / "train.txt", "--eval_task_path",
+            tmp_path / "eval.txt", "--results", tmp_path / "results.json", "--models", models_dir,
+            "--ndevices", 2, "--max_mem", 1.0]
+    assert load_tool("calibrate_band").main([str(a) for a in argv]) == 0
+    report = json.loads((models_dir / "plan_error_2.json").read_text())["plan_error"]
+    q90 = float(np.quantile(plan_normals(), 0.9))
+    assert report["measurements"] == 4 and report["speed"] == pytest.approx(1.2)
+    assert report["coverage_before"] == pytest.approx(0.75) and report["coverage_after"] == 1.0
+    assert report["sd"] == pytest.approx(math.ceil(0.1 / q90 / 0.0025 - 1e-9) * 0.0025)
+    again = CostModels.load(models_dir, 2)
+    assert again.fw.checkpoint_extra["kept"] == 1 and again.fw.checkpoint_extra["plan_error"] == report
+    assert again.noise_model.plan == report["sd"]
+    wide = simulate(tasks[0].tables(configs), plans[0], again, 1.0)
+    assert wide.cost == pytest.approx(est[0]) and wide.spread.q90 > est[0] > wide.spread.q10
+    # run again: calibrated afresh (not on top of the recorded error), the same figure
+    assert load_tool("calibrate_band").main([str(a) for a in argv]) == 0
+    assert json.loads((models_dir / "plan_error_2.json").read_text())["plan_error"] == report
+    # an evaluation task among the training tasks, and a malformed recorded error, are one-line errors
+    write_tasks(tmp_path / "eval.txt", [tasks[1]])
+    assert_raises_one_line("calibrate_band", argv, "evaluation tasks", "lines [2]")
+    ckpt = torch.load(models_dir / "comm_2_fw.pt", weights_only=False)
+    ckpt["extra"]["plan_error"] = {"sd": 2.0}
+    torch.save(ckpt, models_dir / "comm_2_fw.pt")
+    with pytest.raises(InputError, match="malformed checkpoint: \"plan_error\" must hold"):
+        CostModels.load(models_dir, 2)

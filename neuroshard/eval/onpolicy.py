@@ -19,6 +19,10 @@ measured plan into cost data in the formats of the random collections:
   into the rank's own and the part shared by the plan's ranks
   (`eval.power.rank_noise`, "rank_noise" in the comm data's config.json).
 
+Once models are trained on this data, `plan_error` measures their error on
+these plans beyond the spread they predict (tools/calibrate_band.py records it
+in the forward model's checkpoint; `planner.uncertainty.widen`).
+
 NeuroShard+ may be planned with several values of its robust objective's
 `plus_lambda` (records labelled `neuroshard_plus[lambda=x]`); the value whose
 plans were cheapest on hardware (mean over the tasks every value planned) is
@@ -32,9 +36,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
+
 from neuroshard.eval.summary import measured_rank_noise
 from neuroshard.formats.cost_data import CommSample
-from neuroshard.types import InputError, PlanRecord, TableConfig, Task, apply_column_steps, dim_set
+from neuroshard.types import InputError, PlanError, PlanRecord, TableConfig, Task, apply_column_steps, dim_set
 
 LAMBDA_JSON = "lambda.json"
 PLUS = "neuroshard_plus"
@@ -100,6 +106,31 @@ def model_error(records: Sequence[PlanRecord], tasks: Sequence[Task], configs: S
             again.append(replace(r, estimate=simulate(tasks[r.task].tables(configs), r.plan, models, max_mem)))
         out[label] = simulator_accuracy(again)
     return out
+
+
+def plan_error(records: Sequence[PlanRecord], tasks: Sequence[Task], configs: Sequence[TableConfig], models,
+               max_mem: float) -> PlanError | None:
+    """The models' plan-level error on measured plans of training tasks (`types.PlanError`): every plan's
+    cost samples under `models` (`simulator.plan_cost_samples`: members and the noise of one measurement,
+    no plan-level error) against its measured costs (each repeat). The machine's speed at the time (the
+    median of measured / expected cost) is divided out first: it is the drift of that hour, which the
+    evaluation measures apart (eval/drift.py), not the models' error on a plan. Then the smallest extra sd
+    that puts 80% of the measurements in the predicted band (`uncertainty.calibrate_plan_sd`). None
+    without measured plans."""
+    from neuroshard.planner.simulator import plan_cost_samples
+    from neuroshard.planner.uncertainty import calibrate_plan_sd
+
+    samples, measured = [], []
+    for r in records:
+        if r.measured is None or r.plan is None:
+            continue
+        samples.append(plan_cost_samples(tasks[r.task].tables(configs), r.plan, models, max_mem))
+        measured.append(list(r.repeat_costs) if r.repeat_costs else [r.measured.cost])
+    if not samples:
+        return None
+    speed = float(np.median([c / s.mean() for s, got in zip(samples, measured) for c in got]))
+    sd, before, after = calibrate_plan_sd(samples, [[c / speed for c in got] for got in measured])
+    return PlanError(sum(map(len, measured)), sd, before, after, speed)
 
 
 def choose_lambda(summary) -> dict | None:

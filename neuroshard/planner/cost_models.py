@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from neuroshard.types import ConfigError, InputError, NeuroShardError, RankNoise
+from neuroshard.types import ConfigError, InputError, NeuroShardError, PlanError, RankNoise
 
 
 @dataclass(frozen=True, eq=False)
@@ -73,7 +73,8 @@ class CostModels:
     def noise_model(self):
         """The relative noise of one measurement of each part (`uncertainty.NoiseModel`): `noise` if given,
         else from the noise floors the checkpoints recorded when they were trained (0 for a part without), and
-        the share the plan's ranks have in common from the forward model's on-policy "rank_noise" (0 without)."""
+        the share the plan's ranks have in common from the forward model's on-policy "rank_noise" (0 without)
+        and the plan-level error calibrated on training tasks' plans from its "plan_error" (0 without)."""
         from neuroshard.planner.uncertainty import NoiseModel, sd_from_noise_floor
 
         if self.noise is not None:
@@ -83,9 +84,11 @@ class CostModels:
             nf = (getattr(model, "checkpoint_extra", None) or {}).get("noise_floor")
             return sd_from_noise_floor(nf["mean"]) if nf else 0.0
 
-        rn = (getattr(self.fw, "checkpoint_extra", None) or {}).get("rank_noise")
-        shared = RankNoise.from_json(rn).shared if rn else 0.0  # checked when the checkpoint was loaded
-        return NoiseModel(floor(self.compute), floor(self.bw), floor(self.fw), shared)
+        extra = getattr(self.fw, "checkpoint_extra", None) or {}
+        rn, pe = extra.get("rank_noise"), extra.get("plan_error")  # checked when the checkpoint was loaded
+        shared = RankNoise.from_json(rn).shared if rn else 0.0
+        plan = PlanError.from_json(pe).sd if pe else 0.0
+        return NoiseModel(floor(self.compute), floor(self.bw), floor(self.fw), shared, plan)
 
     @classmethod
     def load(cls, models_dir, ndevices: int) -> "CostModels":
@@ -201,12 +204,13 @@ def load_model(path):
         models.append(model.eval())
     model = models[0] if len(models) == 1 else nets.CostEnsemble(models).eval()
     model.checkpoint_extra = ckpt.get("extra") if isinstance(ckpt.get("extra"), dict) else {}
-    rn = model.checkpoint_extra.get("rank_noise")
-    if rn is not None:
-        try:
-            RankNoise.from_json(rn)
-        except ValueError as e:
-            raise InputError(path, f"malformed checkpoint: \"rank_noise\" {e}, got {rn!r}") from None
+    for key, record in (("rank_noise", RankNoise), ("plan_error", PlanError)):
+        value = model.checkpoint_extra.get(key)
+        if value is not None:
+            try:
+                record.from_json(value)
+            except ValueError as e:
+                raise InputError(path, f"malformed checkpoint: \"{key}\" {e}, got {value!r}") from None
     return model
 
 

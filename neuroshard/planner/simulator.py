@@ -23,7 +23,7 @@ import numpy as np
 
 from neuroshard.checks import check_float
 from neuroshard.planner.scorer import PlanScorer, get_scorer, single_threaded_blas
-from neuroshard.planner.uncertainty import cost_samples, spread
+from neuroshard.planner.uncertainty import cost_samples, spread, widen
 from neuroshard.types import (
     BYTES_PER_ELEMENT,
     CostBreakdown,
@@ -134,6 +134,25 @@ def _simulate_runtime(scorer, tables, split, plan: Plan, runtime) -> CostBreakdo
         runtime=RuntimeEstimate("torchrec", cost, runtime.terms(x)))
 
 
+def _member_samples(scorer, emb, plan: Plan, dims: np.ndarray, noise) -> tuple[np.ndarray, np.ndarray]:
+    """Each member's plan cost [K] and the plan's cost samples [1, J] (`uncertainty.cost_samples`: the
+    members' parts with the noise of one measurement; without the plan-level error)."""
+    mc = scorer.member_shard_costs(emb, plan.shards)[:, None, :]  # [K, 1, n]
+    mbw, mfw = scorer.comm_members(dims, mc)
+    return (mc + mbw + mfw).max(axis=-1)[:, 0], cost_samples(mc, mbw, mfw, noise)
+
+
+def plan_cost_samples(tables: Sequence[ShardTable], plan: Plan, models, max_mem: float) -> np.ndarray:
+    """The cost samples [J] of a valid plan (`uncertainty.cost_samples`, without the plan-level error that
+    `uncertainty.calibrate_plan_sd` calibrates from them); the point cost alone for one model and no noise."""
+    with single_threaded_blas():
+        scorer = get_scorer(models)
+        split = validate_plan(tables, plan, plan.ndevices, max_mem)
+        emb = scorer.embed([t.config for t in split])
+        dims = np.array([[sum(split[i].dim for i in s) for s in plan.shards]], dtype=np.float64)
+        return _member_samples(scorer, emb, plan, dims, models.noise_model)[1][0]
+
+
 def _simulate(tables, plan, models, max_mem) -> CostBreakdown:
     if not isinstance(plan, Plan):
         raise InvalidPlanError(f"expected a Plan, got {type(plan).__name__}")
@@ -155,12 +174,11 @@ def _simulate(tables, plan, models, max_mem) -> CostBreakdown:
     mem = [_gb(sum(table_elements(split[i]) for i in s)) for s in plan.shards]
     members, cost_spread = None, None
     noise = models.noise_model
-    if scorer.members > 1 or not noise.zero:  # the cost distribution: each member's parts, measurement noise
-        mc = scorer.member_shard_costs(emb, plan.shards)[:, None, :]  # [K, 1, n]
-        mbw, mfw = scorer.comm_members(dims, mc)
+    if scorer.members > 1 or not noise.zero or noise.plan:  # the distribution: members, noise, plan error
+        member_costs, samples = _member_samples(scorer, emb, plan, dims, noise)
         if scorer.members > 1:
-            members = (mc + mbw + mfw).max(axis=-1)[:, 0].tolist()
-        [cost_spread] = spread(cost_samples(mc, mbw, mfw, noise))
+            members = member_costs.tolist()
+        [cost_spread] = spread(widen(samples, noise.plan))
     return CostBreakdown(
         compute=compute[0].tolist(), bw_comm=bw[0].tolist(), fw_comm=fw[0].tolist(),
         dims=[int(d) for d in dims[0]], skew=(ready - ready.min()).tolist(), mem_gb=mem, member_costs=members,

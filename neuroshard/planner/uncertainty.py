@@ -27,12 +27,24 @@ tasks (`types.RankNoise.shared`; 0, independent ranks, without them). Their
 mean is the expected measured cost, their sd the spread, their 10% and 90%
 quantiles the predicted 80% band. With one model and no noise every sample
 is the point estimate.
+
+What the members do not disagree about, the models' shared error on whole
+plans (measured on training tasks' plans: a plan's measured cost strays from
+its estimate by more than the members and the noise of one measurement
+predict), widens the reported band as one more term: `NoiseModel.plan`, the
+relative sd of a plan-level error, added to every sample as
+plan x mean x one of `SAMPLES` fixed standardised draws (`widen`). It is the
+same relative size for every plan, so it cannot rank plans: the search's
+robust objective (`cost_samples`, `robust_cost`) leaves it out. Its value
+comes from `calibrate_plan_sd` on plans of training tasks measured by the
+on-policy collection (`types.PlanError`), never from the evaluation tasks.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from typing import Sequence
 
 import numpy as np
 
@@ -65,16 +77,19 @@ def sd_from_noise_floor(mean_abs_rel_diff: float) -> float:
 
 @dataclass(frozen=True)
 class NoiseModel:
-    """The relative sd of one measurement of a rank's compute, backward and forward comm (fractions), and the
-    share of that noise's variance the plan's ranks have in common (`shared`, 0..1)."""
+    """The relative sd of one measurement of a rank's compute, backward and forward comm (fractions), the
+    share of that noise's variance the plan's ranks have in common (`shared`, 0..1), and the relative sd of
+    the models' plan-level error (`plan`, see `widen`)."""
 
     compute: float = 0.0
     bw: float = 0.0
     fw: float = 0.0
     shared: float = 0.0
+    plan: float = 0.0  # the plan-level error's relative sd (`widen`; types.PlanError.sd)
 
     @property
     def zero(self) -> bool:
+        """No noise of one measurement (the plan-level error aside)."""
         return not (self.compute or self.bw or self.fw)
 
     def to_json(self) -> dict:
@@ -97,6 +112,62 @@ def cost_samples(compute: np.ndarray, bw: np.ndarray, fw: np.ndarray, noise: Noi
     k, m, n = total.shape
     draws = (total[:, :, None, :] + sd[:, :, None, :] * z[None, None]).max(axis=-1)  # [K, M, S]
     return draws.transpose(1, 0, 2).reshape(m, k * len(z))
+
+
+def plan_normals() -> np.ndarray:
+    """The fixed draws [SAMPLES] of the plan-level error, standardised (mean 0, sd 1: the band widens
+    about the same mean)."""
+    if -2 not in _NORMALS:
+        z = np.random.default_rng([_SEED, 0, 2]).standard_normal(SAMPLES)
+        _NORMALS[-2] = (z - z.mean()) / z.std()
+    return _NORMALS[-2]
+
+
+def widen(samples: np.ndarray, plan_sd: float) -> np.ndarray:
+    """Samples [M, J x SAMPLES] of the plan costs with the plan-level error: every sample of [M, J] plus
+    plan_sd x the plan's mean x each fixed draw (`plan_normals`); [M, J] unchanged when plan_sd is 0."""
+    if not plan_sd:
+        return samples
+    mean = samples.mean(axis=1, keepdims=True)
+    m = len(samples)
+    return (samples[:, :, None] + (plan_sd * mean)[:, :, None] * plan_normals()).reshape(m, -1)
+
+
+def band_coverage(samples: Sequence[np.ndarray], measured: Sequence[Sequence[float]], plan_sd: float = 0.0) -> float:
+    """The share of the measurements (`measured[i]`: plan i's measured costs) inside plan i's predicted 80%
+    band (the 10% and 90% quantiles of its cost samples `samples[i]` [J], widened by plan_sd)."""
+    inside = total = 0
+    for smp, got in zip(samples, measured):
+        q10, q90 = np.quantile(widen(np.asarray(smp, dtype=np.float64)[None], plan_sd)[0], [0.1, 0.9])
+        inside += sum(q10 <= c <= q90 for c in got)
+        total += len(got)
+    return float(inside / total) if total else float("nan")
+
+
+PLAN_SD_MAX = 0.5  # calibrate_plan_sd stops here: a plan error of 50% says the models are not worth a band
+_PLAN_SD_STEP = 0.0025
+
+
+def calibrate_plan_sd(samples: Sequence[np.ndarray], measured: Sequence[Sequence[float]],
+                      target: float = 0.8) -> tuple[float, float, float]:
+    """(plan_sd, coverage before, coverage after): the smallest plan-level error sd (steps of 0.25%, at
+    most `PLAN_SD_MAX`) whose widened bands hold at least `target` of the measured costs of the plans
+    (`samples[i]`: plan i's cost samples [J] from `cost_samples`, `measured[i]` its measured costs); 0 when
+    the bands already hold that share."""
+    before = band_coverage(samples, measured)
+    if not before < target:  # also nan: nothing measured
+        return 0.0, before, before
+    lo, hi = 0, int(round(PLAN_SD_MAX / _PLAN_SD_STEP))
+    if band_coverage(samples, measured, PLAN_SD_MAX) < target:
+        return PLAN_SD_MAX, before, band_coverage(samples, measured, PLAN_SD_MAX)
+    while hi - lo > 1:  # coverage grows with the sd: the first step that reaches the target
+        mid = (lo + hi) // 2
+        if band_coverage(samples, measured, mid * _PLAN_SD_STEP) >= target:
+            hi = mid
+        else:
+            lo = mid
+    sd = hi * _PLAN_SD_STEP
+    return sd, before, band_coverage(samples, measured, sd)
 
 
 def spread(samples: np.ndarray) -> list[CostSpread]:

@@ -1,6 +1,9 @@
 """On-policy cost data (`eval.onpolicy`): measured plans become compute and comm samples by hand, training
 tasks never overlap evaluation tasks, and NeuroShard+'s weight is chosen by the hardware's verdict."""
 
+import math
+
+import numpy as np
 import pytest
 
 from neuroshard.eval.onpolicy import augmented_index, check_disjoint, choose_lambda, lambda_label, plan_samples
@@ -59,3 +62,29 @@ def test_lambda_is_the_one_cheapest_on_hardware():
     chosen = choose_lambda(summarize(records, labels, 2, cost_key="cost", reference=labels[0]))
     assert chosen["chosen"] == 1.0 and chosen["mean_ms"] == {"0": 11.0, "1": 10.5, "2": 10.5}
     assert choose_lambda(summarize(records[:2], [labels[0]], 2, cost_key="cost", reference=labels[0]))["chosen"] == 0
+
+
+def test_plan_error_divides_out_the_machine_speed_then_calibrates():
+    from neuroshard.eval.onpolicy import plan_error
+    from neuroshard.planner.simulator import simulate
+    from neuroshard.planner.uncertainty import calibrate_plan_sd, plan_normals
+    from tests.planner.test_simulator import hand_models
+
+    tasks = [Task((0, 1), (8, 16)), Task((2, 3, 4), (8, 8, 16))]
+    plans = [Plan((), ((0,), (1,))), Plan((), ((0, 1), (2,)))]
+    models = hand_models()
+    est = [simulate(t.tables(CONFIGS), p, models, 1.0).cost for t, p in zip(tasks, plans)]
+    # measured 1.5x slower throughout, one plan off by a further 10% in one of its repeats
+    got = [[1.5 * est[0], 1.5 * est[0]], [1.5 * est[1], 1.65 * est[1]]]
+    records = [PlanRecord(i, "neuroshard", plan=p, measured=_measured([[1.0, 1.0]], [[0.0, 0.0]], [8, 8]),
+                          repeat_costs=c) for i, (p, c) in enumerate(zip(plans, got))]
+    pe = plan_error(records + [PlanRecord(0, "random", status="oom")], tasks, CONFIGS, models, 1.0)
+    assert pe.measurements == 4 and pe.speed == pytest.approx(1.5)  # the median ratio
+    # after dividing by 1.5: three measurements on their point, one 10% above it
+    centred = [[est[0], est[0]], [est[1], 1.1 * est[1]]]
+    point = [np.array([e]) for e in est]
+    assert (pe.sd, pe.coverage_before, pe.coverage_after) == pytest.approx(calibrate_plan_sd(point, centred))
+    # 3 of 4 on the point is not 80%: the band must reach the fourth, 10% above (p x q90(z) >= 0.1)
+    q90 = np.quantile(plan_normals(), 0.9)
+    assert pe.coverage_before == pytest.approx(0.75) and pe.coverage_after == 1.0
+    assert pe.sd == pytest.approx(math.ceil(0.1 / q90 / 0.0025 - 1e-9) * 0.0025)

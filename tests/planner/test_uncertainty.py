@@ -93,3 +93,52 @@ def test_simulate_reports_the_cost_distribution_and_neuroshard_plus_minimises_it
     assert res.cost == pytest.approx(found.mean + found.sd, rel=1e-6)
     for start in ("neuroshard", "size_lookup_greedy"):  # never above a start it ran, by its objective
         assert res.cost <= res.start_costs[start] + 1e-9
+
+
+def test_plan_error_widens_about_the_same_mean():
+    from neuroshard.planner.uncertainty import plan_normals, widen
+
+    z = plan_normals()
+    assert z.mean() == pytest.approx(0.0, abs=1e-12) and z.std() == pytest.approx(1.0)
+    samples = np.array([[10.0, 10.0], [20.0, 40.0]])  # two plans, two samples each
+    assert widen(samples, 0.0) is samples
+    wide = widen(samples, 0.1)
+    assert wide.shape == (2, 64)
+    # plan 0: 10 + 0.1 x 10 x z, twice -> mean 10, sd 1; plan 1: mean 30, each sample + 3 z
+    np.testing.assert_allclose(wide[0], np.tile(10.0 + z, 2))
+    np.testing.assert_allclose(wide[1], np.concatenate([20.0 + 3.0 * z, 40.0 + 3.0 * z]))
+    assert wide.mean(axis=1) == pytest.approx([10.0, 30.0])
+
+
+def test_calibrated_plan_error_is_the_smallest_step_that_holds_80_percent():
+    from neuroshard.planner.uncertainty import band_coverage, calibrate_plan_sd, plan_normals
+
+    point = [np.array([100.0])]  # one model, no noise: the band is the point
+    assert calibrate_plan_sd(point, [[100.0]]) == (0.0, 1.0, 1.0)  # already inside: no term
+    got = [[100.0, 100.0, 100.0, 104.0, 96.0]]
+    assert band_coverage(point, got) == pytest.approx(0.6)
+    # 4 of 5 inside needs the band to reach 104 (100 p q90(z) >= 4) or 96 (-100 p q10(z) >= 4), p in steps of
+    # 0.25%; the 10% and 90% quantiles of 100 + 100 p z are 100 + 100 p q10(z) and 100 + 100 p q90(z)
+    q10, q90 = np.quantile(plan_normals(), [0.1, 0.9])
+    need = min(4 / (100 * q90), 4 / (100 * -q10))
+    sd, before, after = calibrate_plan_sd(point, got)
+    assert sd == pytest.approx(math.ceil(need / 0.0025 - 1e-9) * 0.0025)
+    assert before == pytest.approx(0.6) and after >= 0.8
+    assert band_coverage(point, got, sd - 0.0025) < 0.8
+    # out of reach: the cap, with what it reaches
+    far = [[100.0, 1000.0, 1000.0, 1000.0, 1000.0]]
+    assert calibrate_plan_sd(point, far)[0] == 0.5
+
+
+def test_the_plan_error_widens_the_simulated_band_not_the_point_cost():
+    from dataclasses import replace
+
+    from neuroshard.planner.uncertainty import plan_normals
+
+    tables = tables_of([16, 32, 8])
+    plan = Plan((), ((0, 2), (1,)))
+    plain = simulate(tables, plan, hand_models(), max_mem=1.0)
+    wide = simulate(tables, plan, replace(hand_models(), noise=NoiseModel(plan=0.1)), max_mem=1.0)
+    assert wide.cost == plain.cost and wide.spread.mean == pytest.approx(plain.cost)
+    q10, q90 = np.quantile(plain.cost + 0.1 * plain.cost * plan_normals(), [0.1, 0.9])
+    assert (wide.spread.q10, wide.spread.q90) == pytest.approx((q10, q90))

@@ -1,0 +1,92 @@
+"""Calibrate the predicted 80% band on measured plans of training tasks: the models' plan-level error.
+
+    python tools/calibrate_band.py --data_dir results/quick/dataset \\
+        --task_path results/quick/train_tasks/data.txt --eval_task_path results/quick/tasks/data.txt \\
+        --results results/quick/plan_data/hw/results.json --models results/quick/models/onpolicy \\
+        --ndevices 4 --max_mem 1
+
+The plans that collect_plan_cost_data.py measured on TRAINING tasks (its
+hw/results.json) are re-simulated under the models of --models (a folder with
+compute.pt, comm_<n>_fw.pt and comm_<n>_bw.pt): each plan's cost samples (the
+ensemble's members with the noise of one measurement, planner/uncertainty.py)
+against its measured costs. The machine's speed at the time (the median of
+measured / expected cost) is divided out, then the smallest plan-level error
+sd that puts 80% of the measurements inside the band is found
+(eval/onpolicy.py plan_error). It is written into the forward comm
+checkpoint ("plan_error"): simulations with these models widen their reported
+band by it; the search's objective does not change (the term is the same
+relative size for every plan). Writes the report to --out_path (JSON,
+default <models>/plan_error_<n>.json) and prints one line.
+"""
+
+import argparse
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from neuroshard.checks import check_output_file
+from neuroshard.cli import run_main
+from neuroshard.types import ConfigError, InputError
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--data_dir", required=True, help="dataset dir with table_configs.json")
+    p.add_argument("--task_path", required=True, help="the TRAINING task file the plans were made for")
+    p.add_argument("--eval_task_path", default=None, help="evaluation tasks: refused if a training task is one")
+    p.add_argument("--results", required=True, help="collect_plan_cost_data.py's hw/results.json (measured plans)")
+    p.add_argument("--models", required=True, help="folder with compute.pt, comm_<n>_fw.pt, comm_<n>_bw.pt "
+                                                    "(its forward checkpoint gets the \"plan_error\")")
+    p.add_argument("--ndevices", type=int, required=True, help="devices of the plans")
+    p.add_argument("--max_mem", type=float, required=True, help="memory per device in GB the plans were made for")
+    p.add_argument("--out_path", default=None, help="JSON report (default: <models>/plan_error_<n>.json)")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    from neuroshard.checks import check_float, check_int
+    from neuroshard.eval.onpolicy import check_disjoint, plan_error
+    from neuroshard.formats.dataset import read_table_configs
+    from neuroshard.formats.io import write_json_atomic
+    from neuroshard.formats.plans import read_plans
+    from neuroshard.formats.tasks import read_tasks
+    from neuroshard.planner.cost_models import CostModels, save_model
+
+    check_int("--ndevices", args.ndevices, 1)
+    check_float("--max_mem", args.max_mem, 0.0, lo_open=True)
+    folder = Path(args.models)
+    paths = [folder / name for name in ("compute.pt", f"comm_{args.ndevices}_fw.pt", f"comm_{args.ndevices}_bw.pt")]
+    missing = [str(x) for x in paths if not x.is_file()]
+    if missing:
+        raise ConfigError("--models", f"{', '.join(missing)} not found")
+    out_path = Path(args.out_path) if args.out_path else folder / f"plan_error_{args.ndevices}.json"
+    check_output_file("--out_path", out_path)
+    configs = read_table_configs(Path(args.data_dir) / "table_configs.json")
+    tasks = read_tasks(args.task_path, num_tables=len(configs))
+    if args.eval_task_path:
+        check_disjoint(tasks, read_tasks(args.eval_task_path, num_tables=len(configs)), args.task_path,
+                       args.eval_task_path)
+    records = read_plans(args.results)
+    bad = [r.task for r in records if r.task >= len(tasks)]
+    if bad:
+        raise ConfigError("--task_path", f"{args.results} has task {bad[0]}, but {args.task_path} has only "
+                                         f"{len(tasks)} tasks")
+    models = CostModels.from_paths(*paths, args.ndevices)
+    models = replace(models, noise=replace(models.noise_model, plan=0.0))  # calibrated afresh, not on top
+    error = plan_error(records, tasks, configs, models, args.max_mem)
+    if error is None:
+        raise InputError(args.results, "no measured plan to calibrate the band on")
+    save_model(models.fw, paths[1], extra={**models.fw.checkpoint_extra, "plan_error": error.to_json()})
+    write_json_atomic(out_path, {"results": str(args.results), "task_path": str(args.task_path),
+                                 "models": [str(x) for x in paths], "plan_error": error.to_json()})
+    print(f"band calibrated on {error.measurements} measurements of training tasks' plans (machine speed "
+          f"{error.speed:.3f}x the models'): plan-level error sd {100 * error.sd:.1f}%, in the 80% band "
+          f"{100 * error.coverage_before:.1f}% -> {100 * error.coverage_after:.1f}%; written to {paths[1]}",
+          file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main)
