@@ -133,7 +133,8 @@ def widen(samples: np.ndarray, plan_sd: float) -> np.ndarray:
     return (samples[:, :, None] + (plan_sd * mean)[:, :, None] * plan_normals()).reshape(m, -1)
 
 
-def band_coverage(samples: Sequence[np.ndarray], measured: Sequence[Sequence[float]], plan_sd: float = 0.0) -> float:
+def share_in_band(samples: Sequence[np.ndarray], measured: Sequence[Sequence[float]],
+                  plan_sd: float = 0.0) -> float:
     """The share of the measurements (`measured[i]`: plan i's measured costs) inside plan i's predicted 80%
     band (the 10% and 90% quantiles of its cost samples `samples[i]` [J], widened by plan_sd)."""
     inside = total = 0
@@ -154,20 +155,20 @@ def calibrate_plan_sd(samples: Sequence[np.ndarray], measured: Sequence[Sequence
     most `PLAN_SD_MAX`) whose widened bands hold at least `target` of the measured costs of the plans
     (`samples[i]`: plan i's cost samples [J] from `cost_samples`, `measured[i]` its measured costs); 0 when
     the bands already hold that share."""
-    before = band_coverage(samples, measured)
+    before = share_in_band(samples, measured)
     if not before < target:  # also nan: nothing measured
         return 0.0, before, before
     lo, hi = 0, int(round(PLAN_SD_MAX / _PLAN_SD_STEP))
-    if band_coverage(samples, measured, PLAN_SD_MAX) < target:
-        return PLAN_SD_MAX, before, band_coverage(samples, measured, PLAN_SD_MAX)
+    if share_in_band(samples, measured, PLAN_SD_MAX) < target:
+        return PLAN_SD_MAX, before, share_in_band(samples, measured, PLAN_SD_MAX)
     while hi - lo > 1:  # coverage grows with the sd: the first step that reaches the target
         mid = (lo + hi) // 2
-        if band_coverage(samples, measured, mid * _PLAN_SD_STEP) >= target:
+        if share_in_band(samples, measured, mid * _PLAN_SD_STEP) >= target:
             hi = mid
         else:
             lo = mid
     sd = hi * _PLAN_SD_STEP
-    return sd, before, band_coverage(samples, measured, sd)
+    return sd, before, share_in_band(samples, measured, sd)
 
 
 def spread(samples: np.ndarray) -> list[CostSpread]:

@@ -111,12 +111,12 @@ def test_plan_error_widens_about_the_same_mean():
 
 
 def test_calibrated_plan_error_is_the_smallest_step_that_holds_80_percent():
-    from neuroshard.planner.uncertainty import band_coverage, calibrate_plan_sd, plan_normals
+    from neuroshard.planner.uncertainty import share_in_band, calibrate_plan_sd, plan_normals
 
     point = [np.array([100.0])]  # one model, no noise: the band is the point
     assert calibrate_plan_sd(point, [[100.0]]) == (0.0, 1.0, 1.0)  # already inside: no term
     got = [[100.0, 100.0, 100.0, 104.0, 96.0]]
-    assert band_coverage(point, got) == pytest.approx(0.6)
+    assert share_in_band(point, got) == pytest.approx(0.6)
     # 4 of 5 inside needs the band to reach 104 (100 p q90(z) >= 4) or 96 (-100 p q10(z) >= 4), p in steps of
     # 0.25%; the 10% and 90% quantiles of 100 + 100 p z are 100 + 100 p q10(z) and 100 + 100 p q90(z)
     q10, q90 = np.quantile(plan_normals(), [0.1, 0.9])
@@ -124,7 +124,7 @@ def test_calibrated_plan_error_is_the_smallest_step_that_holds_80_percent():
     sd, before, after = calibrate_plan_sd(point, got)
     assert sd == pytest.approx(math.ceil(need / 0.0025 - 1e-9) * 0.0025)
     assert before == pytest.approx(0.6) and after >= 0.8
-    assert band_coverage(point, got, sd - 0.0025) < 0.8
+    assert share_in_band(point, got, sd - 0.0025) < 0.8
     # out of reach: the cap, with what it reaches
     far = [[100.0, 1000.0, 1000.0, 1000.0, 1000.0]]
     assert calibrate_plan_sd(point, far)[0] == 0.5
