@@ -203,8 +203,7 @@ def ensemble_models(args, n: int, seed: int, k: int) -> CostModels:
     """K-member ensembles of each cost (`nets.CostEnsemble`): synthetic compute members of seeds seed..seed+k-1
     (or the trained compute model k times), the comm models k times; for timing, the weights do not matter."""
     one = load_models(args, n, seed)
-    compute = ([load_compute_model(args.compute_model)] * k if args.compute_model
-               else [synthetic_compute_model(seed + i) for i in range(k)])
+    compute = [one.compute] * k if args.compute_model else [synthetic_compute_model(seed + i) for i in range(k)]
     return CostModels(CostEnsemble(compute), CostEnsemble([one.fw] * k), CostEnsemble([one.bw] * k))
 
 

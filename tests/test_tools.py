@@ -231,6 +231,8 @@ def test_calibrate_band_records_the_plan_error_in_the_forward_checkpoint(tmp_pat
     # an evaluation task among the training tasks, and a malformed recorded error, are one-line errors
     write_tasks(tmp_path / "eval.txt", [tasks[1]])
     assert_raises_one_line("calibrate_band", argv, "evaluation tasks", "lines [2]")
+    assert_raises_one_line("calibrate_band", [*argv[:8], "--models", tmp_path / "nowhere", *argv[10:]],
+                           "nowhere", "models directory not found")
     ckpt = torch.load(models_dir / "comm_2_fw.pt", weights_only=False)
     ckpt["extra"]["plan_error"] = {"sd": 2.0}
     torch.save(ckpt, models_dir / "comm_2_fw.pt")

@@ -57,10 +57,8 @@ def main(argv=None) -> int:
     check_int("--ndevices", args.ndevices, 1)
     check_float("--max_mem", args.max_mem, 0.0, lo_open=True)
     folder = Path(args.models)
+    models = CostModels.load(folder, args.ndevices)  # InputError naming a missing folder or checkpoint
     paths = [folder / name for name in ("compute.pt", f"comm_{args.ndevices}_fw.pt", f"comm_{args.ndevices}_bw.pt")]
-    missing = [str(x) for x in paths if not x.is_file()]
-    if missing:
-        raise ConfigError("--models", f"{', '.join(missing)} not found")
     out_path = Path(args.out_path) if args.out_path else folder / f"plan_error_{args.ndevices}.json"
     check_output_file("--out_path", out_path)
     configs = read_table_configs(Path(args.data_dir) / "table_configs.json")
@@ -73,7 +71,6 @@ def main(argv=None) -> int:
     if bad:
         raise ConfigError("--task_path", f"{args.results} has task {bad[0]}, but {args.task_path} has only "
                                          f"{len(tasks)} tasks")
-    models = CostModels.from_paths(*paths, args.ndevices)
     models = replace(models, noise=replace(models.noise_model, plan=0.0))  # calibrated afresh, not on top
     error = plan_error(records, tasks, configs, models, args.max_mem)
     if error is None:
