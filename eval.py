@@ -110,6 +110,7 @@ def main(argv=None) -> int:
         records, algs = ev.plans_from_file(args.plans, inputs, args.task_path, args.alg, ndevices, args.max_mem)
     else:
         algs = ev.resolve_algs(args.alg, options)
+        refine.check_algs(algs)
         ev.check_learned_policies(algs, options, ndevices, args.max_mem)
         records = ev.compute_plans(inputs.configs, inputs.tasks, algs, ndevices, args.max_mem, inputs.models,
                                    seed=args.seed, options=options, progress=not args.no_progress)

@@ -75,6 +75,7 @@ def main(argv=None) -> int:
         hw = Hw.from_args(args, ndevices=n, device=device)
     options = sharder_options(args, None)  # one-line error on a bad value, before any work
     algs = ev.resolve_algs(args.alg, options)
+    refine.check_algs(algs)
     ev.check_learned_policies(algs, options, args.ndevices, args.max_mem)
     inputs = ev.inputs_from_args(args, args.ndevices, args.max_tasks)
     if args.runtime != "paper":

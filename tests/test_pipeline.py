@@ -98,6 +98,17 @@ def test_tiny_pipeline_writes_every_artifact_and_skips_on_rerun(tmp_path):
     assert set(err) == {"random", "onpolicy"} and err["onpolicy"]["plans"] == len(measured)
     assert "## On-policy cost data" in report and "Calibration:" in report
     assert "Within a plan the ranks move together" in report
+    # hardware in the loop (step 5, --refine 2): NeuroShard+'s plans chosen among measured candidates, the
+    # paper's NeuroShard left as the models chose; the evaluation carries the choice and measures it afresh
+    sim_plans = read_plans(out / "sim" / "plans.json")
+    refined = [p for p in sim_plans if p.refine is not None]
+    assert refined and {p.alg for p in refined} == {"neuroshard_plus"}
+    assert all(2 <= len(p.refine.candidates) <= 3 and p.refine.seconds > 0 for p in refined)
+    assert all(len(c.measured_costs) == 1 for p in refined for c in p.refine.candidates)  # refine_repeats 1
+    assert [p.refine for p in read_plans(out / "hw" / "results.json") if p.alg == "neuroshard_plus"] == \
+        [p.refine for p in refined]
+    assert "## Hardware in the loop" in report and "- neuroshard_plus: 2 tasks" in report
+    assert config["refine"]["neuroshard_plus"]["tasks"] == 2
 
     again = _driver(out)
     assert again.returncode == 0, again.stderr[-2000:]
@@ -142,3 +153,19 @@ def test_torchrec_training_is_an_opt_in_last_step():
     flags = dict(zip(check.argv[1::2], check.argv[2::2]))
     assert flags["--model"] == str(model) and flags["--check"] == str(out / "torchrec" / "results.json")
     assert "--samples" not in flags
+
+
+def test_the_study_refines_neuroshard_plus_on_hardware_in_step_5():
+    from neuroshard.pipeline import PRESETS, build_steps
+
+    def step5(preset):
+        [s] = [s for s in build_steps(PRESETS[preset], Path("results") / preset, None, None) if s.key == "5"]
+        return s.argv
+
+    argv = step5("study")
+    flags = dict(zip(argv[1::2], argv[2::2]))
+    assert flags["--refine"] == "4" and flags["--refine_algs"] == "neuroshard_plus"
+    assert flags["--refine_repeats"] == "2" and flags["--device"] == "cpu"
+    # candidates measured as step 6 measures plans
+    assert flags["--warmup"] == "3" and flags["--iters"] == "7"
+    assert "--refine" not in step5("quick")

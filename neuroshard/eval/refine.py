@@ -27,7 +27,7 @@ import numpy as np
 
 from neuroshard.checks import check_int
 from neuroshard.settings import Settings, setting
-from neuroshard.types import NeuroShardError, Plan, PlanRecord, RefineCandidate, RefineRecord
+from neuroshard.types import ConfigError, NeuroShardError, Plan, PlanRecord, RefineCandidate, RefineRecord
 
 REFINABLE = ("neuroshard", "neuroshard_plus")
 
@@ -45,10 +45,29 @@ class RefineConfig(Settings):
     refine_data_dir: str | None = setting(None, "append the selection measurements to the on-policy cost data "
                                                 "here (collect_plan_cost_data.py's --out_dir: compute/ and comm/)",
                                           show_default=False)
+    refine_algs: str = setting(",".join(REFINABLE), "the algorithms refined, comma-separated (e.g. neuroshard_plus "
+                                                    "alone: the paper's NeuroShard stays the models' choice, to "
+                                                    "compare against)")
 
     def validate(self) -> None:
         check_int("--refine", self.refine, 0)
         check_int("--refine_repeats", self.refine_repeats, 1)
+        self.algs()
+
+    def algs(self) -> tuple[str, ...]:
+        """`refine_algs` as names, each one of `REFINABLE` (a ConfigError otherwise)."""
+        names = tuple(a.strip() for a in str(self.refine_algs).split(","))
+        for a in names:
+            if a not in REFINABLE:
+                raise ConfigError("--refine_algs", f"{a!r} cannot be refined (one of: {', '.join(REFINABLE)})")
+        return names
+
+    def check_algs(self, algs: Sequence[str]) -> None:
+        """With --refine on, one of the run's `algs` at least must be refined: a flag that refines nothing is
+        an error, not a silent no-op."""
+        if self.refine and not set(self.algs()) & set(algs):
+            raise ConfigError("--refine", f"refines {', '.join(self.algs())}, and none of them is in --alg "
+                                          f"{','.join(algs)}")
 
 
 def candidates(tables, alg: str, ndevices: int, max_mem: float, models, seed: int, options: dict,
@@ -103,7 +122,7 @@ def refine_records(records: Sequence[PlanRecord], tasks, configs, models, refine
 
     refine.validate()
     run = run or run_evaluation
-    todo = [k for k, r in enumerate(records) if r.alg in REFINABLE and r.plan is not None and refine.refine]
+    todo = [k for k, r in enumerate(records) if r.alg in refine.algs() and r.plan is not None and refine.refine]
     if not todo:
         return list(records)
     t0 = time.perf_counter()
@@ -172,3 +191,28 @@ def append_onpolicy(results: Sequence[PlanRecord], tasks, configs, data_dir) -> 
     with open_append(root / "comm" / DATA_TXT, exclusive=True) as fh:
         for s in comm:
             append_line(fh, format_comm_sample(s))
+
+
+def refine_summary(results: Sequence[PlanRecord]) -> dict[str, dict]:
+    """Per refined algorithm, over the evaluated records that carry a `RefineRecord`: tasks, candidates and
+    seconds per task, how often each source's candidate was chosen, the selection's gain (the chosen candidate
+    against the algorithm's own choice, both by the selection's measurements: 1 - chosen / own, mean over tasks)
+    and the chosen plans' fresh cost (the evaluation's mean) over their selection cost (median): above 1 is the
+    selection's own winner's curse, the measurement noise that made a candidate look best."""
+    out: dict[str, dict] = {}
+    for alg in dict.fromkeys(r.alg for r in results if r.refine is not None):
+        recs = [r for r in results if r.alg == alg and r.refine is not None]
+        picked = [r.refine.candidates[r.refine.chosen] for r in recs]
+        chosen: dict[str, int] = {}
+        for c in picked:
+            chosen[c.source] = chosen.get(c.source, 0) + 1
+        sel = [float(np.mean(c.measured_costs)) if c.measured_costs else None for c in picked]
+        own = [float(np.mean(r.refine.candidates[0].measured_costs)) if r.refine.candidates[0].measured_costs
+               else None for r in recs]
+        gains = [1.0 - s / o for s, o in zip(sel, own) if s is not None and o]
+        fresh = [r.cost / s for r, s in zip(recs, sel) if r.cost is not None and s]
+        out[alg] = {"tasks": len(recs), "candidates": float(np.mean([len(r.refine.candidates) for r in recs])),
+                    "seconds": float(np.mean([r.refine.seconds for r in recs])), "chosen": chosen,
+                    "selection_gain": float(np.mean(gains)) if gains else None,
+                    "fresh_over_selection": float(np.median(fresh)) if fresh else None}
+    return out

@@ -242,6 +242,31 @@ def drift_lines(hw_dir: Path) -> tuple[list[str], dict | None]:
     return lines, {**drift, "scaled_plan_mape": scaled["mape"], "scaled_spearman": scaled["spearman"]}
 
 
+def refine_lines(hw_dir: Path) -> tuple[list[str], dict | None]:
+    """Markdown on hardware in the loop (`--refine`, eval/refine.py) as the evaluated plans record it, and the
+    figures (None when no plan was refined)."""
+    from neuroshard.eval.refine import refine_summary
+    from neuroshard.formats.plans import read_plans
+
+    results = hw_dir / "results.json"
+    got = refine_summary(read_plans(results)) if results.exists() else {}
+    if not got:
+        return [], None
+    lines = ["", "## Hardware in the loop", "",
+             "`--refine`: each task's best distinct candidates by the models (with NeuroShard's own plan and the "
+             "best plain baseline's) measured on hardware, the measured best kept (eval/refine.py); its seconds "
+             "count as planning time, and the evaluation above measured the chosen plans afresh.", ""]
+    for alg, s in got.items():
+        chosen = ", ".join(f"{src} {n}" for src, n in sorted(s["chosen"].items(), key=lambda kv: -kv[1]))
+        gain = "-" if s["selection_gain"] is None else f"{100 * s['selection_gain']:.1f}%"
+        fresh = "-" if s["fresh_over_selection"] is None else f"{s['fresh_over_selection']:.3f}x"
+        lines.append(f"- {alg}: {s['tasks']} tasks, {s['candidates']:.1f} candidates and {s['seconds']:.1f} s each; "
+                     f"chosen: {chosen}. By the selection's measurements the chosen candidate was {gain} below "
+                     f"the models' own choice; measured afresh, the chosen plans cost {fresh} their selection "
+                     f"cost (median; above 1: the noise that made them look best).")
+    return lines, got
+
+
 def torchrec_lines(out: Path) -> tuple[list[str], dict | None]:
     """Markdown on step 7 (the plans trained with TorchRec, `eval.torchrec_train`): the table of step times
     and ratios, and how noisy it is on this machine (None when the step did not run)."""
@@ -417,6 +442,8 @@ def write_report(out, preset, steps: list[dict], seconds: float) -> Path:
         text += ["", "## Simulator vs hardware", "", accuracy_table(hw.simulator_accuracy)]
         lines, drift = drift_lines(out / "hw")
         text += lines
+    refine_md, refine = refine_lines(out / "hw")
+    text += refine_md
     trec_lines, trec = torchrec_lines(out)
     if trec_lines:
         text += ["", "## TorchRec training (DistributedModelParallel)", ""] + trec_lines
@@ -449,6 +476,6 @@ def write_report(out, preset, steps: list[dict], seconds: float) -> Path:
     write_json_atomic(out / "config.json", {"preset": asdict(preset), "steps": steps, "wall_seconds": seconds,
                                             "versions": library_versions(), "models": model_rows,
                                             "learned": learned_rows, "verdicts": verdicts, "drift": drift,
-                                            "onpolicy": onpolicy,
+                                            "onpolicy": onpolicy, "refine": refine,
                                             "torchrec_train": trec})
     return report

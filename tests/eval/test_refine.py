@@ -5,13 +5,14 @@ the chosen plan afresh: fake measurers record what they are asked."""
 import pytest
 
 from neuroshard.eval import hardware
-from neuroshard.eval.refine import RefineConfig, candidates, refine_records
+from neuroshard.eval.refine import RefineConfig, candidates, refine_records, refine_summary
 from neuroshard.eval.summary import summarize
 from neuroshard.formats.plans import read_plans
 from neuroshard.measure import plan_job
 from neuroshard.measure.plan_job import HardwareConfig
 from neuroshard.planner.shard import shard
-from neuroshard.types import ConfigError, CostBreakdown, PlanMeasurement, PlanRecord, TableConfig, Task
+from neuroshard.types import (ConfigError, CostBreakdown, PlanMeasurement, PlanRecord, RefineCandidate,
+                              RefineRecord, TableConfig, Task)
 from tests.planner.test_simulator import BINS, hand_models
 
 CONFIGS = [TableConfig(1000, 1.0 + i, BINS) for i in range(6)]
@@ -99,3 +100,54 @@ def test_refine_settings_are_checked():
         RefineConfig(refine=2, refine_repeats=0).validate()
     with pytest.raises(ConfigError, match="--refine: must be >= 0"):
         RefineConfig(refine=-1).validate()
+    with pytest.raises(ConfigError, match="--refine_algs: 'torchrec' cannot be refined"):
+        RefineConfig(refine=2, refine_algs="neuroshard,torchrec").validate()
+    assert RefineConfig().algs() == ("neuroshard", "neuroshard_plus")
+    # a --refine that refines none of the run's algorithms is an error, not a silent no-op
+    with pytest.raises(ConfigError, match="--refine: refines neuroshard_plus, and none of them is in --alg "
+                                          "neuroshard,torchrec"):
+        RefineConfig(refine=2, refine_algs="neuroshard_plus").check_algs(["neuroshard", "torchrec"])
+    RefineConfig(refine=0, refine_algs="neuroshard_plus").check_algs(["neuroshard"])  # off: nothing to check
+    RefineConfig(refine=2).check_algs(["neuroshard", "torchrec"])
+
+
+def test_refine_algs_leaves_the_others_as_the_models_chose(tmp_path):
+    models = hand_models(2)
+    records = [shard_record(t, alg, models) for t in range(2) for alg in ("neuroshard", "neuroshard_plus")]
+    asked = []
+
+    def fake_selection(items, data_dir, task_path, cfg, work_dir, labels, num_tasks, show=None):
+        asked.extend(items)
+        results = [PlanRecord(r.task, r.alg, plan=r.plan, estimate=CostBreakdown([1.0], [0.0], [0.0]),
+                              measured=CostBreakdown([3.0], [0.0], [0.0]), repeat_costs=[3.0, 3.0]) for r in items]
+        return results, None
+
+    out = refine_records(records, TASKS, CONFIGS, models, RefineConfig(refine=3, refine_algs="neuroshard_plus"),
+                         HardwareConfig(ndevices=2), "ds", "tasks.txt", tmp_path, 1.0, 0, {}, run=fake_selection)
+    assert asked and all(r.alg.startswith("neuroshard_plus@") for r in asked)
+    for rec, before in zip(out, records):
+        if rec.alg == "neuroshard":
+            assert rec == before
+        else:
+            assert rec.refine is not None and rec.refine.chosen == 0  # all equal: the first (own) candidate
+
+
+def test_refine_summary_by_hand():
+    def rec(task, chosen, own_ms, chosen_ms, fresh_ms, source):
+        cands = [RefineCandidate("neuroshard_plus", 10.0, own_ms), RefineCandidate(source, 11.0, chosen_ms)]
+        return PlanRecord(task, "neuroshard_plus", measured=CostBreakdown([fresh_ms], [0.0], [0.0]),
+                          repeat_costs=[fresh_ms], refine=RefineRecord(cands, chosen, seconds=2.0 + task))
+
+    results = [rec(0, 1, [10.0, 10.0], [8.0, 9.0], 9.35, "neuroshard"),  # chose 8.5 against 10: 15% below
+               rec(1, 1, [20.0, 20.0], [19.0, 19.0], 19.0, "size_lookup_greedy"),  # 5% below
+               rec(2, 0, [12.0, 12.0], [13.0, 13.0], 12.6, "neuroshard")]  # own kept: 0%
+    results.append(PlanRecord(0, "torchrec", repeat_costs=[5.0]))  # not refined: left out
+    s = refine_summary(results)
+    assert list(s) == ["neuroshard_plus"]
+    got = s["neuroshard_plus"]
+    assert got["tasks"] == 3 and got["candidates"] == 2.0 and got["seconds"] == pytest.approx(3.0)
+    assert got["chosen"] == {"neuroshard": 1, "size_lookup_greedy": 1, "neuroshard_plus": 1}
+    assert got["selection_gain"] == pytest.approx((0.15 + 0.05 + 0.0) / 3)
+    # fresh / selection: 9.35 / 8.5 = 1.1, 19 / 19 = 1.0, 12.6 / 12 = 1.05: median 1.05
+    assert got["fresh_over_selection"] == pytest.approx(1.05)
+    assert refine_summary(results[3:]) == {}
