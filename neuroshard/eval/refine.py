@@ -136,14 +136,19 @@ def refine_records(records: Sequence[PlanRecord], tasks, configs, models, refine
                               refine.refine)
         plan_s[k] = time.perf_counter() - t1
     items = [PlanRecord(records[k].task, f"{records[k].alg}@{i}", plan=plan, num_tables=records[k].num_tables,
+                        estimate=simulate(tasks[records[k].task].tables(configs), plan, models, max_mem),
                         table_ids=records[k].table_ids, dims=records[k].dims)
              for k in todo for i, (_, plan) in enumerate(cands[k])]
     labels = list(dict.fromkeys(r.alg for r in items))
     t2 = time.perf_counter()
-    results, _ = run(items, data_dir, task_path, replace(hw, repeats=refine.refine_repeats), Path(work_dir), labels,
-                     len(tasks), show=None)
+    cfg = replace(hw, repeats=refine.refine_repeats)
+    results = _measured_before(Path(work_dir), items, cfg)
+    if results is None:
+        results, _ = run(items, data_dir, task_path, cfg, Path(work_dir), labels, len(tasks),
+                         config={"refine_hardware": cfg.to_json()}, show=None)
     job_s = time.perf_counter() - t2
     measured = {(r.task, r.alg): r for r in results}
+    estimated = {(r.task, r.alg): r.estimated_cost for r in items}
     if refine.refine_data_dir:
         append_onpolicy(results, tasks, configs, refine.refine_data_dir)
     out = list(records)
@@ -154,7 +159,7 @@ def refine_records(records: Sequence[PlanRecord], tasks, configs, models, refine
             raise NeuroShardError(f"task {rec.task} [{rec.alg}]: a candidate was not measured")
         chosen = int(np.argmin([g.cost for g in got]))
         share = job_s * len(got) / len(items)
-        info = RefineRecord(candidates=[RefineCandidate(source, g.estimated_cost, g.repeat_costs)
+        info = RefineRecord(candidates=[RefineCandidate(source, estimated[(rec.task, g.alg)], g.repeat_costs)
                                         for (source, _), g in zip(cands[k], got)],
                             chosen=chosen, seconds=plan_s[k] + share)
         plan = cands[k][chosen][1]
@@ -164,11 +169,30 @@ def refine_records(records: Sequence[PlanRecord], tasks, configs, models, refine
                          refine=info)
         if show is not None:
             show(f"Task {rec.task + 1}/{len(tasks)} [{rec.alg}] refined on hardware: {len(got)} candidates, chose "
-                 f"{cands[k][chosen][0]} ({got[chosen].cost:.3f} ms measured, estimated {got[chosen].estimated_cost:.3f}"
-                 f" ms; the models' choice measured {got[0].cost:.3f} ms)")
+                 f"{cands[k][chosen][0]} ({got[chosen].cost:.3f} ms measured, estimated "
+                 f"{info.candidates[chosen].estimated_cost:.3f} ms; the models' choice measured {got[0].cost:.3f} ms)")
     if show is not None:
         show(f"refine: {len(items)} candidates of {len(todo)} plans measured in {time.perf_counter() - t0:.1f} s")
     return out
+
+
+def _measured_before(work_dir: Path, items: Sequence[PlanRecord], cfg) -> list[PlanRecord] | None:
+    """The selection's results when a run with the same measurement settings (`work_dir/config.json`) already
+    measured exactly these candidates to the end: a crash or a kill after the measuring job loses nothing. None
+    otherwise (the job then measures them, resuming an interrupted job itself)."""
+    import json
+
+    from neuroshard.formats.io import read_json
+    from neuroshard.formats.plans import read_plans
+
+    res, conf = work_dir / "results.json", work_dir / "config.json"
+    if not (res.exists() and conf.exists()):
+        return None
+    if read_json(conf).get("refine_hardware") != json.loads(json.dumps(cfg.to_json())):
+        return None
+    got = read_plans(res)
+    same = [(r.task, r.alg, r.plan_key) for r in got] == [(r.task, r.alg, r.plan_key) for r in items]
+    return got if same and all(r.repeat_costs and len(r.repeat_costs) == cfg.repeats for r in got) else None
 
 
 def append_onpolicy(results: Sequence[PlanRecord], tasks, configs, data_dir) -> None:

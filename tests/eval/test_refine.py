@@ -7,7 +7,8 @@ import pytest
 from neuroshard.eval import hardware
 from neuroshard.eval.refine import RefineConfig, candidates, refine_records, refine_summary
 from neuroshard.eval.summary import summarize
-from neuroshard.formats.plans import read_plans
+from neuroshard.formats.io import write_json_atomic
+from neuroshard.formats.plans import read_plans, write_plans
 from neuroshard.measure import plan_job
 from neuroshard.measure.plan_job import HardwareConfig
 from neuroshard.planner.shard import shard
@@ -46,7 +47,7 @@ def test_refine_keeps_the_measured_best_and_the_evaluation_measures_it_afresh(tm
     records = [shard_record(t, alg, models) for t in range(2) for alg in ("neuroshard", "size_greedy")]
     asked = []
 
-    def fake_selection(items, data_dir, task_path, cfg, work_dir, labels, num_tasks, show=None):
+    def fake_selection(items, data_dir, task_path, cfg, work_dir, labels, num_tasks, config=None, show=None):
         asked.append(list(items))
         assert cfg.repeats == 3  # refine_repeats
         results = []
@@ -56,6 +57,8 @@ def test_refine_keeps_the_measured_best_and_the_evaluation_measures_it_afresh(tm
             results.append(PlanRecord(rec.task, rec.alg, plan=rec.plan, estimate=CostBreakdown([1.0], [0.0], [0.0]),
                                       measured=CostBreakdown([ms, 1.0], [0.0, 0.0], [0.0, 0.0]),
                                       repeat_costs=[ms] * 3))
+        write_plans(work_dir / "results.json", results)  # as run_evaluation writes them
+        write_json_atomic(work_dir / "config.json", config)
         return results, summarize(results, labels, num_tasks, cost_key="cost", reference=labels[0])
 
     refine = RefineConfig(refine=3, refine_repeats=3)
@@ -73,6 +76,15 @@ def test_refine_keeps_the_measured_best_and_the_evaluation_measures_it_afresh(tm
         assert rec.refine.candidates[-1].measured_costs == [5.0] * 3
         assert rec.search_ms == pytest.approx(records[k].search_ms + 1e3 * rec.refine.seconds)
         assert rec.estimated_cost is not None and rec.view is not None
+        assert all(c.estimated_cost is not None for c in rec.refine.candidates)
+
+    # a rerun after a crash past the measuring job reuses its finished results; other settings measure again
+    again = refine_records(records, TASKS, CONFIGS, models, refine, hw, "ds", "tasks.txt", tmp_path / "refine", 1.0,
+                           0, {}, run=fake_selection)
+    assert len(asked) == 1 and [r.plan for r in again] == [r.plan for r in out]
+    refine_records(records, TASKS, CONFIGS, models, RefineConfig(refine=3, refine_repeats=2), hw, "ds", "tasks.txt",
+                   tmp_path / "refine", 1.0, 0, {}, run=lambda *a, **k: asked.append(a) or fake_results(a[0]))
+    assert len(asked) == 2
 
     # the evaluation measures every chosen plan again, in its own job: 7 ms now, never the selection's 5 ms
     measured_plans = []
@@ -88,6 +100,11 @@ def test_refine_keeps_the_measured_best_and_the_evaluation_measures_it_afresh(tm
     for rec, res in zip(out, results):
         assert (rec.task, rec.alg, rec.plan) in measured_plans
         assert res.repeat_costs == [7.0] and res.refine == rec.refine
+
+
+def fake_results(items):
+    return [PlanRecord(r.task, r.alg, plan=r.plan, measured=CostBreakdown([3.0], [0.0], [0.0]), repeat_costs=[3.0] * 2)
+            for r in items], None
 
 
 def shard_record(task, alg, models):
@@ -116,7 +133,7 @@ def test_refine_algs_leaves_the_others_as_the_models_chose(tmp_path):
     records = [shard_record(t, alg, models) for t in range(2) for alg in ("neuroshard", "neuroshard_plus")]
     asked = []
 
-    def fake_selection(items, data_dir, task_path, cfg, work_dir, labels, num_tasks, show=None):
+    def fake_selection(items, data_dir, task_path, cfg, work_dir, labels, num_tasks, config=None, show=None):
         asked.extend(items)
         results = [PlanRecord(r.task, r.alg, plan=r.plan, estimate=CostBreakdown([1.0], [0.0], [0.0]),
                               measured=CostBreakdown([3.0], [0.0], [0.0]), repeat_costs=[3.0, 3.0]) for r in items]
