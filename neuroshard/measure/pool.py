@@ -7,13 +7,17 @@ callable, run in the worker: the FBGEMM benchmark in production,
 `compute_collect.FbgemmMeasurer`), then calls `measure(ids) -> (cost_ms,
 stats)` per task. A failing task is reported and the worker goes on; a dead
 worker is replaced (up to `max_restarts`) and its task reported as failed.
-Workers are `spawn`ed, single-threaded, and ignore Ctrl-C (the parent
-decides how the run ends); an orphaned worker exits by itself.
+Each worker answers on a pipe of its own: a worker killed while sending
+(out of memory, a crash in a kernel) breaks only its own channel, never a
+lock the other workers' results pass through. Workers are `spawn`ed,
+single-threaded, and ignore Ctrl-C (the parent decides how the run ends);
+an orphaned worker exits by itself.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
+import multiprocessing.connection as mp_conn
 import os
 import queue
 import signal
@@ -69,15 +73,15 @@ def _one_line(e: BaseException) -> str:
 
 
 def _worker_main(slot: int, device: str, make_measurer: MeasurerFactory, seed: int, tasks, results) -> None:
-    """Worker process: take (task_no, ids) from `tasks`, put results on `results`, stop on None."""
+    """Worker process: take (task_no, ids) from `tasks`, send results on its pipe `results`, stop on None."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides how a Ctrl-C ends the run
     parent = os.getppid()
     try:
         measure = make_measurer(device, seed)
     except BaseException as e:  # noqa: BLE001 - reported to the parent, which stops the run
-        results.put(("fatal", slot, None, None, _one_line(e)))
+        results.send(("fatal", slot, None, None, _one_line(e)))
         return
-    results.put(("ready", slot, None, None, None))
+    results.send(("ready", slot, None, None, None))
     t_wait = time.perf_counter()
     while True:
         try:
@@ -94,10 +98,10 @@ def _worker_main(slot: int, device: str, make_measurer: MeasurerFactory, seed: i
         try:
             cost, stats = measure(ids)
         except Exception as e:  # noqa: BLE001 - one bad shard (e.g. out of memory) must not end the run
-            results.put(("err", slot, task_no, ids, _one_line(e)))
+            results.send(("err", slot, task_no, ids, _one_line(e)))
         else:
             stats = {**stats, "samples": 1, "busy_s": time.perf_counter() - t0, "idle_s": idle}
-            results.put(("ok", slot, task_no, ids, (cost, stats)))
+            results.send(("ok", slot, task_no, ids, (cost, stats)))
         t_wait = time.perf_counter()
 
 
@@ -117,6 +121,7 @@ class _Slot:
         self.device = device
         self.proc = None
         self.tasks = None
+        self.conn = None  # the parent's end of the worker's result pipe
         self.task: Optional[tuple[int, list[int]]] = None  # in flight
         self.started = 0.0  # time.monotonic() at process start
 
@@ -134,7 +139,6 @@ class WorkerPool:
         if not devices:
             raise NeuroShardError("need at least one worker")
         self.ctx = mp.get_context("spawn")
-        self.results = self.ctx.Queue()
         self.slots = [_Slot(d) for d in devices]
         self.make_measurer = make_measurer
         self.seed = seed
@@ -155,9 +159,10 @@ class WorkerPool:
     def _start(self, i: int) -> None:
         slot = self.slots[i]
         slot.tasks = self.ctx.Queue()
+        slot.conn, send = self.ctx.Pipe(duplex=False)
         slot.proc = self.ctx.Process(target=_worker_main, daemon=True, name=f"bench-worker-{i}",
                                      args=(i, slot.device, self.make_measurer, self.seed + 1000 * self.restarts + i,
-                                           slot.tasks, self.results))
+                                           slot.tasks, send))
         # A worker inherits an ignored SIGINT through exec, so a Ctrl-C while it
         # is still importing cannot kill it with a traceback; the parent handles Ctrl-C.
         main = threading.current_thread() is threading.main_thread()
@@ -168,6 +173,7 @@ class WorkerPool:
         finally:
             if main:
                 signal.signal(signal.SIGINT, old)
+        send.close()  # the worker holds the only write end: its death reads as end of file here
 
     def close(self, force: bool = False) -> None:
         """Stop workers: politely when idle, at once (terminate) after an error or Ctrl-C."""
@@ -187,6 +193,8 @@ class WorkerPool:
                 slot.proc.kill()
                 slot.proc.join()
             slot.proc = None
+            slot.conn.close()
+            slot.conn = None
 
     def run(self, next_task: Callable[[int], Optional[list[int]]],
             on_ok: Callable[[int, list[int], float], None],
@@ -201,13 +209,21 @@ class WorkerPool:
         """
         self._fill(next_task)
         while any(s.task is not None for s in self.slots):
-            try:
-                msg = self.results.get(timeout=_POLL_S)
-            except queue.Empty:
-                msg = None
-            if msg is not None:
-                self._handle(msg, next_task, on_ok, on_error)
+            conns = [s.conn for s in self.slots if s.conn is not None and not s.conn.closed]
+            for conn in mp_conn.wait(conns, timeout=_POLL_S):
+                msg = self._receive(conn)
+                if msg is not None:
+                    self._handle(msg, next_task, on_ok, on_error)
             self._check_workers(next_task, on_ok, on_error)
+
+    @staticmethod
+    def _receive(conn):
+        """The next message on a worker's pipe, or None once it is closed (the worker exited or died)."""
+        try:
+            return conn.recv()
+        except (EOFError, OSError):
+            conn.close()  # _check_workers reports the death and starts a replacement
+            return None
 
     def _in_flight(self) -> int:
         return sum(s.task is not None for s in self.slots) + self._delivering
@@ -254,12 +270,12 @@ class WorkerPool:
             if slot.proc is None or slot.proc.is_alive():
                 continue
             proc, slot.proc = slot.proc, None  # no new task goes to this slot now
-            # handle what it (or another worker) sent before dying
-            while True:
-                try:
-                    self._handle(self.results.get(timeout=0.05), next_task, on_ok, on_error)
-                except queue.Empty:
-                    break
+            # handle what it sent before dying
+            while not slot.conn.closed and slot.conn.poll():
+                msg = self._receive(slot.conn)
+                if msg is not None:
+                    self._handle(msg, next_task, on_ok, on_error)
+            slot.conn.close()
             reason = _exit_reason(proc.exitcode)
             proc.join()
             lost, slot.task = slot.task, None
