@@ -7,7 +7,11 @@ baseline's plan by the simulator, whatever their rank) are measured on
 hardware through the evaluation's own measurement (`eval.hardware
 .run_evaluation`: one job for every task's candidates, `refine_repeats`
 interleaved rounds, resumable, its files in `<work_dir>`), and the
-candidate with the lowest mean measured cost becomes the algorithm's plan.
+candidate with the lowest mean measured cost becomes the algorithm's plan
+when it measured below the models' own choice by more than the noise
+explains (`choose`; `refine_confidence`): the differences between the
+best candidates are often smaller than the round-to-round noise, and the
+lowest of a few noisy means is a winner's curse of its own.
 The seconds it took (the candidates' planning and each task's share of the
 measuring job) are added to the record's `search_ms`: they are the
 algorithm's planning cost. The evaluation then measures the chosen plan
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
+from statistics import NormalDist
 from pathlib import Path
 from typing import Callable, ClassVar, Sequence
 
@@ -48,10 +53,15 @@ class RefineConfig(Settings):
     refine_algs: str = setting(",".join(REFINABLE), "the algorithms refined, comma-separated (e.g. neuroshard_plus "
                                                     "alone: the paper's NeuroShard stays the models' choice, to "
                                                     "compare against)")
+    refine_confidence: float = setting(0.95, "keep the models' own choice unless a candidate measured below it "
+                                             "with this confidence (one-sided, over all candidates; the rounds' "
+                                             "noise pooled over the tasks); 0: the lowest mean always wins")
 
     def validate(self) -> None:
         check_int("--refine", self.refine, 0)
         check_int("--refine_repeats", self.refine_repeats, 1)
+        if not 0.0 <= self.refine_confidence < 1.0:
+            raise ConfigError("--refine_confidence", f"must be in [0, 1), got {self.refine_confidence}")
         self.algs()
 
     def algs(self) -> tuple[str, ...]:
@@ -98,6 +108,33 @@ def candidates(tables, alg: str, ndevices: int, max_mem: float, models, seed: in
         required.append((name, plan))
     required = _distinct(required)
     return _distinct(required + [(f"{alg}#{i}", p) for i, p in enumerate(own[1:], 1)])[:max(k, len(required))]
+
+
+def paired_noise(costs: Sequence[Sequence[Sequence[float]]]) -> float:
+    """The sd of one round's relative difference between a candidate and the models' own choice (candidate
+    0), pooled over tasks and candidates: `costs[task][candidate][round]` in ms, measured in interleaved rounds.
+    0 with a single round (no round-to-round noise to measure)."""
+    sq, dof = 0.0, 0
+    for task in costs:
+        own = np.asarray(task[0], dtype=float)
+        for cand in task[1:]:
+            rel = (np.asarray(cand, dtype=float) - own) / own.mean()
+            sq += float(((rel - rel.mean()) ** 2).sum())
+            dof += len(rel) - 1
+    return float(np.sqrt(sq / dof)) if dof else 0.0
+
+
+def choose(costs: Sequence[Sequence[float]], noise: float, confidence: float) -> int:
+    """The candidate kept among one task's (`costs[candidate][round]`, candidate 0 the models' own choice):
+    the lowest mean, when it is below the own choice's by more than z x noise / sqrt(rounds) relative to it,
+    z the one-sided `confidence` quantile corrected for the candidates compared (Bonferroni); 0 otherwise."""
+    means = [float(np.mean(c)) for c in costs]
+    best = int(np.argmin(means))
+    if best == 0 or confidence <= 0.0 or noise <= 0.0:
+        return best
+    z = NormalDist().inv_cdf(1.0 - (1.0 - confidence) / (len(costs) - 1))
+    gap = (means[0] - means[best]) / means[0]
+    return best if gap > z * noise / np.sqrt(len(costs[best])) else 0
 
 
 def _distinct(plans: Sequence[tuple[str, Plan]]) -> list[tuple[str, Plan]]:
@@ -152,12 +189,18 @@ def refine_records(records: Sequence[PlanRecord], tasks, configs, models, refine
     if refine.refine_data_dir:
         append_onpolicy(results, tasks, configs, refine.refine_data_dir)
     out = list(records)
+    got_by = {}
     for k in todo:
         rec = records[k]
-        got = [measured[(rec.task, f"{rec.alg}@{i}")] for i in range(len(cands[k]))]
-        if any(g.cost is None for g in got):
+        got_by[k] = [measured[(rec.task, f"{rec.alg}@{i}")] for i in range(len(cands[k]))]
+        if any(g.cost is None or not g.repeat_costs for g in got_by[k]):
             raise NeuroShardError(f"task {rec.task} [{rec.alg}]: a candidate was not measured")
-        chosen = int(np.argmin([g.cost for g in got]))
+    noise = paired_noise([[g.repeat_costs for g in got_by[k]] for k in todo])
+    if show is not None:
+        show(f"refine: one round's difference from the models' choice varies by {100 * noise:.1f}% (sd)")
+    for k in todo:
+        rec, got = records[k], got_by[k]
+        chosen = choose([g.repeat_costs for g in got], noise, refine.refine_confidence)
         share = job_s * len(got) / len(items)
         info = RefineRecord(candidates=[RefineCandidate(source, estimated[(rec.task, g.alg)], g.repeat_costs)
                                         for (source, _), g in zip(cands[k], got)],
@@ -221,8 +264,12 @@ def refine_summary(results: Sequence[PlanRecord]) -> dict[str, dict]:
     """Per refined algorithm, over the evaluated records that carry a `RefineRecord`: tasks, candidates and
     seconds per task, how often each source's candidate was chosen, the selection's gain (the chosen candidate
     against the algorithm's own choice, both by the selection's measurements: 1 - chosen / own, mean over tasks)
-    and the chosen plans' fresh cost (the evaluation's mean) over their selection cost (median): above 1 is the
-    selection's own winner's curse, the measurement noise that made a candidate look best."""
+    and the chosen plans' fresh cost (the evaluation's mean) over their selection cost (median). Above 1 it
+    holds the machine's drift between the two jobs and the selection's own winner's curse (the noise that
+    made a candidate look best); `drift` is the first alone: the same ratio for the candidates that are
+    another evaluated algorithm's plan (NeuroShard's, the best baseline's), measured in both whatever was
+    chosen (median; None when there are none)."""
+    by_task = {(r.task, r.alg): r for r in results}
     out: dict[str, dict] = {}
     for alg in dict.fromkeys(r.alg for r in results if r.refine is not None):
         recs = [r for r in results if r.alg == alg and r.refine is not None]
@@ -235,8 +282,15 @@ def refine_summary(results: Sequence[PlanRecord]) -> dict[str, dict]:
                else None for r in recs]
         gains = [1.0 - s / o for s, o in zip(sel, own) if s is not None and o]
         fresh = [r.cost / s for r, s in zip(recs, sel) if r.cost is not None and s]
+        drift = []
+        for r in recs:
+            for c in r.refine.candidates:
+                other = by_task.get((r.task, c.source))
+                if other is not None and other.alg != alg and other.cost is not None and c.measured_costs:
+                    drift.append(other.cost / float(np.mean(c.measured_costs)))
         out[alg] = {"tasks": len(recs), "candidates": float(np.mean([len(r.refine.candidates) for r in recs])),
                     "seconds": float(np.mean([r.refine.seconds for r in recs])), "chosen": chosen,
                     "selection_gain": float(np.mean(gains)) if gains else None,
-                    "fresh_over_selection": float(np.median(fresh)) if fresh else None}
+                    "fresh_over_selection": float(np.median(fresh)) if fresh else None,
+                    "drift": float(np.median(drift)) if drift else None}
     return out

@@ -254,16 +254,20 @@ def refine_lines(hw_dir: Path) -> tuple[list[str], dict | None]:
         return [], None
     lines = ["", "## Hardware in the loop", "",
              "`--refine`: each task's best distinct candidates by the models (with NeuroShard's own plan and the "
-             "best plain baseline's) measured on hardware, the measured best kept (eval/refine.py); its seconds "
-             "count as planning time, and the evaluation above measured the chosen plans afresh.", ""]
+             "best plain baseline's) measured on hardware, the measured best kept when it beat the models' own "
+             "choice by more than the rounds' noise explains (eval/refine.py); its seconds count as planning time, "
+             "and the evaluation above measured the chosen plans afresh.", ""]
     for alg, s in got.items():
         chosen = ", ".join(f"{src} {n}" for src, n in sorted(s["chosen"].items(), key=lambda kv: -kv[1]))
         gain = "-" if s["selection_gain"] is None else f"{100 * s['selection_gain']:.1f}%"
         fresh = "-" if s["fresh_over_selection"] is None else f"{s['fresh_over_selection']:.3f}x"
+        drift = ("" if s.get("drift") is None else
+                 f", and the other algorithms' plans among the candidates {s['drift']:.3f}x theirs (the machine's "
+                 f"drift between the two jobs; the rest is the noise that made the chosen ones look best)")
         lines.append(f"- {alg}: {s['tasks']} tasks, {s['candidates']:.1f} candidates and {s['seconds']:.1f} s each; "
                      f"chosen: {chosen}. By the selection's measurements the chosen candidate was {gain} below "
                      f"the models' own choice; measured afresh, the chosen plans cost {fresh} their selection "
-                     f"cost (median; above 1: the noise that made them look best).")
+                     f"cost (median){drift}.")
     return lines, got
 
 

@@ -5,7 +5,8 @@ the chosen plan afresh: fake measurers record what they are asked."""
 import pytest
 
 from neuroshard.eval import hardware
-from neuroshard.eval.refine import RefineConfig, candidates, refine_records, refine_summary
+from neuroshard.eval.refine import (RefineConfig, candidates, choose, paired_noise, refine_records,
+                                    refine_summary)
 from neuroshard.eval.summary import summarize
 from neuroshard.formats.io import write_json_atomic
 from neuroshard.formats.plans import read_plans, write_plans
@@ -159,6 +160,8 @@ def test_refine_summary_by_hand():
                rec(1, 1, [20.0, 20.0], [19.0, 19.0], 19.0, "size_lookup_greedy"),  # 5% below
                rec(2, 0, [12.0, 12.0], [13.0, 13.0], 12.6, "neuroshard")]  # own kept: 0%
     results.append(PlanRecord(0, "torchrec", repeat_costs=[5.0]))  # not refined: left out
+    for task, alg, ms in ((0, "neuroshard", 9.35), (1, "size_lookup_greedy", 19.95), (2, "neuroshard", 13.0)):
+        results.append(PlanRecord(task, alg, measured=CostBreakdown([ms], [0.0], [0.0]), repeat_costs=[ms]))
     s = refine_summary(results)
     assert list(s) == ["neuroshard_plus"]
     got = s["neuroshard_plus"]
@@ -167,4 +170,25 @@ def test_refine_summary_by_hand():
     assert got["selection_gain"] == pytest.approx((0.15 + 0.05 + 0.0) / 3)
     # fresh / selection: 9.35 / 8.5 = 1.1, 19 / 19 = 1.0, 12.6 / 12 = 1.05: median 1.05
     assert got["fresh_over_selection"] == pytest.approx(1.05)
+    # the evaluated plans of neuroshard / size_lookup_greedy against their selection measurements:
+    # 9.35 / 8.5 = 1.1, 19.95 / 19 = 1.05, 13 / 13 = 1.0: the drift, median 1.05
+    assert got["drift"] == pytest.approx(1.05)
     assert refine_summary(results[3:]) == {}
+
+
+def test_choose_keeps_the_models_choice_unless_the_rounds_say_otherwise():
+    # relative differences from the own choice (10 ms): task 0 -10%, -6% (mean -8%); task 1 -3%, -1% (mean -2%)
+    costs = [[[10.0, 10.0], [9.0, 9.4]], [[10.0, 10.0], [9.7, 9.9]]]
+    # deviations from each mean: +-2% and +-1% over 2 degrees of freedom: sd = sqrt((2 * 4 + 2 * 1) / 2) % = 2.236%
+    noise = paired_noise(costs)
+    assert noise == pytest.approx(0.02236, abs=1e-5)
+    # one candidate: z = 1.645 at 95%; threshold 1.645 * 2.236% / sqrt(2) = 2.60%: 8% switches, 2% does not
+    assert [choose(c, noise, 0.95) for c in costs] == [1, 0]
+    assert [choose(c, noise, 0.0) for c in costs] == [1, 1]  # 0: the lowest mean always wins
+    # three candidates: z = 2.128 (0.05 / 3); threshold 3.37%: a 3% gap is kept out, a 4% one gets in
+    three = [[10.0, 10.0], [9.8, 9.8], [9.7, 9.7], [10.5, 10.5]]
+    assert choose(three, noise, 0.95) == 0
+    assert choose([[10.0, 10.0], [9.8, 9.8], [9.6, 9.6], [10.5, 10.5]], noise, 0.95) == 2
+    assert paired_noise([[[10.0], [9.0]]]) == 0.0 and choose([[10.0], [9.0]], 0.0, 0.95) == 1  # one round
+    with pytest.raises(ConfigError, match="--refine_confidence"):
+        RefineConfig(refine=2, refine_confidence=1.0).validate()
