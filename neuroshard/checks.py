@@ -28,15 +28,16 @@ def check_int(name: str, value, lo: int | None = None, hi: int | None = None) ->
 
 
 def check_float(name: str, value, lo: float | None = None, hi: float | None = None,
-                lo_open: bool = False) -> float:
-    """`value` as a finite float with lo <= value (lo < value when `lo_open`) and value <= hi."""
+                lo_open: bool = False, hi_open: bool = False) -> float:
+    """`value` as a finite float with lo <= value (lo < value when `lo_open`) and value <= hi (value < hi when
+    `hi_open`)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ConfigError(name, f"expected a finite number, got {value!r}")
     value = float(value)
     if lo is not None and (value <= lo if lo_open else value < lo):
         raise ConfigError(name, f"must be {'>' if lo_open else '>='} {lo:g}, got {value:g}")
-    if hi is not None and value > hi:
-        raise ConfigError(name, f"must be <= {hi:g}, got {value:g}")
+    if hi is not None and (value >= hi if hi_open else value > hi):
+        raise ConfigError(name, f"must be {'<' if hi_open else '<='} {hi:g}, got {value:g}")
     return value
 
 

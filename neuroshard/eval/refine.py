@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
-from statistics import NormalDist
 from pathlib import Path
+from statistics import NormalDist
 from typing import Callable, ClassVar, Sequence
 
 import numpy as np
 
-from neuroshard.checks import check_int
+from neuroshard.checks import check_float, check_int
 from neuroshard.settings import Settings, setting
 from neuroshard.types import ConfigError, NeuroShardError, Plan, PlanRecord, RefineCandidate, RefineRecord
 
@@ -60,8 +60,7 @@ class RefineConfig(Settings):
     def validate(self) -> None:
         check_int("--refine", self.refine, 0)
         check_int("--refine_repeats", self.refine_repeats, 1)
-        if not 0.0 <= self.refine_confidence < 1.0:
-            raise ConfigError("--refine_confidence", f"must be in [0, 1), got {self.refine_confidence}")
+        check_float("--refine_confidence", self.refine_confidence, 0.0, 1.0, hi_open=True)
         self.algs()
 
     def algs(self) -> tuple[str, ...]:

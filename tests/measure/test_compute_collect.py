@@ -21,6 +21,7 @@ from neuroshard.measure.compute_collect import (
     measure_noise_floor,
 )
 from neuroshard.types import InputError, NeuroShardError, TableConfig
+from tests.measure.test_pool import count_call
 
 ROOT = Path(__file__).resolve().parents[2]
 MAX_MEM = 0.001  # GB: keeps the workers' weight arenas small
@@ -59,13 +60,7 @@ class FaultyMeasurer:
         measure = self.real(device, seed)
 
         def faulty(ids):
-            import fcntl
-
-            with open(self.counter, "a+") as fh:
-                fcntl.flock(fh, fcntl.LOCK_EX)
-                fh.seek(0)
-                call = len(fh.read())
-                fh.write("x")
+            call = count_call(self.counter)
             if call == self.fail:
                 raise RuntimeError("poisoned sample")
             if call == self.crash:

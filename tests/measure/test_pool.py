@@ -9,6 +9,16 @@ from neuroshard.measure.pool import WorkerPool
 from neuroshard.types import NeuroShardError
 
 
+def count_call(counter) -> int:
+    """The number of earlier calls recorded in the file `counter`, recording this one (locked: workers share it)."""
+    with open(counter, "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        fh.seek(0)
+        call = len(fh.read())
+        fh.write("x")
+    return call
+
+
 class CountingMeasurer:
     """make_measurer for the pool: cost = sum of the ids; the n-th call over all workers (a shared
     counter file) raises when n is in `fail`, and kills its worker (os._exit) when n is in `crash`."""
@@ -21,11 +31,7 @@ class CountingMeasurer:
             raise RuntimeError("no such device")
 
         def measure(ids):
-            with open(self.counter, "a+") as fh:
-                fcntl.flock(fh, fcntl.LOCK_EX)
-                fh.seek(0)
-                call = len(fh.read())
-                fh.write("x")
+            call = count_call(self.counter)
             if call in self.fail:
                 raise RuntimeError(f"bad shard {ids}")
             if call in self.crash:
