@@ -280,11 +280,13 @@ def build_steps(p: Preset, out: Path, data: str | None, gpu_devices: str | None,
                   "--epochs", str(p.epochs), "--fw_out_path", str(f_fw), "--bw_out_path", str(f_bw), *ens, *s],
                  [f_fw, f_bw]),
             # The retrained models' error on those plans beyond their predicted spread: the plan-level term
-            # of the reported band, recorded in the forward checkpoint (planner/uncertainty.py).
+            # of the reported band, and the random data's models' per-rank compute error on them (out of
+            # sample), recorded in the forward checkpoint (planner/uncertainty.py).
             Step("4i", "band calibrated on the on-policy plans",
                  ["tools/calibrate_band.py", "--data_dir", str(ds), "--task_path", str(train_tasks / "data.txt"),
                   "--eval_task_path", str(tasks / "data.txt"), "--results", str(plan_data / "hw" / "results.json"),
-                  "--models", str(final), "--ndevices", str(n), "--max_mem", str(p.max_mem)],
+                  "--models", str(final), "--rank_error_models", str(models), "--ndevices", str(n),
+                  "--max_mem", str(p.max_mem)],
                  [final / f"plan_error_{n}.json"]),
         ]
     if "dreamshard" in learned:

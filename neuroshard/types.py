@@ -447,35 +447,41 @@ class PlanError:
     """The models' own error on whole plans, beyond the spread they predict: the relative sd of a plan-level
     term that brings the predicted 80% band to 80% of TRAINING tasks' measured plans (`eval.onpolicy.
     plan_error`, `uncertainty.calibrate_plan_sd`), after dividing out the machine's `speed` at the time (the
-    median measured / expected cost); the share of those `measurements` inside the band before and after."""
+    median measured / expected cost); the share of those `measurements` inside the band before and after.
+    `rank`: the relative sd of the compute model's error on one rank's shard that the plan's other ranks do
+    not share (`eval.onpolicy.rank_error`, from `ranks` ranks with tables; 0 in records written before it
+    was measured): the predicted spread draws it for every rank on its own (`uncertainty.cost_samples`)."""
 
     measurements: int
     sd: float
     coverage_before: float
     coverage_after: float
     speed: float = 1.0
+    rank: float = 0.0
+    ranks: int = 0
 
     def to_json(self) -> dict:
         return {"measurements": self.measurements, "sd": self.sd, "coverage_before": self.coverage_before,
-                "coverage_after": self.coverage_after, "speed": self.speed}
+                "coverage_after": self.coverage_after, "speed": self.speed, "rank": self.rank, "ranks": self.ranks}
 
     @classmethod
     def from_json(cls, d) -> "PlanError":
         """ValueError (its message says what a valid one holds) unless `d` holds "measurements" >= 1, "sd" and
-        both coverages in [0, 1] and "speed" > 0."""
+        both coverages in [0, 1] and "speed" > 0, and, if present, "rank" in [0, 1] and "ranks" >= 0."""
         try:
-            n, speed = d["measurements"], d["speed"]
-            vals = [d[k] for k in ("sd", "coverage_before", "coverage_after")]
-            if (isinstance(n, bool) or not isinstance(n, int) or n < 1
+            n, speed, ranks = d["measurements"], d["speed"], d.get("ranks", 0)
+            vals = [d[k] for k in ("sd", "coverage_before", "coverage_after")] + [d.get("rank", 0.0)]
+            if (any(isinstance(x, bool) or not isinstance(x, int) for x in (n, ranks)) or n < 1 or ranks < 0
                     or not all(isinstance(x, numbers.Real) and not isinstance(x, bool) and 0.0 <= x <= 1.0
                                for x in vals)
                     or not isinstance(speed, numbers.Real) or isinstance(speed, bool)
                     or not 0.0 < speed < math.inf):
                 raise ValueError
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, AttributeError):
             raise ValueError("must hold \"sd\", \"coverage_before\", \"coverage_after\" in [0, 1], \"speed\" "
-                             "> 0 and \"measurements\" >= 1") from None
-        return cls(n, float(vals[0]), float(vals[1]), float(vals[2]), float(speed))
+                             "> 0 and \"measurements\" >= 1 (and \"rank\" in [0, 1], \"ranks\" >= 0 if "
+                             "given)") from None
+        return cls(n, float(vals[0]), float(vals[1]), float(vals[2]), float(speed), float(vals[3]), ranks)
 
 
 @dataclass(frozen=True)

@@ -205,12 +205,15 @@ def test_calibrate_band_records_the_plan_error_in_the_forward_checkpoint(tmp_pat
     save_model(diagonal_comm_model("bw", 2, 0.02, 0.0, 0.1), models_dir / "comm_2_bw.pt")
     models = CostModels.load(models_dir, 2)
     plans = [Plan((), ((0,), (1,))), Plan((), ((1,), (0,)))]
-    est = [simulate(t.tables(configs), p, models, 1.0).cost for t, p in zip(tasks, plans)]
-    # measured 1.2x the estimates, one repeat 10% above that: 3 of 4 on the point after dividing out 1.2
+    bds = [simulate(t.tables(configs), p, models, 1.0) for t, p in zip(tasks, plans)]
+    est = [bd.cost for bd in bds]
+    # measured 1.2x the estimates (each rank's compute too: no per-rank error), one repeat 10% above that:
+    # 3 of 4 on the point after dividing out 1.2
     got = [[1.2 * est[0], 1.2 * est[0]], [1.2 * est[1], 1.32 * est[1]]]
-    parts = CostBreakdown([1.0, 1.0], [1.0, 1.0], [1.0, 1.0])
-    write_plans(tmp_path / "results.json", [PlanRecord(i, "neuroshard", plan=p, measured=parts, repeat_costs=c)
-                                             for i, (p, c) in enumerate(zip(plans, got))])
+    write_plans(tmp_path / "results.json", [
+        PlanRecord(i, "neuroshard", plan=p, repeat_costs=c,
+                   measured=CostBreakdown([1.2 * x for x in bd.compute], [1.0, 1.0], [1.0, 1.0]))
+        for i, (p, c, bd) in enumerate(zip(plans, got, bds))])
     argv = ["--data_dir", tmp_path, "--task_path", tmp_path / "train.txt", "--eval_task_path",
             tmp_path / "eval.txt", "--results", tmp_path / "results.json", "--models", models_dir,
             "--ndevices", 2, "--max_mem", 1.0]
@@ -218,11 +221,12 @@ def test_calibrate_band_records_the_plan_error_in_the_forward_checkpoint(tmp_pat
     report = json.loads((models_dir / "plan_error_2.json").read_text())["plan_error"]
     q90 = float(np.quantile(plan_normals(), 0.9))
     assert report["measurements"] == 4 and report["speed"] == pytest.approx(1.2)
+    assert report["rank"] == pytest.approx(0.0, abs=1e-9) and report["ranks"] == 4
     assert report["coverage_before"] == pytest.approx(0.75) and report["coverage_after"] == 1.0
     assert report["sd"] == pytest.approx(math.ceil(0.1 / q90 / 0.0025 - 1e-9) * 0.0025)
     again = CostModels.load(models_dir, 2)
     assert again.fw.checkpoint_extra["kept"] == 1 and again.fw.checkpoint_extra["plan_error"] == report
-    assert again.noise_model.plan == report["sd"]
+    assert again.noise_model.plan == report["sd"] and again.noise_model.rank == report["rank"]
     wide = simulate(tasks[0].tables(configs), plans[0], again, 1.0)
     assert wide.cost == pytest.approx(est[0]) and wide.spread.q90 > est[0] > wide.spread.q10
     # run again: calibrated afresh (not on top of the recorded error), the same figure

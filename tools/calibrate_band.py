@@ -3,7 +3,7 @@
     python tools/calibrate_band.py --data_dir results/quick/dataset \\
         --task_path results/quick/train_tasks/data.txt --eval_task_path results/quick/tasks/data.txt \\
         --results results/quick/plan_data/hw/results.json --models results/quick/models/onpolicy \\
-        --ndevices 4 --max_mem 1
+        --rank_error_models results/quick/models --ndevices 4 --max_mem 1
 
 The plans that collect_plan_cost_data.py measured on TRAINING tasks (its
 hw/results.json) are re-simulated under the models of --models (a folder with
@@ -12,10 +12,15 @@ ensemble's members with the noise of one measurement, planner/uncertainty.py)
 against its measured costs. The machine's speed at the time (the median of
 measured / expected cost) is divided out, then the smallest plan-level error
 sd that puts 80% of the measurements inside the band is found
-(eval/onpolicy.py plan_error). It is written into the forward comm
-checkpoint ("plan_error"): simulations with these models widen their reported
-band by it; the search's objective does not change (the term is the same
-relative size for every plan). Writes the report to --out_path (JSON,
+(eval/onpolicy.py plan_error), after measuring the compute model's per-rank
+error that a plan's ranks do not share (eval/onpolicy.py rank_error; with
+--rank_error_models, that of models never trained on these plans' shards: out
+of sample), which the predicted spread draws for every rank. Both are written into the forward
+comm checkpoint ("plan_error"): simulations with these models widen their
+reported band by the plan-level term (the same relative size for every plan,
+so the search's objective leaves it out), and the per-rank error raises the
+expected cost of plans whose ranks finish together (NeuroShard+'s robust
+objective, planner/uncertainty.py). Writes the report to --out_path (JSON,
 default <models>/plan_error_<n>.json) and prints one line.
 """
 
@@ -38,6 +43,9 @@ def parse_args(argv=None):
     p.add_argument("--results", required=True, help="collect_plan_cost_data.py's hw/results.json (measured plans)")
     p.add_argument("--models", required=True, help="folder with compute.pt, comm_<n>_fw.pt, comm_<n>_bw.pt "
                                                     "(its forward checkpoint gets the \"plan_error\")")
+    p.add_argument("--rank_error_models", default=None,
+                   help="folder of models NOT trained on these plans' shards (the random data's), whose per-rank "
+                        "compute error on them is the out-of-sample estimate (default: --models, in sample)")
     p.add_argument("--ndevices", type=int, required=True, help="devices of the plans")
     p.add_argument("--max_mem", type=float, required=True, help="memory per device in GB the plans were made for")
     p.add_argument("--out_path", default=None, help="JSON report (default: <models>/plan_error_<n>.json)")
@@ -71,15 +79,18 @@ def main(argv=None) -> int:
     if bad:
         raise ConfigError("--task_path", f"{args.results} has task {bad[0]}, but {args.task_path} has only "
                                          f"{len(tasks)} tasks")
-    models = replace(models, noise=replace(models.noise_model, plan=0.0))  # calibrated afresh, not on top
-    error = plan_error(records, tasks, configs, models, args.max_mem)
+    models = replace(models, noise=replace(models.noise_model, plan=0.0, rank=0.0))  # afresh, not on top
+    rank_models = CostModels.load(args.rank_error_models, args.ndevices) if args.rank_error_models else None
+    error = plan_error(records, tasks, configs, models, args.max_mem, rank_models)
     if error is None:
         raise InputError(args.results, "no measured plan to calibrate the band on")
     save_model(models.fw, paths[1], extra={**models.fw.checkpoint_extra, "plan_error": error.to_json()})
     write_json_atomic(out_path, {"results": str(args.results), "task_path": str(args.task_path),
-                                 "models": [str(x) for x in paths], "plan_error": error.to_json()})
+                                 "models": [str(x) for x in paths], "rank_error_models": args.rank_error_models,
+                                 "plan_error": error.to_json()})
     print(f"band calibrated on {error.measurements} measurements of training tasks' plans (machine speed "
-          f"{error.speed:.3f}x the models'): plan-level error sd {100 * error.sd:.1f}%, in the 80% band "
+          f"{error.speed:.3f}x the models'): per-rank compute error sd {100 * error.rank:.1f}% ({error.ranks} "
+          f"ranks), plan-level error sd {100 * error.sd:.1f}%, in the 80% band "
           f"{100 * error.coverage_before:.1f}% -> {100 * error.coverage_after:.1f}%; written to {paths[1]}",
           file=sys.stderr)
     return 0

@@ -108,18 +108,48 @@ def model_error(records: Sequence[PlanRecord], tasks: Sequence[Task], configs: S
     return out
 
 
+def rank_error(records: Sequence[PlanRecord], tasks: Sequence[Task], configs: Sequence[TableConfig], models,
+               max_mem: float) -> tuple[float, int]:
+    """(sd, ranks): the relative sd of the compute model's error on a plan's shard that the plan's other ranks
+    do not share, from the measured plans of `records`. Per plan, log(measured / estimated compute) of each
+    rank with tables, less the plan's mean of them (what all ranks share is the machine's speed or the
+    plan-level term); the squares pooled over the plans with 2 or more such ranks, over (ranks - plans)
+    degrees of freedom. The measured compute is the mean of the plan's repeats: the rank's own measurement
+    noise (1-2% of a total on this machine) stays in it, a small part of what this measures. (0.0, 0)
+    without such plans."""
+    from neuroshard.planner.simulator import simulate
+
+    squares, ranks, plans = 0.0, 0, 0
+    for r in records:
+        if r.measured is None or r.plan is None:
+            continue
+        est = simulate(tasks[r.task].tables(configs), r.plan, models, max_mem).compute
+        logs = [math.log(m / e) for m, e in zip(r.measured.compute, est) if m > 0 and e > 0]
+        if len(logs) >= 2:
+            mean = sum(logs) / len(logs)
+            squares += sum((x - mean) ** 2 for x in logs)
+            ranks, plans = ranks + len(logs), plans + 1
+    return (math.sqrt(squares / (ranks - plans)), ranks) if plans else (0.0, 0)
+
+
 def plan_error(records: Sequence[PlanRecord], tasks: Sequence[Task], configs: Sequence[TableConfig], models,
-               max_mem: float) -> PlanError | None:
-    """The models' plan-level error on measured plans of training tasks (`types.PlanError`): every plan's
-    cost samples under `models` (`simulator.plan_cost_samples`: members and the noise of one measurement,
-    no plan-level error) against its measured costs (each repeat). The machine's speed at the time (the
-    median of measured / expected cost) is divided out first: it is the drift of that hour, which the
-    evaluation measures apart (eval/drift.py), not the models' error on a plan. Then the smallest extra sd
-    that puts 80% of the measurements in the predicted band (`uncertainty.calibrate_plan_sd`). None
-    without measured plans."""
+               max_mem: float, rank_models=None) -> PlanError | None:
+    """The models' plan-level and per-rank error on measured plans of training tasks (`types.PlanError`).
+    First the per-rank compute error (`rank_error`) of `rank_models` (default `models`): models that were
+    not trained on these plans' shards estimate it out of sample (in the study, the on-policy models fit the
+    training plans' own shards to 8.6% but the evaluation plans' to 12.6%, the random data's models 13.3%
+    and 12.9%); the predicted spread then draws it for every rank;
+    then every plan's cost samples under `models` with it (`simulator.plan_cost_samples`: members, the
+    noise of one measurement and the per-rank error; no plan-level error) against its measured costs (each
+    repeat). The machine's speed at the time (the median of measured / expected cost) is divided out: it is
+    the drift of that hour, which the evaluation measures apart (eval/drift.py), not the models' error on a
+    plan. Then the smallest extra sd that puts 80% of the measurements in the predicted band
+    (`uncertainty.calibrate_plan_sd`). None without measured plans."""
     from neuroshard.planner.simulator import plan_cost_samples
     from neuroshard.planner.uncertainty import calibrate_plan_sd
 
+    rank, ranks = rank_error(records, tasks, configs, models if rank_models is None else rank_models, max_mem)
+    models = replace(models, noise=replace(models.noise_model, rank=rank))
     samples, measured = [], []
     for r in records:
         if r.measured is None or r.plan is None:
@@ -130,7 +160,7 @@ def plan_error(records: Sequence[PlanRecord], tasks: Sequence[Task], configs: Se
         return None
     speed = float(np.median([c / s.mean() for s, got in zip(samples, measured) for c in got]))
     sd, before, after = calibrate_plan_sd(samples, [[c / speed for c in got] for got in measured])
-    return PlanError(sum(map(len, measured)), sd, before, after, speed)
+    return PlanError(sum(map(len, measured)), sd, before, after, speed, rank, ranks)
 
 
 def choose_lambda(summary) -> dict | None:

@@ -74,7 +74,8 @@ class CostModels:
         """The relative noise of one measurement of each part (`uncertainty.NoiseModel`): `noise` if given,
         else from the noise floors the checkpoints recorded when they were trained (0 for a part without), and
         the share the plan's ranks have in common from the forward model's on-policy "rank_noise" (0 without)
-        and the plan-level error calibrated on training tasks' plans from its "plan_error" (0 without)."""
+        and the plan-level and per-rank errors calibrated on training tasks' plans from its "plan_error" (0
+        without)."""
         from neuroshard.planner.uncertainty import NoiseModel, sd_from_noise_floor
 
         if self.noise is not None:
@@ -87,8 +88,8 @@ class CostModels:
         extra = getattr(self.fw, "checkpoint_extra", None) or {}
         rn, pe = extra.get("rank_noise"), extra.get("plan_error")  # checked when the checkpoint was loaded
         shared = RankNoise.from_json(rn).shared if rn else 0.0
-        plan = PlanError.from_json(pe).sd if pe else 0.0
-        return NoiseModel(floor(self.compute), floor(self.bw), floor(self.fw), shared, plan)
+        err = PlanError.from_json(pe) if pe else PlanError(1, 0.0, 0.0, 0.0)
+        return NoiseModel(floor(self.compute), floor(self.bw), floor(self.fw), shared, err.sd, err.rank)
 
     @classmethod
     def load(cls, models_dir, ndevices: int) -> "CostModels":

@@ -3,30 +3,46 @@ measurement adds (the measured noise of each part), not just the point estimate.
 
 The point estimate of a plan is the largest per-rank total of the models'
 mean parts (`simulator.score_placements`). What eval.py measures is the
-largest per-rank total of one noisy measurement of each rank: for a plan
-whose ranks are balanced by the models, that maximum lands above the
-estimate even when every rank's mean is right (the expected maximum of n
-noisy equals exceeds each), and more so the more ranks tie. So a plan's cost
-is modelled here as samples of
+largest per-rank total of one noisy measurement of each rank. A rank's total
+is its compute and backward exchange (when it is ready) plus its forward
+exchange, which starts with a wait for the last rank to be ready: so every
+total is the last ready time plus the rank's own transfer, and the plan's
+cost is
 
-    max over ranks r of  total[k, r] + sd[k, r] * z[s, r]
+    max over r of ready[r]  +  max over r of transfer[r]
 
-for every ensemble member k (its own compute, comm and wait: `K` members,
-one for a single model) and `SAMPLES` fixed standard normal draws z (seeded:
-the same draws for every plan, so costs compare without sampling noise),
-where sd[k, r] combines the per-part noise of one measurement, each part's
-relative sd times that part (`NoiseModel`, from the noise floors measured
-when the cost data was collected). Ranks measured together do not draw their
-noise independently: the forward exchange waits for the slowest rank and a
-slow spell of the machine slows them all, so a share `shared` of each rank's
-noise variance is common to the plan's ranks (z[s, r] is then
-sqrt(1 - shared) x its own draw + sqrt(shared) x one draw of the sample),
-which leaves each rank's sd as it is, widens the band and raises the
-expected maximum less. `shared` comes from plans measured twice on training
-tasks (`types.RankNoise.shared`; 0, independent ranks, without them). Their
-mean is the expected measured cost, their sd the spread, their 10% and 90%
-quantiles the predicted 80% band. With one model and no noise every sample
-is the point estimate.
+(exactly the point estimate when nothing is noisy). Whatever makes one rank
+later than estimated delays every rank. For a plan whose ranks the models
+balance, the last ready time lands above the estimate even when every rank's
+mean is right (the expected maximum of n noisy equals exceeds each), and
+more so the more ranks tie; a plan with one clearly slowest rank pays only
+for that rank's error. So a plan's cost is modelled here as samples of that
+sum, for every ensemble member k (its own compute, comm and wait: `K`
+members, one for a single model) and `SAMPLES` fixed standard normal draws
+(seeded: the same draws for every plan, so costs compare without sampling
+noise), with
+
+    ready[k, r]    + sd_ready[k, r] x z[s, r] + rank x compute[k, r] x y[s, r]
+    transfer[k, r] + fw x fw_part[k, r] x z'[s, r]
+
+`sd_ready` combines the relative noise of one measurement of compute and
+backward exchange, `fw` that of the forward exchange (`NoiseModel`, from the
+noise floors measured when the cost data was collected). Ranks measured
+together do not draw that noise independently: a slow spell of the machine
+slows them all, so a share `shared` of its variance is common to the plan's
+ranks (z[s, r] is then sqrt(1 - shared) x its own draw + sqrt(shared) x one
+draw of the sample), which widens the band and raises the expected maximum
+less. `shared` comes from plans measured twice on training tasks
+(`types.RankNoise.shared`; 0, independent ranks, without them). `rank` is the
+compute model's own error on a shard, the part the plan's ranks do not share
+(y: independent draws per rank), measured on training tasks' plans
+(`types.PlanError.rank`): the members agree far more than the models are
+right (a rank's compute is 12-13% off on the study's plans, the members'
+spread a few %), and it is this error, drawn for each rank, that makes
+plans balanced by the models cost more than estimated. The samples' mean is
+the expected measured cost, their sd the spread, their 10% and 90% quantiles
+the predicted 80% band. With one model and neither noise nor rank error
+every sample is the point estimate.
 
 What the members do not disagree about, the models' shared error on whole
 plans (measured on training tasks' plans: a plan's measured cost strays from
@@ -78,19 +94,22 @@ def sd_from_noise_floor(mean_abs_rel_diff: float) -> float:
 @dataclass(frozen=True)
 class NoiseModel:
     """The relative sd of one measurement of a rank's compute, backward and forward comm (fractions), the
-    share of that noise's variance the plan's ranks have in common (`shared`, 0..1), and the relative sd of
-    the models' plan-level error (`plan`, see `widen`)."""
+    share of that noise's variance the plan's ranks have in common (`shared`, 0..1), the relative sd of the
+    compute model's error on a rank's shard that the other ranks do not share (`rank`), and the relative sd
+    of the models' plan-level error (`plan`, see `widen`)."""
 
     compute: float = 0.0
     bw: float = 0.0
     fw: float = 0.0
     shared: float = 0.0
     plan: float = 0.0  # the plan-level error's relative sd (`widen`; types.PlanError.sd)
+    rank: float = 0.0  # the compute model's per-rank error's relative sd (types.PlanError.rank)
 
     @property
     def zero(self) -> bool:
-        """No noise of one measurement (the plan-level error aside)."""
-        return not (self.compute or self.bw or self.fw)
+        """Nothing that differs between a plan's ranks: no noise of one measurement and no per-rank model
+        error (the plan-level error aside)."""
+        return not (self.compute or self.bw or self.fw or self.rank)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -101,17 +120,27 @@ NO_NOISE = NoiseModel()
 
 def cost_samples(compute: np.ndarray, bw: np.ndarray, fw: np.ndarray, noise: NoiseModel = NO_NOISE) -> np.ndarray:
     """Samples of the plan cost [M, K x SAMPLES] (or [M, K] without noise) from each member's per-rank parts
-    [K, M, n] (ms)."""
+    [K, M, n] (ms): the last ready time plus the largest transfer (see the module docstring)."""
     total = compute + bw + fw
     if noise.zero:
         return total.max(axis=-1).T
-    sd = np.sqrt((noise.compute * compute) ** 2 + (noise.bw * bw) ** 2 + (noise.fw * fw) ** 2)
-    z = normals(total.shape[-1])
+    n = total.shape[-1]
+    ready = compute + bw
+    last = ready.max(axis=-1, keepdims=True)
+    transfer = total - last  # each rank's forward exchange beyond waiting for the last rank
+    z_ready, z_fw, y = np.split(normals(3 * n), 3, axis=1)  # [S, n] each
     if noise.shared:
-        z = math.sqrt(1.0 - noise.shared) * z + math.sqrt(noise.shared) * shared_normals()[:, None]
-    k, m, n = total.shape
-    draws = (total[:, :, None, :] + sd[:, :, None, :] * z[None, None]).max(axis=-1)  # [K, M, S]
-    return draws.transpose(1, 0, 2).reshape(m, k * len(z))
+        common = math.sqrt(noise.shared) * shared_normals()[:, None]  # a slow spell slows every part
+        z_ready = math.sqrt(1.0 - noise.shared) * z_ready + common
+        z_fw = math.sqrt(1.0 - noise.shared) * z_fw + common
+    sd_ready = np.sqrt((noise.compute * compute) ** 2 + (noise.bw * bw) ** 2)[:, :, None, :]
+    ready_s = ready[:, :, None, :] + sd_ready * z_ready
+    if noise.rank:
+        ready_s += (noise.rank * compute)[:, :, None, :] * y
+    transfer_s = transfer[:, :, None, :] + (noise.fw * fw)[:, :, None, :] * z_fw
+    k, m, _ = total.shape
+    draws = ready_s.max(axis=-1) + transfer_s.max(axis=-1)  # [K, M, S]
+    return draws.transpose(1, 0, 2).reshape(m, k * len(y))
 
 
 def plan_normals() -> np.ndarray:

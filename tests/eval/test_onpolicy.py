@@ -73,13 +73,17 @@ def test_plan_error_divides_out_the_machine_speed_then_calibrates():
     tasks = [Task((0, 1), (8, 16)), Task((2, 3, 4), (8, 8, 16))]
     plans = [Plan((), ((0,), (1,))), Plan((), ((0, 1), (2,)))]
     models = hand_models()
-    est = [simulate(t.tables(CONFIGS), p, models, 1.0).cost for t, p in zip(tasks, plans)]
-    # measured 1.5x slower throughout, one plan off by a further 10% in one of its repeats
+    bds = [simulate(t.tables(CONFIGS), p, models, 1.0) for t, p in zip(tasks, plans)]
+    est = [bd.cost for bd in bds]
+    # measured 1.5x slower throughout (every rank's compute too: no per-rank error), one plan off by a
+    # further 10% in one of its repeats
     got = [[1.5 * est[0], 1.5 * est[0]], [1.5 * est[1], 1.65 * est[1]]]
-    records = [PlanRecord(i, "neuroshard", plan=p, measured=_measured([[1.0, 1.0]], [[0.0, 0.0]], [8, 8]),
-                          repeat_costs=c) for i, (p, c) in enumerate(zip(plans, got))]
+    records = [PlanRecord(i, "neuroshard", plan=p, repeat_costs=c,
+                          measured=_measured([[1.5 * x for x in bd.compute]], [[0.0, 0.0]], [8, 8]))
+               for i, (p, c, bd) in enumerate(zip(plans, got, bds))]
     pe = plan_error(records + [PlanRecord(0, "random", status="oom")], tasks, CONFIGS, models, 1.0)
     assert pe.measurements == 4 and pe.speed == pytest.approx(1.5)  # the median ratio
+    assert pe.rank == pytest.approx(0.0, abs=1e-9) and pe.ranks == 4
     # after dividing by 1.5: three measurements on their point, one 10% above it
     centred = [[est[0], est[0]], [est[1], 1.1 * est[1]]]
     point = [np.array([e]) for e in est]
@@ -88,3 +92,24 @@ def test_plan_error_divides_out_the_machine_speed_then_calibrates():
     q90 = np.quantile(plan_normals(), 0.9)
     assert pe.coverage_before == pytest.approx(0.75) and pe.coverage_after == 1.0
     assert pe.sd == pytest.approx(math.ceil(0.1 / q90 / 0.0025 - 1e-9) * 0.0025)
+
+
+def test_rank_error_pools_what_a_plans_ranks_do_not_share():
+    from neuroshard.eval.onpolicy import rank_error
+    from neuroshard.planner.simulator import simulate
+    from tests.planner.test_simulator import hand_models
+
+    tasks = [Task((0, 1), (8, 16)), Task((2, 3, 4), (8, 8, 16))]
+    plans = [Plan((), ((0,), (1,))), Plan((), ((0, 1), (2,)))]
+    models = hand_models()
+    est = [simulate(t.tables(CONFIGS), p, models, 1.0).compute for t, p in zip(tasks, plans)]
+    # plan 0: its ranks measured e^0.1 and e^-0.1 times their estimates (deviations +-0.1 about the mean 0);
+    # plan 1: both 2x (a shared error: deviations 0); pooled: 0.02 over 4 ranks - 2 plans
+    measured = [[est[0][0] * math.exp(0.1), est[0][1] * math.exp(-0.1)], [2 * est[1][0], 2 * est[1][1]]]
+    records = [PlanRecord(i, "neuroshard", plan=p, measured=_measured([m], [[0.0, 0.0]], [8, 8]))
+               for i, (p, m) in enumerate(zip(plans, measured))]
+    sd, ranks = rank_error(records, tasks, CONFIGS, models, 1.0)
+    assert ranks == 4 and sd == pytest.approx(math.sqrt(0.02 / 2))
+    # a rank without tables (measured 0) leaves the plan with one rank: nothing to pool
+    lone = [PlanRecord(0, "neuroshard", plan=plans[0], measured=_measured([[1.0, 0.0]], [[0.0, 0.0]], [8, 0]))]
+    assert rank_error(lone, tasks, CONFIGS, models, 1.0) == (0.0, 0)

@@ -27,10 +27,37 @@ def test_samples_without_noise_are_each_members_plan_cost():
     compute = np.array([[[1.0, 2.0]], [[3.0, 1.0]]])  # [K=2, M=1, n=2]
     zero = np.zeros_like(compute)
     np.testing.assert_allclose(cost_samples(compute, zero, zero), [[2.0, 3.0]])
-    # one rank with noise: each draw is total + sd x z, sd = 10% of compute
+    # one rank with noise: each draw is total + sd x z, sd = 10% of compute (z: the first of the rank's
+    # three fixed draws, for its ready time; the second is its transfer's, the third its model error's)
     one = np.array([[[10.0]]])
     s = cost_samples(one, np.zeros_like(one), np.zeros_like(one), NoiseModel(compute=0.1))
-    np.testing.assert_allclose(s[0], 10.0 + 1.0 * normals(1)[:, 0])
+    np.testing.assert_allclose(s[0], 10.0 + 1.0 * normals(3)[:, 0])
+
+
+def test_a_plans_cost_is_the_last_ready_time_plus_the_largest_transfer():
+    # 2 ranks: compute 10 and 6 ms, backward 1 ms each: ready at 11 and 7; rank 1 waits 4 ms for rank 0,
+    # and each transfers 2 ms (fw 2 and 6): both totals 13 ms, the point cost
+    compute, bw, fw = np.array([[[10.0, 6.0]]]), np.array([[[1.0, 1.0]]]), np.array([[[2.0, 6.0]]])
+    z = normals(6)  # [S, 6]: ready draws of ranks 0, 1, transfer draws, model-error draws
+    # the compute model's per-rank error alone (10%: 1 ms on rank 0, 0.6 ms on rank 1), drawn per rank
+    got = cost_samples(compute, bw, fw, NoiseModel(rank=0.1))
+    np.testing.assert_allclose(got[0], np.maximum(11.0 + 1.0 * z[:, 4], 7.0 + 0.6 * z[:, 5]) + 2.0)
+    # the forward exchange's noise (5% of fw: 0.1 and 0.3 ms) moves the transfers only
+    got = cost_samples(compute, bw, fw, NoiseModel(fw=0.05))
+    np.testing.assert_allclose(got[0], 11.0 + np.maximum(2.0 + 0.1 * z[:, 2], 2.0 + 0.3 * z[:, 3]))
+
+
+def test_the_per_rank_model_error_costs_balanced_plans_more_than_their_point_estimate():
+    # two plans with the same point cost (12 ms): A's two ranks are ready together at 11 ms, B's rank 1 at
+    # 6 ms (it waits 5 ms longer); the rank error (10% of compute) raises A's expected cost more
+    zero = np.zeros((1, 1, 2))
+    a = cost_samples(np.array([[[10.0, 10.0]]]), zero + 1.0, np.array([[[1.0, 1.0]]]), NoiseModel(rank=0.1))
+    b = cost_samples(np.array([[[10.0, 5.0]]]), zero + 1.0, np.array([[[1.0, 6.0]]]), NoiseModel(rank=0.1))
+    y = normals(6)[:, 4:]
+    np.testing.assert_allclose(a[0], 12.0 + y.max(axis=1))  # the maximum of two draws
+    np.testing.assert_allclose(b[0], np.maximum(11.0 + y[:, 0], 6.0 + 0.5 * y[:, 1]) + 1.0)
+    assert a.mean() > b.mean() + 0.5  # 12.76 vs 12.12 with the fixed draws
+    assert b.mean() == pytest.approx(12.0 + y[:, 0].mean(), abs=0.01)  # B: rank 0 decides every draw
 
 
 def test_shared_noise_moves_the_ranks_together():
@@ -41,11 +68,11 @@ def test_shared_noise_moves_the_ranks_together():
     np.testing.assert_allclose(together[0], 10.0 + shared_normals())
     # half shared: each rank's z is sqrt(1/2) (own + shared), the sd of a rank unchanged
     half = cost_samples(two, zero, zero, NoiseModel(compute=0.1, shared=0.5))
-    z = math.sqrt(0.5) * (normals(2) + shared_normals()[:, None])
+    z = math.sqrt(0.5) * (normals(6)[:, :2] + shared_normals()[:, None])
     np.testing.assert_allclose(half[0], 10.0 + z.max(axis=1))
     # independent ranks raise the expected maximum more than shared ones
     apart = cost_samples(two, zero, zero, NoiseModel(compute=0.1))
-    assert apart.mean() > half.mean() > together.mean()  # 10.60 > 10.54 > 10.16 with the fixed draws
+    assert apart.mean() > half.mean() > together.mean()  # 10.58 > 10.53 > 10.16 with the fixed draws
     assert RankNoise(4, 0.01, 0.03).shared == pytest.approx(0.9) and RankNoise(4, 0.0, 0.0).shared == 0.0
 
 
