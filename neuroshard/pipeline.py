@@ -251,7 +251,7 @@ def build_steps(p: Preset, out: Path, data: str | None, gpu_devices: str | None,
               str(models / "compute_heldout.json"), *s], [models / "compute_heldout.json"]),
         Step("4b", "comm cost models",
              ["train_comm_cost_model.py", "--data_dir", str(mdata), "--epochs", str(p.epochs), "--fw_out_path",
-              str(fw_model), "--bw_out_path", str(bw_model), *ens, *s], [fw_model, bw_model]),
+              str(fw_model), "--bw_out_path", str(bw_model), "--bw_linear", "1", *ens, *s], [fw_model, bw_model]),
         # The learned baselines train on their own tasks (seed 1; the evaluation tasks are seed 0,
         # and train_*.py refuses any task they share), against the simulator.
         Step("4c", "policy training tasks",
@@ -277,7 +277,8 @@ def build_steps(p: Preset, out: Path, data: str | None, gpu_devices: str | None,
                  [f_compute]),
             Step("4h", "comm cost models, random + on-policy data",
                  ["train_comm_cost_model.py", "--data_dir", str(mdata), "--plan_data_dir", str(plan_data / "comm"),
-                  "--epochs", str(p.epochs), "--fw_out_path", str(f_fw), "--bw_out_path", str(f_bw), *ens, *s],
+                  "--epochs", str(p.epochs), "--fw_out_path", str(f_fw), "--bw_out_path", str(f_bw), "--bw_linear",
+                  "1", *ens, *s],
                  [f_fw, f_bw]),
             # The retrained models' error on those plans beyond their predicted spread: the plan-level term
             # of the reported band, and the random data's models' per-rank compute error on them (out of

@@ -193,7 +193,8 @@ def load_model(path):
                 model = nets.ComputeCostModel(st["feat_mean"], st["feat_std"], cfg["num_features"])
             else:
                 model = nets.CommCostModel(cfg["kind"], cfg["ndevices"], st["x_mean"], st["x_std"],
-                                           wait_term=bool(cfg.get("wait_term", False)))
+                                           wait_term=bool(cfg.get("wait_term", False)),
+                                           hidden=cfg.get("hidden", nets.COMM_HIDDEN))
             model.load_state_dict(st)
         except KeyError as e:
             raise InputError(path, f"malformed {what}: missing {e.args[0]!r}") from None

@@ -16,7 +16,7 @@ import torch
 from neuroshard.checks import check_output_file
 from neuroshard.formats.cost_data import DATA_TXT, CommSample, read_comm_data, read_noise_floor, read_rank_noise
 from neuroshard.planner.extrapolation import comm_ranges
-from neuroshard.planner.nets import CommCostModel
+from neuroshard.planner.nets import COMM_HIDDEN, CommCostModel
 from neuroshard.train.loop import TrainConfig, save_trained, train_ensemble
 from neuroshard.types import InputError
 
@@ -32,25 +32,28 @@ def comm_tensors(samples: Sequence[CommSample], kind: str) -> tuple[torch.Tensor
     return x, y
 
 
-def build_model(kind: str, ndevices: int, x: torch.Tensor, wait_term: bool = False) -> CommCostModel:
+def build_model(kind: str, ndevices: int, x: torch.Tensor, wait_term: bool = False,
+                hidden: Sequence[int] = COMM_HIDDEN) -> CommCostModel:
     """An untrained model normalised with the input mean/std (std 1 for constant inputs)."""
     mean, std = x.mean(0), x.std(0) if len(x) > 1 else torch.ones(x.shape[1])
     std = torch.where(std > 1e-6, std, torch.ones_like(std))
-    return CommCostModel(kind, ndevices, mean, std, wait_term=wait_term)
+    return CommCostModel(kind, ndevices, mean, std, wait_term=wait_term, hidden=hidden)
 
 
 def train_comm_model(samples: Sequence[CommSample], kind: str, cfg: TrainConfig, out_path,
-                     data_dir=None, wait_term: bool = False, progress: bool = True, extra: dict | None = None) -> dict:
-    """Train one direction's model (`wait_term`: see nets.CommCostModel, forward only), write
-    checkpoint + scatter + metrics; return the summary."""
+                     data_dir=None, wait_term: bool = False, progress: bool = True, extra: dict | None = None,
+                     hidden: Sequence[int] = COMM_HIDDEN) -> dict:
+    """Train one direction's model (`wait_term`: see nets.CommCostModel, forward only; `hidden`: its hidden
+    layers, () for a linear model), write checkpoint + scatter + metrics; return the summary."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     n = samples[0].ndevices
     x, y = comm_tensors(samples, kind)
-    model, report = train_ensemble(lambda: build_model(kind, n, x, wait_term), (x,), y, cfg,
+    model, report = train_ensemble(lambda: build_model(kind, n, x, wait_term, hidden), (x,), y, cfg,
                                    desc=f"{kind} comm model", progress=progress)
     result = {"kind": kind, "ndevices": n, "data_dir": None if data_dir is None else str(data_dir),
-              "num_samples": len(samples), "wait_term": wait_term, "ranges": comm_ranges(samples), **(extra or {})}
+              "num_samples": len(samples), "wait_term": wait_term, "hidden": list(hidden),
+              "ranges": comm_ranges(samples), **(extra or {})}
     noise = read_noise_floor(data_dir, kind) if data_dir is not None else None
     if noise is not None:
         result["noise_floor"] = noise
@@ -59,10 +62,10 @@ def train_comm_model(samples: Sequence[CommSample], kind: str, cfg: TrainConfig,
 
 
 def train_comm_models(data_dir, cfg: TrainConfig, fw_out_path=None, bw_out_path=None,
-                      fw_wait: bool = True, progress: bool = True, plan_data_dir=None) -> dict:
+                      fw_wait: bool = True, progress: bool = True, plan_data_dir=None, bw_linear: bool = True) -> dict:
     """Train both models on `data_dir` (and the on-policy samples of `plan_data_dir`, `eval.onpolicy`);
-    returns {"fw": summary, "bw": summary}. `fw_wait`: the forward model's analytic wait term
-    (nets.CommCostModel).
+    returns {"fw": summary, "bw": summary}. `fw_wait`: the forward model's analytic wait term;
+    `bw_linear`: the backward model linear in the dim sums, not DESIGN's MLP (nets.CommCostModel).
 
     Output paths default to upstream's ``models/comm_<n>_fw.pt`` / ``_bw.pt``
     with n the device count of the data.
@@ -84,6 +87,7 @@ def train_comm_models(data_dir, cfg: TrainConfig, fw_out_path=None, bw_out_path=
         if rank_noise is not None:
             extra["rank_noise"] = rank_noise.to_json()
     out = {kind: train_comm_model(samples, kind, cfg, paths[kind], data_dir, wait_term=fw_wait and kind == "fw",
-                                  progress=progress, extra=extra)
+                                  progress=progress, extra=extra,
+                                  hidden=() if bw_linear and kind == "bw" else COMM_HIDDEN)
            for kind in KINDS}
     return out

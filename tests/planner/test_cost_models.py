@@ -112,3 +112,40 @@ def test_forward_wait_term_adds_the_wait_for_the_last_rank(tmp_path):
     assert back.wait_term and back.predict([[8, 16, 32]], [[1.0, 0.0, 0.0]]).tolist() == [[0.0, 1.0, 1.0]]
     with pytest.raises(ValueError, match="only the forward model"):
         CommCostModel("bw", n, torch.zeros(n), torch.ones(n), wait_term=True)
+
+
+def test_a_comm_model_without_hidden_layers_is_linear_and_round_trips(tmp_path):
+    from neuroshard.planner.cost_models import CostModels
+    from neuroshard.planner.nets import COMM_HIDDEN
+    from neuroshard.planner.scorer import get_scorer
+
+    n = 3
+    bw = CommCostModel("bw", n, torch.full((n,), 100.0), torch.full((n,), 50.0), target_scale=2.0, hidden=())
+    # untrained, it predicts the mean target: weights 0, bias 1 (x target_scale 2 ms)
+    assert bw.predict([[8, 16, 32]]).tolist() == [[2.0, 2.0, 2.0]]
+    w = np.array([[0.5, 0.1, 0.1], [0.1, 0.5, 0.1], [0.1, 0.1, 0.5]])
+    with torch.no_grad():
+        bw.mlp[0].weight.copy_(torch.as_tensor(w))
+        bw.mlp[0].bias.copy_(torch.tensor([1.0, 1.5, 2.0]))
+    dims = np.array([[200.0, 100.0, 50.0]])
+    by_hand = 2.0 * (w @ ((dims[0] - 100.0) / 50.0) + [1.0, 1.5, 2.0])  # 2 x (w @ [2, 0, -1] + b)
+    np.testing.assert_allclose(bw.predict(dims)[0], by_hand, rtol=1e-6)
+    np.testing.assert_allclose(by_hand, [3.8, 3.2, 3.4])
+    save_model(bw.eval(), tmp_path / "bw.pt")
+    back = load_comm_model(tmp_path / "bw.pt", n, "bw")
+    assert back.hidden == () and len(back.mlp) == 1
+    np.testing.assert_allclose(back.predict(dims)[0], by_hand, rtol=1e-6)
+    # the planner's NumPy copy of it gives the same times
+    fw = linear_comm_model("fw", n, np.zeros((n, 2 * n)), np.ones(n))
+    scorer = get_scorer(CostModels(linear_compute_model(0.01, 0.5), fw, back))
+    assert scorer.uses_numpy
+    np.testing.assert_allclose(scorer.comm(dims, np.zeros_like(dims))[0][0], by_hand, rtol=1e-5)
+    # a checkpoint written before the hidden layers were recorded is DESIGN's MLP
+    ckpt = torch.load(tmp_path / "bw.pt", weights_only=False)
+    mlp = CommCostModel("bw", n, torch.zeros(n), torch.ones(n))
+    ckpt["config"] = {k: v for k, v in mlp.config().items() if k != "hidden"}
+    ckpt["state_dict"] = mlp.state_dict()
+    torch.save(ckpt, tmp_path / "old.pt")
+    assert load_comm_model(tmp_path / "old.pt", n, "bw").hidden == COMM_HIDDEN
+    with pytest.raises(ValueError, match="hidden layer sizes must be >= 1"):
+        CommCostModel("bw", n, torch.zeros(n), torch.ones(n), hidden=(16, 0))

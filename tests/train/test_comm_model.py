@@ -105,7 +105,8 @@ def test_cli_trains_both_models(tmp_path):
     assert "forward comm model (2 devices" in res.stdout and "backward comm model" in res.stdout
     assert (tmp_path / "models" / "comm_2_fw.pt").exists()
     assert (tmp_path / "models" / "comm_2_bw_metrics.json").exists()
-    assert torch.load(tmp_path / "models" / "comm_2_bw.pt", weights_only=True)["ndevices"] == 2
+    bw = torch.load(tmp_path / "models" / "comm_2_bw.pt", weights_only=True)
+    assert bw["ndevices"] == 2 and bw["config"]["hidden"] == []  # --bw_linear 1, the default
 
 
 def test_on_policy_rank_noise_reaches_the_checkpoint_and_the_predicted_spread(tmp_path, one_thread):
@@ -150,3 +151,21 @@ def test_malformed_rank_noise_is_an_input_error(tmp_path):
     torch.save(ckpt, fw)
     with pytest.raises(InputError, match="malformed checkpoint: \"rank_noise\" must hold sds"):
         load_comm_model(fw, 2, "fw")
+
+
+def test_the_backward_model_is_linear_by_default_and_learns_a_linear_time(tmp_path, one_thread):
+    data = tmp_path / "comm"
+    data.mkdir()
+    write_comm_data(data, synthetic_samples())  # bw = dims / 100 + 0.5 ms: linear in the dims
+    cfg = TrainConfig(epochs=300, batch_size=64, lr=3e-3, seed=0)
+    res = train_comm_models(data, cfg, tmp_path / "fw.pt", tmp_path / "bw.pt")
+    assert res["bw"]["hidden"] == [] and res["fw"]["hidden"] == [128, 64, 32, 16]
+    bw = load_comm_model(tmp_path / "bw.pt", 3, "bw")
+    assert bw.hidden == ()
+    np.testing.assert_allclose(bw.predict([[100, 200, 20]]), [[1.5, 2.5, 0.7]], rtol=0.02)
+    assert res["bw"]["metrics"]["test"]["mape"] < 0.02
+    # bw_linear False: DESIGN's MLP
+    res = train_comm_models(data, TrainConfig(epochs=2, seed=0), tmp_path / "fw.pt", tmp_path / "bw.pt",
+                            bw_linear=False)
+    assert res["bw"]["hidden"] == [128, 64, 32, 16]
+    assert load_comm_model(tmp_path / "bw.pt", 3, "bw").hidden == (128, 64, 32, 16)
