@@ -6,8 +6,8 @@
 Forward model: per-device dims + sleeps -> per-device forward all-to-all ms
 (by default the wait for the last rank, max sleep - own sleep, is added
 analytically and the MLP learns the transfer: --fw_wait 0 for DESIGN's plain
-MLP); backward model: dims -> backward ms, linear in them by default (--bw_linear 0
-for DESIGN's MLP). The loss is the squared relative
+MLP); backward model: dims -> backward ms, linear in them and fitted on the squared
+error by default (--bw_linear 0 for DESIGN's MLP). The loss is the squared relative
 error by default (--loss mse for DESIGN's). Each checkpoint records `ndevices`
 (loading it for another device count is an error) and gets a test scatter
 (<stem>_test_scatter.png) and metrics (<stem>_metrics.json: MSE, MAPE,
@@ -35,9 +35,10 @@ def main(argv=None):
                         "the MLP, which learns the transfer; 0: the MLP learns the whole time (DESIGN §6 as "
                         "written). Measured: 1 brings the forward model to its noise floor")
     p.add_argument("--bw_linear", type=int, choices=[0, 1], default=1,
-                   help="1: the backward model is linear in the per-device dim sums (one n x n layer); 0: DESIGN "
-                        "§6's MLP (128, 64, 32, 16). Measured: the same held-out error, and no dips fitted into "
-                        "the noisy backward times for a search to find")
+                   help="1: the backward model is linear in the per-device dim sums (one n x n layer), fitted on "
+                        "the squared error (--loss is for the other model); 0: DESIGN §6's MLP (128, 64, 32, 16). "
+                        "Measured: the same held-out error, and no dips fitted into the noisy backward times for a "
+                        "search to find")
     # Relative loss by default, as for the compute model: squared errors weigh the slow all-to-alls only.
     p.add_argument("--plan_data_dir", default=None,
                    help="also train on the on-policy samples collected here (collect_plan_cost_data.py: its "

@@ -157,15 +157,16 @@ def test_the_backward_model_is_linear_by_default_and_learns_a_linear_time(tmp_pa
     data = tmp_path / "comm"
     data.mkdir()
     write_comm_data(data, synthetic_samples())  # bw = dims / 100 + 0.5 ms: linear in the dims
-    cfg = TrainConfig(epochs=300, batch_size=64, lr=3e-3, seed=0)
+    cfg = TrainConfig(epochs=300, batch_size=64, lr=3e-3, seed=0, loss="rel_mse")
     res = train_comm_models(data, cfg, tmp_path / "fw.pt", tmp_path / "bw.pt")
     assert res["bw"]["hidden"] == [] and res["fw"]["hidden"] == [128, 64, 32, 16]
+    assert res["bw"]["loss"] == "mse" and res["fw"]["loss"] == cfg.loss == "rel_mse"  # the mean backward time
     bw = load_comm_model(tmp_path / "bw.pt", 3, "bw")
     assert bw.hidden == ()
     np.testing.assert_allclose(bw.predict([[100, 200, 20]]), [[1.5, 2.5, 0.7]], rtol=0.02)
     assert res["bw"]["metrics"]["test"]["mape"] < 0.02
     # bw_linear False: DESIGN's MLP
-    res = train_comm_models(data, TrainConfig(epochs=2, seed=0), tmp_path / "fw.pt", tmp_path / "bw.pt",
-                            bw_linear=False)
-    assert res["bw"]["hidden"] == [128, 64, 32, 16]
+    res = train_comm_models(data, TrainConfig(epochs=2, seed=0, loss="rel_mse"), tmp_path / "fw.pt",
+                            tmp_path / "bw.pt", bw_linear=False)
+    assert res["bw"]["hidden"] == [128, 64, 32, 16] and res["bw"]["loss"] == "rel_mse"
     assert load_comm_model(tmp_path / "bw.pt", 3, "bw").hidden == (128, 64, 32, 16)
