@@ -107,8 +107,8 @@ class CommCostModel(nn.Module):
     backward exchange's time is close to linear in the per-device dim sums, and
     its measurements are noisy (a noise floor of 13-19% in the study), so an
     MLP fits dips into the noise that a search then finds (NeuroShard+'s plans
-    measured 11-14% above the backward MLP's estimate, the other algorithms'
-    1-3%); a linear model scores the same on held-out data and has no dips.
+    measured 7-14% above the backward MLP's estimate, the other algorithms'
+    1-5%); a linear model scores the same on held-out data and has no dips.
 
     `wait_term` (forward only): the output is `max(sleeps) - sleeps[r]` (the
     time rank r waits for the last rank to start, known from the inputs) plus

@@ -36,10 +36,10 @@ less. `shared` comes from plans measured twice on training tasks
 (`types.RankNoise.shared`; 0, independent ranks, without them). `rank` is the
 compute model's own error on a shard, the part the plan's ranks do not share
 (y: independent draws per rank), measured on training tasks' plans
-(`types.PlanError.rank`): the members agree far more than the models are
-right (a rank's compute is 12-13% off on the study's plans, the members'
-spread a few %), and it is this error, drawn for each rank, that makes
-plans balanced by the models cost more than estimated. The samples' mean is
+(`types.PlanError.rank`): the members agree more than the models are right
+(a rank's compute is 12-13% off on the study's plans), and it is this error,
+drawn for each rank, that makes plans balanced by the models cost more than
+estimated. The samples' mean is
 the expected measured cost, their sd the spread, their 10% and 90% quantiles
 the predicted 80% band. With one model and neither noise nor rank error
 every sample is the point estimate.
