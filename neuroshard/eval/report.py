@@ -197,17 +197,17 @@ def onpolicy_lines(out: Path) -> tuple[list[str], dict | None]:
     for path in sorted((out / "models" / "onpolicy").glob("plan_error_*.json")):
         calibration = _load(path) or {}
         pe = calibration.get("plan_error")
-        sample = ("out of sample: the random data's models" if calibration.get("rank_error_models")
-                  else "in sample")
         if pe:
+            sample = ("out of sample: the random data's models" if calibration.get("rank_error_models")
+                      else "in sample")
             lines.append(f"- The predicted 80% band calibrated on these plans under the retrained models (step 4i, "
                          f"tools/calibrate_band.py; in-sample: the models were trained on their shards): machine "
                          f"speed then {pe['speed']:.3f}x the models' (divided out), plan-level error sd "
                          f"**{pct(pe['sd'])}**, in the band {pct(pe['coverage_before'])} -> "
                          f"{pct(pe['coverage_after'])} of {pe['measurements']} measurements"
                          + (f"; the compute model's per-rank error the plan's other ranks do not share, drawn for "
-                            f"every rank in the predicted spread: sd **{pct(pe['rank'])}** ({pe['ranks']} ranks, {sample})"
-                            if pe.get("ranks") else ""))
+                            f"every rank in the predicted spread: sd **{pct(pe['rank'])}** ({pe['ranks']} ranks, "
+                            f"{sample})" if pe.get("ranks") else ""))
     if lam:
         means = ", ".join(f"{k}: {v:.2f} ms" if v is not None else f"{k}: -" for k, v in lam["mean_ms"].items())
         lines.append(f"- NeuroShard+'s `plus_lambda` chosen on hardware: **{lam['chosen']:g}** (mean measured plan "

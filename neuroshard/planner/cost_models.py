@@ -88,8 +88,9 @@ class CostModels:
         extra = getattr(self.fw, "checkpoint_extra", None) or {}
         rn, pe = extra.get("rank_noise"), extra.get("plan_error")  # checked when the checkpoint was loaded
         shared = RankNoise.from_json(rn).shared if rn else 0.0
-        err = PlanError.from_json(pe) if pe else PlanError(1, 0.0, 0.0, 0.0)
-        return NoiseModel(floor(self.compute), floor(self.bw), floor(self.fw), shared, err.sd, err.rank)
+        err = PlanError.from_json(pe) if pe else None
+        return NoiseModel(floor(self.compute), floor(self.bw), floor(self.fw), shared,
+                          err.sd if err else 0.0, err.rank if err else 0.0)
 
     @classmethod
     def load(cls, models_dir, ndevices: int) -> "CostModels":

@@ -39,10 +39,9 @@ compute model's own error on a shard, the part the plan's ranks do not share
 (`types.PlanError.rank`): the members agree more than the models are right
 (a rank's compute is 12-13% off on the study's plans), and it is this error,
 drawn for each rank, that makes plans balanced by the models cost more than
-estimated. The samples' mean is
-the expected measured cost, their sd the spread, their 10% and 90% quantiles
-the predicted 80% band. With one model and neither noise nor rank error
-every sample is the point estimate.
+estimated. The samples' mean is the expected measured cost, their sd the
+spread, their 10% and 90% quantiles the predicted 80% band. With one model
+and neither noise nor rank error every sample is the point estimate.
 
 What the members do not disagree about, the models' shared error on whole
 plans (measured on training tasks' plans: a plan's measured cost strays from
@@ -125,11 +124,9 @@ def cost_samples(compute: np.ndarray, bw: np.ndarray, fw: np.ndarray, noise: Noi
     total = compute + bw + fw
     if noise.zero:
         return total.max(axis=-1).T
-    n = total.shape[-1]
+    k, m, n = total.shape
     ready = compute + bw
     transfer = total - ready.max(axis=-1, keepdims=True)  # each rank's forward exchange beyond the wait
-
-    k, m, _ = total.shape
 
     # Layout [rank, sample, member x placement] in float32: the long contiguous last axis and the maxima
     # over the few ranks as pairwise maxima make this several times faster than [K, M, S, n] in the search

@@ -91,9 +91,8 @@ def train_comm_models(data_dir, cfg: TrainConfig, fw_out_path=None, bw_out_path=
     # The linear backward model is fitted to the mean time (squared error): its targets are noisy (a noise
     # floor of 13-19%), and a relative loss fits below their mean; measured on the study's plans (seed 1): the
     # backward times 11-14% above a relative-loss fit, 0-7% above a squared-error one.
-    linear = replace(cfg, loss="mse")
-    out = {kind: train_comm_model(samples, kind, linear if bw_linear and kind == "bw" else cfg, paths[kind],
-                                  data_dir, wait_term=fw_wait and kind == "fw", progress=progress, extra=extra,
-                                  hidden=() if bw_linear and kind == "bw" else COMM_HIDDEN)
-           for kind in KINDS}
-    return out
+    fw = dict(cfg=cfg, wait_term=fw_wait, hidden=COMM_HIDDEN)
+    bw = dict(cfg=replace(cfg, loss="mse"), hidden=()) if bw_linear else dict(cfg=cfg, hidden=COMM_HIDDEN)
+    return {kind: train_comm_model(samples, kind, out_path=paths[kind], data_dir=data_dir, progress=progress,
+                                   extra=extra, **(fw if kind == "fw" else bw))
+            for kind in KINDS}
