@@ -3,6 +3,7 @@
     python benchmarks/bench_search.py                      # everything, synthetic cost models
     python benchmarks/bench_search.py --parts speed,scale --tasks_per_size 5
     python benchmarks/bench_search.py --parts speed --ensemble 3           # ensembles and NeuroShard+ beside it
+    python benchmarks/bench_search.py --parts speed --ensemble 3 --noise 0.08,0.15,0.07,0.93,0.14  # ... sampling noise
     python benchmarks/bench_search.py --parts torchrec --torchrec_tasks 3   # TorchRec beside NeuroShard
     python benchmarks/bench_search.py --parts scale --scale_tables 10000 --scale_devices 1024
     python benchmarks/bench_search.py --parts exhaustive,baselines --compute_model results/quick/models/compute.pt \
@@ -18,7 +19,9 @@ Parts (--parts, comma list):
   With --ensemble K, on the same tasks in turn: NeuroShard with K-member
   ensembles of every cost (target <= 1.5x the single models' time) and
   NeuroShard+ with them (robust objective; target <= 3x NeuroShard with
-  them), as per-task ratios.
+  them), as per-task ratios. --noise gives NeuroShard+ the measurement noise
+  and per-rank model error it samples with trained models (without it only
+  the ensemble's spread is sampled, which is faster).
 * scale: one task of --scale_tables tables on --scale_devices devices (comma
   lists, taken pairwise; default 1,000 x 128) with a feasible memory cap
   (1.3 x the mean load, at least 1.05 x the largest table): wall and CPU
@@ -83,6 +86,7 @@ from neuroshard.planner.scorer import get_scorer, single_threaded_blas
 from neuroshard.planner.search import SearchConfig, grid_search, search
 from neuroshard.planner.search_plus import PlusConfig, search_plus
 from neuroshard.planner.simulator import mem_cap_elements, score_placements, simulate
+from neuroshard.planner.uncertainty import NO_NOISE, NoiseModel
 from neuroshard.types import (
     NeuroShardError,
     OutOfMemoryError,
@@ -204,7 +208,25 @@ def ensemble_models(args, n: int, seed: int, k: int) -> CostModels:
     (or the trained compute model k times), the comm models k times; for timing, the weights do not matter."""
     one = load_models(args, n, seed)
     compute = [one.compute] * k if args.compute_model else [synthetic_compute_model(seed + i) for i in range(k)]
-    return CostModels(CostEnsemble(compute), CostEnsemble([one.fw] * k), CostEnsemble([one.bw] * k))
+    return CostModels(CostEnsemble(compute), CostEnsemble([one.fw] * k), CostEnsemble([one.bw] * k),
+                      noise=args.noise)
+
+
+NOISE_FIELDS = ("compute", "bw", "fw", "shared", "rank")
+
+
+def parse_noise(text: str) -> NoiseModel:
+    """--noise "C,B,F,SHARED,RANK" (fractions) as a NoiseModel, or "none"."""
+    if text.strip().lower() == "none":
+        return NO_NOISE
+    try:
+        vals = [float(v) for v in text.split(",")]
+    except ValueError:
+        vals = []
+    if len(vals) != len(NOISE_FIELDS) or not all(0 <= v <= 1 for v in vals):
+        raise argparse.ArgumentTypeError(f"expected {len(NOISE_FIELDS)} fractions in [0, 1] "
+                                         f"({','.join(NOISE_FIELDS).upper()}) or none, got {text!r}")
+    return NoiseModel(**dict(zip(NOISE_FIELDS, vals)))
 
 
 def _best_ms(fn, reps: int = 2) -> tuple[float, float, float]:
@@ -229,6 +251,7 @@ def part_speed(args, out: dict) -> None:
         print(f"   with --ensemble {k}: NeuroShard with {k}-member ensembles of every cost timed beside it (target "
               f"<= 1.5x), and NeuroShard+ (robust objective, lambda {PlusConfig().plus_lambda:g}) with them "
               "(target <= 3x NeuroShard with them); the three in turn on each task")
+        print(f"   NeuroShard+'s noise model: {args.noise if not args.noise.zero else 'none (no sampled spread)'}")
     res = {}
     for n, target in ((4, 50.0), (8, 100.0)):
         models = load_models(args, n, args.seed)
@@ -556,6 +579,10 @@ def main(argv=None) -> int:
     p.add_argument("--tasks_per_size", type=int, default=5, help="speed: tasks per table count")
     p.add_argument("--ensemble", type=int, default=1,
                    help="speed: also time K-member ensembles of the cost models (NeuroShard and NeuroShard+)")
+    p.add_argument("--noise", type=parse_noise, default=NO_NOISE,
+                   help="speed, with --ensemble: the noise model NeuroShard+'s robust objective samples, as "
+                        "COMPUTE,BW,FW,SHARED,RANK fractions (uncertainty.NoiseModel; e.g. the study's trained "
+                        "models' 0.08,0.15,0.07,0.93,0.14) or none: the ensemble's spread alone, the fastest case")
     p.add_argument("--scale_tables", default="1000", help="scale: tables per task (comma list, paired with "
                                                           "--scale_devices)")
     p.add_argument("--scale_devices", default="128", help="scale: devices (comma list)")
@@ -575,7 +602,7 @@ def main(argv=None) -> int:
         raise NeuroShardError(f"--parts: unknown {', '.join(bad)}; choose from {', '.join(known)}")
     print(f"cost models: {'trained' if args.compute_model else 'synthetic (see --help)'}; "
           f"torch {torch.__version__}, numpy {np.__version__}")
-    out = {"config": vars(args)}
+    out = {"config": {**vars(args), "noise": args.noise.to_json()}}
     for x in parts:
         known[x](args, out)
     if args.out_json:
