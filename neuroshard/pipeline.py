@@ -155,7 +155,7 @@ PRESETS = {
 # 2,000 and 3,000 random shards, its error on the 800 ranks of that study's evaluation plans (sd of log
 # measured / estimated within a plan: what a plan's ranks do not share) was 13.4%, 10.5% and 10.1%, and the
 # MAPE with the common factor taken out 10.1%, 8.5% and 7.8%; three ensemble members instead of one changed
-# neither. The 2,000 more shards take about 4 minutes.
+# neither. The 2,000 more shards take about 2 minutes; the whole study then took 29-31 minutes (seeds 0-2).
 PRESETS["study"] = replace(PRESETS["quick"], name="study", num_tasks=40, eval_tasks=40, eval_repeats=4, eval_iters=7,
                            compute_samples=3000, comm_samples=500, noise_samples=100, drift_samples=50,
                            onpolicy_tasks=6, algs="neuroshard,neuroshard_plus,torchrec,autoshard,size_lookup_greedy",
