@@ -600,6 +600,9 @@ def main(argv=None) -> int:
     bad = [x for x in parts if x not in known]
     if bad:
         raise NeuroShardError(f"--parts: unknown {', '.join(bad)}; choose from {', '.join(known)}")
+    if not args.noise.zero and (args.ensemble < 2 or "speed" not in parts):
+        raise NeuroShardError(f"--noise: only the speed part's NeuroShard+ with --ensemble 2 or more samples it "
+                              f"(got --parts {args.parts}, --ensemble {args.ensemble})")
     print(f"cost models: {'trained' if args.compute_model else 'synthetic (see --help)'}; "
           f"torch {torch.__version__}, numpy {np.__version__}")
     out = {"config": {**vars(args), "noise": args.noise.to_json()}}

@@ -37,11 +37,12 @@ less. `shared` comes from plans measured twice on training tasks
 compute model's own error on a shard, the part the plan's ranks do not share
 (y: independent draws per rank), measured on training tasks' plans
 (`types.PlanError.rank`): the members agree more than the models are right
-(a rank's compute is 12-13% off on the study's plans), and it is this error,
-drawn for each rank, that makes plans balanced by the models cost more than
-estimated. The samples' mean is the expected measured cost, their sd the
-spread, their 10% and 90% quantiles the predicted 80% band. With one model
-and neither noise nor rank error every sample is the point estimate.
+(a rank's compute was 12-14% off on the study's plans with 1,000 compute
+samples, 8-12% with 3,000), and it is this error, drawn for each rank, that
+makes plans balanced by the models cost more than estimated. The samples'
+mean is the expected measured cost, their sd the spread, their 10% and 90%
+quantiles the predicted 80% band. With one model and neither noise nor rank
+error every sample is the point estimate.
 
 What the members do not disagree about, the models' shared error on whole
 plans (measured on training tasks' plans: a plan's measured cost strays from
