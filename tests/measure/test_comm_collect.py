@@ -62,6 +62,25 @@ def test_draw_sample_respects_ranges():
     assert len(seen_t) > 10
 
 
+def test_draw_sample_log_spread_samples_near_simultaneous_starts():
+    # spread log-uniform in [0.1, 50] ms: P(spread < 2) = ln(2 / 0.1) / ln(50 / 0.1) = 0.482, and a sample's
+    # largest sleep (max - min of U(0, spread) draws) is below its spread; uniform in [0, 50]: P = 2 / 50 = 0.04
+    def share_below_2ms(dist):
+        cfg = cc.CommCollectConfig(ndevices=4, T_range=(3, 5), sleep_range=(0.0, 50.0), spread_dist=dist)
+        rng = np.random.default_rng(0)
+        return np.mean([max(cc.draw_sample(rng, cfg)["sleeps"]) < 2.0 for _ in range(2000)])
+
+    assert 0.45 < share_below_2ms("log") < 0.60
+    assert share_below_2ms("uniform") < 0.08
+
+
+def test_spread_dist_recorded_only_when_not_the_default():
+    assert "spread_dist" not in cc.CommCollectConfig().to_json()  # data dirs made before it still resume
+    assert cc.CommCollectConfig(spread_dist="log").to_json()["spread_dist"] == "log"
+    with pytest.raises(ConfigError, match="spread_dist"):
+        cc.CommCollectConfig(spread_dist="normal").validate()
+
+
 def test_config_validation():
     with pytest.raises(ConfigError, match="multiple"):
         cc.CommCollectConfig(ndevices=3, batch_size=100).validate()
