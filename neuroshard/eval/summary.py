@@ -169,6 +169,10 @@ class Accuracy:
     mape_expected: float | None = None
     # power.rank_noise: one measurement of a rank's total, its own noise and the noise shared by the plan's ranks
     rank_noise: RankNoise | None = None
+    # per algorithm, medians over its plans of measured / estimated: "cost" (the point estimate), "expected"
+    # (the predicted distribution's mean; None without spreads) and "fw_comm" (the forward exchange, all ranks
+    # summed): a search that picks the plans the models under-estimate shows here (`bias_by_alg`)
+    by_alg: dict[str, dict[str, float | None]] = field(default_factory=dict)
 
     def to_json(self) -> dict:
         d = {k: getattr(self, k) for k in ("cost", "plans", "mape", "spearman", "pair_agreement", "pairs",
@@ -180,7 +184,8 @@ class Accuracy:
                      pair_agreement_beyond_noise=self.pair_agreement_beyond_noise, repeat_noise=self.repeat_noise,
                      calibration=self.calibration, calibration_n=self.calibration_n,
                      mape_expected=self.mape_expected,
-                     rank_noise=None if self.rank_noise is None else self.rank_noise.to_json())
+                     rank_noise=None if self.rank_noise is None else self.rank_noise.to_json(),
+                     by_alg=self.by_alg)
         return d
 
     @classmethod
@@ -191,7 +196,8 @@ class Accuracy:
                    d.get("pairs_tied", 0), parts, d.get("mean_estimated"), d.get("mean_measured"),
                    d.get("pairs_beyond_noise"), d.get("pair_agreement_beyond_noise"), d.get("repeat_noise"),
                    d.get("calibration"), d.get("calibration_n", 0), d.get("mape_expected"),
-                   None if d.get("rank_noise") is None else RankNoise.from_json(d["rank_noise"]))
+                   None if d.get("rank_noise") is None else RankNoise.from_json(d["rank_noise"]),
+                   d.get("by_alg") or {})
 
 
 @dataclass
@@ -377,6 +383,23 @@ def measured_rank_noise(records: Sequence[PlanRecord]) -> RankNoise | None:
                        for r in records if r.measured is not None and r.measured.repeats])
 
 
+def bias_by_alg(records: Sequence[PlanRecord]) -> dict[str, dict[str, float | None]]:
+    """Per algorithm (in the records' order), the medians over its measured plans of measured / estimated
+    plan cost ("cost"), measured cost / the predicted distribution's mean ("expected", None without spreads)
+    and measured / estimated forward exchange summed over the ranks ("fw_comm")."""
+    out: dict[str, dict[str, list[float]]] = {}
+    for r in records:
+        if r.cost is None or not r.estimated_cost or r.measured is None or r.estimate is None:
+            continue
+        ratios = out.setdefault(r.alg, {"cost": [], "expected": [], "fw_comm": []})
+        ratios["cost"].append(r.cost / r.estimated_cost)
+        if r.estimate.spread is not None and r.estimate.spread.mean > 0:
+            ratios["expected"].append(r.cost / r.estimate.spread.mean)
+        if sum(r.estimate.fw_comm) > 0 and len(r.measured.fw_comm) == len(r.estimate.fw_comm):
+            ratios["fw_comm"].append(sum(r.measured.fw_comm) / sum(r.estimate.fw_comm))
+    return {alg: {k: _median(v) for k, v in ratios.items()} for alg, ratios in out.items()}
+
+
 def simulator_accuracy(records: Sequence[PlanRecord], cost_key: str = "cost") -> Accuracy:
     """How well the simulator's estimates match the hardware, over every measured plan.
 
@@ -412,6 +435,7 @@ def simulator_accuracy(records: Sequence[PlanRecord], cost_key: str = "cost") ->
                 pm_ = regression_metrics(pe, pm)
                 out.parts[part] = PartAccuracy(_finite(pm_["mape"]), _finite(pm_["spearman"]), pm_["n"])
         out.calibration, out.calibration_n = band_coverage(done)
+        out.by_alg = bias_by_alg(done)
         out.rank_noise = measured_rank_noise(done)
         spread = [r for r in done if r.estimate.spread is not None]
         if spread:

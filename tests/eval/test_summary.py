@@ -51,3 +51,26 @@ def test_rank_noise_reads_each_repeats_rank_totals_and_reaches_the_report():
     assert Accuracy.from_json(acc.to_json()).rank_noise == acc.rank_noise
     text = accuracy_table(acc)
     assert f"varies by {100 * math.sqrt(ind2):.1f}% on its own" in text
+
+
+def test_bias_by_alg_gives_each_algorithms_median_measured_over_estimated():
+    from neuroshard.eval.report import accuracy_table
+    from neuroshard.eval.summary import Accuracy, simulator_accuracy
+
+    def rec(alg, task, measured_cost, fw, spread_mean=None):
+        spread = None if spread_mean is None else CostSpread(spread_mean, 1.0, spread_mean - 1, spread_mean + 1, 64)
+        # estimate: point cost 10 ms (compute 8 + fw 2), the forward exchange 2 ms
+        return PlanRecord(task=task, alg=alg, plan=Plan((), ((0,),)),
+                          estimate=CostBreakdown([8.0], [0.0], [2.0], spread=spread),
+                          measured=CostBreakdown([8.0], [0.0], [fw]), repeat_costs=[measured_cost])
+
+    records = [rec("search", 0, 12.0, 3.0, 11.0), rec("search", 1, 11.0, 2.5, 11.0), rec("search", 2, 13.0, 4.0, 11.0),
+               rec("greedy", 0, 10.0, 2.0)]
+    acc = simulator_accuracy(records)
+    # search: cost 1.2, 1.1, 1.3 -> median 1.2; expected 12/11, 11/11, 13/11 -> 12/11; fw 1.5, 1.25, 2.0 -> 1.5
+    assert acc.by_alg["search"]["cost"] == 1.2 and acc.by_alg["search"]["fw_comm"] == 1.5
+    assert abs(acc.by_alg["search"]["expected"] - 12 / 11) < 1e-12
+    assert acc.by_alg["greedy"] == {"cost": 1.0, "expected": None, "fw_comm": 1.0}
+    assert Accuracy.from_json(acc.to_json()).by_alg == acc.by_alg
+    assert "search 1.200 (expected cost 1.091, forward exchange 1.500); greedy 1.000 (expected cost -" in \
+        accuracy_table(acc)
