@@ -170,10 +170,9 @@ def accuracy_table(acc: Accuracy) -> str:
         lines.append("(One measurement per plan: rerun eval.py with --repeats 2 or more for the agreement over "
                      "pairs that differ by more than the repeat noise.)")
     if acc.by_alg:
-        ratio = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
         lines.append("Measured over estimated, per algorithm (medians over its plans): "
-                     + "; ".join(f"{alg} {ratio(b['cost'])} (expected cost {ratio(b['expected'])}, forward "
-                                 f"exchange {ratio(b['fw_comm'])})" for alg, b in acc.by_alg.items())
+                     + "; ".join(f"{alg} {num(b['cost'])} (expected cost {num(b['expected'])}, forward "
+                                 f"exchange {num(b['fw_comm'])})" for alg, b in acc.by_alg.items())
                      + ". A search that picks the plans the models under-estimate (the winner's curse) runs "
                        "further above its estimates than the plans of algorithms that do not search the models.")
     if acc.calibration is not None:
