@@ -89,7 +89,8 @@ def main(argv=None) -> int:
             print(line, flush=True)
 
     config = {k: v for k, v in vars(args).items() if k not in ("quiet", "no_progress")}
-    config.update(device=device, ndevices=ndevices, algs=algs, batch_size=batch)
+    config.update(device=device, ndevices=ndevices, algs=algs, batch_size=batch,
+                  calibration_factors=inputs.calibration)
     written = onpolicy.collect(inputs, algs, lambdas, options, cfg, args.data_dir, args.task_path, args.out_dir,
                                args.max_mem, args.max_dim, seed=args.seed, config=config, show=show,
                                progress=not args.no_progress)

@@ -126,8 +126,8 @@ def main(argv=None) -> int:
 
     config = {k: v for k, v in vars(args).items() if k not in ("quiet", "no_progress")}
     config.update(device=device, ndevices=ndevices, fw_comm_model=inputs.fw_comm_model,
-                  bw_comm_model=inputs.bw_comm_model, algs=algs,
-                  num_tasks=n, batch_size=batch)
+                  bw_comm_model=inputs.bw_comm_model, algs=algs, num_tasks=n, batch_size=batch,
+                  calibration_factors=inputs.calibration)
     measured = len(runnable(records))
     print(f"measuring {measured} plans x {args.repeats} ({len(records) - measured} not run) on {ndevices} {device} "
           f"ranks in one torchrun job (resumable: rerun the same command after an interruption)", file=sys.stderr,

@@ -107,6 +107,7 @@ def main(argv=None) -> int:
     if args.out_dir:
         config = {k: v for k, v in vars(args).items() if k not in ("quiet", "no_progress")}
         config.update(fw_comm_model=inputs.fw_comm_model, bw_comm_model=inputs.bw_comm_model, algs=algs,
+                      calibration_factors=inputs.calibration,
                       num_tasks=n, batch_size=inputs.batch_size)
         results.write_outputs(args.out_dir, records, summary, config)
         print(f"wrote {os.path.join(args.out_dir, results.SUMMARY_MD)} and the rest of the results", file=sys.stderr)

@@ -225,8 +225,10 @@ def build_steps(p: Preset, out: Path, data: str | None, gpu_devices: str | None,
     algs = None if p.algs == "all" else p.algs.split(",")
     learned = [a for a in ("dreamshard", "autoshard") if algs is None or a in algs]
     policies = {"dreamshard": ds_policy, "autoshard": as_policy}
+    calib = out / "calibration"
     eval_common = ["--data_dir", str(ds), "--task_path", str(tasks / "data.txt"), *models_flags, "--alg", p.algs,
-                   "--ndevices", str(n), "--max_mem", str(p.max_mem), "--max_tasks", str(p.eval_tasks), *s]
+                   "--ndevices", str(n), "--max_mem", str(p.max_mem), "--max_tasks", str(p.eval_tasks),
+                   "--calibration", str(calib), *s]
     for a in learned:
         eval_common += [f"--{a}_policy", str(policies[a])]
     # --refine measures candidates as step 6 measures plans
@@ -309,6 +311,15 @@ def build_steps(p: Preset, out: Path, data: str | None, gpu_devices: str | None,
         steps.append(Step("4e", "AutoShard policy", ["train_autoshard.py", *policy_common, "--out_path",
                                                      str(as_policy), *p.autoshard_args], [as_policy]))
     steps += [
+        # Just before planning: how much slower or faster the machine runs now than when the cost data was
+        # recorded (collected shards and all-to-alls measured again); steps 5 and 6 scale the models by it.
+        Step("5-calibrate-compute", "calibration: compute",
+             ["tools/compute_noise_floor.py", "--data_dir", str(cdata), "--dataset_dir", str(ds), "--num_samples",
+              str(p.drift_samples), "--repeats", "1", "--out_path", str(calib / DRIFT_COMPUTE), *s, *dev,
+              *workers], [calib / DRIFT_COMPUTE]),
+        Step("5-calibrate-comm", "calibration: comm",
+             ["collect_comm_cost_data.py", "--out_dir", str(mdata), "--noise_floor", str(p.drift_samples),
+              "--noise_out", str(calib / DRIFT_COMM), *comm_cfg, *comm_ranks], [calib / DRIFT_COMM]),
         Step("5", "simulator evaluation", ["eval_simulator.py", *eval_common, "--out_dir", str(out / "sim"), *refine],
              [out / "sim" / "summary.json"], late=(lambda: chosen_lambda(plan_data / "lambda.json")) if onpolicy
              else None),

@@ -65,7 +65,13 @@ def test_tiny_pipeline_writes_every_artifact_and_skips_on_rerun(tmp_path):
     # the drift steps re-measured collected data after the evaluation, and the report reads them
     for name in ("drift_compute.json", "drift_comm.json"):
         assert json.loads((out / "hw" / name).read_text())["num_samples"] > 0
-    assert "Machine drift: right after the evaluation, 4 compute shards and 8 per-rank" in report
+    # and the calibration steps before planning; steps 5 and 6 planned and judged with the models scaled by them
+    for name in ("drift_compute.json", "drift_comm.json"):
+        assert json.loads((out / "calibration" / name).read_text())["num_samples"] > 0
+    for where in ("sim", "hw"):
+        factors = json.loads((out / where / "config.json").read_text())["calibration_factors"]
+        assert factors["samples"] == {"compute": 4, "fw_comm": 8, "bw_comm": 8} and factors["compute"] > 0
+    assert "Machine drift: just before planning, 4 compute shards and 8 per-rank" in report
     for png in ("cost_per_algorithm.png", "search_time.png"):
         assert (out / "plots" / png).stat().st_size > 1000
     config = json.loads((out / "config.json").read_text())
@@ -112,7 +118,7 @@ def test_tiny_pipeline_writes_every_artifact_and_skips_on_rerun(tmp_path):
 
     again = _driver(out)
     assert again.returncode == 0, again.stderr[-2000:]
-    assert again.stdout.count("up to date, skipped") == 21
+    assert again.stdout.count("up to date, skipped") == 23
 
 
 def test_changed_step_reruns_itself_and_everything_after(tmp_path, capsys):

@@ -15,6 +15,13 @@ shows
   multiplied by those three factors: what is left is the models' error,
   not the machine's. The factors come from the re-measurement, never from
   the evaluation's own results.
+
+The same samples are measured just before planning too (steps
+5-calibrate-compute and 5-calibrate-comm): `--calibration <dir>` scales the
+models by those factors (`eval.plans.calibrate`, `CostModels.scaled`), so
+the plans and their estimates are for the machine as it runs now, and the
+report's drift is then the change from that calibration to the end of the
+evaluation.
 """
 
 from __future__ import annotations
@@ -47,6 +54,9 @@ def read_drift(hw_dir) -> dict | None:
             raise InputError(hw_dir / name, f"drift ratio for {target!r} must be a positive number, got {ratio}")
         out[part], out["samples"][part] = ratio, int(stats["n"])
     return out
+
+
+PARTS = tuple(_PARTS)  # the factors' keys: "compute", "fw_comm", "bw_comm"
 
 
 def drift_scaled_accuracy(records: Sequence[PlanRecord], drift: dict) -> dict:

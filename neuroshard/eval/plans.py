@@ -59,6 +59,7 @@ class EvalInputs:
     batch_size: int | None = None
     fw_comm_model: str | None = None
     bw_comm_model: str | None = None
+    calibration: dict | None = None  # eval.drift.read_drift's factors the models were scaled by (--calibration)
 
 
 # the algorithms whose search optimises the cost models' runtime: their plans are labelled with it
@@ -85,6 +86,12 @@ def add_input_args(parser, data_help: str = "dataset dir with table_configs.json
     for kind, name in (("fw", "forward"), ("bw", "backward")):
         parser.add_argument(f"--{kind}_comm_model", default=None,
                             help=f"{name} comm cost model checkpoint (default: models/comm_<ndevices>_{kind}.pt)")
+    parser.add_argument("--calibration", default=None,
+                        help="dir with drift_compute.json and drift_comm.json measured just before planning "
+                             "(tools/compute_noise_floor.py --out_path, collect_comm_cost_data.py --noise_floor N "
+                             "--noise_out): the models' compute, fw and bw predictions are scaled by how much "
+                             "slower or faster the machine runs now than when the cost data was recorded "
+                             "(default: unscaled)")
     parser.add_argument("--alg", default="neuroshard",
                         help="sharding algorithm: neuroshard, random, dim_greedy, lookup_greedy, size_greedy, "
                              "size_lookup_greedy, torchrec, dreamshard, autoshard, neuroshard_plus (any registered "
@@ -98,14 +105,29 @@ def add_input_args(parser, data_help: str = "dataset dir with table_configs.json
 def inputs_from_args(args, ndevices: int, max_tasks: int | None = None) -> EvalInputs:
     """`load_inputs` from the flags of `add_input_args` on `ndevices` devices; a comm model not named is
     `models/comm_<ndevices>_<fw|bw>.pt`."""
-    from dataclasses import replace
-
     from neuroshard.planner.cost_models import default_comm_model_path
 
     fw = args.fw_comm_model or default_comm_model_path(ndevices, "fw")
     bw = args.bw_comm_model or default_comm_model_path(ndevices, "bw")
     inputs = load_inputs(args.data_dir, args.task_path, args.compute_model, fw, bw, ndevices, max_tasks)
-    return replace(inputs, fw_comm_model=str(fw), bw_comm_model=str(bw))
+    inputs = replace(inputs, fw_comm_model=str(fw), bw_comm_model=str(bw))
+    return calibrate(inputs, args.calibration) if getattr(args, "calibration", None) else inputs
+
+
+def calibrate(inputs: EvalInputs, calibration_dir) -> EvalInputs:
+    """`inputs` with the models scaled by the machine's drift measured in `calibration_dir`
+    (`eval.drift.read_drift`); a one-line error when either drift file is missing."""
+    from neuroshard.eval.drift import DRIFT_COMM, DRIFT_COMPUTE, read_drift
+
+    d = Path(calibration_dir)
+    if not d.is_dir():
+        raise InputError(d, "calibration directory not found (--calibration)")
+    factors = read_drift(d)
+    if factors is None:
+        missing = [n for n in (DRIFT_COMPUTE, DRIFT_COMM) if not (d / n).exists()]
+        raise InputError(d / missing[0], "calibration file not found (--calibration)")
+    models = inputs.models.scaled(factors["compute"], factors["fw_comm"], factors["bw_comm"])
+    return replace(inputs, models=models, calibration=factors)
 
 
 def load_inputs(data_dir, task_path, compute_model, fw_comm_model, bw_comm_model, ndevices: int,

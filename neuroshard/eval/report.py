@@ -231,27 +231,43 @@ def onpolicy_lines(out: Path) -> tuple[list[str], dict | None]:
 
 
 def drift_lines(hw_dir: Path) -> tuple[list[str], dict | None]:
-    """Markdown lines on the machine's drift since the cost data was recorded, and the figures
-    (None when the drift steps did not run or nothing was measured)."""
-    from neuroshard.eval.drift import drift_scaled_accuracy, read_drift
+    """Markdown lines on the machine's drift since the cost data was recorded (and, where the evaluation's
+    models were calibrated before planning, since that calibration), and the figures (None when the drift
+    steps did not run or nothing was measured)."""
+    from neuroshard.eval.drift import PARTS, drift_scaled_accuracy, read_drift
     from neuroshard.formats.plans import read_plans
 
     drift = read_drift(hw_dir)
     results = hw_dir / "results.json"
     if drift is None or not results.exists():
         return [], None
-    scaled = drift_scaled_accuracy(read_plans(results), drift)
+    config = _load(hw_dir / "config.json")
+    calib = config.get("calibration_factors") if isinstance(config, dict) else None
+    change = {k: drift[k] / calib[k] for k in PARTS} if calib else drift
+    scaled = drift_scaled_accuracy(read_plans(results), change)
     if scaled["mape"] is None:
         return [], None
     n = drift["samples"]
-    lines = [f"Machine drift: right after the evaluation, {n['compute']} compute shards and {n['fw_comm']} "
-             f"per-rank all-to-all times of the collected cost data were measured again; they took "
-             f"{drift['compute']:.2f}x (compute), {drift['fw_comm']:.2f}x (fw) and {drift['bw_comm']:.2f}x (bw) "
-             f"their recorded times (medians). With the simulator's per-rank parts scaled by these factors "
-             f"(measured apart from the evaluation, not fitted to it), the plan-cost MAPE is "
-             f"{100 * scaled['mape']:.1f}% (Spearman {scaled['spearman']:.3f}); the difference from the unscaled "
-             f"figure above is the machine's drift, not the models' error."]
-    return lines, {**drift, "scaled_plan_mape": scaled["mape"], "scaled_spearman": scaled["spearman"]}
+    factors = lambda d: f"{d['compute']:.2f}x (compute), {d['fw_comm']:.2f}x (fw) and {d['bw_comm']:.2f}x (bw)"  # noqa: E731
+    if calib:
+        lines = [f"Machine drift: just before planning, {n['compute']} compute shards and {n['fw_comm']} per-rank "
+                 f"all-to-all times of the collected cost data were measured again; they took {factors(calib)} "
+                 f"their recorded times (medians), and the simulator's models were scaled by these factors "
+                 f"(`--calibration`): the estimates above include them. Right after the evaluation the same "
+                 f"samples took {factors(drift)}, so the machine changed by {factors(change)} while the plans "
+                 f"were planned and measured. With the estimates scaled by that change (measured apart from the "
+                 f"evaluation, not fitted to it), the plan-cost MAPE is {100 * scaled['mape']:.1f}% (Spearman "
+                 f"{scaled['spearman']:.3f}); the difference is the drift during the evaluation, not the models' "
+                 f"error."]
+    else:
+        lines = [f"Machine drift: right after the evaluation, {n['compute']} compute shards and {n['fw_comm']} "
+                 f"per-rank all-to-all times of the collected cost data were measured again; they took "
+                 f"{factors(drift)} their recorded times (medians). With the simulator's per-rank parts scaled by "
+                 f"these factors (measured apart from the evaluation, not fitted to it), the plan-cost MAPE is "
+                 f"{100 * scaled['mape']:.1f}% (Spearman {scaled['spearman']:.3f}); the difference from the "
+                 f"unscaled figure above is the machine's drift, not the models' error."]
+    return lines, {**drift, "calibration": calib, "scaled_plan_mape": scaled["mape"],
+                   "scaled_spearman": scaled["spearman"]}
 
 
 def refine_lines(hw_dir: Path) -> tuple[list[str], dict | None]:

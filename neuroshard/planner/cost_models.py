@@ -64,6 +64,31 @@ class CostModels:
                                            "train_torchrec_cost_model.py fits one)")
         return self
 
+    def scaled(self, compute: float = 1.0, fw: float = 1.0, bw: float = 1.0) -> "CostModels":
+        """These models with every prediction of each part multiplied by its factor: the machine running
+        `compute`x, `fw`x and `bw`x the times the cost data recorded (eval/drift.py measures the factors).
+        The nets are copied (each member's `target_scale` scaled, the checkpoint's records kept); these
+        models are not changed. The forward model's start delays come from the scaled compute times."""
+        import copy
+        from dataclasses import replace
+
+        import torch
+
+        factors = {"compute": compute, "fw": fw, "bw": bw}
+        for name, f in factors.items():
+            if not (isinstance(f, (int, float)) and f > 0 and f != float("inf")):
+                raise ConfigError(f"{name} scale", f"must be a positive number, got {f!r}")
+        if all(f == 1.0 for f in factors.values()):
+            return self
+        parts = {}
+        for name, f in factors.items():
+            model = copy.deepcopy(getattr(self, name))
+            with torch.no_grad():
+                for m in members(model):
+                    m.target_scale.mul_(float(f))
+            parts[name] = model
+        return replace(self, **parts)
+
     @property
     def ndevices(self) -> int:
         """The device count the comm models were trained for."""

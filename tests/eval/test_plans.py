@@ -120,3 +120,26 @@ def test_an_estimate_far_from_the_recorded_one_is_warned_about(capsys):
     check_plans([PlanRecord(1, "a", plan=plan, estimate=stale(3 * want))], CONFIGS, TASKS, 2, 1.0, models)
     err = capsys.readouterr().err
     assert err.startswith("warning: task 1 [a]: the plan's estimate re-simulated is") and "the file recorded" in err
+
+
+def test_calibration_scales_the_models_by_the_measured_drift(tmp_path):
+    from neuroshard.eval.drift import DRIFT_COMM
+    from neuroshard.eval.plans import calibrate
+    from tests.eval.test_drift import _write
+
+    _write(tmp_path, 2.0, 2.0, 0.5)  # the machine: compute and fw take twice their recorded times, bw half
+    inputs = calibrate(_inputs(), tmp_path)
+    assert (inputs.calibration["compute"], inputs.calibration["fw_comm"], inputs.calibration["bw_comm"]) == \
+        pytest.approx((2.0, 2.0, 0.5))
+    plan = Plan((), ((0, 1), ()))
+    # test_plans_are_checked_and_estimates_simulated_again's plan, scaled: compute 1.32 | 0, bw 0.21 | 0.05,
+    # ready 1.53 | 0.05 so skew 1.48 | 0, fw 2 x (0.1 + 0.32 + 0.74) = 2.32 | 2 x 0.1, totals 3.85 | 0.25
+    est = simulate(TASKS[1].tables(CONFIGS), plan, inputs.models, 1.0)
+    assert est.compute == pytest.approx([1.32, 0.0], abs=1e-5) and est.bw_comm == pytest.approx([0.21, 0.05])
+    assert est.fw_comm == pytest.approx([2.32, 0.2], abs=1e-5) and est.cost == pytest.approx(3.85, abs=1e-5)
+    assert simulate(TASKS[1].tables(CONFIGS), plan, _inputs().models, 1.0).cost == pytest.approx(1.99, abs=1e-5)
+    (tmp_path / DRIFT_COMM).unlink()
+    with pytest.raises(InputError, match="drift_comm.json: calibration file not found"):
+        calibrate(_inputs(), tmp_path)
+    with pytest.raises(InputError, match="nowhere: calibration directory not found"):
+        calibrate(_inputs(), tmp_path / "nowhere")

@@ -1,5 +1,7 @@
 """The report's comparison: intervals beside the means and verdict words read from the intervals."""
 
+import pytest
+
 from neuroshard.eval.intervals import Interval
 from neuroshard.eval.report import comparison_table, verdict_lines
 from neuroshard.eval.summary import AlgorithmRow, Summary, VsReference
@@ -71,3 +73,31 @@ def test_power_line_from_the_median_noise_of_the_comparisons():
     assert "8.0% from task to task and by 8.0% between repeats" in line
     assert "10 tasks detect about 8.7%" in line and "3% difference needs 84 tasks" in line
     assert power_lines(N(algorithms=[N(vs_reference=None)])) == [] and power_lines(None) == []
+
+
+def test_drift_lines_give_the_change_since_the_calibration(tmp_path):
+    import json
+
+    from neuroshard.eval.report import drift_lines
+    from neuroshard.formats.plans import write_plans
+    from neuroshard.types import CostBreakdown, Plan, PlanRecord
+    from tests.eval.test_drift import _write
+
+    # ranks: compute [1, 2], bw [1, 1], fw [1, 1] (estimate 4, already calibrated); after the evaluation the
+    # machine runs compute 2.2x, fw 0.55x, bw 1.1x its recorded times, before it ran 1.1x, 1.1x, 1.1x: the
+    # change is 2, 0.5, 1 -> totals [3.5, 5.5], cost 5.5 = measured (MAPE 0)
+    _write(tmp_path, 2.2, 0.55, 1.1)
+    rec = PlanRecord(0, "a", plan=Plan((), ((0,), (1,))), estimate=CostBreakdown([1.0, 2.0], [1.0, 1.0], [1.0, 1.0]),
+                     repeat_costs=[5.5, 5.5])
+    write_plans(tmp_path / "results.json", [rec])
+    calib = {"compute": 1.1, "fw_comm": 1.1, "bw_comm": 1.1, "samples": {"compute": 2, "fw_comm": 4, "bw_comm": 4}}
+    (tmp_path / "config.json").write_text(json.dumps({"calibration_factors": calib}))
+    lines, fig = drift_lines(tmp_path)
+    assert fig["scaled_plan_mape"] == pytest.approx(0.0, abs=1e-9) and fig["calibration"] == calib
+    assert "just before planning, 2 compute shards and 4 per-rank" in lines[0]
+    assert "changed by 2.00x (compute), 0.50x (fw) and 1.00x (bw)" in lines[0]
+    # without a calibration the factors themselves scale the estimate: [2.2 + 1.1 + 0.55, 4.4 + ...] -> 6.05
+    (tmp_path / "config.json").write_text(json.dumps({}))
+    lines, fig = drift_lines(tmp_path)
+    assert fig["calibration"] is None and fig["scaled_plan_mape"] == pytest.approx(0.55 / 5.5)
+    assert lines[0].startswith("Machine drift: right after the evaluation")

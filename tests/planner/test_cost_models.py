@@ -149,3 +149,31 @@ def test_a_comm_model_without_hidden_layers_is_linear_and_round_trips(tmp_path):
     assert load_comm_model(tmp_path / "old.pt", n, "bw").hidden == COMM_HIDDEN
     with pytest.raises(ValueError, match="hidden layer sizes must be >= 1"):
         CommCostModel("bw", n, torch.zeros(n), torch.ones(n), hidden=(16, 0))
+
+
+def test_scaled_models_multiply_each_part_and_leave_the_originals():
+    from neuroshard.planner.cost_models import CostModels
+    from neuroshard.planner.nets import CostEnsemble
+    from neuroshard.types import ConfigError
+
+    n = 2
+    fw = linear_comm_model("fw", n, np.hstack([0.02 * np.eye(n), 0.5 * np.eye(n)]), np.full(n, 0.1))
+    fw.checkpoint_extra = {"noise_floor": {"mean": 0.05}}
+    bw = CostEnsemble([linear_comm_model("bw", n, 0.02 * np.eye(n), np.full(n, 0.1)),
+                       linear_comm_model("bw", n, 0.04 * np.eye(n), np.full(n, 0.3))])
+    models = CostModels(linear_compute_model(0.01, 0.5), fw, bw)
+    scaled = models.scaled(compute=2.0, fw=0.5, bw=3.0)
+    configs = [TableConfig(1000, 2.0, BINS, dim=16)]
+    # compute 0.5 + 0.01 x 16 = 0.66 -> 1.32; fw 0.1 + 0.02 x 16 + 0.5 x 2 = 1.42 -> 0.71;
+    # bw members 0.42 and 0.94 -> mean 0.68 -> 2.04
+    assert scaled.compute.predict_sets(configs, [[0]])[0] == pytest.approx(1.32)
+    assert scaled.fw.predict([[16.0, 0.0]], [[2.0, 0.0]])[0, 0] == pytest.approx(0.71)
+    assert scaled.bw.predict([[16.0, 0.0]])[0, 0] == pytest.approx(2.04)
+    # the originals predict as before; the checkpoint's records travel with the copy
+    assert models.compute.predict_sets(configs, [[0]])[0] == pytest.approx(0.66)
+    assert models.bw.predict([[16.0, 0.0]])[0, 0] == pytest.approx(0.68)
+    assert scaled.fw.checkpoint_extra == {"noise_floor": {"mean": 0.05}}
+    assert scaled.noise_model == models.noise_model
+    assert models.scaled() is models
+    with pytest.raises(ConfigError, match="fw scale: must be a positive number, got 0"):
+        models.scaled(fw=0)
