@@ -126,3 +126,32 @@ def test_memory_torchrec_counts_what_torchrec_counts(tmp_path):
     assert load_tool("shard_tables").main(args + ["--memory", "torchrec", "--out", str(tmp_path / "t.json")]) == 0
     (rec,) = read_plans(tmp_path / "t.json")
     assert rec.plan.ndevices == 2
+
+
+def test_calibration_scales_the_models_the_plan_is_costed_with(tmp_path, models_dir):
+    from neuroshard.planner.simulator import simulate
+    from tests.eval.test_drift import _write
+
+    _write(tmp_path, 2.0, 1.5, 0.5)
+    tables_csv = write_csv(tmp_path / "tables.csv", ROWS)
+    common = ["--tables", tables_csv, "--ndevices", 4, "--max_mem", 1, "--models_dir", models_dir,
+              "--alg", "dim_greedy"]  # a plan that does not depend on the models: only its estimate does
+    res = run("shard_tables.py", *common, "--out", tmp_path / "plain.json")
+    assert res.returncode == 0, res.stderr
+    res = run("shard_tables.py", *common, "--calibration", tmp_path, "--out", tmp_path / "calib.json")
+    assert res.returncode == 0, res.stderr
+    assert "compute 2.000x, fw 1.500x, bw 0.500x" in res.stderr
+    (plain,), (calib,) = read_plans(tmp_path / "plain.json"), read_plans(tmp_path / "calib.json")
+    assert calib.plan == plain.plan
+    tables = [ShardTable(i, i, TableConfig(int(r.split(",")[1]), float(r.split(",")[3]), DEFAULT_BINS,
+                                           int(r.split(",")[2]))) for i, r in enumerate(ROWS)]
+    hand = _hand_models(4)
+    for rec, models in ((plain, hand), (calib, hand.scaled(2.0, 1.5, 0.5))):
+        est = simulate(tables, rec.plan, models, 1.0)
+        assert rec.estimate.compute == pytest.approx(est.compute, rel=1e-4)
+        assert rec.estimate.fw_comm == pytest.approx(est.fw_comm, rel=1e-4)
+    assert calib.estimate.compute == pytest.approx([2 * c for c in plain.estimate.compute], rel=1e-4)
+    assert_raises_one_line("shard_tables", ["--tables", tables_csv, "--alg", "random", "--calibration", tmp_path],
+                           "--calibration: scales the cost models")
+    assert_raises_one_line("shard_tables", [*map(str, common), "--calibration", tmp_path / "nope"],
+                           "nope: calibration directory not found")

@@ -53,6 +53,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--compute_model", default=None, help="compute cost model checkpoint (instead of --models_dir)")
     p.add_argument("--fw_comm_model", default=None, help="forward comm cost model checkpoint")
     p.add_argument("--bw_comm_model", default=None, help="backward comm cost model checkpoint")
+    p.add_argument("--calibration", default=None,
+                   help="dir with drift_compute.json and drift_comm.json measured on this machine just before "
+                        "planning (the pipeline's step 5-calibrate): the models' times are scaled by them "
+                        "(default: unscaled)")
     p.add_argument("--batch_size", type=int, default=None,
                    help="global training batch, for --alg torchrec (default: 65536, the public dataset's)")
     p.add_argument("--memory", choices=("weights", "torchrec"), default="weights",
@@ -97,6 +101,15 @@ def main(argv=None) -> int:
                                  "(or --models_dir)")
     models = (CostModels.from_paths(*paths, ndevices) if all(paths) else
               CostModels.load(args.models_dir, ndevices) if args.models_dir else None)
+    if args.calibration:
+        from neuroshard.eval.drift import calibrated, read_calibration
+
+        if models is None:
+            raise ConfigError("--calibration", "scales the cost models: give --models_dir or the three model flags")
+        factors = read_calibration(args.calibration)
+        models = calibrated(models, factors)
+        print(f"models scaled by the calibration in {args.calibration}: compute {factors['compute']:.3f}x, "
+              f"fw {factors['fw_comm']:.3f}x, bw {factors['bw_comm']:.3f}x", file=sys.stderr)
     if args.memory == "torchrec":
         result = torchrec_counted(user, ndevices, max_mem, models, args, options)
     else:

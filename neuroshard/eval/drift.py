@@ -59,6 +59,23 @@ def read_drift(hw_dir) -> dict | None:
 PARTS = tuple(_PARTS)  # the factors' keys: "compute", "fw_comm", "bw_comm"
 
 
+def read_calibration(calibration_dir) -> dict:
+    """`read_drift`'s factors of a `--calibration` dir; a one-line error naming the missing dir or file."""
+    d = Path(calibration_dir)
+    if not d.is_dir():
+        raise InputError(d, "calibration directory not found (--calibration)")
+    factors = read_drift(d)
+    if factors is None:
+        missing = [n for n in (DRIFT_COMPUTE, DRIFT_COMM) if not (d / n).exists()]
+        raise InputError(d / missing[0], "calibration file not found (--calibration)")
+    return factors
+
+
+def calibrated(models, factors: dict):
+    """`models` (a `CostModels`) scaled by calibration `factors` (`read_calibration`)."""
+    return models.scaled(factors["compute"], factors["fw_comm"], factors["bw_comm"])
+
+
 def drift_scaled_accuracy(records: Sequence[PlanRecord], drift: dict) -> dict:
     """MAPE and Spearman of the measured plan cost against the simulator's estimate with each rank's
     compute, fw and bw parts multiplied by `drift`'s factors (plan cost = the largest rank total)."""

@@ -116,18 +116,11 @@ def inputs_from_args(args, ndevices: int, max_tasks: int | None = None) -> EvalI
 
 def calibrate(inputs: EvalInputs, calibration_dir) -> EvalInputs:
     """`inputs` with the models scaled by the machine's drift measured in `calibration_dir`
-    (`eval.drift.read_drift`); a one-line error when either drift file is missing."""
-    from neuroshard.eval.drift import DRIFT_COMM, DRIFT_COMPUTE, read_drift
+    (`eval.drift.read_calibration`)."""
+    from neuroshard.eval.drift import calibrated, read_calibration
 
-    d = Path(calibration_dir)
-    if not d.is_dir():
-        raise InputError(d, "calibration directory not found (--calibration)")
-    factors = read_drift(d)
-    if factors is None:
-        missing = [n for n in (DRIFT_COMPUTE, DRIFT_COMM) if not (d / n).exists()]
-        raise InputError(d / missing[0], "calibration file not found (--calibration)")
-    models = inputs.models.scaled(factors["compute"], factors["fw_comm"], factors["bw_comm"])
-    return replace(inputs, models=models, calibration=factors)
+    factors = read_calibration(calibration_dir)
+    return replace(inputs, models=calibrated(inputs.models, factors), calibration=factors)
 
 
 def load_inputs(data_dir, task_path, compute_model, fw_comm_model, bw_comm_model, ndevices: int,
