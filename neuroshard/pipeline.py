@@ -150,22 +150,23 @@ PRESETS = {
                     autoshard_args=(), eval_tasks=100, eval_warmup=5, eval_iters=10, eval_repeats=3, drift_samples=200,
                     gpu=True, ensemble=5, onpolicy_tasks=30),
 }
-# Hardware verdicts with power (issue 22): the quick preset's data and models, five algorithms (NeuroShard,
-# NeuroShard+, the strongest baselines), 40 tasks x 4 interleaved rounds. With
-# paired task and repeat sds of 8% each (assumed: the report prints the measured ones), eval/power.py gives a
-# detectable difference of 4.0% at 95% / 80% power (3% needs ~70 tasks); 32.5 minutes on the 2-core machine
-# without --refine. NeuroShard+ is refined on hardware (4 candidates x 2 rounds per task, about 7 minutes more):
-# on the models alone it was level with NeuroShard on hardware in every run (the winner's curse); the paper's
-# NeuroShard stays the models' choice, to compare against.
+# Hardware verdicts with power (issue 22): the quick preset's data and models, four algorithms (NeuroShard,
+# NeuroShard+, the strongest baselines), 70 tasks x 4 interleaved rounds. Sized by eval/power.py from a
+# calibrated seed-0 run at 40 tasks (paired differences: task sd 6.6%, repeat sd 11.6%, medians over the
+# baselines): 40 x 4 detected 3.9% and 3% needs 68 tasks; 70 x 4 detects 2.9%. That run took 29.4 minutes
+# (data and models 11.5, planning with --refine 5.5, measuring 5 algorithms 12.3); at 70 tasks with
+# size_lookup_greedy left out (the weakest baseline, beaten by 12-16% in every run) about 38 minutes.
+# NeuroShard+ is refined on hardware (4 candidates x 2 rounds per task, 7.7 s a task): on the models
+# alone it was level with NeuroShard on hardware in every run (the winner's curse); the paper's NeuroShard
+# stays the models' choice, to compare against.
 # 3,000 compute samples: the compute model is data-starved at 1,000. Trained on the seed-2 study's first 1,000,
 # 2,000 and 3,000 random shards, its error on the 800 ranks of that study's evaluation plans (sd of log
 # measured / estimated within a plan: what a plan's ranks do not share) was 13.4%, 10.5% and 10.1%, and the
 # MAPE with the common factor taken out 10.1%, 8.5% and 7.8%; three ensemble members instead of one changed
-# neither. The 2,000 more shards take about 2 minutes; the whole study then took 29-31 minutes (seeds 0-2).
-PRESETS["study"] = replace(PRESETS["quick"], name="study", num_tasks=40, eval_tasks=40, eval_repeats=4, eval_iters=7,
+# neither.
+PRESETS["study"] = replace(PRESETS["quick"], name="study", num_tasks=70, eval_tasks=70, eval_repeats=4, eval_iters=7,
                            compute_samples=3000, comm_samples=500, noise_samples=100, drift_samples=50,
-                           onpolicy_tasks=6, algs="neuroshard,neuroshard_plus,torchrec,autoshard,size_lookup_greedy",
-                           refine=4)
+                           onpolicy_tasks=6, algs="neuroshard,neuroshard_plus,torchrec,autoshard", refine=4)
 
 
 @dataclass

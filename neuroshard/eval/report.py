@@ -94,6 +94,7 @@ def power_lines(hw: Summary | None, target: float = 0.03) -> list[str]:
     """A line on the power of the hardware verdicts: the median task and repeat sds of the paired differences
     (eval/power.py) and how many tasks at this run's repeats would detect a `target` difference."""
     from neuroshard.eval.power import min_detectable, tasks_needed
+    from neuroshard.pipeline import PRESETS
 
     comps = [r.vs_reference.power for r in (hw.algorithms if hw else [])
              if r.vs_reference is not None and r.vs_reference.power is not None]
@@ -103,11 +104,12 @@ def power_lines(hw: Summary | None, target: float = 0.03) -> list[str]:
     repeat_sd = float(np.median([c.repeat_sd for c in comps]))
     repeats, tasks = comps[0].repeats, comps[0].tasks
     need = tasks_needed(task_sd, repeat_sd, repeats, target)
+    study = PRESETS["study"]
     return [f"- power: the paired differences vary by {100 * task_sd:.1f}% from task to task and by "
             f"{100 * repeat_sd:.1f}% between repeats (medians over the baselines); with {repeats} repeats, "
             f"{tasks} tasks detect about {100 * min_detectable(task_sd, repeat_sd, tasks, repeats):.1f}% (95%, 80% "
             f"power) and a "
-            f"{100 * target:.0f}% difference needs {need} tasks (`--preset study` runs 40 x 4)."]
+            f"{100 * target:.0f}% difference needs {need} tasks (`--preset study` runs {study.eval_tasks} x {study.eval_repeats})."]
 
 
 def verdict_lines(verdicts: dict) -> list[str]:
