@@ -487,7 +487,8 @@ def main(argv=None) -> int:
     records = run_steps(steps, out, args.force, only)
     from neuroshard.eval.report import write_report
 
-    report = write_report(out, preset, records, time.perf_counter() - t0)
+    study = PRESETS["study"]
+    report = write_report(out, preset, records, time.perf_counter() - t0, (study.eval_tasks, study.eval_repeats))
     print(f"report: {report}")
     return 0
 

@@ -90,11 +90,11 @@ def comparison_table(sim: Summary | None, hw: Summary | None) -> tuple[str, dict
     return "\n".join(lines) + "\n", verdicts
 
 
-def power_lines(hw: Summary | None, target: float = 0.03) -> list[str]:
+def power_lines(hw: Summary | None, target: float = 0.03, study: tuple[int, int] | None = None) -> list[str]:
     """A line on the power of the hardware verdicts: the median task and repeat sds of the paired differences
-    (eval/power.py) and how many tasks at this run's repeats would detect a `target` difference."""
+    (eval/power.py) and how many tasks at this run's repeats would detect a `target` difference (beside
+    `study`'s tasks x repeats, the study preset's, when given)."""
     from neuroshard.eval.power import min_detectable, tasks_needed
-    from neuroshard.pipeline import PRESETS
 
     comps = [r.vs_reference.power for r in (hw.algorithms if hw else [])
              if r.vs_reference is not None and r.vs_reference.power is not None]
@@ -104,12 +104,12 @@ def power_lines(hw: Summary | None, target: float = 0.03) -> list[str]:
     repeat_sd = float(np.median([c.repeat_sd for c in comps]))
     repeats, tasks = comps[0].repeats, comps[0].tasks
     need = tasks_needed(task_sd, repeat_sd, repeats, target)
-    study = PRESETS["study"]
+    sized = f" (`--preset study` runs {study[0]} x {study[1]})" if study else ""
     return [f"- power: the paired differences vary by {100 * task_sd:.1f}% from task to task and by "
             f"{100 * repeat_sd:.1f}% between repeats (medians over the baselines); with {repeats} repeats, "
             f"{tasks} tasks detect about {100 * min_detectable(task_sd, repeat_sd, tasks, repeats):.1f}% (95%, 80% "
             f"power) and a "
-            f"{100 * target:.0f}% difference needs {need} tasks (`--preset study` runs {study.eval_tasks} x {study.eval_repeats})."]
+            f"{100 * target:.0f}% difference needs {need} tasks{sized}."]
 
 
 def verdict_lines(verdicts: dict) -> list[str]:
@@ -453,8 +453,9 @@ def _plots(out: Path, sim: Summary | None, hw: Summary | None) -> list[str]:
     return made
 
 
-def write_report(out, preset, steps: list[dict], seconds: float) -> Path:
-    """Write report.md, plots/*.png and config.json into `out`; returns the report's path."""
+def write_report(out, preset, steps: list[dict], seconds: float, study: tuple[int, int] | None = None) -> Path:
+    """Write report.md, plots/*.png and config.json into `out`; returns the report's path. `study`: the
+    study preset's tasks x repeats, named beside the power line."""
     out = Path(out)
     sim, hw = (_load_summary(out / d / "summary.json") for d in ("sim", "hw"))
     cmp_md, verdicts = comparison_table(sim, hw)
@@ -470,7 +471,7 @@ def write_report(out, preset, steps: list[dict], seconds: float) -> Path:
             "of the paired difference; the verdict is read from that interval.", "",
             cmp_md]
     text += verdict_lines(verdicts)
-    text += power_lines(hw)
+    text += power_lines(hw, study=study)
     drift = None
     if hw and hw.simulator_accuracy:
         text += ["", "## Simulator vs hardware", "", accuracy_table(hw.simulator_accuracy)]

@@ -71,7 +71,8 @@ def test_power_line_from_the_median_noise_of_the_comparisons():
     # medians 8% and 8%: 2.802 * sqrt(0.0064 / 10 + 0.0064 / 20) = 8.7%; (2.802 / 0.03)^2 * 0.0096 = 83.7 -> 84
     (line,) = power_lines(hw)
     assert "8.0% from task to task and by 8.0% between repeats" in line
-    assert "10 tasks detect about 8.7%" in line and "3% difference needs 84 tasks" in line
+    assert "10 tasks detect about 8.7%" in line and line.endswith("3% difference needs 84 tasks.")
+    assert power_lines(hw, study=(70, 4))[0].endswith("needs 84 tasks (`--preset study` runs 70 x 4).")
     assert power_lines(N(algorithms=[N(vs_reference=None)])) == [] and power_lines(None) == []
 
 
