@@ -311,16 +311,21 @@ def build_steps(p: Preset, out: Path, data: str | None, gpu_devices: str | None,
     if "autoshard" in learned:
         steps.append(Step("4e", "AutoShard policy", ["train_autoshard.py", *policy_common, "--out_path",
                                                      str(as_policy), *p.autoshard_args], [as_policy]))
+
+    def remeasure(key: str, title: str, dest: Path) -> list[Step]:
+        """Collected shards and all-to-alls measured again (the same samples each time: same seed), into
+        `dest`'s drift files: how much slower or faster the machine runs now than when they were recorded."""
+        return [Step(f"{key}-compute", f"{title}: compute",
+                     ["tools/compute_noise_floor.py", "--data_dir", str(cdata), "--dataset_dir", str(ds),
+                      "--num_samples", str(p.drift_samples), "--repeats", "1", "--out_path",
+                      str(dest / DRIFT_COMPUTE), *s, *dev, *workers], [dest / DRIFT_COMPUTE]),
+                Step(f"{key}-comm", f"{title}: comm",
+                     ["collect_comm_cost_data.py", "--out_dir", str(mdata), "--noise_floor", str(p.drift_samples),
+                      "--noise_out", str(dest / DRIFT_COMM), *comm_cfg, *comm_ranks], [dest / DRIFT_COMM])]
+
+    # Just before planning: the machine's speed now; steps 5 and 6 scale the models by it (--calibration).
+    steps += remeasure("5-calibrate", "calibration", calib)
     steps += [
-        # Just before planning: how much slower or faster the machine runs now than when the cost data was
-        # recorded (collected shards and all-to-alls measured again); steps 5 and 6 scale the models by it.
-        Step("5-calibrate-compute", "calibration: compute",
-             ["tools/compute_noise_floor.py", "--data_dir", str(cdata), "--dataset_dir", str(ds), "--num_samples",
-              str(p.drift_samples), "--repeats", "1", "--out_path", str(calib / DRIFT_COMPUTE), *s, *dev,
-              *workers], [calib / DRIFT_COMPUTE]),
-        Step("5-calibrate-comm", "calibration: comm",
-             ["collect_comm_cost_data.py", "--out_dir", str(mdata), "--noise_floor", str(p.drift_samples),
-              "--noise_out", str(calib / DRIFT_COMM), *comm_cfg, *comm_ranks], [calib / DRIFT_COMM]),
         Step("5", "simulator evaluation", ["eval_simulator.py", *eval_common, "--out_dir", str(out / "sim"), *refine],
              [out / "sim" / "summary.json"], late=(lambda: chosen_lambda(plan_data / "lambda.json")) if onpolicy
              else None),
@@ -329,16 +334,10 @@ def build_steps(p: Preset, out: Path, data: str | None, gpu_devices: str | None,
              ["eval.py", *eval_common, "--plans", str(out / "sim" / "plans.json"), "--out_dir", str(out / "hw"),
               "--warmup", str(p.eval_warmup), "--iters", str(p.eval_iters), "--repeats", str(p.eval_repeats), *dev],
              [out / "hw" / "summary.json"]),
-        # Right after it: how much slower or faster the machine runs now than when the cost data was
-        # recorded (the report separates that drift from the models' own error; eval/drift.py).
-        Step("6-drift-compute", "machine drift: compute",
-             ["tools/compute_noise_floor.py", "--data_dir", str(cdata), "--dataset_dir", str(ds), "--num_samples",
-              str(p.drift_samples), "--repeats", "1", "--out_path", str(out / "hw" / DRIFT_COMPUTE), *s, *dev,
-              *workers], [out / "hw" / DRIFT_COMPUTE]),
-        Step("6-drift-comm", "machine drift: comm",
-             ["collect_comm_cost_data.py", "--out_dir", str(mdata), "--noise_floor", str(p.drift_samples),
-              "--noise_out", str(out / "hw" / DRIFT_COMM), *comm_cfg, *comm_ranks], [out / "hw" / DRIFT_COMM]),
     ]
+    # Right after it, the same samples again: how far the machine moved while the plans were planned and
+    # measured (the report separates that drift from the models' own error; eval/drift.py).
+    steps += remeasure("6-drift", "machine drift", out / "hw")
     if onpolicy:  # the measured plans re-simulated under the models before and after the on-policy data
         steps.append(Step("6-models", "model error on the measured plans, random vs on-policy data",
                           ["tools/model_error.py", "--data_dir", str(ds), "--task_path", str(tasks / "data.txt"),
