@@ -94,14 +94,14 @@ def test_deterministic_and_options_reach_it_through_the_registry():
     rng = np.random.default_rng(3)
     models = random_models(3, 3)
     tables = random_task(rng, 12)
-    a = search_plus(tables, 3, 2.0, models, SearchConfig(max_length=2, beam_k=3), PlusConfig(plus_tabu=10))
-    b = search_plus(tables, 3, 2.0, models, SearchConfig(max_length=2, beam_k=3), PlusConfig(plus_tabu=10))
+    a = search_plus(tables, 3, 2.0, models, SearchConfig(max_length=2, beam_k=3), PlusConfig(plus_max_moves=3))
+    b = search_plus(tables, 3, 2.0, models, SearchConfig(max_length=2, beam_k=3), PlusConfig(plus_max_moves=3))
     assert a.plan == b.plan and a.cost == b.cost
-    ctx = ShardingContext(models, options={"max_length": 2, "plus_tabu": 10, "beam_k": 3, "other": 1})
+    ctx = ShardingContext(models, options={"max_length": 2, "plus_max_moves": 3, "beam_k": 3, "other": 1})
     assert get_sharder("neuroshard_plus")(tables, 3, 2.0, ctx) == a.plan
-    # the options change the search (here: a longer tabu search finds a cheaper plan)
+    # the options change the search (here: local searches cut short at 3 moves each end above the full ones)
     default = search_plus(tables, 3, 2.0, models, SearchConfig(max_length=2))
-    assert default.cost > a.cost
+    assert default.cost < a.cost and a.moves < default.moves
     # no local search: the best start
     none = search_plus(tables, 3, 2.0, models, SearchConfig(max_length=2), PlusConfig(plus_max_moves=0))
     assert not none.refined and none.cost == min(none.start_costs.values())
