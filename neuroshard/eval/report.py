@@ -177,6 +177,14 @@ def accuracy_table(acc: Accuracy) -> str:
                                  f"exchange {num(b['fw_comm'])})" for alg, b in acc.by_alg.items())
                      + ". A search that picks the plans the models under-estimate (the winner's curse) runs "
                        "further above its estimates than the plans of algorithms that do not search the models.")
+    if acc.by_round:
+        lines.append("Measured over estimated, per round of the measurement (each round measures every plan once, "
+                     "in a shuffled order; medians over the plans): "
+                     + "; ".join(f"round {i + 1} {num(b['cost'])} (compute {num(b['compute'])}, bw "
+                                 f"{num(b['bw_comm'])}, fw {num(b['fw_comm'])})" for i, b in enumerate(acc.by_round))
+                     + ". A change from round to round is the machine's speed moving during the evaluation, which "
+                       "the calibration before planning cannot see: it moves the MAPE and the band, not the "
+                       "verdicts (every algorithm is measured in every round).")
     if acc.calibration is not None:
         lines.append(f"Calibration: {pct(acc.calibration)} of the {acc.calibration_n} measurements lie inside the "
                      f"simulator's predicted 80% band (ensemble members x the measured noise of one measurement, "

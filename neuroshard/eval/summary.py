@@ -173,6 +173,10 @@ class Accuracy:
     # (the predicted distribution's mean; None without spreads) and "fw_comm" (the forward exchange, all ranks
     # summed): a search that picks the plans the models under-estimate shows here (`bias_by_alg`)
     by_alg: dict[str, dict[str, float | None]] = field(default_factory=dict)
+    # per round of the interleaved measurement (repeat r of every plan), medians over the plans of measured /
+    # estimated: "cost" and each part summed over the ranks (`bias_by_round`); a trend is the machine's speed
+    # moving during the evaluation, which the calibration before planning cannot see
+    by_round: list[dict[str, float | None]] = field(default_factory=list)
 
     def to_json(self) -> dict:
         d = {k: getattr(self, k) for k in ("cost", "plans", "mape", "spearman", "pair_agreement", "pairs",
@@ -185,7 +189,7 @@ class Accuracy:
                      calibration=self.calibration, calibration_n=self.calibration_n,
                      mape_expected=self.mape_expected,
                      rank_noise=None if self.rank_noise is None else self.rank_noise.to_json(),
-                     by_alg=self.by_alg)
+                     by_alg=self.by_alg, by_round=self.by_round)
         return d
 
     @classmethod
@@ -197,7 +201,7 @@ class Accuracy:
                    d.get("pairs_beyond_noise"), d.get("pair_agreement_beyond_noise"), d.get("repeat_noise"),
                    d.get("calibration"), d.get("calibration_n", 0), d.get("mape_expected"),
                    None if d.get("rank_noise") is None else RankNoise.from_json(d["rank_noise"]),
-                   d.get("by_alg") or {})
+                   d.get("by_alg") or {}, d.get("by_round") or [])
 
 
 @dataclass
@@ -400,6 +404,28 @@ def bias_by_alg(records: Sequence[PlanRecord]) -> dict[str, dict[str, float | No
     return {alg: {k: _median(v) for k, v in ratios.items()} for alg, ratios in out.items()}
 
 
+def bias_by_round(records: Sequence[PlanRecord]) -> list[dict[str, float | None]]:
+    """Per measurement round r (the r-th repeat of every plan: the rounds measure every plan once, in a
+    shuffled order, `eval.hardware.measurement_order`), the medians over the plans measured r+1 times or more
+    of measured / estimated plan cost ("cost") and of each part summed over the ranks ("compute", "bw_comm",
+    "fw_comm"; None where no plan has that part estimated). Empty with fewer than two rounds."""
+    rounds: list[dict[str, list[float]]] = []
+    for r in records:
+        if r.measured is None or not r.measured.repeats or not r.estimated_cost or r.estimate is None:
+            continue
+        for i, (cost, rep) in enumerate(zip(r.repeat_costs or [], r.measured.repeats)):
+            if i == len(rounds):
+                rounds.append({"cost": [], "compute": [], "bw_comm": [], "fw_comm": []})
+            rounds[i]["cost"].append(cost / r.estimated_cost)
+            for part in ("compute", "bw_comm", "fw_comm"):
+                est = sum(getattr(r.estimate, part))
+                if est > 0 and len(getattr(rep, part)) == len(getattr(r.estimate, part)):
+                    rounds[i][part].append(sum(getattr(rep, part)) / est)
+    if len(rounds) < 2:
+        return []
+    return [{k: _median(v) for k, v in ratios.items()} for ratios in rounds]
+
+
 def simulator_accuracy(records: Sequence[PlanRecord], cost_key: str = "cost") -> Accuracy:
     """How well the simulator's estimates match the hardware, over every measured plan.
 
@@ -436,6 +462,7 @@ def simulator_accuracy(records: Sequence[PlanRecord], cost_key: str = "cost") ->
                 out.parts[part] = PartAccuracy(_finite(pm_["mape"]), _finite(pm_["spearman"]), pm_["n"])
         out.calibration, out.calibration_n = band_coverage(done)
         out.by_alg = bias_by_alg(done)
+        out.by_round = bias_by_round(done)
         out.rank_noise = measured_rank_noise(done)
         spread = [r for r in done if r.estimate.spread is not None]
         if spread:

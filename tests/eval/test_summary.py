@@ -74,3 +74,30 @@ def test_bias_by_alg_gives_each_algorithms_median_measured_over_estimated():
     assert Accuracy.from_json(acc.to_json()).by_alg == acc.by_alg
     assert "search 1.200 (expected cost 1.091, forward exchange 1.500); greedy 1.000 (expected cost -" in \
         accuracy_table(acc)
+
+
+def test_bias_by_round_gives_each_rounds_median_over_the_plans_and_reaches_the_report():
+    from neuroshard.eval.report import accuracy_table
+    from neuroshard.eval.summary import Accuracy, bias_by_round, simulator_accuracy
+    from neuroshard.types import RepeatParts
+
+    def rec(task, rounds):
+        # estimate: compute 8 + bw 0 + fw 2 = 10 ms on one rank; each round measures (compute, fw)
+        reps = [RepeatParts([c], [0.0], [f]) for c, f in rounds]
+        measured = CostBreakdown([sum(c for c, _ in rounds) / len(rounds)], [0.0],
+                                 [sum(f for _, f in rounds) / len(rounds)], repeats=reps)
+        return PlanRecord(task=task, alg="a", plan=Plan((), ((0,),)), estimate=CostBreakdown([8.0], [0.0], [2.0]),
+                          measured=measured, repeat_costs=[c + f for c, f in rounds])
+
+    # round 1: costs 11, 10, 9 -> 1.0; compute 9/8, 8/8, 7/8 -> 1.0; fw 2/2 -> 1.0
+    # round 2: costs 8, 9, 8 (a faster machine) -> 0.8; compute 6/8, 7/8, 6/8 -> 0.75; fw 2/2 -> 1.0
+    records = [rec(0, [(9.0, 2.0), (6.0, 2.0)]), rec(1, [(8.0, 2.0), (7.0, 2.0)]), rec(2, [(7.0, 2.0), (6.0, 2.0)])]
+    rounds = bias_by_round(records)
+    assert rounds == [{"cost": 1.0, "compute": 1.0, "bw_comm": None, "fw_comm": 1.0},
+                      {"cost": 0.8, "compute": 0.75, "bw_comm": None, "fw_comm": 1.0}]
+    acc = simulator_accuracy(records)
+    assert acc.by_round == rounds and Accuracy.from_json(acc.to_json()).by_round == rounds
+    assert "round 1 1.000 (compute 1.000, bw -, fw 1.000); round 2 0.800 (compute 0.750, bw -, fw 1.000)" in \
+        accuracy_table(acc)
+    # one round says nothing about drift
+    assert bias_by_round([rec(0, [(9.0, 2.0)])]) == []
