@@ -5,11 +5,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from neuroshard.formats.cost_data import read_comm_data, read_compute_data
 from neuroshard.formats.dataset import read_dataset
 from neuroshard.formats.plans import read_plans
 from neuroshard.formats.tasks import read_tasks
 from neuroshard.pipeline import Step, run_steps
+from neuroshard.types import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -161,17 +164,22 @@ def test_torchrec_training_is_an_opt_in_last_step():
     assert "--samples" not in flags
 
 
-def test_the_study_refines_neuroshard_plus_on_hardware_in_step_5():
-    from neuroshard.pipeline import PRESETS, build_steps
+def test_refine_flag_puts_neuroshard_plus_refinement_into_step_5():
+    from neuroshard.pipeline import build_steps, parse_args, preset_from_args
 
-    def step5(preset):
-        [s] = [s for s in build_steps(PRESETS[preset], Path("results") / preset, None, None) if s.key == "5"]
+    def step5(*argv):
+        preset = preset_from_args(parse_args(list(argv)))
+        [s] = [s for s in build_steps(preset, Path("results") / preset.name, None, None) if s.key == "5"]
         return s.argv
 
-    argv = step5("study")
+    # the study spends its minutes on tasks, not on refinement; --refine K puts it back
+    assert "--refine" not in step5("--preset", "study") and "--refine" not in step5("--preset", "quick")
+    argv = step5("--preset", "study", "--refine", "4")
     flags = dict(zip(argv[1::2], argv[2::2]))
     assert flags["--refine"] == "4" and flags["--refine_algs"] == "neuroshard_plus"
     assert flags["--refine_repeats"] == "2" and flags["--device"] == "cpu"
     # candidates measured as step 6 measures plans
     assert flags["--warmup"] == "3" and flags["--iters"] == "7"
-    assert "--refine" not in step5("quick")
+    assert "--refine" not in step5("--preset", "study", "--refine", "0")
+    with pytest.raises(ConfigError, match="--refine"):
+        preset_from_args(parse_args(["--preset", "study", "--refine", "-1"]))
