@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Callable
 
 from neuroshard.checks import check_gpu_ids, check_int
-from neuroshard.eval.drift import DRIFT_COMM, DRIFT_COMPUTE
+from neuroshard.eval.drift import ANCHORS, DRIFT_COMM, DRIFT_COMPUTE
 from neuroshard.formats.io import write_json_atomic
 from neuroshard.settings import add_flag
 from neuroshard.types import ConfigError, InputError, NeuroShardError
@@ -325,17 +325,33 @@ def build_steps(p: Preset, out: Path, data: str | None, gpu_devices: str | None,
                      ["collect_comm_cost_data.py", "--out_dir", str(mdata), "--noise_floor", str(p.drift_samples),
                       "--noise_out", str(dest / DRIFT_COMM), *comm_cfg, *comm_ranks], [dest / DRIFT_COMM])]
 
+    def anchors(when: str) -> list[Step]:
+        """With on-policy data: step 4f's plans of training tasks measured again as step 6 measures plans, under
+        step 6's models, just `when` ("before" or "after") it: the plan job's own speed (eval/drift.py)."""
+        if not onpolicy:
+            return []
+        dest = out / "hw" / ANCHORS[when]
+        return [Step(f"6-anchors-{when}", f"plan-level speed {when} the evaluation",
+                     ["eval.py", "--data_dir", str(ds), "--task_path", str(train_tasks / "data.txt"), *models_flags,
+                      "--alg", "all", "--ndevices", str(n), "--max_mem", str(p.max_mem), "--max_tasks",
+                      str(p.onpolicy_tasks), "--calibration", str(calib), *s, "--plans",
+                      str(plan_data / "hw" / "plans.json"), "--out_dir", str(dest), "--warmup", str(p.eval_warmup),
+                      "--iters", str(p.eval_iters), "--repeats", str(p.onpolicy_repeats), *dev, "--quiet",
+                      "--no_progress"], [dest / "summary.json"])]
+
     # Just before planning: the machine's speed now; steps 5 and 6 scale the models by it (--calibration).
     steps += remeasure("5-calibrate", "calibration", calib)
     steps += [
         Step("5", "simulator evaluation", ["eval_simulator.py", *eval_common, "--out_dir", str(out / "sim"), *refine],
              [out / "sim" / "summary.json"], late=(lambda: chosen_lambda(plan_data / "lambda.json")) if onpolicy
              else None),
+        *anchors("before"),
         # eval.py measures the plans eval_simulator.py made: planned once, by the same code.
         Step("6", "hardware evaluation",
              ["eval.py", *eval_common, "--plans", str(out / "sim" / "plans.json"), "--out_dir", str(out / "hw"),
               "--warmup", str(p.eval_warmup), "--iters", str(p.eval_iters), "--repeats", str(p.eval_repeats), *dev],
              [out / "hw" / "summary.json"]),
+        *anchors("after"),
     ]
     # Right after it, the same samples again: how far the machine moved while the plans were planned and
     # measured (the report separates that drift from the models' own error; eval/drift.py).

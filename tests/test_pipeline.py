@@ -75,10 +75,16 @@ def test_tiny_pipeline_writes_every_artifact_and_skips_on_rerun(tmp_path):
         factors = json.loads((out / where / "config.json").read_text())["calibration_factors"]
         assert factors["samples"] == {"compute": 4, "fw_comm": 8, "bw_comm": 8} and factors["compute"] > 0
     assert "Machine drift: just before planning, 4 compute shards and 8 per-rank" in report
+    # and step 4f's plans of training tasks measured again by the plan job just before and after step 6
+    for when in ("before", "after"):
+        anchored = read_plans(out / "hw" / f"anchors_{when}" / "results.json")
+        assert anchored and all(len(a.repeat_costs) == 2 and a.task < 2 for a in anchored if a.measured)
+    assert "Plan-level speed: the " in report
     for png in ("cost_per_algorithm.png", "search_time.png"):
         assert (out / "plots" / png).stat().st_size > 1000
     config = json.loads((out / "config.json").read_text())
     assert config["preset"]["name"] == "tiny" and config["versions"]["torch"].startswith("2.13")
+    assert config["anchors"]["factors"]["compute"] > 0 and config["anchors"]["scaled_plan_mape"] >= 0
 
     # sim-to-real: ensembles of 2, on-policy data from 2 training tasks, the models retrained on it plan
     # from the policy steps on, NeuroShard+ with the lambda chosen on hardware, the error before and after
@@ -121,7 +127,7 @@ def test_tiny_pipeline_writes_every_artifact_and_skips_on_rerun(tmp_path):
 
     again = _driver(out)
     assert again.returncode == 0, again.stderr[-2000:]
-    assert again.stdout.count("up to date, skipped") == 23
+    assert again.stdout.count("up to date, skipped") == 25
 
 
 def test_changed_step_reruns_itself_and_everything_after(tmp_path, capsys):

@@ -22,6 +22,19 @@ models by those factors (`eval.plans.calibrate`, `CostModels.scaled`), so
 the plans and their estimates are for the machine as it runs now, and the
 report's drift is then the change from that calibration to the end of the
 evaluation.
+
+Those samples are timed outside the plan-measurement job, and the job's own
+speed can move apart from theirs: in one study run step 6 measured the same
+plans 11% faster than step 5's job had a few minutes before, while the
+compute samples took 0.97x their recorded time both before and after. So
+the pipeline also measures plans: the on-policy plans of training tasks
+(step 4f), measured again by eval.py just before and just after step 6
+(steps 6-anchors-before and 6-anchors-after, into `<hw>/anchors_before` and
+`<hw>/anchors_after`). Their measured / estimated ratios (`read_anchors`)
+are the plan job's speed against the models on plans that are not the
+evaluation's, and the report gives the MAPE with the estimates scaled by
+them. Their estimates are in-sample (the on-policy models were retrained on
+their shards), which is why they measure speed, not the models' accuracy.
 """
 
 from __future__ import annotations
@@ -94,3 +107,29 @@ def drift_scaled_accuracy(records: Sequence[PlanRecord], drift: dict) -> dict:
         return {"mape": None, "spearman": None, "plans": 0}
     m = regression_metrics(np.array(est), np.array(meas))
     return {"mape": float(m["mape"]), "spearman": float(m["spearman"]), "plans": len(est)}
+
+
+# the hw dir's folders of the on-policy plans measured again just before and just after the evaluation
+ANCHORS = {"before": "anchors_before", "after": "anchors_after"}
+
+
+def read_anchors(hw_dir) -> dict | None:
+    """The anchors' speed (module doc): {"before", "after": `summary.speed_ratios` of each folder's
+    results.json, "plans": the plans measured, "factors": per part ("compute", "fw_comm", "bw_comm") the
+    geometric mean of before and after}; None when either folder has no results (the steps did not run)."""
+    from neuroshard.eval.summary import speed_ratios
+    from neuroshard.formats.plans import read_plans
+
+    paths = [Path(hw_dir) / name / "results.json" for name in ANCHORS.values()]
+    if not all(p.exists() for p in paths):
+        return None
+    records = [read_plans(p) for p in paths]
+    before, after = (speed_ratios(r) for r in records)
+    factors = {}
+    for part in PARTS:
+        a, b = before[part], after[part]
+        if a is None or b is None:
+            return None
+        factors[part] = float(np.sqrt(a * b))
+    return {"before": before, "after": after, "plans": sum(r.cost is not None for r in records[0]),
+            "factors": factors}

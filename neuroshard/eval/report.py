@@ -280,6 +280,37 @@ def drift_lines(hw_dir: Path) -> tuple[list[str], dict | None]:
                    "scaled_spearman": scaled["spearman"]}
 
 
+def anchor_lines(hw_dir: Path) -> tuple[list[str], dict | None]:
+    """Markdown on the plan job's own speed, from the on-policy plans measured again just before and after the
+    evaluation (`eval.drift.read_anchors`), and the figures (None when those steps did not run)."""
+    from neuroshard.eval.drift import drift_scaled_accuracy, read_anchors
+    from neuroshard.eval.summary import speed_ratios
+    from neuroshard.formats.plans import read_plans
+
+    anchors = read_anchors(hw_dir)
+    results = hw_dir / "results.json"
+    if anchors is None or not results.exists():
+        return [], None
+    records = read_plans(results)
+    own, f = speed_ratios(records), anchors["factors"]
+    scaled = drift_scaled_accuracy(records, f)
+    if scaled["mape"] is None:
+        return [], None
+    before, after = anchors["before"], anchors["after"]
+    x = lambda v: "-" if v is None else f"{v:.3f}x"  # noqa: E731
+    lines = [f"Plan-level speed: the {anchors['plans']} on-policy plans of training tasks (step 4f, not the "
+             f"evaluation's tasks), measured again as step 6 measures plans just before and just after it, took "
+             f"{x(before['cost'])} and {x(after['cost'])} their estimates (medians; compute {x(before['compute'])} "
+             f"and {x(after['compute'])}); the evaluation's plans took {x(own['cost'])} theirs (compute "
+             f"{x(own['compute'])}). With the evaluation's estimates scaled by the anchors' speed (compute "
+             f"{x(f['compute'])}, fw {x(f['fw_comm'])}, bw {x(f['bw_comm'])}: measured on other plans, not fitted "
+             f"to these), the plan-cost MAPE is {100 * scaled['mape']:.1f}% (Spearman {scaled['spearman']:.3f}). "
+             f"The anchors' estimates are in-sample (the models were retrained on their shards): they measure the "
+             f"plan job's speed, not the models' accuracy."]
+    return lines, {**anchors, "evaluation": own, "scaled_plan_mape": scaled["mape"],
+                   "scaled_spearman": scaled["spearman"]}
+
+
 def refine_lines(hw_dir: Path) -> tuple[list[str], dict | None]:
     """Markdown on hardware in the loop (`--refine`, eval/refine.py) as the evaluated plans record it, and the
     figures (None when no plan was refined)."""
@@ -480,10 +511,12 @@ def write_report(out, preset, steps: list[dict], seconds: float, study: tuple[in
             cmp_md]
     text += verdict_lines(verdicts)
     text += power_lines(hw, study=study)
-    drift = None
+    drift = anchors = None
     if hw and hw.simulator_accuracy:
         text += ["", "## Simulator vs hardware", "", accuracy_table(hw.simulator_accuracy)]
         lines, drift = drift_lines(out / "hw")
+        text += lines
+        lines, anchors = anchor_lines(out / "hw")
         text += lines
     refine_md, refine = refine_lines(out / "hw")
     text += refine_md
@@ -519,6 +552,6 @@ def write_report(out, preset, steps: list[dict], seconds: float, study: tuple[in
     write_json_atomic(out / "config.json", {"preset": asdict(preset), "steps": steps, "wall_seconds": seconds,
                                             "versions": library_versions(), "models": model_rows,
                                             "learned": learned_rows, "verdicts": verdicts, "drift": drift,
-                                            "onpolicy": onpolicy, "refine": refine,
+                                            "anchors": anchors, "onpolicy": onpolicy, "refine": refine,
                                             "torchrec_train": trec})
     return report

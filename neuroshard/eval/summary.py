@@ -404,23 +404,44 @@ def bias_by_alg(records: Sequence[PlanRecord]) -> dict[str, dict[str, float | No
     return {alg: {k: _median(v) for k, v in ratios.items()} for alg, ratios in out.items()}
 
 
+_SPEED_PARTS = ("compute", "bw_comm", "fw_comm")
+
+
+def _add_ratios(into: dict[str, list[float]], cost: float, parts, r: PlanRecord) -> None:
+    """Append measured / estimated of the plan cost (`cost`) and of each part of `parts` summed over the ranks
+    (where the estimate has that part and as many ranks) to `into`'s lists."""
+    into["cost"].append(cost / r.estimated_cost)
+    for part in _SPEED_PARTS:
+        est = sum(getattr(r.estimate, part))
+        if est > 0 and len(getattr(parts, part)) == len(getattr(r.estimate, part)):
+            into[part].append(sum(getattr(parts, part)) / est)
+
+
+def _measured(records: Sequence[PlanRecord]) -> list[PlanRecord]:
+    return [r for r in records if r.measured is not None and r.cost is not None and r.estimated_cost
+            and r.estimate is not None]
+
+
+def speed_ratios(records: Sequence[PlanRecord]) -> dict[str, float | None]:
+    """The medians over the measured plans of measured / estimated plan cost ("cost") and of each part summed
+    over the ranks ("compute", "bw_comm", "fw_comm"; None where no plan has it): how fast the machine ran
+    these plans against what the models assume."""
+    ratios: dict[str, list[float]] = {k: [] for k in ("cost", *_SPEED_PARTS)}
+    for r in _measured(records):
+        _add_ratios(ratios, r.cost, r.measured, r)
+    return {k: _median(v) for k, v in ratios.items()}
+
+
 def bias_by_round(records: Sequence[PlanRecord]) -> list[dict[str, float | None]]:
-    """Per measurement round r (the r-th repeat of every plan: the rounds measure every plan once, in a
-    shuffled order, `eval.hardware.measurement_order`), the medians over the plans measured r+1 times or more
-    of measured / estimated plan cost ("cost") and of each part summed over the ranks ("compute", "bw_comm",
-    "fw_comm"; None where no plan has that part estimated). Empty with fewer than two rounds."""
+    """`speed_ratios` per measurement round r (the r-th repeat of every plan: the rounds measure every plan
+    once, in a shuffled order, `eval.hardware.measurement_order`), over the plans measured r+1 times or more.
+    Empty with fewer than two rounds."""
     rounds: list[dict[str, list[float]]] = []
-    for r in records:
-        if r.measured is None or not r.measured.repeats or not r.estimated_cost or r.estimate is None:
-            continue
-        for i, (cost, rep) in enumerate(zip(r.repeat_costs or [], r.measured.repeats)):
+    for r in _measured(records):
+        for i, (cost, rep) in enumerate(zip(r.repeat_costs or [], r.measured.repeats or [])):
             if i == len(rounds):
-                rounds.append({"cost": [], "compute": [], "bw_comm": [], "fw_comm": []})
-            rounds[i]["cost"].append(cost / r.estimated_cost)
-            for part in ("compute", "bw_comm", "fw_comm"):
-                est = sum(getattr(r.estimate, part))
-                if est > 0 and len(getattr(rep, part)) == len(getattr(r.estimate, part)):
-                    rounds[i][part].append(sum(getattr(rep, part)) / est)
+                rounds.append({k: [] for k in ("cost", *_SPEED_PARTS)})
+            _add_ratios(rounds[i], cost, rep, r)
     if len(rounds) < 2:
         return []
     return [{k: _median(v) for k, v in ratios.items()} for ratios in rounds]

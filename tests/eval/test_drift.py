@@ -49,3 +49,32 @@ def test_scaled_plan_cost_by_hand():
     assert got["plans"] == 2 and got["mape"] == pytest.approx((0.0 + 0.5) / 2)
     assert drift_scaled_accuracy([PlanRecord(0, "a", status="oom")], {"compute": 1, "fw_comm": 1,
                                                                        "bw_comm": 1})["mape"] is None
+
+
+def _anchor(task, compute, fw, cost):
+    """A measured plan of 2 ranks: estimate compute [1, 2], bw [1, 1], fw [1, 1] (cost 4); measured compute
+    `compute` x the estimate, fw `fw` x it, bw as estimated; plan cost `cost`."""
+    return PlanRecord(task, "a", plan=Plan((), ((0,), (1,))),
+                      estimate=CostBreakdown([1.0, 2.0], [1.0, 1.0], [1.0, 1.0]),
+                      measured=CostBreakdown([compute, 2.0 * compute], [1.0, 1.0], [fw, fw]), repeat_costs=[cost])
+
+
+def test_read_anchors_gives_the_geometric_mean_of_the_speeds_before_and_after(tmp_path):
+    from neuroshard.eval.drift import ANCHORS, read_anchors
+    from neuroshard.formats.plans import write_plans
+
+    assert read_anchors(tmp_path) is None  # the steps did not run
+    # before: compute 0.5, 1.0, 1.5 of the estimate -> median 1.0; plan costs 3, 4, 5 over 4 -> 1.0
+    # after: compute 0.81 -> 0.81; fw 1.44 -> 1.44; cost 3.6 / 4 = 0.9
+    (tmp_path / ANCHORS["before"]).mkdir()
+    write_plans(tmp_path / ANCHORS["before"] / "results.json",
+                [_anchor(0, 0.5, 1.0, 3.0), _anchor(1, 1.0, 1.0, 4.0), _anchor(2, 1.5, 1.0, 5.0)])
+    assert read_anchors(tmp_path) is None  # only one of the two
+    (tmp_path / ANCHORS["after"]).mkdir()
+    write_plans(tmp_path / ANCHORS["after"] / "results.json", [_anchor(0, 0.81, 1.44, 3.6)])
+    a = read_anchors(tmp_path)
+    assert a["plans"] == 3
+    assert a["before"] == {"cost": 1.0, "compute": 1.0, "bw_comm": 1.0, "fw_comm": 1.0}
+    assert a["after"]["cost"] == pytest.approx(0.9) and a["after"]["compute"] == pytest.approx(0.81)
+    # sqrt(1.0 x 0.81) = 0.9 (compute), sqrt(1.0 x 1.44) = 1.2 (fw), bw 1
+    assert a["factors"] == pytest.approx({"compute": 0.9, "fw_comm": 1.2, "bw_comm": 1.0})

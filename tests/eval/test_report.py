@@ -102,3 +102,24 @@ def test_drift_lines_give_the_change_since_the_calibration(tmp_path):
     lines, fig = drift_lines(tmp_path)
     assert fig["calibration"] is None and fig["scaled_plan_mape"] == pytest.approx(0.55 / 5.5)
     assert lines[0].startswith("Machine drift: right after the evaluation")
+
+
+def test_anchor_lines_scale_the_estimates_by_the_anchors_speed(tmp_path):
+    from neuroshard.eval.drift import ANCHORS
+    from neuroshard.eval.report import anchor_lines
+    from neuroshard.formats.plans import write_plans
+    from tests.eval.test_drift import _anchor
+
+    # the anchors ran compute at 0.5x their estimate before and after (fw and bw 1x); the evaluation's plan:
+    # estimate compute [1, 2] + bw [1, 1] + fw [1, 1] -> 4 ms; scaled: [0.5 + 2, 1 + 2] -> 3 ms = measured
+    for name in ANCHORS.values():
+        (tmp_path / name).mkdir()
+        write_plans(tmp_path / name / "results.json", [_anchor(0, 0.5, 1.0, 3.0), _anchor(1, 0.5, 1.0, 3.0)])
+    assert anchor_lines(tmp_path) == ([], None)  # no evaluation results
+    write_plans(tmp_path / "results.json", [_anchor(0, 0.5, 1.0, 3.0)])
+    lines, fig = anchor_lines(tmp_path)
+    assert fig["scaled_plan_mape"] == pytest.approx(0.0, abs=1e-12) and fig["plans"] == 2
+    assert fig["evaluation"]["cost"] == 0.75 and fig["factors"]["compute"] == pytest.approx(0.5)
+    assert "the 2 on-policy plans of training tasks" in lines[0]
+    assert "took 0.750x and 0.750x their estimates (medians; compute 0.500x and 0.500x)" in lines[0]
+    assert "the plan-cost MAPE is 0.0%" in lines[0]
