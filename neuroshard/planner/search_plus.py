@@ -642,7 +642,7 @@ def search_plus(tables: Sequence[ShardTable], ndevices: int, max_mem: float, mod
             best = min(found, key=lambda f: f[0])
             if plus.plus_tabu and ndevices > 1 and best[2].gids:
                 best[2], m2 = _tabu(best[2], plus.plus_tabu, plus.plus_max_moves - best[3], plus.plus_splits)
-                best[0], best[3] = best[2].cost()[0], best[3] + m2
+                best[3] += m2  # (best[0], the descent's cost, is not read again)
             moves = sum(f[3] for f in found)
         for _, name, state, m in found:
             if m:
