@@ -157,9 +157,10 @@ PRESETS = {
 # 37.6 minutes: data and models 11.6, planning 10.0, of which 9.3 refining NeuroShard+ on hardware (4
 # candidates x 2 rounds per task), and measuring 15.9. The refinement kept NeuroShard+'s own plan in 68, 69
 # and 65 of 70 tasks in the three 70-task runs, and NeuroShard+ was level with NeuroShard on hardware with and
-# without it, so the study spends those minutes on 40 more tasks instead (`--refine 4` puts it back); about 39
-# minutes. The task sd dominates the detectable difference (task sd^2 > repeat sd^2 / 4), so tasks, not
-# rounds, buy power; 4 rounds keep the plan-cost MAPE's repeat-noise floor near 3%.
+# without it, so the study spends those minutes on 40 more tasks instead (`--refine 4` puts it back). Three
+# runs at 110 x 4 took 39.7, 41.5 and 45.5 minutes (the last on a machine about 10% slower in every step;
+# the anchors then ran two rounds) and detected 3.5-4.0% against the baselines. The task sd dominates the
+# detectable difference (task sd^2 > repeat sd^2 / 4), so tasks, not rounds, buy power; 4 rounds keep the plan-cost MAPE's repeat-noise floor near 3%.
 # 3,000 compute samples: the compute model is data-starved at 1,000. Trained on the seed-2 study's first 1,000,
 # 2,000 and 3,000 random shards, its error on the 800 ranks of that study's evaluation plans (sd of log
 # measured / estimated within a plan: what a plan's ranks do not share) was 13.4%, 10.5% and 10.1%, and the
@@ -327,7 +328,9 @@ def build_steps(p: Preset, out: Path, data: str | None, gpu_devices: str | None,
 
     def anchors(when: str) -> list[Step]:
         """With on-policy data: step 4f's plans of training tasks measured again as step 6 measures plans, under
-        step 6's models, just `when` ("before" or "after") it: the plan job's own speed (eval/drift.py)."""
+        step 6's models, just `when` ("before" or "after") it: the plan job's own speed (eval/drift.py). One
+        round each: the median over the plans is what is read, and before and after agreed to 0.1-1.6% in the
+        110-task studies, so a second round bought little for its 40 s (the study's 45 minutes are tight)."""
         if not onpolicy:
             return []
         dest = out / "hw" / ANCHORS[when]
@@ -336,7 +339,7 @@ def build_steps(p: Preset, out: Path, data: str | None, gpu_devices: str | None,
                       "--alg", "all", "--ndevices", str(n), "--max_mem", str(p.max_mem), "--max_tasks",
                       str(p.onpolicy_tasks), "--calibration", str(calib), *s, "--plans",
                       str(plan_data / "hw" / "plans.json"), "--out_dir", str(dest), "--warmup", str(p.eval_warmup),
-                      "--iters", str(p.eval_iters), "--repeats", str(p.onpolicy_repeats), *dev, "--quiet",
+                      "--iters", str(p.eval_iters), "--repeats", "1", *dev, "--quiet",
                       "--no_progress"], [dest / "summary.json"])]
 
     # Just before planning: the machine's speed now; steps 5 and 6 scale the models by it (--calibration).
