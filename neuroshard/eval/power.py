@@ -133,3 +133,48 @@ def rank_noise(totals: Sequence[Sequence[Sequence[float]]]) -> RankNoise | None:
     c2 = float(np.mean([lr.mean() ** 2 for lr in logs]))
     shared = float(np.mean([2 * independent_var / len(lr) for lr in logs]))
     return RankNoise(len(logs), math.sqrt(independent_var), math.sqrt(max(0.0, (c2 - shared) / 2)))
+
+
+@dataclass(frozen=True)
+class Headroom:
+    """What choosing each task's plan among the compared algorithms' plans by measuring them would gain over the
+    reference's plan (fractions of the reference's cost; `selection_headroom`)."""
+
+    gain: float  # chosen by one half of the rounds, judged on the other (cross-validated)
+    lo: float  # its 95% interval over tasks (normal)
+    hi: float
+    in_sample: float  # chosen and judged by the same rounds: the cheapest measured mean, selection on noise too
+    tasks: int
+    algorithms: int
+    repeats: int
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def selection_headroom(costs: Sequence[Sequence[Sequence[float]]], reference: int = 0) -> Headroom | None:
+    """How much a choice among the plans of several algorithms, made by measuring them, gains over the
+    reference's plan: `costs[alg][task][round]` (ms, every algorithm's plans measured in the same rounds),
+    `costs[reference]` the reference's. Per task, the plan with the lowest mean over the even rounds is
+    judged on the odd rounds (gain ``1 - its mean / the reference's mean`` there), and the other way round;
+    the task's gain is the mean of the two. Judged on rounds it was not chosen by, the gain is what the
+    choice is worth and not the noise it was chosen on (the in-sample gain, chosen and judged on all rounds,
+    is never below 0 and grows with the noise). The interval is the mean over tasks +- 1.96 standard errors.
+    A cross-validated gain level with zero says that no choice among these plans, measured this often, beats
+    the reference's: on this machine, the room a hardware-in-the-loop choice (`--refine`) has. None with
+    fewer than 2 algorithms, 2 tasks or 2 rounds."""
+    c = np.asarray(costs, dtype=np.float64)
+    if c.ndim != 3 or c.shape[0] < 2 or c.shape[1] < 2 or c.shape[2] < 2:
+        return None
+    algs, tasks, rounds = c.shape
+    halves = (np.arange(0, rounds, 2), np.arange(1, rounds, 2))
+    per_task = np.zeros(tasks)
+    for sel, judge in (halves, halves[::-1]):
+        chosen = c[:, :, sel].mean(axis=2).argmin(axis=0)  # [task]: the cheapest by the choosing rounds
+        judged = c[chosen, np.arange(tasks)][:, judge].mean(axis=1)
+        per_task += (1.0 - judged / c[reference][:, judge].mean(axis=1)) / 2
+    gain = float(per_task.mean())
+    half = 1.96 * float(per_task.std(ddof=1)) / math.sqrt(tasks)
+    means = c.mean(axis=2)
+    in_sample = float((1.0 - means.min(axis=0) / means[reference]).mean())
+    return Headroom(gain, gain - half, gain + half, in_sample, tasks, algs, rounds)

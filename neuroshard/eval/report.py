@@ -112,6 +112,19 @@ def power_lines(hw: Summary | None, target: float = 0.03, study: tuple[int, int]
             f"{100 * target:.0f}% difference needs {need} tasks{sized}."]
 
 
+def headroom_lines(hw: Summary | None) -> list[str]:
+    """A line on what choosing among the compared plans by measurement would gain over NeuroShard's
+    (`power.selection_headroom`): the room a search or a hardware-in-the-loop choice has at this noise."""
+    h = hw.headroom if hw is not None else None
+    if h is None:
+        return []
+    return [f"- headroom: choosing each task's plan among the {h.algorithms} algorithms' by the mean of half of "
+            f"the {h.repeats} rounds and judging it on the other half gains {_pct(h.gain)} "
+            f"[{_pct(h.lo)}, {_pct(h.hi)}] over NeuroShard's plan ({h.tasks} tasks); chosen and judged on the same "
+            f"rounds, {_pct(h.in_sample)}, which is selection on the noise. A gain level with zero says no "
+            "choice among these plans, measured this often, beats NeuroShard's here (what `--refine` could win)."]
+
+
 def verdict_lines(verdicts: dict) -> list[str]:
     """One line per evaluation: which baselines NeuroShard beats, loses to, or does not separate from,
     as the 95% intervals of the paired differences say (never the point estimate alone)."""
@@ -511,6 +524,7 @@ def write_report(out, preset, steps: list[dict], seconds: float, study: tuple[in
             cmp_md]
     text += verdict_lines(verdicts)
     text += power_lines(hw, study=study)
+    text += headroom_lines(hw)
     drift = anchors = None
     if hw and hw.simulator_accuracy:
         text += ["", "## Simulator vs hardware", "", accuracy_table(hw.simulator_accuracy)]

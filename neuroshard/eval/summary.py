@@ -17,7 +17,7 @@ from typing import Sequence
 import numpy as np
 
 from neuroshard.eval.intervals import Interval, exceeds_repeat_noise, mean_interval, paired_difference, verdict
-from neuroshard.eval.power import Components, components, plan_repeat_noise, rank_noise
+from neuroshard.eval.power import Components, Headroom, components, plan_repeat_noise, rank_noise, selection_headroom
 from neuroshard.types import PlanRecord, RankNoise
 
 REFERENCE_ALG = "neuroshard"
@@ -256,6 +256,7 @@ class Summary:
     simulator_accuracy_e2e: Accuracy | None = None
     e2e_vs_parts: E2EVsParts | None = None
     hardware: HardwareRun | None = None
+    headroom: Headroom | None = None  # measured costs: a choice among these plans by measurement (eval/power.py)
 
     @property
     def is_hardware(self) -> bool:
@@ -279,6 +280,8 @@ class Summary:
             d["e2e_vs_parts"] = vars(self.e2e_vs_parts)
         if self.hardware is not None:
             d["hardware"] = self.hardware.to_json()
+        if self.headroom is not None:
+            d["headroom"] = self.headroom.to_json()
         return d
 
     @classmethod
@@ -291,7 +294,7 @@ class Summary:
                    d.get("verdicts", {}), d.get("simulator_ranking"), d.get("neuroshard_beats_every_greedy"),
                    opt("simulator_accuracy", Accuracy.from_json), d.get("e2e_ranking"),
                    opt("simulator_accuracy_e2e", Accuracy.from_json), opt("e2e_vs_parts", lambda e: E2EVsParts(**e)),
-                   opt("hardware", HardwareRun.from_json))
+                   opt("hardware", HardwareRun.from_json), opt("headroom", lambda h: Headroom(**h)))
 
 
 # --------------------------------------------------------------------------- the comparison
@@ -349,6 +352,24 @@ def summarize(records: Sequence[PlanRecord], algs: Sequence[str], num_tasks: int
                                              if r.mean_common else None, components(a, b))
     return Summary(tasks=num_tasks, common_tasks=len(common), cost=cost_key, reference=reference, algorithms=rows,
                    ranking=[r.alg for r in ranked], neuroshard_beats=beats, verdicts=verdicts)
+
+
+def headroom(records: Sequence[PlanRecord], algs: Sequence[str], reference: str = REFERENCE_ALG,
+             cost_key: str = "cost") -> Headroom | None:
+    """`power.selection_headroom` of the measured plans of `algs` over the reference's, on the tasks where
+    every one of them has a cost; None without the reference, with fewer than 2 algorithms, or when the
+    plans were not all measured the same number of rounds."""
+    if reference not in algs:
+        return None
+    order = [reference, *(a for a in algs if a != reference)]
+    by_alg = {a: {r.task: r for r in records if r.alg == a and getattr(r, cost_key) is not None} for a in order}
+    common = sorted(set.intersection(*(set(v) for v in by_alg.values())))
+    if not common:
+        return None
+    costs = [[by_alg[a][t].costs(cost_key) for t in common] for a in order]
+    if len({len(x) for m in costs for x in m}) > 1:
+        return None
+    return selection_headroom(costs)
 
 
 def _repeat_matrix(records: Sequence[PlanRecord], cost_key: str) -> list[list[float]]:
@@ -537,6 +558,7 @@ def hardware_summary(records: Sequence[PlanRecord], algs: Sequence[str], num_tas
     hw.simulator_ranking = sim.ranking
     hw.neuroshard_beats_every_greedy = all(greedy.values()) if greedy else None
     hw.simulator_accuracy = simulator_accuracy(records)
+    hw.headroom = headroom(records, algs)
     if e2e:
         hw.e2e_ranking = e2e_sum.ranking
         hw.simulator_accuracy_e2e = simulator_accuracy(records, "e2e_cost")

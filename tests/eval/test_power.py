@@ -61,3 +61,28 @@ def test_rank_noise_by_hand():
     assert together.independent_sd == pytest.approx(0.0, abs=1e-12)
     assert together.common_sd == pytest.approx(math.log(1.1) / math.sqrt(2))
     assert rank_noise([[[1.0, 2.0]]]) is None
+
+
+def test_selection_headroom_by_hand():
+    import math
+
+    from neuroshard.eval.power import selection_headroom
+
+    # reference 10 ms everywhere; the other plan 9 then 11 ms on task 0 (noise), 8 ms on task 1 (truly cheaper)
+    ref = [[10.0, 10.0], [10.0, 10.0]]
+    other = [[9.0, 11.0], [8.0, 8.0]]
+    h = selection_headroom([ref, other])
+    # task 0: chosen by round 1 (9 < 10), judged on round 2: 1 - 11/10 = -0.1; chosen by round 2 (11 > 10):
+    # the reference, gain 0; mean -0.05. Task 1: the other plan both ways, 1 - 8/10 = 0.2
+    assert math.isclose(h.gain, (-0.05 + 0.2) / 2)
+    half = 1.96 * math.sqrt(((-0.05 - 0.075) ** 2 + (0.2 - 0.075) ** 2) / 1) / math.sqrt(2)
+    assert math.isclose(h.lo, 0.075 - half) and math.isclose(h.hi, 0.075 + half)
+    # in sample: task 0 means tie at 10 (gain 0), task 1 gains 0.2
+    assert math.isclose(h.in_sample, 0.1)
+    assert (h.tasks, h.algorithms, h.repeats) == (2, 2, 2)
+    # rounds split even / odd: with 4 rounds, a plan cheap only in rounds 1 and 3 is chosen by them and judged
+    # on rounds 2 and 4
+    h4 = selection_headroom([[[10.0] * 4] * 2, [[9.0, 11.0, 9.0, 11.0], [10.0] * 4]])
+    assert math.isclose(h4.gain, (-0.1 / 2 + 0.0) / 2) and math.isclose(h4.in_sample, 0.0)
+    assert selection_headroom([ref]) is None  # one algorithm
+    assert selection_headroom([[[10.0], [10.0]], [[9.0], [9.0]]]) is None  # one round

@@ -101,3 +101,28 @@ def test_bias_by_round_gives_each_rounds_median_over_the_plans_and_reaches_the_r
         accuracy_table(acc)
     # one round says nothing about drift
     assert bias_by_round([rec(0, [(9.0, 2.0)])]) == []
+
+
+def test_headroom_pairs_the_algorithms_by_task_and_reaches_the_summary_and_report():
+    from neuroshard.eval.report import headroom_lines
+    from neuroshard.eval.summary import Summary, hardware_summary, headroom
+
+    def rec(alg, task, repeats):
+        est = CostBreakdown([10.0], [0.0], [0.0])
+        return PlanRecord(task=task, alg=alg, plan=Plan((), ((0,),)), estimate=est,
+                          measured=CostBreakdown([float(sum(repeats) / len(repeats))], [0.0], [0.0]),
+                          repeat_costs=list(repeats))
+
+    # the other algorithm is truly 20% cheaper on task 1 and level on task 0; task 2 has no plan of it
+    records = [rec("neuroshard", 0, [10.0, 10.0]), rec("other", 0, [10.0, 10.0]),
+               rec("neuroshard", 1, [10.0, 10.0]), rec("other", 1, [8.0, 8.0]), rec("neuroshard", 2, [5.0, 5.0])]
+    h = headroom(records, ["neuroshard", "other"])
+    assert abs(h.gain - 0.1) < 1e-12 and abs(h.in_sample - 0.1) < 1e-12 and h.tasks == 2
+    assert headroom(records, ["other"]) is None  # no reference
+    # plans measured a different number of rounds: no headroom
+    assert headroom(records[:3] + [rec("other", 1, [8.0])], ["neuroshard", "other"]) is None
+    hw = hardware_summary(records, ["neuroshard", "other"], 3)
+    assert hw.headroom == h and Summary.from_json(hw.to_json()).headroom == h
+    [line] = headroom_lines(hw)
+    assert "among the 2 algorithms' by the mean of half of the 2 rounds" in line and "gains +10.0%" in line
+    assert headroom_lines(None) == []
