@@ -113,6 +113,11 @@ def test_tiny_pipeline_writes_every_artifact_and_skips_on_rerun(tmp_path):
     assert set(err) == {"random", "onpolicy"} and err["onpolicy"]["plans"] == len(measured)
     assert "## On-policy cost data" in report and "Calibration:" in report
     assert "Within a plan the ranks move together" in report
+    # the ranks' ready spread, estimated and measured, under each set of models and in the evaluation's table;
+    # and what a choice among the compared plans by measurement would gain (the headroom)
+    assert all(err[k]["rank_spread"]["plans"] == len(measured) for k in err)
+    assert "ms apart in the estimates and" in report and "ranks' ready spread, estimated / measured" in report
+    assert "- headroom: choosing each task's plan among the" in report
     # hardware in the loop (step 5, --refine 2): NeuroShard+'s plans chosen among measured candidates, the
     # paper's NeuroShard left as the models chose; the evaluation carries the choice and measures it afresh
     sim_plans = read_plans(out / "sim" / "plans.json")

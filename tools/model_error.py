@@ -77,12 +77,14 @@ def main(argv=None) -> int:
     models = {label: CostModels.from_paths(*paths, args.ndevices) for label, paths in sets.items()}
     errors = model_error(records, tasks, configs, models, args.max_mem)
     pct = lambda x: "-" if x is None else f"{100 * x:.1f}%"  # noqa: E731
-    print("| models | plans | plan MAPE | expected | compute | bw comm | fw comm | in 80% band |")
+    print("| models | plans | plan MAPE | expected | compute | bw comm | fw comm | ready spread est / hw (ms) | "
+          "in 80% band |")
     for label, acc in errors.items():
         part = lambda k: pct(acc.parts[k].mape) if k in acc.parts else "-"  # noqa: E731
+        sp = acc.rank_spread
+        spread = f"{sp['estimated']:.2f} / {sp['measured']:.2f}" if sp else "-"
         print(f"| {label} | {acc.plans} | {pct(acc.mape)} | {pct(acc.mape_expected)} | {part('compute')} | "
-              f"{part('bw_comm')} | "
-              f"{part('fw_comm')} | {pct(acc.calibration)} |")
+              f"{part('bw_comm')} | {part('fw_comm')} | {spread} | {pct(acc.calibration)} |")
     write_json_atomic(out_path, {"results": str(args.results), "models": {k: [str(x) for x in v]
                                                                          for k, v in sets.items()},
                                  "accuracy": {k: a.to_json() for k, a in errors.items()}})

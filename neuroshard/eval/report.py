@@ -190,6 +190,16 @@ def accuracy_table(acc: Accuracy) -> str:
                                  f"exchange {num(b['fw_comm'])})" for alg, b in acc.by_alg.items())
                      + ". A search that picks the plans the models under-estimate (the winner's curse) runs "
                        "further above its estimates than the plans of algorithms that do not search the models.")
+    sp = acc.rank_spread
+    if sp:
+        lines.append(f"The ranks' ready times (compute + backward exchange) lie {sp['estimated']:.2f} ms apart in "
+                     f"the estimates and {sp['measured']:.2f} ms on the hardware (medians over {sp['plans']} plans; "
+                     f"mean absolute error {sp['mae']:.2f} ms; the hardware's is the larger in "
+                     f"{pct(sp['under'])}); per algorithm, estimated / measured: "
+                     + "; ".join(f"{alg} {b['estimated']:.2f} / {b['measured']:.2f} ms"
+                                 for alg, b in sp["by_alg"].items())
+                     + ". Every rank's forward exchange waits for the last one ready, so a spread the models do "
+                       "not see is paid in the forward exchange.")
     if acc.by_round:
         lines.append("Measured over estimated, per round of the measurement (each round measures every plan once, "
                      "in a shuffled order; medians over the plans): "
@@ -244,12 +254,15 @@ def onpolicy_lines(out: Path) -> tuple[list[str], dict | None]:
     if errors:
         lines += ["", "The evaluation's measured plans, re-simulated under each set of models (tools/model_error.py):",
                   "", "| models | plans | plan MAPE | expected cost MAPE | per-rank compute | bw comm | fw comm | "
-                  "in the 80% band |", "|---|---|---|---|---|---|---|---|"]
+                  "ranks' ready spread, estimated / measured (median ms) | in the 80% band |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         for label, acc in errors.get("accuracy", {}).items():
             part = lambda k: pct(acc.get("parts", {}).get(k, {}).get("mape"))  # noqa: E731
+            sp = acc.get("rank_spread")
+            spread = f"{sp['estimated']:.2f} / {sp['measured']:.2f}" if sp else "-"
             lines.append(f"| {label} | {acc.get('plans')} | {pct(acc.get('mape'))} | "
                          f"{pct(acc.get('mape_expected'))} | {part('compute')} | "
-                         f"{part('bw_comm')} | {part('fw_comm')} | {pct(acc.get('calibration'))} |")
+                         f"{part('bw_comm')} | {part('fw_comm')} | {spread} | {pct(acc.get('calibration'))} |")
     return lines, {"lambda": lam, "model_error": errors.get("accuracy") if errors else None}
 
 

@@ -177,6 +177,8 @@ class Accuracy:
     # estimated: "cost" and each part summed over the ranks (`bias_by_round`); a trend is the machine's speed
     # moving during the evaluation, which the calibration before planning cannot see
     by_round: list[dict[str, float | None]] = field(default_factory=list)
+    # the spread of the ranks' ready times (the longest forward wait), estimated and measured (`rank_spread`)
+    rank_spread: dict | None = None
 
     def to_json(self) -> dict:
         d = {k: getattr(self, k) for k in ("cost", "plans", "mape", "spearman", "pair_agreement", "pairs",
@@ -189,7 +191,7 @@ class Accuracy:
                      calibration=self.calibration, calibration_n=self.calibration_n,
                      mape_expected=self.mape_expected,
                      rank_noise=None if self.rank_noise is None else self.rank_noise.to_json(),
-                     by_alg=self.by_alg, by_round=self.by_round)
+                     by_alg=self.by_alg, by_round=self.by_round, rank_spread=self.rank_spread)
         return d
 
     @classmethod
@@ -201,7 +203,7 @@ class Accuracy:
                    d.get("pairs_beyond_noise"), d.get("pair_agreement_beyond_noise"), d.get("repeat_noise"),
                    d.get("calibration"), d.get("calibration_n", 0), d.get("mape_expected"),
                    None if d.get("rank_noise") is None else RankNoise.from_json(d["rank_noise"]),
-                   d.get("by_alg") or {}, d.get("by_round") or [])
+                   d.get("by_alg") or {}, d.get("by_round") or [], d.get("rank_spread"))
 
 
 @dataclass
@@ -453,6 +455,27 @@ def speed_ratios(records: Sequence[PlanRecord]) -> dict[str, float | None]:
     return {k: _median(v) for k, v in ratios.items()}
 
 
+def rank_spread(records: Sequence[PlanRecord]) -> dict | None:
+    """How far apart a plan's ranks are ready (compute + backward exchange), estimated and measured: its
+    largest `skew`, the longest wait its forward exchange starts with (measured: each rank's skew averaged
+    over the repeats). Over the measured plans with both: "estimated" and "measured", the medians (ms);
+    "mae", the mean absolute error (ms); "under", the share of plans whose measured spread is the larger;
+    "by_alg", each algorithm's two medians. A search that balances the ranks by the models gets a small
+    estimated spread; what the models get wrong about each rank comes back as a measured one, and the
+    forward exchange of every rank waits for it. None without skews."""
+    rows = [(r.alg, max(r.estimate.skew), max(r.measured.skew)) for r in _measured(records)
+            if r.estimate.skew and r.measured.skew]
+    if not rows:
+        return None
+    est, got = np.array([x[1] for x in rows]), np.array([x[2] for x in rows])
+    by_alg = {}
+    for alg in dict.fromkeys(x[0] for x in rows):
+        mine = np.array([x[0] == alg for x in rows])
+        by_alg[alg] = {"estimated": float(np.median(est[mine])), "measured": float(np.median(got[mine]))}
+    return {"plans": len(rows), "estimated": float(np.median(est)), "measured": float(np.median(got)),
+            "mae": float(np.mean(np.abs(got - est))), "under": float(np.mean(got > est)), "by_alg": by_alg}
+
+
 def bias_by_round(records: Sequence[PlanRecord]) -> list[dict[str, float | None]]:
     """`speed_ratios` per measurement round r (the r-th repeat of every plan: the rounds measure every plan
     once, in a shuffled order, `eval.hardware.measurement_order`), over the plans measured r+1 times or more.
@@ -505,6 +528,7 @@ def simulator_accuracy(records: Sequence[PlanRecord], cost_key: str = "cost") ->
         out.calibration, out.calibration_n = band_coverage(done)
         out.by_alg = bias_by_alg(done)
         out.by_round = bias_by_round(done)
+        out.rank_spread = rank_spread(done)
         out.rank_noise = measured_rank_noise(done)
         spread = [r for r in done if r.estimate.spread is not None]
         if spread:

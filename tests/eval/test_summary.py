@@ -126,3 +126,30 @@ def test_headroom_pairs_the_algorithms_by_task_and_reaches_the_summary_and_repor
     [line] = headroom_lines(hw)
     assert "among the 2 algorithms' by the mean of half of the 2 rounds" in line and "gains +10.0%" in line
     assert headroom_lines(None) == []
+
+
+def test_rank_spread_compares_the_largest_skew_estimated_and_measured_and_reaches_the_report():
+    from neuroshard.eval.report import accuracy_table
+    from neuroshard.eval.summary import Accuracy, rank_spread, simulator_accuracy
+
+    def rec(alg, task, est_skew, got_skew):
+        est = CostBreakdown([10.0, 10.0], [1.0, 1.0], [1.0, 1.0], skew=est_skew)
+        got = CostBreakdown([10.0, 10.0], [1.0, 1.0], [1.0, 1.0], skew=got_skew)
+        return PlanRecord(task=task, alg=alg, plan=Plan((), ((0,), (1,))), estimate=est, measured=got,
+                          repeat_costs=[12.0])
+
+    # largest skews, estimated / measured: 0.5 / 2.0 and 0.2 / 1.0 (neuroshard), 3.0 / 2.0 (greedy); the
+    # record without a measured skew is left out
+    records = [rec("neuroshard", 0, [0.0, 0.5], [2.0, 0.0]), rec("neuroshard", 1, [0.2, 0.0], [0.0, 1.0]),
+               rec("greedy", 0, [3.0, 0.0], [0.0, 2.0]), rec("greedy", 1, [1.0, 0.0], None)]
+    sp = rank_spread(records)
+    assert (sp["plans"], sp["estimated"], sp["measured"]) == (3, 0.5, 2.0)
+    assert abs(sp["mae"] - (1.5 + 0.8 + 1.0) / 3) < 1e-12 and abs(sp["under"] - 2 / 3) < 1e-12
+    assert sp["by_alg"] == {"neuroshard": {"estimated": 0.35, "measured": 1.5},
+                            "greedy": {"estimated": 3.0, "measured": 2.0}}
+    assert rank_spread(records[3:]) is None
+    acc = simulator_accuracy(records)
+    assert acc.rank_spread == sp and Accuracy.from_json(acc.to_json()).rank_spread == sp
+    text = accuracy_table(acc)
+    assert "lie 0.50 ms apart in the estimates and 2.00 ms on the hardware (medians over 3 plans" in text
+    assert "neuroshard 0.35 / 1.50 ms; greedy 3.00 / 2.00 ms" in text
