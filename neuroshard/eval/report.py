@@ -19,6 +19,8 @@ from neuroshard.eval.intervals import VERDICTS
 from neuroshard.eval.results import fmt_ci, gain_cell
 from neuroshard.eval.summary import Accuracy, AlgorithmRow, Summary
 from neuroshard.formats.io import atomic_write, write_json_atomic
+from neuroshard.formats.plans import read_plans
+from neuroshard.types import PlanRecord
 
 
 def _load(path: Path):
@@ -266,21 +268,20 @@ def onpolicy_lines(out: Path) -> tuple[list[str], dict | None]:
     return lines, {"lambda": lam, "model_error": errors.get("accuracy") if errors else None}
 
 
-def drift_lines(hw_dir: Path) -> tuple[list[str], dict | None]:
+def drift_lines(hw_dir: Path, records: list[PlanRecord] | None) -> tuple[list[str], dict | None]:
     """Markdown lines on the machine's drift since the cost data was recorded (and, where the evaluation's
     models were calibrated before planning, since that calibration), and the figures (None when the drift
-    steps did not run or nothing was measured)."""
+    steps did not run or nothing was measured). `records`: the evaluation's (`hw_dir`'s results.json), None
+    without them."""
     from neuroshard.eval.drift import PARTS, drift_scaled_accuracy, read_drift
-    from neuroshard.formats.plans import read_plans
 
     drift = read_drift(hw_dir)
-    results = hw_dir / "results.json"
-    if drift is None or not results.exists():
+    if drift is None or records is None:
         return [], None
     config = _load(hw_dir / "config.json")
     calib = config.get("calibration_factors") if isinstance(config, dict) else None
     change = {k: drift[k] / calib[k] for k in PARTS} if calib else drift
-    scaled = drift_scaled_accuracy(read_plans(results), change)
+    scaled = drift_scaled_accuracy(records, change)
     if scaled["mape"] is None:
         return [], None
     n = drift["samples"]
@@ -306,18 +307,16 @@ def drift_lines(hw_dir: Path) -> tuple[list[str], dict | None]:
                    "scaled_spearman": scaled["spearman"]}
 
 
-def anchor_lines(hw_dir: Path) -> tuple[list[str], dict | None]:
+def anchor_lines(hw_dir: Path, records: list[PlanRecord] | None) -> tuple[list[str], dict | None]:
     """Markdown on the plan job's own speed, from the on-policy plans measured again just before and after the
-    evaluation (`eval.drift.read_anchors`), and the figures (None when those steps did not run)."""
+    evaluation (`eval.drift.read_anchors`), and the figures (None when those steps did not run). `records`:
+    the evaluation's, None without them."""
     from neuroshard.eval.drift import drift_scaled_accuracy, read_anchors
     from neuroshard.eval.summary import speed_ratios
-    from neuroshard.formats.plans import read_plans
 
     anchors = read_anchors(hw_dir)
-    results = hw_dir / "results.json"
-    if anchors is None or not results.exists():
+    if anchors is None or records is None:
         return [], None
-    records = read_plans(results)
     own, f = speed_ratios(records), anchors["factors"]
     scaled = drift_scaled_accuracy(records, f)
     if scaled["mape"] is None:
@@ -337,14 +336,12 @@ def anchor_lines(hw_dir: Path) -> tuple[list[str], dict | None]:
                    "scaled_spearman": scaled["spearman"]}
 
 
-def refine_lines(hw_dir: Path) -> tuple[list[str], dict | None]:
-    """Markdown on hardware in the loop (`--refine`, eval/refine.py) as the evaluated plans record it, and the
-    figures (None when no plan was refined)."""
+def refine_lines(records: list[PlanRecord] | None) -> tuple[list[str], dict | None]:
+    """Markdown on hardware in the loop (`--refine`, eval/refine.py) as the evaluated plans (`records`, None
+    without an evaluation) record it, and the figures (None when no plan was refined)."""
     from neuroshard.eval.refine import refine_summary
-    from neuroshard.formats.plans import read_plans
 
-    results = hw_dir / "results.json"
-    got = refine_summary(read_plans(results)) if results.exists() else {}
+    got = refine_summary(records) if records is not None else {}
     if not got:
         return [], None
     lines = ["", "## Hardware in the loop", "",
@@ -539,13 +536,15 @@ def write_report(out, preset, steps: list[dict], seconds: float, study: tuple[in
     text += power_lines(hw, study=study)
     text += headroom_lines(hw)
     drift = anchors = None
+    results = out / "hw" / "results.json"
+    records = read_plans(results) if results.exists() else None  # the evaluation's plans, read once
     if hw and hw.simulator_accuracy:
         text += ["", "## Simulator vs hardware", "", accuracy_table(hw.simulator_accuracy)]
-        lines, drift = drift_lines(out / "hw")
+        lines, drift = drift_lines(out / "hw", records)
         text += lines
-        lines, anchors = anchor_lines(out / "hw")
+        lines, anchors = anchor_lines(out / "hw", records)
         text += lines
-    refine_md, refine = refine_lines(out / "hw")
+    refine_md, refine = refine_lines(records)
     text += refine_md
     trec_lines, trec = torchrec_lines(out)
     if trec_lines:

@@ -80,7 +80,7 @@ def test_drift_lines_give_the_change_since_the_calibration(tmp_path):
     import json
 
     from neuroshard.eval.report import drift_lines
-    from neuroshard.formats.plans import write_plans
+    from neuroshard.formats.plans import read_plans, write_plans
     from neuroshard.types import CostBreakdown, Plan, PlanRecord
     from tests.eval.test_drift import _write
 
@@ -93,13 +93,13 @@ def test_drift_lines_give_the_change_since_the_calibration(tmp_path):
     write_plans(tmp_path / "results.json", [rec])
     calib = {"compute": 1.1, "fw_comm": 1.1, "bw_comm": 1.1, "samples": {"compute": 2, "fw_comm": 4, "bw_comm": 4}}
     (tmp_path / "config.json").write_text(json.dumps({"calibration_factors": calib}))
-    lines, fig = drift_lines(tmp_path)
+    lines, fig = drift_lines(tmp_path, read_plans(tmp_path / "results.json"))
     assert fig["scaled_plan_mape"] == pytest.approx(0.0, abs=1e-9) and fig["calibration"] == calib
     assert "just before planning, 2 compute shards and 4 per-rank" in lines[0]
     assert "changed by 2.00x (compute), 0.50x (fw) and 1.00x (bw)" in lines[0]
     # without a calibration the factors themselves scale the estimate: [2.2 + 1.1 + 0.55, 4.4 + ...] -> 6.05
     (tmp_path / "config.json").write_text(json.dumps({}))
-    lines, fig = drift_lines(tmp_path)
+    lines, fig = drift_lines(tmp_path, read_plans(tmp_path / "results.json"))
     assert fig["calibration"] is None and fig["scaled_plan_mape"] == pytest.approx(0.55 / 5.5)
     assert lines[0].startswith("Machine drift: right after the evaluation")
 
@@ -107,7 +107,7 @@ def test_drift_lines_give_the_change_since_the_calibration(tmp_path):
 def test_anchor_lines_scale_the_estimates_by_the_anchors_speed(tmp_path):
     from neuroshard.eval.drift import ANCHORS
     from neuroshard.eval.report import anchor_lines
-    from neuroshard.formats.plans import write_plans
+    from neuroshard.formats.plans import read_plans, write_plans
     from tests.eval.test_drift import _anchor
 
     # the anchors ran compute at 0.5x their estimate before and after (fw and bw 1x); the evaluation's plan:
@@ -115,9 +115,9 @@ def test_anchor_lines_scale_the_estimates_by_the_anchors_speed(tmp_path):
     for name in ANCHORS.values():
         (tmp_path / name).mkdir()
         write_plans(tmp_path / name / "results.json", [_anchor(0, 0.5, 1.0, 3.0), _anchor(1, 0.5, 1.0, 3.0)])
-    assert anchor_lines(tmp_path) == ([], None)  # no evaluation results
+    assert anchor_lines(tmp_path, None) == ([], None)  # no evaluation results
     write_plans(tmp_path / "results.json", [_anchor(0, 0.5, 1.0, 3.0)])
-    lines, fig = anchor_lines(tmp_path)
+    lines, fig = anchor_lines(tmp_path, read_plans(tmp_path / "results.json"))
     assert fig["scaled_plan_mape"] == pytest.approx(0.0, abs=1e-12) and fig["plans"] == 2
     assert fig["evaluation"]["cost"] == 0.75 and fig["factors"]["compute"] == pytest.approx(0.5)
     assert "the 2 on-policy plans of training tasks" in lines[0]
