@@ -258,7 +258,7 @@ class Summary:
     simulator_accuracy_e2e: Accuracy | None = None
     e2e_vs_parts: E2EVsParts | None = None
     hardware: HardwareRun | None = None
-    headroom: Headroom | None = None  # measured costs: a choice among these plans by measurement (eval/power.py)
+    headroom: Headroom | None = None  # a choice among these plans by their repeated costs (eval/power.py)
 
     @property
     def is_hardware(self) -> bool:
@@ -312,7 +312,8 @@ def summarize(records: Sequence[PlanRecord], algs: Sequence[str], num_tasks: int
     mean over the tasks valid for every algorithm; `rank`: order of
     `mean_common` (1 = cheapest); `neuroshard_gain`: the reference's relative
     improvement over that algorithm on the common tasks, `(alg - neuroshard)
-    / alg` (a fraction); search times in ms.
+    / alg` (a fraction); search times in ms. `headroom`: what a choice among the algorithms' plans by
+    their repeated costs gains over the reference's (`power.selection_headroom`; None without repeats).
     """
     def cost(r):
         return getattr(r, cost_key)
@@ -334,10 +335,11 @@ def summarize(records: Sequence[PlanRecord], algs: Sequence[str], num_tasks: int
         r.rank = i + 1
     ref = next((r for r in rows if r.alg == reference), None)
     beats, verdicts = {}, {}
+    matrices: dict[str, list[list[float]]] = {}  # costs[task][repeat] on the common tasks, per algorithm
     if common:
         ref_costs = _repeat_matrix([by_alg[reference][t] for t in common], cost_key) if ref else None
         for r in rows:
-            costs = _repeat_matrix([by_alg[r.alg][t] for t in common], cost_key)
+            costs = matrices[r.alg] = _repeat_matrix([by_alg[r.alg][t] for t in common], cost_key)
             iv = mean_interval(costs)
             r.mean_common_ci = [iv.lo, iv.hi]
             if ref is None:
@@ -353,25 +355,20 @@ def summarize(records: Sequence[PlanRecord], algs: Sequence[str], num_tasks: int
                                                                      diff.hi / abs(r.mean_common)]
                                              if r.mean_common else None, components(a, b))
     return Summary(tasks=num_tasks, common_tasks=len(common), cost=cost_key, reference=reference, algorithms=rows,
-                   ranking=[r.alg for r in ranked], neuroshard_beats=beats, verdicts=verdicts)
+                   ranking=[r.alg for r in ranked], neuroshard_beats=beats, verdicts=verdicts,
+                   headroom=_headroom(matrices, reference))
 
 
-def headroom(records: Sequence[PlanRecord], algs: Sequence[str], reference: str = REFERENCE_ALG,
-             cost_key: str = "cost") -> Headroom | None:
-    """`power.selection_headroom` of the measured plans of `algs` over the reference's, on the tasks where
-    every one of them has a cost; None without the reference, with fewer than 2 algorithms, or when the
-    plans were not all measured the same number of rounds."""
-    if reference not in algs:
+def _headroom(matrices: dict[str, list[list[float]]], reference: str) -> Headroom | None:
+    """`power.selection_headroom` of the algorithms' cost matrices (the reference's first); None without the
+    reference or when the plans were not all measured the same number of rounds (`_repeat_matrix` then gives
+    an algorithm's task means, or the algorithms differ in rounds)."""
+    if reference not in matrices:
         return None
-    order = [reference, *(a for a in algs if a != reference)]
-    by_alg = {a: {r.task: r for r in records if r.alg == a and getattr(r, cost_key) is not None} for a in order}
-    common = sorted(set.intersection(*(set(v) for v in by_alg.values())))
-    if not common:
+    ordered = [matrices[reference], *(m for a, m in matrices.items() if a != reference)]
+    if len({np.shape(m) for m in ordered}) > 1:
         return None
-    costs = [[by_alg[a][t].costs(cost_key) for t in common] for a in order]
-    if len({len(x) for m in costs for x in m}) > 1:
-        return None
-    return selection_headroom(costs)
+    return selection_headroom(ordered)
 
 
 def _repeat_matrix(records: Sequence[PlanRecord], cost_key: str) -> list[list[float]]:
@@ -582,7 +579,6 @@ def hardware_summary(records: Sequence[PlanRecord], algs: Sequence[str], num_tas
     hw.simulator_ranking = sim.ranking
     hw.neuroshard_beats_every_greedy = all(greedy.values()) if greedy else None
     hw.simulator_accuracy = simulator_accuracy(records)
-    hw.headroom = headroom(records, algs)
     if e2e:
         hw.e2e_ranking = e2e_sum.ranking
         hw.simulator_accuracy_e2e = simulator_accuracy(records, "e2e_cost")

@@ -105,7 +105,10 @@ def test_bias_by_round_gives_each_rounds_median_over_the_plans_and_reaches_the_r
 
 def test_headroom_pairs_the_algorithms_by_task_and_reaches_the_summary_and_report():
     from neuroshard.eval.report import headroom_lines
-    from neuroshard.eval.summary import Summary, hardware_summary, headroom
+    from neuroshard.eval.summary import Summary, hardware_summary, summarize
+
+    def headroom(records, algs):
+        return summarize(records, algs, 3, cost_key="cost").headroom
 
     def rec(alg, task, repeats):
         est = CostBreakdown([10.0], [0.0], [0.0])
