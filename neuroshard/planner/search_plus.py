@@ -264,8 +264,9 @@ class _Candidates:
     """Candidate changes of two devices each, `src` and `dst`. Pieces `out` [K, 2] go from src to dst,
     pieces `back` [K, 2] from dst to src (-1: none); `split` marks a split of piece out[:, 0] (on src)
     whose new half goes to dst; `whole` a trade of the two devices' whole shards (the comm models are
-    not symmetric in the devices, so which device holds which shard matters). `d_acc` [K, 2, A],
-    `d_mem`, `d_dim`, `d_count` [K, 2]: the increments of src's and dst's sums."""
+    not symmetric in the devices, so which device holds which shard matters). `acc` [K, 2, A]: src's
+    and dst's accumulators after the change (`_score` overwrites them); `d_mem`, `d_dim`, `d_count`
+    [K, 2]: the increments of their other sums."""
 
     src: np.ndarray
     dst: np.ndarray
@@ -273,7 +274,7 @@ class _Candidates:
     back: np.ndarray
     split: np.ndarray
     whole: np.ndarray
-    d_acc: np.ndarray
+    acc: np.ndarray
     d_mem: np.ndarray
     d_dim: np.ndarray
     d_count: np.ndarray
@@ -351,62 +352,68 @@ def _candidates(state: _State, bottleneck: int, splits: bool, compound: bool) ->
         return None
     src, dst, out, back, kind = (np.concatenate(c) for c in zip(*rows))
 
-    # the gids each side loses and gains (-1: none, a zero entry of the extended tables)
-    ext = state.ext
-    g = np.append(gids, -1)
+    # src loses the pieces `out` and gains `back`, dst the reverse, so dst's increments are minus src's;
+    # a split's src keeps the first half (gains the second, loses the whole) and its dst gains the second
+    g = np.append(gids, -1)  # -1: no piece, the zero entry of the extended tables
     g_out, g_back = g[out], g[back]
-    src_lose, src_gain, dst_lose, dst_gain = g_out, g_back, g_back.copy(), g_out.copy()
     split = kind == 1
-    half = np.where(split, g_out[:, 0] + 1, -1)
-    src_gain[split, 0] = half[split]
-    dst_lose[split] = -1
-    dst_gain[split, 0] = half[split]
-
+    half = g_out[split, 0] + 1
     # the slots that hold a piece in some candidate (gathers of all-empty slots are skipped)
-    slots = [(sign, side, k) for sign, side in ((1, src_gain), (-1, src_lose), (1, dst_gain), (-1, dst_lose))
-             for k in range(2) if (side[:, k] >= 0).any()]
-
-    def both(table):
-        out = np.zeros((K, 2) + table.shape[1:], dtype=table.dtype)
-        for sign, side, k in slots:
-            col = 0 if side is src_gain or side is src_lose else 1
-            if sign > 0:
-                out[:, col] += table[side[:, k]]
-            else:
-                out[:, col] -= table[side[:, k]]
-        return out
-
+    slots = [(sign, side[:, k]) for sign, side in ((1, g_back), (-1, g_out)) for k in range(2)
+             if (side[:, k] >= 0).any()]
     K = len(src)
-    d_acc, d_mem, d_dim = both(ext.proj), both(ext.size), both(ext.dim)
-    d_count = np.stack([(src_gain >= 0).sum(1) - (src_lose >= 0).sum(1),
-                        (dst_gain >= 0).sum(1) - (dst_lose >= 0).sum(1)], axis=1)
+
+    def both(table, res):
+        """src's and dst's sums of `table` after the change added to res [K, 2, ...] (their present sums or
+        zeros: the increments)."""
+        src_d = np.zeros((K,) + table.shape[1:], dtype=table.dtype)
+        for sign, idx in slots:
+            if sign > 0:
+                src_d += table[idx]
+            else:
+                src_d -= table[idx]
+        res[:, 0] += src_d
+        if len(half):  # a split's dst gains only the second half
+            src_d[split] = 0
+            second = table[half]
+            res[split, 0] += second
+            res[split, 1] += second
+        res[:, 1] -= src_d
+        return res
+
+    ext = state.ext
+    acc = both(ext.proj, state.acc[np.stack([src, dst], axis=1)])
+    d_mem = both(ext.size, np.zeros((K, 2), dtype=ext.size.dtype))
+    d_dim = both(ext.dim, np.zeros((K, 2), dtype=ext.dim.dtype))
+    moved = (g_back >= 0).sum(1) - (g_out >= 0).sum(1)
+    d_count = np.stack([moved + split, np.where(split, 1, -moved)], axis=1)
     whole = np.flatnonzero(kind == 2)
     if len(whole):  # src takes dst's sums and dst takes src's
         s, d = src[whole], dst[whole]
-        for arr, sums in ((d_acc, state.acc), (d_mem, state.mem), (d_dim, state.dims), (d_count, state.count)):
+        acc[whole, 0], acc[whole, 1] = state.acc[d], state.acc[s]
+        for arr, sums in ((d_mem, state.mem), (d_dim, state.dims), (d_count, state.count)):
             arr[whole, 0] = sums[d] - sums[s]
             arr[whole, 1] = sums[s] - sums[d]
-    return _Candidates(src, dst, out, back, split, kind == 2, d_acc, d_mem, d_dim, d_count)
+    return _Candidates(src, dst, out, back, split, kind == 2, acc, d_mem, d_dim, d_count)
 
 
-def _score(state: _State, cand: _Candidates, total: np.ndarray, keep: int) -> np.ndarray:
-    """Plan cost (ms) of each candidate; inf where a device would exceed the memory cap. Only the
-    `keep` candidates with the lowest estimate (new compute costs, the present comm costs) are
-    scored by the comm models; the others get inf."""
+def _score(state: _State, cand: _Candidates, total: np.ndarray, keep: int) -> tuple[np.ndarray, np.ndarray]:
+    """(plan objective [K], per-device mean totals [K, n]) of each candidate (ms); inf (and nan totals)
+    where a device would exceed the memory cap. Only the `keep` candidates with the lowest estimate
+    (new compute costs, the present comm costs) are scored by the comm models; the others get inf."""
     prob = state.prob
     K = len(cand.src)
     devs = np.stack([cand.src, cand.dst], axis=1)  # [K, 2]
     ok = ((state.mem[devs] + cand.d_mem) <= prob.cap).all(axis=1)
-    acc = state.acc[devs] + cand.d_acc  # [K, 2, A]
+    acc = cand.acc.reshape(-1, cand.acc.shape[-1])  # overwritten by the costs (the candidates' last use)
     count = state.count[devs] + cand.d_count
     robust = state.objective.robust
     if robust:  # each member's compute of the two devices [K, 2, members]; their mean for the estimate
-        member_comp = prob.scorer.member_costs_from_acc(acc.reshape(-1, acc.shape[-1])).astype(np.float64)
-        member_comp = member_comp.reshape(K, 2, -1)
+        member_comp = prob.scorer.member_costs_from_acc(acc, overwrite=True).astype(np.float64).reshape(K, 2, -1)
         member_comp[count == 0] = 0.0
         comp = member_comp.mean(axis=-1)
     else:
-        comp = prob.scorer.cost_from_acc(acc.reshape(-1, acc.shape[-1])).reshape(K, 2).astype(np.float64)
+        comp = prob.scorer.cost_from_acc(acc, overwrite=True).reshape(K, 2).astype(np.float64)
         comp[count == 0] = 0.0
     if np.count_nonzero(ok) > keep:
         est = np.tile(total, (K, 1))
@@ -416,6 +423,7 @@ def _score(state: _State, cand: _Candidates, total: np.ndarray, keep: int) -> np
         ok[np.argpartition(est, keep)[:keep]] = True
     idx = np.flatnonzero(ok)
     cost = np.full(K, np.inf)
+    totals = np.full((K, prob.n), np.nan)
     if len(idx):
         compute = state.compute_for(len(idx))
         dims = np.tile(state.dims.astype(np.float64), (len(idx), 1))
@@ -425,8 +433,8 @@ def _score(state: _State, cand: _Candidates, total: np.ndarray, keep: int) -> np
         else:
             compute[rows, devs[idx]] = comp[idx]
         dims[rows, devs[idx]] = state.dims[devs[idx]] + cand.d_dim[idx]
-        cost[idx] = state.objective(compute, dims)[0]
-    return cost
+        cost[idx], totals[idx] = state.objective(compute, dims)
+    return cost, totals
 
 
 def _apply(state: _State, cand: _Candidates, m: int) -> None:
@@ -474,19 +482,15 @@ def _descend(state: _State, max_moves: int, splits: bool, settled: bool = False)
         cand = _candidates(state, int(np.argmax(total)), splits, compound)
         improved = False
         if cand is not None:
-            costs = _score(state, cand, total, _KEEP)
-            # the best few by their incremental sums, re-scored from scratch: the first that truly
-            # lowers the cost is taken (incremental sums can differ in the last bits)
-            for m in np.argsort(costs, kind="stable")[:4]:
-                if not _better(costs[m], cost):
-                    break
-                trial = state.copy()
-                _apply(trial, cand, int(m))
-                new_cost, new_total = trial.cost()
-                if _better(new_cost, cost):
-                    state, cost, total, improved = trial, new_cost, new_total, True
-                    moves += 1
-                    break
+            # the best candidate, by its cost from incremental sums (they differ from the new state's,
+            # summed in shard order, in the last bits only: far below a move's least gain, _MIN_GAIN)
+            costs, totals = _score(state, cand, total, _KEEP)
+            m = int(np.argmin(costs))
+            if _better(costs[m], cost):
+                state = state.copy()
+                _apply(state, cand, m)
+                cost, total, improved = float(costs[m]), totals[m], True
+                moves += 1
         if not improved and settled and not moves:
             break
         if not improved and compound:  # last resort: the best assignment of the shards to the devices
@@ -541,7 +545,7 @@ def _tabu(state: _State, steps: int, max_moves: int, splits: bool) -> tuple[_Sta
         cand = _candidates(state, int(np.argmax(total)), splits, False)
         if cand is None or moves >= max_moves:
             break
-        costs = _score(state, cand, total, _KEEP)
+        costs, totals = _score(state, cand, total, _KEEP)
         if len(piece_until) < len(state.gids) + 1:  # splits added pieces
             grown = np.full(len(state.gids) + 1, -1)
             grown[:len(piece_until) - 1] = piece_until[:-1]
@@ -559,7 +563,7 @@ def _tabu(state: _State, steps: int, max_moves: int, splits: bool) -> tuple[_Sta
         state = state.copy()
         _apply(state, cand, m)
         moves += 1
-        cost, total = state.cost()
+        cost, total = costs[m], totals[m]
         if _better(cost, best_cost):
             state, m2 = _descend(state, max_moves - moves, splits)
             moves += m2

@@ -70,6 +70,7 @@ from neuroshard.types import CostSpread
 SAMPLES = 32  # noise draws per member: enough for a stable mean and 80% band, cheap in the search
 _SEED = 20230601
 _NORMALS: dict[int, np.ndarray] = {}
+_RANK_DRAWS: dict[tuple[int, float], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
 
 def normals(n: int) -> np.ndarray:
@@ -134,11 +135,7 @@ def cost_samples(compute: np.ndarray, bw: np.ndarray, fw: np.ndarray, noise: Noi
     def rank_first(a):  # [K, M, n] -> [n, 1, K x M]
         return np.ascontiguousarray(a.reshape(k * m, n).T, dtype=np.float32)[:, None, :]
 
-    z_ready, z_fw, y = (z.T[:, :, None].astype(np.float32) for z in np.split(normals(3 * n), 3, axis=1))
-    if noise.shared:  # z: [n, S, 1]
-        common = (math.sqrt(noise.shared) * shared_normals()).astype(np.float32)[:, None]  # a slow spell
-        z_ready = math.sqrt(1.0 - noise.shared) * z_ready + common  # slows every part
-        z_fw = math.sqrt(1.0 - noise.shared) * z_fw + common
+    z_ready, z_fw, y = _rank_draws(n, noise.shared)
     ready_s = rank_first(np.sqrt((noise.compute * compute) ** 2 + (noise.bw * bw) ** 2)) * z_ready
     ready_s += rank_first(ready)
     if noise.rank:
@@ -147,6 +144,21 @@ def cost_samples(compute: np.ndarray, bw: np.ndarray, fw: np.ndarray, noise: Noi
     transfer_s += rank_first(transfer)
     draws = functools.reduce(np.maximum, ready_s) + functools.reduce(np.maximum, transfer_s)  # [S, K x M]
     return draws.reshape(-1, k, m).transpose(2, 1, 0).reshape(m, -1).astype(np.float64)  # [M, K x S]
+
+
+def _rank_draws(n: int, shared: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The draws of `cost_samples` for n ranks, each [n, SAMPLES, 1] float32: of the ready time and of the
+    forward transfer (a share `shared` of their variance common to the ranks: a slow spell slows every
+    part), and of the compute model's per-rank error; cached, the search asks for them every round."""
+    key = (n, shared)
+    if key not in _RANK_DRAWS:
+        z_ready, z_fw, y = (z.T[:, :, None].astype(np.float32) for z in np.split(normals(3 * n), 3, axis=1))
+        if shared:
+            common = (math.sqrt(shared) * shared_normals()).astype(np.float32)[:, None]
+            z_ready = math.sqrt(1.0 - shared) * z_ready + common
+            z_fw = math.sqrt(1.0 - shared) * z_fw + common
+        _RANK_DRAWS[key] = (z_ready, z_fw, y)
+    return _RANK_DRAWS[key]
 
 
 def plan_normals() -> np.ndarray:
