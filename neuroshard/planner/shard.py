@@ -67,13 +67,16 @@ def as_shard_tables(tables: Sequence[ShardTable | TableConfig]) -> list[ShardTab
 
 
 def shard(tables: Sequence[ShardTable | TableConfig], ndevices: int, max_mem_gb: float, models=None,
-          alg: str = "neuroshard", seed: int = 0, runtime: str | None = None, **options) -> ShardResult:
+          alg: str = "neuroshard", seed: int = 0, runtime: str | None = None, simulated: bool = True,
+          **options) -> ShardResult:
     """Plan `tables` on `ndevices` devices of `max_mem_gb` GB with the algorithm `alg`.
 
     `models`: a `CostModels` (needed by `neuroshard`, and for the simulated
     cost); `seed`: for randomised algorithms; `runtime`: "paper" or "torchrec"
     (the execution the plan is searched and costed for; default: the models'
-    own, see `CostModels.for_runtime`); `options`: the algorithm's
+    own, see `CostModels.for_runtime`); `simulated`: False to validate the
+    plan only, without its simulated cost (for a caller that costs it
+    otherwise); `options`: the algorithm's
     settings (e.g. `beam_k=3`; an option the algorithm does not take, or a
     bad value, is a ConfigError listing the valid ones). Raises
     OutOfMemoryError when no plan fits (or the algorithm returned one that
@@ -93,7 +96,7 @@ def shard(tables: Sequence[ShardTable | TableConfig], ndevices: int, max_mem_gb:
     plan = sharder(list(tables), ndevices, max_mem_gb, ctx)
     search_ms = 1e3 * (time.perf_counter() - t0)
     try:
-        if models is not None:
+        if models is not None and simulated:
             breakdown = simulate(tables, plan, models, max_mem_gb)  # validates the plan first
         else:
             validate_plan(tables, plan, ndevices, max_mem_gb)

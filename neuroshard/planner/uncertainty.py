@@ -123,25 +123,25 @@ NO_NOISE = NoiseModel()
 def cost_samples(compute: np.ndarray, bw: np.ndarray, fw: np.ndarray, noise: NoiseModel = NO_NOISE) -> np.ndarray:
     """Samples of the plan cost [M, K x SAMPLES] (or [M, K] without noise) from each member's per-rank parts
     [K, M, n] (ms): the last ready time plus the largest transfer (see the module docstring)."""
-    total = compute + bw + fw
     if noise.zero:
-        return total.max(axis=-1).T
-    k, m, n = total.shape
-    ready = compute + bw
-    transfer = total - ready.max(axis=-1, keepdims=True)  # each rank's forward exchange beyond the wait
+        return (compute + bw + fw).max(axis=-1).T
+    k, m, n = compute.shape
 
     # Layout [rank, sample, member x placement] in float32: the long contiguous last axis and the maxima
     # over the few ranks as pairwise maxima make this several times faster than [K, M, S, n] in the search
     def rank_first(a):  # [K, M, n] -> [n, 1, K x M]
         return np.ascontiguousarray(a.reshape(k * m, n).T, dtype=np.float32)[:, None, :]
 
+    c, b, f = rank_first(compute), rank_first(bw), rank_first(fw)
     z_ready, z_fw, y = _rank_draws(n, noise.shared)
-    ready_s = rank_first(np.sqrt((noise.compute * compute) ** 2 + (noise.bw * bw) ** 2)) * z_ready
-    ready_s += rank_first(ready)
+    ready = c + b
+    ready_s = np.sqrt(np.square(noise.compute * c) + np.square(noise.bw * b)) * z_ready
+    ready_s += ready
     if noise.rank:
-        ready_s += rank_first(noise.rank * compute) * y
-    transfer_s = rank_first(noise.fw * fw) * z_fw
-    transfer_s += rank_first(transfer)
+        ready_s += (noise.rank * c) * y
+    ready -= functools.reduce(np.maximum, ready)  # minus the last ready time: each rank's lead
+    transfer_s = (noise.fw * f) * z_fw
+    transfer_s += f + ready  # each rank's forward exchange beyond the wait
     draws = functools.reduce(np.maximum, ready_s) + functools.reduce(np.maximum, transfer_s)  # [S, K x M]
     return draws.reshape(-1, k, m).transpose(2, 1, 0).reshape(m, -1).astype(np.float64)  # [M, K x S]
 

@@ -5,11 +5,12 @@ import pytest
 
 from neuroshard.planner import registry
 from neuroshard.planner.registry import ShardingContext, algorithm_names, get_sharder, is_plain
-from neuroshard.planner.search import SearchConfig, search
+from neuroshard.planner import search_plus as plus_module
+from neuroshard.planner.search import SearchConfig, make_problem, search
 from neuroshard.planner.search_plus import PlusConfig, search_plus
 from neuroshard.planner.shard import shard
 from neuroshard.planner.simulator import simulate, validate_plan
-from neuroshard.types import ConfigError, OutOfMemoryError, ShardTable, TableConfig, merge_colocated_halves
+from neuroshard.types import ConfigError, OutOfMemoryError, Plan, ShardTable, TableConfig, merge_colocated_halves
 from tests.planner.test_search import BINS, linear_models, random_models, random_task
 
 NO_SPLITS = SearchConfig(max_length=0)
@@ -40,6 +41,22 @@ def test_splits_a_table_on_the_bottleneck_when_that_balances():
     assert res.cost == pytest.approx(0.5 + 0.48)
     assert res.plan.column_steps == (0,)
     assert simulate(tables, res.plan, models, 1.0).dims == [48, 48]
+
+
+def test_descents_from_the_starts_take_gains_of_a_tenth_of_a_percent_the_last_descent_any():
+    # dims 4000, 4000, 4, 4 on 2 devices from {4000, 4, 4} | {4000}: 0.5 + 40.08 = 40.58 ms; moving a 4 over
+    # gives 40.54 ms, a gain of 0.099%: below _COARSE_GAIN (0.1%), above _MIN_GAIN (0.01%)
+    models = linear_models(2)
+    tables = tables_of_dims([4000, 4000, 4, 4])
+    prob = make_problem(tables, 2, 1.0, models, NO_SPLITS)
+    objective = plus_module._Objective(prob.scorer, models.noise_model, robust=False, lam=0.0)
+    start = plus_module._State(prob, Plan((), ((0, 2, 3), (1,))), objective)
+    assert start.cost()[0] == pytest.approx(40.58)
+    coarse, moves = plus_module._descend(start, 10, False, gain=plus_module._COARSE_GAIN)
+    assert moves == 0 and coarse.cost()[0] == pytest.approx(40.58)
+    fine, moves = plus_module._descend(start, 10, False)
+    assert moves == 1 and fine.cost()[0] == pytest.approx(40.54)
+    assert sorted(sorted(tables[i].dim for i in s) for s in fine.plan().shards) == [[4, 4000], [4, 4000]]
 
 
 @pytest.mark.parametrize("n", [2, 4])
