@@ -67,6 +67,9 @@ def test_every_algorithm_through_one_call_with_its_simulated_cost():
     # without models: a validated plan, no simulated cost
     r = ns.shard(tables, ndevices=2, max_mem_gb=1.0, alg="dim_greedy")
     assert r.cost_ms is None and r.breakdown is None and r.plan.ndevices == 2
+    # with models but simulated=False (a caller that costs the plan itself): the same plan, not costed
+    r2 = ns.shard(tables, ndevices=2, max_mem_gb=1.0, models=models, alg="dim_greedy", simulated=False)
+    assert r2.plan == r.plan and r2.cost_ms is None and r2.breakdown is None
 
 
 def test_errors_are_typed():
