@@ -48,10 +48,11 @@ Beyond the paper, with the same pre-trained cost models and simulator:
    search results, so it is never above any baseline it ran, nor above
    NeuroShard's own plan, by that objective.
 
-Against taking every gain above 0.01% from every start and four tabu steps
-that may raise the cost (the search until this change), 2. and 3. take 0.65-0.75x the time, and their plans cost 0.08%
-more by the search's objective and 0.09% more under other draws (mean of
-36 tasks; 17 worse, 16 better); with single models and the point cost
+Against taking every gain above 0.01% from every start and four tabu
+steps that may raise the cost (the search until this change), 2. and 3.
+take 0.65-0.75x the time, and their plans cost 0.08% more by the search's
+objective and 0.09% more under other draws (mean of 36 tasks; 17 worse,
+16 better); with single models and the point cost
 (`benchmarks/bench_search.py --parts baselines`), NeuroShard+ was 0.11%
 and 0.31% below NeuroShard on 4 and 8 devices, against 0.15% and 0.38%.
 
