@@ -6,7 +6,8 @@
 Forward model: per-device dims + sleeps -> per-device forward all-to-all ms
 (by default the wait for the last rank, max sleep - own sleep, is added
 analytically and the MLP learns the transfer: --fw_wait 0 for DESIGN's plain
-MLP); backward model: dims -> backward ms, linear in them and fitted on the squared
+MLP; by default the MLP sees those waits, not the sleeps: --fw_inputs sleeps
+for DESIGN's inputs); backward model: dims -> backward ms, linear in them and fitted on the squared
 error by default (--bw_linear 0 for DESIGN's MLP). The loss is the squared relative
 error by default (--loss mse for DESIGN's). Each checkpoint records `ndevices`
 (loading it for another device count is an error) and gets a test scatter
@@ -39,6 +40,11 @@ def main(argv=None):
                         "the squared error (--loss is for the other model); 0: DESIGN §6's MLP (128, 64, 32, 16). "
                         "Measured: the same held-out error, and no dips fitted into the noisy backward times for a "
                         "search to find")
+    p.add_argument("--fw_inputs", choices=["waits", "sleeps"], default="waits",
+                   help="what the forward model's MLP sees beside the dims: each rank's wait for the last rank "
+                        "(max sleep - own sleep) or its sleep (DESIGN §6). Measured on four studies' evaluation "
+                        "plans: waits cut the per-rank forward error and its bias on plans whose ranks are ready "
+                        "nearly together (nets.CommCostModel)")
     # Relative loss by default, as for the compute model: squared errors weigh the slow all-to-alls only.
     p.add_argument("--plan_data_dir", default=None,
                    help="also train on the on-policy samples collected here (collect_plan_cost_data.py: its "
@@ -50,7 +56,7 @@ def main(argv=None):
     cfg = TrainConfig.from_args(args)
     results = train_comm_models(args.data_dir, cfg, args.fw_out_path, args.bw_out_path, fw_wait=bool(args.fw_wait),
                                 progress=not args.no_progress, plan_data_dir=args.plan_data_dir,
-                                bw_linear=bool(args.bw_linear))
+                                bw_linear=bool(args.bw_linear), fw_wait_inputs=args.fw_inputs == "waits")
     for kind, res in results.items():
         name = "forward" if kind == "fw" else "backward"
         print(f"{name} comm model ({res['ndevices']} devices, {res['num_samples']} samples, "

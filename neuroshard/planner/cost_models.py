@@ -220,7 +220,8 @@ def load_model(path):
             else:
                 model = nets.CommCostModel(cfg["kind"], cfg["ndevices"], st["x_mean"], st["x_std"],
                                            wait_term=bool(cfg.get("wait_term", False)),
-                                           hidden=cfg.get("hidden", nets.COMM_HIDDEN))
+                                           hidden=cfg.get("hidden", nets.COMM_HIDDEN),
+                                           wait_inputs=bool(cfg.get("wait_inputs", False)))
             model.load_state_dict(st)
         except KeyError as e:
             raise InputError(path, f"malformed {what}: missing {e.args[0]!r}") from None

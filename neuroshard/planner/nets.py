@@ -116,18 +116,40 @@ class CommCostModel(nn.Module):
     collected data, this halves the forward model's distance to its noise
     floor: an MLP learns `max - own` poorly from a few hundred samples of a
     2n-input function. Without it (DESIGN §6 as written) the MLP learns the sum.
+
+    `wait_inputs` (forward only): the MLP sees each rank's wait for the last
+    rank, `max(sleeps) - sleeps[r]`, in place of its sleep (the same
+    information when the first rank's sleep is 0, as in every collected
+    sample and every plan's skew). The transfer left once the last rank
+    arrives depends on how close behind it the others came (the smallest
+    nonzero wait): nearly simultaneous arrivals leave more of the exchange
+    to do. From sleeps the MLP must find that as a difference of maxima,
+    and with a few hundred samples it did not: on the study's evaluation
+    plans (seed 0), it under-predicted the transfer by 0.58 ms where the
+    last two ranks were ready within 0.25 ms of each other and by -0.10 ms
+    where they were 2 ms or more apart, and the plans of a search that
+    balances the ranks (NeuroShard+) were the ones under-predicted most (by
+    0.54 ms at their estimated skews against 0.14 ms for TorchRec's). Trained
+    on the same data with waits, the bias by gap was +0.35 to +0.07 ms, no
+    longer larger for NeuroShard+'s plans, and the per-rank forward error on
+    the evaluation plans fell in each of four studies (12.2/11.2/14.0/11.8%
+    -> 10.1/10.2/13.3/10.4%). Without it, the MLP sees the sleeps.
     """
 
     def __init__(self, kind: str, ndevices: int, x_mean: torch.Tensor, x_std: torch.Tensor,
-                 target_scale: float = 1.0, wait_term: bool = False, hidden: Sequence[int] = COMM_HIDDEN):
+                 target_scale: float = 1.0, wait_term: bool = False, hidden: Sequence[int] = COMM_HIDDEN,
+                 wait_inputs: bool = False):
         super().__init__()
         if kind not in ("fw", "bw"):
             raise ValueError(f"kind must be 'fw' or 'bw', got {kind!r}")
         if wait_term and kind != "fw":
             raise ValueError("only the forward model has a wait term")
+        if wait_inputs and kind != "fw":
+            raise ValueError("only the forward model has wait inputs")
         self.kind = kind
         self.ndevices = int(ndevices)
         self.wait_term = bool(wait_term)
+        self.wait_inputs = bool(wait_inputs)
         n_in = 2 * self.ndevices if kind == "fw" else self.ndevices
         self.register_buffer("x_mean", torch.as_tensor(x_mean, dtype=torch.float32).clone().reshape(n_in))
         self.register_buffer("x_std", torch.as_tensor(x_std, dtype=torch.float32).clone().reshape(n_in))
@@ -143,10 +165,20 @@ class CommCostModel(nn.Module):
 
     def config(self) -> dict:
         return {"kind": self.kind, "ndevices": self.ndevices, "wait_term": self.wait_term,
-                "hidden": list(self.hidden)}
+                "hidden": list(self.hidden), "wait_inputs": self.wait_inputs}
+
+    @staticmethod
+    def features(x: torch.Tensor, ndevices: int, wait_inputs: bool) -> torch.Tensor:
+        """The MLP's input from the model's (dims then sleeps): the sleeps replaced by each rank's wait for
+        the last rank when `wait_inputs`."""
+        if not wait_inputs:
+            return x
+        sleeps = x[..., ndevices:]
+        return torch.cat([x[..., :ndevices], sleeps.max(dim=-1, keepdim=True).values - sleeps], dim=-1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.mlp((x - self.x_mean) / self.x_std) * self.target_scale
+        feats = self.features(x, self.ndevices, self.wait_inputs)
+        out = self.mlp((feats - self.x_mean) / self.x_std) * self.target_scale
         if self.wait_term:
             sleeps = x[..., self.ndevices:]
             out = out + (sleeps.max(dim=-1, keepdim=True).values - sleeps)

@@ -175,7 +175,8 @@ class PlanScorer:
         layers = [(w.astype(np.float32), b.astype(np.float32), r) for w, b, r in layers]
         mean = model.x_mean.detach().numpy().astype(np.float32)
         std = model.x_std.detach().numpy().astype(np.float32)
-        return layers, mean, std, np.float32(model.target_scale), bool(getattr(model, "wait_term", False))
+        return (layers, mean, std, np.float32(model.target_scale), bool(getattr(model, "wait_term", False)),
+                bool(getattr(model, "wait_inputs", False)))
 
     def _check_against_torch(self) -> None:
         """Drop a NumPy copy that disagrees with its torch model (an unknown layout)."""
@@ -302,13 +303,17 @@ class PlanScorer:
         params = self._fw if kind == "fw" else self._bw
         if params is None:
             return self._torch_comm(kind, dims, sleeps)
-        layers, mean, std, scale, wait_term = params
-        x = dims if kind == "bw" else np.concatenate([dims, sleeps], axis=-1)
+        layers, mean, std, scale, wait_term, wait_inputs = params
+        if kind == "bw":
+            x = dims
+        else:
+            waits = sleeps.max(axis=-1, keepdims=True) - sleeps  # see nets.CommCostModel
+            x = np.concatenate([dims, waits if wait_inputs else sleeps], axis=-1)
         out = _run_mlp(layers, (x.astype(np.float32) - mean) / std)
         out *= scale
         out = out.astype(np.float64)
         if wait_term:  # see nets.CommCostModel: the wait for the last rank, from the inputs
-            out += sleeps.max(axis=-1, keepdims=True) - sleeps
+            out += waits
         return out
 
     def comm(self, dims: np.ndarray, compute: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -393,7 +398,7 @@ class EnsembleScorer:
         mean = np.stack([p[1] for p in params])[:, None]  # [K, 1, in]
         std = np.stack([p[2] for p in params])[:, None]
         scale = np.array([p[3] for p in params], dtype=np.float32)[:, None, None]
-        return layers, mean, std, scale, params[0][4]
+        return layers, mean, std, scale, params[0][4], params[0][5]
 
     uses_numpy = True
 
@@ -454,10 +459,11 @@ class EnsembleScorer:
 
     def _comm(self, kind: str, dims: np.ndarray, sleeps) -> np.ndarray:
         """Every member's prediction [K, M, n] (float64); `sleeps` [K, M, n] (fw) or None (bw)."""
-        layers, mean, std, scale, wait_term = self._comm_params[kind]
+        layers, mean, std, scale, wait_term, wait_inputs = self._comm_params[kind]
         x = np.broadcast_to(dims.astype(np.float32), (self.members, *dims.shape))
         if kind == "fw":
-            x = np.concatenate([x, sleeps.astype(np.float32)], axis=-1)
+            waits = sleeps.max(axis=-1, keepdims=True) - sleeps
+            x = np.concatenate([x, (waits if wait_inputs else sleeps).astype(np.float32)], axis=-1)
         x = (x - mean) / std
         for w, b, relu in layers:
             x = np.matmul(x, w)  # one batched product over the members
@@ -466,7 +472,7 @@ class EnsembleScorer:
                 np.maximum(x, 0.0, out=x)
         out = (x * scale).astype(np.float64)
         if wait_term:
-            out += sleeps.max(axis=-1, keepdims=True) - sleeps
+            out += waits
         return out
 
     def comm_members(self, dims: np.ndarray, compute: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

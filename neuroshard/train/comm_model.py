@@ -34,26 +34,29 @@ def comm_tensors(samples: Sequence[CommSample], kind: str) -> tuple[torch.Tensor
 
 
 def build_model(kind: str, ndevices: int, x: torch.Tensor, wait_term: bool = False,
-                hidden: Sequence[int] = COMM_HIDDEN) -> CommCostModel:
-    """An untrained model normalised with the input mean/std (std 1 for constant inputs)."""
-    mean, std = x.mean(0), x.std(0) if len(x) > 1 else torch.ones(x.shape[1])
+                hidden: Sequence[int] = COMM_HIDDEN, wait_inputs: bool = False) -> CommCostModel:
+    """An untrained model normalised with its MLP input's mean/std (std 1 for constant inputs)."""
+    feats = CommCostModel.features(x, ndevices, wait_inputs)
+    mean, std = feats.mean(0), feats.std(0) if len(feats) > 1 else torch.ones(feats.shape[1])
     std = torch.where(std > 1e-6, std, torch.ones_like(std))
-    return CommCostModel(kind, ndevices, mean, std, wait_term=wait_term, hidden=hidden)
+    return CommCostModel(kind, ndevices, mean, std, wait_term=wait_term, hidden=hidden, wait_inputs=wait_inputs)
 
 
 def train_comm_model(samples: Sequence[CommSample], kind: str, cfg: TrainConfig, out_path,
                      data_dir=None, wait_term: bool = False, progress: bool = True, extra: dict | None = None,
-                     hidden: Sequence[int] = COMM_HIDDEN) -> dict:
-    """Train one direction's model (`wait_term`: see nets.CommCostModel, forward only; `hidden`: its hidden
-    layers, () for a linear model), write checkpoint + scatter + metrics; return the summary."""
+                     hidden: Sequence[int] = COMM_HIDDEN, wait_inputs: bool = False) -> dict:
+    """Train one direction's model (`wait_term`, `wait_inputs`: see nets.CommCostModel, forward only;
+    `hidden`: its hidden layers, () for a linear model), write checkpoint + scatter + metrics; return the
+    summary."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     n = samples[0].ndevices
     x, y = comm_tensors(samples, kind)
-    model, report = train_ensemble(lambda: build_model(kind, n, x, wait_term, hidden), (x,), y, cfg,
+    model, report = train_ensemble(lambda: build_model(kind, n, x, wait_term, hidden, wait_inputs), (x,), y, cfg,
                                    desc=f"{kind} comm model", progress=progress)
     result = {"kind": kind, "ndevices": n, "data_dir": None if data_dir is None else str(data_dir),
-              "num_samples": len(samples), "wait_term": wait_term, "hidden": list(hidden), "loss": cfg.loss,
+              "num_samples": len(samples), "wait_term": wait_term, "wait_inputs": wait_inputs,
+              "hidden": list(hidden), "loss": cfg.loss,
               "ranges": comm_ranges(samples), **(extra or {})}
     noise = read_noise_floor(data_dir, kind) if data_dir is not None else None
     if noise is not None:
@@ -63,9 +66,11 @@ def train_comm_model(samples: Sequence[CommSample], kind: str, cfg: TrainConfig,
 
 
 def train_comm_models(data_dir, cfg: TrainConfig, fw_out_path=None, bw_out_path=None,
-                      fw_wait: bool = True, progress: bool = True, plan_data_dir=None, bw_linear: bool = True) -> dict:
+                      fw_wait: bool = True, progress: bool = True, plan_data_dir=None, bw_linear: bool = True,
+                      fw_wait_inputs: bool = True) -> dict:
     """Train both models on `data_dir` (and the on-policy samples of `plan_data_dir`, `eval.onpolicy`);
     returns {"fw": summary, "bw": summary}. `fw_wait`: the forward model's analytic wait term;
+    `fw_wait_inputs`: its MLP sees the ranks' waits for the last rank, not their sleeps;
     `bw_linear`: the backward model linear in the dim sums, not DESIGN's MLP (nets.CommCostModel), fitted on
     the squared error whatever `cfg.loss` says.
 
@@ -91,7 +96,7 @@ def train_comm_models(data_dir, cfg: TrainConfig, fw_out_path=None, bw_out_path=
     # The linear backward model is fitted to the mean time (squared error): its targets are noisy (a noise
     # floor of 13-19%), and a relative loss fits below their mean; measured on the study's plans (seed 1): the
     # backward times 11-14% above a relative-loss fit, 0-7% above a squared-error one.
-    fw = dict(cfg=cfg, wait_term=fw_wait, hidden=COMM_HIDDEN)
+    fw = dict(cfg=cfg, wait_term=fw_wait, hidden=COMM_HIDDEN, wait_inputs=fw_wait_inputs)
     bw = dict(cfg=replace(cfg, loss="mse"), hidden=()) if bw_linear else dict(cfg=cfg, hidden=COMM_HIDDEN)
     return {kind: train_comm_model(samples, kind, out_path=paths[kind], data_dir=data_dir, progress=progress,
                                    extra=extra, **(fw if kind == "fw" else bw))

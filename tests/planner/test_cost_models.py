@@ -114,6 +114,33 @@ def test_forward_wait_term_adds_the_wait_for_the_last_rank(tmp_path):
         CommCostModel("bw", n, torch.zeros(n), torch.ones(n), wait_term=True)
 
 
+def test_forward_wait_inputs_give_the_mlp_each_ranks_wait_for_the_last(tmp_path):
+    n = 3
+    dims, sleeps = [[8, 16, 32]], [[0.0, 5.0, 2.0]]
+    models = {}
+    for wait_inputs in (False, True):
+        m = CommCostModel("fw", n, torch.zeros(2 * n), torch.ones(2 * n), hidden=(), wait_inputs=wait_inputs)
+        with torch.no_grad():  # linear: output r = the MLP's input n + r (rank r's sleep, or its wait)
+            m.mlp[0].weight.zero_()
+            m.mlp[0].bias.zero_()
+            for r in range(n):
+                m.mlp[0].weight[r, n + r] = 1.0
+        models[wait_inputs] = m.eval()
+    assert models[False].predict(dims, sleeps).tolist() == [[0.0, 5.0, 2.0]]
+    assert models[True].predict(dims, sleeps).tolist() == [[5.0, 0.0, 3.0]]  # max 5 - own sleep, by hand
+    save_model(models[True], tmp_path / "fw.pt")
+    back = load_comm_model(tmp_path / "fw.pt", n, "fw")
+    assert back.wait_inputs and back.predict(dims, sleeps).tolist() == [[5.0, 0.0, 3.0]]
+    # a checkpoint from before the option (no "wait_inputs" in its config) loads with the sleeps as inputs
+    ckpt = torch.load(tmp_path / "fw.pt", weights_only=True)
+    del ckpt["config"]["wait_inputs"]
+    torch.save(ckpt, tmp_path / "old.pt")
+    old = load_comm_model(tmp_path / "old.pt", n, "fw")
+    assert not old.wait_inputs and old.predict(dims, sleeps).tolist() == [[0.0, 5.0, 2.0]]
+    with pytest.raises(ValueError, match="only the forward model"):
+        CommCostModel("bw", n, torch.zeros(n), torch.ones(n), wait_inputs=True)
+
+
 def test_a_comm_model_without_hidden_layers_is_linear_and_round_trips(tmp_path):
     from neuroshard.planner.cost_models import CostModels
     from neuroshard.planner.nets import COMM_HIDDEN

@@ -68,6 +68,30 @@ def test_one_pass_over_the_members_equals_each_member_alone():
     assert score_placements(scorer, compute.mean(axis=0), dims)[3].shape == (5,)
 
 
+def test_one_pass_over_forward_members_with_wait_inputs_equals_each_member_alone():
+    import torch
+
+    from neuroshard.planner.nets import CommCostModel
+
+    n = 4
+    models = []
+    for seed in (1, 2, 3):
+        torch.manual_seed(seed)
+        models.append(CommCostModel("fw", n, torch.full((2 * n,), 4.0), torch.full((2 * n,), 64.0),
+                                    target_scale=2.0, wait_term=True, wait_inputs=True).eval())
+    base = random_models(n, seed=1)
+    ens = CostModels(base.compute, CostEnsemble(models), base.bw)
+    scorer = get_scorer(ens)
+    rng = np.random.default_rng(0)
+    dims = rng.integers(0, 300, size=(5, n)).astype(float)
+    compute = rng.uniform(1, 5, size=(3, 5, n))
+    _, fw = scorer.comm_members(dims, compute)
+    for k, m in enumerate(models):
+        alone = PlanScorer(base.compute, m, base.bw)
+        assert alone.uses_numpy  # the NumPy copy reproduced the waits, or it would have fallen back to torch
+        np.testing.assert_allclose(fw[k], alone.comm(dims, compute[k])[1], rtol=1e-4, atol=1e-5)
+
+
 def test_ensemble_checkpoints_round_trip(tmp_path):
     ens = hand_ensemble()
     for name, model in (("c.pt", ens.compute), ("fw.pt", ens.fw)):

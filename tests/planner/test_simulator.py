@@ -188,11 +188,12 @@ def test_models_for_another_device_count_are_refused():
         simulate(tables_of([8, 8, 8]), Plan((), ((0,), (1,), (2,))), hand_models(2), 1.0)
 
 
-def test_numpy_scorer_matches_torch_with_the_forward_wait_term():
+@pytest.mark.parametrize("wait_inputs", [False, True])
+def test_numpy_scorer_matches_torch_with_the_forward_wait_term(wait_inputs):
     torch.manual_seed(3)
     n = 4
     fw = CommCostModel("fw", n, torch.full((2 * n,), 64.0), torch.full((2 * n,), 64.0), target_scale=2.0,
-                       wait_term=True).eval()
+                       wait_term=True, wait_inputs=wait_inputs).eval()
     models = random_models(n)
     models = CostModels(models.compute, fw, models.bw)
     scorer = PlanScorer(models.compute, models.fw, models.bw)

@@ -84,6 +84,12 @@ def test_train_checkpoint_round_trip_and_device_guard(tmp_path, one_thread):
         load_comm_model(fw_path, 3, "bw")
     # The backward target is easy: the model must have learnt it.
     assert res["bw"]["metrics"]["test"]["spearman"] > 0.9
+    # By default the forward MLP sees each rank's wait for the last rank (not its sleep), normalised by the
+    # waits' mean (over all samples: train, validation and test, as for the sleeps before)
+    fw = load_comm_model(fw_path, 3, "fw")
+    assert fw.wait_inputs and res["fw"]["wait_inputs"]
+    waits = [max(s.sleeps) - x for s in samples for x in s.sleeps]
+    np.testing.assert_allclose(fw.x_mean[3:].numpy(), np.mean(np.reshape(waits, (-1, 3)), axis=0), rtol=1e-5)
 
 
 def test_training_needs_one_device_count(tmp_path):
@@ -99,7 +105,7 @@ def test_cli_trains_both_models(tmp_path):
     data.mkdir()
     write_comm_data(data, synthetic_samples(60, ndevices=2))
     res = subprocess.run([sys.executable, os.path.join(ROOT, "train_comm_cost_model.py"), "--data_dir",
-                          str(data), "--epochs", "3", "--seed", "1"], cwd=str(tmp_path),
+                          str(data), "--epochs", "3", "--seed", "1", "--fw_inputs", "sleeps"], cwd=str(tmp_path),
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert "forward comm model (2 devices" in res.stdout and "backward comm model" in res.stdout
@@ -107,6 +113,8 @@ def test_cli_trains_both_models(tmp_path):
     assert (tmp_path / "models" / "comm_2_bw_metrics.json").exists()
     bw = torch.load(tmp_path / "models" / "comm_2_bw.pt", weights_only=True)
     assert bw["ndevices"] == 2 and bw["config"]["hidden"] == []  # --bw_linear 1, the default
+    fw = torch.load(tmp_path / "models" / "comm_2_fw.pt", weights_only=True)
+    assert fw["config"]["wait_inputs"] is False and fw["config"]["wait_term"] is True  # --fw_inputs sleeps
 
 
 def test_on_policy_rank_noise_reaches_the_checkpoint_and_the_predicted_spread(tmp_path, one_thread):
