@@ -131,7 +131,7 @@ class CommCostModel(nn.Module):
     0.10 ms where they were 2 ms or more apart; the plans of the searches
     that balance the ranks were the ones under-predicted most (NeuroShard+'s
     by 0.54 ms at their estimated skews, TorchRec's by 0.14 ms). Trained on
-    the same data with waits: +0.35 to -0.07 ms by gap, and NeuroShard+'s
+    the same data with waits: under by 0.35 to 0.07 ms by gap, and NeuroShard+'s
     plans no longer under-predicted more than TorchRec's. Re-simulating five
     studies' evaluation plans (`tools/model_error.py`), the per-rank forward
     error fell in each (20.9/23.8/23.6/19.3/20.9% -> 18.1/22.8/20.4/18.4/
