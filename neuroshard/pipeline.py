@@ -158,8 +158,9 @@ PRESETS = {
 # candidates x 2 rounds per task), and measuring 15.9. The refinement kept NeuroShard+'s own plan in 68, 69
 # and 65 of 70 tasks in the three 70-task runs, and NeuroShard+ was level with NeuroShard on hardware with and
 # without it, so the study spends those minutes on 40 more tasks instead (`--refine 4` puts it back). Four
-# runs at 110 x 4 took 39.7, 41.5, 45.5 and 50.6 minutes, two more 38.2 and 40.3, as fast as the machine ran
-# (step 6, the same 1,760 measurements, took 25-34 minutes), and detected 3.3-4.0% against the baselines. The
+# runs at 110 x 4 took 39.7, 41.5, 45.5 and 50.6 minutes, five more 38.2, 40.3, 40.6, 39.1 and 37.4, as
+# fast as the machine ran (step 6, the same 1,760 measurements, took 25-34 minutes), and detected 2.9-4.0%
+# against the baselines. The
 # task sd dominates the detectable difference (task sd^2 > repeat sd^2 / 4), so tasks, not rounds, buy power;
 # 4 rounds keep the plan-cost MAPE's repeat-noise floor near 3%.
 # 3,000 compute samples: the compute model is data-starved at 1,000. Trained on the seed-2 study's first 1,000,
