@@ -137,8 +137,12 @@ class CommCostModel(nn.Module):
     error fell in each (20.9/23.8/23.6/19.3/20.9% -> 18.1/22.8/20.4/18.4/
     16.9%), the plan-cost MAPE fell or held (6.8/12.6/13.2/6.7/7.1% ->
     6.2/12.4/12.2/6.7/6.0%), and NeuroShard+'s measured/estimated ratio
-    came nearer TorchRec's (by 0.051-0.094 above it -> 0.040-0.060).
-    Without it, the MLP sees the sleeps.
+    came nearer TorchRec's (by 0.051-0.094 above it -> 0.040-0.060). With
+    it, in three fresh studies NeuroShard's plans' transfer was estimated as
+    well as TorchRec's, but NeuroShard+'s local search still found plans
+    whose transfer it under-predicts by 0.31 and 0.46 ms more than
+    TorchRec's in two of them (README, *Beyond the paper*). Without it, the
+    MLP sees the sleeps.
     """
 
     def __init__(self, kind: str, ndevices: int, x_mean: torch.Tensor, x_std: torch.Tensor,
