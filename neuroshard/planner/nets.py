@@ -141,7 +141,7 @@ class CommCostModel(nn.Module):
     it, in three fresh studies NeuroShard's plans' transfer was estimated as
     well as TorchRec's, but NeuroShard+'s local search still found plans
     whose transfer it under-predicts by 0.31 and 0.46 ms more than
-    TorchRec's in two of them (README, *Beyond the paper*). Without it, the
+    TorchRec's in two of them (README, *Sim-to-real*). Without it, the
     MLP sees the sleeps.
     """
 
