@@ -160,9 +160,8 @@ PRESETS = {
 # without it, so the study spends those minutes on 40 more tasks instead (`--refine 4` puts it back). Four
 # runs at 110 x 4 took 39.7, 41.5, 45.5 and 50.6 minutes, five more 38.2, 40.3, 40.6, 39.1 and 37.4, as
 # fast as the machine ran (step 6, the same 1,760 measurements, took 25-34 minutes), and detected 2.9-4.0%
-# against the baselines. The
-# task sd dominates the detectable difference (task sd^2 > repeat sd^2 / 4), so tasks, not rounds, buy power;
-# 4 rounds keep the plan-cost MAPE's repeat-noise floor near 3%.
+# against the baselines. The task sd dominates the detectable difference (task sd^2 > repeat sd^2 / 4), so
+# tasks, not rounds, buy power; 4 rounds keep the plan-cost MAPE's repeat-noise floor near 3%.
 # 3,000 compute samples: the compute model is data-starved at 1,000. Trained on the seed-2 study's first 1,000,
 # 2,000 and 3,000 random shards, its error on the 800 ranks of that study's evaluation plans (sd of log
 # measured / estimated within a plan: what a plan's ranks do not share) was 13.4%, 10.5% and 10.1%, and the

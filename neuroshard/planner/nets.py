@@ -177,20 +177,25 @@ class CommCostModel(nn.Module):
                 "hidden": list(self.hidden), "wait_inputs": self.wait_inputs}
 
     @staticmethod
+    def waits(x: torch.Tensor, ndevices: int) -> torch.Tensor:
+        """Each rank's wait for the last rank to start, max(sleeps) - own sleep, from an input (dims then
+        sleeps)."""
+        sleeps = x[..., ndevices:]
+        return sleeps.max(dim=-1, keepdim=True).values - sleeps
+
+    @staticmethod
     def features(x: torch.Tensor, ndevices: int, wait_inputs: bool) -> torch.Tensor:
         """The MLP's input from the model's (dims then sleeps): the sleeps replaced by each rank's wait for
         the last rank when `wait_inputs`."""
         if not wait_inputs:
             return x
-        sleeps = x[..., ndevices:]
-        return torch.cat([x[..., :ndevices], sleeps.max(dim=-1, keepdim=True).values - sleeps], dim=-1)
+        return torch.cat([x[..., :ndevices], CommCostModel.waits(x, ndevices)], dim=-1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         feats = self.features(x, self.ndevices, self.wait_inputs)
         out = self.mlp((feats - self.x_mean) / self.x_std) * self.target_scale
         if self.wait_term:
-            sleeps = x[..., self.ndevices:]
-            out = out + (sleeps.max(dim=-1, keepdim=True).values - sleeps)
+            out = out + self.waits(x, self.ndevices)
         return out
 
     @staticmethod
