@@ -52,6 +52,11 @@ def parse_args(argv=None) -> argparse.Namespace:
 
     p = argparse.ArgumentParser(description="Benchmark sharding plans on hardware (measured costs).")
     add_input_args(p, data_help="dataset dir with table_configs.json and data.pt (the lookups the kernels run)")
+    p.add_argument("--plan_speed", default=None,
+                   help="an eval.py --out_dir of other plans (e.g. training tasks' on-policy plans) measured just "
+                        "before this run under the same --calibration: the models are scaled further by their "
+                        "measured / estimated medians per part (compute, fw, bw), so the estimates and the 80%% "
+                        "band are for the plan job's speed now (eval/drift.py) (default: unscaled)")
     p.add_argument("--ndevices", type=int, default=None,
                    help="number of ranks: CPU processes (default 4), or GPUs (default: all visible, "
                         "or those of --gpu_devices); on several machines, the ranks of all of them")
@@ -127,7 +132,7 @@ def main(argv=None) -> int:
     config = {k: v for k, v in vars(args).items() if k not in ("quiet", "no_progress")}
     config.update(device=device, ndevices=ndevices, fw_comm_model=inputs.fw_comm_model,
                   bw_comm_model=inputs.bw_comm_model, algs=algs, num_tasks=n, batch_size=batch,
-                  calibration_factors=inputs.calibration)
+                  calibration_factors=inputs.calibration, plan_speed_factors=inputs.plan_speed)
     measured = len(runnable(records))
     print(f"measuring {measured} plans x {args.repeats} ({len(records) - measured} not run) on {ndevices} {device} "
           f"ranks in one torchrun job (resumable: rerun the same command after an interruption)", file=sys.stderr,

@@ -394,6 +394,8 @@ CASES = [
     ("hw plans no alg", "eval.py", HW + ["--plans", "plans_noalg.json"], '"alg" must be an algorithm name'),
     ("hw plans null", "eval.py", HW + ["--plans", "plans_null.json"], '"status" must be one of'),
     ("hw plans missing", "eval.py", HW + ["--plans", "nope.json"], "nope.json: file not found"),
+    ("hw plan_speed missing", "eval.py", HW + ["--plan_speed", "nowhere"],
+     "nowhere/results.json: plan-speed file not found (--plan_speed"),
     ("hw node_rank 2 of 2", "eval.py", HW + ["--nnodes", "2", "--node_rank", "2", "--rdzv_endpoint",
                                              "127.0.0.1:29500"], "--node_rank: must be <= 1, got 2"),
     ("hw nnodes without endpoint", "eval.py", HW + ["--nnodes", "2"], "--rdzv_endpoint: needed with --nnodes 2"),

@@ -35,6 +35,18 @@ are the plan job's speed against the models on plans that are not the
 evaluation's, and the report gives the MAPE with the estimates scaled by
 them. Their estimates are in-sample (the on-policy models were retrained on
 their shards), which is why they measure speed, not the models' accuracy.
+
+The anchors measured before step 6 are also its forecast of the machine's
+speed: `eval.py --plan_speed <hw>/anchors_before` scales the models by
+their measured / estimated medians per part (`read_plan_speed`) on top of
+`--calibration`, so the evaluation's estimates, and the band around them,
+are for the plan job as it runs just before the evaluation. On the three
+110-task studies of the last stop, that took the plan-cost MAPE from 7.1,
+15.7 and 5.8% to 5.6, 6.6 and 5.8%, and the share in the 80% band from
+58.4, 24.0 and 67.9% to 71.1, 65.1 and 67.6% (README, *Sim-to-real*): the
+kernel samples of `--calibration` run outside the plan job, and in two of
+those runs its speed had moved 2-11% away from theirs. The plans are not
+changed by it: step 5 plans before the anchors are measured.
 """
 
 from __future__ import annotations
@@ -82,6 +94,46 @@ def read_calibration(calibration_dir) -> dict:
         missing = [n for n in (DRIFT_COMPUTE, DRIFT_COMM) if not (d / n).exists()]
         raise InputError(d / missing[0], "calibration file not found (--calibration)")
     return factors
+
+
+PLAN_SPEED_RESULTS = "results.json"
+
+
+def read_plan_speed(plan_speed_dir, calibration: dict | None) -> dict:
+    """`--plan_speed`: per part (`PARTS`) the median measured / estimated of the plans measured in
+    `plan_speed_dir` (an eval.py out dir: results.json and config.json), the factor the models are scaled by on top
+    of `calibration` (the evaluation's own `--calibration` factors, None without). Those plans must have been
+    estimated under the same calibration, or the product would count a factor twice or miss one: a one-line
+    error names the file and the factor that differs, as it does a missing file or a part without a ratio."""
+    from neuroshard.eval.summary import speed_ratios
+    from neuroshard.formats.io import read_json
+    from neuroshard.formats.plans import read_plans
+
+    d = Path(plan_speed_dir)
+    results, config = d / PLAN_SPEED_RESULTS, d / "config.json"
+    for f in (results, config):
+        if not f.is_file():
+            raise InputError(f, "plan-speed file not found (--plan_speed: an eval.py --out_dir)")
+    cfg = read_json(config)
+    if not isinstance(cfg, dict):
+        raise InputError(config, "expected a JSON object (eval.py's config.json)")
+    theirs = cfg.get("calibration_factors")
+    for part in PARTS:
+        a = None if theirs is None else theirs.get(part)
+        b = None if calibration is None else calibration.get(part)
+        if (a is None) != (b is None) or (a is not None and abs(a - b) > 1e-9 * max(abs(a), abs(b))):
+            raise InputError(config, f"its plans were estimated with calibration factor {part}={a}, this "
+                                     f"evaluation's --calibration gives {b}: measure them with the same --calibration")
+    records = read_plans(results)
+    ratios = speed_ratios(records)
+    out = {}
+    for part in PARTS:
+        r = ratios[part]
+        if r is None or not np.isfinite(r) or r <= 0:
+            raise InputError(results, f"no measured / estimated ratio for {part!r} (no measured plan has it)")
+        out[part] = float(r)
+    out["plans"] = sum(r.cost is not None for r in records)
+    return out
 
 
 def calibrated(models, factors: dict):

@@ -60,6 +60,7 @@ class EvalInputs:
     fw_comm_model: str | None = None
     bw_comm_model: str | None = None
     calibration: dict | None = None  # eval.drift.read_drift's factors the models were scaled by (--calibration)
+    plan_speed: dict | None = None  # eval.drift.read_plan_speed's factors, on top of those (--plan_speed)
 
 
 # the algorithms whose search optimises the cost models' runtime: their plans are labelled with it
@@ -111,7 +112,11 @@ def inputs_from_args(args, ndevices: int, max_tasks: int | None = None) -> EvalI
     bw = args.bw_comm_model or default_comm_model_path(ndevices, "bw")
     inputs = load_inputs(args.data_dir, args.task_path, args.compute_model, fw, bw, ndevices, max_tasks)
     inputs = replace(inputs, fw_comm_model=str(fw), bw_comm_model=str(bw))
-    return calibrate(inputs, args.calibration) if getattr(args, "calibration", None) else inputs
+    if getattr(args, "calibration", None):
+        inputs = calibrate(inputs, args.calibration)
+    if getattr(args, "plan_speed", None):
+        inputs = scale_to_plan_speed(inputs, args.plan_speed)
+    return inputs
 
 
 def calibrate(inputs: EvalInputs, calibration_dir) -> EvalInputs:
@@ -121,6 +126,15 @@ def calibrate(inputs: EvalInputs, calibration_dir) -> EvalInputs:
 
     factors = read_calibration(calibration_dir)
     return replace(inputs, models=calibrated(inputs.models, factors), calibration=factors)
+
+
+def scale_to_plan_speed(inputs: EvalInputs, plan_speed_dir) -> EvalInputs:
+    """`inputs` with the models scaled further by the plan job's speed measured in `plan_speed_dir`, under the
+    same calibration (`eval.drift.read_plan_speed`)."""
+    from neuroshard.eval.drift import calibrated, read_plan_speed
+
+    factors = read_plan_speed(plan_speed_dir, inputs.calibration)
+    return replace(inputs, models=calibrated(inputs.models, factors), plan_speed=factors)
 
 
 def load_inputs(data_dir, task_path, compute_model, fw_comm_model, bw_comm_model, ndevices: int,

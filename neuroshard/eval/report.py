@@ -280,19 +280,23 @@ def drift_lines(hw_dir: Path, records: list[PlanRecord] | None) -> tuple[list[st
         return [], None
     config = _load(hw_dir / "config.json")
     calib = config.get("calibration_factors") if isinstance(config, dict) else None
-    change = {k: drift[k] / calib[k] for k in PARTS} if calib else drift
+    speed = config.get("plan_speed_factors") if isinstance(config, dict) else None
+    # the estimates include the calibration and the plan speed (--plan_speed); the change is from those
+    change = {k: drift[k] / ((calib[k] if calib else 1.0) * (speed[k] if speed else 1.0)) for k in PARTS}
     scaled = drift_scaled_accuracy(records, change)
     if scaled["mape"] is None:
         return [], None
     n = drift["samples"]
     factors = lambda d: f"{d['compute']:.2f}x (compute), {d['fw_comm']:.2f}x (fw) and {d['bw_comm']:.2f}x (bw)"  # noqa: E731
+    plan_speed = (f", and the plan job's speed measured just before the evaluation on other plans "
+                  f"(`--plan_speed`: {factors(speed)})") if speed else ""
     if calib:
         lines = [f"Machine drift: just before planning, {n['compute']} compute shards and {n['fw_comm']} per-rank "
                  f"all-to-all times of the collected cost data were measured again; they took {factors(calib)} "
                  f"their recorded times (medians), and the simulator's models were scaled by these factors "
-                 f"(`--calibration`): the estimates above include them. Right after the evaluation the same "
-                 f"samples took {factors(drift)}, so the machine changed by {factors(change)} while the plans "
-                 f"were planned and measured. With the estimates scaled by that change (measured apart from the "
+                 f"(`--calibration`): the estimates above include them{plan_speed}. Right after the evaluation the "
+                 f"same samples took {factors(drift)}, so the machine changed by {factors(change)} from the "
+                 f"estimates' speed. With the estimates scaled by that change (measured apart from the "
                  f"evaluation, not fitted to it), the plan-cost MAPE is {100 * scaled['mape']:.1f}% (Spearman "
                  f"{scaled['spearman']:.3f}); the difference is the drift during the evaluation, not the models' "
                  f"error."]
@@ -303,7 +307,7 @@ def drift_lines(hw_dir: Path, records: list[PlanRecord] | None) -> tuple[list[st
                  f"these factors (measured apart from the evaluation, not fitted to it), the plan-cost MAPE is "
                  f"{100 * scaled['mape']:.1f}% (Spearman {scaled['spearman']:.3f}); the difference from the "
                  f"unscaled figure above is the machine's drift, not the models' error."]
-    return lines, {**drift, "calibration": calib, "scaled_plan_mape": scaled["mape"],
+    return lines, {**drift, "calibration": calib, "plan_speed": speed, "scaled_plan_mape": scaled["mape"],
                    "scaled_spearman": scaled["spearman"]}
 
 
@@ -317,22 +321,36 @@ def anchor_lines(hw_dir: Path, records: list[PlanRecord] | None) -> tuple[list[s
     anchors = read_anchors(hw_dir)
     if anchors is None or records is None:
         return [], None
+    config = _load(hw_dir / "config.json")
+    speed = config.get("plan_speed_factors") if isinstance(config, dict) else None
+    # the anchors' speed against the evaluation's estimates, which include the anchors before it (--plan_speed)
     own, f = speed_ratios(records), anchors["factors"]
+    if speed:
+        f = {k: f[k] / speed[k] for k in f}
     scaled = drift_scaled_accuracy(records, f)
     if scaled["mape"] is None:
         return [], None
     before, after = anchors["before"], anchors["after"]
     x = lambda v: "-" if v is None else f"{v:.3f}x"  # noqa: E731
+    parts = f"compute {x(f['compute'])}, fw {x(f['fw_comm'])}, bw {x(f['bw_comm'])}"
     lines = [f"Plan-level speed: the {anchors['plans']} on-policy plans of training tasks (step 4f, not the "
              f"evaluation's tasks), measured again as step 6 measures plans just before and just after it, took "
              f"{x(before['cost'])} and {x(after['cost'])} their estimates (medians; compute {x(before['compute'])} "
              f"and {x(after['compute'])}); the evaluation's plans took {x(own['cost'])} theirs (compute "
-             f"{x(own['compute'])}). With the evaluation's estimates scaled by the anchors' speed (compute "
-             f"{x(f['compute'])}, fw {x(f['fw_comm'])}, bw {x(f['bw_comm'])}: measured on other plans, not fitted "
-             f"to these), the plan-cost MAPE is {100 * scaled['mape']:.1f}% (Spearman {scaled['spearman']:.3f}). "
-             f"The anchors' estimates are in-sample (the models were retrained on their shards): they measure the "
-             f"plan job's speed, not the models' accuracy."]
-    return lines, {**anchors, "evaluation": own, "scaled_plan_mape": scaled["mape"],
+             f"{x(own['compute'])})."]
+    if speed:
+        lines[0] += (f" The evaluation's estimates include the speed before it (`--plan_speed`: the models "
+                     f"scaled by compute {x(speed['compute'])}, fw {x(speed['fw_comm'])}, bw "
+                     f"{x(speed['bw_comm'])}), a forecast from other plans made before any of its measurements. "
+                     f"Scaled further by the square root of the change from before to after ({parts}), the plan-cost MAPE "
+                     f"is {100 * scaled['mape']:.1f}% (Spearman {scaled['spearman']:.3f}).")
+    else:
+        lines[0] += (f" With the evaluation's estimates scaled by the anchors' speed ({parts}: measured on other "
+                     f"plans, not fitted to these), the plan-cost MAPE is {100 * scaled['mape']:.1f}% (Spearman "
+                     f"{scaled['spearman']:.3f}).")
+    lines[0] += (" The anchors' estimates are in-sample (the models were retrained on their shards): they measure "
+                 "the plan job's speed, not the models' accuracy.")
+    return lines, {**anchors, "plan_speed": speed, "evaluation": own, "scaled_plan_mape": scaled["mape"],
                    "scaled_spearman": scaled["spearman"]}
 
 

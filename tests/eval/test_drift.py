@@ -78,3 +78,51 @@ def test_read_anchors_gives_the_geometric_mean_of_the_speeds_before_and_after(tm
     assert a["after"]["cost"] == pytest.approx(0.9) and a["after"]["compute"] == pytest.approx(0.81)
     # sqrt(1.0 x 0.81) = 0.9 (compute), sqrt(1.0 x 1.44) = 1.2 (fw), bw 1
     assert a["factors"] == pytest.approx({"compute": 0.9, "fw_comm": 1.2, "bw_comm": 1.0})
+
+
+def _plan_speed_dir(path, calibration):
+    """An eval.py out dir of 3 anchors (compute 0.8, 0.9, 1.0 x the estimate, fw 1.2 x, bw 1 x) estimated under
+    `calibration`."""
+    import json
+
+    from neuroshard.formats.plans import write_plans
+
+    path.mkdir()
+    write_plans(path / "results.json", [_anchor(0, 0.8, 1.2, 3.5), _anchor(1, 0.9, 1.2, 4.0),
+                                        _anchor(2, 1.0, 1.2, 4.5), PlanRecord(3, "a", status="oom")])
+    (path / "config.json").write_text(json.dumps({"calibration_factors": calibration}))
+    return path
+
+
+def test_read_plan_speed_gives_the_median_ratios_under_the_same_calibration(tmp_path):
+    from neuroshard.eval.drift import read_plan_speed
+
+    calib = {"compute": 1.1, "fw_comm": 0.9, "bw_comm": 1.0, "samples": {"compute": 2}}
+    d = _plan_speed_dir(tmp_path / "anchors", calib)
+    # compute: 0.8, 0.9, 1.0 -> 0.9; fw: 2.4 / 2 = 1.2 each; bw as estimated; 3 plans measured (not the oom)
+    got = read_plan_speed(d, calib)
+    assert got == pytest.approx({"compute": 0.9, "fw_comm": 1.2, "bw_comm": 1.0, "plans": 3})
+    with pytest.raises(InputError, match=r"config.json: its plans were estimated with calibration factor "
+                                         r"compute=1.1, this evaluation's --calibration gives 1.2"):
+        read_plan_speed(d, {**calib, "compute": 1.2})
+    with pytest.raises(InputError, match="calibration factor compute=1.1, this evaluation's --calibration gives None"):
+        read_plan_speed(d, None)
+    uncalibrated = _plan_speed_dir(tmp_path / "plain", None)
+    assert read_plan_speed(uncalibrated, None)["compute"] == pytest.approx(0.9)
+    with pytest.raises(InputError, match=r"nowhere/results.json: plan-speed file not found \(--plan_speed"):
+        read_plan_speed(tmp_path / "nowhere", None)
+
+
+def test_read_plan_speed_refuses_a_part_no_plan_measured(tmp_path):
+    import json
+
+    from neuroshard.eval.drift import read_plan_speed
+    from neuroshard.formats.plans import write_plans
+
+    (tmp_path / "config.json").write_text(json.dumps({}))
+    write_plans(tmp_path / "results.json", [PlanRecord(0, "a", status="oom")])
+    with pytest.raises(InputError, match="results.json: no measured / estimated ratio for 'compute'"):
+        read_plan_speed(tmp_path, None)
+    (tmp_path / "config.json").write_text("[1, 2]")
+    with pytest.raises(InputError, match="config.json: expected a JSON object"):
+        read_plan_speed(tmp_path, None)

@@ -143,3 +143,24 @@ def test_calibration_scales_the_models_by_the_measured_drift(tmp_path):
         calibrate(_inputs(), tmp_path)
     with pytest.raises(InputError, match="nowhere: calibration directory not found"):
         calibrate(_inputs(), tmp_path / "nowhere")
+
+
+def test_plan_speed_scales_the_calibrated_models_further(tmp_path):
+    from neuroshard.eval.plans import calibrate, scale_to_plan_speed
+    from tests.eval.test_drift import _plan_speed_dir, _write
+
+    _write(tmp_path, 2.0, 2.0, 0.5)
+    inputs = calibrate(_inputs(), tmp_path)
+    # the anchors, measured under the same calibration: compute 0.9x, fw 1.2x, bw 1x their estimates
+    sped = scale_to_plan_speed(inputs, _plan_speed_dir(tmp_path / "anchors", inputs.calibration))
+    assert sped.plan_speed == pytest.approx({"compute": 0.9, "fw_comm": 1.2, "bw_comm": 1.0, "plans": 3})
+    assert sped.calibration == inputs.calibration
+    plan = Plan((), ((0, 1), ()))
+    # test_calibration_scales_the_models_by_the_measured_drift's plan, compute x0.9 and fw x1.2 more:
+    # compute 1.188 | 0, bw 0.21 | 0.05, ready 1.398 | 0.05 so skew 1.348 | 0,
+    # fw 1.2 x 2 x (0.1 + 0.32 + 0.5 x 1.348) = 2.6256 | 1.2 x 0.2 = 0.24, totals 4.0236 | 0.29
+    est = simulate(TASKS[1].tables(CONFIGS), plan, sped.models, 1.0)
+    assert est.compute == pytest.approx([1.188, 0.0], abs=1e-5) and est.bw_comm == pytest.approx([0.21, 0.05])
+    assert est.fw_comm == pytest.approx([2.6256, 0.24], abs=1e-5) and est.cost == pytest.approx(4.0236, abs=1e-5)
+    with pytest.raises(InputError, match="calibration factor compute=2.0, this evaluation's --calibration gives None"):
+        scale_to_plan_speed(_inputs(), tmp_path / "anchors")

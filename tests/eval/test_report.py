@@ -123,3 +123,35 @@ def test_anchor_lines_scale_the_estimates_by_the_anchors_speed(tmp_path):
     assert "the 2 on-policy plans of training tasks" in lines[0]
     assert "took 0.750x and 0.750x their estimates (medians; compute 0.500x and 0.500x)" in lines[0]
     assert "the plan-cost MAPE is 0.0%" in lines[0]
+
+
+def test_drift_and_anchor_lines_measure_the_change_from_the_plan_speed_the_estimates_include(tmp_path):
+    import json
+
+    from neuroshard.eval.drift import ANCHORS
+    from neuroshard.eval.report import anchor_lines, drift_lines
+    from neuroshard.formats.plans import read_plans, write_plans
+    from tests.eval.test_drift import _anchor, _write
+
+    # the evaluation's estimate (compute [1, 2], bw [1, 1], fw [1, 1]: 4 ms) includes the calibration 1.1x and
+    # the plan speed before it, compute 0.5x; the kernel samples after it ran compute 1.1x, fw 1.1x, bw 2.2x:
+    # the change from the estimate's speed is compute 1.1 / (1.1 x 0.5) = 2, fw 1, bw 2
+    # -> totals [2 + 2 + 1, 4 + 2 + 1] = 7 = measured (MAPE 0)
+    _write(tmp_path, 1.1, 1.1, 2.2)
+    write_plans(tmp_path / "results.json", [_anchor(0, 2.0, 1.0, 7.0)])
+    calib = {"compute": 1.1, "fw_comm": 1.1, "bw_comm": 1.1, "samples": {"compute": 2, "fw_comm": 4, "bw_comm": 4}}
+    speed = {"compute": 0.5, "fw_comm": 1.0, "bw_comm": 1.0, "plans": 2}
+    (tmp_path / "config.json").write_text(json.dumps({"calibration_factors": calib, "plan_speed_factors": speed}))
+    lines, fig = drift_lines(tmp_path, read_plans(tmp_path / "results.json"))
+    assert fig["scaled_plan_mape"] == pytest.approx(0.0, abs=1e-9) and fig["plan_speed"] == speed
+    assert "changed by 2.00x (compute), 1.00x (fw) and 2.00x (bw) from the estimates' speed" in lines[0]
+    assert "(`--plan_speed`: 0.50x (compute), 1.00x (fw) and 1.00x (bw))" in lines[0]
+    # the anchors: compute 0.5x before (the plan speed) and 2x after -> sqrt(0.5 x 2) / 0.5 = 2x the estimates
+    # the evaluation's include: [2 + 1 + 1, 4 + 1 + 1] -> 6 ms against the measured 7
+    for name, compute in zip(ANCHORS.values(), (0.5, 2.0)):
+        (tmp_path / name).mkdir()
+        write_plans(tmp_path / name / "results.json", [_anchor(0, compute, 1.0, 4.0)])
+    lines, fig = anchor_lines(tmp_path, read_plans(tmp_path / "results.json"))
+    assert fig["plan_speed"] == speed and fig["scaled_plan_mape"] == pytest.approx(1 / 7)
+    assert "include the speed before it (`--plan_speed`: the models scaled by compute 0.500x" in lines[0]
+    assert "before to after (compute 2.000x, fw 1.000x, bw 1.000x), the plan-cost MAPE is 14.3%" in lines[0]
