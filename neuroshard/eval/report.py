@@ -342,8 +342,8 @@ def anchor_lines(hw_dir: Path, records: list[PlanRecord] | None) -> tuple[list[s
         lines[0] += (f" The evaluation's estimates include the speed before it (`--plan_speed`: the models "
                      f"scaled by compute {x(speed['compute'])}, fw {x(speed['fw_comm'])}, bw "
                      f"{x(speed['bw_comm'])}), a forecast from other plans made before any of its measurements. "
-                     f"Scaled further by the square root of the change from before to after ({parts}), the plan-cost MAPE "
-                     f"is {100 * scaled['mape']:.1f}% (Spearman {scaled['spearman']:.3f}).")
+                     f"Scaled further by the square root of the change from before to after ({parts}), the "
+                     f"plan-cost MAPE is {100 * scaled['mape']:.1f}% (Spearman {scaled['spearman']:.3f}).")
     else:
         lines[0] += (f" With the evaluation's estimates scaled by the anchors' speed ({parts}: measured on other "
                      f"plans, not fitted to these), the plan-cost MAPE is {100 * scaled['mape']:.1f}% (Spearman "
