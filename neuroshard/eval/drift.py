@@ -40,13 +40,14 @@ The anchors measured before step 6 are also its forecast of the machine's
 speed: `eval.py --plan_speed <hw>/anchors_before` scales the models by
 their measured / estimated medians per part (`read_plan_speed`) on top of
 `--calibration`, so the evaluation's estimates, and the band around them,
-are for the plan job as it runs just before the evaluation. On the three
-110-task studies of the last stop, that took the plan-cost MAPE from 7.1,
-15.7 and 5.8% to 5.6, 6.6 and 5.8%, and the share in the 80% band from
-58.4, 24.0 and 67.9% to 71.1, 65.1 and 67.6% (README, *Sim-to-real*): the
-kernel samples of `--calibration` run outside the plan job, and in two of
-those runs its speed had moved 2-11% away from theirs. The plans are not
-changed by it: step 5 plans before the anchors are measured.
+are for the plan job as it runs just before the evaluation: the kernel
+samples of `--calibration` run outside that job, whose speed can move
+apart from theirs. Applied to the recorded results of the eight 110-task
+studies that measured anchors, it took the plan-cost MAPE from 9.1% to
+7.3% on average (15.7% -> 6.6% in the worst run, +0.9 points in two where
+the machine held still) and the band's mean distance from 80% from 20.6 to
+12.5 points (README, *Sim-to-real*). The plans are not changed by it: step
+5 plans before the anchors are measured.
 """
 
 from __future__ import annotations
