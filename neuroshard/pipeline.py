@@ -350,12 +350,12 @@ def build_steps(p: Preset, out: Path, data: str | None, gpu_devices: str | None,
              [out / "sim" / "summary.json"], late=(lambda: chosen_lambda(plan_data / "lambda.json")) if onpolicy
              else None),
         *anchors("before"),
-        # eval.py measures the plans eval_simulator.py made: planned once, by the same code. Its estimates are
-        # scaled by the anchors' speed just before it (--plan_speed, eval/drift.py); the plans are not changed.
+        # eval.py measures the plans eval_simulator.py made: planned once, by the same code. Not with
+        # --plan_speed (the anchors' speed before it): in three fresh studies it made the estimates worse
+        # (README, Sim-to-real).
         Step("6", "hardware evaluation",
              ["eval.py", *eval_common, "--plans", str(out / "sim" / "plans.json"), "--out_dir", str(out / "hw"),
-              "--warmup", str(p.eval_warmup), "--iters", str(p.eval_iters), "--repeats", str(p.eval_repeats),
-              *(["--plan_speed", str(out / "hw" / ANCHORS["before"])] if onpolicy else []), *dev],
+              "--warmup", str(p.eval_warmup), "--iters", str(p.eval_iters), "--repeats", str(p.eval_repeats), *dev],
              [out / "hw" / "summary.json"]),
         *anchors("after"),
     ]
