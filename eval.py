@@ -56,8 +56,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="an eval.py --out_dir of other plans (e.g. training tasks' on-policy plans) measured just "
                         "before this run under the same --calibration: the models are scaled further by their "
                         "measured / estimated medians per part (compute, fw, bw), so the estimates and the 80%% "
-                        "band are for the plan job's speed now. Measured: worse estimates in three fresh studies, so the "
-                        "pipeline does not pass it (README, Sim-to-real; eval/drift.py) (default: unscaled)")
+                        "band are for the plan job's speed now. Measured: worse estimates in three fresh studies, so "
+                        "the pipeline does not pass it (README, Sim-to-real; eval/drift.py) (default: unscaled)")
     p.add_argument("--ndevices", type=int, default=None,
                    help="number of ranks: CPU processes (default 4), or GPUs (default: all visible, "
                         "or those of --gpu_devices); on several machines, the ranks of all of them")

@@ -95,9 +95,6 @@ def read_calibration(calibration_dir) -> dict:
     return factors
 
 
-PLAN_SPEED_RESULTS = "results.json"
-
-
 def read_plan_speed(plan_speed_dir, calibration: dict | None) -> dict:
     """`--plan_speed`: per part (`PARTS`) the median measured / estimated of the plans measured in
     `plan_speed_dir` (an eval.py out dir: results.json and config.json), the factor the models are scaled by on top
@@ -108,8 +105,8 @@ def read_plan_speed(plan_speed_dir, calibration: dict | None) -> dict:
     from neuroshard.formats.io import read_json
     from neuroshard.formats.plans import read_plans
 
-    d = Path(plan_speed_dir)
-    results, config = d / PLAN_SPEED_RESULTS, d / "config.json"
+    d = Path(plan_speed_dir)  # eval.py's out dir (eval.results names its files; importing it would close a cycle)
+    results, config = d / "results.json", d / "config.json"
     for f in (results, config):
         if not f.is_file():
             raise InputError(f, "plan-speed file not found (--plan_speed: an eval.py --out_dir)")
