@@ -8,6 +8,9 @@
     python eval.py ... --gpu_devices 0,1,2,3 --max_mem 4          # 4 GPUs (NCCL)
     python eval.py ... --plans results/quick/sim/plans.json       # measure eval_simulator.py's plans
     python eval.py ... --end_to_end                               # also time the real step sequence
+    python eval.py ... --plans results/quick/sim/plans.json \
+        --unmeasured_plans results/quick/sim_unmeasured/plans.json \
+        --unmeasured_task_path results/quick/tasks_unmeasured/data.txt   # prediction-powered verdicts
     python eval.py ... --gpu_devices 0,1,2,3 --ndevices 8 --nnodes 2 --node_rank N \
         --rdzv_endpoint node0.example:29500 --plans results/sim/plans.json   # 2 machines: run on each, N = 0, 1
 
@@ -66,6 +69,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--plans", default=None,
                    help="measure the plans of this file (eval_simulator.py's plans.json for the same "
                         "--task_path) instead of computing them")
+    p.add_argument("--unmeasured_plans", default=None,
+                   help="prediction-powered verdicts: eval_simulator.py's plans.json for tasks that are not measured "
+                        "(--unmeasured_task_path, drawn by tools/gen_tasks.py as --task_path's but with another "
+                        "--seed), made with the same settings as --plans; their estimates, simulated again with "
+                        "these models, tighten the hardware verdicts without biasing them (README, Power) "
+                        "(default: verdicts from the measurements alone)")
+    p.add_argument("--unmeasured_task_path", default=None, help="the task file of --unmeasured_plans")
     HardwareConfig.add_args(p)
     add_sharder_args(p)
     RefineConfig.add_args(p)
@@ -121,6 +131,13 @@ def main(argv=None) -> int:
         records = ev.compute_plans(inputs.configs, inputs.tasks, algs, ndevices, args.max_mem, inputs.models,
                                    seed=args.seed, options=options, progress=not args.no_progress)
 
+    unmeasured = None
+    if args.unmeasured_plans or args.unmeasured_task_path:
+        if not (args.unmeasured_plans and args.unmeasured_task_path):
+            raise ConfigError("--unmeasured_plans", "needs both --unmeasured_plans and --unmeasured_task_path")
+        unmeasured = ev.unmeasured_plans(args.unmeasured_plans, args.unmeasured_task_path, inputs, args.plans,
+                                         args.task_path, algs, ndevices, args.max_mem)
+
     def show(line: str) -> None:
         if not args.quiet:
             print(line, flush=True)
@@ -138,8 +155,10 @@ def main(argv=None) -> int:
     print(f"measuring {measured} plans x {args.repeats} ({len(records) - measured} not run) on {ndevices} {device} "
           f"ranks in one torchrun job (resumable: rerun the same command after an interruption)", file=sys.stderr,
           flush=True)
+    if unmeasured is not None:
+        config["unmeasured_tasks"] = len({r.task for r in unmeasured})
     _, summary = hw.run_evaluation(records, args.data_dir, args.task_path, cfg, args.out_dir, algs, n,
-                                   config=config, show=show)
+                                   config=config, show=show, unmeasured=unmeasured)
     results.print_summary(summary)
     t = summary.hardware
     if t.measurements:

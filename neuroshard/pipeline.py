@@ -32,6 +32,9 @@ from neuroshard.settings import add_flag
 from neuroshard.types import ConfigError, InputError, NeuroShardError
 
 ROOT = Path(__file__).resolve().parents[1]
+# gen_tasks.py's seed of the unmeasured tasks of prediction-powered verdicts (step 2b): not the evaluation's
+# (0) nor the training tasks' (1)
+UNMEASURED_SEED = 1000
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,10 @@ class Preset:
     refine: int = 0
     refine_algs: str = "neuroshard_plus"
     refine_repeats: int = 2
+    # prediction-powered verdicts (steps 2b, 5b; eval/intervals.py powered_difference): the simulator's
+    # estimates of the algorithms' plans on this many more tasks of the same generator (another seed), not
+    # measured (0: off; off with --refine too: refined plans are chosen by measurement, the unmeasured are not)
+    unmeasured_tasks: int = 0
     # step 7 (opt-in, --torchrec_train): the plans of the first tasks trained with TorchRec (eval_torchrec.py).
     # Rounds rather than iterations: on the 2-core machine (quick preset, 4 ranks) the median of 20 iterations
     # was known to +-4% while two rounds of the same plan differed by 20%.
@@ -139,7 +146,7 @@ PRESETS = {
                     comm_samples=300, comm_t_range="10,30", sleep_range="0,50", comm_batch_size=4096, warmup=3,
                     iters=7, noise_samples=40, epochs=1000, policy_tasks=50, dreamshard_args=(),
                     autoshard_args=(), eval_tasks=10, eval_warmup=3, eval_iters=5, eval_repeats=2, drift_samples=20,
-                    ensemble=3, onpolicy_tasks=2, spread_dist="log",
+                    ensemble=3, onpolicy_tasks=2, spread_dist="log", unmeasured_tasks=40,
                     algs="neuroshard,neuroshard_plus,size_lookup_greedy,torchrec,dreamshard,autoshard"),
     # The paper's setting on the public dataset and GPUs (DESIGN §2 defaults: 4 GB per GPU,
     # T from 10 to 60, 100 tasks, batch 65536); run once with 4 and once with 8 GPUs.
@@ -170,7 +177,8 @@ PRESETS = {
 PRESETS["study"] = replace(PRESETS["quick"], name="study", num_tasks=110, eval_tasks=110, eval_repeats=4,
                            eval_iters=7,
                            compute_samples=3000, comm_samples=500, noise_samples=100, drift_samples=50,
-                           onpolicy_tasks=6, algs="neuroshard,neuroshard_plus,torchrec,autoshard")
+                           onpolicy_tasks=6, algs="neuroshard,neuroshard_plus,torchrec,autoshard",
+                           unmeasured_tasks=440)
 
 
 @dataclass
@@ -231,11 +239,20 @@ def build_steps(p: Preset, out: Path, data: str | None, gpu_devices: str | None,
     learned = [a for a in ("dreamshard", "autoshard") if algs is None or a in algs]
     policies = {"dreamshard": ds_policy, "autoshard": as_policy}
     calib = out / "calibration"
-    eval_common = ["--data_dir", str(ds), "--task_path", str(tasks / "data.txt"), *models_flags, "--alg", p.algs,
-                   "--ndevices", str(n), "--max_mem", str(p.max_mem), "--max_tasks", str(p.eval_tasks),
-                   "--calibration", str(calib), *s]
-    for a in learned:
-        eval_common += [f"--{a}_policy", str(policies[a])]
+
+    def evaluation(task_dir: Path, count: int) -> list[str]:
+        """The flags steps 5 and 6 share, for the first `count` tasks of `task_dir`."""
+        flags = ["--data_dir", str(ds), "--task_path", str(task_dir / "data.txt"), *models_flags, "--alg", p.algs,
+                 "--ndevices", str(n), "--max_mem", str(p.max_mem), "--max_tasks", str(count), "--calibration",
+                 str(calib), *s]
+        return flags + [x for a in learned for x in (f"--{a}_policy", str(policies[a]))]
+
+    eval_common = evaluation(tasks, p.eval_tasks)
+    # prediction-powered verdicts: the same planning on tasks that are not measured (another seed)
+    unmeasured = p.unmeasured_tasks > 0 and not p.refine
+    u_tasks, u_sim = out / "tasks_unmeasured", out / "sim_unmeasured"
+    powered = ["--unmeasured_plans", str(u_sim / "plans.json"), "--unmeasured_task_path",
+               str(u_tasks / "data.txt")] if unmeasured else []
     # --refine measures candidates as step 6 measures plans
     refine = ["--refine", str(p.refine), "--refine_algs", p.refine_algs, "--refine_repeats", str(p.refine_repeats),
               "--warmup", str(p.eval_warmup), "--iters", str(p.eval_iters), *dev] if p.refine else []
@@ -248,6 +265,11 @@ def build_steps(p: Preset, out: Path, data: str | None, gpu_devices: str | None,
         Step("2", "tasks", ["tools/gen_tasks.py", "--data_dir", str(ds), "--out_dir", str(tasks), "--data_size",
                             str(p.num_tasks), "--T_range", p.t_range, "--max_mem", str(p.max_mem), "--ndevices",
                             str(n), "--max_dim", str(p.max_dim), "--seed", "0"], [tasks / "data.txt"]),
+        *([Step("2b", "tasks for prediction-powered verdicts (not measured)",
+                ["tools/gen_tasks.py", "--data_dir", str(ds), "--out_dir", str(u_tasks), "--data_size",
+                 str(p.unmeasured_tasks), "--T_range", p.t_range, "--max_mem", str(p.max_mem), "--ndevices", str(n),
+                 "--max_dim", str(p.max_dim), "--seed", str(UNMEASURED_SEED)], [u_tasks / "data.txt"])]
+          if unmeasured else []),
         Step("3a", "compute cost data",
              ["collect_compute_cost_data.py", "--dataset_dir", str(ds), "--out_dir", str(cdata), "--data_size",
               str(p.compute_samples), "--max_tables", str(p.max_tables), "--max_mem", str(p.max_mem),
@@ -349,13 +371,18 @@ def build_steps(p: Preset, out: Path, data: str | None, gpu_devices: str | None,
         Step("5", "simulator evaluation", ["eval_simulator.py", *eval_common, "--out_dir", str(out / "sim"), *refine],
              [out / "sim" / "summary.json"], late=(lambda: chosen_lambda(plan_data / "lambda.json")) if onpolicy
              else None),
+        *([Step("5b", "simulator on the unmeasured tasks",
+                ["eval_simulator.py", *evaluation(u_tasks, p.unmeasured_tasks), "--out_dir", str(u_sim), "--quiet"],
+                [u_sim / "summary.json"], late=(lambda: chosen_lambda(plan_data / "lambda.json")) if onpolicy
+                else None)] if unmeasured else []),
         *anchors("before"),
         # eval.py measures the plans eval_simulator.py made: planned once, by the same code. Not with
         # --plan_speed (the anchors' speed before it): in three fresh studies it made the estimates worse
         # (README, Sim-to-real).
         Step("6", "hardware evaluation",
              ["eval.py", *eval_common, "--plans", str(out / "sim" / "plans.json"), "--out_dir", str(out / "hw"),
-              "--warmup", str(p.eval_warmup), "--iters", str(p.eval_iters), "--repeats", str(p.eval_repeats), *dev],
+              "--warmup", str(p.eval_warmup), "--iters", str(p.eval_iters), "--repeats", str(p.eval_repeats), *dev,
+              *powered],
              [out / "hw" / "summary.json"]),
         *anchors("after"),
     ]

@@ -97,6 +97,44 @@ def test_eval_script_measures_every_algorithm_and_reports_oom(setup, capsys):
         assert (out / name).exists()
 
 
+def test_eval_verdicts_are_prediction_powered_by_unmeasured_tasks(setup, tmp_path):
+    """eval_simulator.py's plans of two measured tasks and of three that are not measured: eval.py measures the
+    first, simulates the others again and reads the verdicts with their estimates (eval/intervals.py)."""
+    import importlib.util
+
+    from neuroshard.formats.tasks import read_tasks
+    from neuroshard.types import ConfigError
+
+    d, args = setup
+    small = read_tasks(d / "tasks.txt")[0].table_ids
+    write_tasks(tmp_path / "measured.txt", [Task(small[:2], (8, 16)), Task(small[2:], (4, 8))])
+    write_tasks(tmp_path / "unmeasured.txt", [Task(small[1:3], (16, 4)), Task((small[0], small[3]), (8, 8)),
+                                              Task(small[:3], (8, 8, 8))])
+    flags = dict(zip(args[:-1:2], args[1::2]))  # flag -> value ("--no_progress" is the odd one out, last)
+    for name in ("measured", "unmeasured"):
+        sim = {**{k: v for k, v in flags.items() if k not in ("--warmup", "--iters", "--timeout", "--device")},
+               "--task_path": str(tmp_path / f"{name}.txt"), "--alg": "neuroshard,size_greedy",
+               "--out_dir": str(tmp_path / f"sim_{name}")}
+        subprocess.run([sys.executable, str(ROOT / "eval_simulator.py"), *(x for kv in sim.items() for x in kv),
+                        "--quiet", "--no_progress"], check=True, cwd=ROOT)
+    flags = [x for kv in {**flags, "--task_path": str(tmp_path / "measured.txt")}.items() for x in kv]
+    spec = importlib.util.spec_from_file_location("eval_script", ROOT / "eval.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    out = tmp_path / "hw"
+    powered = ["--plans", str(tmp_path / "sim_measured" / "plans.json"), "--unmeasured_plans",
+               str(tmp_path / "sim_unmeasured" / "plans.json"), "--unmeasured_task_path",
+               str(tmp_path / "unmeasured.txt")]
+    assert script.main([*flags, "--alg", "all", "--repeats", "2", "--out_dir", str(out), "--quiet",
+                        "--no_progress", *powered]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    [vs] = [r["vs_reference"] for r in summary["algorithms"] if r["alg"] == "size_greedy"]
+    assert vs["power"]["predicted"] == 3 and 0.0 <= vs["weight"] <= 1.0 and "plain_diff_ms" in vs
+    assert json.loads((out / "config.json").read_text())["unmeasured_tasks"] == 3
+    with pytest.raises(ConfigError, match="needs both --unmeasured_plans and --unmeasured_task_path"):
+        script.main([*flags, "--out_dir", str(tmp_path / "x"), *powered[:4]])
+
+
 # eval.py's own main and run_main, with the job's rank entry point swapped for one that fails
 # (tests/faulty_ranks.py): production code has no fault flag.
 _WITH_FAULTY_RANKS = """

@@ -197,3 +197,29 @@ def test_refine_flag_puts_neuroshard_plus_refinement_into_step_5():
     assert "--refine" not in step5("--preset", "study", "--refine", "0")
     with pytest.raises(ConfigError, match="--refine"):
         preset_from_args(parse_args(["--preset", "study", "--refine", "-1"]))
+
+
+def test_prediction_powered_verdicts_plan_unmeasured_tasks_as_step_5_plans_the_measured():
+    from neuroshard.pipeline import UNMEASURED_SEED, build_steps, parse_args, preset_from_args
+
+    def steps(*argv):
+        preset = preset_from_args(parse_args(list(argv)))
+        return {s.key: s for s in build_steps(preset, Path("r"), None, None)}
+
+    study = steps("--preset", "study")
+    gen = dict(zip(study["2b"].argv[1::2], study["2b"].argv[2::2]))
+    assert gen["--data_size"] == "440" and gen["--seed"] == str(UNMEASURED_SEED) != "0"
+    assert gen["--out_dir"] == str(Path("r") / "tasks_unmeasured")
+    measured, unmeasured = (dict(zip(study[k].argv[1::2], study[k].argv[2::2])) for k in ("5", "5b"))
+    # the same planning (models, calibration, algorithms, policies, seed) on the other tasks
+    differ = {k for k in measured.keys() | unmeasured.keys() if measured.get(k) != unmeasured.get(k)}
+    assert differ == {"--task_path", "--max_tasks", "--out_dir"}
+    assert unmeasured["--task_path"] == gen["--out_dir"] + "/data.txt" and unmeasured["--max_tasks"] == "440"
+    assert study["5b"].late is not None  # NeuroShard+'s lambda chosen on the training tasks, as step 5's
+    hw = study["6"].argv
+    assert hw[hw.index("--unmeasured_plans") + 1] == str(Path("r") / "sim_unmeasured" / "plans.json")
+    assert hw[hw.index("--unmeasured_task_path") + 1] == unmeasured["--task_path"]
+    # refined plans are chosen by measurement, which the unmeasured tasks do not get: plain verdicts
+    refined = steps("--preset", "study", "--refine", "2")
+    assert "2b" not in refined and "5b" not in refined and "--unmeasured_plans" not in refined["6"].argv
+    assert "5b" in steps("--preset", "quick") and "5b" not in steps("--preset", "tiny")

@@ -29,7 +29,7 @@ PARTIAL_DIR = ".partial"  # an unfinished evaluation: measurement log, settings,
 MEASUREMENTS = "measurements.jsonl"
 # Settings that do not change what is measured: a resumed run may differ in them.
 _FREE_SETTINGS = ("quiet", "no_progress", "out_dir", "timeout", "startup_timeout", "rdzv_endpoint", "rdzv_id",
-                  "join_timeout")
+                  "join_timeout", "unmeasured_plans", "unmeasured_task_path", "unmeasured_tasks")
 
 
 # =========================================================================== measurements into records
@@ -104,8 +104,8 @@ def plan_identity(rec: PlanRecord, repeat: int = 0) -> str:
 
 def run_evaluation(records: Sequence[PlanRecord], data_dir, task_path, cfg: HardwareConfig, out_dir,
                    algs: Sequence[str], num_tasks: int, config: dict | None = None,
-                   show: Callable[[str], None] | None = print,
-                   worker_module: str | None = None) -> tuple[list[PlanRecord], Summary]:
+                   show: Callable[[str], None] | None = print, worker_module: str | None = None,
+                   unmeasured: Sequence[PlanRecord] | None = None) -> tuple[list[PlanRecord], Summary]:
     """Measure every plan record with a plan in one job; write and return (results, summary).
 
     Records without a plan (out of memory, invalid) are reported, not run.
@@ -115,7 +115,8 @@ def run_evaluation(records: Sequence[PlanRecord], data_dir, task_path, cfg: Hard
     `.partial/config.json`) measures only the plans not measured yet. The job
     folders (ranks' logs) live in `.partial/jobs/`; a failed job's folder is
     kept there. When every plan is measured, the results are written and
-    `.partial/` is removed. One evaluation per `out_dir` at a time.
+    `.partial/` is removed. One evaluation per `out_dir` at a time. `unmeasured`: plan records of tasks
+    that are not measured, whose estimates make the verdicts prediction-powered (`summary.hardware_summary`).
     """
     from neuroshard.eval.results import PLANS_JSON, format_measured, write_outputs
     from neuroshard.formats.io import append_line, check_run_config, open_append, write_json_atomic
@@ -160,7 +161,7 @@ def run_evaluation(records: Sequence[PlanRecord], data_dir, task_path, cfg: Hard
                                    work_dir=str(partial / "jobs"), worker_module=worker_module)
         results = merge_results(records, [[done[plan_identity(rec, r)] for r in range(cfg.repeats)]
                                           for rec in items])
-        summary = hardware_summary(results, algs, num_tasks)
+        summary = hardware_summary(results, algs, num_tasks, unmeasured)
         # wall time: the whole job (start-up included) and per plan (time between results after the first)
         job_s = time.perf_counter() - stamps[0]
         per_plan = np.diff(stamps[1:])

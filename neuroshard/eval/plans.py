@@ -330,3 +330,62 @@ def plans_from_file(path, inputs: EvalInputs, task_path, alg: str, ndevices: int
     return check_plans(records, inputs.configs, inputs.tasks, ndevices, max_mem, inputs.models), algs
 
 
+
+
+# Settings of eval_simulator.py's config.json that may differ between the measured plans and the unmeasured
+# plans of prediction-powered verdicts (`unmeasured_plans`): which tasks and where the output went.
+_TASK_SETTINGS = ("task_path", "max_tasks", "num_tasks", "out_dir", "quiet", "no_progress")
+# ... and of gen_tasks.py's config.json: which and how many tasks were drawn.
+_DRAW_SETTINGS = ("seed", "data_size", "out_dir")
+
+
+def unmeasured_plans(path, task_path, inputs: EvalInputs, measured_plans, measured_task_path, algs: Sequence[str],
+                     ndevices: int, max_mem: float) -> list[PlanRecord]:
+    """The plan records of `path` (eval_simulator.py's plans.json of `task_path`, tasks that are not measured)
+    with their estimates simulated again under `inputs`' models: the simulator's predictions that make the
+    hardware verdicts prediction-powered (`intervals.powered_difference`).
+
+    The predictions on the unmeasured tasks must be distributed as those on the measured ones, so (InputError
+    naming the file, else ConfigError): the measured plans come from a file too (`measured_plans`, eval.py
+    --plans), and the two plans files' eval_simulator.py config.json agree on every setting but the tasks
+    (the models, the calibration, the sharders' options, the seed); the two task files differ, and where
+    both have gen_tasks.py's config.json, they were drawn with the same settings but another seed. Every
+    algorithm of `algs` needs plans there."""
+    from neuroshard.formats.io import read_json
+    from neuroshard.formats.tasks import read_tasks
+    from neuroshard.types import ConfigError
+
+    if measured_plans is None:
+        raise ConfigError("--unmeasured_plans", "needs --plans: the measured plans must come from the same "
+                                                "eval_simulator.py settings as the unmeasured ones")
+    if Path(task_path).resolve() == Path(measured_task_path).resolve():
+        raise ConfigError("--unmeasured_task_path", f"{task_path} is the measured task file: give tasks that are "
+                                                    "not measured (tools/gen_tasks.py with another --seed)")
+
+    def config(plans_file) -> tuple[Path, dict]:
+        cfg = Path(plans_file).parent / "config.json"
+        if not cfg.exists():
+            raise InputError(cfg, f"missing: the settings {plans_file} was made with (eval_simulator.py writes it)")
+        return cfg, read_json(cfg)
+
+    (mine_path, mine), (_, theirs) = config(path), config(measured_plans)
+    for key in sorted(set(mine) | set(theirs)):
+        if key not in _TASK_SETTINGS and mine.get(key) != theirs.get(key):
+            raise InputError(mine_path, f"{key} is {mine.get(key)!r}, the measured plans' ({measured_plans}) "
+                                        f"{theirs.get(key)!r}: predictions must come from the same planning")
+    draws = [Path(p).parent / "config.json" for p in (task_path, measured_task_path)]
+    if all(d.exists() for d in draws):
+        mine, theirs = (read_json(d) for d in draws)
+        for key in sorted(set(mine) | set(theirs)):
+            if key not in _DRAW_SETTINGS and mine.get(key) != theirs.get(key):
+                raise InputError(draws[0], f"{key} is {mine.get(key)!r}, the measured tasks' {theirs.get(key)!r}: "
+                                           "the unmeasured tasks must come from the same generator")
+        if mine.get("seed") == theirs.get("seed"):
+            raise InputError(draws[0], f"seed {mine.get('seed')} is the measured tasks' seed: the same tasks")
+    tasks = read_tasks(task_path, num_tables=len(inputs.configs))
+    other = replace(inputs, tasks=tasks, tasks_in_file=len(tasks))
+    records, found = plans_from_file(path, other, task_path, ",".join(algs), ndevices, max_mem)
+    missing = [a for a in algs if a not in found]
+    if missing:
+        raise InputError(path, f"no plans of {', '.join(missing)} (the measured algorithms)")
+    return records

@@ -21,6 +21,16 @@ evaluation with R >= 2: `repeat_sd` from the spread of each task's rounds,
 `task_sd` from the spread of the task means beyond what the repeat noise
 explains. `tasks_needed` inverts the formula. Differences are fractions of
 the reference's cost (0.03 = 3%).
+
+With the simulator's predicted difference f[t] of every task and its mean
+over N more tasks that were not measured (`intervals.powered_difference`),
+the estimate is the measured mean less lam x (mean f - mean over the N),
+and the task term is what the predictions do not explain: `task_sd` is then
+the sd of u[t] - lam x f[t], and the unmeasured tasks add their own term,
+
+    se = sqrt(task_sd**2 / T + repeat_sd**2 / (T * R) + predicted_sd**2 / N)
+
+with `predicted_sd` = lam x the sd of the predictions over the N tasks.
 """
 
 from __future__ import annotations
@@ -32,6 +42,7 @@ from typing import Sequence
 
 import numpy as np
 
+from neuroshard.eval.intervals import powered_estimate
 from neuroshard.types import RankNoise
 
 ALPHA = 0.05
@@ -45,15 +56,22 @@ def z_sum(alpha: float = ALPHA, power: float = POWER) -> float:
 
 
 def min_detectable(task_sd: float, repeat_sd: float, tasks: int, repeats: int, alpha: float = ALPHA,
-                   power: float = POWER) -> float:
-    """The smallest true difference (a fraction) detected with probability `power` at level `alpha`."""
-    return z_sum(alpha, power) * math.sqrt(task_sd ** 2 / tasks + repeat_sd ** 2 / (tasks * repeats))
+                   power: float = POWER, predicted_sd: float = 0.0, predicted: int = 0) -> float:
+    """The smallest true difference (a fraction) detected with probability `power` at level `alpha` (with
+    `predicted` unmeasured tasks whose predictions vary by `predicted_sd`, weight included)."""
+    extra = predicted_sd ** 2 / predicted if predicted else 0.0
+    return z_sum(alpha, power) * math.sqrt(task_sd ** 2 / tasks + repeat_sd ** 2 / (tasks * repeats) + extra)
 
 
 def tasks_needed(task_sd: float, repeat_sd: float, repeats: int, mdd: float, alpha: float = ALPHA,
-                 power: float = POWER) -> int:
-    """The fewest tasks that bring the minimum detectable difference down to `mdd` with `repeats` rounds."""
-    return max(2, math.ceil((z_sum(alpha, power) / mdd) ** 2 * (task_sd ** 2 + repeat_sd ** 2 / repeats)))
+                 power: float = POWER, predicted_sd: float = 0.0, predicted: int = 0) -> int | None:
+    """The fewest tasks that bring the minimum detectable difference down to `mdd` with `repeats` rounds
+    (and `predicted` unmeasured tasks as in `min_detectable`); None when the unmeasured tasks' term alone
+    is above `mdd` (more unmeasured tasks are needed first)."""
+    room = (mdd / z_sum(alpha, power)) ** 2 - (predicted_sd ** 2 / predicted if predicted else 0.0)
+    if room <= 0:
+        return None
+    return max(2, math.ceil((task_sd ** 2 + repeat_sd ** 2 / repeats) / room))
 
 
 @dataclass(frozen=True)
@@ -64,29 +82,46 @@ class Components:
     repeat_sd: float
     tasks: int
     repeats: int
+    predicted_sd: float = 0.0  # with unmeasured tasks' predictions: lam x their sd (task_sd is then residual)
+    predicted: int = 0  # unmeasured tasks
+    raw_task_sd: float | None = None  # with predictions: the task sd without them
 
     def mdd(self, tasks: int | None = None, repeats: int | None = None, alpha: float = ALPHA,
             power: float = POWER) -> float:
         """The minimum detectable difference of this comparison (default: its own tasks and repeats)."""
         return min_detectable(self.task_sd, self.repeat_sd, tasks or self.tasks, repeats or self.repeats, alpha,
-                              power)
+                              power, self.predicted_sd, self.predicted)
 
     def to_json(self) -> dict:
         return asdict(self)
 
 
-def components(reference: Sequence[Sequence[float]], other: Sequence[Sequence[float]]) -> Components | None:
+def components(reference: Sequence[Sequence[float]], other: Sequence[Sequence[float]],
+               predicted: tuple[Sequence[float], Sequence[float]] | None = None) -> Components | None:
     """The task and repeat sds of the relative difference (other - reference) / reference, from costs
     [task][round] of two algorithms' plans (paired by task and round); None with fewer than 2 tasks or
-    2 rounds (no estimate of the repeat noise)."""
+    2 rounds (no estimate of the repeat noise). `predicted`: (the predicted relative differences of the
+    measured tasks, those of unmeasured tasks): the task sd is then what the predictions leave, with the
+    weight of `intervals.powered_difference` (module doc)."""
     ref, oth = np.asarray(reference, dtype=np.float64), np.asarray(other, dtype=np.float64)
     if ref.ndim != 2 or ref.shape != oth.shape or ref.shape[0] < 2 or ref.shape[1] < 2:
         return None
     d = (oth - ref) / ref
     tasks, repeats = d.shape
     repeat_var = float(d.var(axis=1, ddof=1).mean())
-    task_var = max(0.0, float(d.mean(axis=1).var(ddof=1)) - repeat_var / repeats)
-    return Components(math.sqrt(task_var), math.sqrt(repeat_var), tasks, repeats)
+
+    def task_sd(means: np.ndarray) -> float:
+        return math.sqrt(max(0.0, float(means.var(ddof=1)) - repeat_var / repeats))
+
+    means = d.mean(axis=1)
+    if predicted is None or not len(predicted[1]):
+        return Components(task_sd(means), math.sqrt(repeat_var), tasks, repeats)
+    f, g = np.asarray(predicted[0], dtype=np.float64), np.asarray(predicted[1], dtype=np.float64)
+    _, lam = powered_estimate(means[None], f[None], g[None])
+    lam = float(lam[0])
+    spread = float(g.std(ddof=1)) if g.size > 1 else 0.0
+    return Components(task_sd(means - lam * f), math.sqrt(repeat_var), tasks, repeats, lam * spread, g.size,
+                      task_sd(means))
 
 
 def plan_repeat_noise(costs: Sequence[Sequence[float]]) -> dict | None:

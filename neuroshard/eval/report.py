@@ -95,23 +95,43 @@ def comparison_table(sim: Summary | None, hw: Summary | None) -> tuple[str, dict
 def power_lines(hw: Summary | None, target: float = 0.03, study: tuple[int, int] | None = None) -> list[str]:
     """A line on the power of the hardware verdicts: the median task and repeat sds of the paired differences
     (eval/power.py) and how many tasks at this run's repeats would detect a `target` difference (beside
-    `study`'s tasks x repeats, the study preset's, when given)."""
+    `study`'s tasks x repeats, the study preset's, when given). Prediction-powered verdicts add a line: the
+    task sd without the simulator's predictions, what the measurements alone would detect, and their plain
+    intervals."""
     from neuroshard.eval.power import min_detectable, tasks_needed
 
-    comps = [r.vs_reference.power for r in (hw.algorithms if hw else [])
-             if r.vs_reference is not None and r.vs_reference.power is not None]
+    rows = [r for r in (hw.algorithms if hw else []) if r.vs_reference is not None and r.vs_reference.power]
+    comps = [r.vs_reference.power for r in rows]
     if not comps:
         return []
     task_sd = float(np.median([c.task_sd for c in comps]))
     repeat_sd = float(np.median([c.repeat_sd for c in comps]))
-    repeats, tasks = comps[0].repeats, comps[0].tasks
-    need = tasks_needed(task_sd, repeat_sd, repeats, target)
+    predicted_sd = float(np.median([c.predicted_sd for c in comps]))
+    repeats, tasks, predicted = comps[0].repeats, comps[0].tasks, comps[0].predicted
+    need = tasks_needed(task_sd, repeat_sd, repeats, target, predicted_sd=predicted_sd, predicted=predicted)
     sized = f" (`--preset study` runs {study[0]} x {study[1]})" if study else ""
-    return [f"- power: the paired differences vary by {100 * task_sd:.1f}% from task to task and by "
-            f"{100 * repeat_sd:.1f}% between repeats (medians over the baselines); with {repeats} repeats, "
-            f"{tasks} tasks detect about {100 * min_detectable(task_sd, repeat_sd, tasks, repeats):.1f}% (95%, 80% "
-            f"power) and a "
-            f"{100 * target:.0f}% difference needs {need} tasks{sized}."]
+    needs = f"needs {need} tasks" if need is not None else f"needs more than {predicted} unmeasured tasks first"
+    beyond = " beyond what the simulator predicts" if predicted else ""
+    mdd = min_detectable(task_sd, repeat_sd, tasks, repeats, predicted_sd=predicted_sd, predicted=predicted)
+    out = [f"- power: the paired differences vary by {100 * task_sd:.1f}% from task to task{beyond} and by "
+           f"{100 * repeat_sd:.1f}% between repeats (medians over the baselines); with {repeats} repeats, "
+           f"{tasks} tasks detect about {100 * mdd:.1f}% (95%, 80% power) and a {100 * target:.0f}% difference "
+           f"{needs}{sized}."]
+    plain = [r for r in rows if r.vs_reference.plain is not None and r.mean_common] if predicted else []
+    if plain:
+        raw = float(np.median([c.raw_task_sd for c in comps if c.raw_task_sd is not None]))
+        cells = "; ".join(f"{r.alg} {_pct(r.vs_reference.plain.mean / r.mean_common)} "
+                          f"[{_pct(r.vs_reference.plain.lo / r.mean_common)}, "
+                          f"{_pct(r.vs_reference.plain.hi / r.mean_common)}] (weight "
+                          f"{r.vs_reference.weight:.2f})" for r in plain)
+        out.append(f"- prediction-powered: the hardware verdicts use the simulator's estimates of the same "
+                   f"algorithms' plans on {predicted} more tasks of the same generator, not measured "
+                   f"(eval/intervals.py `powered_difference`): the measured mean difference less its weight x how "
+                   f"far the measured tasks' predicted difference lies from the unmeasured tasks'. Without them the "
+                   f"task-to-task sd is {100 * raw:.1f}% and {tasks} tasks detect about "
+                   f"{100 * min_detectable(raw, repeat_sd, tasks, repeats):.1f}%; the measurements alone give "
+                   f"NeuroShard's gain over {cells}.")
+    return out
 
 
 def headroom_lines(hw: Summary | None) -> list[str]:

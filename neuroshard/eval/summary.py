@@ -16,7 +16,14 @@ from typing import Sequence
 
 import numpy as np
 
-from neuroshard.eval.intervals import Interval, exceeds_repeat_noise, mean_interval, paired_difference, verdict
+from neuroshard.eval.intervals import (
+    Interval,
+    exceeds_repeat_noise,
+    mean_interval,
+    paired_difference,
+    powered_difference,
+    verdict,
+)
 from neuroshard.eval.power import Components, Headroom, components, plan_repeat_noise, rank_noise, selection_headroom
 from neuroshard.types import PlanRecord, RankNoise
 
@@ -47,12 +54,16 @@ class VsReference:
     """The reference's paired difference with an algorithm (ms, other − reference, with its interval), the
     verdict that interval supports, the interval of the relative gain and, for repeated measurements, the
     power of the comparison (`power.Components`: its task and repeat noise; `mdd`: the smallest relative
-    difference it detects at 95% with 80% power)."""
+    difference it detects at 95% with 80% power). Prediction-powered (`intervals.powered_difference`, with
+    the simulator's estimates on unmeasured tasks): `diff_ms` and the verdict are the powered ones, `plain`
+    the paired difference of the measurements alone and `weight` the predictions' weight."""
 
     diff_ms: Interval
     verdict: str
     gain_ci: list[float] | None
     power: Components | None = None
+    plain: Interval | None = None
+    weight: float | None = None
 
     @property
     def mdd(self) -> float | None:
@@ -62,13 +73,17 @@ class VsReference:
         d = {"diff_ms": self.diff_ms.to_json(), "verdict": self.verdict, "gain_ci": self.gain_ci}
         if self.power is not None:
             d["power"] = {**self.power.to_json(), "mdd": self.mdd}
+        if self.plain is not None:
+            d.update(plain_diff_ms=self.plain.to_json(), weight=self.weight)
         return d
 
     @classmethod
     def from_json(cls, d: dict) -> "VsReference":
         p = d.get("power")
-        power = None if p is None else Components(p["task_sd"], p["repeat_sd"], p["tasks"], p["repeats"])
-        return cls(Interval(**d["diff_ms"]), d["verdict"], d.get("gain_ci"), power)
+        power = None if p is None else Components(**{k: v for k, v in p.items() if k != "mdd"})
+        plain = d.get("plain_diff_ms")
+        return cls(Interval(**d["diff_ms"]), d["verdict"], d.get("gain_ci"), power,
+                   None if plain is None else Interval(**plain), d.get("weight"))
 
 
 @dataclass
@@ -303,7 +318,8 @@ class Summary:
 
 
 def summarize(records: Sequence[PlanRecord], algs: Sequence[str], num_tasks: int,
-              cost_key: str = "estimated_cost", reference: str = REFERENCE_ALG) -> Summary:
+              cost_key: str = "estimated_cost", reference: str = REFERENCE_ALG,
+              unmeasured: Sequence[PlanRecord] | None = None) -> Summary:
     """The comparison table: per algorithm, upstream's Average and Valid v / N, and the fair comparison.
 
     `cost_key`: the record attribute compared ("estimated_cost", "cost" for
@@ -314,6 +330,8 @@ def summarize(records: Sequence[PlanRecord], algs: Sequence[str], num_tasks: int
     improvement over that algorithm on the common tasks, `(alg - neuroshard)
     / alg` (a fraction); search times in ms. `headroom`: what a choice among the algorithms' plans by
     their repeated costs gains over the reference's (`power.selection_headroom`; None without repeats).
+    `unmeasured`: plan records of other tasks from the same generator with the simulator's estimates only;
+    with them the measured cost's verdicts are prediction-powered (`intervals.powered_difference`).
     """
     def cost(r):
         return getattr(r, cost_key)
@@ -348,15 +366,38 @@ def summarize(records: Sequence[PlanRecord], algs: Sequence[str], num_tasks: int
                 r.neuroshard_gain = (r.mean_common - ref.mean_common) / abs(r.mean_common)
             if r.alg != reference:
                 a, b = _same_repeats(ref_costs, costs)
-                diff = paired_difference(a, b)
+                plain = paired_difference(a, b)
+                pred = _predictions(by_alg, common, reference, r.alg, unmeasured) if cost_key == "cost" else None
+                diff, weight = powered_difference(a, b, *pred[0]) if pred else (plain, None)
                 verdicts[r.alg] = verdict(diff)
                 beats[r.alg] = verdicts[r.alg] == "beats"
                 r.vs_reference = VsReference(diff, verdicts[r.alg], [diff.lo / abs(r.mean_common),
                                                                      diff.hi / abs(r.mean_common)]
-                                             if r.mean_common else None, components(a, b))
+                                             if r.mean_common else None,
+                                             components(a, b, pred[1] if pred else None),
+                                             plain if pred else None, weight)
     return Summary(tasks=num_tasks, common_tasks=len(common), cost=cost_key, reference=reference, algorithms=rows,
                    ranking=[r.alg for r in ranked], neuroshard_beats=beats, verdicts=verdicts,
                    headroom=_headroom(matrices, reference))
+
+
+def _predictions(by_alg: dict, common: Sequence[int], reference: str, alg: str,
+                 unmeasured: Sequence[PlanRecord] | None) -> tuple[tuple, tuple] | None:
+    """The simulator's predicted differences alg - reference: ((ms on the common measured tasks, ms on the
+    unmeasured tasks where both have an estimate), (the same relative to the reference's estimate)); None
+    without unmeasured estimates or when a measured plan has no estimate."""
+    if not unmeasured:
+        return None
+    est = {(r.alg, r.task): r.estimated_cost for r in unmeasured if r.estimated_cost is not None}
+    other = sorted(t for (a, t) in est if a == reference and (alg, t) in est)
+    measured = [(by_alg[alg][t].estimated_cost, by_alg[reference][t].estimated_cost) for t in common]
+    if not other or any(o is None or ref is None for o, ref in measured):
+        return None
+    f = np.array([o - ref for o, ref in measured])
+    f_ref = np.array([ref for _, ref in measured])
+    g_ref = np.array([est[reference, t] for t in other])
+    g = np.array([est[alg, t] for t in other]) - g_ref
+    return (f, g), (f / f_ref, g / g_ref)
 
 
 def _headroom(matrices: dict[str, list[list[float]]], reference: str) -> Headroom | None:
@@ -557,16 +598,18 @@ def simulator_accuracy(records: Sequence[PlanRecord], cost_key: str = "cost") ->
     return out
 
 
-def hardware_summary(records: Sequence[PlanRecord], algs: Sequence[str], num_tasks: int) -> Summary:
+def hardware_summary(records: Sequence[PlanRecord], algs: Sequence[str], num_tasks: int,
+                     unmeasured: Sequence[PlanRecord] | None = None) -> Summary:
     """The comparison across algorithms on measured costs, beside the simulator's, and its accuracy.
 
-    The table is `summarize`'s on the measured cost; each row adds the same
+    The table is `summarize`'s on the measured cost (its verdicts prediction-powered by the estimates of
+    `unmeasured` plan records, when given); each row adds the same
     figures for the simulator's estimate of the same plans (`estimated`)
     and, in end-to-end mode, for the end-to-end step (`e2e`).
     """
     from neuroshard.train.metrics import spearman
 
-    hw = summarize(records, algs, num_tasks, cost_key="cost")
+    hw = summarize(records, algs, num_tasks, cost_key="cost", unmeasured=unmeasured)
     sim = summarize(records, algs, num_tasks, cost_key="estimated_cost")
     e2e = any(r.e2e_cost is not None for r in records)
     e2e_sum = summarize(records, algs, num_tasks, cost_key="e2e_cost") if e2e else None

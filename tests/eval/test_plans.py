@@ -164,3 +164,65 @@ def test_plan_speed_scales_the_calibrated_models_further(tmp_path):
     assert est.fw_comm == pytest.approx([2.6256, 0.24], abs=1e-5) and est.cost == pytest.approx(4.0236, abs=1e-5)
     with pytest.raises(InputError, match="calibration factor compute=2.0, this evaluation's --calibration gives None"):
         scale_to_plan_speed(_inputs(), tmp_path / "anchors")
+
+
+def _planning(tmp_path, name: str, tasks, records, seed: int, **settings) -> tuple:
+    """An eval_simulator.py out dir (plans.json + config.json) for a gen_tasks.py task dir; returns the paths."""
+    from neuroshard.formats.tasks import write_tasks
+
+    task_dir, sim = tmp_path / f"tasks_{name}", tmp_path / f"sim_{name}"
+    task_dir.mkdir()
+    sim.mkdir()
+    write_tasks(task_dir / "data.txt", tasks)
+    (task_dir / "config.json").write_text(json.dumps({"T_range": [1, 4], "seed": seed, "data_size": len(tasks)}))
+    write_plans(sim / "plans.json", records)
+    config = {"compute_model": "m.pt", "plus_lambda": 1.0, "task_path": str(task_dir / "data.txt"),
+              "max_tasks": len(tasks), "out_dir": str(sim), **settings}
+    (sim / "config.json").write_text(json.dumps(config))
+    return sim / "plans.json", task_dir / "data.txt"
+
+
+def test_unmeasured_plans_are_simulated_again_and_must_come_from_the_same_planning(tmp_path):
+    from neuroshard.eval.plans import unmeasured_plans
+    from neuroshard.types import ConfigError
+
+    measured = _planning(tmp_path, "measured", TASKS[:1], [_record(0, "neuroshard", Plan((), ((0, 1), (2, 3)))),
+                                                           _record(0, "random", Plan((), ((0, 2), (1, 3))))], seed=0)
+    others = [Task((1, 2), (8, 8)), Task((3,), (16,))]
+
+    def rec(task, alg, shards):
+        plan = Plan((), shards)
+        return PlanRecord(task, alg, plan=plan, view=plan_view(others[task].tables(CONFIGS), plan), estimate=stale(9.0))
+
+    records = [rec(0, "neuroshard", ((0, 1), ())), rec(0, "random", ((0,), (1,))), rec(1, "neuroshard", ((0,), ())),
+               rec(1, "random", ((), (0,)))]
+    path, task_path = _planning(tmp_path, "other", others, records, seed=1000)
+    algs = ["neuroshard", "random"]
+    got = unmeasured_plans(path, task_path, _inputs(), measured[0], measured[1], algs, 2, 1.0)
+    assert [(r.task, r.alg) for r in got] == [(0, "neuroshard"), (0, "random"), (1, "neuroshard"), (1, "random")]
+    want = simulate(others[1].tables(CONFIGS), records[2].plan, hand_models(), 1.0).cost
+    assert got[2].estimated_cost == pytest.approx(want) and want != 9.0  # simulated again, with these models
+
+    def refused(error, fragment, *args):
+        with pytest.raises(error, match=fragment):
+            unmeasured_plans(*args)
+
+    refused(ConfigError, "needs --plans", path, task_path, _inputs(), None, measured[1], algs, 2, 1.0)
+    refused(ConfigError, "is the measured task file", path, measured[1], _inputs(), *measured, algs, 2, 1.0)
+    write_plans(tmp_path / "sim_other" / "plans.json", records[:1] + records[2:3])
+    refused(InputError, "no plans of random", path, task_path, _inputs(), *measured, algs, 2, 1.0)
+    # planned with another lambda: the predictions would not be the measured plans' kind
+    _planning(tmp_path, "lam", others, records, seed=1000, plus_lambda=0.5)
+    refused(InputError, r"plus_lambda is 0.5, the measured plans' .* 1.0: predictions must come from the same "
+                        r"planning", tmp_path / "sim_lam" / "plans.json", task_path, _inputs(), *measured, algs, 2,
+            1.0)
+    (tmp_path / "sim_lam" / "config.json").unlink()
+    refused(InputError, "config.json: missing", tmp_path / "sim_lam" / "plans.json", task_path, _inputs(), *measured,
+            algs, 2, 1.0)
+    # the same generator's seed: the same tasks; another T range: another distribution
+    for name, seed, extra in (("same_seed", 0, {}), ("range", 1000, {"T_range": [1, 9]})):
+        p, t = _planning(tmp_path, name, others, records, seed=seed)
+        if extra:
+            (t.parent / "config.json").write_text(json.dumps({"T_range": [1, 9], "seed": seed, "data_size": 2}))
+        refused(InputError, "is the measured tasks' seed" if not extra else "T_range is .* from the same generator",
+                p, t, _inputs(), *measured, algs, 2, 1.0)

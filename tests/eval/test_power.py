@@ -34,6 +34,30 @@ def test_components_of_a_paired_comparison_by_hand():
     assert components([[10.0], [10.0]], [[11.0], [12.0]]) is None  # one round: no repeat noise to estimate
 
 
+def test_components_with_predictions_by_hand():
+    ref = [[10.0, 10.0], [10.0, 10.0], [10.0, 10.0]]
+    other = [[11.0, 11.2], [10.5, 10.3], [12.0, 11.6]]  # task means .11 .04 .18, repeat variance .0004
+    f = [0.22, 0.08, 0.36]  # predicted relative differences: twice the measured, exactly
+    g = [0.1, 0.3, 0.2]  # 3 unmeasured tasks: weight 2 x ... = 0.5 / (1 + 3 / 3) = 0.25, their sd 0.1
+    c = components(ref, other, (f, g))
+    # residual task means .11 - .055 = .055, .02, .09: variance .001225; minus .0004 / 2 -> .001025
+    assert c.task_sd == pytest.approx(math.sqrt(0.001025)) and c.raw_task_sd == pytest.approx(math.sqrt(0.0047))
+    assert c.repeat_sd == pytest.approx(0.02) and c.predicted_sd == pytest.approx(0.025)
+    assert c.predicted == 3
+    # se^2 = .001025 / 3 + .0004 / 6 + .025^2 / 3
+    assert c.mdd() == pytest.approx(z_sum() * math.sqrt(0.001025 / 3 + 0.0004 / 6 + 0.000625 / 3))
+    assert components(ref, other, (f, [])) == components(ref, other)  # no unmeasured task: as without
+
+
+def test_tasks_needed_with_unmeasured_tasks_by_hand():
+    # the unmeasured term 0.02^2 / 400 = 1e-6 leaves (0.03 / 2.801585)^2 - 1e-6 = 1.1367e-4 for the rest
+    room = (0.03 / 2.801585) ** 2 - 0.02 ** 2 / 400
+    assert tasks_needed(0.05, 0.08, 4, 0.03, predicted_sd=0.02, predicted=400) == math.ceil(0.0041 / room)  # 37
+    assert min_detectable(0.05, 0.08, 37, 4, predicted_sd=0.02, predicted=400) <= 0.03
+    # an unmeasured term above the target alone: no number of measured tasks reaches it
+    assert tasks_needed(0.05, 0.08, 4, 0.03, predicted_sd=0.5, predicted=10) is None
+
+
 def test_plan_repeat_noise_by_hand():
     # |10 - 12| / 11 = 0.1818; |20 - 20| / 20 = 0; a plan measured once says nothing
     noise = plan_repeat_noise([[10.0, 12.0], [20.0, 20.0, 21.0], [5.0]])

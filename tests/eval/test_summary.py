@@ -156,3 +156,38 @@ def test_rank_spread_compares_the_largest_skew_estimated_and_measured_and_reache
     text = accuracy_table(acc)
     assert "lie 0.50 ms apart in the estimates and 2.00 ms on the hardware (medians over 3 plans" in text
     assert "neuroshard 0.35 / 1.50 ms; greedy 3.00 / 2.00 ms" in text
+
+
+def test_prediction_powered_verdicts_use_the_unmeasured_tasks_estimates_and_reach_the_report():
+    from neuroshard.eval.intervals import paired_difference, powered_difference
+    from neuroshard.eval.report import power_lines
+    from neuroshard.eval.summary import Summary, hardware_summary
+
+    def rec(alg, task, estimate, repeats=None):
+        measured = None if repeats is None else CostBreakdown([float(sum(repeats) / len(repeats))], [0.0], [0.0])
+        return PlanRecord(task=task, alg=alg, plan=Plan((), ((0,),)), estimate=CostBreakdown([estimate], [0.0], [0.0]),
+                          measured=measured, repeat_costs=None if repeats is None else list(repeats))
+
+    # the other algorithm costs 10 + u ms on task u's neuroshard's 10 ms, predicted as 10 + 2u
+    u = [0.5, 1.0, 1.5, 2.0, 0.0]
+    records = [r for t, x in enumerate(u) for r in (rec("neuroshard", t, 10.0, [10.0, 10.2]),
+                                                      rec("other", t, 10.0 + 2 * x, [10.0 + x, 10.1 + x]))]
+    unmeasured = [r for t, x in enumerate([1.0, 2.0, 3.0, 0.5] * 5)
+                  for r in (rec("neuroshard", t, 10.0), rec("other", t, 10.0 + 2 * x))]
+    hw = hardware_summary(records, ["neuroshard", "other"], 5, unmeasured)
+    vs = hw.row("other").vs_reference
+    a = [[10.0, 10.2]] * 5
+    b = [[10.0 + x, 10.1 + x] for x in u]
+    want, weight = powered_difference(a, b, [2 * x for x in u], [2 * x for x in [1.0, 2.0, 3.0, 0.5] * 5])
+    assert vs.diff_ms == want and vs.weight == weight and vs.plain == paired_difference(a, b)
+    # weight 0.5 / (1 + 5 / 20) = 0.4; measured mean 0.95, predictions 2.0 here and 3.25 unmeasured: 1.45
+    assert abs(weight - 0.4) < 1e-9 and abs(want.mean - 1.45) < 1e-9
+    assert vs.power.predicted == 20 and vs.power.raw_task_sd is not None
+    assert Summary.from_json(hw.to_json()).row("other").vs_reference == vs
+    # without unmeasured tasks the verdicts are the plain ones
+    plain = hardware_summary(records, ["neuroshard", "other"], 5).row("other").vs_reference
+    assert plain.diff_ms == vs.plain and plain.plain is None and plain.power.predicted == 0
+    lines = power_lines(hw)
+    assert "beyond what the simulator predicts" in lines[0] and "on 20 more tasks of the same generator" in lines[1]
+    assert "other +8.6% [" in lines[1]  # 0.95 / 11.05 and "(weight 0.40)" in lines[1]
+    assert len(power_lines(Summary.from_json(hardware_summary(records, ["neuroshard", "other"], 5).to_json()))) == 1
