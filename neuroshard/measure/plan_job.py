@@ -71,8 +71,9 @@ class HardwareConfig(Settings):
     `timeout`: collective timeout in s (a hung rank ends the job after about
     this long). `flush`: evict caches before each timed compute iteration.
     `repeats`: measurements of every plan, in rounds (every plan once per
-    round, each round in a seeded shuffled order), so that a slow spell of
-    the machine hits all algorithms alike. `launch`: where the `ndevices`
+    round, the tasks in a seeded shuffled order and each task's plans one
+    after another, `eval.hardware.measurement_order`), so that a slow spell
+    of the machine hits all algorithms alike. `launch`: where the `ndevices`
     ranks run (default: all on this machine).
     """
 
@@ -97,9 +98,10 @@ class HardwareConfig(Settings):
     startup_timeout: float = setting(DEFAULT_STARTUP_TIMEOUT_S, "", cli=False)
     flush: bool = setting(True, "", cli=False)
     seed: int = setting(0, "seed of the randomised algorithms and of the measurement order")
-    repeats: int = setting(1, "measure every plan this many times, in rounds (each round every plan once, in a "
-                              "shuffled order) so drift hits all algorithms alike; the summary then gives 95% "
-                              "intervals and says beats / loses to / no significant difference from them")
+    repeats: int = setting(1, "measure every plan this many times, in rounds (each round every plan once, the "
+                              "tasks in a shuffled order, a task's plans together) so drift hits all algorithms "
+                              "alike; the summary then gives 95% intervals and says beats / loses to / no "
+                              "significant difference from them")
     launch: LaunchConfig = LaunchConfig()
 
     def validate(self) -> None:

@@ -97,3 +97,23 @@ def test_repeats_are_interleaved_rounds_and_give_intervals(tmp_path, monkeypatch
     acc = summary.simulator_accuracy
     assert acc.pairs_beyond_noise == 4 and acc.pair_agreement_beyond_noise == 1.0
     assert not (tmp_path / "out" / ".partial").exists()
+
+
+def test_measurement_order_keeps_a_tasks_plans_together_shuffled_per_round_and_seeded():
+    from neuroshard.eval.hardware import measurement_order
+
+    items = [PlanRecord(t, a) for t in range(4) for a in ("x", "y", "z")]
+    order = measurement_order(items, 3, seed=7)
+    assert len(order) == 36 and [r for _, r in order] == [0] * 12 + [1] * 12 + [2] * 12
+    rounds = [[rec for rec, r in order if r == k] for k in range(3)]
+    assert all(sorted(x, key=items.index) == items for x in rounds)  # every plan once per round
+    for x in rounds:  # a task's three plans one after another: its paired comparisons seconds apart
+        tasks = [rec.task for rec in x]
+        assert all(len(set(tasks[i:i + 3])) == 1 for i in range(0, 12, 3))
+    assert len({tuple((rec.task, rec.alg) for rec in x) for x in rounds}) > 1  # in another order
+    assert len({tuple(rec.task for rec in x) for x in rounds}) > 1  # the tasks too
+    assert len({tuple(rec.alg for rec in x[:3]) for x in rounds} | {tuple(rec.alg for rec in x[3:6])
+                                                                    for x in rounds}) > 1  # and within a task
+    assert measurement_order(items, 3, seed=7) == order  # deterministic
+    assert measurement_order(items, 3, seed=8) != order
+    assert measurement_order(items, 1, seed=7) == [(rec, 0) for rec in items]  # one round: as given

@@ -8,7 +8,6 @@ import math
 import pytest
 
 from neuroshard.data.synthetic import SyntheticSpec, generate_synthetic
-from neuroshard.eval.hardware import measurement_order
 from neuroshard.eval.torchrec_train import export_plans, median_uncertainty, select_records, summarize, summary_markdown
 from neuroshard.formats.dataset import write_dataset
 from neuroshard.measure.torchrec_train import TorchRecTrainConfig, parse_layers, train_plans
@@ -51,17 +50,6 @@ def test_two_rank_job_trains_a_table_wise_and_a_column_split_plan(tiny, tmp_path
             assert all(v >= 0 for v in p.values()) and p["embedding_fw"] > 0 and p["backward"] > 0
             assert sum(p.values()) <= 1.5 * max(s.iters)
         assert TorchRecStep.from_json(json.loads(json.dumps(s.to_json()))) == s
-
-
-def test_measurement_order_is_shuffled_per_round_and_seeded():
-    items = list("abcdef")
-    order = measurement_order(items, 3, seed=7)
-    assert len(order) == 18 and [r for _, r in order] == [0] * 6 + [1] * 6 + [2] * 6
-    rounds = [[x for x, r in order if r == k] for k in range(3)]
-    assert all(sorted(x) == items for x in rounds)  # every plan once per round
-    assert len({tuple(x) for x in rounds}) > 1  # in another order
-    assert measurement_order(items, 3, seed=7) == order  # deterministic
-    assert measurement_order(items, 3, seed=8) != order
 
 
 def test_summary_ratios_intervals_and_verdicts_by_hand():
