@@ -92,6 +92,12 @@ def comparison_table(sim: Summary | None, hw: Summary | None) -> tuple[str, dict
     return "\n".join(lines) + "\n", verdicts
 
 
+def _powered(hw: Summary | None) -> bool:
+    """Whether the hardware verdicts are prediction-powered (eval.py --unmeasured_plans)."""
+    return hw is not None and any(r.vs_reference is not None and r.vs_reference.plain is not None
+                                  for r in hw.algorithms)
+
+
 def power_lines(hw: Summary | None, target: float = 0.03, study: tuple[int, int] | None = None) -> list[str]:
     """A line on the power of the hardware verdicts: the median task and repeat sds of the paired differences
     (eval/power.py) and how many tasks at this run's repeats would detect a `target` difference (beside
@@ -568,7 +574,9 @@ def write_report(out, preset, steps: list[dict], seconds: float, study: tuple[in
             "## Embedding cost per algorithm", "",
             "Mean cost (ms) over the tasks valid for every algorithm, with 95% bootstrap intervals over tasks "
             "(and repeated measurements on hardware); gain = (baseline − NeuroShard) / baseline, with the interval "
-            "of the paired difference; the verdict is read from that interval.", "",
+            "of the paired difference; the verdict is read from that interval." + (
+                " On hardware both are prediction-powered: the measured difference corrected by the simulator's "
+                "estimates on tasks that were not measured (see the power lines below)." if _powered(hw) else ""), "",
             cmp_md]
     text += verdict_lines(verdicts)
     text += power_lines(hw, study=study)

@@ -331,7 +331,8 @@ def summarize(records: Sequence[PlanRecord], algs: Sequence[str], num_tasks: int
     / alg` (a fraction); search times in ms. `headroom`: what a choice among the algorithms' plans by
     their repeated costs gains over the reference's (`power.selection_headroom`; None without repeats).
     `unmeasured`: plan records of other tasks from the same generator with the simulator's estimates only;
-    with them the measured cost's verdicts are prediction-powered (`intervals.powered_difference`).
+    with them the measured cost's gains, intervals and verdicts are prediction-powered
+    (`intervals.powered_difference`).
     """
     def cost(r):
         return getattr(r, cost_key)
@@ -369,6 +370,8 @@ def summarize(records: Sequence[PlanRecord], algs: Sequence[str], num_tasks: int
                 plain = paired_difference(a, b)
                 pred = _predictions(by_alg, common, reference, r.alg, unmeasured) if cost_key == "cost" else None
                 diff, weight = powered_difference(a, b, *pred[0]) if pred else (plain, None)
+                if pred and r.mean_common:  # the powered estimate of the same gain
+                    r.neuroshard_gain = diff.mean / abs(r.mean_common)
                 verdicts[r.alg] = verdict(diff)
                 beats[r.alg] = verdicts[r.alg] == "beats"
                 r.vs_reference = VsReference(diff, verdicts[r.alg], [diff.lo / abs(r.mean_common),

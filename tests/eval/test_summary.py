@@ -182,6 +182,7 @@ def test_prediction_powered_verdicts_use_the_unmeasured_tasks_estimates_and_reac
     assert vs.diff_ms == want and vs.weight == weight and vs.plain == paired_difference(a, b)
     # weight 0.5 / (1 + 5 / 20) = 0.4; measured mean 0.95, predictions 2.0 here and 3.25 unmeasured: 1.45
     assert abs(weight - 0.4) < 1e-9 and abs(want.mean - 1.45) < 1e-9
+    assert abs(hw.row("other").neuroshard_gain - 1.45 / 11.05) < 1e-9  # the powered gain, not 0.95 / 11.05
     assert vs.power.predicted == 20 and vs.power.raw_task_sd is not None
     assert Summary.from_json(hw.to_json()).row("other").vs_reference == vs
     # without unmeasured tasks the verdicts are the plain ones
