@@ -249,6 +249,14 @@ def build_steps(p: Preset, out: Path, data: str | None, gpu_devices: str | None,
                  str(calib), *s]
         return flags + [x for a in learned for x in (f"--{a}_policy", str(policies[a]))]
 
+    def gen_tasks(dest: Path, count: int, seed: int) -> list[str]:
+        """tools/gen_tasks.py for `count` tasks of the preset's kind into `dest`."""
+        return ["tools/gen_tasks.py", "--data_dir", str(ds), "--out_dir", str(dest), "--data_size", str(count),
+                "--T_range", p.t_range, "--max_mem", str(p.max_mem), "--ndevices", str(n), "--max_dim",
+                str(p.max_dim), "--seed", str(seed)]
+
+    # steps 5 and 5b plan with NeuroShard+'s lambda chosen on the training tasks' measured plans (step 4f)
+    chosen = (lambda: chosen_lambda(plan_data / "lambda.json")) if onpolicy else None
     eval_common = evaluation(tasks, p.eval_tasks)
     # prediction-powered verdicts: the same planning on tasks that are not measured (another seed)
     unmeasured = p.unmeasured_tasks > 0 and not p.refine
@@ -264,13 +272,9 @@ def build_steps(p: Preset, out: Path, data: str | None, gpu_devices: str | None,
                 "--iters", str(p.iters), *s]
     steps = [
         Step("1", "dataset", gen, [ds / "table_configs.json", ds / "data.pt"]),
-        Step("2", "tasks", ["tools/gen_tasks.py", "--data_dir", str(ds), "--out_dir", str(tasks), "--data_size",
-                            str(p.num_tasks), "--T_range", p.t_range, "--max_mem", str(p.max_mem), "--ndevices",
-                            str(n), "--max_dim", str(p.max_dim), "--seed", "0"], [tasks / "data.txt"]),
+        Step("2", "tasks", gen_tasks(tasks, p.num_tasks, 0), [tasks / "data.txt"]),
         *([Step("2b", "tasks for prediction-powered verdicts (not measured)",
-                ["tools/gen_tasks.py", "--data_dir", str(ds), "--out_dir", str(u_tasks), "--data_size",
-                 str(p.unmeasured_tasks), "--T_range", p.t_range, "--max_mem", str(p.max_mem), "--ndevices", str(n),
-                 "--max_dim", str(p.max_dim), "--seed", str(UNMEASURED_SEED)], [u_tasks / "data.txt"])]
+                gen_tasks(u_tasks, p.unmeasured_tasks, UNMEASURED_SEED), [u_tasks / "data.txt"])]
           if unmeasured else []),
         Step("3a", "compute cost data",
              ["collect_compute_cost_data.py", "--dataset_dir", str(ds), "--out_dir", str(cdata), "--data_size",
@@ -297,10 +301,7 @@ def build_steps(p: Preset, out: Path, data: str | None, gpu_devices: str | None,
               str(fw_model), "--bw_out_path", str(bw_model), "--bw_linear", "1", *ens, *s], [fw_model, bw_model]),
         # The learned baselines train on their own tasks (seed 1; the evaluation tasks are seed 0,
         # and train_*.py refuses any task they share), against the simulator.
-        Step("4c", "policy training tasks",
-             ["tools/gen_tasks.py", "--data_dir", str(ds), "--out_dir", str(train_tasks), "--data_size",
-              str(p.policy_tasks), "--T_range", p.t_range, "--max_mem", str(p.max_mem), "--ndevices", str(n),
-              "--max_dim", str(p.max_dim), "--seed", "1"], [train_tasks / "data.txt"]),
+        Step("4c", "policy training tasks", gen_tasks(train_tasks, p.policy_tasks, 1), [train_tasks / "data.txt"]),
     ]
     if onpolicy:
         steps += [
@@ -371,12 +372,10 @@ def build_steps(p: Preset, out: Path, data: str | None, gpu_devices: str | None,
     steps += remeasure("5-calibrate", "calibration", calib)
     steps += [
         Step("5", "simulator evaluation", ["eval_simulator.py", *eval_common, "--out_dir", str(out / "sim"), *refine],
-             [out / "sim" / "summary.json"], late=(lambda: chosen_lambda(plan_data / "lambda.json")) if onpolicy
-             else None),
+             [out / "sim" / "summary.json"], late=chosen),
         *([Step("5b", "simulator on the unmeasured tasks",
                 ["eval_simulator.py", *evaluation(u_tasks, p.unmeasured_tasks), "--out_dir", str(u_sim), "--quiet"],
-                [u_sim / "summary.json"], late=(lambda: chosen_lambda(plan_data / "lambda.json")) if onpolicy
-                else None)] if unmeasured else []),
+                [u_sim / "summary.json"], late=chosen)] if unmeasured else []),
         *anchors("before"),
         # eval.py measures the plans eval_simulator.py made: planned once, by the same code. Not with
         # --plan_speed (the anchors' speed before it): in three fresh studies it made the estimates worse

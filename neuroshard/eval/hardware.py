@@ -85,8 +85,10 @@ def measurement_order(items: Sequence[PlanRecord], repeats: int, seed: int) -> l
     comparison compares are measured seconds apart, so that a slow spell of the machine moves both. (In the
     110-task studies, which shuffled whole rounds, the noise of two measurements 1-3 plans apart correlated
     0.20-0.36, of two 100-200 apart -0.07-0.19: the plans of one task were minutes apart.)"""
-    tasks = list(dict.fromkeys(rec.task for rec in items))
-    by_task = {t: [k for k, rec in enumerate(items) if rec.task == t] for t in tasks}
+    by_task: dict[int, list[int]] = {}  # each task's plans, in record order (tasks in first-seen order)
+    for k, rec in enumerate(items):
+        by_task.setdefault(rec.task, []).append(k)
+    tasks = list(by_task)
     order = []
     for r in range(repeats):
         if repeats == 1:

@@ -349,6 +349,9 @@ def summarize(records: Sequence[PlanRecord], algs: Sequence[str], num_tasks: int
             invalid=sum(1 for r in rs.values() if r.status == "invalid"), average=_mean(cost(r) for r in ok),
             mean_common=_mean(cost(rs[t]) for t in common), median_search_ms=_median(r.search_ms for r in rs.values()),
             mean_search_ms=_mean(r.search_ms for r in rs.values()), mean_splits=_mean(r.num_splits for r in ok)))
+    # the simulator's estimates of the unmeasured tasks' plans, by (algorithm, task): the measured cost's predictions
+    predicted = {(r.alg, r.task): r.estimated_cost for r in unmeasured or () if r.estimated_cost is not None} \
+        if cost_key == "cost" else {}
     ranked = sorted((r for r in rows if r.mean_common is not None), key=lambda r: r.mean_common)
     for i, r in enumerate(ranked):
         r.rank = i + 1
@@ -368,7 +371,7 @@ def summarize(records: Sequence[PlanRecord], algs: Sequence[str], num_tasks: int
             if r.alg != reference:
                 a, b = _same_repeats(ref_costs, costs)
                 plain = paired_difference(a, b)
-                pred = _predictions(by_alg, common, reference, r.alg, unmeasured) if cost_key == "cost" else None
+                pred = _predictions(by_alg, common, reference, r.alg, predicted)
                 diff, weight = powered_difference(a, b, *pred[0]) if pred else (plain, None)
                 if pred and r.mean_common:  # the powered estimate of the same gain
                     r.neuroshard_gain = diff.mean / abs(r.mean_common)
@@ -385,13 +388,12 @@ def summarize(records: Sequence[PlanRecord], algs: Sequence[str], num_tasks: int
 
 
 def _predictions(by_alg: dict, common: Sequence[int], reference: str, alg: str,
-                 unmeasured: Sequence[PlanRecord] | None) -> tuple[tuple, tuple] | None:
+                 est: dict[tuple[str, int], float]) -> tuple[tuple, tuple] | None:
     """The simulator's predicted differences alg - reference: ((ms on the common measured tasks, ms on the
-    unmeasured tasks where both have an estimate), (the same relative to the reference's estimate)); None
-    without unmeasured estimates or when a measured plan has no estimate."""
-    if not unmeasured:
+    unmeasured tasks where both have an estimate in `est`), (the same relative to the reference's estimate));
+    None without unmeasured estimates or when a measured plan has no estimate."""
+    if not est:
         return None
-    est = {(r.alg, r.task): r.estimated_cost for r in unmeasured if r.estimated_cost is not None}
     other = sorted(t for (a, t) in est if a == reference and (alg, t) in est)
     measured = [(by_alg[alg][t].estimated_cost, by_alg[reference][t].estimated_cost) for t in common]
     if not other or any(o is None or ref is None for o, ref in measured):
