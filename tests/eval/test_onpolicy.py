@@ -1,5 +1,6 @@
 """On-policy cost data (`eval.onpolicy`): measured plans become compute and comm samples by hand, training
-tasks never overlap evaluation tasks, and NeuroShard+'s weight is chosen by the hardware's verdict."""
+tasks never overlap evaluation tasks, and NeuroShard+'s weight is the smallest unless the hardware finds another's
+plans significantly cheaper."""
 
 import math
 
@@ -7,8 +8,7 @@ import numpy as np
 import pytest
 
 from neuroshard.eval.onpolicy import augmented_index, check_disjoint, choose_lambda, lambda_label, plan_samples
-from neuroshard.eval.summary import summarize
-from neuroshard.types import (CostBreakdown, InputError, Plan, PlanRecord, RepeatParts, TableConfig, Task)
+from neuroshard.types import CostBreakdown, InputError, Plan, PlanRecord, RepeatParts, TableConfig, Task
 
 BINS = tuple([0.0] * 16 + [1.0])
 CONFIGS = [TableConfig(100 + i, 1.0, BINS) for i in range(5)]  # 5 dataset tables
@@ -51,17 +51,28 @@ def test_training_tasks_never_overlap_evaluation_tasks():
     check_disjoint(train[:1], evaluate, "train.txt", "eval.txt")
 
 
-def test_lambda_is_the_one_cheapest_on_hardware():
-    def rec(task, lam, cost):
-        return PlanRecord(task, lambda_label(lam), plan=Plan((), ((task,),)),
-                          measured=CostBreakdown([cost], [0.0], [0.0]), repeat_costs=[cost])
+def test_lambda_is_the_smallest_unless_another_is_significantly_cheaper():
+    def recs(lam, costs):  # costs[task] = [round 1, round 2]
+        return [PlanRecord(t, lambda_label(lam), plan=Plan((), ((t,),)),
+                           measured=CostBreakdown([sum(c) / 2], [0.0], [0.0]), repeat_costs=list(c))
+                for t, c in enumerate(costs)]
 
-    records = [rec(0, 0.0, 10.0), rec(1, 0.0, 12.0), rec(0, 1.0, 9.0), rec(1, 1.0, 12.0),
-               rec(0, 2.0, 9.0), rec(1, 2.0, 12.0)]  # lambda 1 and 2 tie at 10.5: the smaller wins
-    labels = [lambda_label(x) for x in (0.0, 1.0, 2.0)]
-    chosen = choose_lambda(summarize(records, labels, 2, cost_key="cost", reference=labels[0]))
-    assert chosen["chosen"] == 1.0 and chosen["mean_ms"] == {"0": 11.0, "1": 10.5, "2": 10.5}
-    assert choose_lambda(summarize(records[:2], [labels[0]], 2, cost_key="cost", reference=labels[0]))["chosen"] == 0
+    base = recs(0.0, [[10, 10]] * 4)
+    steady = recs(1.0, [[9, 9]] * 4)  # 1 ms cheaper on every task and round: the interval is [-1, -1]
+    noisy = recs(2.0, [[5, 5], [5, 5], [13, 13], [12, 12]])  # mean 8.75, but 2 of 4 tasks dearer: n.s.
+    chosen = choose_lambda(base + steady + noisy, 4)
+    assert chosen["chosen"] == 1.0 and chosen["default"] == 0.0 and chosen["tasks"] == 4
+    assert chosen["mean_ms"] == {"0": 10.0, "1": 9.0, "2": 8.75}
+    assert chosen["vs_default_ms"]["1"]["lo"] == chosen["vs_default_ms"]["1"]["hi"] == -1.0
+    lo, hi = chosen["vs_default_ms"]["2"]["lo"], chosen["vs_default_ms"]["2"]["hi"]
+    assert chosen["vs_default_ms"]["2"]["mean"] == -1.25 and lo < 0 < hi
+    # only the noisy one: the cheapest mean is not enough, the smallest lambda stays
+    assert choose_lambda(base + noisy, 4)["chosen"] == 0.0
+    # two significantly cheaper: the cheaper mean; equal means: the smaller lambda
+    assert choose_lambda(base + steady + recs(3.0, [[8, 8]] * 4), 4)["chosen"] == 3.0
+    assert choose_lambda(base + steady + recs(3.0, [[9, 9]] * 4), 4)["chosen"] == 1.0
+    assert choose_lambda(base, 4)["chosen"] == 0.0
+    assert choose_lambda([], 4) is None
 
 
 def test_plan_error_divides_out_the_machine_speed_then_calibrates():
