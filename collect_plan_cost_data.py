@@ -18,7 +18,8 @@ command after an interruption), and writes, under --out_dir:
   delays its forward exchange ran with);
 * hw/ — the plans and their measured results (eval.py's files);
 * lambda.json — with --plus_lambdas: NeuroShard+ planned with each value of its
-  robust objective's weight, and the value whose plans were cheapest on hardware.
+  robust objective's weight, and the value chosen: the smallest, unless another's
+  plans were significantly cheaper on hardware (95% paired interval below zero).
 
 Train the cost models on the random and these samples together with
 --plan_data_dir (train_compute_cost_model.py, train_comm_cost_model.py).
@@ -44,7 +45,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="the evaluation task file: a training task that is also an evaluation task is an error")
     p.add_argument("--plus_lambdas", default="",
                    help="plan NeuroShard+ once per value of its robust objective's weight (e.g. 0,0.5,1) and choose "
-                        "the value whose plans are cheapest on hardware (lambda.json); default: --plus_lambda only")
+                        "the smallest unless another's plans are significantly cheaper on hardware (lambda.json); "
+                        "default: --plus_lambda only")
     p.add_argument("--max_dim", type=int, default=128, help="the dim set of the random compute data (default: 128)")
     p.add_argument("--ndevices", type=int, default=None,
                    help="number of ranks: CPU processes (default 4), or GPUs (default: all visible)")

@@ -97,6 +97,10 @@ def test_tiny_pipeline_writes_every_artifact_and_skips_on_rerun(tmp_path):
     lam = json.loads((out / "plan_data" / "lambda.json").read_text())
     assert lam["lambdas"] == [0.0, 1.0] and lam["tasks"] == 2 and lam["chosen"] in (0.0, 1.0)
     assert f"--plus_lambda {lam['chosen']:g}" in r.stdout
+    # the smallest lambda unless the other's plans were significantly cheaper (eval/onpolicy.py choose_lambda)
+    d = lam["vs_default_ms"]["1"]
+    assert lam["default"] == 0.0 and lam["chosen"] == (1.0 if d["hi"] < 0 else 0.0)
+    assert "the smallest value, 0, unless another's plans cost significantly less" in report
     assert (out / "plan_data" / "compute" / "data.txt").stat().st_size > 0
     # each on-policy plan measured twice: how much of a rank's noise the ranks share, kept by the fw model
     rank_noise = json.loads((out / "plan_data" / "comm" / "config.json").read_text())["rank_noise"]

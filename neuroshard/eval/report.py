@@ -277,8 +277,14 @@ def onpolicy_lines(out: Path) -> tuple[list[str], dict | None]:
                             f"{sample})" if pe.get("ranks") else ""))
     if lam:
         means = ", ".join(f"{k}: {v:.2f} ms" if v is not None else f"{k}: -" for k, v in lam["mean_ms"].items())
-        lines.append(f"- NeuroShard+'s `plus_lambda` chosen on hardware: **{lam['chosen']:g}** (mean measured plan "
-                     f"cost over {lam['tasks']} training tasks: {means})")
+        line = (f"- NeuroShard+'s `plus_lambda` chosen on hardware: **{lam['chosen']:g}** (mean measured plan "
+                f"cost over {lam['tasks']} training tasks: {means})")
+        if "default" in lam:  # eval/onpolicy.py choose_lambda: the smallest unless another is significantly cheaper
+            diffs = "; ".join(f"{k}: {d['mean']:+.2f} ms [{d['lo']:+.2f}, {d['hi']:+.2f}]"
+                              for k, d in lam.get("vs_default_ms", {}).items())
+            line += (f"; the smallest value, {lam['default']:g}, unless another's plans cost significantly less "
+                     f"(paired differences with it, 95% intervals over tasks and rounds: {diffs or '-'})")
+        lines.append(line)
     if errors:
         lines += ["", "The evaluation's measured plans, re-simulated under each set of models (tools/model_error.py):",
                   "", "| models | plans | plan MAPE | expected cost MAPE | per-rank compute | bw comm | fw comm | "
