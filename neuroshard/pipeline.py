@@ -175,7 +175,8 @@ PRESETS = {
 # MAPE with the common factor taken out 10.1%, 8.5% and 7.8%; three ensemble members instead of one changed
 # neither. Steps 2b and 5b plan 440 more tasks, not measured, for prediction-powered verdicts (152 s): in
 # three fresh runs they cut the detectable difference against the baselines from 3.1-4.0% to 2.5-3.3%
-# (README, Sim-to-real); the runs then took 42.0, 42.9 and 43.8 minutes.
+# (README, Sim-to-real); the runs then took 42.0, 42.9 and 43.8 minutes, three more (646b6ea) 43.7, 43.0 and
+# 43.8.
 PRESETS["study"] = replace(PRESETS["quick"], name="study", num_tasks=110, eval_tasks=110, eval_repeats=4,
                            eval_iters=7,
                            compute_samples=3000, comm_samples=500, noise_samples=100, drift_samples=50,
