@@ -176,11 +176,11 @@ def choose_lambda(records: Sequence[PlanRecord], num_tasks: int) -> dict | None:
     and round, `intervals.paired_difference`, over the tasks valid for all) lies below zero; of several such,
     the cheapest mean (ties: the smaller lambda). A handful of tasks seldom tells the values apart, and the
     cheapest mean alone then follows the noise (see the module doc). None without labelled records."""
-    labels = sorted({r.alg for r in records if r.alg.startswith(f"{PLUS}[lambda=")},
-                    key=lambda a: float(a[len(PLUS) + len("[lambda="):-1]))
-    if not labels:
+    prefix = f"{PLUS}[lambda="  # the labels of `lambda_label`
+    lams = {r.alg: float(r.alg[len(prefix):-1]) for r in records if r.alg.startswith(prefix)}
+    if not lams:
         return None
-    lams = {a: float(a[len(PLUS) + len("[lambda="):-1]) for a in labels}
+    labels = sorted(lams, key=lams.get)
     summary = summarize(records, labels, num_tasks, cost_key="cost", reference=labels[0])
     rows = {r.alg: r for r in summary.algorithms}
     means = {lams[a]: rows[a].mean_common for a in labels}
@@ -224,8 +224,8 @@ def collect(inputs, algs: Sequence[str], lambdas: Sequence[float], options: dict
             records += [replace(r, alg=lambda_label(lam)) for r in recs]
             labels.append(lambda_label(lam))
     records.sort(key=lambda r: (r.task, labels.index(r.alg)))
-    results, summary = run_evaluation(records, data_dir, task_path, cfg, out / "hw", labels, len(inputs.tasks),
-                                      config=config, show=show)
+    results, _ = run_evaluation(records, data_dir, task_path, cfg, out / "hw", labels, len(inputs.tasks),
+                                config=config, show=show)
     from neuroshard.measure.compute_collect import augment_table_configs
 
     compute, comm = plan_samples(results, inputs.tasks, inputs.configs, max_dim)
