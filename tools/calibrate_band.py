@@ -15,7 +15,9 @@ sd that puts 80% of the measurements inside the band is found
 (eval/onpolicy.py plan_error), after measuring the compute model's per-rank
 error that a plan's ranks do not share (eval/onpolicy.py rank_error; with
 --rank_error_models, that of models never trained on these plans' shards: out
-of sample), which the predicted spread draws for every rank. Both are written into the forward
+of sample; net of the ranks' own measurement noise, which the spread draws
+apart, from the plans measured twice), which the predicted spread draws for
+every rank. Both are written into the forward
 comm checkpoint ("plan_error"): simulations with these models widen their
 reported band by the plan-level term (the same relative size for every plan,
 so the search's objective leaves it out), and the per-rank error raises the
@@ -90,7 +92,8 @@ def main(argv=None) -> int:
                                  "plan_error": error.to_json()})
     print(f"band calibrated on {error.measurements} measurements of training tasks' plans (machine speed "
           f"{error.speed:.3f}x the models'): per-rank compute error sd {100 * error.rank:.1f}% ({error.ranks} "
-          f"ranks), plan-level error sd {100 * error.sd:.1f}%, in the 80% band "
+          f"ranks, net of measurement noise {100 * error.rank_noise:.1f}% per measurement), plan-level error sd "
+          f"{100 * error.sd:.1f}%, in the 80% band "
           f"{100 * error.coverage_before:.1f}% -> {100 * error.coverage_after:.1f}%; written to {paths[1]}",
           file=sys.stderr)
     return 0

@@ -115,27 +115,48 @@ def model_error(records: Sequence[PlanRecord], tasks: Sequence[Task], configs: S
 
 
 def rank_error(records: Sequence[PlanRecord], tasks: Sequence[Task], configs: Sequence[TableConfig], models,
-               max_mem: float) -> tuple[float, int]:
-    """(sd, ranks): the relative sd of the compute model's error on a plan's shard that the plan's other ranks
-    do not share, from the measured plans of `records`. Per plan, log(measured / estimated compute) of each
-    rank with tables, less the plan's mean of them (what all ranks share is the machine's speed or the
-    plan-level term); the squares pooled over the plans with 2 or more such ranks, over (ranks - plans)
-    degrees of freedom. The measured compute is the mean of the plan's repeats: the rank's own measurement
-    noise (1-2% of a total on this machine) stays in it, a small part of what this measures. (0.0, 0)
-    without such plans."""
+               max_mem: float) -> tuple[float, int, float]:
+    """(sd, ranks, noise): the relative sd of the compute model's error on a plan's shard that the plan's other
+    ranks do not share, from the measured plans of `records`, net of the ranks' own measurement noise.
+
+    Per plan, log(measured / estimated compute) of each rank with tables, less the plan's mean of them (what
+    all ranks share is the machine's speed or the plan-level term); the squares pooled over the plans with 2
+    or more such ranks, over (ranks - plans) degrees of freedom. The measured compute is the mean of the
+    plan's R repeats, so the pool also holds each rank's own measurement noise, sd `noise` per measurement,
+    with expected variance noise**2 / R per degree of freedom. `noise` comes from the plans measured twice:
+    the log ratios of each rank's first two compute measurements, less the plan's mean of them, pooled the
+    same way, hold the difference of two measurements (twice the variance; `eval.power.rank_noise` does the
+    same for the totals). That expected noise is taken out of the pool (clipped at 0): the predicted spread
+    draws the noise of one measurement on its own (`uncertainty.NoiseModel.compute`), and drawing it again
+    inside the model's error made the spread too wide. (0.0, 0, 0.0) without such plans; `noise` 0.0 without
+    plans measured twice."""
     from neuroshard.planner.simulator import simulate
 
-    squares, ranks, plans = 0.0, 0, 0
+    squares, ranks, plans, noise_weight = 0.0, 0, 0, 0.0
+    noise_squares, noise_dof = 0.0, 0
     for r in records:
         if r.measured is None or r.plan is None:
             continue
         est = simulate(tasks[r.task].tables(configs), r.plan, models, max_mem).compute
-        logs = [math.log(m / e) for m, e in zip(r.measured.compute, est) if m > 0 and e > 0]
-        if len(logs) >= 2:
-            mean = sum(logs) / len(logs)
-            squares += sum((x - mean) ** 2 for x in logs)
-            ranks, plans = ranks + len(logs), plans + 1
-    return (math.sqrt(squares / (ranks - plans)), ranks) if plans else (0.0, 0)
+        keep = [k for k, (m, e) in enumerate(zip(r.measured.compute, est)) if m > 0 and e > 0]
+        if len(keep) < 2:
+            continue
+        logs = [math.log(r.measured.compute[k] / est[k]) for k in keep]
+        mean = sum(logs) / len(logs)
+        squares += sum((x - mean) ** 2 for x in logs)
+        ranks, plans = ranks + len(logs), plans + 1
+        reps = r.measured.repeats or []
+        noise_weight += (len(logs) - 1) / max(1, len(reps))
+        if len(reps) >= 2 and all(reps[j].compute[k] > 0 for j in (0, 1) for k in keep):
+            ratios = [math.log(reps[0].compute[k] / reps[1].compute[k]) for k in keep]
+            mid = sum(ratios) / len(ratios)
+            noise_squares += sum((x - mid) ** 2 for x in ratios)
+            noise_dof += len(ratios) - 1
+    if not plans:
+        return 0.0, 0, 0.0
+    noise_var = noise_squares / noise_dof / 2 if noise_dof else 0.0
+    model_var = max(0.0, (squares - noise_var * noise_weight) / (ranks - plans))
+    return math.sqrt(model_var), ranks, math.sqrt(noise_var)
 
 
 def plan_error(records: Sequence[PlanRecord], tasks: Sequence[Task], configs: Sequence[TableConfig], models,
@@ -154,7 +175,8 @@ def plan_error(records: Sequence[PlanRecord], tasks: Sequence[Task], configs: Se
     from neuroshard.planner.simulator import plan_cost_samples
     from neuroshard.planner.uncertainty import calibrate_plan_sd
 
-    rank, ranks = rank_error(records, tasks, configs, models if rank_models is None else rank_models, max_mem)
+    rank, ranks, noise = rank_error(records, tasks, configs, models if rank_models is None else rank_models,
+                                    max_mem)
     models = replace(models, noise=replace(models.noise_model, rank=rank))
     samples, measured = [], []
     for r in records:
@@ -166,7 +188,7 @@ def plan_error(records: Sequence[PlanRecord], tasks: Sequence[Task], configs: Se
         return None
     speed = float(np.median([c / s.mean() for s, got in zip(samples, measured) for c in got]))
     sd, before, after = calibrate_plan_sd(samples, [[c / speed for c in got] for got in measured])
-    return PlanError(sum(map(len, measured)), sd, before, after, speed, rank, ranks)
+    return PlanError(sum(map(len, measured)), sd, before, after, speed, rank, ranks, noise)
 
 
 def choose_lambda(records: Sequence[PlanRecord], num_tasks: int) -> dict | None:

@@ -119,8 +119,39 @@ def test_rank_error_pools_what_a_plans_ranks_do_not_share():
     measured = [[est[0][0] * math.exp(0.1), est[0][1] * math.exp(-0.1)], [2 * est[1][0], 2 * est[1][1]]]
     records = [PlanRecord(i, "neuroshard", plan=p, measured=_measured([m], [[0.0, 0.0]], [8, 8]))
                for i, (p, m) in enumerate(zip(plans, measured))]
-    sd, ranks = rank_error(records, tasks, CONFIGS, models, 1.0)
-    assert ranks == 4 and sd == pytest.approx(math.sqrt(0.02 / 2))
+    sd, ranks, noise = rank_error(records, tasks, CONFIGS, models, 1.0)
+    assert ranks == 4 and sd == pytest.approx(math.sqrt(0.02 / 2)) and noise == 0.0  # no repeats: no noise known
     # a rank without tables (measured 0) leaves the plan with one rank: nothing to pool
     lone = [PlanRecord(0, "neuroshard", plan=plans[0], measured=_measured([[1.0, 0.0]], [[0.0, 0.0]], [8, 0]))]
-    assert rank_error(lone, tasks, CONFIGS, models, 1.0) == (0.0, 0)
+    assert rank_error(lone, tasks, CONFIGS, models, 1.0) == (0.0, 0, 0.0)
+
+
+def test_rank_error_takes_out_the_ranks_own_measurement_noise():
+    from neuroshard.eval.onpolicy import rank_error
+    from neuroshard.planner.simulator import simulate
+    from tests.planner.test_simulator import hand_models
+
+    tasks = [Task((0, 1), (8, 16)), Task((2, 3, 4), (8, 8, 16))]
+    plans = [Plan((), ((0,), (1,))), Plan((), ((0, 1), (2,)))]
+    models = hand_models()
+    est = [simulate(t.tables(CONFIGS), p, models, 1.0).compute for t, p in zip(tasks, plans)]
+    # plan 0 measured twice: rank 0 at e^0.15 then e^0.05 of its estimate, rank 1 at e^-0.15 then e^-0.05.
+    # Their means (e^+-0.1 x cosh 0.05; the cosh is shared) deviate +-0.1 from the plan's mean: 0.02.
+    # The repeats' log ratios, +0.1 and -0.1, deviate +-0.1 over 1 degree of freedom: 0.02 holds twice one
+    # measurement's variance, so noise^2 = 0.01 (10%). Plan 1, measured once: 2x on both ranks.
+    reps0 = [[est[0][0] * math.exp(0.15), est[0][1] * math.exp(-0.15)],
+             [est[0][0] * math.exp(0.05), est[0][1] * math.exp(-0.05)]]
+    records = [PlanRecord(0, "neuroshard", plan=plans[0], measured=_measured(reps0, [[0.0, 0.0]] * 2, [8, 16])),
+               PlanRecord(1, "neuroshard", plan=plans[1],
+                          measured=_measured([[2 * est[1][0], 2 * est[1][1]]], [[0.0, 0.0]], [16, 16]))]
+    sd, ranks, noise = rank_error(records, tasks, CONFIGS, models, 1.0)
+    # the pool, 0.02 over 2 degrees of freedom, expects noise 0.01 / 2 repeats (plan 0) + 0.01 / 1 (plan 1)
+    # = 0.015 of it: the model's own variance is (0.02 - 0.015) / 2 = 0.0025
+    assert ranks == 4 and noise == pytest.approx(0.1) and sd == pytest.approx(0.05)
+    # noise beyond the whole pool: rank 0 at e^0.4 then e^-0.4 (rank 1 the opposite) averages to cosh 0.4 on
+    # both ranks, deviations 0; the repeats' ratios +-0.8 give noise^2 = 1.28 / 2: the model's error is 0
+    loud = [[est[0][0] * math.exp(0.4), est[0][1] * math.exp(-0.4)],
+            [est[0][0] * math.exp(-0.4), est[0][1] * math.exp(0.4)]]
+    rec = [PlanRecord(0, "neuroshard", plan=plans[0], measured=_measured(loud, [[0.0, 0.0]] * 2, [8, 16]))]
+    sd, ranks, noise = rank_error(rec, tasks, CONFIGS, models, 1.0)
+    assert sd == 0.0 and ranks == 2 and noise == pytest.approx(0.8)
