@@ -450,7 +450,7 @@ class PlanError:
     median measured / expected cost); the share of those `measurements` inside the band before and after.
     `rank`: the relative sd of the compute model's error on one rank's shard that the plan's other ranks do
     not share (`eval.onpolicy.rank_error`, from `ranks` ranks with tables; 0 in records written before it
-    was measured), net of the ranks' own measurement noise, `rank_noise` (the relative sd of one measurement
+    was measured), net of the ranks' own measurement noise, `compute_noise` (the relative sd of one measurement
     of a rank's compute that the plan's other ranks do not share, from plans measured twice; 0 without them
     and in records written before it was measured): the predicted spread draws it for every rank on its own
     (`uncertainty.cost_samples`)."""
@@ -462,22 +462,22 @@ class PlanError:
     speed: float = 1.0
     rank: float = 0.0
     ranks: int = 0
-    rank_noise: float = 0.0
+    compute_noise: float = 0.0
 
     def to_json(self) -> dict:
         return {"measurements": self.measurements, "sd": self.sd, "coverage_before": self.coverage_before,
                 "coverage_after": self.coverage_after, "speed": self.speed, "rank": self.rank, "ranks": self.ranks,
-                "rank_noise": self.rank_noise}
+                "compute_noise": self.compute_noise}
 
     @classmethod
     def from_json(cls, d) -> "PlanError":
         """ValueError (its message says what a valid one holds) unless `d` holds "measurements" >= 1, "sd" and
-        both coverages in [0, 1] and "speed" > 0, and, if present, "rank" and "rank_noise" in [0, 1] and
+        both coverages in [0, 1] and "speed" > 0, and, if present, "rank" and "compute_noise" in [0, 1] and
         "ranks" >= 0."""
         try:
             n, speed, ranks = d["measurements"], d["speed"], d.get("ranks", 0)
             vals = [d[k] for k in ("sd", "coverage_before", "coverage_after")] + [d.get(k, 0.0) for k in
-                                                                                  ("rank", "rank_noise")]
+                                                                                  ("rank", "compute_noise")]
             if (any(isinstance(x, bool) or not isinstance(x, int) for x in (n, ranks)) or n < 1 or ranks < 0
                     or not all(isinstance(x, numbers.Real) and not isinstance(x, bool) and 0.0 <= x <= 1.0
                                for x in vals)
@@ -486,7 +486,7 @@ class PlanError:
                 raise ValueError
         except (KeyError, TypeError, ValueError, AttributeError):
             raise ValueError("must hold \"sd\", \"coverage_before\", \"coverage_after\" in [0, 1], \"speed\" "
-                             "> 0 and \"measurements\" >= 1 (and \"rank\", \"rank_noise\" in [0, 1], "
+                             "> 0 and \"measurements\" >= 1 (and \"rank\", \"compute_noise\" in [0, 1], "
                              "\"ranks\" >= 0 if given)") from None
         return cls(n, float(vals[0]), float(vals[1]), float(vals[2]), float(speed), float(vals[3]), ranks,
                    float(vals[4]))

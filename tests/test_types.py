@@ -134,8 +134,8 @@ def test_plan_error_records_round_trip_and_older_ones_have_no_rank_error():
     assert PlanError.from_json(pe.to_json()) == pe
     older = {"measurements": 8, "sd": 0.05, "coverage_before": 0.5, "coverage_after": 0.8, "speed": 1.1}
     assert PlanError.from_json(older) == PlanError(8, 0.05, 0.5, 0.8, 1.1, 0.0, 0, 0.0)
-    assert PlanError.from_json({**older, "rank": 0.13, "ranks": 24}).rank_noise == 0.0  # before the noise
+    assert PlanError.from_json({**older, "rank": 0.13, "ranks": 24}).compute_noise == 0.0  # before the noise
     for bad in ({**older, "rank": 1.5}, {**older, "rank": "x"}, {**older, "ranks": -1}, {**older, "ranks": 2.0},
-                {**older, "rank_noise": -0.1}):
-        with pytest.raises(ValueError, match="\"rank\", \"rank_noise\" in \\[0, 1\\]"):
+                {**older, "compute_noise": -0.1}):
+        with pytest.raises(ValueError, match="\"rank\", \"compute_noise\" in \\[0, 1\\]"):
             PlanError.from_json(bad)

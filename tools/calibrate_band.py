@@ -92,7 +92,7 @@ def main(argv=None) -> int:
                                  "plan_error": error.to_json()})
     print(f"band calibrated on {error.measurements} measurements of training tasks' plans (machine speed "
           f"{error.speed:.3f}x the models'): per-rank compute error sd {100 * error.rank:.1f}% ({error.ranks} "
-          f"ranks, net of measurement noise {100 * error.rank_noise:.1f}% per measurement), plan-level error sd "
+          f"ranks, net of measurement noise {100 * error.compute_noise:.1f}% per measurement), plan-level error sd "
           f"{100 * error.sd:.1f}%, in the 80% band "
           f"{100 * error.coverage_before:.1f}% -> {100 * error.coverage_after:.1f}%; written to {paths[1]}",
           file=sys.stderr)

@@ -275,8 +275,8 @@ def onpolicy_lines(out: Path) -> tuple[list[str], dict | None]:
                          + (f"; the compute model's per-rank error the plan's other ranks do not share, drawn for "
                             f"every rank in the predicted spread: sd **{pct(pe['rank'])}** ({pe['ranks']} ranks, "
                             f"{sample}"
-                            + (f"; net of the ranks' own measurement noise, {pct(pe['rank_noise'])} per measurement "
-                               f"from the plans measured twice" if pe.get("rank_noise") else "")
+                            + (f"; net of the ranks' own measurement noise, {pct(pe['compute_noise'])} per measurement "
+                               f"from the plans measured twice" if pe.get("compute_noise") else "")
                             + ")" if pe.get("ranks") else ""))
     if lam:
         means = ", ".join(f"{k}: {v:.2f} ms" if v is not None else f"{k}: -" for k, v in lam["mean_ms"].items())
