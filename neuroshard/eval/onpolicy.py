@@ -124,16 +124,15 @@ def rank_error(records: Sequence[PlanRecord], tasks: Sequence[Task], configs: Se
     or more such ranks, over (ranks - plans) degrees of freedom. The measured compute is the mean of the
     plan's R repeats, so the pool also holds each rank's own measurement noise, sd `noise` per measurement,
     with expected variance noise**2 / R per degree of freedom. `noise` comes from the plans measured twice:
-    the log ratios of each rank's first two compute measurements, less the plan's mean of them, pooled the
-    same way, hold the difference of two measurements (twice the variance; `eval.power.rank_noise` does the
-    same for the totals). That expected noise is taken out of the pool (clipped at 0): the predicted spread
-    draws the noise of one measurement on its own (`uncertainty.NoiseModel.compute`), and drawing it again
+    `eval.power.rank_noise`'s own part of the first two compute measurements of the ranks with tables (the
+    split it makes for the totals). That expected noise is taken out of the pool (clipped at 0): the predicted
+    spread draws the noise of one measurement on its own (`uncertainty.NoiseModel.compute`), and drawing it again
     inside the model's error made the spread too wide. (0.0, 0, 0.0) without such plans; `noise` 0.0 without
     plans measured twice."""
+    from neuroshard.eval.power import rank_noise
     from neuroshard.planner.simulator import simulate
 
-    squares, ranks, plans, noise_weight = 0.0, 0, 0, 0.0
-    noise_squares, noise_dof = 0.0, 0
+    squares, ranks, plans, noise_weight, pairs = 0.0, 0, 0, 0.0, []
     for r in records:
         if r.measured is None or r.plan is None:
             continue
@@ -147,14 +146,12 @@ def rank_error(records: Sequence[PlanRecord], tasks: Sequence[Task], configs: Se
         ranks, plans = ranks + len(logs), plans + 1
         reps = r.measured.repeats or []
         noise_weight += (len(logs) - 1) / max(1, len(reps))
-        if len(reps) >= 2 and all(reps[j].compute[k] > 0 for j in (0, 1) for k in keep):
-            ratios = [math.log(reps[0].compute[k] / reps[1].compute[k]) for k in keep]
-            mid = sum(ratios) / len(ratios)
-            noise_squares += sum((x - mid) ** 2 for x in ratios)
-            noise_dof += len(ratios) - 1
+        if len(reps) >= 2:
+            pairs.append([[reps[j].compute[k] for k in keep] for j in (0, 1)])
     if not plans:
         return 0.0, 0, 0.0
-    noise_var = noise_squares / noise_dof / 2 if noise_dof else 0.0
+    split = rank_noise(pairs)  # the rank's own part of one measurement's noise, from the first two repeats
+    noise_var = split.independent_sd ** 2 if split is not None else 0.0
     model_var = max(0.0, (squares - noise_var * noise_weight) / (ranks - plans))
     return math.sqrt(model_var), ranks, math.sqrt(noise_var)
 
