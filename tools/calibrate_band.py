@@ -17,7 +17,9 @@ error that a plan's ranks do not share (eval/onpolicy.py rank_error; with
 --rank_error_models, that of models never trained on these plans' shards: out
 of sample; net of the ranks' own measurement noise, which the spread draws
 apart, from the plans measured twice), which the predicted spread draws for
-every rank. Both are written into the forward
+every rank. The noise of one compute measurement drawn in the spread is the
+plan job's own, from the same plans measured twice (the collection's noise
+floor without them). Both errors and that noise are written into the forward
 comm checkpoint ("plan_error"): simulations with these models widen their
 reported band by the plan-level term (the same relative size for every plan,
 so the search's objective leaves it out), and the per-rank error raises the
@@ -90,9 +92,15 @@ def main(argv=None) -> int:
     write_json_atomic(out_path, {"results": str(args.results), "task_path": str(args.task_path),
                                  "models": [str(x) for x in paths], "rank_error_models": args.rank_error_models,
                                  "plan_error": error.to_json()})
+    floor = models.noise_model.compute
+    drawn = (f"one compute measurement's noise drawn from the plans measured twice {100 * error.compute_sd:.1f}% "
+             f"(shared by the ranks {100 * error.compute_common:.1f}%; the collection's floor {100 * floor:.1f}%)"
+             if error.compute_sd is not None else
+             f"one compute measurement's noise drawn from the collection's floor {100 * floor:.1f}%")
     print(f"band calibrated on {error.measurements} measurements of training tasks' plans (machine speed "
           f"{error.speed:.3f}x the models'): per-rank compute error sd {100 * error.rank:.1f}% ({error.ranks} "
-          f"ranks, net of measurement noise {100 * error.compute_noise:.1f}% per measurement), plan-level error sd "
+          f"ranks, net of measurement noise {100 * error.compute_noise:.1f}% per measurement), {drawn}, "
+          f"plan-level error sd "
           f"{100 * error.sd:.1f}%, in the 80% band "
           f"{100 * error.coverage_before:.1f}% -> {100 * error.coverage_after:.1f}%; written to {paths[1]}",
           file=sys.stderr)

@@ -46,7 +46,16 @@ import numpy as np
 
 from neuroshard.eval.summary import measured_rank_noise, summarize
 from neuroshard.formats.cost_data import CommSample
-from neuroshard.types import InputError, PlanError, PlanRecord, TableConfig, Task, apply_column_steps, dim_set
+from neuroshard.types import (
+    InputError,
+    PlanError,
+    PlanRecord,
+    RankNoise,
+    TableConfig,
+    Task,
+    apply_column_steps,
+    dim_set,
+)
 
 LAMBDA_JSON = "lambda.json"
 PLUS = "neuroshard_plus"
@@ -115,20 +124,21 @@ def model_error(records: Sequence[PlanRecord], tasks: Sequence[Task], configs: S
 
 
 def rank_error(records: Sequence[PlanRecord], tasks: Sequence[Task], configs: Sequence[TableConfig], models,
-               max_mem: float) -> tuple[float, int, float]:
+               max_mem: float) -> tuple[float, int, RankNoise | None]:
     """(sd, ranks, noise): the relative sd of the compute model's error on a plan's shard that the plan's other
-    ranks do not share, from the measured plans of `records`, net of the ranks' own measurement noise.
+    ranks do not share, from the measured plans of `records`, net of the ranks' own measurement noise, and how
+    one compute measurement's noise splits into the rank's own and the plan's (`types.RankNoise`).
 
     Per plan, log(measured / estimated compute) of each rank with tables, less the plan's mean of them (what
     all ranks share is the machine's speed or the plan-level term); the squares pooled over the plans with 2
     or more such ranks, over (ranks - plans) degrees of freedom. The measured compute is the mean of the
     plan's R repeats, so the pool also holds each rank's own measurement noise, sd `noise` per measurement,
     with expected variance noise**2 / R per degree of freedom. `noise` comes from the plans measured twice:
-    `eval.power.rank_noise`'s own part of the first two compute measurements of the ranks with tables (the
-    split it makes for the totals). That expected noise is taken out of the pool (clipped at 0): the predicted
-    spread draws the noise of one measurement on its own (`uncertainty.NoiseModel.compute`), and drawing it again
-    inside the model's error made the spread too wide. (0.0, 0, 0.0) without such plans; `noise` 0.0 without
-    plans measured twice."""
+    `eval.power.rank_noise` of the first two compute measurements of the ranks with tables (the split it makes
+    for the totals); its own part is taken out of the pool (clipped at 0): the predicted spread draws the
+    noise of one measurement on its own (`uncertainty.NoiseModel.compute`, which `plan_error` takes from this
+    split), and drawing it again inside the model's error made the spread too wide. (0.0, 0, None) without
+    such plans; `noise` None without plans measured twice."""
     from neuroshard.eval.power import rank_noise
     from neuroshard.planner.simulator import simulate
 
@@ -149,11 +159,11 @@ def rank_error(records: Sequence[PlanRecord], tasks: Sequence[Task], configs: Se
         if len(reps) >= 2:
             pairs.append([[reps[j].compute[k] for k in keep] for j in (0, 1)])
     if not plans:
-        return 0.0, 0, 0.0
-    split = rank_noise(pairs)  # the rank's own part of one measurement's noise, from the first two repeats
+        return 0.0, 0, None
+    split = rank_noise(pairs)  # one compute measurement's noise, the rank's own and the plan's: first two repeats
     noise_var = split.independent_sd ** 2 if split is not None else 0.0
     model_var = max(0.0, (squares - noise_var * noise_weight) / (ranks - plans))
-    return math.sqrt(model_var), ranks, math.sqrt(noise_var)
+    return math.sqrt(model_var), ranks, split
 
 
 def plan_error(records: Sequence[PlanRecord], tasks: Sequence[Task], configs: Sequence[TableConfig], models,
@@ -165,16 +175,24 @@ def plan_error(records: Sequence[PlanRecord], tasks: Sequence[Task], configs: Se
     and 12.9%); the predicted spread then draws it for every rank;
     then every plan's cost samples under `models` with it (`simulator.plan_cost_samples`: members, the
     noise of one measurement and the per-rank error; no plan-level error) against its measured costs (each
-    repeat). The machine's speed at the time (the median of measured / expected cost) is divided out: it is
-    the drift of that hour, which the evaluation measures apart (eval/drift.py), not the models' error on a
-    plan. Then the smallest extra sd that puts 80% of the measurements in the predicted band
-    (`uncertainty.calibrate_plan_sd`). None without measured plans."""
+    repeat). The noise of one compute measurement is the plan job's, from these plans measured twice
+    (`rank_error`'s split, own and shared), not the collection's noise floor: the shards re-measured minutes
+    after they were collected differ by more (an sd of 24-27% on a slow day, against 15-19% between a plan's
+    two measurements), and that wider noise put 97% of a study's training plans' measurements in the 80%
+    band before any widening. The machine's speed at the time (the median of measured / expected cost) is
+    divided out: it is the drift of that hour, which the evaluation measures apart (eval/drift.py), not the
+    models' error on a plan. Then the smallest extra sd that puts 80% of the measurements in the predicted
+    band (`uncertainty.calibrate_plan_sd`). None without measured plans."""
     from neuroshard.planner.simulator import plan_cost_samples
     from neuroshard.planner.uncertainty import calibrate_plan_sd
 
     rank, ranks, noise = rank_error(records, tasks, configs, models if rank_models is None else rank_models,
                                     max_mem)
-    models = replace(models, noise=replace(models.noise_model, rank=rank))
+    own, common = (noise.independent_sd, noise.common_sd) if noise is not None else (0.0, 0.0)
+    drawn = replace(models.noise_model, rank=rank)
+    if own:  # the plan job's compute noise (else the floor's)
+        drawn = replace(drawn, compute=math.hypot(own, common))
+    models = replace(models, noise=drawn)
     samples, measured = [], []
     for r in records:
         if r.measured is None or r.plan is None:
@@ -185,7 +203,7 @@ def plan_error(records: Sequence[PlanRecord], tasks: Sequence[Task], configs: Se
         return None
     speed = float(np.median([c / s.mean() for s, got in zip(samples, measured) for c in got]))
     sd, before, after = calibrate_plan_sd(samples, [[c / speed for c in got] for got in measured])
-    return PlanError(sum(map(len, measured)), sd, before, after, speed, rank, ranks, noise)
+    return PlanError(sum(map(len, measured)), sd, before, after, speed, rank, ranks, own, common)
 
 
 def choose_lambda(records: Sequence[PlanRecord], num_tasks: int) -> dict | None:

@@ -20,7 +20,7 @@ from neuroshard.eval.results import fmt_ci, gain_cell
 from neuroshard.eval.summary import Accuracy, AlgorithmRow, Summary
 from neuroshard.formats.io import atomic_write, write_json_atomic
 from neuroshard.formats.plans import read_plans
-from neuroshard.types import PlanRecord
+from neuroshard.types import PlanError, PlanRecord
 
 
 def _load(path: Path):
@@ -277,6 +277,9 @@ def onpolicy_lines(out: Path) -> tuple[list[str], dict | None]:
                             f"{sample}"
                             + (f"; net of the ranks' own measurement noise, {pct(pe['compute_noise'])} per measurement "
                                f"from the plans measured twice" if pe.get("compute_noise") else "")
+                            + (f"; the noise of one compute measurement the spread draws, the plan job's from the "
+                               f"same repeats: {pct(PlanError.from_json(pe).compute_sd)}"
+                               if pe.get("compute_noise") and "compute_common" in pe else "")
                             + ")" if pe.get("ranks") else ""))
     if lam:
         means = ", ".join(f"{k}: {v:.2f} ms" if v is not None else f"{k}: -" for k, v in lam["mean_ms"].items())

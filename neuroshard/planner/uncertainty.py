@@ -26,8 +26,12 @@ noise), with
     transfer[k, r] + fw x fw_part[k, r] x z'[s, r]
 
 `sd_ready` combines the relative noise of one measurement of compute and
-backward exchange, `fw` that of the forward exchange (`NoiseModel`, from the
-noise floors measured when the cost data was collected). Ranks measured
+backward exchange, `fw` that of the forward exchange (`NoiseModel`: the
+exchanges' from the noise floors measured when the cost data was collected,
+the compute's from the plans of training tasks measured twice, the plan job's
+own noise, `types.PlanError.compute_sd`, where step 4i measured it; the
+collection's compute floor, shards re-measured minutes after they were
+collected, is wider). Ranks measured
 together do not draw that noise independently: a slow spell of the machine
 slows them all, so a share `shared` of its variance is common to the plan's
 ranks (z[s, r] is then sqrt(1 - shared) x its own draw + sqrt(shared) x one

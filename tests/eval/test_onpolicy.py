@@ -120,10 +120,10 @@ def test_rank_error_pools_what_a_plans_ranks_do_not_share():
     records = [PlanRecord(i, "neuroshard", plan=p, measured=_measured([m], [[0.0, 0.0]], [8, 8]))
                for i, (p, m) in enumerate(zip(plans, measured))]
     sd, ranks, noise = rank_error(records, tasks, CONFIGS, models, 1.0)
-    assert ranks == 4 and sd == pytest.approx(math.sqrt(0.02 / 2)) and noise == 0.0  # no repeats: no noise known
+    assert ranks == 4 and sd == pytest.approx(math.sqrt(0.02 / 2)) and noise is None  # no repeats: no noise known
     # a rank without tables (measured 0) leaves the plan with one rank: nothing to pool
     lone = [PlanRecord(0, "neuroshard", plan=plans[0], measured=_measured([[1.0, 0.0]], [[0.0, 0.0]], [8, 0]))]
-    assert rank_error(lone, tasks, CONFIGS, models, 1.0) == (0.0, 0, 0.0)
+    assert rank_error(lone, tasks, CONFIGS, models, 1.0) == (0.0, 0, None)
 
 
 def test_rank_error_takes_out_the_ranks_own_measurement_noise():
@@ -147,11 +147,45 @@ def test_rank_error_takes_out_the_ranks_own_measurement_noise():
     sd, ranks, noise = rank_error(records, tasks, CONFIGS, models, 1.0)
     # the pool, 0.02 over 2 degrees of freedom, expects noise 0.01 / 2 repeats (plan 0) + 0.01 / 1 (plan 1)
     # = 0.015 of it: the model's own variance is (0.02 - 0.015) / 2 = 0.0025
-    assert ranks == 4 and noise == pytest.approx(0.1) and sd == pytest.approx(0.05)
+    assert ranks == 4 and noise.independent_sd == pytest.approx(0.1) and sd == pytest.approx(0.05)
+    # the ratios' mean, 0, is all the own noise explains (2 x 0.01 / 2 ranks = 0.01 > 0): nothing shared
+    assert noise.common_sd == 0.0 and noise.plans == 1
     # noise beyond the whole pool: rank 0 at e^0.4 then e^-0.4 (rank 1 the opposite) averages to cosh 0.4 on
     # both ranks, deviations 0; the repeats' ratios +-0.8 give noise^2 = 1.28 / 2: the model's error is 0
     loud = [[est[0][0] * math.exp(0.4), est[0][1] * math.exp(-0.4)],
             [est[0][0] * math.exp(-0.4), est[0][1] * math.exp(0.4)]]
     rec = [PlanRecord(0, "neuroshard", plan=plans[0], measured=_measured(loud, [[0.0, 0.0]] * 2, [8, 16]))]
     sd, ranks, noise = rank_error(rec, tasks, CONFIGS, models, 1.0)
-    assert sd == 0.0 and ranks == 2 and noise == pytest.approx(0.8)
+    assert sd == 0.0 and ranks == 2 and noise.independent_sd == pytest.approx(0.8)
+
+
+def test_plan_error_draws_the_plan_jobs_own_compute_noise_not_the_floor():
+    from dataclasses import replace
+
+    from neuroshard.eval.onpolicy import plan_error
+    from neuroshard.planner.simulator import plan_cost_samples, simulate
+    from neuroshard.planner.uncertainty import NoiseModel, share_in_band
+    from tests.planner.test_simulator import hand_models
+
+    tasks = [Task((0, 1), (8, 16))]
+    plan = Plan((), ((0,), (1,)))
+    # the collection's floor says 30% per compute measurement; the plan job's repeats say otherwise
+    models = replace(hand_models(), noise=NoiseModel(compute=0.3))
+    est = simulate(tasks[0].tables(CONFIGS), plan, models, 1.0).compute
+    # measured twice: rank 0 at e^0.4 then e^0 of its estimate, rank 1 at e^0.2 then e^0. The ratios' logs
+    # 0.4, 0.2: deviations +-0.1 over 1 degree of freedom hold twice the own variance, so own^2 = 0.01 (10%);
+    # their mean 0.3 holds twice the shared variance plus the own variance / 2 ranks: (0.09 - 0.01) / 2 = 0.04
+    # (20%). One compute measurement: sqrt(0.01 + 0.04) = sqrt(0.05)
+    reps = [[est[0] * math.exp(0.4), est[1] * math.exp(0.2)], [est[0], est[1]]]
+    rec = PlanRecord(0, "neuroshard", plan=plan, repeat_costs=[10.0, 9.0],
+                     measured=_measured(reps, [[0.0, 0.0]] * 2, [8, 16]))
+    pe = plan_error([rec], tasks, CONFIGS, models, 1.0)
+    assert (pe.compute_noise, pe.compute_common) == pytest.approx((0.1, 0.2))
+    assert pe.compute_sd == pytest.approx(math.sqrt(0.05))
+    # the band before any widening is that of the plan job's noise (and the per-rank error), not the floor's
+    drawn = replace(models, noise=replace(models.noise_model, rank=pe.rank, compute=math.sqrt(0.05)))
+    smp = plan_cost_samples(tasks[0].tables(CONFIGS), plan, drawn, 1.0)
+    assert pe.coverage_before == share_in_band([smp], [[c / pe.speed for c in (10.0, 9.0)]])
+    # without the repeats the floor stays: nothing measured to replace it
+    once = replace(rec, measured=_measured(reps[:1], [[0.0, 0.0]], [8, 16]))
+    assert plan_error([once], tasks, CONFIGS, models, 1.0).compute_sd is None
