@@ -453,9 +453,9 @@ class PlanError:
     was measured), net of the ranks' own measurement noise, `compute_noise` (the relative sd of one measurement
     of a rank's compute that the plan's other ranks do not share, from plans measured twice; 0 without them
     and in records written before it was measured): the predicted spread draws it for every rank on its own
-    (`uncertainty.cost_samples`). `compute_common`: the part of that noise the plan's ranks share (0 in
-    records written before it was measured); with `compute_noise` it is the noise of one compute measurement
-    that the spread draws (`compute_sd`)."""
+    (`uncertainty.cost_samples`). `compute_common`: the part of that noise the plan's ranks share (None
+    without plans measured twice and in records written before it was measured); with `compute_noise` it is
+    the noise of one compute measurement that the spread draws (`compute_sd`)."""
 
     measurements: int
     sd: float
@@ -465,18 +465,20 @@ class PlanError:
     rank: float = 0.0
     ranks: int = 0
     compute_noise: float = 0.0
-    compute_common: float = 0.0
+    compute_common: float | None = None
 
     @property
     def compute_sd(self) -> float | None:
         """The relative sd of one compute measurement of a plan's rank (own and shared parts), None when the
-        record has no measured noise (no plans measured twice, or written before it was measured)."""
-        return math.hypot(self.compute_noise, self.compute_common) if self.compute_noise > 0 else None
+        record does not hold both (no plans measured twice, or written before the shared part was measured:
+        the own part alone would be too narrow)."""
+        return None if self.compute_common is None else math.hypot(self.compute_noise, self.compute_common)
 
     def to_json(self) -> dict:
         return {"measurements": self.measurements, "sd": self.sd, "coverage_before": self.coverage_before,
                 "coverage_after": self.coverage_after, "speed": self.speed, "rank": self.rank, "ranks": self.ranks,
-                "compute_noise": self.compute_noise, "compute_common": self.compute_common}
+                "compute_noise": self.compute_noise,
+                **({} if self.compute_common is None else {"compute_common": self.compute_common})}
 
     @classmethod
     def from_json(cls, d) -> "PlanError":
@@ -486,8 +488,9 @@ class PlanError:
         try:
             n, speed, ranks = d["measurements"], d["speed"], d.get("ranks", 0)
             vals = [d[k] for k in ("sd", "coverage_before", "coverage_after")] + [d.get(k, 0.0) for k in
-                                                                                  ("rank", "compute_noise",
-                                                                                   "compute_common")]
+                                                                                  ("rank", "compute_noise")]
+            common = d.get("compute_common")
+            vals += [] if common is None else [common]
             if (any(isinstance(x, bool) or not isinstance(x, int) for x in (n, ranks)) or n < 1 or ranks < 0
                     or not all(isinstance(x, numbers.Real) and not isinstance(x, bool) and 0.0 <= x <= 1.0
                                for x in vals)
@@ -499,7 +502,7 @@ class PlanError:
                              "> 0 and \"measurements\" >= 1 (and \"rank\", \"compute_noise\", \"compute_common\" "
                              "in [0, 1], \"ranks\" >= 0 if given)") from None
         return cls(n, float(vals[0]), float(vals[1]), float(vals[2]), float(speed), float(vals[3]), ranks,
-                   float(vals[4]), float(vals[5]))
+                   float(vals[4]), None if common is None else float(common))
 
 
 @dataclass(frozen=True)

@@ -188,9 +188,9 @@ def plan_error(records: Sequence[PlanRecord], tasks: Sequence[Task], configs: Se
 
     rank, ranks, noise = rank_error(records, tasks, configs, models if rank_models is None else rank_models,
                                     max_mem)
-    own, common = (noise.independent_sd, noise.common_sd) if noise is not None else (0.0, 0.0)
+    own, common = (noise.independent_sd, noise.common_sd) if noise is not None else (0.0, None)
     drawn = replace(models.noise_model, rank=rank)
-    if own:  # the plan job's compute noise (else the floor's)
+    if common is not None:  # the plan job's compute noise (else the floor's)
         drawn = replace(drawn, compute=math.hypot(own, common))
     models = replace(models, noise=drawn)
     samples, measured = [], []

@@ -279,7 +279,7 @@ def onpolicy_lines(out: Path) -> tuple[list[str], dict | None]:
                                f"from the plans measured twice" if pe.get("compute_noise") else "")
                             + (f"; the noise of one compute measurement the spread draws, the plan job's from the "
                                f"same repeats: {pct(PlanError.from_json(pe).compute_sd)}"
-                               if pe.get("compute_noise") and "compute_common" in pe else "")
+                               if pe.get("compute_common") is not None else "")
                             + ")" if pe.get("ranks") else ""))
     if lam:
         means = ", ".join(f"{k}: {v:.2f} ms" if v is not None else f"{k}: -" for k, v in lam["mean_ms"].items())
