@@ -72,16 +72,28 @@ def _one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {msg[:300]}"
 
 
+def _reply(results, message) -> bool:
+    """Send `message` to the parent; False when it no longer listens (it stopped or was stopped, e.g. by a
+    signal sent to it alone): the worker then ends quietly, not with a traceback."""
+    try:
+        results.send(message)
+    except (BrokenPipeError, ConnectionResetError, EOFError):
+        return False
+    return True
+
+
 def _worker_main(slot: int, device: str, make_measurer: MeasurerFactory, seed: int, tasks, results) -> None:
-    """Worker process: take (task_no, ids) from `tasks`, send results on its pipe `results`, stop on None."""
+    """Worker process: take (task_no, ids) from `tasks`, send results on its pipe `results`, stop on None or
+    when the parent no longer listens."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides how a Ctrl-C ends the run
     parent = os.getppid()
     try:
         measure = make_measurer(device, seed)
     except BaseException as e:  # noqa: BLE001 - reported to the parent, which stops the run
-        results.send(("fatal", slot, None, None, _one_line(e)))
+        _reply(results, ("fatal", slot, None, None, _one_line(e)))
         return
-    results.send(("ready", slot, None, None, None))
+    if not _reply(results, ("ready", slot, None, None, None)):
+        return
     t_wait = time.perf_counter()
     while True:
         try:
@@ -98,10 +110,12 @@ def _worker_main(slot: int, device: str, make_measurer: MeasurerFactory, seed: i
         try:
             cost, stats = measure(ids)
         except Exception as e:  # noqa: BLE001 - one bad shard (e.g. out of memory) must not end the run
-            results.send(("err", slot, task_no, ids, _one_line(e)))
+            message = ("err", slot, task_no, ids, _one_line(e))
         else:
             stats = {**stats, "samples": 1, "busy_s": time.perf_counter() - t0, "idle_s": idle}
-            results.send(("ok", slot, task_no, ids, (cost, stats)))
+            message = ("ok", slot, task_no, ids, (cost, stats))
+        if not _reply(results, message):
+            return
         t_wait = time.perf_counter()
 
 

@@ -90,3 +90,25 @@ def test_a_worker_that_cannot_start_is_one_error(tmp_path):
     with pytest.raises(NeuroShardError, match="worker on cpu could not start: RuntimeError: no such device"):
         with WorkerPool(["cpu"], CountingMeasurer(tmp_path / "calls", fatal=True)) as pool:
             drive(pool, 2)
+
+
+def test_a_worker_whose_parent_stopped_listening_ends_quietly(tmp_path):
+    # a signal sent to the parent alone (kill -INT <pid>) closes its ends of the pipes while a worker still
+    # measures: the worker's next reply finds a broken pipe and must end with exit code 0, not a traceback
+    import multiprocessing as mp
+
+    from neuroshard.measure.pool import _worker_main
+
+    ctx = mp.get_context("spawn")
+    tasks = ctx.Queue()
+    for i in range(3):
+        tasks.put((i, [i]))
+    tasks.put(None)
+    reader, writer = ctx.Pipe(duplex=False)
+    reader.close()  # nobody listens
+    proc = ctx.Process(target=_worker_main, args=(0, "cpu", CountingMeasurer(tmp_path / "n"), 0, tasks, writer))
+    proc.start()
+    writer.close()
+    proc.join(60)
+    assert proc.exitcode == 0
+    assert not (tmp_path / "n").exists()  # it stopped at its first reply ("ready"), before measuring anything
