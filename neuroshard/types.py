@@ -474,6 +474,13 @@ class PlanError:
         the own part alone would be too narrow)."""
         return None if self.compute_common is None else math.hypot(self.compute_noise, self.compute_common)
 
+    @property
+    def compute_shared(self) -> float | None:
+        """The share of one compute measurement's noise variance the plan's ranks have in common, None as for
+        `compute_sd` (and 0 when no noise was measured at all)."""
+        sd = self.compute_sd
+        return None if sd is None else (self.compute_common ** 2 / sd ** 2 if sd > 0 else 0.0)
+
     def to_json(self) -> dict:
         return {"measurements": self.measurements, "sd": self.sd, "coverage_before": self.coverage_before,
                 "coverage_after": self.coverage_after, "speed": self.speed, "rank": self.rank, "ranks": self.ranks,

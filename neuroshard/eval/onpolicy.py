@@ -176,10 +176,12 @@ def plan_error(records: Sequence[PlanRecord], tasks: Sequence[Task], configs: Se
     then every plan's cost samples under `models` with it (`simulator.plan_cost_samples`: members, the
     noise of one measurement and the per-rank error; no plan-level error) against its measured costs (each
     repeat). The noise of one compute measurement is the plan job's, from these plans measured twice
-    (`rank_error`'s split, own and shared), not the collection's noise floor: the shards re-measured minutes
-    after they were collected differ by more (an sd of 24-27% on a slow day, against 15-19% between a plan's
-    two measurements), and that wider noise put 97% of a study's training plans' measurements in the 80%
-    band before any widening. The machine's speed at the time (the median of measured / expected cost) is
+    (`rank_error`'s split, own and shared), not the collection's noise floor (the shards re-measured minutes
+    after they were collected differ by more: an sd of 24-27% on a slow day, against 15-19% between a plan's
+    two measurements), and it is drawn with its own share common to the ranks (`NoiseModel.compute_shared`),
+    not the share of the ranks' totals, which hold the wait for the last rank (a study: 8% against 99%; with
+    the totals' share its training plans' band held 94% of the measurements before any widening, with the
+    compute's own 78%). The machine's speed at the time (the median of measured / expected cost) is
     divided out: it is the drift of that hour, which the evaluation measures apart (eval/drift.py), not the
     models' error on a plan. Then the smallest extra sd that puts 80% of the measurements in the predicted
     band (`uncertainty.calibrate_plan_sd`). None without measured plans."""
@@ -189,9 +191,10 @@ def plan_error(records: Sequence[PlanRecord], tasks: Sequence[Task], configs: Se
     rank, ranks, noise = rank_error(records, tasks, configs, models if rank_models is None else rank_models,
                                     max_mem)
     own, common = (noise.independent_sd, noise.common_sd) if noise is not None else (0.0, None)
+    error = PlanError(1, 0.0, 0.0, 0.0, 1.0, rank, ranks, own, common)  # the parts known before the band
     drawn = replace(models.noise_model, rank=rank)
-    if common is not None:  # the plan job's compute noise (else the floor's)
-        drawn = replace(drawn, compute=math.hypot(own, common))
+    if error.compute_sd is not None:  # the plan job's compute noise and its share (else the floor's)
+        drawn = replace(drawn, compute=error.compute_sd, compute_shared=error.compute_shared)
     models = replace(models, noise=drawn)
     samples, measured = [], []
     for r in records:
@@ -203,7 +206,8 @@ def plan_error(records: Sequence[PlanRecord], tasks: Sequence[Task], configs: Se
         return None
     speed = float(np.median([c / s.mean() for s, got in zip(samples, measured) for c in got]))
     sd, before, after = calibrate_plan_sd(samples, [[c / speed for c in got] for got in measured])
-    return PlanError(sum(map(len, measured)), sd, before, after, speed, rank, ranks, own, common)
+    return replace(error, measurements=sum(map(len, measured)), sd=sd, coverage_before=before,
+                   coverage_after=after, speed=speed)
 
 
 def choose_lambda(records: Sequence[PlanRecord], num_tasks: int) -> dict | None:

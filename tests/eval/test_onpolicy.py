@@ -183,7 +183,10 @@ def test_plan_error_draws_the_plan_jobs_own_compute_noise_not_the_floor():
     assert (pe.compute_noise, pe.compute_common) == pytest.approx((0.1, 0.2))
     assert pe.compute_sd == pytest.approx(math.sqrt(0.05))
     # the band before any widening is that of the plan job's noise (and the per-rank error), not the floor's
-    drawn = replace(models, noise=replace(models.noise_model, rank=pe.rank, compute=math.sqrt(0.05)))
+    # ... drawn apart, with its own share common to the ranks (0.04 / 0.05), not the totals'
+    assert pe.compute_shared == pytest.approx(0.8)
+    drawn = replace(models, noise=replace(models.noise_model, rank=pe.rank, compute=math.sqrt(0.05),
+                                          compute_shared=0.8))
     smp = plan_cost_samples(tasks[0].tables(CONFIGS), plan, drawn, 1.0)
     assert pe.coverage_before == share_in_band([smp], [[c / pe.speed for c in (10.0, 9.0)]])
     # without the repeats the floor stays: nothing measured to replace it

@@ -229,5 +229,7 @@ def test_noise_model_draws_the_plan_jobs_compute_noise_where_the_plan_error_hold
     # own 6%, shared 8%: one measurement of the plan job 10%
     got = noise({**error, "compute_noise": 0.06, "compute_common": 0.08})
     assert got.compute == pytest.approx(0.1) and got.rank == 0.1 and got.plan == 0.05
+    assert got.compute_shared == pytest.approx(0.64)  # drawn apart, with its own share: 0.08^2 / 0.1^2
+    assert noise(error).compute_shared is None and noise(None).compute_shared is None  # with the others' share
     # written before the shared part was measured: the own part alone would be too narrow, the floor stays
     assert math.isclose(noise({**error, "compute_noise": 0.06}).compute, floor)
