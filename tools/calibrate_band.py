@@ -64,7 +64,7 @@ def main(argv=None) -> int:
     from neuroshard.formats.io import write_json_atomic
     from neuroshard.formats.plans import read_plans
     from neuroshard.formats.tasks import read_tasks
-    from neuroshard.planner.cost_models import CostModels, save_model
+    from neuroshard.planner.cost_models import CostModels, noise_floor_sd, save_model
 
     check_int("--ndevices", args.ndevices, 1)
     check_float("--max_mem", args.max_mem, 0.0, lo_open=True)
@@ -92,7 +92,7 @@ def main(argv=None) -> int:
     write_json_atomic(out_path, {"results": str(args.results), "task_path": str(args.task_path),
                                  "models": [str(x) for x in paths], "rank_error_models": args.rank_error_models,
                                  "plan_error": error.to_json()})
-    floor = models.noise_model.compute
+    floor = noise_floor_sd(models.compute)
     drawn = (f"one compute measurement's noise drawn from the plans measured twice {100 * error.compute_sd:.1f}% "
              f"(shared by the ranks {100 * error.compute_common:.1f}%; the collection's floor {100 * floor:.1f}%)"
              if error.compute_sd is not None else

@@ -102,22 +102,17 @@ class CostModels:
         the forward model's "plan_error" holds them (the plan job's own noise, `types.PlanError.compute_sd`,
         `compute_shared`), the share of the other parts' from its on-policy "rank_noise" (0 without) and the
         plan-level and per-rank errors calibrated on training tasks' plans from its "plan_error" (0 without)."""
-        from neuroshard.planner.uncertainty import NoiseModel, sd_from_noise_floor
+        from neuroshard.planner.uncertainty import NoiseModel
 
         if self.noise is not None:
             return self.noise
-
-        def floor(model):
-            nf = (getattr(model, "checkpoint_extra", None) or {}).get("noise_floor")
-            return sd_from_noise_floor(nf["mean"]) if nf else 0.0
-
         extra = getattr(self.fw, "checkpoint_extra", None) or {}
         rn, pe = extra.get("rank_noise"), extra.get("plan_error")  # checked when the checkpoint was loaded
         shared = RankNoise.from_json(rn).shared if rn else 0.0
         err = PlanError.from_json(pe) if pe else None
         measured = err is not None and err.compute_sd is not None
-        return NoiseModel(err.compute_sd if measured else floor(self.compute), floor(self.bw), floor(self.fw), shared,
-                          err.sd if err else 0.0, err.rank if err else 0.0,
+        return NoiseModel(err.compute_sd if measured else noise_floor_sd(self.compute), noise_floor_sd(self.bw),
+                          noise_floor_sd(self.fw), shared, err.sd if err else 0.0, err.rank if err else 0.0,
                           err.compute_shared if measured else None)
 
     @classmethod
@@ -134,6 +129,15 @@ class CostModels:
         """Load three checkpoints; the comm models must be trained for `ndevices` devices."""
         return cls(load_compute_model(compute), load_comm_model(fw, ndevices, "fw"),
                    load_comm_model(bw, ndevices, "bw"))
+
+
+def noise_floor_sd(model) -> float:
+    """The relative sd of one measurement from the noise floor `model`'s checkpoint recorded when it was trained
+    (`uncertainty.sd_from_noise_floor`), 0.0 without one."""
+    from neuroshard.planner.uncertainty import sd_from_noise_floor
+
+    nf = (getattr(model, "checkpoint_extra", None) or {}).get("noise_floor")
+    return sd_from_noise_floor(nf["mean"]) if nf else 0.0
 
 
 def default_comm_model_path(ndevices: int, kind: str) -> str:
