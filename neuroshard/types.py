@@ -455,7 +455,8 @@ class PlanError:
     and in records written before it was measured): the predicted spread draws it for every rank on its own
     (`uncertainty.cost_samples`). `compute_common`: the part of that noise the plan's ranks share (None
     without plans measured twice and in records written before it was measured); with `compute_noise` it is
-    the noise of one compute measurement that the spread draws (`compute_sd`)."""
+    the plan job's noise of one compute measurement (`compute_sd`), reported beside the collection's noise
+    floor that the spread draws."""
 
     measurements: int
     sd: float
@@ -470,16 +471,8 @@ class PlanError:
     @property
     def compute_sd(self) -> float | None:
         """The relative sd of one compute measurement of a plan's rank (own and shared parts), None when the
-        record does not hold both (no plans measured twice, or written before the shared part was measured:
-        the own part alone would be too narrow)."""
+        record does not hold both (no plans measured twice, or written before the shared part was measured)."""
         return None if self.compute_common is None else math.hypot(self.compute_noise, self.compute_common)
-
-    @property
-    def compute_shared(self) -> float | None:
-        """The share of one compute measurement's noise variance the plan's ranks have in common, None as for
-        `compute_sd` (and 0 when no noise was measured at all)."""
-        sd = self.compute_sd
-        return None if sd is None else (self.compute_common ** 2 / sd ** 2 if sd > 0 else 0.0)
 
     def to_json(self) -> dict:
         return {"measurements": self.measurements, "sd": self.sd, "coverage_before": self.coverage_before,

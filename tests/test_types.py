@@ -133,16 +133,13 @@ def test_plan_error_records_round_trip_and_older_ones_have_no_rank_error():
     pe = PlanError(8, 0.05, 0.5, 0.8, 1.1, 0.13, 24, 0.03, 0.04)
     assert PlanError.from_json(pe.to_json()) == pe
     assert pe.compute_sd == pytest.approx(0.05)  # the own 3% and the shared 4% of one compute measurement
-    assert pe.compute_shared == pytest.approx(0.64)  # 0.04^2 / 0.05^2
     older = {"measurements": 8, "sd": 0.05, "coverage_before": 0.5, "coverage_after": 0.8, "speed": 1.1}
     assert PlanError.from_json(older) == PlanError(8, 0.05, 0.5, 0.8, 1.1, 0.0, 0, 0.0, None)
-    assert PlanError.from_json(older).compute_sd is None  # no noise measured: the spread keeps the floor's
-    assert PlanError.from_json(older).compute_shared is None
+    assert PlanError.from_json(older).compute_sd is None  # no noise measured
     assert PlanError.from_json({**older, "rank": 0.13, "ranks": 24}).compute_noise == 0.0  # before the noise
-    # the own part alone, written before the shared part was measured: too narrow to draw, the floor stays
+    # the own part alone, written before the shared part was measured: not the whole noise
     assert PlanError.from_json({**older, "compute_noise": 0.03}).compute_sd is None
     assert PlanError.from_json({**older, "compute_noise": 0.03, "compute_common": 0.0}).compute_sd == 0.03
-    assert PlanError.from_json({**older, "compute_noise": 0.0, "compute_common": 0.0}).compute_shared == 0.0
     for bad in ({**older, "rank": 1.5}, {**older, "rank": "x"}, {**older, "ranks": -1}, {**older, "ranks": 2.0},
                 {**older, "compute_noise": -0.1}, {**older, "compute_common": 1.5}):
         with pytest.raises(ValueError, match="\"rank\", \"compute_noise\", \"compute_common\" in \\[0, 1\\]"):

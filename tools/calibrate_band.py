@@ -17,9 +17,9 @@ error that a plan's ranks do not share (eval/onpolicy.py rank_error; with
 --rank_error_models, that of models never trained on these plans' shards: out
 of sample; net of the ranks' own measurement noise, which the spread draws
 apart, from the plans measured twice), which the predicted spread draws for
-every rank. The noise of one compute measurement drawn in the spread is the
-plan job's own, from the same plans measured twice (the collection's noise
-floor without them). Both errors and that noise are written into the forward
+every rank. The plan job's own noise of one compute measurement, from the
+same plans measured twice, is printed beside the collection's noise floor
+that the spread draws. Both errors are written into the forward
 comm checkpoint ("plan_error"): simulations with these models widen their
 reported band by the plan-level term (the same relative size for every plan,
 so the search's objective leaves it out), and the per-rank error raises the
@@ -93,10 +93,10 @@ def main(argv=None) -> int:
                                  "models": [str(x) for x in paths], "rank_error_models": args.rank_error_models,
                                  "plan_error": error.to_json()})
     floor = noise_floor_sd(models.compute)
-    drawn = (f"one compute measurement's noise drawn from the plans measured twice {100 * error.compute_sd:.1f}% "
-             f"(shared by the ranks {100 * error.compute_common:.1f}%; the collection's floor {100 * floor:.1f}%)"
+    drawn = (f"one compute measurement drawn from the collection's floor {100 * floor:.1f}% (the plan job's, from "
+             f"the plans measured twice, {100 * error.compute_sd:.1f}%, {100 * error.compute_common:.1f}% shared)"
              if error.compute_sd is not None else
-             f"one compute measurement's noise drawn from the collection's floor {100 * floor:.1f}%")
+             f"one compute measurement drawn from the collection's floor {100 * floor:.1f}%")
     print(f"band calibrated on {error.measurements} measurements of training tasks' plans (machine speed "
           f"{error.speed:.3f}x the models'): per-rank compute error sd {100 * error.rank:.1f}% ({error.ranks} "
           f"ranks, net of measurement noise {100 * error.compute_noise:.1f}% per measurement), {drawn}, "

@@ -136,8 +136,8 @@ def rank_error(records: Sequence[PlanRecord], tasks: Sequence[Task], configs: Se
     with expected variance noise**2 / R per degree of freedom. `noise` comes from the plans measured twice:
     `eval.power.rank_noise` of the first two compute measurements of the ranks with tables (the split it makes
     for the totals); its own part is taken out of the pool (clipped at 0): the predicted spread draws the
-    noise of one measurement on its own (`uncertainty.NoiseModel.compute`, which `plan_error` takes from this
-    split), and drawing it again inside the model's error made the spread too wide. (0.0, 0, None) without
+    noise of one measurement on its own (`uncertainty.NoiseModel.compute`), and drawing it again inside the
+    model's error made the spread too wide. (0.0, 0, None) without
     such plans; `noise` None without plans measured twice."""
     from neuroshard.eval.power import rank_noise
     from neuroshard.planner.simulator import simulate
@@ -175,27 +175,22 @@ def plan_error(records: Sequence[PlanRecord], tasks: Sequence[Task], configs: Se
     and 12.9%); the predicted spread then draws it for every rank;
     then every plan's cost samples under `models` with it (`simulator.plan_cost_samples`: members, the
     noise of one measurement and the per-rank error; no plan-level error) against its measured costs (each
-    repeat). The noise of one compute measurement is the plan job's, from these plans measured twice
-    (`rank_error`'s split, own and shared), not the collection's noise floor (the shards re-measured minutes
-    after they were collected differ by more: an sd of 24-27% on a slow day, against 15-19% between a plan's
-    two measurements), and it is drawn with its own share common to the ranks (`NoiseModel.compute_shared`),
-    not the share of the ranks' totals, which hold the wait for the last rank (a study: 8% against 99%; with
-    the totals' share its training plans' band held 94% of the measurements before any widening, with the
-    compute's own 78%). The machine's speed at the time (the median of measured / expected cost) is
-    divided out: it is the drift of that hour, which the evaluation measures apart (eval/drift.py), not the
-    models' error on a plan. Then the smallest extra sd that puts 80% of the measurements in the predicted
-    band (`uncertainty.calibrate_plan_sd`). None without measured plans."""
+    repeat). The noise of one measurement drawn is the collection's noise floor's; the plan job's own compute
+    noise, split into the rank's own and the plan's shared part (`rank_error`), is recorded beside it
+    (`PlanError.compute_sd`) but not drawn: from two repeats minutes apart, it is narrower than what an
+    evaluation's rounds, spread over most of an hour, see (drawn instead, with its own share, it took a
+    study's evaluation band from 71.5% to 50.1% of the measurements; README, Sim-to-real). The machine's
+    speed at the time (the median of measured / expected cost) is divided out: it is the drift of that hour,
+    which the evaluation measures apart (eval/drift.py), not the models' error on a plan. Then the smallest
+    extra sd that puts 80% of the measurements in the predicted band (`uncertainty.calibrate_plan_sd`). None
+    without measured plans."""
     from neuroshard.planner.simulator import plan_cost_samples
     from neuroshard.planner.uncertainty import calibrate_plan_sd
 
     rank, ranks, noise = rank_error(records, tasks, configs, models if rank_models is None else rank_models,
                                     max_mem)
     own, common = (noise.independent_sd, noise.common_sd) if noise is not None else (0.0, None)
-    error = PlanError(1, 0.0, 0.0, 0.0, 1.0, rank, ranks, own, common)  # the parts known before the band
-    drawn = replace(models.noise_model, rank=rank)
-    if error.compute_sd is not None:  # the plan job's compute noise and its share (else the floor's)
-        drawn = replace(drawn, compute=error.compute_sd, compute_shared=error.compute_shared)
-    models = replace(models, noise=drawn)
+    models = replace(models, noise=replace(models.noise_model, rank=rank))
     samples, measured = [], []
     for r in records:
         if r.measured is None or r.plan is None:
@@ -206,8 +201,7 @@ def plan_error(records: Sequence[PlanRecord], tasks: Sequence[Task], configs: Se
         return None
     speed = float(np.median([c / s.mean() for s, got in zip(samples, measured) for c in got]))
     sd, before, after = calibrate_plan_sd(samples, [[c / speed for c in got] for got in measured])
-    return replace(error, measurements=sum(map(len, measured)), sd=sd, coverage_before=before,
-                   coverage_after=after, speed=speed)
+    return PlanError(sum(map(len, measured)), sd, before, after, speed, rank, ranks, own, common)
 
 
 def choose_lambda(records: Sequence[PlanRecord], num_tasks: int) -> dict | None:

@@ -277,9 +277,10 @@ def onpolicy_lines(out: Path) -> tuple[list[str], dict | None]:
                             f"{sample}"
                             + (f"; net of the ranks' own measurement noise, {pct(pe['compute_noise'])} per measurement "
                                f"from the plans measured twice" if pe.get("compute_noise") else "")
-                            + (f"; the noise of one compute measurement the spread draws, the plan job's from the "
-                               f"same repeats: {pct(PlanError.from_json(pe).compute_sd)}"
-                               if pe.get("compute_common") is not None else "")
+                            + (f"; one compute measurement of the plan job varies by "
+                               f"{pct(PlanError.from_json(pe).compute_sd)} ({pct(pe['compute_common'])} shared by the "
+                               f"plan's ranks; two repeats minutes apart, so the spread draws the collection's "
+                               f"wider noise floor)" if pe.get("compute_common") is not None else "")
                             + ")" if pe.get("ranks") else ""))
     if lam:
         means = ", ".join(f"{k}: {v:.2f} ms" if v is not None else f"{k}: -" for k, v in lam["mean_ms"].items())

@@ -97,11 +97,10 @@ class CostModels:
     @property
     def noise_model(self):
         """The relative noise of one measurement of each part (`uncertainty.NoiseModel`): `noise` if given,
-        else from the noise floors the checkpoints recorded when they were trained (0 for a part without), the
-        compute part and the share of it the plan's ranks have in common from the plans measured twice where
-        the forward model's "plan_error" holds them (the plan job's own noise, `types.PlanError.compute_sd`,
-        `compute_shared`), the share of the other parts' from its on-policy "rank_noise" (0 without) and the
-        plan-level and per-rank errors calibrated on training tasks' plans from its "plan_error" (0 without)."""
+        else from the noise floors the checkpoints recorded when they were trained (0 for a part without), and
+        the share the plan's ranks have in common from the forward model's on-policy "rank_noise" (0 without)
+        and the plan-level and per-rank errors calibrated on training tasks' plans from its "plan_error" (0
+        without)."""
         from neuroshard.planner.uncertainty import NoiseModel
 
         if self.noise is not None:
@@ -110,10 +109,8 @@ class CostModels:
         rn, pe = extra.get("rank_noise"), extra.get("plan_error")  # checked when the checkpoint was loaded
         shared = RankNoise.from_json(rn).shared if rn else 0.0
         err = PlanError.from_json(pe) if pe else None
-        measured = err is not None and err.compute_sd is not None
-        return NoiseModel(err.compute_sd if measured else noise_floor_sd(self.compute), noise_floor_sd(self.bw),
-                          noise_floor_sd(self.fw), shared, err.sd if err else 0.0, err.rank if err else 0.0,
-                          err.compute_shared if measured else None)
+        return NoiseModel(noise_floor_sd(self.compute), noise_floor_sd(self.bw), noise_floor_sd(self.fw), shared,
+                          err.sd if err else 0.0, err.rank if err else 0.0)
 
     @classmethod
     def load(cls, models_dir, ndevices: int) -> "CostModels":

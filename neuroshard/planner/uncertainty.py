@@ -26,26 +26,18 @@ noise), with
     transfer[k, r] + fw x fw_part[k, r] x z'[s, r]
 
 `sd_ready` combines the relative noise of one measurement of compute and
-backward exchange, `fw` that of the forward exchange (`NoiseModel`: the
-exchanges' from the noise floors measured when the cost data was collected,
-the compute's from the plans of training tasks measured twice, the plan job's
-own noise, `types.PlanError.compute_sd`, where step 4i measured it; the
-collection's compute floor, shards re-measured minutes after they were
-collected, is wider). Ranks measured
+backward exchange, `fw` that of the forward exchange (`NoiseModel`, from the
+noise floors measured when the cost data was collected: samples re-measured
+minutes later. The plan job's own compute noise between two repeats of a plan
+is narrower, and drawn instead, with its own share common to the ranks, it put
+50% of a study's evaluation measurements in the band, against 72% with the
+floors: an evaluation's rounds span most of an hour). Ranks measured
 together do not draw that noise independently: a slow spell of the machine
 slows them all, so a share `shared` of its variance is common to the plan's
 ranks (z[s, r] is then sqrt(1 - shared) x its own draw + sqrt(shared) x one
 draw of the sample), which widens the band and raises the expected maximum
 less. `shared` comes from plans measured twice on training tasks
-(`types.RankNoise.shared`; 0, independent ranks, without them): the split of
-a rank's total, which holds the wait for the last rank, so nearly all of its
-noise is shared (99% in a study). The compute noise alone is mostly the
-rank's own (8% shared in the same study): where step 4i measured that split
-(`NoiseModel.compute_shared`, `types.PlanError.compute_shared`), the compute
-noise is drawn apart with its own share, and the backward exchange's with
-`shared`. With the totals' share on the compute noise too, a study's band
-held 94% of its training plans' measurements before any widening; with the
-compute's own, 78%. `rank` is the
+(`types.RankNoise.shared`; 0, independent ranks, without them). `rank` is the
 compute model's own error on a shard, the part the plan's ranks do not share
 (y: independent draws per rank), measured on training tasks' plans
 (`types.PlanError.rank`): the members agree more than the models are right
@@ -82,7 +74,7 @@ from neuroshard.types import CostSpread
 SAMPLES = 32  # noise draws per member: enough for a stable mean and 80% band, cheap in the search
 _SEED = 20230601
 _NORMALS: dict[int, np.ndarray] = {}
-_RANK_DRAWS: dict[tuple[int, float], tuple[np.ndarray, np.ndarray, np.ndarray] | np.ndarray] = {}
+_RANK_DRAWS: dict[tuple[int, float], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
 
 def normals(n: int) -> np.ndarray:
@@ -118,9 +110,6 @@ class NoiseModel:
     shared: float = 0.0
     plan: float = 0.0  # the plan-level error's relative sd (`widen`; types.PlanError.sd)
     rank: float = 0.0  # the compute model's per-rank error's relative sd (types.PlanError.rank)
-    # the share of the compute noise's variance the plan's ranks have in common, where it was measured apart
-    # (types.PlanError.compute_shared); None: `shared`, drawn together with the backward exchange's noise
-    compute_shared: float | None = None
 
     @property
     def zero(self) -> bool:
@@ -150,11 +139,7 @@ def cost_samples(compute: np.ndarray, bw: np.ndarray, fw: np.ndarray, noise: Noi
     c, b, f = rank_first(compute), rank_first(bw), rank_first(fw)
     z_ready, z_fw, y = _rank_draws(n, noise.shared)
     ready = c + b
-    if noise.compute_shared is None:  # one draw for both parts' noise, a share `shared` common to the ranks
-        ready_s = np.sqrt(np.square(noise.compute * c) + np.square(noise.bw * b)) * z_ready
-    else:  # the compute noise drawn apart, with its own share
-        ready_s = (noise.bw * b) * z_ready
-        ready_s += (noise.compute * c) * _compute_draws(n, noise.compute_shared)
+    ready_s = np.sqrt(np.square(noise.compute * c) + np.square(noise.bw * b)) * z_ready
     ready_s += ready
     if noise.rank:
         ready_s += (noise.rank * c) * y
@@ -178,23 +163,6 @@ def _rank_draws(n: int, shared: float) -> tuple[np.ndarray, np.ndarray, np.ndarr
             z_fw = math.sqrt(1.0 - shared) * z_fw + common
         _RANK_DRAWS[key] = (z_ready, z_fw, y)
     return _RANK_DRAWS[key]
-
-
-def _compute_draws(n: int, shared: float) -> np.ndarray:
-    """The draws [n, SAMPLES, 1] float32 of the compute noise of n ranks when it is drawn apart from the
-    backward exchange's (`NoiseModel.compute_shared`): own draws, independent of `_rank_draws`', and a share
-    `shared` of the variance from one draw common to the ranks; cached."""
-    key = (-n, shared)
-    if key not in _RANK_DRAWS:
-        own, common = compute_normals(n).T[:, :, None], compute_normals(0)[:, 0][:, None]
-        _RANK_DRAWS[key] = (math.sqrt(1.0 - shared) * own + math.sqrt(shared) * common).astype(np.float32)
-    return _RANK_DRAWS[key]
-
-
-def compute_normals(n: int) -> np.ndarray:
-    """The fixed standard normal draws [SAMPLES, n] of n ranks' compute noise where it is drawn apart
-    (`NoiseModel.compute_shared`), independent of `normals`; n = 0: the one draw [SAMPLES, 1] the ranks share."""
-    return np.random.default_rng([_SEED, n, 3]).standard_normal((SAMPLES, max(n, 1)))
 
 
 def plan_normals() -> np.ndarray:

@@ -159,7 +159,7 @@ def test_rank_error_takes_out_the_ranks_own_measurement_noise():
     assert sd == 0.0 and ranks == 2 and noise.independent_sd == pytest.approx(0.8)
 
 
-def test_plan_error_draws_the_plan_jobs_own_compute_noise_not_the_floor():
+def test_plan_error_records_the_plan_jobs_compute_noise_and_draws_the_floor():
     from dataclasses import replace
 
     from neuroshard.eval.onpolicy import plan_error
@@ -169,26 +169,22 @@ def test_plan_error_draws_the_plan_jobs_own_compute_noise_not_the_floor():
 
     tasks = [Task((0, 1), (8, 16))]
     plan = Plan((), ((0,), (1,)))
-    # the collection's floor says 30% per compute measurement; the plan job's repeats say otherwise
-    models = replace(hand_models(), noise=NoiseModel(compute=0.3))
+    models = replace(hand_models(), noise=NoiseModel(compute=0.3))  # the collection's floor: 30%
     est = simulate(tasks[0].tables(CONFIGS), plan, models, 1.0).compute
     # measured twice: rank 0 at e^0.4 then e^0 of its estimate, rank 1 at e^0.2 then e^0. The ratios' logs
     # 0.4, 0.2: deviations +-0.1 over 1 degree of freedom hold twice the own variance, so own^2 = 0.01 (10%);
     # their mean 0.3 holds twice the shared variance plus the own variance / 2 ranks: (0.09 - 0.01) / 2 = 0.04
-    # (20%). One compute measurement: sqrt(0.01 + 0.04) = sqrt(0.05)
+    # (20%). One compute measurement of the plan job: sqrt(0.01 + 0.04) = sqrt(0.05)
     reps = [[est[0] * math.exp(0.4), est[1] * math.exp(0.2)], [est[0], est[1]]]
     rec = PlanRecord(0, "neuroshard", plan=plan, repeat_costs=[10.0, 9.0],
                      measured=_measured(reps, [[0.0, 0.0]] * 2, [8, 16]))
     pe = plan_error([rec], tasks, CONFIGS, models, 1.0)
     assert (pe.compute_noise, pe.compute_common) == pytest.approx((0.1, 0.2))
     assert pe.compute_sd == pytest.approx(math.sqrt(0.05))
-    # the band before any widening is that of the plan job's noise (and the per-rank error), not the floor's
-    # ... drawn apart, with its own share common to the ranks (0.04 / 0.05), not the totals'
-    assert pe.compute_shared == pytest.approx(0.8)
-    drawn = replace(models, noise=replace(models.noise_model, rank=pe.rank, compute=math.sqrt(0.05),
-                                          compute_shared=0.8))
+    # recorded, not drawn: the band before any widening is the floor's (and the per-rank error's)
+    drawn = replace(models, noise=replace(models.noise_model, rank=pe.rank))
     smp = plan_cost_samples(tasks[0].tables(CONFIGS), plan, drawn, 1.0)
     assert pe.coverage_before == share_in_band([smp], [[c / pe.speed for c in (10.0, 9.0)]])
-    # without the repeats the floor stays: nothing measured to replace it
+    # without the repeats there is nothing to split
     once = replace(rec, measured=_measured(reps[:1], [[0.0, 0.0]], [8, 16]))
     assert plan_error([once], tasks, CONFIGS, models, 1.0).compute_sd is None

@@ -205,31 +205,3 @@ def test_scaled_models_multiply_each_part_and_leave_the_originals():
     with pytest.raises(ConfigError, match="fw scale: must be a positive number, got 0"):
         models.scaled(fw=0)
 
-
-def test_noise_model_draws_the_plan_jobs_compute_noise_where_the_plan_error_holds_it(tmp_path):
-    import math
-
-    from neuroshard.planner.cost_models import CostModels
-    from neuroshard.planner.uncertainty import sd_from_noise_floor
-
-    compute = _compute_model()
-    save_model(compute, tmp_path / "c.pt", extra={"noise_floor": {"mean": 0.2}})
-    fw, bw = linear_comm_model("fw", 2, 0.01, 0.5), linear_comm_model("bw", 2, 0.02, 0.1)
-    save_model(bw, tmp_path / "bw.pt")
-    error = {"measurements": 8, "sd": 0.05, "coverage_before": 0.7, "coverage_after": 0.8, "speed": 1.0,
-             "rank": 0.1, "ranks": 16}
-
-    def noise(plan_error):
-        save_model(fw, tmp_path / "fw.pt", extra={"plan_error": plan_error} if plan_error else {})
-        return CostModels.from_paths(tmp_path / "c.pt", tmp_path / "fw.pt", tmp_path / "bw.pt", 2).noise_model
-
-    floor = sd_from_noise_floor(0.2)  # 0.2 x sqrt(pi) / 2
-    assert noise(None).compute == pytest.approx(floor)
-    assert noise(error).compute == pytest.approx(floor)  # a record without the noise measured: the floor
-    # own 6%, shared 8%: one measurement of the plan job 10%
-    got = noise({**error, "compute_noise": 0.06, "compute_common": 0.08})
-    assert got.compute == pytest.approx(0.1) and got.rank == 0.1 and got.plan == 0.05
-    assert got.compute_shared == pytest.approx(0.64)  # drawn apart, with its own share: 0.08^2 / 0.1^2
-    assert noise(error).compute_shared is None and noise(None).compute_shared is None  # with the others' share
-    # written before the shared part was measured: the own part alone would be too narrow, the floor stays
-    assert math.isclose(noise({**error, "compute_noise": 0.06}).compute, floor)

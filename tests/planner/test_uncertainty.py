@@ -10,17 +10,8 @@ from neuroshard.planner.cost_models import CostModels
 from neuroshard.planner.scorer import get_scorer
 from neuroshard.planner.search_plus import PlusConfig, _Objective, search_plus
 from neuroshard.planner.simulator import simulate
-from neuroshard.planner.uncertainty import (
-    NO_NOISE,
-    NoiseModel,
-    compute_normals,
-    cost_samples,
-    normals,
-    robust_cost,
-    sd_from_noise_floor,
-    shared_normals,
-    spread,
-)
+from neuroshard.planner.uncertainty import (NO_NOISE, NoiseModel, cost_samples, normals, robust_cost,
+                                            sd_from_noise_floor, shared_normals, spread)
 from neuroshard.types import Plan, RankNoise
 from tests.planner.test_scorer import hand_ensemble
 from tests.planner.test_simulator import hand_models, tables_of
@@ -147,7 +138,7 @@ def test_plan_error_widens_about_the_same_mean():
 
 
 def test_calibrated_plan_error_is_the_smallest_step_that_holds_80_percent():
-    from neuroshard.planner.uncertainty import calibrate_plan_sd, plan_normals, share_in_band
+    from neuroshard.planner.uncertainty import share_in_band, calibrate_plan_sd, plan_normals
 
     point = [np.array([100.0])]  # one model, no noise: the band is the point
     assert calibrate_plan_sd(point, [[100.0]]) == (0.0, 1.0, 1.0)  # already inside: no term
@@ -178,19 +169,3 @@ def test_the_plan_error_widens_the_simulated_band_not_the_point_cost():
     assert wide.cost == plain.cost and wide.spread.mean == pytest.approx(plain.cost)
     q10, q90 = np.quantile(plain.cost + 0.1 * plain.cost * plan_normals(), [0.1, 0.9])
     assert (wide.spread.q10, wide.spread.q90) == pytest.approx((q10, q90))
-
-
-def test_compute_noise_drawn_apart_with_its_own_share():
-    two = np.array([[[10.0, 10.0]]])  # two equal ranks, compute sd 1 ms (10%)
-    zero = np.zeros_like(two)
-    # all of the compute noise shared (though the other parts' share is 0): one draw moves both ranks
-    together = cost_samples(two, zero, zero, NoiseModel(compute=0.1, compute_shared=1.0))
-    np.testing.assert_allclose(together[0], 10.0 + compute_normals(0)[:, 0], rtol=1e-6)
-    # none of it shared (though the other parts' is all): the maximum of two own draws
-    apart = cost_samples(two, zero, zero, NoiseModel(compute=0.1, shared=1.0, compute_shared=0.0))
-    np.testing.assert_allclose(apart[0], 10.0 + compute_normals(2).max(axis=1), rtol=1e-6)
-    # the backward exchange's noise (10% of 2 ms) keeps `shared`: with shared 1 both ranks add the same draw
-    bw = zero + 2.0
-    both = cost_samples(two, bw, zero, NoiseModel(compute=0.1, bw=0.1, shared=1.0, compute_shared=0.0))
-    np.testing.assert_allclose(both[0], 12.0 + 0.2 * shared_normals() + compute_normals(2).max(axis=1), rtol=1e-6)
-    assert apart.mean() > together.mean() + 0.5  # 10.71 vs 10.11 with the fixed draws
