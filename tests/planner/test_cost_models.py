@@ -204,4 +204,3 @@ def test_scaled_models_multiply_each_part_and_leave_the_originals():
     assert models.scaled() is models
     with pytest.raises(ConfigError, match="fw scale: must be a positive number, got 0"):
         models.scaled(fw=0)
-
