@@ -137,8 +137,8 @@ def rank_error(records: Sequence[PlanRecord], tasks: Sequence[Task], configs: Se
     `eval.power.rank_noise` of the first two compute measurements of the ranks with tables (the split it makes
     for the totals); its own part is taken out of the pool (clipped at 0): the predicted spread draws the
     noise of one measurement on its own (`uncertainty.NoiseModel.compute`), and drawing it again inside the
-    model's error made the spread too wide. (0.0, 0, None) without
-    such plans; `noise` None without plans measured twice."""
+    model's error made the spread too wide. (0.0, 0, None) without such plans; `noise` None without plans
+    measured twice."""
     from neuroshard.eval.power import rank_noise
     from neuroshard.planner.simulator import simulate
 
