@@ -93,15 +93,14 @@ def main(argv=None) -> int:
                                  "models": [str(x) for x in paths], "rank_error_models": args.rank_error_models,
                                  "plan_error": error.to_json()})
     floor = noise_floor_sd(models.compute)
-    drawn = (f"one compute measurement drawn from the collection's floor {100 * floor:.1f}% (the plan job's, from "
-             f"the plans measured twice, {100 * error.compute_sd:.1f}%, {100 * error.compute_common:.1f}% shared)"
-             if error.compute_sd is not None else
-             f"one compute measurement drawn from the collection's floor {100 * floor:.1f}%")
+    drawn = f"one compute measurement drawn from the collection's floor {100 * floor:.1f}%"
+    if error.compute_sd is not None:
+        drawn += (f" (the plan job's, from the plans measured twice, {100 * error.compute_sd:.1f}%, "
+                  f"{100 * error.compute_common:.1f}% shared)")
     print(f"band calibrated on {error.measurements} measurements of training tasks' plans (machine speed "
           f"{error.speed:.3f}x the models'): per-rank compute error sd {100 * error.rank:.1f}% ({error.ranks} "
           f"ranks, net of measurement noise {100 * error.compute_noise:.1f}% per measurement), {drawn}, "
-          f"plan-level error sd "
-          f"{100 * error.sd:.1f}%, in the 80% band "
+          f"plan-level error sd {100 * error.sd:.1f}%, in the 80% band "
           f"{100 * error.coverage_before:.1f}% -> {100 * error.coverage_after:.1f}%; written to {paths[1]}",
           file=sys.stderr)
     return 0
