@@ -174,8 +174,9 @@ def check_sample(dims: Sequence[int], rank: int, batch_size: int, device: str) -
 
 
 def bench_sample(dims: Sequence[int], sleep_ms: float, rank: int, batch_size: int,
-                 warmup: int, iters: int, device: str, state=None) -> tuple[float, float]:
-    """Per-rank median forward and backward all-to-all ms of one sample.
+                 warmup: int, iters: int, device: str, state=None,
+                 backward: bool = True) -> tuple[float, float | None]:
+    """Per-rank median forward and backward all-to-all ms of one sample (backward None if not `backward`).
 
     Forward: barrier (untimed), sleep `sleep_ms` (the straggler delay), all-to-all,
     closing barrier; the measured sleep is subtracted, so a rank that starts
@@ -224,6 +225,8 @@ def bench_sample(dims: Sequence[int], sleep_ms: float, rank: int, batch_size: in
         exchange_backward(grad, dims, rank, batch_size, out=grad_in)
 
     fw = benchmark(forward_once, warmup=warmup, iters=iters, device=device, before_each=forward_barrier)
+    if not backward:
+        return float(median(fw)), None
     bw = benchmark(backward_once, warmup=warmup, iters=iters, device=device, before_each=backward_barrier)
     return float(median(fw)), float(median(bw))
 

@@ -9,10 +9,12 @@ every rank r:
    its tables (a column-split half reuses its table's lookups) and times
    forward + backward with `kernel.ShardBenchmark`; the ranks take turns
    (a barrier between turns), so ranks sharing a host do not slow each
-   other down; a rank without tables costs 0;
+   other down (two ranks a turn on the 2-core CPU machine measured their
+   compute 9-18% higher, in 0.8x the time); a rank without tables costs 0;
 2. times the backward all-to-all (gradients) and the forward all-to-all of
    real tensors of the plan's per-rank dim sums (`alltoall.bench_sample`).
-   The forward exchange runs with each rank delayed by its measured skew,
+   The forward exchange runs again with each rank delayed by its measured
+   skew (the backward exchange is not timed a second time),
    ``skew[r] = compute[r] + bw[r] - min_q (compute[q] + bw[q])``, which is
    exactly how the simulator (DESIGN §7) and the forward comm model's
    training data define the forward cost: a rank that is ready early pays
@@ -232,7 +234,7 @@ class PlanWorker(RankWorker):
         skew = [t - min(ready) for t in ready]
         if spec.fw_sleep == "skew":
             fw, _ = bench_sample(dims, skew[ctx.rank], ctx.rank, self.batch, spec.warmup, spec.iters, ctx.device,
-                                 state=st)
+                                 state=st, backward=False)
         else:
             fw = fw0
         mine_rec = {"compute": res.median_ms, "compute_iters": res.times_ms, "bw": bw, "fw": fw, "fw_nosleep": fw0,

@@ -56,3 +56,30 @@ def test_algbw_by_hand():
     # B=1000, dims 250+250 -> 2e6 bytes in all, 1e6 per rank; 1 ms -> 1 GB/s.
     assert cb.algbw_gbps([250, 250], 1000, 1.0) == pytest.approx(1.0)
     assert math.isnan(cb.algbw_gbps([4], 4, 0.0))
+
+
+def test_bench_sample_skips_the_backward_exchange_when_asked(monkeypatch, tmp_path):
+    # A one-rank gloo group: each call times warm-up + iters exchanges; backward=False times none backward.
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rdzv'}", rank=0, world_size=1)
+    try:
+        calls = {"forward": 0, "backward": 0}
+        real_fw, real_bw = cb.exchange_forward, cb.exchange_backward
+
+        def forward(*a, **k):
+            calls["forward"] += 1
+            return real_fw(*a, **k)
+
+        def backward(*a, **k):
+            calls["backward"] += 1
+            return real_bw(*a, **k)
+
+        monkeypatch.setattr(cb, "exchange_forward", forward)
+        monkeypatch.setattr(cb, "exchange_backward", backward)
+        fw, bw = cb.bench_sample([8], 0.0, 0, 16, warmup=1, iters=2, device="cpu")
+        assert calls == {"forward": 3, "backward": 3} and fw >= 0.0 and bw >= 0.0
+        fw, bw = cb.bench_sample([8], 0.0, 0, 16, warmup=1, iters=2, device="cpu", backward=False)
+        assert calls == {"forward": 6, "backward": 3} and fw >= 0.0 and bw is None
+    finally:
+        dist.destroy_process_group()
