@@ -175,9 +175,11 @@ def test_eval_resumes_after_kill_and_ctrl_c_without_measuring_a_plan_twice(setup
 
     _, args = setup
     out = tmp_path / "out"
-    # 20 timed iterations (each after a cache flush) so that a plan takes long enough to be interrupted
+    # 20 timed iterations (each after a cache flush) so that a plan takes long enough to be interrupted, and 3
+    # rounds, so that the run is still measuring when the Ctrl-C comes (8 measurements were once all done by then)
+    repeats = 3
     cmd = [sys.executable, str(ROOT / "eval.py"), *args, "--alg", "all", "--out_dir", str(out), "--iters", "20",
-           "--quiet"]
+           "--repeats", str(repeats), "--quiet"]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     log = out / ".partial" / "measurements.jsonl"
 
@@ -204,10 +206,11 @@ def test_eval_resumes_after_kill_and_ctrl_c_without_measuring_a_plan_twice(setup
     summary = json.loads((out / "summary.json").read_text())
     runnable = sum(1 for r in json.loads((out / "results.json").read_text()) if r["plan"] is not None)
     hw = summary["hardware"]
-    # every plan measured exactly once over the three runs
+    # every measurement (plan x round) made exactly once over the three runs
     print(f"\nresume: {after_kill} measurement(s) logged before kill -9, {after_ctrl_c} before Ctrl-C, "
           f"{hw['measurements']} in the final run, {runnable} plans")  # for the record (pytest -s)
-    assert hw["measurements_resumed"] == after_ctrl_c and hw["measurements_resumed"] + hw["measurements"] == runnable
+    assert hw["measurements_resumed"] == after_ctrl_c
+    assert hw["measurements_resumed"] + hw["measurements"] == repeats * runnable
     assert f"{after_ctrl_c} measurements were made by an earlier, interrupted run" in done.stderr
     assert not (out / ".partial").exists()  # the log and the job folders go once every plan is measured
     # the same plan set as an uninterrupted run would measure: the plans eval_simulator's code makes
