@@ -7,6 +7,7 @@ and check that no process of theirs is left behind.
 """
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -81,3 +82,10 @@ def assert_none_left(*markers: str, within: float = 20.0) -> None:
             break
         time.sleep(0.2)
     assert not left, f"processes left behind: {left}"
+
+
+def interruptible() -> None:
+    """`Popen(preexec_fn=interruptible)`: Ctrl-C (SIGINT) back to its default in the child. A shell starts a
+    background job (`make test &`) with SIGINT ignored, and an ignored signal stays ignored across exec: the
+    Ctrl-C tests' children would then never see their Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -22,6 +22,7 @@ from neuroshard.measure.compute_collect import (
 )
 from neuroshard.types import InputError, NeuroShardError, TableConfig
 from tests.measure.test_pool import count_call
+from tests.two_nodes import interruptible
 
 ROOT = Path(__file__).resolve().parents[2]
 MAX_MEM = 0.001  # GB: keeps the workers' weight arenas small
@@ -129,7 +130,8 @@ def _start(dataset_dir, out, n):
            "--out_dir", str(out), "--data_size", str(n), "--max_tables", "4", "--max_mem", str(MAX_MEM),
            "--max_dim", "16", "--warmup", "1", "--iters", str(SLOW_ITERS), "--device", "cpu", "--num_workers", "1",
            "--no_progress"]
-    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                            preexec_fn=interruptible)
 
 
 def _wait_lines(path, n, proc, timeout=60):
