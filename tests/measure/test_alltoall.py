@@ -59,7 +59,7 @@ def test_algbw_by_hand():
 
 
 def test_bench_sample_skips_the_backward_exchange_when_asked(monkeypatch, tmp_path):
-    # A one-rank gloo group: each call times warm-up + iters exchanges; backward=False times none backward.
+    # A one-rank gloo group: a call runs warm-up + iters exchanges of each kind; backward=False, no backward one.
     import torch.distributed as dist
 
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rdzv'}", rank=0, world_size=1)
