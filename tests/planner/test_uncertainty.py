@@ -10,8 +10,16 @@ from neuroshard.planner.cost_models import CostModels
 from neuroshard.planner.scorer import get_scorer
 from neuroshard.planner.search_plus import PlusConfig, _Objective, search_plus
 from neuroshard.planner.simulator import simulate
-from neuroshard.planner.uncertainty import (NO_NOISE, NoiseModel, cost_samples, normals, robust_cost,
-                                            sd_from_noise_floor, shared_normals, spread)
+from neuroshard.planner.uncertainty import (
+    NO_NOISE,
+    NoiseModel,
+    cost_samples,
+    normals,
+    robust_cost,
+    sd_from_noise_floor,
+    shared_normals,
+    spread,
+)
 from neuroshard.types import Plan, RankNoise
 from tests.planner.test_scorer import hand_ensemble
 from tests.planner.test_simulator import hand_models, tables_of
@@ -138,7 +146,7 @@ def test_plan_error_widens_about_the_same_mean():
 
 
 def test_calibrated_plan_error_is_the_smallest_step_that_holds_80_percent():
-    from neuroshard.planner.uncertainty import share_in_band, calibrate_plan_sd, plan_normals
+    from neuroshard.planner.uncertainty import calibrate_plan_sd, plan_normals, share_in_band
 
     point = [np.array([100.0])]  # one model, no noise: the band is the point
     assert calibrate_plan_sd(point, [[100.0]]) == (0.0, 1.0, 1.0)  # already inside: no term
