@@ -158,7 +158,7 @@ PRESETS = {
                     gpu=True, ensemble=5, onpolicy_tasks=30),
 }
 # Hardware verdicts with power (issue 22): the quick preset's data and models, four algorithms (NeuroShard,
-# NeuroShard+, the strongest baselines), 110 tasks x 4 interleaved rounds. Sized by eval/power.py from the
+# NeuroShard+, the strongest baselines), 220 tasks x 2 interleaved rounds (below). First sized by eval/power.py from the
 # calibrated 70-task seed-0 run (paired differences: task sd 9.0%, repeat sd 12.1%, medians over the
 # baselines): 70 x 4 detected 3.6% and 3% needs 104 tasks (seeds 1 and 2 at 70 x 4: 118-150). That run took
 # 37.6 minutes: data and models 11.6, planning 10.0, of which 9.3 refining NeuroShard+ on hardware (4
@@ -167,8 +167,8 @@ PRESETS = {
 # without it, so the study spends those minutes on 40 more tasks instead (`--refine 4` puts it back). Four
 # runs at 110 x 4 took 39.7, 41.5, 45.5 and 50.6 minutes, five more 38.2, 40.3, 40.6, 39.1 and 37.4, as
 # fast as the machine ran (step 6, the same 1,760 measurements, took 25-34 minutes), and detected 2.9-4.0%
-# against the baselines. The task sd dominates the detectable difference (task sd^2 > repeat sd^2 / 4), so
-# tasks, not rounds, buy power; 4 rounds keep the plan-cost MAPE's repeat-noise floor near 3%.
+# against the baselines. Without predictions the task sd dominated the detectable difference (task sd^2 >
+# repeat sd^2 / 4), so tasks bought power and 4 rounds kept the plan-cost MAPE's repeat-noise floor low.
 # 3,000 compute samples: the compute model is data-starved at 1,000. Trained on the seed-2 study's first 1,000,
 # 2,000 and 3,000 random shards, its error on the 800 ranks of that study's evaluation plans (sd of log
 # measured / estimated within a plan: what a plan's ranks do not share) was 13.4%, 10.5% and 10.1%, and the
@@ -177,7 +177,16 @@ PRESETS = {
 # three fresh runs they cut the detectable difference against the baselines from 3.1-4.0% to 2.5-3.3%
 # (README, Sim-to-real); the runs then took 42.0, 42.9 and 43.8 minutes, three more (646b6ea) 43.7, 43.0 and
 # 43.8.
-PRESETS["study"] = replace(PRESETS["quick"], name="study", num_tasks=110, eval_tasks=110, eval_repeats=4,
+# With those predictions the repeat noise, not the task sd, bounds the power: in the three fresh 110 x 4 runs
+# (seeds 0-2 at 5194f31, 4c3d7ab, fbfef74) the paired differences' task sd beyond the predictions was 3.2-7.0%
+# against the baselines and their repeat sd 16.7-19.3% (repeat sd^2 / 4 > task sd^2), so at a fixed number of
+# measurements more tasks in fewer rounds detect less: eval/power.py on those sds gives 2.87-3.20% at 110 x 4,
+# 2.83-3.07% at 147 x 3 and 2.75-2.95% at 220 x 2 against TorchRec and AutoShard (2.32-2.55% and 2.32-2.43%
+# against NeuroShard+). So the study measures 220 tasks x 2 rounds: the same 1,760 measurements, 110 more tasks
+# to plan in step 5 (about 75 s). Two rounds are the fewest the intervals, the repeat noise and the cross-fitted
+# headroom need; the price is the plan-cost MAPE's repeat-noise floor (a perfect model against the mean of 2
+# measurements instead of 4: about 8.7% instead of 6.1%).
+PRESETS["study"] = replace(PRESETS["quick"], name="study", num_tasks=220, eval_tasks=220, eval_repeats=2,
                            eval_iters=7,
                            compute_samples=3000, comm_samples=500, noise_samples=100, drift_samples=50,
                            onpolicy_tasks=6, algs="neuroshard,neuroshard_plus,torchrec,autoshard",
