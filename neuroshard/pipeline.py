@@ -183,9 +183,10 @@ PRESETS = {
 # measurements more tasks in fewer rounds detect less: eval/power.py on those sds gives 2.87-3.20% at 110 x 4,
 # 2.83-3.07% at 147 x 3 and 2.75-2.95% at 220 x 2 against TorchRec and AutoShard (2.32-2.55% and 2.32-2.43%
 # against NeuroShard+). So the study measures 220 tasks x 2 rounds: the same 1,760 measurements, 110 more tasks
-# to plan in step 5 (about 75 s). Two rounds are the fewest the intervals, the repeat noise and the cross-fitted
-# headroom need; the price is the plan-cost MAPE's repeat-noise floor (a perfect model against the mean of 2
-# measurements instead of 4: about 8.7% instead of 6.1%).
+# to plan in step 5 (157 and 200 s for 220 tasks in two fresh runs, 75 s for 110 before). Two rounds are the
+# fewest the intervals, the repeat noise and the cross-fitted headroom need; the price is the plan-cost MAPE's
+# repeat-noise floor (a perfect model against the mean of 2 measurements instead of 4: about 8.7% instead of
+# 6.1%; 7.5% and 8.6% in those two runs).
 PRESETS["study"] = replace(PRESETS["quick"], name="study", num_tasks=220, eval_tasks=220, eval_repeats=2,
                            eval_iters=7,
                            compute_samples=3000, comm_samples=500, noise_samples=100, drift_samples=50,
