@@ -242,3 +242,52 @@ def test_calibrate_band_records_the_plan_error_in_the_forward_checkpoint(tmp_pat
     torch.save(ckpt, models_dir / "comm_2_fw.pt")
     with pytest.raises(InputError, match="malformed checkpoint: \"plan_error\" must hold"):
         CostModels.load(models_dir, 2)
+
+
+def write_summary(path, gains, **kw):
+    from tests.eval.test_pooling import summary
+
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "summary.json").write_text(json.dumps(summary(gains, **kw).to_json()))
+    return path
+
+
+def test_combine_runs_pools_the_runs_verdicts(tmp_path):
+    a = write_summary(tmp_path / "a" / "hw", {"autoshard": (0.04, 0.01), "torchrec": (0.08, 0.01)}).parent
+    b = write_summary(tmp_path / "b", {"autoshard": (0.02, 0.01), "torchrec": (0.06, 0.01)})
+    res = run("combine_runs.py", a, b / "summary.json", "--out_path", tmp_path / "pooled.json")
+    assert res.returncode == 0, res.stderr
+    lines = {line.split(" | ")[0].strip("| "): line for line in res.stdout.splitlines()}
+    # autoshard: 0.04 and 0.02 with se 0.01 -> Q 2, tau2 1e-4, random effects +3.0% [+1.0%, +5.0%] (pooling's test)
+    assert "+3.0% [+1.0%, +5.0%]" in lines["autoshard"] and "**beats**" in lines["autoshard"]
+    assert "Q 2.00 (p 0.16), I² 50%" in lines["autoshard"] and "2.8%" in lines["autoshard"]
+    out = json.loads((tmp_path / "pooled.json").read_text())
+    assert out["runs"] == [str(a / "hw" / "summary.json"), str(b / "summary.json")] and out["reference"] == "neuroshard"
+    auto = next(r for r in out["rows"] if r["alg"] == "autoshard")
+    assert auto["pooled"]["mean"] == pytest.approx(0.03) and auto["pooled"]["tau2"] == pytest.approx(1e-4)
+    assert_one_line_error(run("combine_runs.py", a), "RUN", "two or more runs")
+
+
+def test_combine_runs_bad_inputs(tmp_path):
+    a = write_summary(tmp_path / "a", {"autoshard": (0.04, 0.01)})
+    sim = write_summary(tmp_path / "sim", {"autoshard": (0.04, 0.02)}, cost="estimated_cost")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (tmp_path / "bad.json").write_text("{\"tasks\": 3}")
+    cases = [([a, tmp_path / "missing"], ["missing", "not found"]),
+             ([a, empty], ["empty", "no hw/summary.json or summary.json"]),
+             ([a, a / "summary.json"], ["the same evaluation as"]),
+             ([a, sim], ["its cost is 'estimated_cost'", "do not compare the same thing"]),
+             ([a, tmp_path / "bad.json"], ["bad.json", "not an evaluation summary"]),
+             ([a, sim, "--out_path", tmp_path], ["--out_path", "is a directory"])]
+    for argv, fragments in cases:
+        assert_raises_one_line("combine_runs", argv, *fragments)
+
+
+def test_combine_runs_warns_about_runs_of_one_seed(tmp_path, capsys):
+    runs = [write_summary(tmp_path / n, {"autoshard": (g, 0.01)}) for n, g in (("a", 0.04), ("b", 0.02))]
+    for r in runs:
+        (r / "config.json").write_text(json.dumps({"seed": 1}))
+    assert load_tool("combine_runs").main([str(r) for r in runs]) == 0
+    err = capsys.readouterr().err
+    assert "were both made with seed 1" in err and "counts them as independent" in err

@@ -1,0 +1,82 @@
+"""Pooling verdicts over runs (`eval.pooling`) by hand: the chi-square tail, fixed and random effects
+(DerSimonian-Laird), and the per-algorithm rows read from evaluation summaries."""
+
+import math
+
+import pytest
+
+from neuroshard.eval.pooling import chi2_sf, pool, pool_runs
+from neuroshard.eval.power import z_sum
+from neuroshard.eval.summary import Summary
+
+Z = 1.959964
+
+
+def test_chi_square_tail_by_hand():
+    assert chi2_sf(2.0, 2) == pytest.approx(math.exp(-1))  # df 2: exp(-x/2)
+    assert chi2_sf(3.0, 4) == pytest.approx(math.exp(-1.5) * 2.5)  # df 4: exp(-h) (1 + h)
+    assert chi2_sf(1.0, 1) == pytest.approx(2 * (1 - 0.841345), abs=1e-6)  # df 1: 2 (1 - Phi(1))
+    # the textbook 5% critical values
+    for x, df in ((3.841, 1), (5.991, 2), (7.815, 3), (11.070, 5)):
+        assert chi2_sf(x, df) == pytest.approx(0.05, abs=2e-4)
+    assert chi2_sf(0.0, 3) == 1.0
+    with pytest.raises(ValueError):
+        chi2_sf(1.0, 0)
+
+
+def test_pool_two_runs_that_disagree_by_hand():
+    p = pool([0.04, 0.02], [0.01, 0.01])
+    # w = 10000 each: fixed 0.03, se 1/sqrt(20000); Q = 1 + 1 = 2 on 1 df; I2 = (2 - 1)/2
+    assert p.fixed == pytest.approx(0.03) and p.fixed_se == pytest.approx(1 / math.sqrt(20000))
+    assert (p.q, p.df, p.i2) == (pytest.approx(2.0), 1, pytest.approx(0.5))
+    assert p.p_heterogeneity == pytest.approx(chi2_sf(2.0, 1))
+    # tau2 = (2 - 1) / (20000 - 2e8 / 20000) = 1e-4; weights 1 / 2e-4 each: se = 1 / sqrt(10000) = 0.01
+    assert p.tau2 == pytest.approx(1e-4) and p.mean == pytest.approx(0.03) and p.se == pytest.approx(0.01)
+    assert (p.lo, p.hi) == (pytest.approx(0.03 - Z * 0.01, abs=1e-6), pytest.approx(0.03 + Z * 0.01, abs=1e-6))
+
+
+def test_pool_runs_that_agree_is_the_fixed_effect():
+    p = pool([0.05, 0.05, 0.02], [0.01, 0.02, 0.04])
+    # w = 10000, 2500, 625: fixed = (500 + 125 + 12.5) / 13125; Q = 625 * (0.02 - fixed)^2 < 2 -> tau2 = 0
+    fixed = 637.5 / 13125
+    assert p.fixed == pytest.approx(fixed) and p.tau2 == 0.0 and p.i2 == 0.0
+    assert p.mean == pytest.approx(fixed) and p.se == pytest.approx(1 / math.sqrt(13125))
+    assert p.q == pytest.approx(10000 * (0.05 - fixed) ** 2 + 2500 * (0.05 - fixed) ** 2 + 625 * (0.02 - fixed) ** 2)
+    single = pool([0.03], [0.01])
+    assert single.p_heterogeneity is None and single.mean == 0.03 and single.se == 0.01
+    with pytest.raises(ValueError):
+        pool([0.03, 0.01], [0.01, 0.0])
+
+
+def summary(gains: dict[str, tuple[float, float]], cost="cost", tasks=20, repeats=2) -> Summary:
+    """A summary whose reference gains `gain` over each algorithm with standard error `se` (a symmetric
+    95% interval)."""
+    rows = [{"alg": "neuroshard", "valid": tasks, "tasks": tasks, "oom": 0, "invalid": 0, "average": 10.0,
+             "mean_common": 10.0, "median_search_ms": 1.0, "mean_search_ms": 1.0, "mean_splits": 0.0}]
+    for alg, (gain, se) in gains.items():
+        lo, hi = gain - Z * se, gain + Z * se
+        rows.append({**rows[0], "alg": alg, "neuroshard_gain": gain, "vs_reference": {
+            "diff_ms": {"mean": gain * 10, "lo": lo * 10, "hi": hi * 10, "n_tasks": tasks, "n_repeats": repeats},
+            "verdict": "beats" if lo > 0 else "no significant difference", "gain_ci": [lo, hi]}})
+    return Summary.from_json({"tasks": tasks, "common_tasks": tasks, "cost": cost, "algorithms": rows,
+                              "ranking": [r["alg"] for r in rows]})
+
+
+def test_pool_runs_by_algorithm():
+    a = summary({"autoshard": (0.04, 0.01), "torchrec": (0.08, 0.01)})
+    b = summary({"autoshard": (0.02, 0.01)}, tasks=30)
+    rows = {r.alg: r for r in pool_runs([("a", a), ("b", b)])}
+    assert set(rows) == {"autoshard", "torchrec"}
+    auto = rows["autoshard"]
+    assert [r.run for r in auto.runs] == ["a", "b"] and auto.runs[0].se == pytest.approx(0.01)
+    assert auto.pooled.mean == pytest.approx(0.03) and auto.pooled.se == pytest.approx(0.01)
+    assert auto.verdict == "beats" and auto.mdd == pytest.approx(z_sum() * 0.01)
+    # one run only for torchrec: its own estimate
+    assert [r.run for r in rows["torchrec"].runs] == ["a"] and rows["torchrec"].pooled.mean == pytest.approx(0.08)
+    wide = pool_runs([("a", summary({"x": (0.01, 0.01)})), ("b", summary({"x": (0.01, 0.01)}))])[0]
+    assert wide.pooled.lo == pytest.approx(0.01 - Z * 0.01 / math.sqrt(2), abs=1e-6)
+    assert wide.verdict == "no significant difference"
+    assert pool_runs([("a", summary({"x": (-0.05, 0.01)})), ("b", summary({"x": (-0.04, 0.01)}))])[0].verdict \
+        == "loses to"
+    with pytest.raises(ValueError, match="b: its cost is 'estimated_cost'"):
+        pool_runs([("a", a), ("b", summary({"x": (0.01, 0.01)}, cost="estimated_cost"))])

@@ -1,0 +1,135 @@
+"""Pool the verdicts of several evaluations (seeds) into one: does the margin hold from run to run?
+
+    python tools/combine_runs.py results/study_s0 results/study_s1 results/study_s2 \\
+        --out_path results/study_pooled.json
+
+Each RUN is a pipeline run folder (its hw/summary.json is read; --sim reads
+sim/summary.json instead), an eval.py / eval_simulator.py output folder (its
+summary.json) or a summary.json itself. Per algorithm, the reference's
+relative gain in each run (prediction-powered where the run was) is pooled
+by inverse variance (eval/pooling.py): the fixed-effect estimate, the runs'
+heterogeneity (Cochran's Q with its p-value, I², tau²) and the
+random-effects interval, whose verdict is printed with the smallest
+difference the pooled comparison detects (95%, 80% power). Prints a
+markdown table; --out_path writes it as JSON with the runs it read.
+"""
+
+import argparse
+import hashlib
+import sys
+from pathlib import Path
+
+from neuroshard.checks import check_output_file
+from neuroshard.cli import run_main
+from neuroshard.types import ConfigError, InputError
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("runs", nargs="+", metavar="RUN",
+                   help="pipeline run folder, evaluation folder or summary.json (two or more)")
+    p.add_argument("--sim", action="store_true", help="pool the simulator's verdicts (sim/summary.json of "
+                                                      "pipeline runs) instead of the hardware's")
+    p.add_argument("--out_path", default=None, help="write the pooled table as JSON here")
+    return p.parse_args(argv)
+
+
+def summary_path(run: str, sim: bool) -> Path:
+    """The summary.json a RUN argument names (InputError naming RUN when there is none)."""
+    path = Path(run)
+    if path.is_file():
+        return path
+    if not path.exists():
+        raise InputError(path, "not found (give a run folder or a summary.json)")
+    for candidate in (path / ("sim" if sim else "hw") / "summary.json", path / "summary.json"):
+        if candidate.is_file():
+            return candidate
+    raise InputError(path, f"no {'sim' if sim else 'hw'}/summary.json or summary.json in this folder")
+
+
+def _seed(summary: Path):
+    """The seed in the config.json beside a summary (the evaluation's settings), or None."""
+    import json
+
+    try:
+        seed = json.loads((summary.parent / "config.json").read_text()).get("seed")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return seed if isinstance(seed, int) else None
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{100 * x:+.1f}%"
+
+
+def table(rows, names) -> str:
+    from statistics import NormalDist
+
+    z = NormalDist().inv_cdf(0.975)
+    head = ["NeuroShard vs", *names, "pooled (fixed)", "heterogeneity", "pooled (random effects)", "verdict",
+            "detectable"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        by_run = {g.run: g for g in r.runs}
+        cells = [f"{_pct(g.gain)} [{_pct(g.lo)}, {_pct(g.hi)}]" if g else "-" for g in map(by_run.get, names)]
+        p = r.pooled
+        het = "-" if p.p_heterogeneity is None else f"Q {p.q:.2f} (p {p.p_heterogeneity:.2f}), I² {100 * p.i2:.0f}%"
+        fixed = f"{_pct(p.fixed)} [{_pct(p.fixed - z * p.fixed_se)}, {_pct(p.fixed + z * p.fixed_se)}]"
+        lines.append("| " + " | ".join([r.alg, *cells, fixed, het, f"{_pct(p.mean)} [{_pct(p.lo)}, {_pct(p.hi)}]",
+                                        f"**{r.verdict}**", f"{100 * r.mdd:.1f}%"]) + " |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    from neuroshard.eval.pooling import pool_runs
+    from neuroshard.eval.summary import Summary
+    from neuroshard.formats.io import read_json, warn, write_json_atomic
+
+    if len(args.runs) < 2:
+        raise ConfigError("RUN", f"pooling needs two or more runs, got {len(args.runs)}")
+    if args.out_path:
+        check_output_file("--out_path", args.out_path)
+    named, seen, seeds = [], {}, {}
+    for run in args.runs:
+        path = summary_path(run, args.sim)
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        if digest in seen:
+            raise InputError(path, f"the same evaluation as {seen[digest]} (a run given twice counts twice)")
+        seen[digest] = path
+        data = read_json(path)
+        try:
+            summary = Summary.from_json(data)
+        except (KeyError, TypeError, AttributeError) as e:
+            raise InputError(path, f"not an evaluation summary ({type(e).__name__}: {e})") from None
+        if named:
+            first = named[0][1]
+            for what in ("reference", "cost"):
+                if getattr(summary, what) != getattr(first, what):
+                    raise InputError(path, f"its {what} is {getattr(summary, what)!r}, but {named[0][0]}'s is "
+                                           f"{getattr(first, what)!r}: these runs do not compare the same thing")
+        named.append((run, summary))
+        seed = _seed(path)
+        if seed is not None and seed in seeds:
+            warn(f"{run} and {seeds[seed]} were both made with seed {seed}: their datasets and tasks are likely "
+                 "the same, and pooling counts them as independent runs")
+        seeds.setdefault(seed, run)
+    try:
+        rows = pool_runs(named)
+    except ValueError as e:
+        raise ConfigError("RUN", str(e)) from None
+    if not rows:
+        raise InputError(args.runs[0], "no algorithm compared with the reference in these runs")
+    names = [n for n, _ in named]
+    print(table(rows, names))
+    if args.out_path:
+        write_json_atomic(args.out_path, {"runs": [str(summary_path(n, args.sim)) for n in names], "sim": args.sim,
+                                          "reference": named[0][1].reference, "cost": named[0][1].cost,
+                                          "rows": [r.to_json() for r in rows]})
+        print(f"wrote {args.out_path}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main)
