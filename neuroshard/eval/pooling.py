@@ -150,7 +150,7 @@ def pool_runs(named: Sequence[tuple[str, Summary]]) -> list[PooledRow]:
         for what in ("reference", "cost"):
             if getattr(s, what) != getattr(first, what):
                 raise ValueError(f"{name}: its {what} is {getattr(s, what)!r}, but {first_name}'s is "
-                                 f"{getattr(first, what)!r}")
+                                 f"{getattr(first, what)!r}: these runs do not compare the same thing")
     gains = [run_gains(name, s) for name, s in named]
     algs = list(dict.fromkeys(a for g in gains for a in g))
     rows = []
