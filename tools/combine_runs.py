@@ -16,6 +16,7 @@ markdown table; --out_path writes it as JSON with the runs it read.
 
 import argparse
 import hashlib
+import json
 import sys
 from pathlib import Path
 
@@ -50,8 +51,6 @@ def summary_path(run: str, sim: bool) -> Path:
 
 def _seed(summary: Path):
     """The seed in the config.json beside a summary (the evaluation's settings), or None."""
-    import json
-
     try:
         seed = json.loads((summary.parent / "config.json").read_text()).get("seed")
     except (OSError, ValueError, AttributeError):
@@ -64,9 +63,9 @@ def _pct(x) -> str:
 
 
 def table(rows, names) -> str:
-    from statistics import NormalDist
+    from neuroshard.eval.pooling import z_level
 
-    z = NormalDist().inv_cdf(0.975)
+    z = z_level()
     head = ["NeuroShard vs", *names, "pooled (fixed)", "heterogeneity", "pooled (random effects)", "verdict",
             "detectable"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -91,14 +90,15 @@ def main(argv=None) -> int:
         raise ConfigError("RUN", f"pooling needs two or more runs, got {len(args.runs)}")
     if args.out_path:
         check_output_file("--out_path", args.out_path)
-    named, seen, seeds = [], {}, {}
+    named, paths, seen, seeds = [], [], {}, {}
     for run in args.runs:
         path = summary_path(run, args.sim)
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        data = read_json(path)
+        digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
         if digest in seen:
             raise InputError(path, f"the same evaluation as {seen[digest]} (a run given twice counts twice)")
         seen[digest] = path
-        data = read_json(path)
+        paths.append(path)
         try:
             summary = Summary.from_json(data)
         except (KeyError, TypeError, AttributeError) as e:
@@ -118,7 +118,7 @@ def main(argv=None) -> int:
     names = [n for n, _ in named]
     print(table(rows, names))
     if args.out_path:
-        write_json_atomic(args.out_path, {"runs": [str(summary_path(n, args.sim)) for n in names], "sim": args.sim,
+        write_json_atomic(args.out_path, {"runs": [str(p) for p in paths], "sim": args.sim,
                                           "reference": named[0][1].reference, "cost": named[0][1].cost,
                                           "rows": [r.to_json() for r in rows]})
         print(f"wrote {args.out_path}", file=sys.stderr)

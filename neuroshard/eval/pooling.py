@@ -36,6 +36,11 @@ from neuroshard.eval.power import z_sum
 from neuroshard.eval.summary import Summary
 
 
+def z_level(level: float = LEVEL) -> float:
+    """The normal quantile of a two-sided interval at `level` (1.96 at 95%)."""
+    return NormalDist().inv_cdf(1 - (1 - level) / 2)
+
+
 def chi2_sf(x: float, df: int) -> float:
     """P(chi²_df > x) for an integer df >= 1 (closed forms: no scipy here)."""
     if df < 1:
@@ -90,7 +95,7 @@ def pool(estimates: Sequence[float], ses: Sequence[float], level: float = LEVEL)
     ws = [1 / (s ** 2 + tau2) for s in ses]
     mean = sum(wi * g for wi, g in zip(ws, estimates)) / sum(ws)
     se = 1 / math.sqrt(sum(ws))
-    z = NormalDist().inv_cdf(1 - (1 - level) / 2)
+    z = z_level(level)
     return Pooled(fixed, 1 / math.sqrt(sw), q, df, chi2_sf(q, df) if df else None,
                   max(0.0, (q - df) / q) if q > 0 else 0.0, tau2, mean, se, mean - z * se, mean + z * se)
 
@@ -127,7 +132,7 @@ class PooledRow:
 
 def run_gains(name: str, summary: Summary) -> dict[str, RunGain]:
     """Per algorithm compared with the reference (and with a gain interval), the run's `RunGain`."""
-    z = NormalDist().inv_cdf(1 - (1 - LEVEL) / 2)
+    z = z_level()
     out = {}
     for row in summary.algorithms:
         vs = row.vs_reference
