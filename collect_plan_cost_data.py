@@ -31,7 +31,7 @@ import argparse
 import sys
 
 from neuroshard.cli import add_device_arg, add_progress_arg, add_quiet_arg, run_main
-from neuroshard.eval.plans import add_input_args
+from neuroshard.eval.planning import add_input_args
 from neuroshard.planner.registry import add_sharder_args
 
 
@@ -64,9 +64,9 @@ def main(argv=None) -> int:
     from neuroshard.checks import check_float, check_max_dim, parse_float_list
     from neuroshard.cli import resolve_devices, resolve_ranks
     from neuroshard.eval import onpolicy
-    from neuroshard.eval.plans import inputs_from_args, resolve_algs
+    from neuroshard.eval.planning import inputs_from_args, resolve_algs
     from neuroshard.formats.dataset import read_dataset
-    from neuroshard.formats.tasks import read_tasks
+    from neuroshard.formats.task_file import read_tasks
     from neuroshard.measure.plan_job import HardwareConfig
     from neuroshard.planner.registry import sharder_options
     from neuroshard.types import InputError

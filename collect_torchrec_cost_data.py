@@ -16,7 +16,7 @@ trains a DLRM with each plan under DistributedModelParallel (eval_torchrec.py's
 measurement: the slowest rank's step after a barrier, and every rank's phase
 times) and writes, in --out_dir, results.json (each plan, its step times and
 phases), summary.md and the plans as TorchRec ShardingPlans. Resumable: rerun
-the same command after an interruption. See neuroshard/eval/runtime_data.py.
+the same command after an interruption. See neuroshard/torchrec/runtime_data.py.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from neuroshard.cli import run_main
 
 def parse_args(argv=None) -> argparse.Namespace:
     from neuroshard.cli import add_device_arg, add_progress_arg, add_quiet_arg
-    from neuroshard.eval.plans import add_input_args
-    from neuroshard.measure.torchrec_train import TorchRecTrainConfig
+    from neuroshard.eval.planning import add_input_args
+    from neuroshard.torchrec.training import TorchRecTrainConfig
     from neuroshard.planner.registry import add_sharder_args
 
     p = argparse.ArgumentParser(description="Collect TorchRec runtime cost data: plans of training tasks, trained.")
@@ -59,11 +59,12 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     from neuroshard.checks import check_float, check_int
     from neuroshard.cli import resolve_devices, resolve_ranks
-    from neuroshard.eval import onpolicy, runtime_data
-    from neuroshard.eval import torchrec_train as tt
-    from neuroshard.eval.plans import inputs_from_args, resolve_algs
-    from neuroshard.formats.tasks import read_tasks
-    from neuroshard.measure.torchrec_train import TorchRecTrainConfig
+    from neuroshard.eval import onpolicy
+    from neuroshard.torchrec import runtime_data
+    from neuroshard.torchrec import training_eval as tt
+    from neuroshard.eval.planning import inputs_from_args, resolve_algs
+    from neuroshard.formats.task_file import read_tasks
+    from neuroshard.torchrec.training import TorchRecTrainConfig
     from neuroshard.planner.registry import sharder_options
     from neuroshard.types import InputError
 

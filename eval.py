@@ -15,7 +15,7 @@
         --rdzv_endpoint node0.example:29500 --plans results/sim/plans.json   # 2 machines: run on each, N = 0, 1
 
 The plans are computed once, by the code eval_simulator.py uses
-(`neuroshard.eval.plans.compute_plans`, which also gives each plan's
+(`neuroshard.eval.planning.compute_plans`, which also gives each plan's
 estimated cost), written to `<out_dir>/plans.json`, and measured by ONE
 torchrun job: every rank builds its shard's FBGEMM op with the real lookups
 and times forward+backward (ranks take turns), then the backward and the
@@ -44,7 +44,7 @@ import os
 import sys
 
 from neuroshard.cli import run_main
-from neuroshard.eval.plans import add_input_args
+from neuroshard.eval.planning import add_input_args
 from neuroshard.planner.registry import add_sharder_args, sharder_options
 
 
@@ -89,7 +89,7 @@ def main(argv=None) -> int:
     from neuroshard.checks import check_float
     from neuroshard.cli import resolve_devices, resolve_ranks
     from neuroshard.eval import hardware as hw
-    from neuroshard.eval import plans as ev
+    from neuroshard.eval import planning as ev
     from neuroshard.eval import results
     from neuroshard.formats.dataset import read_dataset
     from neuroshard.measure.launch import LaunchConfig

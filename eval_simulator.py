@@ -21,7 +21,7 @@ import sys
 import tempfile
 
 from neuroshard.cli import add_device_arg, add_progress_arg, add_quiet_arg, run_main
-from neuroshard.eval.plans import add_input_args
+from neuroshard.eval.planning import add_input_args
 from neuroshard.planner.registry import add_sharder_args, sharder_options
 
 
@@ -55,7 +55,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
     args = parse_args(argv)
     from neuroshard.checks import check_float
-    from neuroshard.eval import plans as ev
+    from neuroshard.eval import planning as ev
     from neuroshard.eval import results
     from neuroshard.eval.refine import RefineConfig, refine_records
     from neuroshard.eval.summary import summarize
@@ -81,7 +81,7 @@ def main(argv=None) -> int:
     if args.runtime != "paper":
         from dataclasses import replace
 
-        from neuroshard.planner.torchrec_runtime import default_path
+        from neuroshard.torchrec.runtime_model import default_path
 
         path = args.runtime_model or default_path(os.path.dirname(args.compute_model), args.ndevices)
         inputs = replace(inputs, models=inputs.models.for_runtime(args.runtime, path))

@@ -15,7 +15,7 @@ Plans are trained in --repeats rounds, each in a seeded shuffled order. Prints
 and writes (summary.md / summary.json / results.json in --out_dir) each
 algorithm's mean step time and its ratio to --reference's with 95% intervals,
 the verdict the interval supports, and the noise floor (the same plan in two
-rounds). See neuroshard/measure/torchrec_train.py and neuroshard/eval/torchrec_train.py.
+rounds). See neuroshard/torchrec/training.py and neuroshard/torchrec/training_eval.py.
 
 Interrupted? Rerun the same command: measurements so far are kept in
 <out_dir>/.partial/ and only the others are made.
@@ -32,7 +32,7 @@ from neuroshard.cli import run_main
 
 def parse_args(argv=None) -> argparse.Namespace:
     from neuroshard.cli import add_device_arg, add_progress_arg, add_quiet_arg
-    from neuroshard.measure.torchrec_train import TorchRecTrainConfig
+    from neuroshard.torchrec.training import TorchRecTrainConfig
 
     p = argparse.ArgumentParser(description="Train sharding plans with TorchRec and compare their step times.")
     p.add_argument("--data_dir", required=True, help="dataset dir with table_configs.json and data.pt (the lookups)")
@@ -59,11 +59,11 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     from neuroshard.checks import check_int
     from neuroshard.cli import resolve_devices, resolve_ranks
-    from neuroshard.eval import torchrec_train as tt
+    from neuroshard.torchrec import training_eval as tt
     from neuroshard.formats.dataset import read_dataset
-    from neuroshard.formats.plans import read_plans
-    from neuroshard.formats.tasks import read_tasks
-    from neuroshard.measure.torchrec_train import TorchRecTrainConfig
+    from neuroshard.formats.plan_file import read_plans
+    from neuroshard.formats.task_file import read_tasks
+    from neuroshard.torchrec.training import TorchRecTrainConfig
     from neuroshard.types import ConfigError, InputError
 
     if args.max_tasks is not None:

@@ -19,7 +19,7 @@ checkpoint (with the training tasks' feature statistics), the training curve
 from __future__ import annotations
 
 from neuroshard.cli import run_main
-from neuroshard.learned import train
+from neuroshard.learned import trainer as train
 
 
 def main(argv=None) -> int:

@@ -19,7 +19,7 @@ training curve (`<stem>_curve.csv/.png`) and `<stem>_config.json`.
 from __future__ import annotations
 
 from neuroshard.cli import run_main
-from neuroshard.learned import train
+from neuroshard.learned import trainer as train
 
 
 def main(argv=None) -> int:

@@ -8,7 +8,7 @@
 
 Reads collect_torchrec_cost_data.py's results.json (the plans of --task_path's
 tasks and their TorchRec step times), computes each plan's terms
-(neuroshard/planner/torchrec_runtime.py: per sharding-type group the slowest
+(neuroshard/torchrec/runtime_model.py: per sharding-type group the slowest
 rank's kernels by the compute model, ids received, outputs sent; the number of
 groups; the totals over the ranks), fits their non-negative weights (least
 squares of the relative error), first without --test_share of the tasks to
@@ -56,10 +56,10 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
     args = parse_args(argv)
     from neuroshard.checks import check_float, check_int
-    from neuroshard.eval import runtime_data
-    from neuroshard.eval.plans import inputs_from_args
+    from neuroshard.torchrec import runtime_data
+    from neuroshard.eval.planning import inputs_from_args
     from neuroshard.formats.io import read_json, write_json_atomic
-    from neuroshard.planner.torchrec_runtime import FEATURES, TorchRecRuntimeModel
+    from neuroshard.torchrec.runtime_model import FEATURES, TorchRecRuntimeModel
     from neuroshard.types import ConfigError, InputError
 
     check_int("--ndevices", args.ndevices, 1)
@@ -73,7 +73,7 @@ def main(argv=None) -> int:
     def check(model) -> dict | None:  # the model's error on --check's plans, printed; None without --check
         if not args.check:
             return None
-        from neuroshard.formats.tasks import read_tasks
+        from neuroshard.formats.task_file import read_tasks
 
         tasks = read_tasks(args.check_task_path, num_tables=len(inputs.configs))
         c = runtime_data.check_model(model, runtime_data.read_samples(args.check, tasks, inputs.configs),

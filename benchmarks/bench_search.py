@@ -72,9 +72,9 @@ import torch
 
 from neuroshard.cli import run_main
 from neuroshard.formats.io import write_json_atomic
-from neuroshard.planner.cost_models import CostModels, load_comm_model, load_compute_model
-from neuroshard.planner.features import NUM_FEATURES
-from neuroshard.planner.nets import (
+from neuroshard.planner.costs.cost_models import CostModels, load_comm_model, load_compute_model
+from neuroshard.planner.costs.features import NUM_FEATURES
+from neuroshard.planner.costs.nets import (
     CommCostModel,
     ComputeCostModel,
     CostEnsemble,
@@ -82,11 +82,11 @@ from neuroshard.planner.nets import (
     linear_comm_model,
     table_features,
 )
-from neuroshard.planner.scorer import get_scorer, single_threaded_blas
-from neuroshard.planner.search import SearchConfig, grid_search, search
-from neuroshard.planner.search_plus import PlusConfig, search_plus
+from neuroshard.planner.costs.scorer import get_scorer, single_threaded_blas
+from neuroshard.planner.search.beam import SearchConfig, grid_search, search
+from neuroshard.planner.search.plus import PlusConfig, search_plus
 from neuroshard.planner.simulator import mem_cap_elements, score_placements, simulate
-from neuroshard.planner.uncertainty import NO_NOISE, NoiseModel
+from neuroshard.planner.costs.uncertainty import NO_NOISE, NoiseModel
 from neuroshard.types import (
     NeuroShardError,
     OutOfMemoryError,
@@ -445,7 +445,7 @@ def part_exhaustive(args, out: dict) -> None:
 
 
 def part_baselines(args, out: dict) -> None:
-    from neuroshard.eval.plans import plan_task, task_seed
+    from neuroshard.eval.planning import plan_task, task_seed
     from neuroshard.eval.summary import summarize
     from neuroshard.planner.registry import algorithm_names, is_plain
 

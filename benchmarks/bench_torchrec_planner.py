@@ -62,8 +62,8 @@ def main(argv=None) -> int:
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
     from torchrec.distributed.planner import Topology
 
-    from neuroshard.planner.cost_models import CostModels
-    from neuroshard.planner.torchrec_planner import NeuroShardPlanner
+    from neuroshard.planner.costs.cost_models import CostModels
+    from neuroshard.torchrec.planner import NeuroShardPlanner
 
     logging.getLogger("neuroshard").setLevel(logging.ERROR)
     warnings.simplefilter("ignore")

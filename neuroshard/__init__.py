@@ -28,9 +28,9 @@ all. `types.py`, `checks.py`, `settings.py` and `formats/` are shared by all.
 """
 
 from neuroshard.formats.dataset import read_dataset_configs
-from neuroshard.formats.plans import read_plans, write_plans
-from neuroshard.formats.tasks import read_tasks
-from neuroshard.planner.cost_models import CostModels
+from neuroshard.formats.plan_file import read_plans, write_plans
+from neuroshard.formats.task_file import read_tasks
+from neuroshard.planner.costs.cost_models import CostModels
 from neuroshard.planner.registry import ShardingContext, algorithm_names, get_sharder, register
 from neuroshard.planner.shard import ShardResult, shard, tables_from_task
 from neuroshard.types import (DEFAULT_BINS, ConfigError, CostBreakdown, InputError, InvalidPlanError, NeuroShardError,
@@ -42,7 +42,7 @@ __version__ = "0.2.0"
 def __getattr__(name):
     # NeuroShardPlanner is TorchRec's ShardingPlanner: importing it imports torchrec, so only when asked for
     if name == "NeuroShardPlanner":
-        from neuroshard.planner.torchrec_planner import NeuroShardPlanner
+        from neuroshard.torchrec.planner import NeuroShardPlanner
 
         return NeuroShardPlanner
     raise AttributeError(f"module 'neuroshard' has no attribute {name!r}")

@@ -407,7 +407,7 @@ class RepeatParts:
 
 @dataclass
 class RuntimeEstimate:
-    """A plan's cost under a runtime other than the paper's (`planner.torchrec_runtime`): the runtime's
+    """A plan's cost under a runtime other than the paper's (`torchrec.runtime_model`): the runtime's
     name, the predicted step ms and each term's share of it (ms)."""
 
     name: str
@@ -424,7 +424,7 @@ class RuntimeEstimate:
 
 @dataclass
 class CostSpread:
-    """A plan's simulated cost as a distribution (ms; `planner.uncertainty`): its mean (the expected
+    """A plan's simulated cost as a distribution (ms; `planner.costs.uncertainty`): its mean (the expected
     measured cost), sd, and 10% / 90% quantiles (the predicted 80% band), over `samples` draws (ensemble
     members x measurement-noise draws)."""
 
@@ -700,7 +700,7 @@ class PlanMeasurement:
 
 @dataclass
 class TorchRecStep:
-    """One measurement of one plan by TorchRec training (`measure.torchrec_train`): a DLRM whose
+    """One measurement of one plan by TorchRec training (`torchrec.training`): a DLRM whose
     EmbeddingBagCollection DistributedModelParallel shards by the plan, trained for some iterations.
 
     `index`: the measurement's position in the job; `repeat`: its round; `iters`: each timed
@@ -798,10 +798,10 @@ class PlanRecord:
     non-ok statuses count as invalid tasks (upstream's `Valid v / N`) and have
     `plan` None and a `message`. `estimate`: the simulator's per-device
     breakdown; `search_ms`: wall time of the sharder call; `view`: the readable
-    per-table view (`formats.plans.plan_view`); `table_ids` and `dims`: what identifies
+    per-table view (`formats.plan_file.plan_view`); `table_ids` and `dims`: what identifies
     the task the plan is for (its dataset table ids and dims, in task order; None in
     plans files written before they were recorded), checked by every reader that
-    applies the plan (`formats.plans.check_plan_tables`). Hardware evaluation adds `measured`
+    applies the plan (`formats.plan_file.check_plan_tables`). Hardware evaluation adds `measured`
     (the per-rank breakdown, averaged over repeats) with `repeat_costs` (the plan
     cost of each repeated measurement) and, in end-to-end mode, `e2e`. Costs in ms.
     """

@@ -12,9 +12,9 @@ import pytest
 import neuroshard as ns
 from neuroshard.data.synthetic import SyntheticSpec, generate_synthetic
 from neuroshard.formats.dataset import write_table_configs
-from neuroshard.formats.tasks import write_tasks
-from neuroshard.planner.cost_models import save_model
-from neuroshard.planner.nets import linear_comm_model, linear_compute_model
+from neuroshard.formats.task_file import write_tasks
+from neuroshard.planner.costs.cost_models import save_model
+from neuroshard.planner.costs.nets import linear_comm_model, linear_compute_model
 from neuroshard.planner.registry import required_option
 from neuroshard.types import Task
 

@@ -18,17 +18,17 @@ import torch
 
 from neuroshard.cli import run_main
 from neuroshard.data.synthetic import SyntheticSpec, generate_synthetic
-from neuroshard.eval.plans import plan_task
+from neuroshard.eval.planning import plan_task
 from neuroshard.formats.cost_data import CommSample, write_comm_data, write_compute_data
 from neuroshard.formats.dataset import write_dataset, write_table_configs
-from neuroshard.formats.plans import write_plans
-from neuroshard.formats.tasks import write_tasks
-from neuroshard.planner.cost_models import CostModels, save_model
-from neuroshard.planner.nets import linear_comm_model, linear_compute_model
+from neuroshard.formats.plan_file import write_plans
+from neuroshard.formats.task_file import write_tasks
+from neuroshard.planner.costs.cost_models import CostModels, save_model
+from neuroshard.planner.costs.nets import linear_comm_model, linear_compute_model
 from neuroshard.data.split import table_halves
 from neuroshard.formats.user_tables import read_user_tables
 from neuroshard.measure.compute_collect import ShardSampler, augment_table_configs
-from neuroshard.planner.user_tables import shard_user_tables, user_plan_record
+from neuroshard.planner.user_plan import shard_user_tables, user_plan_record
 from neuroshard.types import PlanRecord, TableConfig, Task
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -500,18 +500,18 @@ CASES = [
     ("heldout num_samples 5", "tools/heldout_check.py", HELD + ["--num_samples", "5"],
      "too few shards per group for the check"),
     # ---- the pipeline
-    ("pipeline only 9", "neuroshard/pipeline.py", ["--preset", "tiny", "--only", "9", "--out_dir", "p"],
+    ("pipeline only 9", "neuroshard/pipeline/run.py", ["--preset", "tiny", "--only", "9", "--out_dir", "p"],
      "--only: unknown step 9"),
-    ("pipeline ndevices 0", "neuroshard/pipeline.py", ["--preset", "tiny", "--ndevices", "0", "--out_dir", "p"],
+    ("pipeline ndevices 0", "neuroshard/pipeline/run.py", ["--preset", "tiny", "--ndevices", "0", "--out_dir", "p"],
      "--ndevices: must be >= 1"),
-    ("pipeline paper cpu", "neuroshard/pipeline.py", ["--preset", "paper"], "meant for GPUs"),
-    ("pipeline paper no data", "neuroshard/pipeline.py", ["--preset", "paper", "--gpu_devices", "0"],
+    ("pipeline paper cpu", "neuroshard/pipeline/run.py", ["--preset", "paper"], "meant for GPUs"),
+    ("pipeline paper no data", "neuroshard/pipeline/run.py", ["--preset", "paper", "--gpu_devices", "0"],
      "needs the public dataset"),
-    ("pipeline missing data", "neuroshard/pipeline.py", ["--preset", "tiny", "--data", "nope.pt", "--out_dir",
+    ("pipeline missing data", "neuroshard/pipeline/run.py", ["--preset", "tiny", "--data", "nope.pt", "--out_dir",
                                                               "p"], "nope.pt: file not found"),
-    ("pipeline out_dir file", "neuroshard/pipeline.py", ["--preset", "tiny", "--out_dir", "a_file"],
+    ("pipeline out_dir file", "neuroshard/pipeline/run.py", ["--preset", "tiny", "--out_dir", "a_file"],
      "--out_dir: "),
-    ("pipeline preset", "neuroshard/pipeline.py", ["--preset", "huge"], "invalid choice: 'huge'"),
+    ("pipeline preset", "neuroshard/pipeline/run.py", ["--preset", "huge"], "invalid choice: 'huge'"),
     # ---- tools/alltoall_bench.py
     ("a2a dims text", "tools/alltoall_bench.py", ["--dims", "a,b"], "--dims: expected a comma list of integers"),
     ("a2a sleeps count", "tools/alltoall_bench.py", ["--dims", "8,8", "--sleeps", "1"], "need 2 values each"),

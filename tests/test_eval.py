@@ -16,10 +16,10 @@ import pytest
 
 from neuroshard.data.synthetic import SyntheticSpec, generate_synthetic
 from neuroshard.formats.dataset import write_dataset
-from neuroshard.formats.plans import read_plans
-from neuroshard.formats.tasks import write_tasks
-from neuroshard.planner.cost_models import save_model
-from neuroshard.planner.nets import linear_comm_model, linear_compute_model
+from neuroshard.formats.plan_file import read_plans
+from neuroshard.formats.task_file import write_tasks
+from neuroshard.planner.costs.cost_models import save_model
+from neuroshard.planner.costs.nets import linear_comm_model, linear_compute_model
 from neuroshard.types import Task, size_gb
 from tests.two_nodes import assert_none_left, free_port, interruptible, launch_flags, run_nodes
 
@@ -102,7 +102,7 @@ def test_eval_verdicts_are_prediction_powered_by_unmeasured_tasks(setup, tmp_pat
     first, simulates the others again and reads the verdicts with their estimates (eval/intervals.py)."""
     import importlib.util
 
-    from neuroshard.formats.tasks import read_tasks
+    from neuroshard.formats.task_file import read_tasks
     from neuroshard.types import ConfigError
 
     d, args = setup

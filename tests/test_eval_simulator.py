@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 import torch
 
-from neuroshard.eval.plans import resolve_algs, task_seed
+from neuroshard.eval.planning import resolve_algs, task_seed
 from neuroshard.formats.dataset import write_table_configs
-from neuroshard.formats.plans import read_plans
-from neuroshard.formats.tasks import write_tasks
-from neuroshard.planner.cost_models import save_model
-from neuroshard.planner.nets import CommCostModel, ComputeCostModel, feature_stats, table_features
+from neuroshard.formats.plan_file import read_plans
+from neuroshard.formats.task_file import write_tasks
+from neuroshard.planner.costs.cost_models import save_model
+from neuroshard.planner.costs.nets import CommCostModel, ComputeCostModel, feature_stats, table_features
 from neuroshard.planner.registry import algorithm_names
 from neuroshard.types import NeuroShardError, TableConfig, Task
 

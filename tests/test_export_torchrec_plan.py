@@ -3,12 +3,12 @@ TorchRec plan that maps back to the same plan; wrong selections are one-line err
 
 import pytest
 
-from neuroshard.eval.plans import plan_task
+from neuroshard.eval.planning import plan_task
 from neuroshard.formats.dataset import write_table_configs
-from neuroshard.formats.plans import write_plans
-from neuroshard.formats.tasks import write_tasks
-from neuroshard.formats.torchrec import read_torchrec_plan
-from neuroshard.planner.torchrec_sharder import plan_from_sharding_plan
+from neuroshard.formats.plan_file import write_plans
+from neuroshard.formats.task_file import write_tasks
+from neuroshard.torchrec.sharding_file import read_torchrec_plan
+from neuroshard.torchrec.sharder import plan_from_sharding_plan
 from neuroshard.types import DEFAULT_BINS, TableConfig, Task
 from tests.test_tools import assert_raises_one_line, run
 

@@ -1,16 +1,20 @@
 """The package layout's import rules, no import cycle, and no test hooks in production code.
 
-Folders depend on each other in one direction (`ALLOWED`; a folder always
-imports itself and the shared modules):
+Layers depend on each other in one direction (`ALLOWED`; a layer always
+imports itself and the shared modules). A layer is a folder, or one module
+of a folder that sits lower than the rest of it (the TorchRec integration
+keeps its file format and its runtime cost model with it, but the planner
+prices plans with that model):
 
-    data <- planner <- learned <- eval
+    data <- planner <- learned <- eval <- torchrec <- pipeline
     data <- measure <- (learned, eval)
-    data, planner.features / nets / cost_models <- train <- eval
+    data, planner.costs <- train <- eval
+    torchrec.runtime_model, torchrec.sharding_file <- planner, measure
 
 `types`, `checks`, `settings` and `formats/` are shared by all (and import
 nothing else of the package); no library module imports `cli` (only a
-`python -m` entry point may, under `if __name__ == "__main__":`, and a
-script's shared `main`, `SCRIPT_MAINS`). No module
+`python -m` entry point may, under `if __name__ == "__main__":` or in a
+`__main__` module, and a script's shared `main`, `SCRIPT_MAINS`). No module
 imports another that (through any chain, function-level imports included)
 imports it back. Importing the planner, the registry with every sharder and
 the learned baselines' registration loads neither FBGEMM, torch.distributed
@@ -25,28 +29,33 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "neuroshard"
-SHARED = ("neuroshard.types", "neuroshard.checks", "neuroshard.settings", "neuroshard.formats")
+SHARED = ("neuroshard.types", "neuroshard.checks", "neuroshard.settings", "neuroshard.problem", "neuroshard.formats")
 BASE = ("neuroshard.types", "neuroshard.checks")
-# folder -> the neuroshard modules it may import besides itself and the shared ones (prefix match)
+LOW_TORCHREC = ("neuroshard.torchrec.runtime_model", "neuroshard.torchrec.sharding_file")
+# layer -> the neuroshard modules it may import besides itself and the shared ones (prefix match)
 ALLOWED = {
     "formats": (),
     "data": (),
-    "planner": ("neuroshard.data",),
-    "measure": ("neuroshard.data",),
-    "train": ("neuroshard.planner.features", "neuroshard.planner.nets", "neuroshard.planner.cost_models",
-              "neuroshard.planner.extrapolation",
-              "neuroshard.data"),
+    "torchrec.sharding_file": (),  # the TorchRec plan file: a file format
+    "torchrec.runtime_model": (),  # the cost model of TorchRec's runtime, which the planner prices plans with
+    "planner": ("neuroshard.data", "neuroshard.torchrec.runtime_model"),
+    "measure": ("neuroshard.data", "neuroshard.torchrec.sharding_file"),
+    "train": ("neuroshard.planner.costs", "neuroshard.data"),
     "learned": ("neuroshard.planner", "neuroshard.measure", "neuroshard.data"),
-    "eval": ("neuroshard.planner", "neuroshard.learned", "neuroshard.measure", "neuroshard.data", "neuroshard.train"),
+    "eval": ("neuroshard.planner", "neuroshard.learned", "neuroshard.measure", "neuroshard.data", "neuroshard.train",
+             *LOW_TORCHREC),
+    "torchrec": ("neuroshard.planner", "neuroshard.measure", "neuroshard.eval", "neuroshard.learned",
+                 "neuroshard.data", "neuroshard.train"),
+    "pipeline": ("neuroshard.eval", "neuroshard.torchrec"),
 }
 # top-level modules -> what they may import besides the shared ones
-TOP = {"types": (), "checks": (), "settings": (), "cli": (), "__init__": ("neuroshard.planner",),
-       "pipeline": ("neuroshard.eval",)}
+TOP = {"types": (), "checks": (), "settings": (), "problem": (), "cli": (),
+       "__init__": ("neuroshard.planner", "neuroshard.torchrec.planner")}
 # library modules that are a script's `main` (the learned baselines' training scripts share theirs): they may
 # use the CLI helpers
-SCRIPT_MAINS = ("neuroshard.learned.train",)
+SCRIPT_MAINS = ("neuroshard.learned.trainer", "neuroshard.pipeline.__main__")
 # modules that are torch code themselves: imported only lazily, once a model or policy is loaded or trained
-TORCH_MODULES = {"planner": ("nets", "torchrec_planner")}
+TORCH_MODULES = ("neuroshard.planner.costs.nets",)
 
 
 def _module_name(path: Path) -> str:
@@ -83,16 +92,28 @@ def _within(mod: str, prefixes) -> bool:
     return any(mod == p or mod.startswith(p + ".") for p in prefixes)
 
 
-def test_folders_import_only_what_the_layout_allows():
+def layer(name: str) -> str | None:
+    """The layer of module `name` (the longest key of `ALLOWED` it lies in), None for a top-level module."""
+    rel = name[len("neuroshard."):]
+    keys = [k for k in ALLOWED if rel == k or rel.startswith(k + ".")]
+    return max(keys, key=len) if keys else None
+
+
+def test_layers_import_only_what_the_layout_allows():
     modules = _modules()
     bad = []
     for name, path in modules.items():
         rel = path.relative_to(PACKAGE)
-        folder = rel.parts[0] if len(rel.parts) > 1 else None
-        allowed = ALLOWED[folder] if folder else TOP[rel.stem]
-        own = (f"neuroshard.{folder}",) if folder else ()
+        key = layer(name)
+        if key is None and len(rel.parts) > 1:
+            bad.append(f"{rel}: in no layer of ALLOWED")
+            continue
+        allowed = ALLOWED[key] if key else TOP[rel.stem]
+        own = (f"neuroshard.{key}",) if key else ()
         # the shared modules themselves import only the ones below them
-        shared = BASE if folder == "formats" or rel.stem in ("types", "checks", "settings") else SHARED
+        shared = BASE if key == "formats" or rel.stem in ("types", "checks", "settings") else SHARED
+        if key in ("torchrec.sharding_file", "torchrec.runtime_model"):
+            shared = ("neuroshard.types", "neuroshard.checks", "neuroshard.formats")
         for line, mod in _imports(path, modules):
             if _within(mod, ("neuroshard.cli",)):
                 if rel.stem != "cli" and name not in SCRIPT_MAINS:
@@ -104,8 +125,14 @@ def test_folders_import_only_what_the_layout_allows():
 
 
 def test_the_layout_rules_are_one_way():
-    """The allowed imports between folders form no cycle (so neither can the code that obeys them)."""
-    edges = {f: {a.split(".")[1] for a in allowed} for f, allowed in ALLOWED.items()}
+    """The allowed imports between layers form no cycle (so neither can the code that obeys them)."""
+    def targets(prefix: str) -> set[str]:
+        rel = prefix[len("neuroshard."):]
+        inside = {k for k in ALLOWED if k == rel or k.startswith(rel + ".")}
+        return inside or {layer(prefix)} - {None}
+
+    edges = {k: set().union(*(targets(a) for a in allowed)) - {k} if allowed else set()
+             for k, allowed in ALLOWED.items()}
     seen, done = set(), set()
 
     def visit(f, path):
@@ -169,8 +196,8 @@ def test_the_package_has_no_import_cycle():
 
 
 def test_importing_the_planner_and_every_sharder_loads_no_fbgemm_distributed_or_matplotlib():
-    planner = sorted(f"neuroshard.planner.{p.stem}" for p in (PACKAGE / "planner").glob("*.py")
-                     if p.stem not in ("__init__", *TORCH_MODULES["planner"]))
+    planner = sorted(name for name in _modules() if name.startswith("neuroshard.planner.")
+                     and name not in TORCH_MODULES)
     code = (f"import sys, json\nimport neuroshard, neuroshard.planner\nfor m in {planner!r}: __import__(m)\n"
             "import neuroshard.learned.sharders\nnames = neuroshard.algorithm_names()\n"
             "assert 'dreamshard' in names and 'autoshard' in names, names\n"
@@ -178,7 +205,7 @@ def test_importing_the_planner_and_every_sharder_loads_no_fbgemm_distributed_or_
             "or m.startswith('torch.distributed') or m == 'torch')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert json.loads(out.stdout) == [], f"{planner} pulled in {out.stdout}"
-    assert "neuroshard.planner.search" in planner and "neuroshard.planner.simulator" in planner
+    assert "neuroshard.planner.search.beam" in planner and "neuroshard.planner.simulator" in planner
 
 
 def test_no_test_hooks_in_production_code():

@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from neuroshard.formats.plans import read_plans
-from neuroshard.formats.torchrec import read_torchrec_plan
-from neuroshard.planner.cost_models import save_model
+from neuroshard.formats.plan_file import read_plans
+from neuroshard.torchrec.sharding_file import read_torchrec_plan
+from neuroshard.planner.costs.cost_models import save_model
 from neuroshard.planner.simulator import validate_plan
 from neuroshard.types import DEFAULT_BINS, ShardTable, TableConfig
 from tests.test_api import _hand_models

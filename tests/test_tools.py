@@ -124,7 +124,7 @@ def test_gen_tasks(synthetic_dir, tmp_path):
               "--T_range", "2,6", "--max_mem", 0.05, "--ndevices", 2, "--max_dim", 32, "--seed", 1)
     assert res.returncode == 0, res.stderr
     from neuroshard.formats.dataset import read_table_configs
-    from neuroshard.formats.tasks import read_tasks
+    from neuroshard.formats.task_file import read_tasks
     from neuroshard.types import size_gb
 
     configs = read_table_configs(synthetic_dir / "table_configs.json")
@@ -184,12 +184,12 @@ def test_dataset_stats_bad_inputs(synthetic_dir, tmp_path):
 
 def test_calibrate_band_records_the_plan_error_in_the_forward_checkpoint(tmp_path):
     from neuroshard.formats.dataset import write_table_configs
-    from neuroshard.formats.plans import write_plans
-    from neuroshard.formats.tasks import write_tasks
-    from neuroshard.planner.cost_models import CostModels, save_model
-    from neuroshard.planner.nets import linear_compute_model
+    from neuroshard.formats.plan_file import write_plans
+    from neuroshard.formats.task_file import write_tasks
+    from neuroshard.planner.costs.cost_models import CostModels, save_model
+    from neuroshard.planner.costs.nets import linear_compute_model
     from neuroshard.planner.simulator import simulate
-    from neuroshard.planner.uncertainty import plan_normals
+    from neuroshard.planner.costs.uncertainty import plan_normals
     from neuroshard.types import CostBreakdown, Plan, PlanRecord, TableConfig, Task
     from tests.planner.test_simulator import diagonal_comm_model
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from neuroshard.data.synthetic import SyntheticSpec, generate_synthetic
-from neuroshard.data.tasks import TaskSpec, generate_tasks
+from neuroshard.data.task_gen import TaskSpec, generate_tasks
 from neuroshard.formats.dataset import write_dataset
-from neuroshard.formats.tasks import write_tasks
-from neuroshard.planner.cost_models import save_model
-from neuroshard.planner.nets import linear_compute_model
+from neuroshard.formats.task_file import write_tasks
+from neuroshard.planner.costs.cost_models import save_model
+from neuroshard.planner.costs.nets import linear_compute_model
 from neuroshard.types import ConfigError, InputError
 from tests.planner.test_simulator import diagonal_comm_model
 

@@ -8,7 +8,7 @@
 The plans that collect_plan_cost_data.py measured on TRAINING tasks (its
 hw/results.json) are re-simulated under the models of --models (a folder with
 compute.pt, comm_<n>_fw.pt and comm_<n>_bw.pt): each plan's cost samples (the
-ensemble's members with the noise of one measurement, planner/uncertainty.py)
+ensemble's members with the noise of one measurement, planner/costs/uncertainty.py)
 against its measured costs. The machine's speed at the time (the median of
 measured / expected cost) is divided out, then the smallest plan-level error
 sd that puts 80% of the measurements inside the band is found
@@ -24,7 +24,7 @@ comm checkpoint ("plan_error"): simulations with these models widen their
 reported band by the plan-level term (the same relative size for every plan,
 so the search's objective leaves it out), and the per-rank error raises the
 expected cost of plans whose ranks finish together (NeuroShard+'s robust
-objective, planner/uncertainty.py). Writes the report to --out_path (JSON,
+objective, planner/costs/uncertainty.py). Writes the report to --out_path (JSON,
 default <models>/plan_error_<n>.json) and prints one line.
 """
 
@@ -62,9 +62,9 @@ def main(argv=None) -> int:
     from neuroshard.eval.onpolicy import check_disjoint, plan_error
     from neuroshard.formats.dataset import read_table_configs
     from neuroshard.formats.io import write_json_atomic
-    from neuroshard.formats.plans import read_plans
-    from neuroshard.formats.tasks import read_tasks
-    from neuroshard.planner.cost_models import CostModels, noise_floor_sd, save_model
+    from neuroshard.formats.plan_file import read_plans
+    from neuroshard.formats.task_file import read_tasks
+    from neuroshard.planner.costs.cost_models import CostModels, noise_floor_sd, save_model
 
     check_int("--ndevices", args.ndevices, 1)
     check_float("--max_mem", args.max_mem, 0.0, lo_open=True)

@@ -20,7 +20,7 @@ import argparse
 import sys
 
 from neuroshard.cli import run_main
-from neuroshard.planner.torchrec_export import ExportConfig
+from neuroshard.torchrec.export import ExportConfig
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -40,8 +40,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from neuroshard.formats.plans import read_plans
-    from neuroshard.planner.torchrec_export import find_record, plan_tables
+    from neuroshard.formats.plan_file import read_plans
+    from neuroshard.torchrec.export import find_record, plan_tables
 
     tables, names = plan_tables(args.data_dir, args.task_path, args.tables, args.task)
     what = args.tables if args.tables else f"task {args.task} of {args.task_path}"

@@ -22,10 +22,10 @@ import os
 
 from neuroshard.checks import parse_range
 from neuroshard.cli import run_main
-from neuroshard.data.tasks import TABLE_POOLS, TaskSpec, generate_tasks
+from neuroshard.data.task_gen import TABLE_POOLS, TaskSpec, generate_tasks
 from neuroshard.formats.dataset import read_table_configs
 from neuroshard.formats.io import write_json_atomic
-from neuroshard.formats.tasks import write_tasks
+from neuroshard.formats.task_file import write_tasks
 
 _D = TaskSpec()
 

@@ -58,9 +58,9 @@ def main(argv=None) -> int:
     from neuroshard.eval.onpolicy import model_error
     from neuroshard.formats.dataset import read_table_configs
     from neuroshard.formats.io import write_json_atomic
-    from neuroshard.formats.plans import read_plans
-    from neuroshard.formats.tasks import read_tasks
-    from neuroshard.planner.cost_models import CostModels
+    from neuroshard.formats.plan_file import read_plans
+    from neuroshard.formats.task_file import read_tasks
+    from neuroshard.planner.costs.cost_models import CostModels
 
     check_int("--ndevices", args.ndevices, 1)
     check_float("--max_mem", args.max_mem, 0.0, lo_open=True)

@@ -37,7 +37,7 @@ from pathlib import Path
 
 from neuroshard.cli import run_main
 from neuroshard.planner.registry import add_sharder_args
-from neuroshard.planner.torchrec_export import ExportConfig
+from neuroshard.torchrec.export import ExportConfig
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -75,10 +75,10 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
     args = parse_args(argv)
     from neuroshard.checks import check_float, check_int, check_output_file
-    from neuroshard.formats.plans import write_plans
+    from neuroshard.formats.plan_file import write_plans
     from neuroshard.formats.user_tables import read_user_tables
-    from neuroshard.planner import user_tables as ut
-    from neuroshard.planner.cost_models import CostModels
+    from neuroshard.planner import user_plan as ut
+    from neuroshard.planner.costs.cost_models import CostModels
     from neuroshard.planner.registry import sharder_options
     from neuroshard.types import ConfigError, NeuroShardError
 
@@ -116,7 +116,7 @@ def main(argv=None) -> int:
         result = ut.shard_user_tables(user.configs, ndevices, max_mem, models, args.alg, args.seed, options)
     print(ut.device_table(result, user.names))
     if result.breakdown is not None:
-        from neuroshard.planner.extrapolation import warnings
+        from neuroshard.planner.costs.extrapolation import warnings
 
         for line in warnings(result.tables, result.plan, result.breakdown, models, user.names):
             print(f"warning: {line}", file=sys.stderr)
@@ -136,9 +136,9 @@ def torchrec_counted(user, ndevices: int, max_mem: float, models, args, options:
     from torchrec.distributed.planner.types import PlannerError, Topology
 
     from neuroshard.planner.registry import options_for
-    from neuroshard.planner.torchrec_planner import NeuroShardPlanner
-    from neuroshard.planner.torchrec_sharder import embedding_bag_collection
-    from neuroshard.planner.user_tables import user_shard_tables
+    from neuroshard.torchrec.planner import NeuroShardPlanner
+    from neuroshard.torchrec.sharder import embedding_bag_collection
+    from neuroshard.planner.user_plan import user_shard_tables
     from neuroshard.types import OutOfMemoryError
 
     cap = int(max_mem * 2**30)

@@ -18,7 +18,7 @@ shows
 
 The same samples are measured just before planning too (steps
 5-calibrate-compute and 5-calibrate-comm): `--calibration <dir>` scales the
-models by those factors (`eval.plans.calibrate`, `CostModels.scaled`), so
+models by those factors (`eval.planning.calibrate`, `CostModels.scaled`), so
 the plans and their estimates are for the machine as it runs now, and the
 report's drift is then the change from that calibration to the end of the
 evaluation.
@@ -103,7 +103,7 @@ def read_plan_speed(plan_speed_dir, calibration: dict | None) -> dict:
     error names the file and the factor that differs, as it does a missing file or a part without a ratio."""
     from neuroshard.eval.summary import speed_ratios
     from neuroshard.formats.io import read_json
-    from neuroshard.formats.plans import read_plans
+    from neuroshard.formats.plan_file import read_plans
 
     d = Path(plan_speed_dir)  # eval.py's out dir (eval.results names its files; importing it would close a cycle)
     results, config = d / "results.json", d / "config.json"
@@ -166,7 +166,7 @@ def read_anchors(hw_dir) -> dict | None:
     results.json, "plans": the plans measured, "factors": per part ("compute", "fw_comm", "bw_comm") the
     geometric mean of before and after}; None when either folder has no results (the steps did not run)."""
     from neuroshard.eval.summary import speed_ratios
-    from neuroshard.formats.plans import read_plans
+    from neuroshard.formats.plan_file import read_plans
 
     paths = [Path(hw_dir) / name / "results.json" for name in ANCHORS.values()]
     if not all(p.exists() for p in paths):

@@ -1,7 +1,7 @@
 """The hardware evaluation run (DESIGN §10): every plan record measured, resumably, in interleaved rounds.
 
 The plans are computed once, in the parent, by the code that `eval_simulator.py`
-uses (`eval.plans`), written to ``plans.json`` and measured by ONE
+uses (`eval.planning`), written to ``plans.json`` and measured by ONE
 plan-measurement job (`measure.plan_job`: what each rank does, the launcher,
 the failure handling). A plan measured R times (`--repeats`) gets the
 per-rank mean of its R measurements as its `measured` breakdown and the R
@@ -133,7 +133,7 @@ def run_evaluation(records: Sequence[PlanRecord], data_dir, task_path, cfg: Hard
     """
     from neuroshard.eval.results import PLANS_JSON, format_measured, write_outputs
     from neuroshard.formats.io import append_line, check_run_config, open_append, write_json_atomic
-    from neuroshard.formats.plans import format_measurement, read_measurements, write_plans
+    from neuroshard.formats.plan_file import format_measurement, read_measurements, write_plans
 
     out = Path(out_dir)
     partial = out / PARTIAL_DIR

@@ -21,7 +21,7 @@ measured plan into cost data in the formats of the random collections:
 
 Once models are trained on this data, `plan_error` measures their error on
 these plans beyond the spread they predict (tools/calibrate_band.py records it
-in the forward model's checkpoint; `planner.uncertainty.widen`).
+in the forward model's checkpoint; `planner.costs.uncertainty.widen`).
 
 NeuroShard+ may be planned with several values of its robust objective's
 `plus_lambda` (records labelled `neuroshard_plus[lambda=x]`); the smallest
@@ -185,7 +185,7 @@ def plan_error(records: Sequence[PlanRecord], tasks: Sequence[Task], configs: Se
     extra sd that puts 80% of the measurements in the predicted band (`uncertainty.calibrate_plan_sd`). None
     without measured plans."""
     from neuroshard.planner.simulator import plan_cost_samples
-    from neuroshard.planner.uncertainty import calibrate_plan_sd
+    from neuroshard.planner.costs.uncertainty import calibrate_plan_sd
 
     rank, ranks, noise = rank_error(records, tasks, configs, models if rank_models is None else rank_models,
                                     max_mem)
@@ -239,7 +239,7 @@ def collect(inputs, algs: Sequence[str], lambdas: Sequence[float], options: dict
     `<out_dir>/compute/` (beside the augmented table list of `max_dim`) and `<out_dir>/comm/`, and, with
     several lambdas, `<out_dir>/lambda.json`. Returns what was written (counts, paths, the lambda choice)."""
     from neuroshard.eval.hardware import run_evaluation
-    from neuroshard.eval.plans import compute_plans
+    from neuroshard.eval.planning import compute_plans
     from neuroshard.formats.cost_data import write_comm_data, write_compute_data
     from neuroshard.formats.io import write_json_atomic
     from neuroshard.types import ConfigError
@@ -270,7 +270,7 @@ def collect(inputs, algs: Sequence[str], lambdas: Sequence[float], options: dict
                   "plans": sum(r.measured is not None for r in results), "repeats": cfg.repeats, "max_dim": max_dim}
     write_json_atomic(out / "compute" / "config.json", {**provenance, "samples": len(compute)})
     # how the ranks' noise splits into their own and the plan's (needs repeats): the predicted spread's
-    # `shared` (planner.uncertainty), recorded by the comm models trained on this data
+    # `shared` (planner.costs.uncertainty), recorded by the comm models trained on this data
     noise = measured_rank_noise(results) if cfg.repeats >= 2 else None
     write_json_atomic(out / "comm" / "config.json", {**provenance, "samples": len(comm),
                                                      **({"rank_noise": noise.to_json()} if noise else {})})

@@ -151,7 +151,7 @@ def rank_noise(totals: Sequence[Sequence[Sequence[float]]]) -> RankNoise | None:
         common_sd**2      = (mean c**2 - mean 2 independent_sd**2 / ranks) / 2   (0 when negative)
 
     Both are relative sds of one measurement (fractions); None without a plan of 2 or more ranks measured
-    twice. `planner.uncertainty` draws the shared part once for all of a plan's ranks (`RankNoise.shared`)."""
+    twice. `planner.costs.uncertainty` draws the shared part once for all of a plan's ranks (`RankNoise.shared`)."""
     logs = []
     for plan in totals:
         if len(plan) < 2 or len(plan[0]) < 2 or len(plan[0]) != len(plan[1]):

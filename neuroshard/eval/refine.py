@@ -152,8 +152,8 @@ def refine_records(records: Sequence[PlanRecord], tasks, configs, models, refine
     `hw`: how candidates are measured (`measure.plan_job.HardwareConfig`; its `repeats` is
     `refine.refine_repeats`); `run`: the measuring run (default `eval.hardware.run_evaluation`)."""
     from neuroshard.eval.hardware import run_evaluation
-    from neuroshard.eval.plans import task_seed
-    from neuroshard.formats.plans import plan_view
+    from neuroshard.eval.planning import task_seed
+    from neuroshard.formats.plan_file import plan_view
     from neuroshard.planner.simulator import simulate
 
     refine.validate()
@@ -225,7 +225,7 @@ def _measured_before(work_dir: Path, items: Sequence[PlanRecord], cfg) -> list[P
     import json
 
     from neuroshard.formats.io import read_json
-    from neuroshard.formats.plans import read_plans
+    from neuroshard.formats.plan_file import read_plans
 
     res, conf = work_dir / "results.json", work_dir / "config.json"
     if not (res.exists() and conf.exists()):

@@ -125,7 +125,7 @@ def print_summary(summary: Summary, file=None) -> None:
 
 def format_measured(rec: PlanRecord, num_tasks: int) -> str:
     """One line per task and algorithm: the measured cost, the estimate and the per-rank parts."""
-    from neuroshard.eval.plans import format_record
+    from neuroshard.eval.planning import format_record
 
     if rec.cost is None:
         return format_record(rec, num_tasks)
@@ -196,7 +196,7 @@ def write_outputs(out_dir, records: Sequence[PlanRecord], summary: Summary, conf
     measured plans, whose plans.json was written before the job), results.json/.csv,
     summary.json/.csv/.md, and ranks.csv when the plans were measured."""
     from neuroshard.formats.io import atomic_write, write_csv, write_json_atomic
-    from neuroshard.formats.plans import write_plans
+    from neuroshard.formats.plan_file import write_plans
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -176,7 +176,7 @@ class Accuracy:
     pair_agreement_beyond_noise: float | None = None
     repeat_noise: dict | None = None  # power.plan_repeat_noise: how far two measurements of a plan differ
     # share of the measurements (each repeat of each plan) inside the estimate's predicted 80% band
-    # (`CostSpread` q10..q90, planner.uncertainty): 0.8 when the predicted spread is calibrated
+    # (`CostSpread` q10..q90, planner.costs.uncertainty): 0.8 when the predicted spread is calibrated
     calibration: float | None = None
     calibration_n: int = 0
     # the MAPE of the expected measured cost (the mean of the predicted distribution, `CostSpread.mean`: the

@@ -42,7 +42,7 @@ from neuroshard.checks import check_fields, check_float
 from neuroshard.learned.policy import LearnedPolicy, element_sizes, plan_from_assignment
 from neuroshard.learned.rl import impala_loss, masked_log_softmax
 from neuroshard.planner.baselines import no_room_error
-from neuroshard.planner.nets import mlp
+from neuroshard.planner.costs.nets import mlp
 from neuroshard.settings import Settings, setting
 from neuroshard.types import NUM_BINS, CostBreakdown, Plan, ShardTable
 

@@ -65,8 +65,8 @@ class HardwareOracle:
         self.plans, self.seconds = 0, 0.0
 
     def __call__(self, items: Sequence[tuple[Sequence[ShardTable], Plan]]) -> list[CostBreakdown]:
-        from neuroshard.formats.plans import write_plans
-        from neuroshard.formats.tasks import write_tasks
+        from neuroshard.formats.plan_file import write_plans
+        from neuroshard.formats.task_file import write_tasks
 
         if not items:
             return []

@@ -174,8 +174,8 @@ class PlanWorker(RankWorker):
         import torch
 
         from neuroshard.formats.dataset import read_dataset
-        from neuroshard.formats.plans import read_plans
-        from neuroshard.formats.tasks import read_tasks
+        from neuroshard.formats.plan_file import read_plans
+        from neuroshard.formats.task_file import read_tasks
         from neuroshard.measure.kernel import ShardBenchmark
 
         super().__init__(ctx)
@@ -333,13 +333,13 @@ class PlanJob(TorchrunJob):
 def measure_plans(plans_path, data_dir, task_path, cfg: HardwareConfig, *,
                   on_result: Callable[[PlanMeasurement], None] | None = None, work_dir: str | None = None,
                   worker_module: str | None = None) -> list[PlanMeasurement]:
-    """Measure every plan of `plans_path` (written by `formats.plans.write_plans`) in one job.
+    """Measure every plan of `plans_path` (written by `formats.plan_file.write_plans`) in one job.
 
     Returns one measurement per runnable plan (see `runnable`), in file
     order; `on_result(m)` is called as each arrives. Raises
     `launch.JobError` (naming the failing rank and cause) if any rank fails.
     """
-    from neuroshard.formats.plans import read_plans
+    from neuroshard.formats.plan_file import read_plans
 
     items = runnable(read_plans(plans_path))
     if not items and not cfg.launch.multi_node:  # (other nodes wait for the job: start it anyway)

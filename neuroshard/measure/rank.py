@@ -47,7 +47,7 @@ MODULE = "neuroshard.measure.rank"
 # the job file's "worker" -> the class that measures its items (imported by name: the workers import this module)
 WORKERS = {"alltoall": "neuroshard.measure.alltoall_job:AllToAllWorker",
            "plans": "neuroshard.measure.plan_job:PlanWorker",
-           "torchrec_train": "neuroshard.measure.torchrec_train:TorchRecTrainWorker"}
+           "torchrec_train": "neuroshard.torchrec.training:TorchRecTrainWorker"}
 
 
 # --------------------------------------------------------------------------- the rank protocol

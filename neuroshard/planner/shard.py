@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from neuroshard.planner import extrapolation
+from neuroshard.planner.costs import extrapolation
 from neuroshard.planner.registry import ShardingContext, check_options, get_sharder
 from neuroshard.planner.simulator import simulate, validate_plan
 from neuroshard.types import (ConfigError, CostBreakdown, InvalidPlanError, OutOfMemoryError, Plan, ShardTable,
@@ -33,7 +33,7 @@ class ShardResult:
     (None without models); `view`: one entry per input table with its shards'
     dims and devices; `search_ms`: wall time of the sharder; `warnings`: per
     table and device, where the estimate leaves the models' training data
-    (`planner.extrapolation`).
+    (`planner.costs.extrapolation`).
     """
 
     alg: str
@@ -82,7 +82,7 @@ def shard(tables: Sequence[ShardTable | TableConfig], ndevices: int, max_mem_gb:
     OutOfMemoryError when no plan fits (or the algorithm returned one that
     does not), InvalidPlanError when it returned a plan that breaks the rules.
     """
-    from neuroshard.formats.plans import plan_view
+    from neuroshard.formats.plan_file import plan_view
 
     tables = as_shard_tables(tables)
     if runtime is not None:

@@ -22,8 +22,8 @@ from typing import Sequence
 import numpy as np
 
 from neuroshard.checks import check_float
-from neuroshard.planner.scorer import PlanScorer, get_scorer, single_threaded_blas
-from neuroshard.planner.uncertainty import cost_samples, spread, widen
+from neuroshard.planner.costs.scorer import PlanScorer, get_scorer, single_threaded_blas
+from neuroshard.planner.costs.uncertainty import cost_samples, spread, widen
 from neuroshard.types import (
     BYTES_PER_ELEMENT,
     CostBreakdown,
@@ -108,18 +108,18 @@ def simulate(tables: Sequence[ShardTable], plan: Plan, models, max_mem: float) -
     that does not fit. The breakdown also holds per-device `dims`, `skew`
     and `mem_gb`; with ensembles or a known measurement noise
     (`CostModels.noise_model`), each member's plan cost and the plan's cost
-    distribution (`spread`, see `planner.uncertainty`). With a runtime model
+    distribution (`spread`, see `planner.costs.uncertainty`). With a runtime model
     (`CostModels.runtime`), the cost is that runtime's estimate
-    (`planner.torchrec_runtime`).
+    (`torchrec.runtime_model`).
     """
     with single_threaded_blas():
         return _simulate(tables, plan, models, max_mem)
 
 
 def _simulate_runtime(scorer, tables, split, plan: Plan, runtime) -> CostBreakdown:
-    """The breakdown under TorchRec's runtime (`planner.torchrec_runtime`): per device its kernels' ms (all
+    """The breakdown under TorchRec's runtime (`torchrec.runtime_model`): per device its kernels' ms (all
     groups), no per-device exchanges (they are in the runtime's terms), the runtime's estimate as the cost."""
-    from neuroshard.planner.torchrec_runtime import features, plan_parts
+    from neuroshard.torchrec.runtime_model import features, plan_parts
 
     parts = plan_parts(scorer, tables, plan, runtime.batch_size, split)
     x = features(parts)[0]

@@ -16,8 +16,8 @@ import torch
 
 from neuroshard.checks import check_output_file
 from neuroshard.formats.cost_data import DATA_TXT, CommSample, read_comm_data, read_noise_floor, read_rank_noise
-from neuroshard.planner.extrapolation import comm_ranges
-from neuroshard.planner.nets import COMM_HIDDEN, CommCostModel
+from neuroshard.planner.costs.extrapolation import comm_ranges
+from neuroshard.planner.costs.nets import COMM_HIDDEN, CommCostModel
 from neuroshard.train.loop import TrainConfig, save_trained, train_ensemble
 from neuroshard.types import InputError
 

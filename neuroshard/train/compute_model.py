@@ -14,8 +14,8 @@ import torch
 
 from neuroshard.checks import check_output_file
 from neuroshard.formats.cost_data import read_compute_data, read_noise_floor
-from neuroshard.planner.extrapolation import compute_ranges
-from neuroshard.planner.nets import ComputeCostModel, feature_stats, table_features
+from neuroshard.planner.costs.extrapolation import compute_ranges
+from neuroshard.planner.costs.nets import ComputeCostModel, feature_stats, table_features
 from neuroshard.train.loop import TrainConfig, save_trained, train_ensemble
 from neuroshard.types import InputError, TableConfig
 

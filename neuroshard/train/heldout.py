@@ -26,7 +26,7 @@ from neuroshard.checks import check_int
 from neuroshard.data.split import sample_group, table_halves
 from neuroshard.formats.cost_data import read_compute_data
 from neuroshard.formats.io import RUN_CONFIG, read_json
-from neuroshard.planner.nets import table_features
+from neuroshard.planner.costs.nets import table_features
 from neuroshard.train.compute_model import build_model, shard_tensors
 from neuroshard.train.loop import TrainConfig, train_model
 from neuroshard.train.metrics import regression_metrics

@@ -123,7 +123,7 @@ def train_ensemble(build, inputs: tuple, targets: torch.Tensor, cfg: TrainConfig
     """Train `cfg.ensemble` models made by `build()` (`train_model` with member 0, 1, ...); returns the
     model (a `nets.CostEnsemble` of them when more than one) and the report of their mean prediction
     (the history and best epoch are member 0's)."""
-    from neuroshard.planner.nets import CostEnsemble
+    from neuroshard.planner.costs.nets import CostEnsemble
 
     models, reports = [], []
     for k in range(cfg.ensemble):
@@ -238,7 +238,7 @@ def save_trained(model, report: TrainReport, out_path, title: str, result: dict)
     count, noise floor...); returned with the metrics and paths added.
     """
     from neuroshard.formats.io import write_json_atomic
-    from neuroshard.planner.cost_models import save_model
+    from neuroshard.planner.costs.cost_models import save_model
     from neuroshard.train.metrics import scatter_plot
 
     scatter, metrics_path = companion_paths(out_path)

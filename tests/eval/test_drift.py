@@ -61,7 +61,7 @@ def _anchor(task, compute, fw, cost):
 
 def test_read_anchors_gives_the_geometric_mean_of_the_speeds_before_and_after(tmp_path):
     from neuroshard.eval.drift import ANCHORS, read_anchors
-    from neuroshard.formats.plans import write_plans
+    from neuroshard.formats.plan_file import write_plans
 
     assert read_anchors(tmp_path) is None  # the steps did not run
     # before: compute 0.5, 1.0, 1.5 of the estimate -> median 1.0; plan costs 3, 4, 5 over 4 -> 1.0
@@ -85,7 +85,7 @@ def _plan_speed_dir(path, calibration):
     `calibration`."""
     import json
 
-    from neuroshard.formats.plans import write_plans
+    from neuroshard.formats.plan_file import write_plans
 
     path.mkdir()
     write_plans(path / "results.json", [_anchor(0, 0.8, 1.2, 3.5), _anchor(1, 0.9, 1.2, 4.0),
@@ -117,7 +117,7 @@ def test_read_plan_speed_refuses_a_part_no_plan_measured(tmp_path):
     import json
 
     from neuroshard.eval.drift import read_plan_speed
-    from neuroshard.formats.plans import write_plans
+    from neuroshard.formats.plan_file import write_plans
 
     (tmp_path / "config.json").write_text(json.dumps({}))
     write_plans(tmp_path / "results.json", [PlanRecord(0, "a", status="oom")])

@@ -5,7 +5,7 @@ import pytest
 
 from neuroshard.eval.summary import hardware_summary as summarize
 from neuroshard.eval.summary import simulator_accuracy
-from neuroshard.formats.plans import read_plans
+from neuroshard.formats.plan_file import read_plans
 from neuroshard.measure.plan_job import HardwareConfig
 from neuroshard.types import CostBreakdown, Plan, PlanMeasurement, PlanRecord
 from tests.measure.test_plan_job import _breakdown

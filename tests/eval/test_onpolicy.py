@@ -78,7 +78,7 @@ def test_lambda_is_the_smallest_unless_another_is_significantly_cheaper():
 def test_plan_error_divides_out_the_machine_speed_then_calibrates():
     from neuroshard.eval.onpolicy import plan_error
     from neuroshard.planner.simulator import simulate
-    from neuroshard.planner.uncertainty import calibrate_plan_sd, plan_normals
+    from neuroshard.planner.costs.uncertainty import calibrate_plan_sd, plan_normals
     from tests.planner.test_simulator import hand_models
 
     tasks = [Task((0, 1), (8, 16)), Task((2, 3, 4), (8, 8, 16))]
@@ -164,7 +164,7 @@ def test_plan_error_records_the_plan_jobs_compute_noise_and_draws_the_floor():
 
     from neuroshard.eval.onpolicy import plan_error
     from neuroshard.planner.simulator import plan_cost_samples, simulate
-    from neuroshard.planner.uncertainty import NoiseModel, share_in_band
+    from neuroshard.planner.costs.uncertainty import NoiseModel, share_in_band
     from tests.planner.test_simulator import hand_models
 
     tasks = [Task((0, 1), (8, 16))]

@@ -9,7 +9,7 @@ from neuroshard.eval.refine import (RefineConfig, candidates, choose, paired_noi
                                     refine_summary)
 from neuroshard.eval.summary import summarize
 from neuroshard.formats.io import write_json_atomic
-from neuroshard.formats.plans import read_plans, write_plans
+from neuroshard.formats.plan_file import read_plans, write_plans
 from neuroshard.measure import plan_job
 from neuroshard.measure.plan_job import HardwareConfig
 from neuroshard.planner.shard import shard

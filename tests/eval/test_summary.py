@@ -32,7 +32,7 @@ def test_the_expected_cost_mape_uses_the_predicted_distributions_mean():
 def test_rank_noise_reads_each_repeats_rank_totals_and_reaches_the_report():
     import math
 
-    from neuroshard.eval.report import accuracy_table
+    from neuroshard.pipeline.report import accuracy_table
     from neuroshard.eval.summary import Accuracy, simulator_accuracy
     from neuroshard.types import RepeatParts
 
@@ -54,7 +54,7 @@ def test_rank_noise_reads_each_repeats_rank_totals_and_reaches_the_report():
 
 
 def test_bias_by_alg_gives_each_algorithms_median_measured_over_estimated():
-    from neuroshard.eval.report import accuracy_table
+    from neuroshard.pipeline.report import accuracy_table
     from neuroshard.eval.summary import Accuracy, simulator_accuracy
 
     def rec(alg, task, measured_cost, fw, spread_mean=None):
@@ -77,7 +77,7 @@ def test_bias_by_alg_gives_each_algorithms_median_measured_over_estimated():
 
 
 def test_bias_by_round_gives_each_rounds_median_over_the_plans_and_reaches_the_report():
-    from neuroshard.eval.report import accuracy_table
+    from neuroshard.pipeline.report import accuracy_table
     from neuroshard.eval.summary import Accuracy, bias_by_round, simulator_accuracy
     from neuroshard.types import RepeatParts
 
@@ -104,7 +104,7 @@ def test_bias_by_round_gives_each_rounds_median_over_the_plans_and_reaches_the_r
 
 
 def test_headroom_pairs_the_algorithms_by_task_and_reaches_the_summary_and_report():
-    from neuroshard.eval.report import headroom_lines
+    from neuroshard.pipeline.report import headroom_lines
     from neuroshard.eval.summary import Summary, hardware_summary, summarize
 
     def headroom(records, algs):
@@ -132,7 +132,7 @@ def test_headroom_pairs_the_algorithms_by_task_and_reaches_the_summary_and_repor
 
 
 def test_rank_spread_compares_the_largest_skew_estimated_and_measured_and_reaches_the_report():
-    from neuroshard.eval.report import accuracy_table
+    from neuroshard.pipeline.report import accuracy_table
     from neuroshard.eval.summary import Accuracy, rank_spread, simulator_accuracy
 
     def rec(alg, task, est_skew, got_skew):
@@ -160,7 +160,7 @@ def test_rank_spread_compares_the_largest_skew_estimated_and_measured_and_reache
 
 def test_prediction_powered_verdicts_use_the_unmeasured_tasks_estimates_and_reach_the_report():
     from neuroshard.eval.intervals import paired_difference, powered_difference
-    from neuroshard.eval.report import power_lines
+    from neuroshard.pipeline.report import power_lines
     from neuroshard.eval.summary import Summary, hardware_summary
 
     def rec(alg, task, estimate, repeats=None):

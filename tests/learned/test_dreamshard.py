@@ -7,8 +7,8 @@ import torch
 
 from neuroshard.learned import dreamshard as dn
 from neuroshard.learned.oracle import SimulatorOracle
-from neuroshard.planner.cost_models import CostModels
-from neuroshard.planner.nets import linear_compute_model
+from neuroshard.planner.costs.cost_models import CostModels
+from neuroshard.planner.costs.nets import linear_compute_model
 from neuroshard.planner.simulator import mem_cap_elements, simulate, validate_plan
 from neuroshard.types import CostBreakdown, OutOfMemoryError, ShardTable, TableConfig
 from tests.planner.test_simulator import diagonal_comm_model

@@ -7,7 +7,7 @@ import argparse
 import pytest
 import torch
 
-from neuroshard.eval.plans import plan_task, resolve_algs
+from neuroshard.eval.planning import plan_task, resolve_algs
 from neuroshard.learned import autoshard as an
 from neuroshard.learned import dreamshard as dn
 from neuroshard.learned.policy import load_policy

@@ -13,8 +13,8 @@ from neuroshard.eval.hardware import merge_results
 from neuroshard.eval.results import write_outputs
 from neuroshard.eval.summary import hardware_summary as summarize
 from neuroshard.formats.dataset import write_dataset
-from neuroshard.formats.plans import plan_view, read_plans, write_plans
-from neuroshard.formats.tasks import write_tasks
+from neuroshard.formats.plan_file import plan_view, read_plans, write_plans
+from neuroshard.formats.task_file import write_tasks
 from neuroshard.measure import launch
 from neuroshard.measure.launch import JobError
 from neuroshard.measure.plan_job import HardwareConfig, measure_plans, shard_layout

@@ -11,9 +11,9 @@ import pytest
 
 from neuroshard.planner.registry import (algorithm_names, all_settings, check_options, get_sharder, option_names,
                                          options_for)
-from neuroshard.planner.search import SearchConfig
-from neuroshard.planner.search_plus import PlusConfig
-from neuroshard.planner.torchrec_sharder import TorchRecConfig
+from neuroshard.planner.search.beam import SearchConfig
+from neuroshard.planner.search.plus import PlusConfig
+from neuroshard.torchrec.sharder import TorchRecConfig
 from neuroshard.types import ConfigError, NeuroShardError
 
 ROOT = Path(__file__).resolve().parents[2]

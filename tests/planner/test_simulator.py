@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 import torch
 
-from neuroshard.planner.cost_models import CostModels
-from neuroshard.planner.nets import (
+from neuroshard.planner.costs.cost_models import CostModels
+from neuroshard.planner.costs.nets import (
     CommCostModel,
     ComputeCostModel,
     feature_stats,
@@ -11,7 +11,7 @@ from neuroshard.planner.nets import (
     linear_compute_model,
     table_features,
 )
-from neuroshard.planner.scorer import PlanScorer, get_scorer
+from neuroshard.planner.costs.scorer import PlanScorer, get_scorer
 from neuroshard.planner.simulator import mem_cap_elements, score_placements, simulate, validate_plan
 from neuroshard.types import InvalidPlanError, OutOfMemoryError, Plan, ShardTable, TableConfig
 

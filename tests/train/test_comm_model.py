@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from neuroshard.formats.cost_data import CommSample, write_comm_data
-from neuroshard.planner.cost_models import load_comm_model
+from neuroshard.planner.costs.cost_models import load_comm_model
 from neuroshard.train.comm_model import comm_tensors, train_comm_models
 from neuroshard.train.loop import TrainConfig
 from neuroshard.types import InputError
@@ -118,7 +118,7 @@ def test_cli_trains_both_models(tmp_path):
 
 
 def test_on_policy_rank_noise_reaches_the_checkpoint_and_the_predicted_spread(tmp_path, one_thread):
-    from neuroshard.planner.cost_models import CostModels
+    from neuroshard.planner.costs.cost_models import CostModels
 
     data, plan = tmp_path / "comm", tmp_path / "plan_comm"
     write_comm_data(data, synthetic_samples(60, ndevices=2))

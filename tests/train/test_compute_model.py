@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from neuroshard.formats.cost_data import write_compute_data
-from neuroshard.planner.cost_models import load_model
-from neuroshard.planner.nets import table_features
+from neuroshard.planner.costs.cost_models import load_model
+from neuroshard.planner.costs.nets import table_features
 from neuroshard.train.compute_model import build_model, shard_tensors, train_compute_model
 from neuroshard.train.loop import TrainConfig, companion_paths
 from neuroshard.train.metrics import regression_metrics

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from neuroshard.planner.nets import CommCostModel, CostEnsemble
+from neuroshard.planner.costs.nets import CommCostModel, CostEnsemble
 from neuroshard.train.loop import TrainConfig, split_indices, train_ensemble, train_model
 from neuroshard.train.metrics import scatter_plot
 from neuroshard.types import ConfigError

@@ -1,0 +1,391 @@
+"""Plans for every task and algorithm, with their simulated costs (DESIGN §10).
+
+`eval_simulator.py` is a thin wrapper around this module and `eval/results`,
+and the hardware evaluation (`eval.py`) computes its plans with
+`compute_plans` too, so both evaluate the same plans made by the same code.
+Each plan comes from the library call `planner.shard.shard` and is kept as a
+`types.PlanRecord`: "oom" when the sharder found no plan within the memory
+cap (or returned one that exceeds it), "invalid" when it returned a plan
+that breaks the rules. Both count as invalid tasks (upstream's `Valid v / N`).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from neuroshard.formats.plan_file import plan_mismatch, plan_view
+from neuroshard.learned.policy import POLICY_OPTIONS, load_policy
+from neuroshard.planner.costs.cost_models import CostModels
+from neuroshard.planner.registry import (
+    algorithm_names,
+    missing_requirement,
+    options_for,
+    prepare,
+    required_option,
+)
+from neuroshard.planner.costs.scorer import get_scorer
+from neuroshard.planner.shard import shard
+from neuroshard.planner.simulator import simulate, validate_plan
+from neuroshard.types import (
+    InputError,
+    InvalidPlanError,
+    NeuroShardError,
+    OutOfMemoryError,
+    PlanRecord,
+    ShardTable,
+    TableConfig,
+    Task,
+    task_identity,
+)
+
+
+@dataclass
+class EvalInputs:
+    """Everything an evaluation reads: dataset table configs, tasks (the first `--max_tasks` of the
+    `tasks_in_file` the task file holds), the three cost models, the dataset's batch size (None
+    without a data.pt) and the comm models' paths (as resolved by `inputs_from_args`)."""
+
+    configs: list[TableConfig]
+    tasks: list[Task]
+    models: CostModels
+    tasks_in_file: int
+    batch_size: int | None = None
+    fw_comm_model: str | None = None
+    bw_comm_model: str | None = None
+    calibration: dict | None = None  # eval.drift.read_drift's factors the models were scaled by (--calibration)
+    plan_speed: dict | None = None  # eval.drift.read_plan_speed's factors, on top of those (--plan_speed)
+
+
+# the algorithms whose search optimises the cost models' runtime: their plans are labelled with it
+RUNTIME_SEARCHES = ("neuroshard",)
+
+
+def label_runtime(records: Sequence[PlanRecord], algs: Sequence[str], runtime: str) -> tuple[list, list]:
+    """Records and algorithm list with the plans searched for `runtime` (other than the paper's) labelled
+    `alg[runtime]` (e.g. neuroshard[torchrec]), so they sit beside the paper-runtime plans of the same
+    algorithm in one comparison (eval_torchrec.py --plans a.json,b.json)."""
+    from dataclasses import replace
+
+    def label(alg):
+        return f"{alg}[{runtime}]" if alg in RUNTIME_SEARCHES else alg
+
+    return [replace(r, alg=label(r.alg)) for r in records], [label(a) for a in algs]
+
+
+def add_input_args(parser, data_help: str = "dataset dir with table_configs.json") -> None:
+    """The flags naming what an evaluation reads, shared by eval_simulator.py and eval.py."""
+    parser.add_argument("--data_dir", default="data/dlrm_datasets", help=data_help)
+    parser.add_argument("--task_path", default="data/tasks/4_gpu/data.txt", help="task file (one task per line)")
+    parser.add_argument("--compute_model", default="models/compute.pt", help="compute cost model checkpoint")
+    for kind, name in (("fw", "forward"), ("bw", "backward")):
+        parser.add_argument(f"--{kind}_comm_model", default=None,
+                            help=f"{name} comm cost model checkpoint (default: models/comm_<ndevices>_{kind}.pt)")
+    parser.add_argument("--calibration", default=None,
+                        help="dir with drift_compute.json and drift_comm.json measured just before planning "
+                             "(tools/compute_noise_floor.py --out_path, collect_comm_cost_data.py --noise_floor N "
+                             "--noise_out): the models' compute, fw and bw predictions are scaled by how much "
+                             "slower or faster the machine runs now than when the cost data was recorded "
+                             "(default: unscaled)")
+    parser.add_argument("--alg", default="neuroshard",
+                        help="sharding algorithm: neuroshard, random, dim_greedy, lookup_greedy, size_greedy, "
+                             "size_lookup_greedy, torchrec, dreamshard, autoshard, neuroshard_plus (any registered "
+                             "name), a comma list, or 'all' (the learned ones only when their policy is given) "
+                             "(default: neuroshard)")
+    parser.add_argument("--max_mem", type=float, default=4.0, help="memory per device in GB (default: 4)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the randomised algorithms (default: 0)")
+    parser.add_argument("--max_tasks", type=int, default=None, help="evaluate only the first N tasks")
+
+
+def inputs_from_args(args, ndevices: int, max_tasks: int | None = None) -> EvalInputs:
+    """`load_inputs` from the flags of `add_input_args` on `ndevices` devices; a comm model not named is
+    `models/comm_<ndevices>_<fw|bw>.pt`."""
+    from neuroshard.planner.costs.cost_models import default_comm_model_path
+
+    fw = args.fw_comm_model or default_comm_model_path(ndevices, "fw")
+    bw = args.bw_comm_model or default_comm_model_path(ndevices, "bw")
+    inputs = load_inputs(args.data_dir, args.task_path, args.compute_model, fw, bw, ndevices, max_tasks)
+    inputs = replace(inputs, fw_comm_model=str(fw), bw_comm_model=str(bw))
+    if getattr(args, "calibration", None):
+        inputs = calibrate(inputs, args.calibration)
+    if getattr(args, "plan_speed", None):
+        inputs = scale_to_plan_speed(inputs, args.plan_speed)
+    return inputs
+
+
+def calibrate(inputs: EvalInputs, calibration_dir) -> EvalInputs:
+    """`inputs` with the models scaled by the machine's drift measured in `calibration_dir`
+    (`eval.drift.read_calibration`)."""
+    from neuroshard.eval.drift import calibrated, read_calibration
+
+    factors = read_calibration(calibration_dir)
+    return replace(inputs, models=calibrated(inputs.models, factors), calibration=factors)
+
+
+def scale_to_plan_speed(inputs: EvalInputs, plan_speed_dir) -> EvalInputs:
+    """`inputs` with the models scaled further by the plan job's speed measured in `plan_speed_dir`, under the
+    same calibration (`eval.drift.read_plan_speed`)."""
+    from neuroshard.eval.drift import calibrated, read_plan_speed
+
+    factors = read_plan_speed(plan_speed_dir, inputs.calibration)
+    return replace(inputs, models=calibrated(inputs.models, factors), plan_speed=factors)
+
+
+def load_inputs(data_dir, task_path, compute_model, fw_comm_model, bw_comm_model, ndevices: int,
+                max_tasks: int | None = None) -> EvalInputs:
+    """Read the dataset's table configs, the tasks (the first `max_tasks`) and the cost models.
+
+    The simulator needs no lookups: of `data.pt` only the batch size is read
+    (memory-mapped, for sharders that plan for a batch, e.g. `torchrec`), and
+    only when the file is there.
+    """
+    from neuroshard.formats.dataset import DATA_PT, read_dataset, read_table_configs
+    from neuroshard.formats.task_file import read_tasks
+
+    if ndevices < 1:
+        raise NeuroShardError(f"--ndevices must be >= 1, got {ndevices}")
+    if max_tasks is not None and max_tasks < 1:
+        raise NeuroShardError(f"--max_tasks must be >= 1, got {max_tasks}")
+    configs = read_table_configs(Path(data_dir) / "table_configs.json")
+    all_tasks = read_tasks(task_path, num_tables=len(configs))
+    tasks = all_tasks[:max_tasks] if max_tasks is not None else all_tasks
+    models = CostModels.from_paths(compute_model, fw_comm_model, bw_comm_model, ndevices)
+    batch = read_dataset(data_dir, validate=False).batch_size if (Path(data_dir) / DATA_PT).exists() else None
+    return EvalInputs(configs, tasks, models, len(all_tasks), batch)
+
+
+def resolve_algs(alg: str, options: dict | None = None) -> list[str]:
+    """`--alg` value -> algorithm names: "all" is every registered one; a comma list is allowed.
+
+    "all" leaves out the algorithms whose optional package is not installed
+    (named in a warning) and those whose required option (a learned sharder's
+    trained policy, `--dreamshard_policy` / `--autoshard_policy`) is not in
+    `options`; naming such an algorithm explicitly without it is a one-line
+    error when it runs.
+    """
+    names = algorithm_names()
+    if alg == "all":
+        missing = {n: missing_requirement(n) for n in names}
+        for n, module in missing.items():
+            if module:
+                print(f"warning: --alg all: skipping {n}: {module} is not installed", file=sys.stderr)
+        return [n for n in names if not missing[n]
+                and (required_option(n) is None or (options or {}).get(required_option(n)))]
+    algs = [a.strip() for a in alg.split(",") if a.strip()]
+    unknown = [a for a in algs if a not in names]
+    if not algs or unknown:
+        raise NeuroShardError(f"--alg: unknown algorithm {', '.join(unknown) or repr(alg)}; "
+                              f"choose from all, {', '.join(names)}")
+    return list(dict.fromkeys(algs))
+
+
+def check_learned_policies(algs: Sequence[str], options: dict, ndevices: int, max_mem: float) -> None:
+    """Load the policy of every learned sharder in `algs` now, so a missing or mismatched
+    checkpoint is a one-line error before any planning."""
+    for alg in algs:
+        if alg in POLICY_OPTIONS:
+            load_policy(alg, options, ndevices, max_mem)
+
+
+def task_seed(seed: int, task: int) -> int:
+    """The seed a sharder gets for task `task`: different per task, fixed by `--seed`."""
+    return int(np.random.SeedSequence([int(seed), int(task)]).generate_state(1)[0])
+
+
+def plan_task(task: int, tables: Sequence[ShardTable], alg: str, ndevices: int, max_mem: float,
+              models: CostModels, seed: int = 0, options: dict | None = None) -> PlanRecord:
+    """Run one sharder on one task (`planner.shard.shard`) and keep the outcome as a PlanRecord."""
+    t0 = time.perf_counter()
+    try:
+        res = shard(tables, ndevices, max_mem, models=models, alg=alg, seed=seed, **options_for(alg, options))
+    except (OutOfMemoryError, InvalidPlanError) as e:
+        return PlanRecord(task=task, alg=alg, status="oom" if isinstance(e, OutOfMemoryError) else "invalid",
+                          message=str(e), search_ms=1e3 * (time.perf_counter() - t0), num_tables=len(tables),
+                          **task_identity(tables))
+    return PlanRecord(task=task, alg=alg, plan=res.plan, estimate=res.breakdown, search_ms=res.search_ms,
+                      num_tables=len(tables), view=res.view, **task_identity(tables))
+
+
+def compute_plans(configs: Sequence[TableConfig], tasks: Sequence[Task], algs: Sequence[str], ndevices: int,
+                  max_mem: float, models: CostModels, seed: int = 0, options: dict | None = None,
+                  progress: bool = True, on_record: Callable[[PlanRecord], None] | None = None) -> list[PlanRecord]:
+    """Plan records for every task (outer loop, with a progress bar) and algorithm (inner loop)."""
+    from tqdm import tqdm
+
+    get_scorer(models)  # build the fast model copies now, so the first task's search time is fair
+    for alg in algs:
+        prepare(alg)  # likewise a sharder's one-time set-up (e.g. importing torchrec)
+    records = []
+    # disable=None: no bar when stderr is not a terminal (logs, pipes)
+    for i in tqdm(range(len(tasks)), desc="tasks", unit="task", disable=None if progress else True,
+                  file=sys.stderr):
+        tables = tasks[i].tables(configs)
+        for alg in algs:
+            rec = plan_task(i, tables, alg, ndevices, max_mem, models, task_seed(seed, i), options)
+            records.append(rec)
+            if on_record is not None:
+                on_record(rec)
+    return records
+
+
+def format_record(rec: PlanRecord, num_tasks: int) -> str:
+    """One line per task and algorithm, as upstream printed: the plan and its estimated cost."""
+    head = f"Task {rec.task + 1}/{num_tasks} [{rec.alg}]"
+    if rec.status != "ok":
+        kind = "Out of memory" if rec.status == "oom" else "Invalid plan"
+        return f"{head} {kind}: {rec.message}"
+    shards = [list(s) for s in rec.plan.shards]
+    return (f"{head} Sharding steps: {list(rec.plan.column_steps)}, shards: {shards} -> "
+            f"Latency: {rec.estimated_cost:.4f} ms (search {rec.search_ms:.1f} ms)")
+
+
+# --------------------------------------------------------------------------- plans from a file
+
+
+# a re-simulated estimate this far (relative) from the one a plans file recorded is warned about
+ESTIMATE_TOLERANCE = 0.1
+
+
+def check_plans(records: Sequence[PlanRecord], configs: Sequence[TableConfig], tasks: Sequence[Task],
+                ndevices: int, max_mem: float, models: CostModels) -> list[PlanRecord]:
+    """Re-validate plan records against the tasks and recompute their estimates with `models`.
+
+    A plan for another device count or memory cap, or one that breaks the
+    rules for its task, becomes "oom"/"invalid" (reported, not run); the
+    estimate written in the file is never trusted, it is simulated again
+    (a warning when the two differ by more than `ESTIMATE_TOLERANCE`), and
+    the task's identity (`types.task_identity`) is recorded.
+    """
+    out = []
+    for rec in records:
+        tables = tasks[rec.task].tables(configs)
+        if rec.plan is None:
+            out.append(replace(rec, estimate=None))
+            continue
+        try:
+            validate_plan(tables, rec.plan, ndevices, max_mem)  # device count first: the models need it
+            estimate = simulate(tables, rec.plan, models, max_mem)
+        except OutOfMemoryError as e:
+            rec = replace(rec, plan=None, status="oom", message=str(e), estimate=None, view=None)
+        except InvalidPlanError as e:
+            rec = replace(rec, plan=None, status="invalid", message=f"plan does not fit task {rec.task}: {e}",
+                          estimate=None, view=None)
+        else:
+            recorded = rec.estimated_cost
+            if recorded is not None and not math.isclose(estimate.cost, recorded, rel_tol=ESTIMATE_TOLERANCE):
+                print(f"warning: task {rec.task} [{rec.alg}]: the plan's estimate re-simulated is "
+                      f"{estimate.cost:.4g} ms, the file recorded {recorded:.4g} ms (other cost models, or a "
+                      "plan made for other tables?)", file=sys.stderr)
+            rec = replace(rec, status="ok", message=None, estimate=estimate, num_tables=len(tables),
+                          view=plan_view(tables, rec.plan), **task_identity(tables))
+        out.append(rec)
+    return out
+
+
+def plans_from_file(path, inputs: EvalInputs, task_path, alg: str, ndevices: int,
+                    max_mem: float) -> tuple[list[PlanRecord], list[str]]:
+    """The plan records of `path` (eval_simulator.py's plans.json) to measure for `inputs`, and their
+    algorithms, checked against the task file.
+
+    Errors (InputError naming the file and record): no record; a record for a
+    task the task file does not have; two records for the same task and
+    algorithm; a record whose task identity (table ids and dims), table count
+    or per-table view does not match its task (plans made for another task
+    file; `formats.plan_file.plan_mismatch`). Records for tasks beyond
+    `--max_tasks` are left out; `alg` ("all" or names) picks algorithms.
+    Estimates are recomputed.
+    """
+    from neuroshard.formats.plan_file import read_plans
+
+    records = read_plans(path)
+    if not records:
+        raise InputError(path, "no plan records to measure")
+    seen: dict[tuple[int, str], int] = {}
+    for k, rec in enumerate(records):
+        where = f"record {k} (task {rec.task}, {rec.alg})"
+        if rec.task >= inputs.tasks_in_file:
+            raise InputError(path, f"{where}: the task file {task_path} has {inputs.tasks_in_file} tasks")
+        if (rec.task, rec.alg) in seen:
+            raise InputError(path, f"{where}: duplicates record {seen[rec.task, rec.alg]}")
+        seen[rec.task, rec.alg] = k
+        if rec.task < len(inputs.tasks):  # a plan breaking the rules is reported as "invalid" (check_plans)
+            problem = plan_mismatch(rec, inputs.tasks[rec.task].tables(inputs.configs), check_plan=False)
+            if problem is not None:
+                raise InputError(path, f"{where}: its tables do not match task {rec.task} of {task_path}: "
+                                       f"{problem} (plans made for another task file?)")
+    records = [r for r in records if r.task < len(inputs.tasks)]
+    algs = list(dict.fromkeys(r.alg for r in records))
+    if alg != "all":
+        wanted = resolve_algs(alg)
+        records = [r for r in records if r.alg in wanted]
+        algs = [a for a in wanted if a in algs]
+    if not records:
+        raise InputError(path, f"no plan records for the first {len(inputs.tasks)} tasks and --alg {alg}")
+    return check_plans(records, inputs.configs, inputs.tasks, ndevices, max_mem, inputs.models), algs
+
+
+
+
+# Settings of eval_simulator.py's config.json that may differ between the measured plans and the unmeasured
+# plans of prediction-powered verdicts (`unmeasured_plans`): which tasks and where the output went.
+_TASK_SETTINGS = ("task_path", "max_tasks", "num_tasks", "out_dir", "quiet", "no_progress")
+# ... and of gen_tasks.py's config.json: which and how many tasks were drawn.
+_DRAW_SETTINGS = ("seed", "data_size", "out_dir")
+
+
+def unmeasured_plans(path, task_path, inputs: EvalInputs, measured_plans, measured_task_path, algs: Sequence[str],
+                     ndevices: int, max_mem: float) -> list[PlanRecord]:
+    """The plan records of `path` (eval_simulator.py's plans.json of `task_path`, tasks that are not measured)
+    with their estimates simulated again under `inputs`' models: the simulator's predictions that make the
+    hardware verdicts prediction-powered (`intervals.powered_difference`).
+
+    The predictions on the unmeasured tasks must be distributed as those on the measured ones, so (InputError
+    naming the file, else ConfigError): the measured plans come from a file too (`measured_plans`, eval.py
+    --plans), and the two plans files' eval_simulator.py config.json agree on every setting but the tasks
+    (the models, the calibration, the sharders' options, the seed); the two task files differ, and where
+    both have gen_tasks.py's config.json, they were drawn with the same settings but another seed. Every
+    algorithm of `algs` needs plans there."""
+    from neuroshard.formats.io import read_json
+    from neuroshard.formats.task_file import read_tasks
+    from neuroshard.types import ConfigError
+
+    if measured_plans is None:
+        raise ConfigError("--unmeasured_plans", "needs --plans: the measured plans must come from the same "
+                                                "eval_simulator.py settings as the unmeasured ones")
+    if Path(task_path).resolve() == Path(measured_task_path).resolve():
+        raise ConfigError("--unmeasured_task_path", f"{task_path} is the measured task file: give tasks that are "
+                                                    "not measured (tools/gen_tasks.py with another --seed)")
+
+    def config(plans_file) -> tuple[Path, dict]:
+        cfg = Path(plans_file).parent / "config.json"
+        if not cfg.exists():
+            raise InputError(cfg, f"missing: the settings {plans_file} was made with (eval_simulator.py writes it)")
+        return cfg, read_json(cfg)
+
+    (mine_path, mine), (_, theirs) = config(path), config(measured_plans)
+    for key in sorted(set(mine) | set(theirs)):
+        if key not in _TASK_SETTINGS and mine.get(key) != theirs.get(key):
+            raise InputError(mine_path, f"{key} is {mine.get(key)!r}, the measured plans' ({measured_plans}) "
+                                        f"{theirs.get(key)!r}: predictions must come from the same planning")
+    draws = [Path(p).parent / "config.json" for p in (task_path, measured_task_path)]
+    if all(d.exists() for d in draws):
+        mine, theirs = (read_json(d) for d in draws)
+        for key in sorted(set(mine) | set(theirs)):
+            if key not in _DRAW_SETTINGS and mine.get(key) != theirs.get(key):
+                raise InputError(draws[0], f"{key} is {mine.get(key)!r}, the measured tasks' {theirs.get(key)!r}: "
+                                           "the unmeasured tasks must come from the same generator")
+        if mine.get("seed") == theirs.get("seed"):
+            raise InputError(draws[0], f"seed {mine.get('seed')} is the measured tasks' seed: the same tasks")
+    tasks = read_tasks(task_path, num_tables=len(inputs.configs))
+    other = replace(inputs, tasks=tasks, tasks_in_file=len(tasks))
+    records, found = plans_from_file(path, other, task_path, ",".join(algs), ndevices, max_mem)
+    missing = [a for a in algs if a not in found]
+    if missing:
+        raise InputError(path, f"no plans of {', '.join(missing)} (the measured algorithms)")
+    return records

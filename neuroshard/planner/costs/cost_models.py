@@ -1,0 +1,273 @@
+"""The cost models as the planner holds them: the `CostModels` bundle and their checkpoints.
+
+This module imports without torch (nor does any planner module except
+`nets`): a user who only plans with the baselines never pays torch's import,
+and the search itself runs on NumPy copies of the weights
+(`planner.costs.scorer`). Loading a checkpoint imports torch and `planner.costs.nets`
+(the `nn.Module` classes) on first use. Predictions are in ms.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from neuroshard.types import ConfigError, InputError, NeuroShardError, PlanError, RankNoise
+
+
+@dataclass(frozen=True, eq=False)
+class CostModels:
+    """The three pre-trained cost models a plan's simulated cost comes from (DESIGN §6-7).
+
+    `compute`: shard compute ms; `fw` / `bw`: per-device forward / backward
+    all-to-all ms, both trained for `ndevices` devices (checked here once).
+    `runtime`: None for the paper's execution (DESIGN §7), or a
+    `torchrec_runtime.TorchRecRuntimeModel`: plans are then simulated and
+    searched for TorchRec's execution (`--runtime torchrec`).
+    """
+
+    compute: Any
+    fw: Any
+    bw: Any
+    noise: Any = None  # uncertainty.NoiseModel; None: from the checkpoints' noise floors (or none)
+    runtime: Any = None
+
+    def __post_init__(self):
+        for name, model, kind in (("fw", self.fw, "fw"), ("bw", self.bw, "bw")):
+            if getattr(model, "kind", kind) != kind:
+                raise ConfigError(f"{name} model", f"expected a {kind} comm model, got a {model.kind} one")
+        if getattr(self.fw, "ndevices", None) != getattr(self.bw, "ndevices", None):
+            raise ConfigError("comm models", f"forward model is for {self.fw.ndevices} devices, "
+                                             f"backward for {self.bw.ndevices}")
+        if self.runtime is not None and self.runtime.ndevices != self.ndevices:
+            raise ConfigError("--runtime torchrec", f"the runtime model is for {self.runtime.ndevices} ranks, the "
+                                                    f"comm models for {self.ndevices}")
+
+    def for_runtime(self, runtime: str, path=None) -> "CostModels":
+        """These models costing plans for `runtime`: "paper" (without a runtime model) or "torchrec" (the
+        runtime model at `path`, or the one these models already hold). ConfigError for another name or
+        when "torchrec" has no runtime model."""
+        from dataclasses import replace
+
+        from neuroshard.torchrec.runtime_model import TorchRecRuntimeModel
+
+        if runtime == "paper":
+            return self if self.runtime is None else replace(self, runtime=None)
+        if runtime != "torchrec":
+            raise ConfigError("--runtime", f"expected paper or torchrec, got {runtime!r}")
+        if path is not None:
+            return replace(self, runtime=TorchRecRuntimeModel.load(path, self.ndevices))
+        if self.runtime is None:
+            raise ConfigError("--runtime", "torchrec needs a TorchRec runtime model (--runtime_model; "
+                                           "train_torchrec_cost_model.py fits one)")
+        return self
+
+    def scaled(self, compute: float = 1.0, fw: float = 1.0, bw: float = 1.0) -> "CostModels":
+        """These models with every prediction of each part multiplied by its factor: the machine running
+        `compute`x, `fw`x and `bw`x the times the cost data recorded (eval/drift.py measures the factors).
+        The nets are copied (each member's `target_scale` scaled, the checkpoint's records kept); these
+        models are not changed. The forward model's start delays come from the scaled compute times."""
+        import copy
+        from dataclasses import replace
+
+        import torch
+
+        factors = {"compute": compute, "fw": fw, "bw": bw}
+        for name, f in factors.items():
+            if not (isinstance(f, (int, float)) and f > 0 and f != float("inf")):
+                raise ConfigError(f"{name} scale", f"must be a positive number, got {f!r}")
+        if all(f == 1.0 for f in factors.values()):
+            return self
+        parts = {}
+        for name, f in factors.items():
+            model = copy.deepcopy(getattr(self, name))
+            with torch.no_grad():
+                for m in members(model):
+                    m.target_scale.mul_(float(f))
+            parts[name] = model
+        return replace(self, **parts)
+
+    @property
+    def ndevices(self) -> int:
+        """The device count the comm models were trained for."""
+        return int(self.fw.ndevices)
+
+    @property
+    def noise_model(self):
+        """The relative noise of one measurement of each part (`uncertainty.NoiseModel`): `noise` if given,
+        else from the noise floors the checkpoints recorded when they were trained (0 for a part without), and
+        the share the plan's ranks have in common from the forward model's on-policy "rank_noise" (0 without)
+        and the plan-level and per-rank errors calibrated on training tasks' plans from its "plan_error" (0
+        without)."""
+        from neuroshard.planner.costs.uncertainty import NoiseModel
+
+        if self.noise is not None:
+            return self.noise
+        extra = getattr(self.fw, "checkpoint_extra", None) or {}
+        rn, pe = extra.get("rank_noise"), extra.get("plan_error")  # checked when the checkpoint was loaded
+        shared = RankNoise.from_json(rn).shared if rn else 0.0
+        err = PlanError.from_json(pe) if pe else None
+        return NoiseModel(noise_floor_sd(self.compute), noise_floor_sd(self.bw), noise_floor_sd(self.fw), shared,
+                          err.sd if err else 0.0, err.rank if err else 0.0)
+
+    @classmethod
+    def load(cls, models_dir, ndevices: int) -> "CostModels":
+        """The pipeline's layout: `<dir>/compute.pt`, `<dir>/comm_<n>_fw.pt`, `<dir>/comm_<n>_bw.pt`."""
+        d = Path(models_dir)
+        if not d.is_dir():
+            raise InputError(d, "models directory not found")
+        return cls.from_paths(d / "compute.pt", d / f"comm_{ndevices}_fw.pt", d / f"comm_{ndevices}_bw.pt",
+                              ndevices)
+
+    @classmethod
+    def from_paths(cls, compute, fw, bw, ndevices: int) -> "CostModels":
+        """Load three checkpoints; the comm models must be trained for `ndevices` devices."""
+        return cls(load_compute_model(compute), load_comm_model(fw, ndevices, "fw"),
+                   load_comm_model(bw, ndevices, "bw"))
+
+
+def noise_floor_sd(model) -> float:
+    """The relative sd of one measurement from the noise floor `model`'s checkpoint recorded when it was trained
+    (`uncertainty.sd_from_noise_floor`), 0.0 without one."""
+    from neuroshard.planner.costs.uncertainty import sd_from_noise_floor
+
+    nf = (getattr(model, "checkpoint_extra", None) or {}).get("noise_floor")
+    return sd_from_noise_floor(nf["mean"]) if nf else 0.0
+
+
+def default_comm_model_path(ndevices: int, kind: str) -> str:
+    """Where the pipeline puts the comm model for `ndevices` devices (`models/comm_<n>_<kind>.pt`)."""
+    return os.path.join("models", f"comm_{ndevices}_{kind}.pt")
+
+
+# --------------------------------------------------------------------------- checkpoints
+
+
+def _nets():
+    from neuroshard.planner.costs import nets
+
+    return nets
+
+
+def members(model) -> list:
+    """The models of an ensemble (`nets.CostEnsemble`), or `[model]` for a single one."""
+    return list(model.members) if hasattr(model, "members") else [model]
+
+
+def save_model(model, path, extra: Optional[dict] = None) -> None:
+    """Write a self-describing checkpoint atomically (unique temp file + rename). An ensemble keeps every
+    member's weights in "members" (and the first member's in "state_dict", as a single model's)."""
+    import torch
+
+    from neuroshard.formats.io import atomic_write
+
+    nets = _nets()
+    first = members(model)[0]
+    if isinstance(first, nets.ComputeCostModel):
+        mtype = "compute"
+    elif isinstance(first, nets.CommCostModel):
+        mtype = "comm"
+    else:
+        raise TypeError(f"not a cost model: {type(model).__name__}")
+    ckpt = {"type": mtype, "config": first.config(), "state_dict": first.state_dict(),
+            "ndevices": getattr(first, "ndevices", None), "extra": extra or {}}
+    if len(members(model)) > 1:
+        ckpt["members"] = [m.state_dict() for m in members(model)]
+    with atomic_write(path, "wb") as fh:
+        torch.save(ckpt, fh)
+
+
+def _first_line(e: BaseException, limit: int = 160) -> str:
+    text = str(e).strip()
+    text = text.splitlines()[0] if text else ""
+    return f"{type(e).__name__}: {text[:limit]}{'...' if len(text) > limit else ''}"
+
+
+def load_model(path):
+    """Rebuild a cost model from its checkpoint.
+
+    Missing, unreadable, edited or mismatched files (another format, missing
+    keys, shapes that do not fit the recorded sizes, non-finite weights) are
+    InputError naming the file, in one line.
+    """
+    import torch
+
+    path = str(path)
+    if not os.path.exists(path):
+        raise InputError(path, "model checkpoint not found")
+    if os.path.isdir(path):
+        raise InputError(path, "is a directory, expected a model checkpoint file")
+    nets = _nets()
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - pickle, zip and torch errors all mean "not a checkpoint"
+        raise InputError(path, f"not a NeuroShard cost model checkpoint ({_first_line(e)})") from None
+    if not isinstance(ckpt, dict) or not {"type", "config", "state_dict"} <= set(ckpt):
+        raise InputError(path, "not a NeuroShard cost model checkpoint (expected a dict with \"type\", "
+                               "\"config\" and \"state_dict\")")
+    mtype, cfg, state = ckpt["type"], ckpt["config"], ckpt["state_dict"]
+    if mtype not in ("compute", "comm"):
+        raise InputError(path, f"unknown model type {mtype!r} (expected 'compute' or 'comm')")
+    if not isinstance(cfg, dict) or not isinstance(state, dict):
+        raise InputError(path, "malformed checkpoint: \"config\" and \"state_dict\" must be dicts")
+    states = ckpt.get("members", [state])
+    if not isinstance(states, list) or not states or not all(isinstance(st, dict) for st in states):
+        raise InputError(path, "malformed checkpoint: \"members\" must be a non-empty list of state dicts")
+    models = []
+    for k, st in enumerate(states):
+        what = f"{mtype} model checkpoint" + (f" (member {k})" if len(states) > 1 else "")
+        try:
+            if mtype == "compute":
+                model = nets.ComputeCostModel(st["feat_mean"], st["feat_std"], cfg["num_features"])
+            else:
+                model = nets.CommCostModel(cfg["kind"], cfg["ndevices"], st["x_mean"], st["x_std"],
+                                           wait_term=bool(cfg.get("wait_term", False)),
+                                           hidden=cfg.get("hidden", nets.COMM_HIDDEN),
+                                           wait_inputs=bool(cfg.get("wait_inputs", False)))
+            model.load_state_dict(st)
+        except KeyError as e:
+            raise InputError(path, f"malformed {what}: missing {e.args[0]!r}") from None
+        except (TypeError, ValueError, RuntimeError) as e:
+            raise InputError(path, f"malformed {what} ({_first_line(e)})") from None
+        for name, t in model.state_dict().items():
+            if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+                raise InputError(path, f"{what} holds non-finite values in {name!r}")
+        models.append(model.eval())
+    model = models[0] if len(models) == 1 else nets.CostEnsemble(models).eval()
+    model.checkpoint_extra = ckpt.get("extra") if isinstance(ckpt.get("extra"), dict) else {}
+    for key, record in (("rank_noise", RankNoise), ("plan_error", PlanError)):
+        value = model.checkpoint_extra.get(key)
+        if value is not None:
+            try:
+                record.from_json(value)
+            except ValueError as e:
+                raise InputError(path, f"malformed checkpoint: \"{key}\" {e}, got {value!r}") from None
+    return model
+
+
+def load_compute_model(path):
+    model = load_model(path)
+    if not isinstance(members(model)[0], _nets().ComputeCostModel):
+        raise InputError(path, "expected a compute cost model, found a comm cost model")
+    return model
+
+
+def load_comm_model(path, ndevices: int, kind: str):
+    """Load a comm model and check it was trained for `ndevices` devices and direction `kind`."""
+    model = load_model(path)
+    if not isinstance(members(model)[0], _nets().CommCostModel):
+        raise InputError(path, "expected a comm cost model, found a compute cost model")
+    if model.kind != kind:
+        raise InputError(path, f"expected a {kind} comm model, found a {model.kind} one")
+    if model.ndevices != ndevices:
+        raise InputError(path, f"comm model was trained for ndevices={model.ndevices}, asked for {ndevices}")
+    return model
+
+
+def require_models(models, alg: str) -> "CostModels":
+    """`models` if it is a full CostModels bundle, else a one-line error naming the algorithm."""
+    if not isinstance(models, CostModels):
+        raise NeuroShardError(f"{alg} needs the compute, forward and backward cost models")
+    return models

@@ -1,0 +1,392 @@
+"""NeuroShard search (DESIGN §8): beam search over column-wise splits, greedy grid search over placements.
+
+* Greedy table-wise placement at scale s: tables by single-table compute
+  cost, largest first (ties: lower post-split index first); each goes to the
+  device with the smallest current compute cost among those with memory
+  room and `dim_sum + dim <= s * mean_dim` (ties: least memory used, then
+  lowest device index); that device's cost is re-predicted on its new set.
+* Greedy grid search: the greedy for `grid_steps` scales evenly spaced in
+  [grid_min, grid_max]; each successful placement is scored with the
+  simulator's plan-cost function (`simulator.score_placements`); the best
+  (first on ties) wins. Beyond the paper: if every scale fails only because
+  of the dim constraint, the greedy is run once more without it, so a task
+  is reported out of memory only when memory is what fails.
+* Beam search: from the no-split state, each round splits each of the
+  union of the `beam_n` largest tables by size and by single-table compute
+  cost (ties: lower index) of each of the <= `beam_k` beam states, scores every
+  child by grid search, keeps the `beam_k` best (stable on ties) and
+  remembers the best state ever seen; stops after `max_length` rounds or when
+  nothing can be split. Children reached twice in a round (split i then j,
+  or j then i) are one state and are scored once.
+
+Speed (a direct implementation, one model call per greedy step, takes
+1.5-7 s per task): every table and each split half it can become (a "gid",
+one per (table, split level)) is embedded once per task; the compute head's
+first layer is linear, so each device keeps a running 64-d accumulator
+(`PlanScorer.project`) and one placement costs O(64); the greedy
+(`planner/search/placement.py`) runs all grid scales of all children of a beam round
+as one batch, one vectorised NumPy step per table, with one row per group
+of scales that still agree and per-dim device keys (see its docstring);
+placements that several scales share are scored once, all in one call of
+the comm models; children reached twice in a round are scored once. Ties in
+the greedy are exact: costs are computed row by row (no BLAS), so equal
+shards get bit-equal costs whichever batch they are in.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import ClassVar, Sequence
+
+import numpy as np
+
+from neuroshard.checks import check_float, check_int
+from neuroshard.planner.costs.cost_models import require_models
+from neuroshard.planner.search.placement import NO_LIMIT, run_greedy, state_bytes
+from neuroshard.planner.registry import ShardingContext, register
+from neuroshard.planner.costs.scorer import PlanScorer, get_scorer, single_threaded_blas
+from neuroshard.planner.simulator import mem_cap_elements, score_placements
+from neuroshard.settings import Settings, setting
+from neuroshard.types import (ConfigError, NeuroShardError, OutOfMemoryError, Plan, ShardTable, can_split,
+                              merge_colocated_halves)
+
+# The states of one batched greedy are chunked so its arrays stay below this size (a bound: only the
+# rows in use are touched); one chunk per beam round up to ~10,000 tables x 1,024 devices.
+_MAX_BATCH_BYTES = 1024 * 2**20
+
+
+@dataclass(frozen=True)
+class SearchConfig(Settings):
+    """NeuroShard search settings (paper defaults). Every field is a flag of the same name."""
+
+    TITLE: ClassVar[str] = "NeuroShard search (DESIGN §8; paper defaults)"
+
+    beam_k: int = setting(3, "beam width k")
+    beam_n: int = setting(10, "split candidates per state: the n largest tables by size and by compute cost")
+    max_length: int = setting(10, "beam search rounds (most splits)")
+    grid_steps: int = setting(11, "greedy grid search: number of dim-limit scales, evenly spaced in [grid_min, "
+                                  "grid_max]")
+    grid_min: float = setting(1.0, "smallest dim-limit scale (a device may hold up to scale x the mean dim sum)")
+    grid_max: float = setting(1.5, "largest dim-limit scale")
+    dim_fallback: bool = setting(True, "if every scale fails only because of the dim limit, run the greedy once more "
+                                       "without it (beyond the paper; 0 to turn off)")
+
+    def __post_init__(self):
+        for name in ("beam_k", "beam_n", "grid_steps"):
+            check_int(f"--{name}", getattr(self, name), 1)
+        check_int("--max_length", self.max_length, 0)
+        check_float("--grid_min", self.grid_min, 0.0, lo_open=True)
+        if check_float("--grid_max", self.grid_max) < self.grid_min:
+            raise ConfigError("--grid_max", f"must be >= --grid_min {self.grid_min:g}, got {self.grid_max:g}")
+
+    def scales(self) -> np.ndarray:
+        return np.linspace(self.grid_min, self.grid_max, self.grid_steps)
+
+
+@dataclass
+class _Scored:
+    """Best grid-search placement of one split state (cost inf: nothing fits)."""
+
+    cost: float
+    scale: float = math.nan
+    order: np.ndarray | None = None  # post-split table indices in greedy order
+    devices: np.ndarray | None = None  # the device each of them went to
+
+
+@dataclass
+class SearchResult:
+    """What the search found; `plan` is the best state's plan, costs in ms."""
+
+    plan: Plan
+    cost: float
+    start_plan: Plan | None
+    start_cost: float
+    scale: float
+    states_scored: int
+    rounds: int
+    seconds: float
+    history: list = field(default_factory=list)  # best cost after each round
+    candidates: list = field(default_factory=list)  # (cost, plan) of the `keep` best distinct states seen
+
+
+class SearchProblem:
+    """Per-task precomputation: every table at every dim it can be split to, embedded once.
+
+    A "gid" is one (table, split level): `start[t]` is table t's unsplit gid, gid + 1 its half;
+    per gid: `dim`, `size` (fp32 elements), `proj` (compute-model accumulator increment),
+    `cost1` (single-table compute ms), `can_split`. `cap`: memory per device (elements).
+    """
+
+    def __init__(self, tables: Sequence[ShardTable], ndevices: int, max_mem: float,
+                 scorer: PlanScorer, cfg: SearchConfig, runtime=None):
+        self.tables = list(tables)
+        self.n = int(ndevices)
+        self.cfg = cfg
+        self.scorer = scorer
+        self.runtime = runtime  # a torchrec_runtime.TorchRecRuntimeModel: placements are scored by it
+        configs, start, can = [], [], []
+        for t in self.tables:
+            start.append(len(configs))
+            d = t.dim
+            while True:
+                configs.append(t.config.with_dim(d))
+                can.append(can_split(d))
+                if not can_split(d):
+                    break
+                d //= 2
+        # a "gid" is one (table, split level); splitting gid g gives two gid g+1
+        self.start = np.array(start, dtype=np.int64)
+        self.can_split = np.array(can, dtype=bool)
+        self.dim = np.array([c.dim for c in configs], dtype=np.int64)
+        self.size = np.array([c.row * c.dim for c in configs], dtype=np.int64)  # fp32 elements
+        self.pool = np.array([c.pooling_factor for c in configs], dtype=np.float64)
+        self.piece = np.ones(len(configs), dtype=np.int64)  # 1: a piece of a split table (column-wise)
+        self.piece[self.start] = 0
+        emb = scorer.embed(configs)
+        self.proj = scorer.project(emb)  # accumulator increment of each gid
+        self.cost1 = scorer.cost_from_acc(scorer.acc0 + self.proj) if configs else np.zeros(0)
+        self.cap = mem_cap_elements(max_mem)
+        self.max_mem = max_mem
+        total_dim = int(sum(t.dim for t in self.tables))
+        mean_dim = total_dim / self.n
+        # dim_sum + dim <= s * mean_dim, with integer sums, is dim_sum + dim <= floor(s * mean_dim)
+        self.scales = cfg.scales()
+        limits = [math.floor(s * mean_dim) for s in self.scales]
+        if cfg.dim_fallback:
+            limits.append(NO_LIMIT)
+        self.limits = np.array(limits, dtype=np.int64)
+        self.states_scored = 0
+
+    # ---------------------------------------------------------------- beam helpers
+
+    def candidates(self, gids: np.ndarray, n: int) -> np.ndarray:
+        """Post-split indices to try splitting: top-n by size ∪ top-n by single-table compute cost."""
+        if len(gids) <= n:
+            return np.arange(len(gids))
+        top_size = np.argsort(-self.size[gids], kind="stable")[:n]
+        top_cost = np.argsort(-self.cost1[gids], kind="stable")[:n]
+        return np.union1d(top_size, top_cost)
+
+    # ---------------------------------------------------------------- greedy grid search
+
+    def grid_search(self, states: Sequence[np.ndarray]) -> list[_Scored]:
+        """Best grid-search placement of each state (all states must have the same table count)."""
+        if not states:
+            return []
+        per_state = state_bytes(self.n, len(states[0]), len(self.limits), self.proj.shape[1])
+        per_chunk = max(1, _MAX_BATCH_BYTES // per_state)
+        out: list[_Scored] = []
+        for i in range(0, len(states), per_chunk):
+            out.extend(self._grid_chunk(np.stack(states[i:i + per_chunk])))
+        self.states_scored += len(states)
+        return out
+
+    def _grid_chunk(self, gids: np.ndarray) -> list[_Scored]:
+        """The greedy at every scale for S states of P tables each (one batch), then each state's best."""
+        S = len(gids)
+        G = len(self.scales)
+        # greedy order per state: single-table compute cost desc, ties by index (stable sort)
+        order = np.argsort(-self.cost1[gids], axis=1, kind="stable")
+        gid_order = np.take_along_axis(gids, order, axis=1)
+        res = run_greedy(gid_order, self.limits, self.n, self.cap, self.size, self.dim, self.proj,
+                         self.scorer.acc0, self.scorer.cost_from_acc)
+        row_cost = np.full(len(res.compute) + 1, np.inf)  # the extra last entry: failed (row -1)
+        if len(res.compute) and self.runtime is not None:
+            row_cost[:-1] = self._runtime_costs(gid_order, res)
+        elif len(res.compute):
+            uniq, inv = _distinct_rows(np.concatenate([res.compute.astype(np.float64),
+                                                       res.dims.astype(np.float64)], axis=1))
+            row_cost[:-1] = score_placements(self.scorer, uniq[:, :self.n], uniq[:, self.n:])[3][inv]
+        costs = row_cost[res.row_of]
+        out = []
+        for s in range(S):
+            c = costs[s, :G]
+            r = int(np.argmin(c))  # first minimum: a later scale must be strictly better
+            if not np.isfinite(c[r]) and costs.shape[1] > G and np.isfinite(costs[s, G]):
+                r = G
+            if not np.isfinite(costs[s, r]):
+                out.append(_Scored(math.inf))
+                continue
+            scale = float(self.scales[r]) if r < G else math.inf
+            out.append(_Scored(float(costs[s, r]), scale, order[s].copy(),
+                               res.devices[:, res.row_of[s, r]].copy()))
+        return out
+
+    def _runtime_costs(self, gid_order: np.ndarray, res) -> np.ndarray:
+        """Each placement's cost under the runtime model (`torchrec.runtime_model`): its pieces' groups
+        (a split table's pieces column-wise, the others table-wise), per rank and group their kernels, ids
+        and outputs."""
+        from neuroshard.torchrec.runtime_model import features, group_parts
+
+        state = np.zeros(len(res.compute), dtype=np.int64)
+        for s in range(len(gid_order)):
+            rows = res.row_of[s]
+            state[rows[rows >= 0]] = s
+        gids = gid_order[state]  # [R, P] in greedy order, as res.devices
+        parts = group_parts(self.scorer, self.proj, gids, res.devices.T, self.piece[gids], self.pool[gids],
+                            self.dim[gids], self.n, self.runtime.batch_size)
+        return self.runtime.predict(features(parts))
+
+    def plan(self, steps: Sequence[int], scored: _Scored) -> Plan:
+        shards: list[list[int]] = [[] for _ in range(self.n)]
+        for i, d in zip(scored.order, scored.devices):  # greedy order: simulate() accumulates the same way
+            shards[int(d)].append(int(i))
+        return Plan(tuple(int(s) for s in steps), tuple(tuple(s) for s in shards))
+
+
+_HASH_WEIGHTS: dict[int, np.ndarray] = {}
+
+
+def _distinct_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct rows, index of each row's copy): several scales often give the same placement,
+    which is then scored once. Rows are matched by a random projection, then checked exactly
+    (np.unique(axis=0) is 10x slower for a few hundred rows)."""
+    w = _HASH_WEIGHTS.get(x.shape[1])
+    if w is None:
+        w = _HASH_WEIGHTS[x.shape[1]] = np.random.default_rng(0).uniform(1.0, 2.0, size=x.shape[1])
+    h = x @ w
+    _, first, inv = np.unique(h, return_index=True, return_inverse=True)
+    uniq = x[first]
+    if not np.array_equal(uniq[inv], x):  # two different rows with the same projection
+        uniq, inv = np.unique(x, axis=0, return_inverse=True)
+    return uniq, inv.ravel()
+
+
+def _check_models(scorer: PlanScorer, ndevices: int) -> None:
+    if scorer.ndevices != ndevices:
+        raise NeuroShardError(f"the comm cost models are for {scorer.ndevices} devices, the task has {ndevices}")
+
+
+def _oom(tables: Sequence[ShardTable], ndevices: int, max_mem: float) -> OutOfMemoryError:
+    sizes = [t.size_gb for t in tables]
+    big = int(np.argmax(sizes)) if sizes else None
+    return OutOfMemoryError(
+        f"neuroshard found no placement of {len(tables)} tables ({sum(sizes):.3g} GB, largest "
+        f"{max(sizes, default=0):.3g} GB) on {ndevices} devices of {max_mem:g} GB",
+        table=big, size=sizes[big] if sizes else None, max_mem=max_mem)
+
+
+def grid_search(tables: Sequence[ShardTable], ndevices: int, max_mem: float, models,
+                config: SearchConfig | None = None) -> tuple[Plan, float]:
+    """Greedy grid search without splits: the best placement and its cost (ms); OutOfMemoryError if none."""
+    with single_threaded_blas():
+        return _grid_search(tables, ndevices, max_mem, models, config)
+
+
+def _grid_search(tables, ndevices, max_mem, models, config):
+    cfg = config or SearchConfig()
+    scorer = get_scorer(models)
+    _check_models(scorer, ndevices)
+    prob = SearchProblem(tables, ndevices, max_mem, scorer, cfg, models.runtime)
+    [res] = prob.grid_search([prob.start.copy()])
+    if not math.isfinite(res.cost):
+        raise _oom(tables, ndevices, max_mem)
+    return prob.plan((), res), res.cost
+
+
+def search(tables: Sequence[ShardTable], ndevices: int, max_mem: float, models,
+           config: SearchConfig | None = None) -> SearchResult:
+    """NeuroShard's beam search + greedy grid search; OutOfMemoryError when no state fits."""
+    with single_threaded_blas():
+        return _search(tables, ndevices, max_mem, models, config)
+
+
+def _search(tables, ndevices, max_mem, models, config) -> SearchResult:
+    t0 = time.perf_counter()
+    return beam_search(make_problem(tables, ndevices, max_mem, models, config), t0)
+
+
+def make_problem(tables: Sequence[ShardTable], ndevices: int, max_mem: float, models,
+                 config: SearchConfig | None = None) -> SearchProblem:
+    """The per-task precomputation of the search (every table at every split level, embedded once)."""
+    scorer = get_scorer(models)
+    _check_models(scorer, ndevices)
+    return SearchProblem(tables, ndevices, max_mem, scorer, config or SearchConfig(), models.runtime)
+
+
+def beam_search(prob: SearchProblem, t0: float | None = None, keep: int = 0) -> SearchResult:
+    """NeuroShard's beam search on a prepared problem (call under `single_threaded_blas`);
+    OutOfMemoryError when no state fits. `t0`: perf_counter at the start, for `seconds`. `keep`: also
+    return the `keep` cheapest states seen (any round, the start too) as `candidates`, cheapest first."""
+    t0 = time.perf_counter() if t0 is None else t0
+    cfg, tables, ndevices, max_mem = prob.cfg, prob.tables, prob.n, prob.max_mem
+    start = prob.start.copy()
+    [start_res] = prob.grid_search([start])
+    best_steps: tuple[int, ...] = ()
+    best = start_res
+    beam = [((), start, start_res.cost)]
+    seen_states = [(start_res.cost, 0, (), start_res)] if keep else []  # (cost, order, steps, placement)
+    history = [best.cost]
+    rounds = 0
+    for _ in range(cfg.max_length):
+        children, seen = [], set()
+        for steps, gids, _cost in beam:
+            idx = prob.candidates(gids, cfg.beam_n)
+            idx = idx[prob.can_split[gids[idx]]]
+            if not len(idx):
+                continue
+            # all children of this state at once: piece i becomes the next split level, plus its twin
+            kids = np.empty((len(idx), len(gids) + 1), dtype=gids.dtype)
+            kids[:, :-1] = gids
+            kids[np.arange(len(idx)), idx] += 1
+            kids[:, -1] = gids[idx] + 1
+            keys = np.sort(kids, axis=1)  # the multiset of (table, level) pieces
+            for m, i in enumerate(idx):
+                key = keys[m].tobytes()
+                if key not in seen:
+                    seen.add(key)
+                    children.append((steps + (int(i),), kids[m]))
+        if not children:
+            break
+        rounds += 1
+        scored = prob.grid_search([c for _, c in children])
+        for (steps, _), res in zip(children, scored):
+            if res.cost < best.cost:
+                best, best_steps = res, steps
+        if keep:  # the cheapest states so far (states reached in an earlier round are other piece sets)
+            seen_states += [(res.cost, len(seen_states) + m, steps, res)
+                            for m, ((steps, _), res) in enumerate(zip(children, scored)) if math.isfinite(res.cost)]
+            seen_states = sorted(seen_states, key=lambda s: (s[0], s[1]))[:keep]
+        history.append(best.cost)
+        ranked = sorted(range(len(children)), key=lambda m: scored[m].cost)[:cfg.beam_k]
+        beam = [(children[m][0], children[m][1], scored[m].cost) for m in ranked]
+
+    if not math.isfinite(best.cost):
+        raise _oom(tables, ndevices, max_mem)
+    start_plan = prob.plan((), start_res) if math.isfinite(start_res.cost) else None
+    candidates = [(c, prob.plan(steps, res)) for c, _, steps, res in seen_states if math.isfinite(c)]
+    return SearchResult(plan=prob.plan(best_steps, best), cost=best.cost, start_plan=start_plan,
+                        start_cost=start_res.cost, scale=best.scale, states_scored=prob.states_scored,
+                        candidates=candidates,
+                        rounds=rounds, seconds=time.perf_counter() - t0, history=history)
+
+
+@register("neuroshard", settings=(SearchConfig,))
+def neuroshard(tables: Sequence[ShardTable], ndevices: int, max_mem: float, ctx: ShardingContext) -> Plan:
+    """NeuroShard (beam search over column splits + greedy grid search) under ctx's cost models; a split
+    whose two halves the grid search put on one device is undone (`types.merge_colocated_halves`).
+
+    Options (ctx.options): the fields of SearchConfig. Raises OutOfMemoryError when no plan fits.
+    """
+    models = require_models(ctx.models if ctx is not None else None, "neuroshard")
+    return merge_colocated_halves(tables, search(tables, ndevices, max_mem, models,
+                                                 SearchConfig.from_options(ctx.options)).plan)
+
+
+def _best_plans(tables: Sequence[ShardTable], ndevices: int, max_mem: float, ctx: ShardingContext,
+                k: int) -> list[Plan]:
+    """The k cheapest distinct states NeuroShard's beam search scored, its own plan first (for `--refine`)."""
+    models = require_models(ctx.models if ctx is not None else None, "neuroshard")
+    with single_threaded_blas():
+        prob = make_problem(tables, ndevices, max_mem, models, SearchConfig.from_options(ctx.options))
+        plans = []
+        for _, plan in beam_search(prob, keep=k).candidates:
+            plan = merge_colocated_halves(tables, plan)
+            if plan not in plans:
+                plans.append(plan)
+        return plans
+
+
+neuroshard.candidates = _best_plans

@@ -1,0 +1,221 @@
+"""Cost data of TorchRec's runtime: plans of TRAINING tasks trained under DistributedModelParallel.
+
+The TorchRec runtime model (`torchrec.runtime_model`) is fitted to how long
+TorchRec takes to train a plan, so its data are plans trained in TorchRec:
+per training task (never an evaluation task: `eval.onpolicy.check_disjoint`)
+
+* `random_plans` random plans (`random_split_plan`): up to `max_splits`
+  column splits of random tables, then every piece on a random device with
+  memory room, so the data hold plans with and without a column-wise group
+  and with every balance between the ranks;
+* the plans of the given algorithms (e.g. NeuroShard's, the greedy
+  baselines', TorchRec's own planner's), the plans a search will compare;
+
+all trained by `torchrec.training_eval.run_torchrec_eval` (one torchrun job,
+shuffled, resumable; results.json holds each plan, its step times and every
+rank's phase times). `read_samples` turns results.json back into
+(tables, plan, step ms) samples.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from neuroshard.eval.planning import plan_task, task_seed
+from neuroshard.planner.baselines import random_sharder
+from neuroshard.planner.registry import ShardingContext
+from neuroshard.planner.simulator import validate_plan
+from neuroshard.types import (InputError, InvalidPlanError, OutOfMemoryError, Plan, PlanRecord, ShardTable,
+                              TableConfig, Task, apply_column_steps, can_split)
+
+RANDOM = "random_split"
+
+
+def random_label(k: int) -> str:
+    """The record label of a task's k-th random plan."""
+    return f"{RANDOM}[{k}]"
+
+
+def random_split_plan(tables: Sequence[ShardTable], ndevices: int, max_mem: float, seed: int,
+                      max_splits: int) -> Plan:
+    """A random plan: k ~ U{0..max_splits} halvings, each of a random piece that can still be halved,
+    then each piece on a uniformly random device with room (`baselines.random_sharder`).
+    OutOfMemoryError when the pieces do not fit."""
+    rng = np.random.default_rng(seed)
+    steps: list[int] = []
+    split = list(tables)
+    for _ in range(int(rng.integers(max_splits + 1))):
+        can = [i for i, t in enumerate(split) if can_split(t.dim)]
+        if not can:
+            break
+        steps.append(int(can[int(rng.integers(len(can)))]))
+        split = apply_column_steps(tables, steps)
+    placed = random_sharder(split, ndevices, max_mem, ShardingContext(seed=int(rng.integers(2**31))))
+    plan = Plan(tuple(steps), placed.shards)
+    validate_plan(tables, plan, ndevices, max_mem)
+    return plan
+
+
+def collection_records(configs: Sequence[TableConfig], tasks: Sequence[Task], algs: Sequence[str], models,
+                       ndevices: int, max_mem: float, random_plans: int, max_splits: int, seed: int = 0,
+                       options: dict | None = None) -> list[PlanRecord]:
+    """Per task, the plans of `algs` and `random_plans` random plans (labels `random_label(k)`); a plan that
+    does not fit is left out (the record list says nothing about it: it is not a sample)."""
+    out = []
+    for i, task in enumerate(tasks):
+        tables = task.tables(configs)
+        for alg in algs:
+            rec = plan_task(i, tables, alg, ndevices, max_mem, models, task_seed(seed, i), options)
+            if rec.plan is not None:
+                out.append(rec)
+        for k in range(random_plans):
+            try:
+                plan = random_split_plan(tables, ndevices, max_mem, task_seed(seed, i) + k, max_splits)
+            except OutOfMemoryError:
+                continue
+            out.append(PlanRecord(task=i, alg=random_label(k), plan=plan, num_tables=len(tables),
+                                  table_ids=tuple(t.table_id for t in tables), dims=tuple(t.dim for t in tables)))
+    return out
+
+
+@dataclass
+class RuntimeSample:
+    """One plan of one training task as TorchRec trained it: its tables, the plan, the step ms of each
+    round and every rank's phase ms (`types.TorchRecStep.PHASES`, the first round's)."""
+
+    task: int
+    alg: str
+    tables: list[ShardTable]
+    plan: Plan
+    step_ms: list[float]
+    phases: list[dict] | None
+
+    @property
+    def cost(self) -> float:
+        return float(np.mean(self.step_ms))
+
+
+def read_samples(results_path, tasks: Sequence[Task], configs: Sequence[TableConfig]) -> list[RuntimeSample]:
+    """The samples of a collection's results.json (torchrec.training_eval's), each plan checked against its task.
+    InputError naming the file and record for a malformed one."""
+    path = Path(results_path)
+    try:
+        rows = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise InputError(path, "no such file (run collect_torchrec_cost_data.py first)") from None
+    except json.JSONDecodeError as e:
+        raise InputError(path, f"not JSON: {e}") from None
+    if not isinstance(rows, list):
+        raise InputError(path, "expected a list of plan results")
+    out = []
+    for k, row in enumerate(rows):
+        try:
+            task = int(row["task"])
+            if not 0 <= task < len(tasks):
+                raise ValueError(f"task {task} is not in the task file ({len(tasks)} tasks)")
+            tables = tasks[task].tables(configs)
+            plan = Plan.from_json(row["plan"])
+            validate_plan(tables, plan, plan.ndevices, 1e9)  # splits and placement (memory: checked when planned)
+            steps = [float(x) for x in row["step_ms"]]
+            if not steps or not all(np.isfinite(steps)) or min(steps) <= 0:
+                raise ValueError(f"step times must be positive, got {steps}")
+            phases = row["rounds"][0].get("phases") if row.get("rounds") else None
+        except (KeyError, TypeError, ValueError, IndexError, InvalidPlanError) as e:
+            raise InputError(path, f"record {k}: {e}") from None
+        out.append(RuntimeSample(task, str(row["alg"]), tables, plan, steps, phases))
+    return out
+
+
+# --------------------------------------------------------------------------- fitting
+
+
+@dataclass
+class RuntimeFit:
+    """A fitted TorchRec runtime model and how well it predicts: MAPE (%) on the held-out tasks' plans (the
+    coefficients fitted without them) and on all plans (fitted on all), per sample label kind."""
+
+    model: object  # torchrec.runtime_model.TorchRecRuntimeModel, fitted on every sample
+    test_tasks: list[int]
+    test_mape: float | None
+    fit_mape: float
+    by_kind: dict  # {"random" | alg: {"plans": n, "test_mape": %, "fit_mape": %}}
+    terms: dict  # mean ms of each feature's share over the samples
+
+    def to_json(self) -> dict:
+        return {"model": self.model.to_json(), "test_tasks": self.test_tasks, "test_mape": self.test_mape,
+                "fit_mape": self.fit_mape, "by_kind": self.by_kind, "mean_terms_ms": self.terms}
+
+
+def sample_kind(alg: str) -> str:
+    return "random" if alg.startswith(RANDOM) else alg
+
+
+def sample_features(samples: Sequence[RuntimeSample], models, batch: int) -> np.ndarray:
+    """The runtime model's features of each sample's plan [N, F]."""
+    from neuroshard.planner.costs.scorer import get_scorer, single_threaded_blas
+    from neuroshard.torchrec.runtime_model import features, plan_parts
+
+    scorer = get_scorer(models)
+    with single_threaded_blas():
+        return np.concatenate([features(plan_parts(scorer, s.tables, s.plan, batch)) for s in samples])
+
+
+def fit_runtime_model(samples: Sequence[RuntimeSample], models, ndevices: int, batch: int, test_share: float = 0.25,
+                      seed: int = 0, source: dict | None = None) -> RuntimeFit:
+    """Fit the runtime model: first without a seeded `test_share` of the tasks (its error on their plans is
+    `test_mape`), then on every sample (the model returned)."""
+    from neuroshard.torchrec.runtime_model import FEATURES, TorchRecRuntimeModel, fit, mape
+
+    if not samples:
+        raise ValueError("no samples to fit")
+    wrong = sorted({s.plan.ndevices for s in samples} - {ndevices})
+    if wrong:
+        raise ValueError(f"samples with plans for {wrong} devices, fitting for {ndevices}")
+    x = sample_features(samples, models, batch)
+    y = np.array([s.cost for s in samples])
+    tasks = sorted({s.task for s in samples})
+    rng = np.random.default_rng(seed)
+    k = int(round(test_share * len(tasks)))
+    test_tasks = sorted(int(t) for t in rng.choice(tasks, size=k, replace=False)) if 0 < k < len(tasks) else []
+    test = np.array([s.task in test_tasks for s in samples])
+    pred_test = None
+    if test.any():
+        pred_test = x[test] @ fit(x[~test], y[~test])
+    coef = fit(x, y)
+    pred = x @ coef
+    kinds = [sample_kind(s.alg) for s in samples]
+    by_kind = {}
+    for kind in dict.fromkeys(kinds):
+        sel = np.array([k == kind for k in kinds])
+        row = {"plans": int(sel.sum()), "fit_mape": mape(pred[sel], y[sel])}
+        if pred_test is not None and (sel & test).any():
+            row["test_mape"] = mape(pred_test[sel[test]], y[sel & test])
+        by_kind[kind] = row
+    test_mape = None if pred_test is None else mape(pred_test, y[test])
+    model = TorchRecRuntimeModel(ndevices, batch, tuple(float(c) for c in coef), len(samples), mape(pred, y),
+                                 test_mape, dict(source or {}))
+    terms = {name: float(np.mean(x[:, j] * coef[j])) for j, name in enumerate(FEATURES)}
+    return RuntimeFit(model, test_tasks, test_mape, mape(pred, y), by_kind, terms)
+
+
+def check_model(model, samples: Sequence[RuntimeSample], models) -> dict:
+    """The runtime model's error on `samples` (plans it was not fitted on): MAPE (%) and mean predicted /
+    measured step, overall and per algorithm."""
+    from neuroshard.torchrec.runtime_model import mape
+
+    if not samples:
+        raise ValueError("no plans to check")
+    pred = model.predict(sample_features(samples, models, model.batch_size))
+    y = np.array([s.cost for s in samples])
+
+    def row(sel):
+        return {"plans": int(sel.sum()), "mape": mape(pred[sel], y[sel]), "ratio": float(np.mean(pred[sel] / y[sel]))}
+
+    algs = [s.alg for s in samples]
+    return {**row(np.ones(len(y), dtype=bool)),
+            "by_alg": {a: row(np.array([x == a for x in algs])) for a in dict.fromkeys(algs)}}

@@ -1,0 +1,258 @@
+"""A plan's cost as TorchRec runs it (`--runtime torchrec`): groups by sharding type, id distribution, exchanges.
+
+The paper's execution (the default runtime, `planner.simulator`) is one fused
+kernel per device over all its shards and one forward and one backward
+all-to-all of the pooled embeddings; the plan's cost is the slowest device's
+total. TorchRec's `DistributedModelParallel` runs a plan differently: the
+shards of an `EmbeddingBagCollection` form one group per sharding type
+(table-wise, column-wise), and each group has its own input distribution
+(all-to-alls of the ids: a table's ids go to every rank that holds one of its
+shards, so a column-wise table's ids travel once per shard), its own kernels
+and its own output exchange forward and backward. Every collective waits for
+all ranks, so each group costs its slowest rank, and the groups add up.
+
+The model is linear in eight terms (`FEATURES`) of a plan (each group g over
+the ranks r, batch B):
+
+* `one` — 1 (the rest of the step: the dense archs, the loss, the optimizer);
+* `groups` — how many sharding-type groups the plan has (each adds its
+  input distribution's and output exchanges' fixed latency);
+* `compute_max` — sum over groups of max_r of the compute model's kernel ms
+  of rank r's shards in g (the pre-trained compute model, on each group's
+  shards as one kernel);
+* `compute_mean` — all the kernels' ms over the ranks (ranks that share
+  cores take turns, so the total work counts too);
+* `ids_max` — sum over groups of max_r of the ids rank r receives (M ids:
+  B x the pooling factor of each shard it holds);
+* `ids_mean` — all ids received, over the ranks (M ids);
+* `out_max` — sum over groups of max_r of the pooled outputs rank r sends
+  (M floats: B x its dims in g);
+* `dims` — the plan's total dim x B over the ranks (M floats: what each rank
+  receives back; the same for every plan of a task).
+
+Its non-negative coefficients are fitted (`fit`, least squares of the
+relative error) to plans trained in TorchRec (`collect_torchrec_cost_data.py`,
+`train_torchrec_cost_model.py`): the same pre-train-then-search idea, pointed
+at the runtime users train with. The search and the simulator take it from
+`CostModels.runtime`. Costs in ms.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from neuroshard.types import InputError, Plan, ShardTable, apply_column_steps
+
+FEATURES = ("one", "groups", "compute_max", "compute_mean", "ids_max", "ids_mean", "out_max", "dims")
+GROUPS = ("table_wise", "column_wise")
+FORMAT = "neuroshard.torchrec_runtime/1"
+
+
+def default_path(models_dir, ndevices: int) -> Path:
+    """Where the pipeline keeps the TorchRec runtime model for `ndevices` ranks."""
+    return Path(models_dir) / f"torchrec_runtime_{ndevices}.json"
+
+
+# --------------------------------------------------------------------------- features
+
+
+@dataclass
+class GroupParts:
+    """Per placement m, rank r and group g (`GROUPS`): kernel ms, ids received (M), outputs sent (M floats)
+    and shard count; arrays [M, n, 2]."""
+
+    compute: np.ndarray
+    ids: np.ndarray
+    out: np.ndarray
+    count: np.ndarray
+
+
+def group_parts(scorer, proj: np.ndarray, index: np.ndarray, device: np.ndarray, group: np.ndarray,
+                pool: np.ndarray, dim: np.ndarray, ndevices: int, batch: int) -> GroupParts:
+    """The per-rank, per-group parts of M placements of P pieces each.
+
+    `proj` [G, A]: the compute model's accumulator increment of each piece kind (`scorer.project`);
+    `index`, `device`, `group` [M, P]: each piece's kind, rank and group (0 table-wise, 1 column-wise);
+    `pool`, `dim` [P] or [M, P]: its pooling factor and dim. Pieces are accumulated in position order
+    (the order `simulate` uses too).
+    """
+    index = np.asarray(index, dtype=np.int64)
+    M, P = index.shape
+    n, A = int(ndevices), proj.shape[1]
+    acc = np.empty((M, n, 2, A), dtype=proj.dtype)
+    acc[...] = scorer.acc0
+    count = np.zeros((M, n, 2), dtype=np.int64)
+    ids = np.zeros((M, n, 2))
+    out = np.zeros((M, n, 2))
+    pool = np.broadcast_to(np.asarray(pool, dtype=np.float64), (M, P))
+    dim = np.broadcast_to(np.asarray(dim, dtype=np.float64), (M, P))
+    rows = np.arange(M)
+    scale = batch / 1e6
+    for p in range(P):
+        d, g = device[:, p], group[:, p]
+        acc[rows, d, g] += proj[index[:, p]]
+        count[rows, d, g] += 1
+        ids[rows, d, g] += pool[:, p] * scale
+        out[rows, d, g] += dim[:, p] * scale
+    compute = scorer.cost_from_acc(acc.reshape(-1, A), overwrite=True).astype(np.float64).reshape(M, n, 2)
+    return GroupParts(np.where(count > 0, compute, 0.0), ids, out, count)
+
+
+def features(parts: GroupParts) -> np.ndarray:
+    """The model's terms (`FEATURES`) of each placement, [M, len(FEATURES)]."""
+    n = parts.count.shape[1]
+    used = parts.count.sum(axis=1) > 0  # [M, 2]: the plan has this group
+    cols = [np.ones(len(used)), used.sum(axis=1),
+            parts.compute.max(axis=1).sum(axis=1), parts.compute.sum(axis=(1, 2)) / n,
+            parts.ids.max(axis=1).sum(axis=1), parts.ids.sum(axis=(1, 2)) / n,
+            parts.out.max(axis=1).sum(axis=1), parts.out.sum(axis=(1, 2)) / n]
+    return np.stack([np.asarray(c, dtype=np.float64) for c in cols], axis=1)
+
+
+def plan_groups(tables: Sequence[ShardTable], plan: Plan, split: Sequence[ShardTable] | None = None) -> list[int]:
+    """The group of each post-split table of a valid plan: 1 (column-wise) if its table has more than one
+    piece, else 0 (table-wise), as `torchrec.export` hands the plan to TorchRec. `split`: the
+    post-split tables, if the caller has them."""
+    split = apply_column_steps(tables, plan.column_steps) if split is None else split
+    pieces = Counter(t.origin for t in split)
+    return [int(pieces[t.origin] > 1) for t in split]
+
+
+def plan_parts(scorer, tables: Sequence[ShardTable], plan: Plan, batch: int,
+               split: Sequence[ShardTable] | None = None) -> GroupParts:
+    """`group_parts` of one valid plan (its shards in shard-list order); `split` as in `plan_groups`."""
+    split = apply_column_steps(tables, plan.column_steps) if split is None else split
+    groups = plan_groups(tables, plan, split)
+    order = [(r, i) for r, shard in enumerate(plan.shards) for i in shard]
+    proj = scorer.project(scorer.embed([t.config for t in split])) if split else np.zeros((0, len(scorer.acc0)))
+    idx = np.array([[i for _, i in order]], dtype=np.int64).reshape(1, len(order))
+    dev = np.array([[r for r, _ in order]], dtype=np.int64).reshape(1, len(order))
+    grp = np.array([[groups[i] for _, i in order]], dtype=np.int64).reshape(1, len(order))
+    pool = np.array([split[i].config.pooling_factor for _, i in order], dtype=np.float64)
+    dim = np.array([split[i].dim for _, i in order], dtype=np.float64)
+    return group_parts(scorer, proj, idx, dev, grp, pool, dim, plan.ndevices, batch)
+
+
+# --------------------------------------------------------------------------- the model
+
+
+@dataclass(frozen=True)
+class TorchRecRuntimeModel:
+    """Step ms of a plan in TorchRec training = coef . features (module doc).
+
+    `ndevices` ranks and global batch `batch_size` it was fitted for; `samples`: plans it was fitted on;
+    `fit_mape` / `test_mape`: its mean absolute percentage error on them and on held-out plans (%);
+    `source`: what it was fitted from (paths, settings).
+    """
+
+    ndevices: int
+    batch_size: int
+    coef: tuple[float, ...]
+    samples: int = 0
+    fit_mape: float | None = None
+    test_mape: float | None = None
+    source: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if len(self.coef) != len(FEATURES) or not all(math.isfinite(c) and c >= 0 for c in self.coef):
+            raise ValueError(f"expected {len(FEATURES)} finite non-negative coefficients ({', '.join(FEATURES)}), "
+                             f"got {list(self.coef)}")
+        if int(self.ndevices) < 1 or int(self.batch_size) < 1:
+            raise ValueError(f"ndevices and batch_size must be >= 1, got {self.ndevices}, {self.batch_size}")
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        """Step ms [M] of features [M, F]."""
+        return np.asarray(x, dtype=np.float64) @ np.asarray(self.coef)
+
+    def terms(self, x: Sequence[float]) -> dict[str, float]:
+        """Each feature's share (ms) of one plan's predicted step."""
+        return {name: float(c * v) for name, c, v in zip(FEATURES, self.coef, x)}
+
+    def to_json(self) -> dict:
+        return {"format": FORMAT, "ndevices": int(self.ndevices), "batch_size": int(self.batch_size),
+                "features": list(FEATURES), "coef": [float(c) for c in self.coef], "samples": int(self.samples),
+                "fit_mape": self.fit_mape, "test_mape": self.test_mape, "source": self.source}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "TorchRecRuntimeModel":
+        """Inverse of `to_json`; ValueError / KeyError / TypeError on a malformed record."""
+        if d.get("format") != FORMAT:
+            raise ValueError(f"format {d.get('format')!r}, expected {FORMAT!r}")
+        if list(d["features"]) != list(FEATURES):
+            raise ValueError(f"features {d['features']}, expected {list(FEATURES)}")
+
+        def opt(v):
+            return None if v is None else float(v)
+
+        return cls(int(d["ndevices"]), int(d["batch_size"]), tuple(float(c) for c in d["coef"]),
+                   int(d.get("samples", 0)), opt(d.get("fit_mape")), opt(d.get("test_mape")), dict(d.get("source", {})))
+
+    def save(self, path) -> None:
+        from neuroshard.formats.io import write_json_atomic
+
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(path, self.to_json())
+
+    @classmethod
+    def load(cls, path, ndevices: int | None = None) -> "TorchRecRuntimeModel":
+        """Read a saved model; InputError naming the file when it is missing, malformed or for other ranks."""
+        path = Path(path)
+        try:
+            model = cls.from_json(json.loads(path.read_text()))
+        except FileNotFoundError:
+            raise InputError(path, "no TorchRec runtime model here (collect_torchrec_cost_data.py, then "
+                                   "train_torchrec_cost_model.py)") from None
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise InputError(path, f"not a TorchRec runtime model: {e}") from None
+        if ndevices is not None and model.ndevices != ndevices:
+            raise InputError(path, f"fitted for {model.ndevices} ranks, the plans are for {ndevices}")
+        return model
+
+
+def nnls(a: np.ndarray, b: np.ndarray, max_iter: int | None = None) -> np.ndarray:
+    """argmin ||a x - b|| subject to x >= 0 (Lawson and Hanson's active-set method)."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    m, n = a.shape
+    x = np.zeros(n)
+    passive = np.zeros(n, dtype=bool)
+    tol = 10 * np.finfo(float).eps * np.linalg.norm(a, 1) * max(m, n)
+    for _ in range(max_iter or 3 * n + 10):
+        w = a.T @ (b - a @ x)
+        if passive.all() or w[~passive].max(initial=-np.inf) <= tol:
+            break
+        passive[np.argmax(np.where(passive, -np.inf, w))] = True
+        while True:
+            z = np.zeros(n)
+            z[passive] = np.linalg.lstsq(a[:, passive], b, rcond=None)[0]
+            if (z[passive] > tol).all():
+                x = z
+                break
+            neg = passive & (z <= tol)
+            alpha = np.min(x[neg] / (x[neg] - z[neg]))
+            x = x + alpha * (z - x)
+            passive &= x > tol
+            x[~passive] = 0.0
+    return x
+
+
+def fit(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Non-negative coefficients minimising the squared relative error of x @ coef against y (ms > 0)."""
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if x.ndim != 2 or x.shape != (len(y), len(FEATURES)):
+        raise ValueError(f"expected features [{len(y)}, {len(FEATURES)}], got {list(x.shape)}")
+    if not len(y) or (y <= 0).any():
+        raise ValueError("need at least one sample, every step time > 0")
+    return nnls(x / y[:, None], np.ones(len(y)))
+
+
+def mape(pred: np.ndarray, y: np.ndarray) -> float:
+    """Mean absolute percentage error (%)."""
+    pred, y = np.asarray(pred, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    return float(100 * np.mean(np.abs(pred - y) / y))

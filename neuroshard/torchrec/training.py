@@ -1,0 +1,358 @@
+"""TorchRec training as a measurement: each plan trains a DLRM under DistributedModelParallel, step by step.
+
+One torchrun job (gloo on CPU, NCCL on GPUs) measures a list of plans in the
+order the parent gives (shuffled rounds, see `torchrec.training_eval`): the
+launcher (`TorchRecTrainJob`) writes the job file and `items.json` (per
+measurement: task, algorithm, round, the task's tables and the path of the
+plan exported as a TorchRec `ShardingPlan`), and on every rank the rank loop
+(`measure.rank`) runs `TorchRecTrainWorker`. Rank 0 reads each item and its
+ShardingPlan and hands them to every rank (`read_block`). Per item, every rank:
+
+1. builds the model: the task's tables as one `EmbeddingBagCollection` on
+   the meta device (DistributedModelParallel materialises this rank's
+   shards), torchrec's DLRM `DenseArch` over `dense_features` dense inputs
+   and its `OverArch` (last layer 1: a logit) over the dense output
+   concatenated with the pooled embeddings (`ConcatDLRM`). torchrec's
+   `DLRM` class itself needs one embedding dim for every table (its
+   pairwise dot interaction); the tasks mix dims 4..128, so the interaction
+   here is a concatenation, as in DLRM's "cat" variant. The collection is
+   sharded by the plan with the fused kernel and an in-backward exact SGD
+   (`EmbeddingBagCollectionSharder(fused_params=...)`), the dense part is
+   data-parallel (DDP) with plain SGD;
+2. builds its batch slice: samples [r B / W, (r + 1) B / W) of the dataset's
+   real lookups for every task table (a table that appears twice in a task
+   reads the same lookups under two names), seeded random dense features and
+   0/1 labels; the same batch every iteration;
+3. trains `warmup` + `iters` iterations with BCE loss; before each a
+   barrier, so every rank starts the step together; a step is forward,
+   loss, backward (the embeddings update inside it) and the dense
+   optimizer's step. An iteration's step time is the slowest rank's
+   (all_reduce MAX); the first `warmup` are dropped. Each rank also times
+   its phases (`TorchRecStep.PHASES`: the embedding collection's forward up
+   to its pooled output, the rest of the forward and the loss, the backward,
+   the dense optimizer's step) and reports their medians.
+
+Each node's first rank writes one `types.TorchRecStep` per item. Times in ms
+(build time in s).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass
+from typing import Callable, ClassVar, Sequence
+
+from neuroshard.checks import check_float, check_int
+from neuroshard.measure.launch import DEFAULT_STARTUP_TIMEOUT_S, WATCHDOG_GRACE_S, TorchrunJob
+from neuroshard.measure.rank import RankContext, RankWorker
+from neuroshard.settings import Settings, common, setting
+from neuroshard.types import ConfigError, TorchRecStep
+
+ITEMS_FILE = "items.json"
+MODULE_PATH = "ebc"  # where the EmbeddingBagCollection sits in the model: the ShardingPlan's module path
+DEFAULT_TIMEOUT_S = 120.0
+
+
+def parse_layers(text: str, flag: str, last: int | None = None) -> list[int]:
+    """'64,16' -> [64, 16]: positive layer sizes; `last` the size the list must end with. ConfigError naming `flag`."""
+    try:
+        sizes = [int(x) for x in str(text).split(",")]
+    except ValueError:
+        sizes = []
+    if not sizes or any(s < 1 for s in sizes):
+        raise ConfigError(flag, f"expected a comma list of positive layer sizes, got {text!r}")
+    if last is not None and (len(sizes) < 2 or sizes[-1] != last):
+        raise ConfigError(flag, f"expected at least two layers ending in {last} (the logit), got {text!r}")
+    return sizes
+
+
+@dataclass(frozen=True)
+class TorchRecTrainConfig(Settings):
+    """How the plans are trained (its fields are eval_torchrec.py's flags).
+
+    `ndevices` ranks on `device` ("cpu": gloo, one process per rank;
+    "cuda": NCCL, one GPU per rank). Per measurement `warmup` untimed and
+    `iters` timed training iterations (the plan's cost in that round is
+    their median); `repeats` rounds, each training every plan once in a
+    seeded shuffled order. `batch_size`: global samples per iteration (the
+    first ones of the dataset; default all of its batch), split evenly over
+    the ranks. The model: `dense_features` dense inputs, `dense_arch` and
+    `over_arch` layer sizes (the over arch ends in 1), learning rate `lr`
+    (embeddings and dense part).
+    """
+
+    TITLE: ClassVar[str] = "TorchRec training"
+
+    ndevices: int = setting(4, "", cli=False)
+    device: str = setting("cpu", "", cli=False)
+    gpu_devices: str | None = common("gpu_devices")
+    warmup: int = common("warmup", 3, help="untimed training iterations per measurement")
+    iters: int = common("iters", 20, help="timed training iterations per measurement (their median is the plan's "
+                                          "step time in that round)")
+    repeats: int = setting(3, "train every plan this many times, in rounds (each round every plan once, in a "
+                              "shuffled order), for 95% intervals and the repeat noise")
+    batch_size: int | None = setting(None, "global batch per iteration, split over the ranks: the dataset's first "
+                                           "samples (default: the dataset's whole batch)", show_default=False)
+    dense_features: int = setting(13, "dense input features of the DLRM")
+    dense_arch: str = setting("64,16", "layer sizes of the DLRM's dense arch")
+    over_arch: str = setting("64,1", "layer sizes of the DLRM's over arch (ending in 1)")
+    lr: float = setting(0.01, "learning rate of the embeddings (fused exact SGD) and the dense part (SGD)")
+    seed: int = setting(0, "seed of the measurement order, the dense features and the labels")
+    timeout: float = common("timeout", DEFAULT_TIMEOUT_S)
+    startup_timeout: float = setting(DEFAULT_STARTUP_TIMEOUT_S, "", cli=False)
+
+    def validate(self) -> None:
+        check_int("--ndevices", self.ndevices, 1)
+        if self.device not in ("cpu", "cuda"):
+            raise ConfigError("--device", f"expected cpu or cuda, got {self.device!r}")
+        check_int("--warmup", self.warmup, 0)
+        check_int("--iters", self.iters, 1)
+        check_int("--repeats", self.repeats, 1)
+        if self.batch_size is not None:
+            check_int("--batch_size", self.batch_size, self.ndevices)
+        check_int("--dense_features", self.dense_features, 1)
+        parse_layers(self.dense_arch, "--dense_arch")
+        parse_layers(self.over_arch, "--over_arch", last=1)
+        check_float("--lr", self.lr, 0.0, lo_open=True)
+        check_float("--timeout", self.timeout, 0.0, lo_open=True)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class TorchRecTrainSpec:
+    """The job's settings as the ranks read them from the job file (`TorchRecTrainConfig`'s, and the
+    dataset: each node's own copy)."""
+
+    data_dir: str
+    warmup: int
+    iters: int
+    batch_size: int
+    dense_features: int
+    dense_arch: str
+    over_arch: str
+    lr: float
+    seed: int
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+# =========================================================================== rank side
+
+
+def concat_dlrm(ebc, dense_features: int, dense_arch: Sequence[int], over_arch: Sequence[int], device,
+                marks: dict | None = None):
+    """DLRM with a concatenating interaction: torchrec's `DenseArch` and `OverArch` around the
+    EmbeddingBagCollection `ebc` (at `MODULE_PATH`); forward(dense [B, F], kjt) -> logits [B].
+    `marks`: if given, each forward stores in it the ms of the embedding lookup (`embedding_ms`: the
+    sharded collection's input distribution, kernels and output distribution, up to its pooled values)."""
+    import torch
+    from torchrec.models.dlrm import DenseArch, OverArch
+
+    from neuroshard.measure.timing import elapsed_ms
+
+    class ConcatDLRM(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            setattr(self, MODULE_PATH, ebc)
+            self.dense_arch = DenseArch(dense_features, list(dense_arch), device=device)
+            pooled = sum(c.embedding_dim for c in ebc.embedding_bag_configs())
+            self.over_arch = OverArch(dense_arch[-1] + pooled, list(over_arch), device=device)
+
+        def forward(self, dense, kjt):
+            start = time.perf_counter()
+            pooled = getattr(self, MODULE_PATH)(kjt).values()  # waits for the output distribution
+            if marks is not None:
+                marks["embedding_ms"] = elapsed_ms(start, pooled.device)
+            return self.over_arch(torch.cat([self.dense_arch(dense), pooled], dim=1)).squeeze(1)
+
+    return ConcatDLRM()
+
+
+class TorchRecTrainWorker(RankWorker):
+    """One rank of the job: trains each item's plan and times the steps (module doc)."""
+
+    item = "plan"
+    first_phase = "building the model"
+
+    def __init__(self, ctx: RankContext):
+        from neuroshard.formats.dataset import read_dataset
+        from neuroshard.measure.plan_job import dataset_fingerprint
+
+        super().__init__(ctx)
+        st = ctx.state
+        self.spec = spec = TorchRecTrainSpec(**ctx.spec)
+        local_dir = ctx.local["spec"]["data_dir"]  # this node's copy of the dataset
+        st["phase"] = "loading dataset"
+        self.dataset = read_dataset(local_dir, validate=False)
+        fingerprint = dataset_fingerprint(self.dataset)
+        theirs = ctx.broadcast(fingerprint)
+        differ = [f"{k} {fingerprint[k]} here, {theirs[k]} on node 0" for k in fingerprint
+                  if fingerprint[k] != theirs[k]]
+        if differ:
+            raise ValueError(f"the dataset at {local_dir} is not node 0's: {'; '.join(differ)}")
+        if spec.batch_size % ctx.world or spec.batch_size > self.dataset.batch_size:
+            raise ValueError(f"batch {spec.batch_size} does not split over {ctx.world} ranks within the "
+                             f"dataset's {self.dataset.batch_size} samples")
+        self.items = None
+        if ctx.rank == 0:
+            with open(os.path.join(ctx.job_dir, ITEMS_FILE)) as f:
+                self.items = json.load(f)
+
+    def read_block(self, done: int) -> list:
+        from neuroshard.torchrec.sharding_file import read_torchrec_plan
+
+        if done >= len(self.items):
+            return []
+        item = dict(self.items[done])
+        item["sharding_plan"] = read_torchrec_plan(item.pop("plan_path"))
+        return [item]
+
+    def batch_slice(self, table_ids: Sequence[int], names: Sequence[str]):
+        """(dense [b, F], KeyedJaggedTensor, labels [b]) of this rank's b = B / W samples."""
+        import torch
+        from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+        ctx, spec = self.ctx, self.spec
+        b = spec.batch_size // ctx.world
+        lo, hi = ctx.rank * b, (ctx.rank + 1) * b
+        values, lengths = [], []
+        for tid in table_ids:
+            idx, off = self.dataset.lookups(tid)
+            off = off[lo:hi + 1].to(torch.int64)
+            values.append(idx[int(off[0]):int(off[-1])].to(torch.int64))
+            lengths.append(off[1:] - off[:-1])
+        kjt = KeyedJaggedTensor.from_lengths_sync(keys=list(names), values=torch.cat(values),
+                                                  lengths=torch.cat(lengths))
+        g = torch.Generator().manual_seed(spec.seed * 1009 + ctx.rank)
+        dense = torch.randn(b, spec.dense_features, generator=g)
+        labels = torch.randint(0, 2, (b,), generator=g).float()
+        return (x.to(ctx.device) for x in (dense, kjt, labels))
+
+    def measure(self, k: int, item: dict) -> dict | None:
+        """Train item `k`'s plan; returns its `TorchRecStep` record on the first rank of each node."""
+        import numpy as np
+        import torch
+        import torch.distributed as dist
+        from fbgemm_gpu.split_embedding_configs import EmbOptimType
+        from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+        from torchrec.distributed.model_parallel import DistributedModelParallel
+        from torchrec.modules.embedding_configs import EmbeddingBagConfig, PoolingType
+        from torchrec.modules.embedding_modules import EmbeddingBagCollection
+        from torchrec.optim.keyed import KeyedOptimizerWrapper
+        from torchrec.optim.optimizers import in_backward_optimizer_filter
+
+        from neuroshard.measure.rank import local_lead
+        from neuroshard.measure.timing import elapsed_ms
+
+        ctx, spec, st = self.ctx, self.spec, self.ctx.state
+        st["phase"] = "building the model"
+        t0 = time.perf_counter()
+        names, ids = item["names"], item["table_ids"]
+        device = torch.device(ctx.device)
+        ebc = EmbeddingBagCollection(tables=[
+            EmbeddingBagConfig(name=n, embedding_dim=d, num_embeddings=r, feature_names=[n], pooling=PoolingType.SUM)
+            for n, d, r in zip(names, item["dims"], item["rows"])], device=torch.device("meta"))
+        torch.manual_seed(spec.seed)  # the same dense weights on every rank (DDP also broadcasts rank 0's)
+        marks: dict = {}
+        model = concat_dlrm(ebc, spec.dense_features, parse_layers(spec.dense_arch, "dense_arch"),
+                            parse_layers(spec.over_arch, "over_arch", last=1), device, marks)
+        sharder = EmbeddingBagCollectionSharder(fused_params={"optimizer": EmbOptimType.EXACT_SGD,
+                                                              "learning_rate": spec.lr})
+        dmp = DistributedModelParallel(model, device=device, plan=item["sharding_plan"], sharders=[sharder])
+        dense_opt = KeyedOptimizerWrapper(dict(in_backward_optimizer_filter(dmp.named_parameters())),
+                                          lambda params: torch.optim.SGD(params, lr=spec.lr))
+        dense, kjt, labels = self.batch_slice(ids, names)
+        loss_fn = torch.nn.BCEWithLogitsLoss()
+        build_s = time.perf_counter() - t0
+        times, phases = [], {name: [] for name in TorchRecStep.PHASES}
+
+        for i in range(spec.warmup + spec.iters):
+            st["phase"] = f"barrier before iteration {i}"
+            ctx.barrier()
+            st["phase"] = f"training iteration {i}"
+            start = time.perf_counter()
+            dense_opt.zero_grad()
+            loss = loss_fn(dmp(dense, kjt), labels)
+            forward_ms = elapsed_ms(start, device)
+            t = time.perf_counter()
+            loss.backward()
+            backward_ms = elapsed_ms(t, device)
+            t = time.perf_counter()
+            dense_opt.step()
+            optimizer_ms = elapsed_ms(t, device)
+            ms = (time.perf_counter() - start) * 1e3
+            if i >= spec.warmup:
+                times.append(ms)
+                for name, v in zip(TorchRecStep.PHASES, (marks["embedding_ms"], forward_ms - marks["embedding_ms"],
+                                                         backward_ms, optimizer_ms)):
+                    phases[name].append(v)
+            if not np.isfinite(float(loss.detach())):
+                raise ValueError(f"the loss is {float(loss.detach())} at iteration {i}")
+        st["phase"] = "gathering step times"
+        slowest = torch.tensor(times + [build_s], dtype=torch.float64, device=device)
+        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+        per_rank = ctx.gather(float(np.median(times)))
+        rank_phases = ctx.gather({name: float(np.median(v)) for name, v in phases.items()})
+        del dmp, dense_opt, model, ebc  # free this plan's shards before the next is built
+        if not local_lead():
+            return None
+        slowest = slowest.cpu().tolist()
+        return TorchRecStep(k, int(item["task"]), str(item["alg"]), int(item["repeat"]), slowest[:-1], per_rank,
+                            slowest[-1], rank_phases).to_json()
+
+
+# =========================================================================== launcher
+
+
+class TorchRecTrainJob(TorchrunJob):
+    """One torchrun job training each item's plan in the order given; iterate `steps()`.
+
+    `items`: per measurement a JSON-able dict with `task`, `alg`, `repeat`,
+    the task's `names`, `table_ids`, `dims`, `rows` and `plan_path` (a
+    TorchRec ShardingPlan file, module path `MODULE_PATH`)."""
+
+    item: ClassVar[str] = "plan"
+    job_prefix: ClassVar[str] = "torchrec_train_job_"
+
+    def __init__(self, items: Sequence[dict], data_dir, batch_size: int, cfg: TorchRecTrainConfig, *,
+                 work_dir: str | None = None, keep_dir: bool = False):
+        cfg.validate()
+        self.cfg, self.items = cfg, [dict(it) for it in items]
+        spec = TorchRecTrainSpec(data_dir=os.path.abspath(data_dir), warmup=cfg.warmup, iters=cfg.iters,
+                                 batch_size=batch_size, dense_features=cfg.dense_features, dense_arch=cfg.dense_arch,
+                                 over_arch=cfg.over_arch, lr=cfg.lr, seed=cfg.seed)
+        # a plan: its model's construction (a few collectives) and warmup + iters steps, each bounded by the timeout
+        stall = 4 * cfg.timeout + WATCHDOG_GRACE_S
+        super().__init__("torchrec_train", spec, cfg.ndevices, len(self.items), device=cfg.device,
+                         gpu_devices=cfg.gpu_devices, timeout=cfg.timeout, startup_timeout=cfg.startup_timeout,
+                         stall_timeout=stall, work_dir=work_dir, keep_dir=keep_dir)
+
+    def write_inputs(self, job_dir: str) -> None:
+        with open(os.path.join(job_dir, ITEMS_FILE), "w") as f:
+            json.dump(self.items, f)
+
+    def steps(self):
+        """Each item's `TorchRecStep`, in job order, as soon as rank 0 writes it."""
+        for rec in self.records():
+            yield TorchRecStep.from_json(rec)
+
+
+def train_plans(items: Sequence[dict], data_dir, batch_size: int, cfg: TorchRecTrainConfig, *,
+                on_result: Callable[[TorchRecStep], None] | None = None,
+                work_dir: str | None = None) -> list[TorchRecStep]:
+    """Train every item (see `TorchRecTrainJob`) in one job, in order; `on_result(step)` as each arrives.
+    Raises `launch.JobError` (naming the failing rank and cause) if any rank fails."""
+    if not items:
+        return []
+    out = []
+    with TorchRecTrainJob(items, data_dir, batch_size, cfg, work_dir=work_dir) as job:
+        for step in job.steps():
+            out.append(step)
+            if on_result is not None:
+                on_result(step)
+    return out

@@ -1,0 +1,157 @@
+"""The report's comparison: intervals beside the means and verdict words read from the intervals."""
+
+import pytest
+
+from neuroshard.eval.intervals import Interval
+from neuroshard.pipeline.report import comparison_table, verdict_lines
+from neuroshard.eval.summary import AlgorithmRow, Summary, VsReference
+
+
+def _row(alg, mean, ci, gain=None, diff=None, verdict=None):
+    row = AlgorithmRow(alg, valid=3, tasks=3, oom=0, invalid=0, average=mean, mean_common=mean, median_search_ms=None,
+                       mean_search_ms=None, mean_splits=None, mean_common_ci=ci, neuroshard_gain=gain)
+    if verdict:
+        row.vs_reference = VsReference(Interval(diff["hi"] / 2 + diff["lo"] / 2, diff["lo"], diff["hi"], 3, 1), verdict,
+                                       [diff["lo"] / mean, diff["hi"] / mean])
+    return row
+
+
+def _summary(rows, verdicts):
+    return Summary(tasks=3, common_tasks=3, cost="cost", reference="neuroshard", algorithms=rows,
+                   ranking=[], neuroshard_beats={}, verdicts=verdicts)
+
+
+def test_verdict_words_follow_the_intervals():
+    hw = _summary([
+        _row("neuroshard", 10.0, [9.0, 11.0]),
+        _row("greedy_a", 12.0, [11.0, 13.0], 1 / 6, {"lo": 1.0, "hi": 3.0}, "beats"),
+        _row("greedy_b", 10.5, [9.0, 12.0], 0.5 / 10.5, {"lo": -0.5, "hi": 1.5}, "no significant difference"),
+        _row("greedy_c", 9.0, [8.5, 9.5], -1 / 9, {"lo": -1.5, "hi": -0.5}, "loses to")],
+        {"greedy_a": "beats", "greedy_b": "no significant difference", "greedy_c": "loses to"})
+    table, verdicts = comparison_table(None, hw)
+    assert "| greedy_b | - |  |  | 10.50 [9.00, 12.00] | +4.8% [-4.8%, +14.3%] | no significant difference |" in table
+    assert "| greedy_a |" in table and "| beats |" in table and "| loses to |" in table
+    [line] = verdict_lines(verdicts)
+    assert line == ("- hardware: NeuroShard beats greedy_a; shows no significant difference from greedy_b; "
+                    "loses to greedy_c (95% intervals of the paired differences).")
+    sim_all = {"simulator": {"a": "beats", "b": "beats"}}
+    assert verdict_lines(sim_all)[0].startswith("- simulator: NeuroShard beats every baseline (")
+
+
+def test_torchrec_section_reads_step_7_and_says_how_noisy_it_is(tmp_path):
+    import json
+
+    from neuroshard.pipeline.report import torchrec_lines
+    from neuroshard.torchrec.training_eval import summarize
+
+    assert torchrec_lines(tmp_path) == ([], None)  # step 7 did not run: no section
+    costs = {(t, a): [10.0 * (t + 1) * f, 10.5 * (t + 1) * f] for t in range(3) for a, f in (("neuroshard", 1.0),
+                                                                                           ("greedy", 1.2))}
+    (tmp_path / "torchrec").mkdir()
+    (tmp_path / "torchrec" / "summary.json").write_text(json.dumps(summarize(costs, "neuroshard",
+                                                                             ["neuroshard", "greedy"])))
+    (tmp_path / "torchrec" / "config.json").write_text(json.dumps(
+        {"training": {"ndevices": 4096, "device": "cpu", "warmup": 3, "iters": 20, "repeats": 2}, "batch_size": 4096}))
+    lines, summary = torchrec_lines(tmp_path)
+    text = "\n".join(lines)
+    assert summary["reference"] == "neuroshard"
+    assert "| greedy |" in text and "neuroshard beats it" in text and "1.200 [1.200, 1.200]" in text
+    assert "two sharding groups" in text
+    assert "4096 ranks shared" in text and "same plan trained in two rounds differed by 4.9%" in text
+
+
+def test_power_line_from_the_median_noise_of_the_comparisons():
+    from types import SimpleNamespace as N
+
+    from neuroshard.eval.power import Components
+    from neuroshard.pipeline.report import power_lines
+
+    comps = [Components(0.08, 0.08, 10, 2), Components(0.06, 0.10, 10, 2), Components(0.10, 0.06, 10, 2)]
+    hw = N(algorithms=[N(vs_reference=None)] + [N(vs_reference=N(power=c)) for c in comps])
+    # medians 8% and 8%: 2.802 * sqrt(0.0064 / 10 + 0.0064 / 20) = 8.7%; (2.802 / 0.03)^2 * 0.0096 = 83.7 -> 84
+    (line,) = power_lines(hw)
+    assert "8.0% from task to task and by 8.0% between repeats" in line
+    assert "10 tasks detect about 8.7%" in line and line.endswith("3% difference needs 84 tasks.")
+    assert power_lines(hw, study=(70, 4))[0].endswith("needs 84 tasks (`--preset study` runs 70 x 4).")
+    assert power_lines(N(algorithms=[N(vs_reference=None)])) == [] and power_lines(None) == []
+
+
+def test_drift_lines_give_the_change_since_the_calibration(tmp_path):
+    import json
+
+    from neuroshard.pipeline.report import drift_lines
+    from neuroshard.formats.plan_file import read_plans, write_plans
+    from neuroshard.types import CostBreakdown, Plan, PlanRecord
+    from tests.eval.test_drift import _write
+
+    # ranks: compute [1, 2], bw [1, 1], fw [1, 1] (estimate 4, already calibrated); after the evaluation the
+    # machine runs compute 2.2x, fw 0.55x, bw 1.1x its recorded times, before it ran 1.1x, 1.1x, 1.1x: the
+    # change is 2, 0.5, 1 -> totals [3.5, 5.5], cost 5.5 = measured (MAPE 0)
+    _write(tmp_path, 2.2, 0.55, 1.1)
+    rec = PlanRecord(0, "a", plan=Plan((), ((0,), (1,))), estimate=CostBreakdown([1.0, 2.0], [1.0, 1.0], [1.0, 1.0]),
+                     repeat_costs=[5.5, 5.5])
+    write_plans(tmp_path / "results.json", [rec])
+    calib = {"compute": 1.1, "fw_comm": 1.1, "bw_comm": 1.1, "samples": {"compute": 2, "fw_comm": 4, "bw_comm": 4}}
+    (tmp_path / "config.json").write_text(json.dumps({"calibration_factors": calib}))
+    lines, fig = drift_lines(tmp_path, read_plans(tmp_path / "results.json"))
+    assert fig["scaled_plan_mape"] == pytest.approx(0.0, abs=1e-9) and fig["calibration"] == calib
+    assert "just before planning, 2 compute shards and 4 per-rank" in lines[0]
+    assert "changed by 2.00x (compute), 0.50x (fw) and 1.00x (bw)" in lines[0]
+    # without a calibration the factors themselves scale the estimate: [2.2 + 1.1 + 0.55, 4.4 + ...] -> 6.05
+    (tmp_path / "config.json").write_text(json.dumps({}))
+    lines, fig = drift_lines(tmp_path, read_plans(tmp_path / "results.json"))
+    assert fig["calibration"] is None and fig["scaled_plan_mape"] == pytest.approx(0.55 / 5.5)
+    assert lines[0].startswith("Machine drift: right after the evaluation")
+
+
+def test_anchor_lines_scale_the_estimates_by_the_anchors_speed(tmp_path):
+    from neuroshard.eval.drift import ANCHORS
+    from neuroshard.pipeline.report import anchor_lines
+    from neuroshard.formats.plan_file import read_plans, write_plans
+    from tests.eval.test_drift import _anchor
+
+    # the anchors ran compute at 0.5x their estimate before and after (fw and bw 1x); the evaluation's plan:
+    # estimate compute [1, 2] + bw [1, 1] + fw [1, 1] -> 4 ms; scaled: [0.5 + 2, 1 + 2] -> 3 ms = measured
+    for name in ANCHORS.values():
+        (tmp_path / name).mkdir()
+        write_plans(tmp_path / name / "results.json", [_anchor(0, 0.5, 1.0, 3.0), _anchor(1, 0.5, 1.0, 3.0)])
+    assert anchor_lines(tmp_path, None) == ([], None)  # no evaluation results
+    write_plans(tmp_path / "results.json", [_anchor(0, 0.5, 1.0, 3.0)])
+    lines, fig = anchor_lines(tmp_path, read_plans(tmp_path / "results.json"))
+    assert fig["scaled_plan_mape"] == pytest.approx(0.0, abs=1e-12) and fig["plans"] == 2
+    assert fig["evaluation"]["cost"] == 0.75 and fig["factors"]["compute"] == pytest.approx(0.5)
+    assert "the 2 on-policy plans of training tasks" in lines[0]
+    assert "took 0.750x and 0.750x their estimates (medians; compute 0.500x and 0.500x)" in lines[0]
+    assert "the plan-cost MAPE is 0.0%" in lines[0]
+
+
+def test_drift_and_anchor_lines_measure_the_change_from_the_plan_speed_the_estimates_include(tmp_path):
+    import json
+
+    from neuroshard.eval.drift import ANCHORS
+    from neuroshard.pipeline.report import anchor_lines, drift_lines
+    from neuroshard.formats.plan_file import read_plans, write_plans
+    from tests.eval.test_drift import _anchor, _write
+
+    # the evaluation's estimate (compute [1, 2], bw [1, 1], fw [1, 1]: 4 ms) includes the calibration 1.1x and
+    # the plan speed before it, compute 0.5x; the kernel samples after it ran compute 1.1x, fw 1.1x, bw 2.2x:
+    # the change from the estimate's speed is compute 1.1 / (1.1 x 0.5) = 2, fw 1, bw 2
+    # -> totals [2 + 2 + 1, 4 + 2 + 1] = 7 = measured (MAPE 0)
+    _write(tmp_path, 1.1, 1.1, 2.2)
+    write_plans(tmp_path / "results.json", [_anchor(0, 2.0, 1.0, 7.0)])
+    calib = {"compute": 1.1, "fw_comm": 1.1, "bw_comm": 1.1, "samples": {"compute": 2, "fw_comm": 4, "bw_comm": 4}}
+    speed = {"compute": 0.5, "fw_comm": 1.0, "bw_comm": 1.0, "plans": 2}
+    (tmp_path / "config.json").write_text(json.dumps({"calibration_factors": calib, "plan_speed_factors": speed}))
+    lines, fig = drift_lines(tmp_path, read_plans(tmp_path / "results.json"))
+    assert fig["scaled_plan_mape"] == pytest.approx(0.0, abs=1e-9) and fig["plan_speed"] == speed
+    assert "changed by 2.00x (compute), 1.00x (fw) and 2.00x (bw) from the estimates' speed" in lines[0]
+    assert "(`--plan_speed`: 0.50x (compute), 1.00x (fw) and 1.00x (bw))" in lines[0]
+    # the anchors: compute 0.5x before (the plan speed) and 2x after -> sqrt(0.5 x 2) / 0.5 = 2x the estimates
+    # the evaluation's include: [2 + 1 + 1, 4 + 1 + 1] -> 6 ms against the measured 7
+    for name, compute in zip(ANCHORS.values(), (0.5, 2.0)):
+        (tmp_path / name).mkdir()
+        write_plans(tmp_path / name / "results.json", [_anchor(0, compute, 1.0, 4.0)])
+    lines, fig = anchor_lines(tmp_path, read_plans(tmp_path / "results.json"))
+    assert fig["plan_speed"] == speed and fig["scaled_plan_mape"] == pytest.approx(1 / 7)
+    assert "include the speed before it (`--plan_speed`: the models scaled by compute 0.500x" in lines[0]
+    assert "before to after (compute 2.000x, fw 1.000x, bw 1.000x), the plan-cost MAPE is 14.3%" in lines[0]

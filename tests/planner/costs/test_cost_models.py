@@ -1,0 +1,206 @@
+import numpy as np
+import pytest
+import torch
+
+from neuroshard.planner.costs.cost_models import load_comm_model, load_compute_model, load_model, save_model
+from neuroshard.planner.costs.features import TABLE_EMBED_DIM
+from neuroshard.planner.costs.nets import (
+    CommCostModel,
+    ComputeCostModel,
+    feature_stats,
+    linear_comm_model,
+    linear_compute_model,
+    table_features,
+)
+from neuroshard.types import InputError, TableConfig
+
+BINS = tuple([0.25] * 4 + [0.0] * 13)
+
+
+def _configs():
+    return [TableConfig(10 ** (2 + i % 4), 1.0 + i, BINS, dim=4 * 2 ** (i % 5)) for i in range(12)]
+
+
+def _compute_model():
+    torch.manual_seed(0)
+    mean, std = feature_stats(table_features(_configs()))
+    return ComputeCostModel(mean, std, target_scale=7.0).eval()
+
+
+def test_table_features_hand_values():
+    f = table_features([TableConfig(1000, 2.5, BINS, dim=16)])
+    assert f.shape == (1, 21)
+    assert f[0, :4].tolist() == [16.0, 3.0, 2.5, 40.0]
+    assert f[0, 4:8].tolist() == [0.25] * 4
+
+
+def test_compute_model_sum_structure_and_empty_set():
+    m, configs = _compute_model(), _configs()
+    sets = [[0, 1, 2], [], [5], [3, 3, 7, 11]]
+    fast = m.predict_sets(configs, sets)
+    assert fast[1] == 0.0
+    feats = table_features(configs)
+    padded = torch.zeros(len(sets), 4, feats.shape[1])
+    mask = torch.zeros(len(sets), 4, dtype=torch.bool)
+    for i, s in enumerate(sets):
+        padded[i, :len(s)] = feats[s]
+        mask[i, :len(s)] = True
+    with torch.no_grad():
+        plain = m(padded, mask).numpy()
+    np.testing.assert_allclose(fast, plain, rtol=1e-5, atol=1e-5)
+    emb = m.predict_tables(configs)
+    assert emb.shape == (12, TABLE_EMBED_DIM)
+    # the cost of a set only depends on the sum of its members' embeddings
+    with torch.no_grad():
+        via_sums = m.cost_from_sums(torch.from_numpy(emb[[0, 1, 2]].sum(0, keepdims=True)), torch.tensor([3]))
+    assert float(via_sums) == pytest.approx(float(fast[0]), rel=1e-5)
+
+
+def test_checkpoint_round_trip(tmp_path):
+    m, configs = _compute_model(), _configs()
+    save_model(m, tmp_path / "c.pt")
+    m2 = load_compute_model(tmp_path / "c.pt")
+    np.testing.assert_array_equal(m.predict_sets(configs, [[0, 4], [9]]), m2.predict_sets(configs, [[0, 4], [9]]))
+    assert not list(tmp_path.glob(".*tmp"))
+
+
+def test_comm_model_round_trip_and_mismatch(tmp_path):
+    torch.manual_seed(1)
+    fw = CommCostModel("fw", 4, torch.zeros(8), torch.ones(8), target_scale=2.0)
+    save_model(fw, tmp_path / "fw.pt")
+    dims = np.array([[64, 32, 0, 128]], dtype=np.float32)
+    sleeps = np.array([[0, 1, 2, 3]], dtype=np.float32)
+    got = load_comm_model(tmp_path / "fw.pt", 4, "fw").predict(dims, sleeps)
+    np.testing.assert_array_equal(got, fw.predict(dims, sleeps))
+    assert got.shape == (1, 4)
+    with pytest.raises(InputError, match="ndevices=4, asked for 8"):
+        load_comm_model(tmp_path / "fw.pt", 8, "fw")
+    with pytest.raises(InputError, match="expected a bw comm model"):
+        load_comm_model(tmp_path / "fw.pt", 4, "bw")
+
+
+def test_load_model_bad_files(tmp_path):
+    with pytest.raises(InputError, match="not found"):
+        load_model(tmp_path / "missing.pt")
+    (tmp_path / "junk.pt").write_text("junk")
+    with pytest.raises(InputError, match="junk.pt: not a NeuroShard cost model"):
+        load_model(tmp_path / "junk.pt")
+
+
+def test_hand_set_linear_models_compute_their_formulas():
+    cm = linear_compute_model(0.01, 0.5)
+    configs = [TableConfig(1000, 2.0, BINS, dim=d) for d in (16, 64, 8)]
+    np.testing.assert_allclose(cm.predict_sets(configs, [[0, 1], [], [2]]), [0.5 + 0.8, 0.0, 0.5 + 0.08], rtol=1e-6)
+    w = np.array([[0.02, 0.0, 0.5, 0.0], [0.001, 0.03, 0.0, 0.5]])
+    fw = linear_comm_model("fw", 2, w, [0.1, 0.2])
+    dims, sleeps = np.array([[64.0, 32.0]]), np.array([[2.0, 0.0]])
+    np.testing.assert_allclose(fw.predict(dims, sleeps), w @ [64, 32, 2, 0] + [[0.1, 0.2]], rtol=1e-6)
+    with pytest.raises(ValueError, match="too many devices"):
+        linear_comm_model("fw", 9, np.zeros((9, 18)), np.zeros(9))
+
+
+def test_forward_wait_term_adds_the_wait_for_the_last_rank(tmp_path):
+    n = 3
+    m = CommCostModel("fw", n, torch.zeros(2 * n), torch.ones(2 * n), wait_term=True)
+    with torch.no_grad():
+        for p in m.parameters():
+            p.zero_()
+    # MLP output 0: the prediction is max(sleeps) - sleeps, by hand
+    assert m.predict([[8, 16, 32]], [[0.0, 5.0, 2.0]]).tolist() == [[5.0, 0.0, 3.0]]
+    save_model(m.eval(), tmp_path / "fw.pt")
+    back = load_comm_model(tmp_path / "fw.pt", n, "fw")
+    assert back.wait_term and back.predict([[8, 16, 32]], [[1.0, 0.0, 0.0]]).tolist() == [[0.0, 1.0, 1.0]]
+    with pytest.raises(ValueError, match="only the forward model"):
+        CommCostModel("bw", n, torch.zeros(n), torch.ones(n), wait_term=True)
+
+
+def test_forward_wait_inputs_give_the_mlp_each_ranks_wait_for_the_last(tmp_path):
+    n = 3
+    dims, sleeps = [[8, 16, 32]], [[0.0, 5.0, 2.0]]
+    models = {}
+    for wait_inputs in (False, True):
+        m = CommCostModel("fw", n, torch.zeros(2 * n), torch.ones(2 * n), hidden=(), wait_inputs=wait_inputs)
+        with torch.no_grad():  # linear: output r = the MLP's input n + r (rank r's sleep, or its wait)
+            m.mlp[0].weight.zero_()
+            m.mlp[0].bias.zero_()
+            for r in range(n):
+                m.mlp[0].weight[r, n + r] = 1.0
+        models[wait_inputs] = m.eval()
+    assert models[False].predict(dims, sleeps).tolist() == [[0.0, 5.0, 2.0]]
+    assert models[True].predict(dims, sleeps).tolist() == [[5.0, 0.0, 3.0]]  # max 5 - own sleep, by hand
+    save_model(models[True], tmp_path / "fw.pt")
+    back = load_comm_model(tmp_path / "fw.pt", n, "fw")
+    assert back.wait_inputs and back.predict(dims, sleeps).tolist() == [[5.0, 0.0, 3.0]]
+    # a checkpoint from before the option (no "wait_inputs" in its config) loads with the sleeps as inputs
+    ckpt = torch.load(tmp_path / "fw.pt", weights_only=True)
+    del ckpt["config"]["wait_inputs"]
+    torch.save(ckpt, tmp_path / "old.pt")
+    old = load_comm_model(tmp_path / "old.pt", n, "fw")
+    assert not old.wait_inputs and old.predict(dims, sleeps).tolist() == [[0.0, 5.0, 2.0]]
+    with pytest.raises(ValueError, match="only the forward model"):
+        CommCostModel("bw", n, torch.zeros(n), torch.ones(n), wait_inputs=True)
+
+
+def test_a_comm_model_without_hidden_layers_is_linear_and_round_trips(tmp_path):
+    from neuroshard.planner.costs.cost_models import CostModels
+    from neuroshard.planner.costs.nets import COMM_HIDDEN
+    from neuroshard.planner.costs.scorer import get_scorer
+
+    n = 3
+    bw = CommCostModel("bw", n, torch.full((n,), 100.0), torch.full((n,), 50.0), target_scale=2.0, hidden=())
+    # untrained, it predicts the mean target: weights 0, bias 1 (x target_scale 2 ms)
+    assert bw.predict([[8, 16, 32]]).tolist() == [[2.0, 2.0, 2.0]]
+    w = np.array([[0.5, 0.1, 0.1], [0.1, 0.5, 0.1], [0.1, 0.1, 0.5]])
+    with torch.no_grad():
+        bw.mlp[0].weight.copy_(torch.as_tensor(w))
+        bw.mlp[0].bias.copy_(torch.tensor([1.0, 1.5, 2.0]))
+    dims = np.array([[200.0, 100.0, 50.0]])
+    by_hand = 2.0 * (w @ ((dims[0] - 100.0) / 50.0) + [1.0, 1.5, 2.0])  # 2 x (w @ [2, 0, -1] + b)
+    np.testing.assert_allclose(bw.predict(dims)[0], by_hand, rtol=1e-6)
+    np.testing.assert_allclose(by_hand, [3.8, 3.2, 3.4])
+    save_model(bw.eval(), tmp_path / "bw.pt")
+    back = load_comm_model(tmp_path / "bw.pt", n, "bw")
+    assert back.hidden == () and len(back.mlp) == 1
+    np.testing.assert_allclose(back.predict(dims)[0], by_hand, rtol=1e-6)
+    # the planner's NumPy copy of it gives the same times
+    fw = linear_comm_model("fw", n, np.zeros((n, 2 * n)), np.ones(n))
+    scorer = get_scorer(CostModels(linear_compute_model(0.01, 0.5), fw, back))
+    assert scorer.uses_numpy
+    np.testing.assert_allclose(scorer.comm(dims, np.zeros_like(dims))[0][0], by_hand, rtol=1e-5)
+    # a checkpoint written before the hidden layers were recorded is DESIGN's MLP
+    ckpt = torch.load(tmp_path / "bw.pt", weights_only=False)
+    mlp = CommCostModel("bw", n, torch.zeros(n), torch.ones(n))
+    ckpt["config"] = {k: v for k, v in mlp.config().items() if k != "hidden"}
+    ckpt["state_dict"] = mlp.state_dict()
+    torch.save(ckpt, tmp_path / "old.pt")
+    assert load_comm_model(tmp_path / "old.pt", n, "bw").hidden == COMM_HIDDEN
+    with pytest.raises(ValueError, match="hidden layer sizes must be >= 1"):
+        CommCostModel("bw", n, torch.zeros(n), torch.ones(n), hidden=(16, 0))
+
+
+def test_scaled_models_multiply_each_part_and_leave_the_originals():
+    from neuroshard.planner.costs.cost_models import CostModels
+    from neuroshard.planner.costs.nets import CostEnsemble
+    from neuroshard.types import ConfigError
+
+    n = 2
+    fw = linear_comm_model("fw", n, np.hstack([0.02 * np.eye(n), 0.5 * np.eye(n)]), np.full(n, 0.1))
+    fw.checkpoint_extra = {"noise_floor": {"mean": 0.05}}
+    bw = CostEnsemble([linear_comm_model("bw", n, 0.02 * np.eye(n), np.full(n, 0.1)),
+                       linear_comm_model("bw", n, 0.04 * np.eye(n), np.full(n, 0.3))])
+    models = CostModels(linear_compute_model(0.01, 0.5), fw, bw)
+    scaled = models.scaled(compute=2.0, fw=0.5, bw=3.0)
+    configs = [TableConfig(1000, 2.0, BINS, dim=16)]
+    # compute 0.5 + 0.01 x 16 = 0.66 -> 1.32; fw 0.1 + 0.02 x 16 + 0.5 x 2 = 1.42 -> 0.71;
+    # bw members 0.42 and 0.94 -> mean 0.68 -> 2.04
+    assert scaled.compute.predict_sets(configs, [[0]])[0] == pytest.approx(1.32)
+    assert scaled.fw.predict([[16.0, 0.0]], [[2.0, 0.0]])[0, 0] == pytest.approx(0.71)
+    assert scaled.bw.predict([[16.0, 0.0]])[0, 0] == pytest.approx(2.04)
+    # the originals predict as before; the checkpoint's records travel with the copy
+    assert models.compute.predict_sets(configs, [[0]])[0] == pytest.approx(0.66)
+    assert models.bw.predict([[16.0, 0.0]])[0, 0] == pytest.approx(0.68)
+    assert scaled.fw.checkpoint_extra == {"noise_floor": {"mean": 0.05}}
+    assert scaled.noise_model == models.noise_model
+    assert models.scaled() is models
+    with pytest.raises(ConfigError, match="fw scale: must be a positive number, got 0"):
+        models.scaled(fw=0)

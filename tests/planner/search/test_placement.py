@@ -1,0 +1,100 @@
+"""The batched greedy (groups of agreeing scales, per-dim device keys) against the plain greedy run
+for each (state, dim limit) on its own, one device at a time."""
+
+import numpy as np
+import pytest
+
+from neuroshard.planner.search.placement import NO_LIMIT, run_greedy
+from neuroshard.planner.costs.scorer import get_scorer
+from neuroshard.planner.search.beam import SearchConfig, make_problem
+from tests.planner.search.test_beam import linear_models, random_models, random_task
+
+
+def plain_greedy(order, limit, n, cap, size, dim, proj, acc0, head):
+    """Devices of each table of `order`, or None if one fits nowhere (DESIGN §8, written plainly)."""
+    cost = [0.0] * n
+    mroom = [cap] * n
+    dsum = [0] * n
+    acc = [acc0.copy() for _ in range(n)]
+    out = []
+    for g in order:
+        best = None
+        for d in range(n):
+            if mroom[d] >= size[g] and dsum[d] + dim[g] <= limit:
+                if best is None or (cost[d], -mroom[d]) < (cost[best], -mroom[best]):
+                    best = d
+        if best is None:
+            return None
+        acc[best] = acc[best] + proj[g]
+        cost[best] = float(head(acc[best][None].copy())[0])
+        mroom[best] -= size[g]
+        dsum[best] += dim[g]
+        out.append(best)
+    return out
+
+
+def check(tables, n, mem, models, states=3, seed=0):
+    cfg = SearchConfig()
+    prob = make_problem(tables, n, mem, models, cfg)
+    rng = np.random.default_rng(seed)
+    # states: the unsplit tables, and some with random splits, in the search's greedy order
+    gid_order = []
+    for s in range(states):
+        gids = prob.start.copy()
+        for _ in range(s):
+            i = int(rng.integers(len(gids)))
+            if prob.can_split[gids[i]]:
+                gids[i] += 1
+                gids = np.append(gids, gids[i])
+        gids = gids[: len(prob.start)]  # equal lengths: a split replaces a piece by its half
+        gid_order.append(gids[np.argsort(-prob.cost1[gids], kind="stable")])
+    gid_order = np.array(gid_order)
+    scorer = get_scorer(models)
+    res = run_greedy(gid_order, prob.limits, n, prob.cap, prob.size, prob.dim, prob.proj, scorer.acc0,
+                     scorer.cost_from_acc)
+    for s in range(len(gid_order)):
+        for r, limit in enumerate(prob.limits):
+            want = plain_greedy(gid_order[s], limit, n, prob.cap, prob.size, prob.dim, prob.proj, scorer.acc0,
+                                scorer.cost_from_acc)
+            row = res.row_of[s, r]
+            if want is None:
+                assert row == -1, (s, r)
+                continue
+            assert row >= 0, (s, r)
+            assert res.devices[:, row].tolist() == want, (s, r)
+            dims = np.zeros(n, dtype=np.int64)
+            np.add.at(dims, want, prob.dim[gid_order[s]])
+            assert res.dims[row].tolist() == dims.tolist()
+    return res
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_batched_greedy_matches_the_plain_greedy(seed):
+    # from 1 to 40 devices, tight to loose memory, constant models now and then (ties everywhere)
+    rng = np.random.default_rng(300 + seed)
+    n = int(rng.choice([1, 3, 8, 40]))
+    T = int(rng.integers(3, 40))
+    mem = float(rng.choice([0.01, 0.05, 1.0])) * max(1, T / n)
+    models = random_models(n, seed) if seed % 2 else linear_models(n, per_dim=float(rng.choice([0.0, 0.01])))
+    check(random_task(rng, T), n, mem, models, states=3, seed=seed)
+
+
+def test_scales_that_agree_share_a_row():
+    # one table per device and room to spare: every scale places alike, so one row serves all
+    rng = np.random.default_rng(1)
+    tables = random_task(rng, 4, dims=(16,))
+    res = check(tables, 4, 1.0, linear_models(4), states=1)
+    assert len(res.compute) == 1 and (res.row_of == 0).all()
+
+
+def test_no_limit_is_larger_than_any_sum():
+    assert NO_LIMIT > 2**60 and NO_LIMIT * 2 < np.iinfo(np.int64).max
+
+
+def test_many_devices_and_groups_that_split():
+    # 24 devices, 90 tables: the dim limits bind late, so groups of scales split and some fail
+    rng = np.random.default_rng(5)
+    tables = random_task(rng, 90)
+    mem = max(1.5 * sum(t.size_gb for t in tables) / 24, 1.05 * max(t.size_gb for t in tables))
+    res = check(tables, 24, mem, random_models(24, 5), states=2, seed=5)
+    assert 2 < len(res.compute) < 2 * 12

@@ -1,0 +1,93 @@
+"""TorchRec runtime cost data (`torchrec.runtime_data`): random plans, the collection's records, reading
+results.json back, and fitting the runtime model to samples whose step times are known."""
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from neuroshard.eval.planning import label_runtime
+from neuroshard.torchrec.runtime_data import (RuntimeSample, collection_records, fit_runtime_model, random_label,
+                                          random_split_plan, read_samples, sample_features)
+from neuroshard.torchrec.training_eval import merge_plan_files
+from neuroshard.planner.simulator import validate_plan
+from neuroshard.torchrec.runtime_model import FEATURES
+from neuroshard.types import InputError, Plan, PlanRecord, TableConfig, Task
+from tests.planner.test_simulator import BINS, hand_models
+
+CONFIGS = [TableConfig(1000 * (i + 1), float(1 + i % 5), BINS) for i in range(12)]
+
+
+def tasks(k=4):
+    rng = np.random.default_rng(0)
+    return [Task(tuple(int(t) for t in rng.choice(12, size=6, replace=False)),
+                 tuple(int(d) for d in rng.choice([8, 16, 32, 64], size=6))) for _ in range(k)]
+
+
+def test_random_split_plans_are_valid_seeded_and_bounded():
+    tables = tasks(1)[0].tables(CONFIGS)
+    plans = [random_split_plan(tables, 3, 1.0, seed, max_splits=4) for seed in range(20)]
+    for p in plans:
+        validate_plan(tables, p, 3, 1.0)
+        assert len(p.column_steps) <= 4
+    assert plans == [random_split_plan(tables, 3, 1.0, seed, max_splits=4) for seed in range(20)]
+    assert len({len(p.column_steps) for p in plans}) > 2  # 0..4 splits, not always the same count
+    assert all(random_split_plan(tables, 3, 1.0, s, max_splits=0).column_steps == () for s in range(5))
+
+
+def test_collection_records_label_random_plans_per_task():
+    recs = collection_records(CONFIGS, tasks(2), ["size_lookup_greedy"], hand_models(2), 2, 1.0, random_plans=2,
+                              max_splits=3)
+    assert [(r.task, r.alg) for r in recs] == [(0, "size_lookup_greedy"), (0, random_label(0)), (0, random_label(1)),
+                                              (1, "size_lookup_greedy"), (1, random_label(0)), (1, random_label(1))]
+    assert all(r.plan is not None and r.num_tables == 6 for r in recs)
+
+
+def write_results(path, rows):
+    path.write_text(json.dumps(rows))
+    return path
+
+
+def test_read_samples_and_its_errors(tmp_path):
+    ts = tasks(2)
+    plan = Plan((), ((0, 1, 2), (3, 4, 5)))
+    row = {"task": 1, "alg": "random_split[0]", "plan": plan.to_json(), "step_ms": [10.0, 12.0],
+           "rounds": [{"phases": [{"embedding_fw": 1.0}]}]}
+    [s] = read_samples(write_results(tmp_path / "r.json", [row]), ts, CONFIGS)
+    assert s.task == 1 and s.plan == plan and s.cost == 11.0 and s.phases == [{"embedding_fw": 1.0}]
+    with pytest.raises(InputError, match="record 1: task 5"):
+        read_samples(write_results(tmp_path / "r.json", [row, {**row, "task": 5}]), ts, CONFIGS)
+    with pytest.raises(InputError, match="record 0: step times must be positive"):
+        read_samples(write_results(tmp_path / "r.json", [{**row, "step_ms": [0.0]}]), ts, CONFIGS)
+    with pytest.raises(InputError, match="record 0"):
+        read_samples(write_results(tmp_path / "r.json", [{**row, "plan": Plan((), ((0, 1), (2,))).to_json()}]),
+                     ts, CONFIGS)
+    with pytest.raises(InputError, match="collect_torchrec_cost_data"):
+        read_samples(tmp_path / "missing.json", ts, CONFIGS)
+
+
+def test_fit_on_samples_with_known_step_times():
+    """Step times made by known weights: the fit reproduces them, on held-out tasks too (MAPE ~0; with the
+    hand-made linear compute model some terms are collinear, so the weights themselves are not unique)."""
+    ts = tasks(8)
+    models = hand_models(2)
+    recs = collection_records(CONFIGS, ts, [], models, 2, 1.0, random_plans=4, max_splits=4)
+    samples = [RuntimeSample(r.task, r.alg, ts[r.task].tables(CONFIGS), r.plan, [1.0], None) for r in recs]
+    coef = np.array([20.0, 3.0, 2.0, 1.0, 0.5, 0.2, 0.3, 0.1])
+    y = sample_features(samples, models, 4096) @ coef
+    samples = [replace(s, step_ms=[float(v)]) for s, v in zip(samples, y)]
+    res = fit_runtime_model(samples, models, 2, 4096, test_share=0.25, seed=0)
+    assert len(res.test_tasks) == 2 and res.test_mape < 1e-6 and res.fit_mape < 1e-6
+    np.testing.assert_allclose(sample_features(samples, models, 4096) @ np.array(res.model.coef), y, rtol=1e-6)
+    assert set(res.terms) == set(FEATURES) and res.by_kind["random"]["plans"] == len(samples)
+    with pytest.raises(ValueError, match="for \\[2\\] devices"):
+        fit_runtime_model(samples, models, 4, 4096)
+
+
+def test_runtime_labels_and_merged_plan_files():
+    a = [PlanRecord(0, "neuroshard"), PlanRecord(0, "torchrec")]
+    labelled, algs = label_runtime(a, ["neuroshard", "torchrec"], "torchrec")
+    assert [r.alg for r in labelled] == ["neuroshard[torchrec]", "torchrec"] and algs[0] == "neuroshard[torchrec]"
+    merged = merge_plan_files([labelled, [PlanRecord(0, "neuroshard"), PlanRecord(0, "torchrec")]])
+    assert [r.alg for r in merged] == ["neuroshard[torchrec]", "torchrec", "neuroshard"]

@@ -1,0 +1,132 @@
+"""The TorchRec runtime cost model (`torchrec.runtime_model`): its terms of a hand-made plan computed by
+hand, the non-negative fit, the model file, and the simulator and the search under it."""
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+import neuroshard as ns
+from neuroshard.planner.costs.scorer import get_scorer
+from neuroshard.planner.search.beam import search
+from neuroshard.planner.simulator import simulate
+from neuroshard.torchrec.runtime_model import (FEATURES, TorchRecRuntimeModel, default_path, features, fit, mape,
+                                                 nnls, plan_groups, plan_parts)
+from neuroshard.types import ConfigError, InputError, Plan, ShardTable, TableConfig
+from tests.planner.test_simulator import BINS, hand_models
+
+BATCH = 1_000_000  # ids and outputs in millions: 1 id per unit of pooling
+
+
+def hand_tables():
+    # dims 16, 8, 4; pooling 2, 3, 4
+    return [ShardTable(i, i, TableConfig(1000, p, BINS, d)) for i, (d, p) in enumerate(((16, 2.0), (8, 3.0),
+                                                                                         (4, 4.0)))]
+
+
+# table 0 halved (post-split 0 and 3, dim 8 each) on ranks 0 and 1; table 1 on rank 0, table 2 on rank 1
+HAND_PLAN = Plan((0,), ((0, 1), (3, 2)))
+# by hand, compute = 0.5 + 0.01 x dims per (rank, group): table-wise 0.58 (rank 0), 0.54 (rank 1);
+# column-wise 0.58, 0.58. ids: table-wise 3, 4; column-wise 2, 2. outputs: table-wise 8, 4; column-wise 8, 8
+HAND_FEATURES = {"one": 1, "groups": 2, "compute_max": 0.58 + 0.58, "compute_mean": (0.58 + 0.54 + 0.58 + 0.58) / 2,
+                 "ids_max": 4 + 2, "ids_mean": (3 + 4 + 2 + 2) / 2, "out_max": 8 + 8, "dims": (16 + 8 + 4) / 2}
+COEF = (10.0, 2.0, 1.0, 0.0, 0.5, 0.0, 0.1, 0.2)
+
+
+def runtime_models(coef=COEF, n=2):
+    return replace(hand_models(n), runtime=TorchRecRuntimeModel(n, BATCH, coef))
+
+
+def test_plan_groups_follow_the_export():
+    assert plan_groups(hand_tables(), HAND_PLAN) == [1, 0, 0, 1]
+    assert plan_groups(hand_tables(), Plan((), ((0, 1), (2,)))) == [0, 0, 0]
+
+
+def test_features_of_a_hand_made_plan():
+    parts = plan_parts(get_scorer(hand_models(2)), hand_tables(), HAND_PLAN, BATCH)
+    np.testing.assert_allclose(parts.compute[0], [[0.58, 0.58], [0.54, 0.58]], rtol=1e-6)
+    np.testing.assert_allclose(parts.ids[0], [[3, 2], [4, 2]])
+    np.testing.assert_array_equal(parts.count[0], [[1, 1], [1, 1]])
+    x = features(parts)[0]
+    np.testing.assert_allclose(x, [HAND_FEATURES[f] for f in FEATURES], rtol=1e-6)
+
+
+def test_an_empty_group_costs_nothing():
+    parts = plan_parts(get_scorer(hand_models(2)), hand_tables(), Plan((), ((0, 1), (2,))), BATCH)
+    x = dict(zip(FEATURES, features(parts)[0]))
+    assert x["groups"] == 1 and x["compute_max"] == pytest.approx(0.5 + 0.24, rel=1e-6)  # rank 0: dims 16 + 8
+
+
+def test_simulate_under_the_runtime_gives_its_estimate():
+    bd = simulate(hand_tables(), HAND_PLAN, runtime_models(), max_mem=1.0)
+    expected = sum(c * HAND_FEATURES[f] for c, f in zip(COEF, FEATURES))  # 10 + 4 + 1.16 + 3 + 1.6 + 2.8
+    assert expected == pytest.approx(22.56)
+    assert bd.cost == pytest.approx(expected, rel=1e-6) and bd.runtime.name == "torchrec"
+    assert sum(bd.runtime.terms.values()) == pytest.approx(expected, rel=1e-6)
+    np.testing.assert_allclose(bd.compute, [1.16, 1.12], rtol=1e-6)
+    assert bd.fw_comm == [0.0, 0.0] and bd.dims == [16, 12]
+    # the breakdown keeps the estimate through its JSON form
+    from neuroshard.types import CostBreakdown
+    assert CostBreakdown.from_json(json.loads(json.dumps(bd.to_json()))).cost == pytest.approx(expected, rel=1e-6)
+
+
+def test_search_scores_placements_as_the_simulator_does():
+    rng = np.random.default_rng(0)
+    tables = [ShardTable(i, i, TableConfig(1000, float(rng.uniform(1, 20)), BINS, int(d)))
+              for i, d in enumerate(rng.choice([8, 16, 32, 64, 128], size=12))]
+    models = runtime_models(coef=(5.0, 0.5, 1.0, 0.5, 0.2, 0.1, 0.01, 0.0), n=4)
+    res = search(tables, 4, 1.0, models)
+    assert res.cost == pytest.approx(simulate(tables, res.plan, models, 1.0).cost, rel=1e-6)
+    # a group costs 100 ms: no plan with a column-wise group can win
+    costly = runtime_models(coef=(5.0, 100.0, 1.0, 0.5, 0.2, 0.1, 0.01, 0.0), n=4)
+    assert search(tables, 4, 1.0, costly).plan.column_steps == ()
+
+
+def test_shard_takes_the_runtime():
+    tables = hand_tables()
+    with_rt = ns.shard(tables, 2, 1.0, models=runtime_models(), alg="size_lookup_greedy", runtime="torchrec")
+    assert with_rt.breakdown.runtime is not None
+    paper = ns.shard(tables, 2, 1.0, models=runtime_models(), alg="size_lookup_greedy", runtime="paper")
+    assert paper.breakdown.runtime is None
+    with pytest.raises(ConfigError, match="runtime model"):
+        ns.shard(tables, 2, 1.0, models=hand_models(2), alg="neuroshard", runtime="torchrec")
+    with pytest.raises(ConfigError, match="neuroshard_plus"):
+        ns.shard(tables, 2, 1.0, models=runtime_models(), alg="neuroshard_plus")
+
+
+def test_nnls_by_hand():
+    np.testing.assert_allclose(nnls(np.eye(2), np.array([2.0, -3.0])), [2.0, 0.0])
+    a = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    np.testing.assert_allclose(nnls(a, a @ np.array([1.0, 2.0])), [1.0, 2.0], atol=1e-12)
+    # least squares would give x2 < 0: the constrained optimum puts x2 at 0 and x1 = mean of b over column 1
+    np.testing.assert_allclose(nnls(np.array([[1.0, 1.0], [1.0, -1.0]]), np.array([1.0, 3.0])), [2.0, 0.0])
+
+
+def test_fit_recovers_known_weights():
+    rng = np.random.default_rng(1)
+    x = np.column_stack([np.ones(40), rng.uniform(0, 5, size=(40, len(FEATURES) - 1))])
+    y = x @ np.array(COEF)
+    np.testing.assert_allclose(fit(x, y), COEF, atol=1e-8)
+    assert mape(np.array([110.0, 90.0]), np.array([100.0, 100.0])) == pytest.approx(10.0)
+    with pytest.raises(ValueError, match="> 0"):
+        fit(x[:2], np.array([1.0, 0.0]))
+
+
+def test_model_file_round_trip_and_errors(tmp_path):
+    m = TorchRecRuntimeModel(4, 4096, COEF, samples=12, fit_mape=3.0, test_mape=5.0, source={"x": "y"})
+    path = default_path(tmp_path, 4)
+    assert path.name == "torchrec_runtime_4.json"
+    m.save(path)
+    assert TorchRecRuntimeModel.load(path, 4) == m
+    with pytest.raises(InputError, match="for 4 ranks"):
+        TorchRecRuntimeModel.load(path, 8)
+    with pytest.raises(InputError, match="no TorchRec runtime model"):
+        TorchRecRuntimeModel.load(tmp_path / "missing.json")
+    bad = json.loads(path.read_text())
+    bad["coef"][2] = -1.0
+    path.write_text(json.dumps(bad))
+    with pytest.raises(InputError, match="non-negative"):
+        TorchRecRuntimeModel.load(path)
+    with pytest.raises(ConfigError, match="for 4 ranks"):
+        replace(hand_models(2), runtime=m)
