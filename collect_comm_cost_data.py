@@ -20,10 +20,23 @@ import argparse
 import json
 import sys
 
-from neuroshard.cli import add_device_arg, add_progress_arg, resolve_devices, resolve_ranks, run_main
+from neuroshard.cli import (
+    add_device_arg,
+    add_progress_arg,
+    resolve_devices,
+    resolve_ranks,
+    run_main,
+)
 from neuroshard.formats.cost_data import NOISE_JSON, write_noise_floor
-from neuroshard.measure.comm_collect import CommCollectConfig, collect, follow, noise_floor, print_summary
+from neuroshard.measure.comm_collect import (
+    CommCollectConfig,
+    collect,
+    follow,
+    noise_floor,
+    print_summary,
+)
 from neuroshard.measure.launch import DEFAULT_TIMEOUT_S, LaunchConfig
+from neuroshard.problem import Problem
 from neuroshard.settings import add_flag
 
 
@@ -31,18 +44,15 @@ def main(argv=None):
     from neuroshard.checks import check_output_file
 
     p = argparse.ArgumentParser(description="NeuroShard comm cost data collection")
-    p.add_argument("--data_size", type=int, default=999999999,
-                   help="total samples wanted in OUT_DIR/data.txt (existing ones count)")
+    add_flag(p, "data_size", 999999999, help="total samples wanted in OUT_DIR/data.txt (existing ones count)")
     add_flag(p, "gpu_devices")
     add_device_arg(p)
-    p.add_argument("--ndevices", type=int, default=None,
-                   help="number of ranks; on CPU gloo ranks (default 4), on GPU defaults to "
-                        "the --gpu_devices count; on several machines, the ranks of all of them")
+    Problem.add_args(p, skip=("max_mem",))  # the ranks: the devices whose exchanges are measured
     CommCollectConfig.add_args(p)
     p.add_argument("--chunk", type=int, default=250,
                    help="samples per torchrun job (start-up is paid once per job) (default: 250)")
     add_flag(p, "timeout", DEFAULT_TIMEOUT_S)
-    p.add_argument("--out_dir", default=None, help="default: data/cost_data/comm_<ndevices>")
+    add_flag(p, "out_dir", help="default: data/cost_data/comm_<ndevices>")
     p.add_argument("--noise_floor", type=int, default=0, metavar="N",
                    help="instead of collecting, re-measure N recorded samples and report the "
                         f"relative difference (fw, bw) to OUT_DIR/{NOISE_JSON}")
@@ -52,9 +62,7 @@ def main(argv=None):
     p.add_argument("--noise_repeats", type=int, default=1,
                    help="with --noise_floor: fresh measurements per sample (2 also compares two fresh repeats) "
                         "(default: 1)")
-    p.add_argument("--check", action="store_true",
-                   help="also verify the exchanged values and gradients of every sample "
-                        "against a reference (validates a new setup; slower)")
+    add_flag(p, "check")
     add_progress_arg(p)
     LaunchConfig.add_args(p)
     args = p.parse_args(argv)
@@ -73,7 +81,7 @@ def main(argv=None):
     if args.noise_floor:
         if args.noise_out is not None:
             check_output_file("--noise_out", args.noise_out)
-        res = noise_floor(out_dir, cfg, args.noise_floor, seed=args.seed, repeats=args.noise_repeats,
+        res = noise_floor(out_dir, cfg, args.noise_floor, seed=cfg.seed, repeats=args.noise_repeats,
                           gpu_devices=args.gpu_devices, timeout=args.timeout, progress=not args.no_progress,
                           launch=launch)
         path = write_noise_floor(out_dir, res, args.noise_out)

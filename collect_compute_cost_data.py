@@ -8,7 +8,7 @@ data.txt (one `ids cost_ms` line per shard, appended as results arrive),
 errors.txt (shards that failed, with the reason) and config.json. Rerun the
 same command to continue an interrupted run: --data_size counts all samples.
 On GPUs: --gpu_devices 0,1 (one worker per GPU). Then
-tools/compute_noise_floor.py tells how repeatable the measurements are.
+compute_noise_floor.py tells how repeatable the measurements are.
 """
 
 import argparse
@@ -22,21 +22,19 @@ def main(argv=None):
     from neuroshard.checks import parse_int_list
     from neuroshard.measure.compute_collect import ComputeCollectConfig, collect
     from neuroshard.measure.pool import worker_devices
+    from neuroshard.problem import Problem
     from neuroshard.settings import add_flag
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--data_size", type=int, default=100_000,
-                   help="total samples wanted in --out_dir (samples already there count) (default: 100000)")
+    add_flag(p, "data_size", 100_000, help="total samples wanted in --out_dir (samples already there count)")
     add_flag(p, "gpu_devices")
-    p.add_argument("--dataset_dir", type=str, default="data/dlrm_datasets",
-                   help="dataset dir (tools/gen_dlrm_data.py) whose tables and lookups are benchmarked")
-    p.add_argument("--out_dir", type=str, default="data/cost_data/compute",
-                   help="compute cost data dir to create or continue")
+    add_flag(p, "dataset_dir", help="dataset dir (gen_dlrm_data.py) whose tables and lookups are benchmarked")
+    add_flag(p, "out_dir", "data/cost_data/compute", help="compute cost data dir to create or continue")
     add_device_arg(p)
-    p.add_argument("--num_workers", type=int, default=1,
-                   help="with --device cpu: benchmark processes, one thread each. More workers collect "
-                        "faster but share the last-level cache and memory bandwidth, which changes "
-                        "and adds noise to the times; keep it at or below the number of idle cores (default: 1)")
+    add_flag(p, "num_workers", help="with --device cpu: benchmark processes, one thread each. More workers collect "
+                                    "faster but share the last-level cache and memory bandwidth, which changes and "
+                                    "adds noise to the times; keep it at or below the number of idle cores")
+    Problem.add_args(p, skip=("ndevices",))  # a shard fits one device's memory
     ComputeCollectConfig.add_args(p)
     add_progress_arg(p)
     args = p.parse_args(argv)
@@ -44,7 +42,7 @@ def main(argv=None):
     device = resolve_devices(args.device, args.gpu_devices)
     gpus = parse_int_list(args.gpu_devices, "--gpu_devices") if device == "cuda" else []
     devices = worker_devices(device, gpus, args.num_workers)
-    cfg = ComputeCollectConfig.from_args(args, device=device)
+    cfg = ComputeCollectConfig.from_args(args, device=device, max_mem=Problem.from_args(args).max_mem)
     summary = collect(args.dataset_dir, args.out_dir, cfg, args.data_size, devices, progress=not args.no_progress)
     rate = summary.new / summary.elapsed_s if summary.elapsed_s else 0.0
     print(f"{summary.new} new samples ({summary.failed} failed) in {summary.elapsed_s:.1f} s "

@@ -33,6 +33,8 @@ import sys
 from neuroshard.cli import add_device_arg, add_progress_arg, add_quiet_arg, run_main
 from neuroshard.eval.planning import add_input_args
 from neuroshard.planner.registry import add_sharder_args
+from neuroshard.problem import Problem
+from neuroshard.settings import add_flag
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -41,17 +43,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="Collect on-policy cost data: plans of training tasks, measured.")
     add_input_args(p, data_help="dataset dir with table_configs.json and data.pt (the lookups the kernels run)")
     p.set_defaults(alg="neuroshard,neuroshard_plus,size_lookup_greedy,torchrec")
-    p.add_argument("--eval_task_path", default=None,
-                   help="the evaluation task file: a training task that is also an evaluation task is an error")
+    add_flag(p, "eval_task_path")
     p.add_argument("--plus_lambdas", default="",
                    help="plan NeuroShard+ once per value of its robust objective's weight (e.g. 0,0.5,1) and choose "
                         "the smallest unless another's plans are significantly cheaper on hardware (lambda.json); "
                         "default: --plus_lambda only")
-    p.add_argument("--max_dim", type=int, default=128, help="the dim set of the random compute data (default: 128)")
-    p.add_argument("--ndevices", type=int, default=None,
-                   help="number of ranks: CPU processes (default 4), or GPUs (default: all visible)")
+    add_flag(p, "max_dim", help="the dim set of the random compute data")
     add_device_arg(p)
-    p.add_argument("--out_dir", default="data/cost_data/plans", help="output directory (default: data/cost_data/plans)")
+    add_flag(p, "out_dir", "data/cost_data/plans")
     HardwareConfig.add_args(p, skip=("launch",))
     add_sharder_args(p)
     add_quiet_arg(p)
@@ -61,7 +60,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from neuroshard.checks import check_float, check_max_dim, parse_float_list
+    from neuroshard.checks import check_max_dim, parse_float_list
     from neuroshard.cli import resolve_devices, resolve_ranks
     from neuroshard.eval import onpolicy
     from neuroshard.eval.planning import inputs_from_args, resolve_algs
@@ -69,19 +68,19 @@ def main(argv=None) -> int:
     from neuroshard.formats.task_file import read_tasks
     from neuroshard.measure.plan_job import HardwareConfig
     from neuroshard.planner.registry import sharder_options
-    from neuroshard.types import InputError
+    from neuroshard.types.errors import InputError
 
-    check_float("--max_mem", args.max_mem, 0.0, lo_open=True)
     check_max_dim("--max_dim", args.max_dim)
     lambdas = parse_float_list(args.plus_lambdas, "--plus_lambdas", lo=0.0) if args.plus_lambdas else []
     device, ndevices = resolve_ranks(resolve_devices(args.device, args.gpu_devices), args.ndevices, args.gpu_devices)
-    cfg = HardwareConfig.from_args(args, ndevices=ndevices, device=device)
+    problem = Problem.from_args(args, ndevices=ndevices)
+    cfg = HardwareConfig.from_args(args, problem=problem, device=device)
     batch = read_dataset(args.data_dir).batch_size
     if batch % ndevices:
         raise InputError(args.data_dir, f"batch size {batch} is not a multiple of the {ndevices} ranks")
     options = sharder_options(args, batch)
     algs = resolve_algs(args.alg, options)
-    inputs = inputs_from_args(args, ndevices, args.max_tasks)
+    inputs = inputs_from_args(args, problem)
     if args.eval_task_path:
         onpolicy.check_disjoint(inputs.tasks, read_tasks(args.eval_task_path, num_tables=len(inputs.configs)),
                                 args.task_path, args.eval_task_path)
@@ -91,17 +90,17 @@ def main(argv=None) -> int:
             print(line, flush=True)
 
     config = {k: v for k, v in vars(args).items() if k not in ("quiet", "no_progress")}
-    config.update(device=device, ndevices=ndevices, algs=algs, batch_size=batch,
+    config.update(problem.to_json())
+    config.update(device=device, algs=algs, batch_size=batch,
                   calibration_factors=inputs.calibration)
     written = onpolicy.collect(inputs, algs, lambdas, options, cfg, args.data_dir, args.task_path, args.out_dir,
-                               args.max_mem, args.max_dim, seed=args.seed, config=config, show=show,
-                               progress=not args.no_progress)
+                               args.max_dim, config=config, show=show, progress=not args.no_progress)
     print(f"{written['plans']} plans measured: {written['compute_samples']} compute samples in "
           f"{written['compute_dir']}, {written['comm_samples']} comm samples in {written['comm_dir']}")
     if "lambda" in written:
         lam = written["lambda"]
-        means = ", ".join(f"{k}: {v:.3f} ms" for k, v in lam["mean_ms"].items() if v is not None)
-        print(f"neuroshard_plus on hardware by plus_lambda ({lam['tasks']} tasks): {means}; chosen {lam['chosen']:g}",
+        means = ", ".join(f"{k}: {v:.3f} ms" for k, v in lam.mean_ms.items() if v is not None)
+        print(f"neuroshard_plus on hardware by plus_lambda ({lam.tasks} tasks): {means}; chosen {lam.chosen:g}",
               file=sys.stderr)
     return 0
 

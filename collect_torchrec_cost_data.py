@@ -7,7 +7,7 @@
         --ndevices 4 --max_mem 1 --max_tasks 30 \
         --random_plans 3 --alg neuroshard,size_lookup_greedy,torchrec --out_dir results/quick/torchrec_data
     python train_torchrec_cost_model.py --data_dir results/quick/dataset \
-        --task_path results/quick/train_tasks/data.txt --samples results/quick/torchrec_data/results.json ...
+        --task_path results/quick/train_tasks/data.txt --results results/quick/torchrec_data/results.json ...
 
 Per task of --task_path (never one of --eval_task_path: an error): the plans of
 each --alg and --random_plans random plans (up to --max_splits column splits of
@@ -26,27 +26,25 @@ import os
 import sys
 
 from neuroshard.cli import run_main
+from neuroshard.problem import Problem
+from neuroshard.settings import add_flag
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     from neuroshard.cli import add_device_arg, add_progress_arg, add_quiet_arg
     from neuroshard.eval.planning import add_input_args
-    from neuroshard.torchrec.training import TorchRecTrainConfig
     from neuroshard.planner.registry import add_sharder_args
+    from neuroshard.torchrec.training import TorchRecTrainConfig
 
     p = argparse.ArgumentParser(description="Collect TorchRec runtime cost data: plans of training tasks, trained.")
     add_input_args(p, data_help="dataset dir with table_configs.json and data.pt (the lookups)")
     p.set_defaults(alg="neuroshard,size_lookup_greedy,torchrec")
-    p.add_argument("--eval_task_path", default=None,
-                   help="the evaluation task file: a training task that is also an evaluation task is an error")
+    add_flag(p, "eval_task_path")
     p.add_argument("--random_plans", type=int, default=3, help="random plans per task (default: 3)")
     p.add_argument("--max_splits", type=int, default=6,
                    help="a random plan makes 0..this many column splits (default: 6)")
-    p.add_argument("--ndevices", type=int, default=None,
-                   help="number of ranks: CPU processes (default 4), or GPUs (default: those of --gpu_devices)")
     add_device_arg(p)
-    p.add_argument("--out_dir", default="data/cost_data/torchrec",
-                   help="output directory (default: data/cost_data/torchrec)")
+    add_flag(p, "out_dir", "data/cost_data/torchrec")
     TorchRecTrainConfig.add_args(p)
     p.set_defaults(repeats=1)
     add_sharder_args(p)
@@ -57,23 +55,23 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from neuroshard.checks import check_float, check_int
+    from neuroshard.checks import check_int
     from neuroshard.cli import resolve_devices, resolve_ranks
     from neuroshard.eval import onpolicy
-    from neuroshard.torchrec import runtime_data
-    from neuroshard.torchrec import training_eval as tt
     from neuroshard.eval.planning import inputs_from_args, resolve_algs
     from neuroshard.formats.task_file import read_tasks
-    from neuroshard.torchrec.training import TorchRecTrainConfig
     from neuroshard.planner.registry import sharder_options
-    from neuroshard.types import InputError
+    from neuroshard.torchrec import runtime_data
+    from neuroshard.torchrec import training_eval as tt
+    from neuroshard.torchrec.training import TorchRecTrainConfig
+    from neuroshard.types.errors import InputError
 
-    check_float("--max_mem", args.max_mem, 0.0, lo_open=True)
     check_int("--random_plans", args.random_plans, 0)
     check_int("--max_splits", args.max_splits, 0)
     device, ndevices = resolve_ranks(resolve_devices(args.device, args.gpu_devices), args.ndevices, args.gpu_devices)
-    cfg = TorchRecTrainConfig.from_args(args, ndevices=ndevices, device=device)
-    inputs = inputs_from_args(args, ndevices, args.max_tasks)
+    problem = Problem.from_args(args, ndevices=ndevices)
+    cfg = TorchRecTrainConfig.from_args(args, problem=problem, device=device)
+    inputs = inputs_from_args(args, problem)
     if inputs.batch_size is None:
         raise InputError(args.data_dir, "no data.pt: TorchRec training needs the dataset's lookups")
     batch = cfg.batch_size or inputs.batch_size
@@ -84,13 +82,14 @@ def main(argv=None) -> int:
                                 args.task_path, args.eval_task_path)
     options = sharder_options(args, batch)
     algs = resolve_algs(args.alg, options) if args.alg else []
-    records = runtime_data.collection_records(inputs.configs, inputs.tasks, algs, inputs.models, ndevices,
-                                              args.max_mem, args.random_plans, args.max_splits, args.seed, options)
+    records = runtime_data.collection_records(inputs.configs, inputs.tasks, algs, inputs.models, problem,
+                                              args.random_plans, args.max_splits, options)
     if not records:
         raise InputError(args.task_path, "no plan fits: nothing to train")
     labels = list(dict.fromkeys(r.alg for r in records))
     config = {k: v for k, v in vars(args).items() if k not in ("quiet", "no_progress", "out_dir", "timeout")}
-    config.update(device=device, ndevices=ndevices, algs=algs)
+    config.update(problem.to_json())
+    config.update(device=device, algs=algs)
     print(f"training {len(records)} plans of {len(inputs.tasks)} training tasks x {cfg.repeats} rounds on "
           f"{ndevices} {device} ranks ({cfg.warmup} + {cfg.iters} iterations each, batch {batch}) in one torchrun "
           f"job (resumable: rerun the same command after an interruption)", file=sys.stderr, flush=True)

@@ -46,6 +46,8 @@ import sys
 from neuroshard.cli import run_main
 from neuroshard.eval.planning import add_input_args
 from neuroshard.planner.registry import add_sharder_args, sharder_options
+from neuroshard.problem import Problem
+from neuroshard.settings import add_flag
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -59,21 +61,17 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="an eval.py --out_dir of other plans (e.g. training tasks' on-policy plans) measured just "
                         "before this run under the same --calibration: the models are scaled further by their "
                         "measured / estimated medians per part (compute, fw, bw), so the estimates and the 80%% "
-                        "band are for the plan job's speed now. Measured: worse estimates in three fresh studies, so "
-                        "the pipeline does not pass it (README, Sim-to-real; eval/drift.py) (default: unscaled)")
-    p.add_argument("--ndevices", type=int, default=None,
-                   help="number of ranks: CPU processes (default 4), or GPUs (default: all visible, "
-                        "or those of --gpu_devices); on several machines, the ranks of all of them")
+                        "band are for the plan job's speed now; the pipeline does not pass it (eval/drift.py says "
+                        "why) (default: unscaled)")
     add_device_arg(p)
-    p.add_argument("--out_dir", default="results/eval", help="output directory (default: results/eval)")
-    p.add_argument("--plans", default=None,
-                   help="measure the plans of this file (eval_simulator.py's plans.json for the same "
-                        "--task_path) instead of computing them")
+    add_flag(p, "out_dir", "results/eval")
+    add_flag(p, "plans", help="measure the plans of this file (eval_simulator.py's plans.json for the same "
+                              "--task_path) instead of computing them")
     p.add_argument("--unmeasured_plans", default=None,
                    help="prediction-powered verdicts: eval_simulator.py's plans.json for tasks that are not measured "
-                        "(--unmeasured_task_path, drawn by tools/gen_tasks.py as --task_path's but with another "
+                        "(--unmeasured_task_path, drawn by gen_tasks.py as --task_path's but with another "
                         "--seed), made with the same settings as --plans; their estimates, simulated again with "
-                        "these models, tighten the hardware verdicts without biasing them (README, Power) "
+                        "these models, tighten the hardware verdicts without biasing them (eval/intervals.py) "
                         "(default: verdicts from the measurements alone)")
     p.add_argument("--unmeasured_task_path", default=None, help="the task file of --unmeasured_plans")
     HardwareConfig.add_args(p)
@@ -86,22 +84,21 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from neuroshard.checks import check_float
     from neuroshard.cli import resolve_devices, resolve_ranks
     from neuroshard.eval import hardware as hw
     from neuroshard.eval import planning as ev
     from neuroshard.eval import results
+    from neuroshard.eval.refine import RefineConfig, refine_records
     from neuroshard.formats.dataset import read_dataset
     from neuroshard.measure.launch import LaunchConfig
     from neuroshard.measure.plan_job import HardwareConfig, follow, runnable
-    from neuroshard.eval.refine import RefineConfig, refine_records
-    from neuroshard.types import ConfigError, InputError
+    from neuroshard.types.errors import ConfigError, InputError
 
-    check_float("--max_mem", args.max_mem, 0.0, lo_open=True)
     launch = LaunchConfig.from_args(args)
     device, ndevices = resolve_ranks(resolve_devices(args.device, args.gpu_devices), args.ndevices, args.gpu_devices,
                                      launch.nnodes, launch.nproc_per_node)
-    cfg = HardwareConfig.from_args(args, ndevices=ndevices, device=device, launch=launch.for_world(ndevices))
+    problem = Problem.from_args(args, ndevices=ndevices)
+    cfg = HardwareConfig.from_args(args, problem=problem, device=device, launch=launch.for_world(ndevices))
     refine = RefineConfig.from_args(args)
     if refine.refine and (args.plans or launch.multi_node):
         raise ConfigError("--refine", "refines the plans eval.py makes on one machine: leave out --plans (refine "
@@ -120,23 +117,23 @@ def main(argv=None) -> int:
         print(f"node {launch.node_rank}: {done} plans measured with node 0 (node 0 writes the results)")
         return 0
 
-    inputs = ev.inputs_from_args(args, ndevices, args.max_tasks)
+    inputs = ev.inputs_from_args(args, problem)
     n = len(inputs.tasks)
     if args.plans:
-        records, algs = ev.plans_from_file(args.plans, inputs, args.task_path, args.alg, ndevices, args.max_mem)
+        records, algs = ev.plans_from_file(args.plans, inputs, args.task_path, args.alg, problem)
     else:
         algs = ev.resolve_algs(args.alg, options)
         refine.check_algs(algs)
-        ev.check_learned_policies(algs, options, ndevices, args.max_mem)
-        records = ev.compute_plans(inputs.configs, inputs.tasks, algs, ndevices, args.max_mem, inputs.models,
-                                   seed=args.seed, options=options, progress=not args.no_progress)
+        ev.check_learned_policies(algs, options, problem)
+        records = ev.compute_plans(inputs.configs, inputs.tasks, algs, problem, inputs.models, options=options,
+                                   progress=not args.no_progress)
 
     unmeasured = None
     if args.unmeasured_plans or args.unmeasured_task_path:
         if not (args.unmeasured_plans and args.unmeasured_task_path):
             raise ConfigError("--unmeasured_plans", "needs both --unmeasured_plans and --unmeasured_task_path")
         unmeasured = ev.unmeasured_plans(args.unmeasured_plans, args.unmeasured_task_path, inputs, args.plans,
-                                         args.task_path, algs, ndevices, args.max_mem)
+                                         args.task_path, algs, problem)
 
     def show(line: str) -> None:
         if not args.quiet:
@@ -144,11 +141,11 @@ def main(argv=None) -> int:
 
     if refine.refine:  # the measured best candidates; the evaluation below measures them afresh
         records = refine_records(records, inputs.tasks, inputs.configs, inputs.models, refine, cfg, args.data_dir,
-                                 args.task_path, os.path.join(args.out_dir, "refine"), args.max_mem, args.seed,
-                                 options, show=show)
+                                 args.task_path, os.path.join(args.out_dir, "refine"), problem, options, show=show)
 
     config = {k: v for k, v in vars(args).items() if k not in ("quiet", "no_progress")}
-    config.update(device=device, ndevices=ndevices, fw_comm_model=inputs.fw_comm_model,
+    config.update(problem.to_json())
+    config.update(device=device, fw_comm_model=inputs.fw_comm_model,
                   bw_comm_model=inputs.bw_comm_model, algs=algs, num_tasks=n, batch_size=batch,
                   calibration_factors=inputs.calibration, plan_speed_factors=inputs.plan_speed)
     measured = len(runnable(records))

@@ -23,6 +23,8 @@ import tempfile
 from neuroshard.cli import add_device_arg, add_progress_arg, add_quiet_arg, run_main
 from neuroshard.eval.planning import add_input_args
 from neuroshard.planner.registry import add_sharder_args, sharder_options
+from neuroshard.problem import Problem
+from neuroshard.settings import add_flag
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -32,8 +34,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="Benchmark sharding with the simulator (estimated costs, no hardware "
                                             "unless --refine).")
     add_input_args(p)
-    p.add_argument("--ndevices", type=int, default=4, help="number of devices (GPUs) (default: 4)")
-    p.add_argument("--out_dir", default=None, help="write plans, results and the summary here (default: print only)")
+    add_flag(p, "out_dir", help="write plans, results and the summary here (default: print only)")
     p.add_argument("--runtime", default="paper", choices=("paper", "torchrec"),
                    help="the execution plans are costed and searched for: the paper's (one kernel and one "
                         "exchange per device) or TorchRec's (DistributedModelParallel: groups by sharding type, id "
@@ -46,7 +47,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     RefineConfig.add_args(p)
     add_device_arg(p)
     # how --refine measures its candidates (eval.py's measurement, one measurement per --refine_repeats round)
-    HardwareConfig.add_args(p, skip=("repeats", "end_to_end", "seed", "launch"))
+    HardwareConfig.add_args(p, skip=("repeats", "end_to_end", "launch"))
     add_quiet_arg(p)
     add_progress_arg(p)
     return p.parse_args(argv)
@@ -54,15 +55,13 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from neuroshard.checks import check_float
     from neuroshard.eval import planning as ev
     from neuroshard.eval import results
     from neuroshard.eval.refine import RefineConfig, refine_records
     from neuroshard.eval.summary import summarize
+    from neuroshard.types.errors import ConfigError
 
-    from neuroshard.types import ConfigError
-
-    check_float("--max_mem", args.max_mem, 0.0, lo_open=True)
+    problem = Problem.from_args(args)
     refine = RefineConfig.from_args(args)
     if refine.refine and args.runtime != "paper":
         raise ConfigError("--refine", "measures the paper's execution on hardware; not with --runtime torchrec")
@@ -72,18 +71,19 @@ def main(argv=None) -> int:
         from neuroshard.measure.plan_job import HardwareConfig as Hw
 
         device, n = resolve_ranks(resolve_devices(args.device, args.gpu_devices), args.ndevices, args.gpu_devices)
-        hw = Hw.from_args(args, ndevices=n, device=device)
+        problem = Problem.from_args(args, ndevices=n)
+        hw = Hw.from_args(args, problem=problem, device=device)
     options = sharder_options(args, None)  # one-line error on a bad value, before any work
     algs = ev.resolve_algs(args.alg, options)
     refine.check_algs(algs)
-    ev.check_learned_policies(algs, options, args.ndevices, args.max_mem)
-    inputs = ev.inputs_from_args(args, args.ndevices, args.max_tasks)
+    ev.check_learned_policies(algs, options, problem)
+    inputs = ev.inputs_from_args(args, problem)
     if args.runtime != "paper":
         from dataclasses import replace
 
         from neuroshard.torchrec.runtime_model import default_path
 
-        path = args.runtime_model or default_path(os.path.dirname(args.compute_model), args.ndevices)
+        path = args.runtime_model or default_path(os.path.dirname(args.compute_model), problem.ndevices)
         inputs = replace(inputs, models=inputs.models.for_runtime(args.runtime, path))
     n = len(inputs.tasks)
     options = sharder_options(args, inputs.batch_size)
@@ -93,19 +93,20 @@ def main(argv=None) -> int:
             from tqdm import tqdm
             tqdm.write(ev.format_record(rec, n), file=sys.stdout)
 
-    records = ev.compute_plans(inputs.configs, inputs.tasks, algs, args.ndevices, args.max_mem, inputs.models,
-                               seed=args.seed, options=options, progress=not args.no_progress, on_record=show)
+    records = ev.compute_plans(inputs.configs, inputs.tasks, algs, problem, inputs.models, options=options,
+                               progress=not args.no_progress, on_record=show)
     if args.runtime != "paper":
         records, algs = ev.label_runtime(records, algs, args.runtime)
     if refine.refine:
         work = os.path.join(args.out_dir, "refine") if args.out_dir else tempfile.mkdtemp(prefix="refine_")
         records = refine_records(records, inputs.tasks, inputs.configs, inputs.models, refine, hw, args.data_dir,
-                                 args.task_path, work, args.max_mem, args.seed, options,
+                                 args.task_path, work, problem, options,
                                  show=None if args.quiet else print)
     summary = summarize(records, algs, n)
     results.print_summary(summary)
     if args.out_dir:
         config = {k: v for k, v in vars(args).items() if k not in ("quiet", "no_progress")}
+        config.update(problem.to_json())
         config.update(fw_comm_model=inputs.fw_comm_model, bw_comm_model=inputs.bw_comm_model, algs=algs,
                       calibration_factors=inputs.calibration,
                       num_tasks=n, batch_size=inputs.batch_size)

@@ -28,6 +28,8 @@ import os
 import sys
 
 from neuroshard.cli import run_main
+from neuroshard.problem import Problem
+from neuroshard.settings import add_flag
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -35,20 +37,18 @@ def parse_args(argv=None) -> argparse.Namespace:
     from neuroshard.torchrec.training import TorchRecTrainConfig
 
     p = argparse.ArgumentParser(description="Train sharding plans with TorchRec and compare their step times.")
-    p.add_argument("--data_dir", required=True, help="dataset dir with table_configs.json and data.pt (the lookups)")
-    p.add_argument("--task_path", required=True, help="task file (one task per line)")
-    p.add_argument("--plans", required=True,
-                   help="eval_simulator.py's plans.json for the same --task_path, or a comma list of them (a plan of "
-                        "a task and algorithm already in an earlier file is skipped)")
-    p.add_argument("--alg", default="all", help="comma list of algorithms to train, or 'all' (default: all)")
+    add_flag(p, "data_dir", required=True, help="dataset dir with table_configs.json and data.pt (the lookups)")
+    add_flag(p, "task_path", required=True)
+    add_flag(p, "plans", required=True, help="eval_simulator.py's plans.json for the same --task_path, or a comma "
+                                             "list of them (a plan of a task and algorithm already in an earlier "
+                                             "file is skipped)")
+    add_flag(p, "alg", "all", help="comma list of algorithms to train, or 'all'")
     p.add_argument("--reference", default="neuroshard",
                    help="the algorithm the others are compared with (default: neuroshard)")
-    p.add_argument("--max_tasks", type=int, default=None, help="train the plans of the first N tasks only")
-    p.add_argument("--ndevices", type=int, default=None,
-                   help="number of ranks: CPU processes (default 4), or GPUs (default: those of --gpu_devices); "
-                        "the plans must be for this many devices")
+    add_flag(p, "max_tasks", help="train the plans of the first N tasks only")
+    Problem.add_args(p, skip=("max_mem",))  # the plans' memory was the planner's business
     add_device_arg(p)
-    p.add_argument("--out_dir", default="results/torchrec", help="output directory (default: results/torchrec)")
+    add_flag(p, "out_dir", "results/torchrec")
     TorchRecTrainConfig.add_args(p)
     add_quiet_arg(p)
     add_progress_arg(p)
@@ -59,17 +59,18 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     from neuroshard.checks import check_int
     from neuroshard.cli import resolve_devices, resolve_ranks
-    from neuroshard.torchrec import training_eval as tt
     from neuroshard.formats.dataset import read_dataset
     from neuroshard.formats.plan_file import read_plans
     from neuroshard.formats.task_file import read_tasks
+    from neuroshard.torchrec import training_eval as tt
     from neuroshard.torchrec.training import TorchRecTrainConfig
-    from neuroshard.types import ConfigError, InputError
+    from neuroshard.types.errors import ConfigError, InputError
 
     if args.max_tasks is not None:
         check_int("--max_tasks", args.max_tasks, 1)
     device, ndevices = resolve_ranks(resolve_devices(args.device, args.gpu_devices), args.ndevices, args.gpu_devices)
-    cfg = TorchRecTrainConfig.from_args(args, ndevices=ndevices, device=device)
+    problem = Problem.from_args(args, ndevices=ndevices)
+    cfg = TorchRecTrainConfig.from_args(args, problem=problem, device=device)
     dataset = read_dataset(args.data_dir)  # every lookup index checked against its table's rows, naming data.pt
     batch = cfg.batch_size or dataset.batch_size
     if batch > dataset.batch_size:
@@ -85,7 +86,7 @@ def main(argv=None) -> int:
     if args.reference not in algs:
         raise ConfigError("--reference", f"{args.reference!r} has no plan to train (algorithms: {', '.join(algs)})")
     config = {k: v for k, v in vars(args).items() if k not in ("quiet", "no_progress", "out_dir", "timeout")}
-    config.update(device=device, ndevices=ndevices, algs=algs, plans=os.path.abspath(args.plans))
+    config.update(device=device, ndevices=ndevices, seed=problem.seed, algs=algs, plans=os.path.abspath(args.plans))
     cores = os.cpu_count() or 1
     if device == "cpu" and ndevices > cores:
         print(f"note: {ndevices} ranks on {cores} cores take turns on them: every step time holds scheduling waits "

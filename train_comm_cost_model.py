@@ -20,6 +20,7 @@ it: no model can beat the measurement noise.
 import argparse
 
 from neuroshard.cli import add_progress_arg, run_main
+from neuroshard.settings import add_flag
 from neuroshard.train.comm_model import train_comm_models
 from neuroshard.train.loop import TrainConfig
 from neuroshard.train.metrics import format_metrics
@@ -27,28 +28,23 @@ from neuroshard.train.metrics import format_metrics
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--data_dir", type=str, default="data/cost_data/comm_4/",
-                   help="comm cost data dir (collect_comm_cost_data.py) (default: data/cost_data/comm_4/)")
+    add_flag(p, "data_dir", "data/cost_data/comm_4/", help="comm cost data dir (collect_comm_cost_data.py)")
     p.add_argument("--fw_out_path", type=str, default=None, help="default models/comm_<n>_fw.pt")
     p.add_argument("--bw_out_path", type=str, default=None, help="default models/comm_<n>_bw.pt")
     p.add_argument("--fw_wait", type=int, choices=[0, 1], default=1,
                    help="1: the forward model adds each rank's wait for the last rank (max sleep - own sleep) to "
                         "the MLP, which learns the transfer; 0: the MLP learns the whole time (DESIGN §6 as "
-                        "written). Measured: 1 brings the forward model to its noise floor")
+                        "written); 1 brings the forward model closer to its noise floor")
     p.add_argument("--bw_linear", type=int, choices=[0, 1], default=1,
                    help="1: the backward model is linear in the per-device dim sums (one n x n layer), fitted on "
                         "the squared error (--loss is for the other model); 0: DESIGN §6's MLP (128, 64, 32, 16). "
-                        "Measured: the same held-out error, and no dips fitted into the noisy backward times for a "
-                        "search to find")
+                        "The linear model has the same held-out error and no dips fitted into the noisy backward "
+                        "times for a search to find")
     p.add_argument("--fw_inputs", choices=["waits", "sleeps"], default="waits",
                    help="what the forward model's MLP sees beside the dims: each rank's wait for the last rank "
-                        "(max sleep - own sleep) or its sleep (DESIGN §6). Measured on four studies' evaluation "
-                        "plans: waits cut the per-rank forward error and its bias on plans whose ranks are ready "
-                        "nearly together (nets.CommCostModel)")
-    # Relative loss by default, as for the compute model: squared errors weigh the slow all-to-alls only.
-    p.add_argument("--plan_data_dir", default=None,
-                   help="also train on the on-policy samples collected here (collect_plan_cost_data.py: its "
-                        "compute/ or comm/ directory)")
+                        "(max sleep - own sleep) or its sleep (DESIGN §6); waits cut the per-rank forward error and "
+                        "its bias on plans whose ranks are ready nearly together (nets.CommCostModel)")
+    add_flag(p, "plan_data_dir")
     TrainConfig.add_args(p)
     add_progress_arg(p)
     args = p.parse_args(argv)

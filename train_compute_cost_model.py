@@ -5,13 +5,14 @@
 Writes the checkpoint (--out_path, self-describing), a predicted-vs-measured
 scatter of the test split (<out_path stem>_test_scatter.png) and the metrics
 (<out_path stem>_metrics.json) next to it. If the data dir holds a
-noise_floor.json (tools/compute_noise_floor.py), the test MAPE is shown next
+noise_floor.json (compute_noise_floor.py), the test MAPE is shown next
 to it: no model can beat the measurement noise.
 """
 
 import argparse
 
 from neuroshard.cli import add_progress_arg, run_main
+from neuroshard.settings import add_flag
 from neuroshard.train.compute_model import train_compute_model
 from neuroshard.train.loop import TrainConfig
 from neuroshard.train.metrics import format_metrics
@@ -19,14 +20,9 @@ from neuroshard.train.metrics import format_metrics
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--data_dir", type=str, default="data/cost_data/compute/",
-                   help="compute cost data dir (collect_compute_cost_data.py) (default: data/cost_data/compute/)")
-    p.add_argument("--out_path", type=str, default="models/compute.pt",
-                   help="checkpoint to write (default: models/compute.pt)")
-    # Relative loss by default: it meets the MAPE target where plain MSE does not (see train/loop.py).
-    p.add_argument("--plan_data_dir", default=None,
-                   help="also train on the on-policy samples collected here (collect_plan_cost_data.py: its "
-                        "compute/ or comm/ directory)")
+    add_flag(p, "data_dir", "data/cost_data/compute/", help="compute cost data dir (collect_compute_cost_data.py)")
+    add_flag(p, "out_path", "models/compute.pt", help="checkpoint to write")
+    add_flag(p, "plan_data_dir")
     TrainConfig.add_args(p)
     add_progress_arg(p)
     args = p.parse_args(argv)

@@ -1,7 +1,7 @@
 """Fit the TorchRec runtime cost model (`--runtime torchrec`) to plans trained in TorchRec.
 
     python train_torchrec_cost_model.py --data_dir results/quick/dataset \
-        --task_path results/quick/train_tasks/data.txt --samples results/quick/torchrec_data/results.json \
+        --task_path results/quick/train_tasks/data.txt --results results/quick/torchrec_data/results.json \
         --compute_model results/quick/models/onpolicy/compute.pt \
         --fw_comm_model results/quick/models/onpolicy/comm_4_fw.pt --bw_comm_model results/quick/models/onpolicy/comm_4_bw.pt \
         --ndevices 4 --out_path results/quick/models/onpolicy/torchrec_runtime_4.json
@@ -14,8 +14,8 @@ groups; the totals over the ranks), fits their non-negative weights (least
 squares of the relative error), first without --test_share of the tasks to
 report the error on unseen tasks' plans, then on all. Writes the model to
 --out_path and the fit's report beside it (<out_path stem>_metrics.json).
---check also reports the model's error on other plans trained in TorchRec
-(eval_torchrec.py's results.json); with --model instead of --samples, nothing is
+--check_results also reports the model's error on other plans trained in TorchRec
+(eval_torchrec.py's results.json); with --model instead of --results, nothing is
 fitted: the given model is checked and --out_path gets the check's report.
 """
 
@@ -26,75 +26,75 @@ import sys
 from pathlib import Path
 
 from neuroshard.cli import run_main
+from neuroshard.planner.costs.cost_models import add_model_flags
+from neuroshard.problem import Problem
+from neuroshard.settings import add_flag
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="Fit the TorchRec runtime cost model to plans trained in TorchRec.")
-    p.add_argument("--data_dir", required=True, help="dataset dir with table_configs.json (and data.pt: its batch)")
-    p.add_argument("--task_path", required=True, help="the task file the samples' plans were made for")
-    p.add_argument("--samples", default=None, help="collect_torchrec_cost_data.py's results.json (to fit)")
-    p.add_argument("--model", default=None,
-                   help="check this fitted model on --check instead of fitting one (--out_path: the check's report)")
-    p.add_argument("--compute_model", required=True, help="compute cost model checkpoint (the kernel terms)")
-    p.add_argument("--fw_comm_model", default=None, help="forward comm model (default: models/comm_<n>_fw.pt)")
-    p.add_argument("--bw_comm_model", default=None, help="backward comm model (default: models/comm_<n>_bw.pt)")
-    p.add_argument("--ndevices", type=int, default=4, help="ranks the plans were trained on (default: 4)")
-    p.add_argument("--batch_size", type=int, default=None,
-                   help="global batch the plans were trained with (default: the collection's, else the dataset's)")
+    add_flag(p, "data_dir", required=True, help="dataset dir with table_configs.json (and data.pt: its batch)")
+    add_flag(p, "task_path", required=True, help="the task file the samples' plans were made for")
+    add_flag(p, "results", help="collect_torchrec_cost_data.py's results.json (to fit)")
+    p.add_argument("--model", default=None, help="check this fitted model on --check_results instead of fitting one "
+                                                 "(--out_path: the check's report)")
+    add_model_flags(p)
+    Problem.add_args(p, skip=("max_mem",))  # the ranks the plans were trained on; the seed of the held-out tasks
+    add_flag(p, "batch_size", help="global batch the plans were trained with (default: the collection's, else the "
+                                   "dataset's)")
     p.add_argument("--test_share", type=float, default=0.25,
                    help="share of the tasks held out to measure the error on unseen tasks (default: 0.25)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the held-out tasks (default: 0)")
-    p.add_argument("--out_path", required=True,
-                   help="where to write the model (JSON; its fit's report beside it), or with --model the report")
-    p.add_argument("--check", default=None,
+    add_flag(p, "out_path", required=True,
+             help="where to write the model (JSON; its fit's report beside it), or with --model the report")
+    p.add_argument("--check_results", default=None,
                    help="also report the model's error on these plans: eval_torchrec.py's results.json of other "
                         "tasks (e.g. the evaluation tasks' plans trained in TorchRec), never fitted on")
-    p.add_argument("--check_task_path", default=None, help="the task file of --check's plans")
+    p.add_argument("--check_task_path", default=None, help="the task file of --check_results' plans")
     return p.parse_args(argv)
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
     from neuroshard.checks import check_float, check_int
-    from neuroshard.torchrec import runtime_data
     from neuroshard.eval.planning import inputs_from_args
     from neuroshard.formats.io import read_json, write_json_atomic
+    from neuroshard.torchrec import runtime_data
     from neuroshard.torchrec.runtime_model import FEATURES, TorchRecRuntimeModel
-    from neuroshard.types import ConfigError, InputError
+    from neuroshard.types.errors import ConfigError, InputError
 
-    check_int("--ndevices", args.ndevices, 1)
+    problem = Problem.from_args(args)
     check_float("--test_share", args.test_share, 0.0, 0.9)
-    if (args.samples is None) == (args.model is None):
-        raise ConfigError("--samples", "give exactly one of --samples (fit a model) and --model (check a fitted one)")
-    if args.check and not args.check_task_path:
-        raise ConfigError("--check", "needs --check_task_path (the task file of its plans)")
-    inputs = inputs_from_args(args, args.ndevices)
+    if (args.results is None) == (args.model is None):
+        raise ConfigError("--results", "give exactly one of --results (fit a model) and --model (check a fitted one)")
+    if args.check_results and not args.check_task_path:
+        raise ConfigError("--check_results", "needs --check_task_path (the task file of its plans)")
+    inputs = inputs_from_args(args, problem)
 
-    def check(model) -> dict | None:  # the model's error on --check's plans, printed; None without --check
-        if not args.check:
+    def check(model) -> dict | None:  # the model's error on --check_results' plans, printed; None without it
+        if not args.check_results:
             return None
         from neuroshard.formats.task_file import read_tasks
 
         tasks = read_tasks(args.check_task_path, num_tables=len(inputs.configs))
-        c = runtime_data.check_model(model, runtime_data.read_samples(args.check, tasks, inputs.configs),
+        c = runtime_data.check_model(model, runtime_data.read_samples(args.check_results, tasks, inputs.configs),
                                      inputs.models)
-        print(f"on --check's {c['plans']} plans (other tasks, never fitted on): MAPE {c['mape']:.1f}%, "
+        print(f"on --check_results' {c['plans']} plans (other tasks, never fitted on): MAPE {c['mape']:.1f}%, "
               f"mean predicted / measured {c['ratio']:.3f}")
         for alg, row in c["by_alg"].items():
             print(f"  {alg}: {row['plans']} plans, MAPE {row['mape']:.1f}%, predicted / measured {row['ratio']:.3f}")
-        return {"results": str(Path(args.check).resolve()), **c}
+        return {"results": str(Path(args.check_results).resolve()), **c}
 
     if args.model is not None:
-        if not args.check:
-            raise ConfigError("--model", "checks a fitted model: give --check and --check_task_path")
-        model = TorchRecRuntimeModel.load(args.model, args.ndevices)
+        if not args.check_results:
+            raise ConfigError("--model", "checks a fitted model: give --check_results and --check_task_path")
+        model = TorchRecRuntimeModel.load(args.model, problem.ndevices)
         write_json_atomic(args.out_path, {"model": str(Path(args.model).resolve()), "check": check(model)})
         print(f"wrote {args.out_path}", file=sys.stderr)
         return 0
-    samples = runtime_data.read_samples(args.samples, inputs.tasks, inputs.configs)
+    samples = runtime_data.read_samples(args.results, inputs.tasks, inputs.configs)
     batch = args.batch_size
     if batch is None:
-        cfg_path = Path(args.samples).parent / "config.json"
+        cfg_path = Path(args.results).parent / "config.json"
         if cfg_path.exists():
             batch = read_json(cfg_path).get("batch_size")
         batch = batch or inputs.batch_size
@@ -102,13 +102,13 @@ def main(argv=None) -> int:
         raise InputError(args.data_dir, "no data.pt and no --batch_size: the batch the plans were trained with")
     check_int("--batch_size", batch, 1)
     try:
-        res = runtime_data.fit_runtime_model(samples, inputs.models, args.ndevices, batch, args.test_share, args.seed,
-                                             source={"samples": str(Path(args.samples).resolve()),
+        res = runtime_data.fit_runtime_model(samples, inputs.models, problem.ndevices, batch, args.test_share,
+                                             problem.seed, source={"samples": str(Path(args.results).resolve()),
                                                      "compute_model": str(Path(args.compute_model).resolve()),
                                                      "task_path": str(Path(args.task_path).resolve())})
     except ValueError as e:
-        raise InputError(args.samples, str(e)) from None
-    print(f"{len(samples)} plans of {len({s.task for s in samples})} tasks; batch {batch}, {args.ndevices} ranks")
+        raise InputError(args.results, str(e)) from None
+    print(f"{len(samples)} plans of {len({s.task for s in samples})} tasks; batch {batch}, {problem.ndevices} ranks")
     print("| term | weight | mean share of a step (ms) |\n|---|---|---|")
     for name, c in zip(FEATURES, res.model.coef):
         print(f"| {name} | {c:.4g} | {res.terms[name]:.2f} |")

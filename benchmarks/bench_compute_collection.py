@@ -1,6 +1,6 @@
 """Throughput of compute cost collection: samples/s and where worker time goes, for 1 and 2 workers.
 
-    python benchmarks/bench_compute_collection.py --dataset_dir data/dlrm_datasets --samples 60
+    python benchmarks/bench_compute_collection.py --dataset_dir data/dlrm_datasets --num_samples 60
 
 Runs the real collector (`neuroshard.measure.compute_collect.collect`) into a
 temporary directory once per worker count and prints samples/s and the
@@ -18,23 +18,25 @@ from neuroshard.checks import parse_int_list
 from neuroshard.cli import run_main
 from neuroshard.formats.io import write_json_atomic
 from neuroshard.measure.compute_collect import ComputeCollectConfig, collect
+from neuroshard.problem import Problem
+from neuroshard.settings import add_flag
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--dataset_dir", type=str, default="data/dlrm_datasets",
-                   help="dataset to benchmark on (default: data/dlrm_datasets)")
-    p.add_argument("--samples", type=int, default=60, help="samples per run (default: 60)")
+    add_flag(p, "dataset_dir", help="dataset to benchmark on")
+    add_flag(p, "num_samples", 60, help="samples per run")
     p.add_argument("--workers", type=str, default="1,2", help="worker counts to compare (default: 1,2)")
-    p.add_argument("--out_json", type=str, default=None, help="also write the results here")
+    add_flag(p, "out_json")
+    Problem.add_args(p, skip=("ndevices",))
     ComputeCollectConfig.add_args(p)
     args = p.parse_args(argv)
-    cfg = ComputeCollectConfig.from_args(args)
+    cfg = ComputeCollectConfig.from_args(args, max_mem=Problem.from_args(args).max_mem)
 
     rows = []
     for n in parse_int_list(args.workers, "--workers"):
         with tempfile.TemporaryDirectory(prefix="bench_compute_") as tmp:
-            summary = collect(args.dataset_dir, tmp, cfg, args.samples, ["cpu"] * n, progress=False)
+            summary = collect(args.dataset_dir, tmp, cfg, args.num_samples, ["cpu"] * n, progress=False)
         w = summary.workers
         wall = w.busy_s + w.idle_s
         startup = w.startup_s / n

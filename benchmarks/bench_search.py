@@ -72,7 +72,11 @@ import torch
 
 from neuroshard.cli import run_main
 from neuroshard.formats.io import write_json_atomic
-from neuroshard.planner.costs.cost_models import CostModels, load_comm_model, load_compute_model
+from neuroshard.planner.costs.cost_models import (
+    CostModels,
+    load_comm_model,
+    load_compute_model,
+)
 from neuroshard.planner.costs.features import NUM_FEATURES
 from neuroshard.planner.costs.nets import (
     CommCostModel,
@@ -83,19 +87,16 @@ from neuroshard.planner.costs.nets import (
     table_features,
 )
 from neuroshard.planner.costs.scorer import get_scorer, single_threaded_blas
+from neuroshard.planner.costs.uncertainty import NO_NOISE, NoiseModel
 from neuroshard.planner.search.beam import SearchConfig, grid_search, search
 from neuroshard.planner.search.plus import PlusConfig, search_plus
 from neuroshard.planner.simulator import mem_cap_elements, score_placements, simulate
-from neuroshard.planner.costs.uncertainty import NO_NOISE, NoiseModel
-from neuroshard.types import (
-    NeuroShardError,
-    OutOfMemoryError,
-    PlanRecord,
-    ShardTable,
-    TableConfig,
-    apply_column_steps,
-    can_split,
-)
+from neuroshard.problem import Problem
+from neuroshard.settings import add_flag
+from neuroshard.types.errors import NeuroShardError, OutOfMemoryError
+from neuroshard.types.plan import apply_column_steps
+from neuroshard.types.records import PlanRecord
+from neuroshard.types.tables import ShardTable, TableConfig, can_split
 
 DIMS = (8, 16, 32, 64, 128)
 
@@ -263,13 +264,13 @@ def part_speed(args, out: dict) -> None:
             w_t, c_t, costs, e_t, p_t = [], [], [], [], []
             for _ in range(args.tasks_per_size):
                 tables = random_task(rng, T)
-                w, c, cost = _best_ms(lambda: search(tables, n, args.max_mem, models).cost)
+                w, c, cost = _best_ms(lambda: search(tables, Problem(n, args.max_mem), models).cost)
                 w_t.append(w)
                 c_t.append(c)
                 costs.append(cost)
                 if ens is not None:
-                    e_t.append(_best_ms(lambda: search(tables, n, args.max_mem, ens).cost)[0])
-                    p_t.append(_best_ms(lambda: search_plus(tables, n, args.max_mem, ens, seed=args.seed).cost)[0])
+                    e_t.append(_best_ms(lambda: search(tables, Problem(n, args.max_mem), ens).cost)[0])
+                    p_t.append(_best_ms(lambda: search_plus(tables, Problem(n, args.max_mem, args.seed), ens).cost)[0])
             walls += w_t
             cpus += c_t
             ens_walls += e_t
@@ -323,7 +324,7 @@ def part_scale(args, out: dict) -> None:
         total = sum(t.size_gb for t in tables)
         cap = max(1.3 * total / n, 1.05 * max(t.size_gb for t in tables))
         t0, c0 = time.perf_counter(), time.process_time()
-        res = search(tables, n, cap, models)
+        res = search(tables, Problem(n, cap), models)
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         peak = peak_rss_gb()
         secs, gb = SCALE_TARGETS.get((T, n), (None, None))
@@ -415,20 +416,20 @@ def part_exhaustive(args, out: dict) -> None:
             tables = random_task(rng, T)
             mem = max(1.5 * sum(t.size_gb for t in tables) / n, 1.1 * max(t.size_gb for t in tables))
             try:
-                _, grid_cost = grid_search(tables, n, mem, models)
+                _, grid_cost = grid_search(tables, Problem(n, mem), models)
             except OutOfMemoryError:
                 continue
             with single_threaded_blas():
                 opt = exhaustive_best(tables, (), n, mem, models)
             gaps.append((grid_cost - opt) / abs(opt))
-            plus = search_plus(tables, n, mem, models, no_split_search, no_split_plus, seed=args.seed).cost
+            plus = search_plus(tables, Problem(n, mem, args.seed), models, no_split_search, no_split_plus).cost
             plus_gaps.append((plus - opt) / abs(opt))
             if T <= (5 if n == 2 else 4):
-                ns = search(tables, n, mem, models).cost
+                ns = search(tables, Problem(n, mem), models).cost
                 with single_threaded_blas():
                     opt_split = min(exhaustive_best(tables, s, n, mem, models) for s in split_states(tables))
                 split_gaps.append((ns - opt_split) / abs(opt_split))
-                plus_split_gaps.append((search_plus(tables, n, mem, models, seed=args.seed).cost - opt_split)
+                plus_split_gaps.append((search_plus(tables, Problem(n, mem, args.seed), models).cost - opt_split)
                                        / abs(opt_split))
                 ns_vs_grid.append((ns - grid_cost) / abs(grid_cost))
         what = f"{n} devices, {len(gaps)} tasks of 4-{7 if n == 3 else 8} tables"
@@ -461,14 +462,14 @@ def part_baselines(args, out: dict) -> None:
         for i in range(args.baseline_tasks):
             tables = random_task(rng, int(rng.integers(10, 61)))
             for alg in algs:
-                records.append(plan_task(i, tables, alg, n, args.max_mem, models, task_seed(args.seed, i)))
+                records.append(plan_task(i, tables, alg, Problem(n, args.max_mem, task_seed(args.seed, i)), models))
             try:
-                start_plan, _ = grid_search(tables, n, args.max_mem, models)
+                start_plan, _ = grid_search(tables, Problem(n, args.max_mem), models)
             except OutOfMemoryError as e:
                 records.append(PlanRecord(i, "neuroshard_no_split", status="oom", message=str(e)))
             else:
                 records.append(PlanRecord(i, "neuroshard_no_split", plan=start_plan,
-                                          estimate=simulate(tables, start_plan, models, args.max_mem)))
+                                          estimate=simulate(tables, start_plan, models, Problem(n, args.max_mem))))
         names = algs + ["neuroshard_no_split"]
         s = summarize(records, names, args.baseline_tasks)
         print(f"  {n} devices, {args.baseline_tasks} tasks (T in 10..60, {args.max_mem:g} GB), "
@@ -519,7 +520,7 @@ def _plan_both(tables, n: int, max_mem: float, models) -> dict:
     got = {}
     for alg in ("neuroshard", "torchrec"):
         try:
-            r = shard(tables, n, max_mem, models, alg=alg)
+            r = shard(tables, Problem(n, max_mem), models, alg=alg)
             got[alg] = (r.search_ms, r.cost_ms)
         except OutOfMemoryError:
             got[alg] = (math.nan, math.inf)
@@ -569,28 +570,28 @@ def part_torchrec(args, out: dict) -> None:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--parts", default="speed,scale,exhaustive,baselines,torchrec")
-    p.add_argument("--compute_model", default=None, help="trained compute model (default: synthetic)")
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--parts", default="speed,scale,exhaustive,baselines,torchrec",
+                   help="what to measure (default: %(default)s)")
+    add_flag(p, "compute_model", None, help="trained compute model (default: synthetic)")
     p.add_argument("--comm_models", type=parse_comm_models, action="append", default=None,
                    help="N:FW_PATH,BW_PATH trained comm models for N devices (repeatable; default: synthetic)")
-    p.add_argument("--max_mem", type=float, default=4.0, help="GB per device for the speed and baseline tasks")
-    p.add_argument("--tasks_per_size", type=int, default=5, help="speed: tasks per table count")
-    p.add_argument("--ensemble", type=int, default=1,
-                   help="speed: also time K-member ensembles of the cost models (NeuroShard and NeuroShard+)")
+    Problem.add_args(p, skip=("ndevices",), helps={"max_mem": "GB per device for the speed and baseline tasks"})
+    p.add_argument("--tasks_per_size", type=int, default=5, help="speed: tasks per table count (default: 5)")
+    add_flag(p, "ensemble", help="speed: also time K-member ensembles of the cost models (NeuroShard and "
+                                 "NeuroShard+)")
     p.add_argument("--noise", type=parse_noise, default=NO_NOISE,
                    help="speed, with --ensemble: the noise model NeuroShard+'s robust objective samples, as "
-                        "COMPUTE,BW,FW,SHARED,RANK fractions (uncertainty.NoiseModel; e.g. the study's trained "
-                        "models' 0.08,0.15,0.07,0.93,0.14) or none: the ensemble's spread alone, the fastest case")
+                        "COMPUTE,BW,FW,SHARED,RANK fractions (uncertainty.NoiseModel; e.g. "
+                        "0.08,0.15,0.07,0.93,0.14) or none: the ensemble's spread alone, the fastest case")
     p.add_argument("--scale_tables", default="1000", help="scale: tables per task (comma list, paired with "
-                                                          "--scale_devices)")
-    p.add_argument("--scale_devices", default="128", help="scale: devices (comma list)")
-    p.add_argument("--exhaustive_tasks", type=int, default=60, help="per device count")
-    p.add_argument("--baseline_tasks", type=int, default=20, help="per device count")
-    p.add_argument("--torchrec_tasks", type=int, default=3, help="torchrec: tasks per table count and device count")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out_json", default=None, help="also write the results here")
+                                                          "--scale_devices) (default: 1000)")
+    p.add_argument("--scale_devices", default="128", help="scale: devices (comma list) (default: 128)")
+    p.add_argument("--exhaustive_tasks", type=int, default=60, help="per device count (default: 60)")
+    p.add_argument("--baseline_tasks", type=int, default=20, help="per device count (default: 20)")
+    p.add_argument("--torchrec_tasks", type=int, default=3,
+                   help="torchrec: tasks per table count and device count (default: 3)")
+    add_flag(p, "out_json")
     args = p.parse_args(argv)
     if args.ensemble < 1:
         raise NeuroShardError(f"--ensemble: at least 1 member, got {args.ensemble}")

@@ -1,7 +1,7 @@
 """NeuroShardPlanner's own overhead inside TorchRec: `plan()` wall time without the cost models' loading.
 
     python benchmarks/bench_torchrec_planner.py                          # 100 tables, 8 ranks, synthetic models
-    python benchmarks/bench_torchrec_planner.py --tables 100 --ranks 8 --repeats 5 --alg neuroshard
+    python benchmarks/bench_torchrec_planner.py --num_tables 100 --ranks 8 --repeats 5 --alg neuroshard
 
 Builds a model with two EmbeddingBagCollections (the tables split between them, random rows, dims and
 pooling factors, on the meta device), a TorchRec `Topology` of `--ranks` GPUs of 16 GB, and plans it
@@ -24,6 +24,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.bench_search import load_models  # noqa: E402
+from neuroshard.settings import add_flag  # noqa: E402
 
 
 def build_model(num_tables: int, seed: int):
@@ -47,15 +48,14 @@ def build_model(num_tables: int, seed: int):
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--tables", type=int, default=100)
-    p.add_argument("--ranks", type=int, default=8)
-    p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--alg", default="neuroshard")
-    p.add_argument("--models_dir", default=None, help="trained models for --ranks devices (default: synthetic)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out_json", default=None)
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_flag(p, "num_tables", 100)
+    p.add_argument("--ranks", type=int, default=8, help="ranks of the topology (default: 8)")
+    add_flag(p, "repeats", 5, help="plans timed")
+    add_flag(p, "alg")
+    add_flag(p, "models_dir", help="trained models for --ranks devices (default: synthetic)")
+    add_flag(p, "seed")
+    add_flag(p, "out_json")
     args = p.parse_args(argv)
     import logging
 
@@ -69,7 +69,7 @@ def main(argv=None) -> int:
     warnings.simplefilter("ignore")
     models = (CostModels.load(args.models_dir, args.ranks) if args.models_dir else
               load_models(argparse.Namespace(compute_model=None, comm_models=None), args.ranks, args.seed))
-    model, constraints = build_model(args.tables, args.seed)
+    model, constraints = build_model(args.num_tables, args.seed)
     topology = Topology(world_size=args.ranks, compute_device="cuda", hbm_cap=16 * 2**30)
     plan_s, search_s = [], []
     for _ in range(args.repeats + 1):  # the first run warms up imports and caches, not counted
@@ -80,11 +80,11 @@ def main(argv=None) -> int:
         plan_s.append(time.perf_counter() - t0)
         search_s.append(planner.last_result.search_ms / 1e3)
     plan_s, search_s = plan_s[1:], search_s[1:]
-    result = {"tables": args.tables, "ranks": args.ranks, "alg": args.alg, "repeats": args.repeats,
+    result = {"tables": args.num_tables, "ranks": args.ranks, "alg": args.alg, "repeats": args.repeats,
               "plan_s": {"median": statistics.median(plan_s), "min": min(plan_s), "max": max(plan_s)},
               "search_s": {"median": statistics.median(search_s), "min": min(search_s), "max": max(search_s)},
               "target_s": 1.0}
-    print(f"NeuroShardPlanner.plan, {args.tables} tables on {args.ranks} ranks ({args.alg}, {args.repeats} runs): "
+    print(f"NeuroShardPlanner.plan, {args.num_tables} tables on {args.ranks} ranks ({args.alg}, {args.repeats} runs): "
           f"median {result['plan_s']['median']:.3f} s [{min(plan_s):.3f}, {max(plan_s):.3f}], of which the search "
           f"{result['search_s']['median']:.3f} s; target <= 1 s: {'met' if max(plan_s) <= 1.0 else 'MISSED'}")
     if args.out_json:

@@ -11,7 +11,8 @@ from __future__ import annotations
 import math
 from typing import Iterable
 
-from neuroshard.types import ConfigError, dim_set
+from neuroshard.types.errors import ConfigError
+from neuroshard.types.tables import dim_set
 
 
 def check_int(name: str, value, lo: int | None = None, hi: int | None = None) -> int:

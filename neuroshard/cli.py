@@ -10,7 +10,7 @@ import sys
 from typing import Callable
 
 from neuroshard.checks import check_gpu_ids
-from neuroshard.types import ConfigError, NeuroShardError
+from neuroshard.types.errors import ConfigError, NeuroShardError
 
 
 def run_main(main: Callable[[], object]) -> None:

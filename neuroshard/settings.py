@@ -34,51 +34,133 @@ from dataclasses import MISSING, fields
 from typing import Any, ClassVar
 
 from neuroshard.checks import parse_range
-from neuroshard.types import ConfigError
+from neuroshard.types.codec import Record
+from neuroshard.types.errors import ConfigError
 
-# Flags that several settings classes share, with one meaning and one spelling everywhere.
-COMMON: dict[str, dict] = {
+# The flag catalog: every flag that more than one script (or settings class) takes, declared here once with
+# its type, its default and what it means; a script or a settings field names it (`add_flag`, `common`) and
+# may give its own default and a more specific help, never another type or meaning. A flag of one script only
+# is declared where it is used. `tests/test_flags.py` checks that every flag has exactly one declaration.
+# "type" defaults to the default's type (str for None); "switch": a bool given as `--flag` alone.
+FLAGS: dict[str, dict] = {
+    # how a measurement is timed
     "warmup": {"default": 5, "help": "untimed iterations per measurement"},
     "iters": {"default": 10, "help": "timed iterations per measurement (their median is kept)"},
+    "repeats": {"default": 1, "help": "measurements of each item, in interleaved rounds"},
+    "clock": {"default": "cpu", "help": "compute time: cpu (the process's CPU time, robust to other load on "
+                                        "shared cores) or wall (elapsed time)", "choices": ("cpu", "wall")},
     "timeout": {"default": 60.0, "help": "collective timeout in s: a dead or hung rank ends the job after about this"},
     "gpu_devices": {"default": None, "help": "GPUs to use, e.g. 0,1,2,3, one rank or worker each (implies --device "
                                              "cuda)"},
+    "num_workers": {"default": 1, "help": "benchmark processes on CPU (one thread each); on GPUs one per "
+                                          "--gpu_devices entry"},
+    # sizes
     "max_dim": {"default": 128, "help": "largest dim; the dim set halves down to 4"},
+    "T_range": {"default": "10,60", "help": "inclusive range of the number of tables per task (or per sample)",
+                "metavar": "LO,HI"},
+    "data_size": {"default": 1000, "help": "how many samples (or tasks) to make"},
+    "num_samples": {"default": None, "type": int, "help": "how many samples to use"},
+    "num_tables": {"default": 856, "help": "number of tables"},
+    "batch_size": {"default": None, "type": int, "help": "samples per training step"},
+    "max_tasks": {"default": None, "type": int, "help": "only the first N tasks"},
+    "seed": {"default": 0, "help": "random seed (same seed, same output)"},
+    "lr": {"default": 1e-3, "help": "Adam learning rate"},
+    "ensemble": {"default": 1, "help": "members per cost model (1: one model)"},
+    "refine": {"default": 0, "help": "hardware in the loop: each task's K best candidates of --refine_algs' plans by "
+                                     "the models measured on hardware, the measured best kept (0: off)"},
+    # what a step reads
+    "data": {"default": None, "help": "public DLRM dataset file (.pt or .pt.gz) instead of synthetic data"},
+    "data_dir": {"default": "data/dlrm_datasets", "help": "the input folder (the dataset: table_configs.json and "
+                                                         "data.pt)"},
+    "dataset_dir": {"default": "data/dlrm_datasets", "help": "the dataset folder (table_configs.json, data.pt)"},
+    "task_path": {"default": "data/tasks/4_gpu/data.txt", "help": "task file (one task per line)"},
+    "eval_task_path": {"default": None, "help": "the evaluation's task file: a task of it here is an error (never "
+                                                "learn on the evaluation's tasks)"},
+    "compute_model": {"default": "models/compute.pt", "help": "compute cost model checkpoint"},
+    "fw_comm_model": {"default": None, "help": "forward comm cost model checkpoint (default: "
+                                               "models/comm_<ndevices>_fw.pt)"},
+    "bw_comm_model": {"default": None, "help": "backward comm cost model checkpoint (default: "
+                                               "models/comm_<ndevices>_bw.pt)"},
+    "models_dir": {"default": None, "help": "cost models as the pipeline writes them: compute.pt, "
+                                            "comm_<ndevices>_fw.pt, comm_<ndevices>_bw.pt (e.g. results/quick/models)"},
+    "models": {"default": None, "help": "a folder of cost models as the pipeline writes them"},
+    "calibration": {"default": None, "help": "dir with drift_compute.json and drift_comm.json measured just before "
+                                             "planning: the models' compute, fw and bw predictions are scaled by how "
+                                             "much slower or faster the machine runs now than when the cost data was "
+                                             "recorded (default: unscaled)"},
+    "plan_data_dir": {"default": None, "help": "on-policy cost data (collect_plan_cost_data.py's out_dir/compute "
+                                               "or /comm) to train on as well"},
+    "plans": {"default": None, "help": "a plans file (eval_simulator.py's plans.json)"},
+    "results": {"default": None, "help": "an evaluation's results.json (measured plans)"},
+    "tables": {"default": None, "help": "the user's table list: CSV (with header) or JSON list: name, rows, dim, "
+                                        "pooling_factor[, bin_0..bin_16]"},
+    "alg": {"default": "neuroshard", "help": "sharding algorithm (any registered name)"},
+    # what a step writes
+    "out_dir": {"default": None, "help": "output folder"},
+    "out_path": {"default": None, "help": "output file"},
+    "out": {"default": None, "help": "output file"},
+    "out_json": {"default": None, "help": "also write the figures here (JSON)"},
+    # checks
+    "check": {"default": False, "switch": True, "help": "also verify the exchanged values and gradients against a "
+                                                        "reference (validates a new setup; slower)"},
 }
+
+
+def _flag_type(spec: dict):
+    if "type" in spec:
+        return spec["type"]
+    return type(spec["default"]) if spec["default"] is not None else str
 
 
 def setting(default: Any, help: str, *, cli: bool = True, switch: bool = False, choices=None,
             aliases: tuple[str, ...] = (), metavar: str | None = None, show_default: bool = True,
-            flag_default: Any = MISSING):
+            flag_default: Any = MISSING, omit=None, catalog: str | None = None):
     """A settings field. `cli=False`: not a flag (the script or the library sets it); `switch`: a bool
     that is `--name` alone (store_true); `aliases`: other spellings (the released scripts' `--a-b`);
-    `flag_default`: the flag's default when it differs from the field's (None: the script resolves it)."""
+    `flag_default`: the flag's default when it differs from the field's (None: the script resolves it);
+    `omit`: a predicate on the value under which the codec leaves the field out of the JSON (a default
+    older files never carried); `catalog`: the `FLAGS` entry the field's flag comes from (see `common`)."""
     meta = {"help": help, "cli": cli, "switch": switch, "choices": choices, "aliases": tuple(aliases),
-            "metavar": metavar, "show_default": show_default, "flag_default": flag_default}
+            "metavar": metavar, "show_default": show_default, "flag_default": flag_default, "omit": omit,
+            "catalog": catalog}
     if isinstance(default, (list, dict, set)):
         return dataclasses.field(default_factory=lambda: type(default)(default), metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
 
 
 def common(name: str, default: Any = MISSING, help: str | None = None, **kw):
-    """The shared flag `name` of `COMMON` as a field (optionally with its own default or help)."""
-    spec = COMMON[name]
-    return setting(spec["default"] if default is MISSING else default, help or spec["help"], **kw)
+    """The catalog flag `name` of `FLAGS` as a field (optionally with its own default or help)."""
+    spec = FLAGS[name]
+    kw.setdefault("choices", spec.get("choices"))
+    kw.setdefault("metavar", spec.get("metavar"))
+    return setting(spec["default"] if default is MISSING else default, help or spec["help"], catalog=name, **kw)
 
 
-def add_flag(parser, name: str, default: Any = MISSING, help: str | None = None) -> None:
-    """Add the shared flag `name` of `COMMON` to a script that has no settings class for it (a tool
-    measuring one sample, say), with the same spelling and meaning as everywhere else."""
-    spec = COMMON[name]
+def add_flag(parser, name: str, default: Any = MISSING, help: str | None = None, *, required: bool = False,
+             aliases: tuple[str, ...] = ()) -> None:
+    """Add the catalog flag `name` of `FLAGS` to a script's parser, with the same spelling, type and meaning as
+    everywhere else (optionally its own default, a more specific help, `required`, or the released scripts'
+    other spelling in `aliases`)."""
+    spec = FLAGS[name]
     default = spec["default"] if default is MISSING else default
-    kind = {int: int, float: float}.get(spec["default"].__class__, str)
-    shown = "" if default is None else f" (default: {default})"
-    parser.add_argument(f"--{name}", type=kind, default=default, help=(help or spec["help"]) + shown)
+    shown = "" if default is None or required else f" (default: {default})"
+    kw: dict = {"dest": name, "help": ((help or spec["help"]) + shown).replace("%", "%%")}
+    if spec.get("switch"):
+        kw["action"] = "store_true"
+    else:
+        kw.update(type=_flag_type(spec), default=default)
+        for key in ("choices", "metavar"):
+            if spec.get(key):
+                kw[key] = spec[key]
+    if required:
+        kw["required"] = True
+        kw.pop("default", None)
+    parser.add_argument(f"--{name}", *aliases, **kw)
 
 
 def _meta(f: dataclasses.Field) -> dict:
     return {"help": "", "cli": True, "switch": False, "choices": None, "aliases": (), "metavar": None,
-            "show_default": True, "flag_default": MISSING, **f.metadata}
+            "show_default": True, "flag_default": MISSING, "catalog": None, **f.metadata}
 
 
 def _parse_bool(text: str) -> bool:
@@ -97,8 +179,9 @@ def _unwrap_optional(tp):
     return tp, False
 
 
-class Settings:
-    """Mixin for a (frozen) dataclass of settings whose fields are flags of the same name (see the module doc).
+class Settings(Record):
+    """Mixin for a (frozen) dataclass of settings whose fields are flags of the same name (see the module doc);
+    it is written to and read from JSON by the one codec (`types.codec`), as a run's config.json.
 
     `TITLE`: the flag group's title in `--help`; `RELEASED_ALIASES`: every `--a_b` flag also answers to `--a-b`
     (the spelling of the released scripts a class reproduces)."""
@@ -126,8 +209,10 @@ class Settings:
     # ------------------------------------------------------------------ flags
 
     @classmethod
-    def add_args(cls, parser: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:
-        """One flag per field (defaults from the dataclass) in a group titled `TITLE`; a flag the parser
+    def add_args(cls, parser: argparse.ArgumentParser, skip: tuple[str, ...] = (),
+                 defaults: dict | None = None, helps: dict | None = None) -> None:
+        """One flag per field (defaults from the dataclass, or from `defaults` by field name: a script's own;
+        `helps`: a script's more specific help of a field) in a group titled `TITLE`; a flag the parser
         already has (another settings class's, e.g. the shared `--warmup`) is not added twice."""
         group = parser.add_argument_group(cls.TITLE) if cls.TITLE else parser
         hints = cls._hints()
@@ -137,7 +222,7 @@ class Settings:
                 continue
             nested = cls._nested(f)
             if nested is not None:
-                nested.add_args(parser, skip)
+                nested.add_args(parser, skip, defaults, helps)
                 continue
             names = [f"--{f.name}", *meta["aliases"]]
             if cls.RELEASED_ALIASES and "_" in f.name:
@@ -147,6 +232,8 @@ class Settings:
             default = f.default if f.default is not MISSING else f.default_factory()
             if meta["flag_default"] is not MISSING:
                 default = meta["flag_default"]
+            if defaults and f.name in defaults:
+                default = defaults[f.name]
             tp, _ = _unwrap_optional(hints[f.name])
             kw: dict = {"dest": f.name, "default": default}
             shown = default
@@ -165,8 +252,8 @@ class Settings:
                 kw["choices"] = list(meta["choices"])
             if meta["metavar"]:
                 kw["metavar"] = meta["metavar"]
-            help_text = meta["help"]
-            if meta["show_default"] and shown is not None:
+            help_text = (helps or {}).get(f.name, meta["help"])
+            if (meta["show_default"] or (defaults and f.name in defaults)) and shown is not None:
                 help_text += f" (default: {shown})"
             kw["help"] = help_text.replace("%", "%%")
             group.add_argument(*names, **kw)
@@ -194,6 +281,26 @@ class Settings:
         if callable(validate):
             validate()
         return obj
+
+    def flags(self, skip=()) -> dict:
+        """The record as the flags that rebuild it (`from_args`): {flag name: value} of every flag field but
+        those in `skip`, a nested settings record's inline; a "lo,hi" range as text, a switch as True/False,
+        another bool as 1/0 (a script's command line from a record, e.g. the pipeline's steps)."""
+        out = {}
+        for f in fields(self):
+            meta = _meta(f)
+            if not meta["cli"] or f.name in skip:
+                continue
+            value = getattr(self, f.name)
+            if self._nested(f) is not None:
+                out.update(value.flags(skip))
+            elif isinstance(value, tuple):
+                out[f.name] = ",".join(f"{x:g}" if isinstance(x, float) else str(x) for x in value)
+            elif isinstance(value, bool) and not meta["switch"]:
+                out[f.name] = int(value)
+            else:
+                out[f.name] = value
+        return out
 
     # ------------------------------------------------------------------ sharder options
 

@@ -16,7 +16,8 @@ from neuroshard.formats.task_file import write_tasks
 from neuroshard.planner.costs.cost_models import save_model
 from neuroshard.planner.costs.nets import linear_comm_model, linear_compute_model
 from neuroshard.planner.registry import required_option
-from neuroshard.types import Task
+from neuroshard.problem import Problem
+from neuroshard.types.tables import Task
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -58,34 +59,34 @@ def test_every_algorithm_through_one_call_with_its_simulated_cost():
     for alg in ns.algorithm_names():
         if required_option(alg):  # the learned sharders need a trained policy (tests/learned/test_sharders.py)
             continue
-        r = ns.shard(tables, ndevices=2, max_mem_gb=1.0, models=models, alg=alg)
+        r = ns.shard(tables, ns.Problem(2, 1.0), models=models, alg=alg)
         assert r.alg == alg and r.search_ms >= 0 and [v["table"] for v in r.view] == [0, 1, 2]
         assert r.cost_ms == pytest.approx(max(r.breakdown.total))
     # the neuroshard plan by hand: dims 32 | 16 + 8 balances compute (0.82 vs 0.74 ms) and comm
-    r = ns.shard(tables, ndevices=2, max_mem_gb=1.0, models=models, alg="neuroshard", max_length=0)
+    r = ns.shard(tables, ns.Problem(2, 1.0), models=models, alg="neuroshard", max_length=0)
     assert sorted(map(sorted, r.plan.shards)) == [[0, 2], [1]]
     # without models: a validated plan, no simulated cost
-    r = ns.shard(tables, ndevices=2, max_mem_gb=1.0, alg="dim_greedy")
+    r = ns.shard(tables, ns.Problem(2, 1.0), alg="dim_greedy")
     assert r.cost_ms is None and r.breakdown is None and r.plan.ndevices == 2
     # with models but simulated=False (a caller that costs the plan itself): the same plan, not costed
-    r2 = ns.shard(tables, ndevices=2, max_mem_gb=1.0, models=models, alg="dim_greedy", simulated=False)
+    r2 = ns.shard(tables, ns.Problem(2, 1.0), models=models, alg="dim_greedy", simulated=False)
     assert r2.plan == r.plan and r2.cost_ms is None and r2.breakdown is None
 
 
 def test_errors_are_typed():
     big = [ns.TableConfig(2**28, 1.0, ns.DEFAULT_BINS, 4)]  # 4 GB at dim 4, cannot be split
     with pytest.raises(ns.OutOfMemoryError):
-        ns.shard(big, ndevices=2, max_mem_gb=1.0, alg="size_greedy")
+        ns.shard(big, ns.Problem(2, 1.0), alg="size_greedy")
     with pytest.raises(ns.NeuroShardError, match="needs the compute, forward and backward cost models"):
-        ns.shard([ns.TableConfig(100, 1.0, ns.DEFAULT_BINS, 8)], ndevices=2, max_mem_gb=1.0, alg="neuroshard")
+        ns.shard([ns.TableConfig(100, 1.0, ns.DEFAULT_BINS, 8)], ns.Problem(2, 1.0), alg="neuroshard")
     with pytest.raises(ns.NeuroShardError, match="unknown sharding algorithm 'nope'"):
-        ns.shard([], ndevices=2, max_mem_gb=1.0, alg="nope")
+        ns.shard([], ns.Problem(2, 1.0), alg="nope")
     with pytest.raises(ns.InvalidPlanError, match="table 0 has no dim"):
-        ns.shard([ns.TableConfig(100, 1.0, ns.DEFAULT_BINS)], ndevices=2, max_mem_gb=1.0, alg="random")
+        ns.shard([ns.TableConfig(100, 1.0, ns.DEFAULT_BINS)], ns.Problem(2, 1.0), alg="random")
     # an option the algorithm does not take is an error that lists the ones it does, never ignored
     tables = [ns.TableConfig(100, 1.0, ns.DEFAULT_BINS, 8)]
     with pytest.raises(ns.ConfigError, match=r"beam_kk: not an option of --alg neuroshard \(valid: beam_k, "):
-        ns.shard(tables, ndevices=2, max_mem_gb=1.0, models=_hand_models(2), beam_kk=3)
+        ns.shard(tables, ns.Problem(2, 1.0), models=_hand_models(2), beam_kk=3)
 
 
 def test_cost_models_load_checks_the_device_count(tmp_path):
@@ -104,10 +105,9 @@ def test_an_empty_table_list_is_a_zero_cost_plan():
     are not a cost; a device without tables in a plan with tables keeps its comm (it still receives)."""
     models = _hand_models(2)
     for alg in ("neuroshard", "neuroshard_plus", "dim_greedy", "random"):
-        r = ns.shard([], ndevices=2, max_mem_gb=1.0, models=models, alg=alg)
+        r = ns.shard([], ns.Problem(2, 1.0), models=models, alg=alg)
         assert r.plan.shards == ((), ()) and r.cost_ms == 0.0
         assert r.breakdown.total == [0.0, 0.0] and r.breakdown.fw_comm == [0.0, 0.0]
-    one = ns.shard([ns.TableConfig(1000, 1.0, ns.DEFAULT_BINS, 8)], ndevices=2, max_mem_gb=1.0, models=models,
-                   alg="dim_greedy")
+    one = ns.shard([ns.TableConfig(1000, 1.0, ns.DEFAULT_BINS, 8)], ns.Problem(2, 1.0), models=models, alg="dim_greedy")
     empty = [r for r, s in enumerate(one.plan.shards) if not s]
     assert empty and one.breakdown.compute[empty[0]] == 0.0 and one.breakdown.bw_comm[empty[0]] > 0

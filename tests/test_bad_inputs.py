@@ -17,19 +17,21 @@ import pytest
 import torch
 
 from neuroshard.cli import run_main
+from neuroshard.data.split import table_halves
 from neuroshard.data.synthetic import SyntheticSpec, generate_synthetic
 from neuroshard.eval.planning import plan_task
 from neuroshard.formats.cost_data import CommSample, write_comm_data, write_compute_data
 from neuroshard.formats.dataset import write_dataset, write_table_configs
 from neuroshard.formats.plan_file import write_plans
 from neuroshard.formats.task_file import write_tasks
-from neuroshard.planner.costs.cost_models import CostModels, save_model
-from neuroshard.planner.costs.nets import linear_comm_model, linear_compute_model
-from neuroshard.data.split import table_halves
 from neuroshard.formats.user_tables import read_user_tables
 from neuroshard.measure.compute_collect import ShardSampler, augment_table_configs
+from neuroshard.planner.costs.cost_models import CostModels, save_model
+from neuroshard.planner.costs.nets import linear_comm_model, linear_compute_model
 from neuroshard.planner.user_plan import shard_user_tables, user_plan_record
-from neuroshard.types import PlanRecord, TableConfig, Task
+from neuroshard.problem import Problem
+from neuroshard.types.records import PlanRecord
+from neuroshard.types.tables import TableConfig, Task
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -100,7 +102,7 @@ def ws(tmp_path_factory):
     write_comm_data(d / "mdata_neg", comm + [CommSample([8, 16], [0.0, 1.0], [1.0, -2.0], [0.5, 0.7])])
     # plan files for eval.py --plans
     models = _models(2)
-    recs = [plan_task(t, tasks[t].tables(configs), alg, 2, 1.0, models) for t in range(2)
+    recs = [plan_task(t, tasks[t].tables(configs), alg, Problem(2, 1.0), models) for t in range(2)
             for alg in ("neuroshard", "dim_greedy")]
     write_plans(d / "plans.json", recs)
     write_plans(d / "plans_empty.json", [])
@@ -121,8 +123,7 @@ def ws(tmp_path_factory):
     (d / "user.csv").write_text(user)
     (d / "user_dims.csv").write_text(user.replace("b,1000,8,2", "b,1000,16,2"))
     (d / "user_names.csv").write_text(user.replace("b,1000,8,2", "bb,1000,8,2"))
-    res = shard_user_tables(read_user_tables(d / "user.csv", warn=False).configs, 2, 1.0, models=models,
-                            alg="dim_greedy")
+    res = shard_user_tables(read_user_tables(d / "user.csv", warn=False).configs, Problem(2, 1.0), models=models, alg="dim_greedy")
     write_plans(d / "user_plan.json", [user_plan_record(res, ["a", "b", "c"])])
     # learned policies: good, a weight deleted, a NaN weight, a NaN feature statistic, a bad setting
     from neuroshard.learned import autoshard as an
@@ -193,55 +194,55 @@ def _replace(args, flag, value):
 
 # (id, script, argv, expected fragment of the last stderr line); exit code must be non-zero
 CASES = [
-    # ---- tools/gen_dlrm_data.py
-    ("gen num_tables 0", "tools/gen_dlrm_data.py", ["--synthetic", "--num_tables", "0", "--out_dir", "o"],
+    # ---- gen_dlrm_data.py
+    ("gen num_tables 0", "gen_dlrm_data.py", ["--synthetic", "--num_tables", "0", "--out_dir", "o"],
      "--num_tables: must be >= 1"),
-    ("gen batch 0", "tools/gen_dlrm_data.py", ["--synthetic", "--batch_size", "0", "--out_dir", "o"],
+    ("gen batch 0", "gen_dlrm_data.py", ["--synthetic", "--batch_size", "0", "--out_dir", "o"],
      "--batch_size: must be >= 1"),
-    ("gen max_rows 50", "tools/gen_dlrm_data.py", ["--synthetic", "--max_rows", "50", "--out_dir", "o"],
+    ("gen max_rows 50", "gen_dlrm_data.py", ["--synthetic", "--max_rows", "50", "--out_dir", "o"],
      "--max_rows: must be >= 100"),
-    ("gen missing file", "tools/gen_dlrm_data.py", ["--data", "nope.pt", "--out_dir", "o"], "nope.pt: file not found"),
-    ("gen text file", "tools/gen_dlrm_data.py", ["--data", "empty.txt", "--out_dir", "o"], "cannot load torch file"),
-    ("gen no source", "tools/gen_dlrm_data.py", ["--out_dir", "o"], "one of the arguments --data --synthetic"),
-    ("gen bad int", "tools/gen_dlrm_data.py", ["--synthetic", "--num_tables", "x"], "invalid int value: 'x'"),
+    ("gen missing file", "gen_dlrm_data.py", ["--data", "nope.pt", "--out_dir", "o"], "nope.pt: file not found"),
+    ("gen text file", "gen_dlrm_data.py", ["--data", "empty.txt", "--out_dir", "o"], "cannot load torch file"),
+    ("gen no source", "gen_dlrm_data.py", ["--out_dir", "o"], "one of the arguments --data --synthetic"),
+    ("gen bad int", "gen_dlrm_data.py", ["--synthetic", "--num_tables", "x"], "invalid int value: 'x'"),
     # ---- tools/dataset_stats.py
     ("stats missing dir", "tools/dataset_stats.py", ["nowhere"], "nowhere: directory not found"),
     ("stats nan config", "tools/dataset_stats.py", ["nan_pf"], "pooling_factor must be a finite number >= 0"),
-    ("stats missing reference", "tools/dataset_stats.py", ["ds", "--reference", "nope.txt"], "nope.txt"),
-    ("stats malformed reference", "tools/dataset_stats.py", ["ds", "--reference", "tasks.txt"],
+    ("stats missing reference", "tools/dataset_stats.py", ["ds", "--published", "nope.txt"], "nope.txt"),
+    ("stats malformed reference", "tools/dataset_stats.py", ["ds", "--published", "tasks.txt"],
      "expected 'Locality stats after processing"),
     ("stats reference block", "tools/dataset_stats.py",
-     ["ds", "--reference", str(ROOT / "reference" / "dlrm_datasets_2021_locality_stats.txt"), "--reference_block",
+     ["ds", "--published", str(ROOT / "reference" / "dlrm_datasets_2021_locality_stats.txt"), "--published_block",
       "99"], "block 99 out of range"),
     ("stats json to dir", "tools/dataset_stats.py", ["ds", "--json", "a_dir"], "a_dir"),
-    # ---- tools/gen_tasks.py
-    ("tasks data_size 0", "tools/gen_tasks.py", ["--data_dir", "ds", "--data_size", "0", "--out_dir", "t"],
+    # ---- gen_tasks.py
+    ("tasks data_size 0", "gen_tasks.py", ["--data_dir", "ds", "--data_size", "0", "--out_dir", "t"],
      "--data_size: must be >= 1"),
-    ("tasks T_range reversed", "tools/gen_tasks.py", ["--data_dir", "ds", "--T_range", "5,2", "--out_dir", "t"],
+    ("tasks T_range reversed", "gen_tasks.py", ["--data_dir", "ds", "--T_range", "5,2", "--out_dir", "t"],
      "--T_range: lo 5 > hi 2"),
-    ("tasks T_range text", "tools/gen_tasks.py", ["--data_dir", "ds", "--T_range", "a,b", "--out_dir", "t"],
+    ("tasks T_range text", "gen_tasks.py", ["--data_dir", "ds", "--T_range", "a,b", "--out_dir", "t"],
      "--T_range: expected 'lo,hi'"),
-    ("tasks T_range 0", "tools/gen_tasks.py", ["--data_dir", "ds", "--T_range", "0,3", "--out_dir", "t"],
+    ("tasks T_range 0", "gen_tasks.py", ["--data_dir", "ds", "--T_range", "0,3", "--out_dir", "t"],
      "--T_range: must be >= 1, got 0"),
-    ("tasks max_mem 0", "tools/gen_tasks.py", ["--data_dir", "ds", "--max_mem", "0", "--out_dir", "t"],
+    ("tasks max_mem 0", "gen_tasks.py", ["--data_dir", "ds", "--max_mem", "0", "--out_dir", "t"],
      "--max_mem: must be > 0"),
-    ("tasks max_mem nan", "tools/gen_tasks.py", ["--data_dir", "ds", "--max_mem", "nan", "--out_dir", "t"],
+    ("tasks max_mem nan", "gen_tasks.py", ["--data_dir", "ds", "--max_mem", "nan", "--out_dir", "t"],
      "--max_mem: expected a finite number"),
-    ("tasks max_mem inf", "tools/gen_tasks.py", ["--data_dir", "ds", "--max_mem", "inf", "--out_dir", "t"],
+    ("tasks max_mem inf", "gen_tasks.py", ["--data_dir", "ds", "--max_mem", "inf", "--out_dir", "t"],
      "--max_mem: expected a finite number"),
-    ("tasks ndevices 0", "tools/gen_tasks.py", ["--data_dir", "ds", "--ndevices", "0", "--out_dir", "t"],
+    ("tasks ndevices 0", "gen_tasks.py", ["--data_dir", "ds", "--ndevices", "0", "--out_dir", "t"],
      "--ndevices: must be >= 1"),
-    ("tasks max_dim 48", "tools/gen_tasks.py", ["--data_dir", "ds", "--max_dim", "48", "--out_dir", "t"],
+    ("tasks max_dim 48", "gen_tasks.py", ["--data_dir", "ds", "--max_dim", "48", "--out_dir", "t"],
      "--max_dim"),
-    ("tasks max_tries 0", "tools/gen_tasks.py", ["--data_dir", "ds", "--max_tries", "0", "--out_dir", "t"],
+    ("tasks max_tries 0", "gen_tasks.py", ["--data_dir", "ds", "--max_tries", "0", "--out_dir", "t"],
      "--max_tries: must be >= 1"),
-    ("tasks missing data", "tools/gen_tasks.py", ["--data_dir", "nowhere", "--out_dir", "t"],
+    ("tasks missing data", "gen_tasks.py", ["--data_dir", "nowhere", "--out_dir", "t"],
      "table_configs.json: file not found"),
-    ("tasks nan config", "tools/gen_tasks.py", ["--data_dir", "nan_pf", "--out_dir", "t"], "table 1: pooling_factor"),
-    ("tasks inf config", "tools/gen_tasks.py", ["--data_dir", "inf_pf", "--out_dir", "t"], "table 1: pooling_factor"),
-    ("tasks negative bin", "tools/gen_tasks.py", ["--data_dir", "neg_bin", "--out_dir", "t"],
+    ("tasks nan config", "gen_tasks.py", ["--data_dir", "nan_pf", "--out_dir", "t"], "table 1: pooling_factor"),
+    ("tasks inf config", "gen_tasks.py", ["--data_dir", "inf_pf", "--out_dir", "t"], "table 1: pooling_factor"),
+    ("tasks negative bin", "gen_tasks.py", ["--data_dir", "neg_bin", "--out_dir", "t"],
      "table 1: bin_3 must be a fraction in [0, 1]"),
-    ("tasks too big", "tools/gen_tasks.py", ["--data_dir", "ds", "--max_mem", "1e-9", "--out_dir", "t"],
+    ("tasks too big", "gen_tasks.py", ["--data_dir", "ds", "--max_mem", "1e-9", "--out_dir", "t"],
      "fits after 1000 tries"),
     # ---- collect_compute_cost_data.py
     ("compute data_size -1", "collect_compute_cost_data.py", _replace(COMPUTE, "--data_size", "-1"),
@@ -268,21 +269,21 @@ CASES = [
     ("compute bad indices", "collect_compute_cost_data.py", _replace(COMPUTE, "--dataset_dir", "ds_idx"),
      "data.pt: table 2: index"),
     ("compute out_dir file", "collect_compute_cost_data.py", _replace(COMPUTE, "--out_dir", "a_file"), "a_file"),
-    # ---- tools/compute_noise_floor.py
-    ("noise num_samples 0", "tools/compute_noise_floor.py", ["--data_dir", "cdata", "--dataset_dir", "ds",
+    # ---- compute_noise_floor.py
+    ("noise num_samples 0", "compute_noise_floor.py", ["--data_dir", "cdata", "--dataset_dir", "ds",
                                                              "--num_samples", "0", "--device", "cpu"],
      "--num_samples: must be >= 1"),
-    ("noise num_samples -3", "tools/compute_noise_floor.py", ["--data_dir", "cdata", "--dataset_dir", "ds",
+    ("noise num_samples -3", "compute_noise_floor.py", ["--data_dir", "cdata", "--dataset_dir", "ds",
                                                               "--num_samples", "-3", "--device", "cpu"],
      "--num_samples: must be >= 1"),
-    ("noise repeats 0", "tools/compute_noise_floor.py", ["--data_dir", "cdata", "--dataset_dir", "ds",
+    ("noise repeats 0", "compute_noise_floor.py", ["--data_dir", "cdata", "--dataset_dir", "ds",
                                                          "--repeats", "0", "--device", "cpu"], "--repeats: must be >= 1"),
-    ("noise missing data", "tools/compute_noise_floor.py", ["--data_dir", "nowhere", "--dataset_dir", "ds",
+    ("noise missing data", "compute_noise_floor.py", ["--data_dir", "nowhere", "--dataset_dir", "ds",
                                                             "--device", "cpu"], "nowhere: directory not found"),
-    ("noise out_path a directory", "tools/compute_noise_floor.py", ["--data_dir", "cdata", "--dataset_dir", "ds",
+    ("noise out_path a directory", "compute_noise_floor.py", ["--data_dir", "cdata", "--dataset_dir", "ds",
                                                                     "--out_path", "cdata", "--device", "cpu"],
      "--out_path: cdata is a directory"),
-    ("noise gpus without cuda", "tools/compute_noise_floor.py", ["--data_dir", "cdata", "--dataset_dir", "ds",
+    ("noise gpus without cuda", "compute_noise_floor.py", ["--data_dir", "cdata", "--dataset_dir", "ds",
                                                                  "--gpu_devices", "0"], "--gpu_devices: GPUs 0"),
     # ---- collect_comm_cost_data.py
     ("comm ndevices 0", "collect_comm_cost_data.py", _replace(COMM, "--ndevices", "0"),
@@ -345,7 +346,7 @@ CASES = [
      "--fw_out_path: "),
     ("comm train diverges", "train_comm_cost_model.py", TRAIN_M + ["--lr", "1e12"], "training diverged"),
     # ---- eval_simulator.py
-    ("sim ndevices 0", "eval_simulator.py", _replace(SIM, "--ndevices", "0"), "--ndevices must be >= 1"),
+    ("sim ndevices 0", "eval_simulator.py", _replace(SIM, "--ndevices", "0"), "--ndevices: must be >= 1"),
     ("sim max_mem 0", "eval_simulator.py", _replace(SIM, "--max_mem", "0"), "--max_mem: must be > 0"),
     ("sim max_mem nan", "eval_simulator.py", _replace(SIM, "--max_mem", "nan"), "--max_mem: expected a finite"),
     ("sim max_mem inf", "eval_simulator.py", _replace(SIM, "--max_mem", "inf"), "--max_mem: expected a finite"),
@@ -490,14 +491,14 @@ CASES = [
     ("autoshard out_path under file", "train_autoshard.py", _replace(TRAIN_D[:-11], "--out_path", "a_file/x.pt")
      + ["--no_progress"], "--out_path: cannot create a_file/x.pt: a_file is a file"),
     # ---- issue 24: the held-out check
-    ("heldout no seed", "tools/heldout_check.py", _replace(HELD, "--data_dir", "hdata_noseed"),
+    ("heldout no seed", "heldout_check.py", _replace(HELD, "--data_dir", "hdata_noseed"),
      "config.json: missing 'seed'"),
-    ("heldout max_dim of other data", "tools/heldout_check.py", _replace(HELD, "--data_dir", "hdata_maxdim"),
+    ("heldout max_dim of other data", "heldout_check.py", _replace(HELD, "--data_dir", "hdata_maxdim"),
      "max_dim 32 does not describe the 36 table configs"),
-    ("heldout folds 100000", "tools/heldout_check.py", HELD + ["--folds", "100000"],
+    ("heldout folds 100000", "heldout_check.py", HELD + ["--folds", "100000"],
      "--folds: 100000 folds of"),
-    ("heldout folds 1", "tools/heldout_check.py", HELD + ["--folds", "1"], "--folds: must be >= 2"),
-    ("heldout num_samples 5", "tools/heldout_check.py", HELD + ["--num_samples", "5"],
+    ("heldout folds 1", "heldout_check.py", HELD + ["--folds", "1"], "--folds: must be >= 2"),
+    ("heldout num_samples 5", "heldout_check.py", HELD + ["--num_samples", "5"],
      "too few shards per group for the check"),
     # ---- the pipeline
     ("pipeline only 9", "neuroshard/pipeline/run.py", ["--preset", "tiny", "--only", "9", "--out_dir", "p"],

@@ -3,7 +3,7 @@
 import pytest
 
 from neuroshard.checks import check_float, check_range, parse_int_list, parse_range
-from neuroshard.types import ConfigError, NeuroShardError
+from neuroshard.types.errors import ConfigError, NeuroShardError
 
 
 def test_parsers():

@@ -4,7 +4,7 @@ import sys
 import pytest
 
 from neuroshard.cli import resolve_ranks
-from neuroshard.types import ConfigError
+from neuroshard.types.errors import ConfigError
 
 
 def _run(code):
@@ -13,7 +13,7 @@ def _run(code):
 
 def test_run_main_reports_one_line():
     r = _run("from neuroshard.cli import run_main\n"
-             "from neuroshard.types import InputError\n"
+             "from neuroshard.types.errors import InputError\n"
              "def main(): raise InputError('x/y.txt', \"bad value 'q'\", line=4)\n"
              "run_main(main)")
     assert r.returncode == 1

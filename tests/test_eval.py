@@ -20,8 +20,14 @@ from neuroshard.formats.plan_file import read_plans
 from neuroshard.formats.task_file import write_tasks
 from neuroshard.planner.costs.cost_models import save_model
 from neuroshard.planner.costs.nets import linear_comm_model, linear_compute_model
-from neuroshard.types import Task, size_gb
-from tests.two_nodes import assert_none_left, free_port, interruptible, launch_flags, run_nodes
+from neuroshard.types.tables import Task, size_gb
+from tests.two_nodes import (
+    assert_none_left,
+    free_port,
+    interruptible,
+    launch_flags,
+    run_nodes,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -103,7 +109,7 @@ def test_eval_verdicts_are_prediction_powered_by_unmeasured_tasks(setup, tmp_pat
     import importlib.util
 
     from neuroshard.formats.task_file import read_tasks
-    from neuroshard.types import ConfigError
+    from neuroshard.types.errors import ConfigError
 
     d, args = setup
     small = read_tasks(d / "tasks.txt")[0].table_ids
@@ -253,7 +259,7 @@ def test_eval_script_on_two_nodes_measures_all_four_ranks(setup, tmp_path):
         assert r["cost"] == pytest.approx(max(m["total"]))
     assert len((out / "ranks.csv").read_text().splitlines()) == 1 + 2 * 4
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["hardware"]["launch"]["nnodes"] == 2 and summary["hardware"]["ndevices"] == 4
+    assert summary["hardware"]["launch"]["nnodes"] == 2 and summary["hardware"]["problem"]["ndevices"] == 4
     # node 1 never wrote its --out_dir; its scratch job dir (system temp dir) went after success
     assert not node1_out.exists()
     assert not [n for n in os.listdir(tmp_path / "node1_tmp") if n.startswith("hw_eval_job_")]

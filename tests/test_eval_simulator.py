@@ -15,9 +15,15 @@ from neuroshard.formats.dataset import write_table_configs
 from neuroshard.formats.plan_file import read_plans
 from neuroshard.formats.task_file import write_tasks
 from neuroshard.planner.costs.cost_models import save_model
-from neuroshard.planner.costs.nets import CommCostModel, ComputeCostModel, feature_stats, table_features
+from neuroshard.planner.costs.nets import (
+    CommCostModel,
+    ComputeCostModel,
+    feature_stats,
+    table_features,
+)
 from neuroshard.planner.registry import algorithm_names
-from neuroshard.types import NeuroShardError, TableConfig, Task
+from neuroshard.types.errors import NeuroShardError
+from neuroshard.types.tables import TableConfig, Task
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "eval_simulator.py"

@@ -3,13 +3,14 @@ TorchRec plan that maps back to the same plan; wrong selections are one-line err
 
 import pytest
 
+from neuroshard.problem import Problem
 from neuroshard.eval.planning import plan_task
 from neuroshard.formats.dataset import write_table_configs
 from neuroshard.formats.plan_file import write_plans
 from neuroshard.formats.task_file import write_tasks
-from neuroshard.torchrec.sharding_file import read_torchrec_plan
 from neuroshard.torchrec.sharder import plan_from_sharding_plan
-from neuroshard.types import DEFAULT_BINS, TableConfig, Task
+from neuroshard.torchrec.sharding_file import read_torchrec_plan
+from neuroshard.types.tables import DEFAULT_BINS, TableConfig, Task
 from tests.test_tools import assert_raises_one_line, run
 
 pytest.importorskip("torchrec")
@@ -21,7 +22,7 @@ def suite(tmp_path):
     write_table_configs(tmp_path / "table_configs.json", configs)
     tasks = [Task((0, 1, 1, 3), (64, 16, 32, 8)), Task((2, 3), (8, 8))]
     write_tasks(tmp_path / "data.txt", tasks)
-    records = [plan_task(i, t.tables(configs), alg, 2, 0.75, models=None)
+    records = [plan_task(i, t.tables(configs), alg, Problem(2, 0.75), models=None)
                for i, t in enumerate(tasks) for alg in ("torchrec", "size_greedy")]
     write_plans(tmp_path / "plans.json", records)
     return tmp_path, configs, tasks, records

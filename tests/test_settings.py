@@ -8,7 +8,7 @@ from typing import ClassVar
 import pytest
 
 from neuroshard.settings import Settings, add_flag, check_known_options, common, setting
-from neuroshard.types import ConfigError
+from neuroshard.types.errors import ConfigError
 
 
 @dataclass(frozen=True)

@@ -6,12 +6,18 @@ import json
 import pytest
 
 from neuroshard.formats.plan_file import read_plans
-from neuroshard.torchrec.sharding_file import read_torchrec_plan
 from neuroshard.planner.costs.cost_models import save_model
 from neuroshard.planner.simulator import validate_plan
-from neuroshard.types import DEFAULT_BINS, ShardTable, TableConfig
+from neuroshard.problem import Problem
+from neuroshard.torchrec.sharding_file import read_torchrec_plan
+from neuroshard.types.tables import DEFAULT_BINS, ShardTable, TableConfig
 from tests.test_api import _hand_models
-from tests.test_tools import assert_one_line_error, assert_raises_one_line, load_tool, run
+from tests.test_tools import (
+    assert_one_line_error,
+    assert_raises_one_line,
+    load_tool,
+    run,
+)
 
 HEADER = "name,rows,dim,pooling_factor"
 BINS = ",".join(["bin_" + str(j) for j in range(17)])
@@ -48,7 +54,7 @@ def test_six_tables_give_a_valid_plan_the_device_table_and_a_torchrec_plan(tmp_p
     (rec,) = read_plans(out)
     tables = [ShardTable(i, i, TableConfig(int(r.split(",")[1]), float(r.split(",")[3]), DEFAULT_BINS,
                                            int(r.split(",")[2]))) for i, r in enumerate(ROWS)]
-    validate_plan(tables, rec.plan, 4, 1.0)
+    validate_plan(tables, rec.plan, Problem(4, 1.0))
     assert rec.alg == "neuroshard" and rec.estimated_cost > 0 and rec.num_tables == 6
     assert [v["name"] for v in rec.view] == ["user_id", "item_id", "category", "city", "query", "ad_id"]
     # the per-device totals printed are the estimate's
@@ -114,7 +120,7 @@ def test_bad_input_as_a_script_and_other_errors(tmp_path, models_dir):
 def test_memory_torchrec_counts_what_torchrec_counts(tmp_path):
     # 16M x 4 fp32 = 256,000,000 B on devices of 0.26 GB (279,172,874 B): the weights fit, TorchRec's count
     # (weights + buffers, within 90% of the device) does not, and a dim-4 table cannot be split
-    from neuroshard.types import OutOfMemoryError
+    from neuroshard.types.errors import OutOfMemoryError
 
     tables_csv = write_csv(tmp_path / "tables.csv", ["big,16000000,4,1", "small,1000,8,1"])
     args = ["--tables", str(tables_csv), "--ndevices", "2", "--max_mem", "0.26", "--alg", "size_greedy"]
@@ -147,7 +153,7 @@ def test_calibration_scales_the_models_the_plan_is_costed_with(tmp_path, models_
                                            int(r.split(",")[2]))) for i, r in enumerate(ROWS)]
     hand = _hand_models(4)
     for rec, models in ((plain, hand), (calib, hand.scaled(2.0, 1.5, 0.5))):
-        est = simulate(tables, rec.plan, models, 1.0)
+        est = simulate(tables, rec.plan, models, Problem(rec.plan.ndevices, 1.0))
         assert rec.estimate.compute == pytest.approx(est.compute, rel=1e-4)
         assert rec.estimate.fw_comm == pytest.approx(est.fw_comm, rel=1e-4)
     assert calib.estimate.compute == pytest.approx([2 * c for c in plain.estimate.compute], rel=1e-4)

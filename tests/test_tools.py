@@ -19,28 +19,34 @@ import numpy as np
 import pytest
 import torch
 
-from neuroshard.types import InputError
+from neuroshard.problem import Problem
+from neuroshard.types.errors import InputError
 from tests.data.test_public import check_tiny_configs, write_tiny_public
 from tests.data.test_stats import REFERENCE
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def script(name: str) -> Path:
+    """A standalone tool (tools/) or a pipeline step script (the repository root) by file name."""
+    return ROOT / "tools" / name if (ROOT / "tools" / name).exists() else ROOT / name
+
+
 def run(tool, *args, cwd=None):
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.run([sys.executable, str(ROOT / "tools" / tool), *map(str, args)],
+    return subprocess.run([sys.executable, str(script(tool)), *map(str, args)],
                           capture_output=True, text=True, env=env, cwd=cwd, timeout=120)
 
 
 def load_tool(name):
-    spec = importlib.util.spec_from_file_location(f"tool_{name}", ROOT / "tools" / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"tool_{name}", script(f"{name}.py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
 
 
 def assert_raises_one_line(tool, argv, *fragments):
-    from neuroshard.types import NeuroShardError
+    from neuroshard.types.errors import NeuroShardError
 
     with pytest.raises(NeuroShardError) as err:
         load_tool(tool).main([str(a) for a in argv])
@@ -125,7 +131,7 @@ def test_gen_tasks(synthetic_dir, tmp_path):
     assert res.returncode == 0, res.stderr
     from neuroshard.formats.dataset import read_table_configs
     from neuroshard.formats.task_file import read_tasks
-    from neuroshard.types import size_gb
+    from neuroshard.types.tables import size_gb
 
     configs = read_table_configs(synthetic_dir / "table_configs.json")
     tasks = read_tasks(out / "data.txt", num_tables=len(configs))
@@ -134,7 +140,7 @@ def test_gen_tasks(synthetic_dir, tmp_path):
         sizes = [size_gb(configs[i].row, d) for i, d in zip(t.table_ids, t.dims)]
         assert set(t.dims) <= {32, 16, 8, 4} and max(sizes) <= 0.05 and sum(sizes) <= 0.1
     cfg = json.loads((out / "config.json").read_text())
-    assert cfg["T_range"] == [2, 6] and cfg["ndevices"] == 2 and cfg["data_size"] == 30
+    assert cfg["T_range"] == [2, 6] and cfg["problem"]["ndevices"] == 2 and cfg["data_size"] == 30
 
 
 def test_gen_tasks_bad_inputs(synthetic_dir, tmp_path):
@@ -158,7 +164,7 @@ def test_gen_tasks_bad_inputs(synthetic_dir, tmp_path):
 
 
 def test_dataset_stats(synthetic_dir, tmp_path):
-    res = run("dataset_stats.py", synthetic_dir, "--reference", REFERENCE, "--json", tmp_path / "s.json")
+    res = run("dataset_stats.py", synthetic_dir, "--published", REFERENCE, "--json", tmp_path / "s.json")
     assert res.returncode == 0, res.stderr
     out = res.stdout
     for text in ("Locality stats after processing 1 batches of size 128", "Avg # of unique cols:",
@@ -174,12 +180,12 @@ def test_dataset_stats(synthetic_dir, tmp_path):
 def test_dataset_stats_bad_inputs(synthetic_dir, tmp_path):
     bad_ref = tmp_path / "ref.txt"
     bad_ref.write_text("x\nLocality stats after processing 1 batches of size 4\nAvg # of indices: lots\n")
-    assert_one_line_error(run("dataset_stats.py", synthetic_dir, "--reference", bad_ref),
+    assert_one_line_error(run("dataset_stats.py", synthetic_dir, "--published", bad_ref),
                           "ref.txt:3", "lots")
     assert_raises_one_line("dataset_stats", [tmp_path / "none"], "none")
     if REFERENCE.exists():
-        assert_raises_one_line("dataset_stats", [synthetic_dir, "--reference", REFERENCE,
-                                                 "--reference_block", 99], "block 99")
+        assert_raises_one_line("dataset_stats", [synthetic_dir, "--published", REFERENCE,
+                                                 "--published_block", 99], "block 99")
 
 
 def test_calibrate_band_records_the_plan_error_in_the_forward_checkpoint(tmp_path):
@@ -188,9 +194,12 @@ def test_calibrate_band_records_the_plan_error_in_the_forward_checkpoint(tmp_pat
     from neuroshard.formats.task_file import write_tasks
     from neuroshard.planner.costs.cost_models import CostModels, save_model
     from neuroshard.planner.costs.nets import linear_compute_model
-    from neuroshard.planner.simulator import simulate
     from neuroshard.planner.costs.uncertainty import plan_normals
-    from neuroshard.types import CostBreakdown, Plan, PlanRecord, TableConfig, Task
+    from neuroshard.planner.simulator import simulate
+    from neuroshard.types.costs import CostBreakdown
+    from neuroshard.types.plan import Plan
+    from neuroshard.types.records import PlanRecord
+    from neuroshard.types.tables import TableConfig, Task
     from tests.planner.test_simulator import diagonal_comm_model
 
     configs = [TableConfig(100 + i, 1.0, tuple([0.0] * 16 + [1.0])) for i in range(4)]
@@ -205,7 +214,7 @@ def test_calibrate_band_records_the_plan_error_in_the_forward_checkpoint(tmp_pat
     save_model(diagonal_comm_model("bw", 2, 0.02, 0.0, 0.1), models_dir / "comm_2_bw.pt")
     models = CostModels.load(models_dir, 2)
     plans = [Plan((), ((0,), (1,))), Plan((), ((1,), (0,)))]
-    bds = [simulate(t.tables(configs), p, models, 1.0) for t, p in zip(tasks, plans)]
+    bds = [simulate(t.tables(configs), p, models, Problem(p.ndevices, 1.0)) for t, p in zip(tasks, plans)]
     est = [bd.cost for bd in bds]
     # measured 1.2x the estimates (each rank's compute too: no per-rank error), one repeat 10% above that:
     # 3 of 4 on the point after dividing out 1.2
@@ -227,7 +236,7 @@ def test_calibrate_band_records_the_plan_error_in_the_forward_checkpoint(tmp_pat
     again = CostModels.load(models_dir, 2)
     assert again.fw.checkpoint_extra["kept"] == 1 and again.fw.checkpoint_extra["plan_error"] == report
     assert again.noise_model.plan == report["sd"] and again.noise_model.rank == report["rank"]
-    wide = simulate(tasks[0].tables(configs), plans[0], again, 1.0)
+    wide = simulate(tasks[0].tables(configs), plans[0], again, Problem(plans[0].ndevices, 1.0))
     assert wide.cost == pytest.approx(est[0]) and wide.spread.q90 > est[0] > wide.spread.q10
     # run again: calibrated afresh (not on top of the recorded error), the same figure
     assert load_tool("calibrate_band").main([str(a) for a in argv]) == 0

@@ -4,7 +4,13 @@ the policy then used by eval_simulator.py next to DreamShard's."""
 import pytest
 import torch
 
-from tests.test_train_dreamshard import check_outputs, common, eval_sim, load_script, workspace  # noqa: F401
+from tests.test_train_dreamshard import (  # noqa: F401
+    check_outputs,
+    common,
+    eval_sim,
+    load_script,
+    workspace,
+)
 
 
 def test_train_then_evaluate_with_the_policy(workspace, capsys):  # noqa: F811
@@ -27,7 +33,7 @@ def test_train_then_evaluate_with_the_policy(workspace, capsys):  # noqa: F811
 
 
 def test_bad_setting_is_refused_before_training(workspace):  # noqa: F811
-    from neuroshard.types import ConfigError
+    from neuroshard.types.errors import ConfigError
 
     with pytest.raises(ConfigError, match="--discounting: must be <= 1"):
         load_script("train_autoshard").main(common(workspace, "x.pt", "--discounting", "2"))

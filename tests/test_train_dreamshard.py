@@ -2,6 +2,7 @@
 then used by eval_simulator.py; evaluation tasks refused as training tasks; one plan batch measured
 by the hardware oracle on 2 CPU ranks; bad flags refused before any work."""
 
+from dataclasses import replace
 import csv
 import importlib.util
 import json
@@ -9,13 +10,14 @@ from pathlib import Path
 
 import pytest
 
+from neuroshard.problem import Problem
 from neuroshard.data.synthetic import SyntheticSpec, generate_synthetic
 from neuroshard.data.task_gen import TaskSpec, generate_tasks
 from neuroshard.formats.dataset import write_dataset
 from neuroshard.formats.task_file import write_tasks
 from neuroshard.planner.costs.cost_models import save_model
 from neuroshard.planner.costs.nets import linear_compute_model
-from neuroshard.types import ConfigError, InputError
+from neuroshard.types.errors import ConfigError, InputError
 from tests.planner.test_simulator import diagonal_comm_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,10 +38,9 @@ def workspace(tmp_path_factory):
     configs, _, idx, off = generate_synthetic(SyntheticSpec(num_tables=12, batch_size=128, max_rows=3000, seed=0),
                                               progress=False)
     write_dataset(d / "ds", configs, idx, off)
-    spec = TaskSpec(data_size=3, T_range=(4, 8), max_mem=1.0, max_dim=32, ndevices=2, seed=0)
+    spec = TaskSpec(data_size=3, T_range=(4, 8), max_dim=32, problem=Problem(ndevices=2, max_mem=1.0, seed=0))
     write_tasks(d / "eval.txt", generate_tasks(configs, spec))
-    write_tasks(d / "train.txt", generate_tasks(configs, TaskSpec(**{**spec.to_json(), "T_range": (4, 8),
-                                                                     "data_size": 5, "seed": 1})))
+    write_tasks(d / "train.txt", generate_tasks(configs, replace(spec, data_size=5, problem=spec.problem.with_seed(1))))
     save_model(linear_compute_model(0.05, 0.5), d / "compute.pt")
     save_model(diagonal_comm_model("fw", 2, 0.01, 0.5, 0.2), d / "fw.pt")
     save_model(diagonal_comm_model("bw", 2, 0.02, 0.0, 0.1), d / "bw.pt")

@@ -1,22 +1,22 @@
 import pytest
 
-from neuroshard.types import (
+from neuroshard.types.costs import CostBreakdown, PlanError
+from neuroshard.types.errors import InputError, InvalidPlanError
+from neuroshard.types.plan import (
     ColumnPiece,
-    CostBreakdown,
-    InputError,
-    InvalidPlanError,
     Plan,
-    PlanError,
-    ShardTable,
-    TableConfig,
-    Task,
     apply_column_steps,
-    can_split,
     column_offsets,
-    dim_set,
     merge_colocated_halves,
     plan_from_pieces,
     plan_pieces,
+)
+from neuroshard.types.tables import (
+    ShardTable,
+    TableConfig,
+    Task,
+    can_split,
+    dim_set,
     size_gb,
 )
 

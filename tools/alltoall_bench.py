@@ -21,23 +21,23 @@ from neuroshard.checks import parse_int_list
 from neuroshard.cli import add_device_arg, resolve_devices, resolve_ranks, run_main
 from neuroshard.measure.alltoall_job import run_samples
 from neuroshard.measure.launch import DEFAULT_TIMEOUT_S, LaunchConfig
+from neuroshard.problem import Problem
 from neuroshard.settings import add_flag
-from neuroshard.types import ConfigError
+from neuroshard.types.errors import ConfigError
 
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_device_arg(p)
-    p.add_argument("--ndevices", type=int, default=None, help="number of ranks (default: one per --dims entry)")
+    Problem.add_args(p, skip=("max_mem", "seed"), helps={"ndevices": "number of ranks (default: one per --dims entry)"})
     add_flag(p, "gpu_devices")
     p.add_argument("--dims", required=True, help="per-rank dim sums, e.g. 64,256,128,32")
     p.add_argument("--sleeps", default=None, help="per-rank start delays in ms, e.g. 0,3,0,1 (default: 0)")
-    p.add_argument("--batch_size", type=int, default=None,
-                   help="global batch B (default 4096 on CPU, 65536 on GPU); B %% ranks == 0")
+    add_flag(p, "batch_size", help="global batch B (default 4096 on CPU, 65536 on GPU); B % ranks == 0")
     add_flag(p, "warmup")
     add_flag(p, "iters")
     add_flag(p, "timeout", DEFAULT_TIMEOUT_S)
-    p.add_argument("--check", action="store_true", help="also verify exchanged values and gradients")
+    add_flag(p, "check")
     LaunchConfig.add_args(p)
     args = p.parse_args(argv)
     dims = parse_int_list(args.dims, "--dims")

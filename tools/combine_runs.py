@@ -22,17 +22,17 @@ from pathlib import Path
 
 from neuroshard.checks import check_output_file
 from neuroshard.cli import run_main
-from neuroshard.types import ConfigError, InputError
+from neuroshard.settings import add_flag
+from neuroshard.types.errors import ConfigError, InputError
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("runs", nargs="+", metavar="RUN",
                    help="pipeline run folder, evaluation folder or summary.json (two or more)")
     p.add_argument("--sim", action="store_true", help="pool the simulator's verdicts (sim/summary.json of "
                                                       "pipeline runs) instead of the hardware's")
-    p.add_argument("--out_path", default=None, help="write the pooled table as JSON here")
+    add_flag(p, "out_path", help="write the pooled table as JSON here")
     return p.parse_args(argv)
 
 

@@ -2,13 +2,13 @@
 
     python tools/dataset_stats.py data/dlrm_synthetic
     python tools/dataset_stats.py data/dlrm_synthetic \
-        --reference ../shared/reference/dlrm_datasets_2021_locality_stats.txt --json stats.json
+        --published ../shared/reference/dlrm_datasets_2021_locality_stats.txt --json stats.json
 
 Prints the number of indices, unique indices, mean lookups per unique index
 and both 17-bin histograms ("Histogram of col sizes": share of distinct
 indices by access count; "Ratio of index distribution": share of lookups by
 the access count of the index they hit), computed from the lookups in
-data.pt; then quantiles of rows and pooling factors; with --reference, both
+data.pt; then quantiles of rows and pooling factors; with --published, both
 histograms next to a block of a published locality-stats file and their L1
 distances.
 """
@@ -36,10 +36,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="Print aggregate locality statistics of a dataset dir.",
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("dataset_dir", help="dataset dir (table_configs.json + data.pt)")
-    p.add_argument("--reference", help="published locality-stats file to compare with "
+    p.add_argument("--published", help="published locality-stats file to compare with "
                                        "(e.g. dlrm_datasets_2021_locality_stats.txt)")
-    p.add_argument("--reference_block", type=int, default=0,
-                   help="which block of the reference file (0 = first; in the 2021 file the "
+    p.add_argument("--published_block", type=int, default=0,
+                   help="which block of the published file (0 = first; in the 2021 file the "
                         "first block is the whole fbgemm_t856_bs65536.pt)")
     p.add_argument("--json", metavar="OUT", help="also write the statistics as JSON to OUT")
     p.add_argument("--progress", action="store_true", help="show a progress bar over tables")
@@ -48,7 +48,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    ref = reference_block(args.reference, args.reference_block) if args.reference else None
+    ref = reference_block(args.published, args.published_block) if args.published else None
     ds = read_dataset(args.dataset_dir)
     stats = aggregate_locality(dataset_localities(ds.indices, progress=args.progress),
                                ds.batch_size, name=str(args.dataset_dir))
@@ -60,8 +60,8 @@ def main(argv=None) -> None:
     if ref is not None:
         print()
         print(format_comparison(stats, ref))
-        out["reference"] = {**compare_to_reference(stats, ref), "path": args.reference,
-                            "block": args.reference_block, "stats": ref.to_json()}
+        out["reference"] = {**compare_to_reference(stats, ref), "path": args.published,
+                            "block": args.published_block, "stats": ref.to_json()}
     if args.json:
         write_json_atomic(args.json, out)
 

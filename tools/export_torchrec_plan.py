@@ -20,20 +20,21 @@ import argparse
 import sys
 
 from neuroshard.cli import run_main
+from neuroshard.settings import add_flag
 from neuroshard.torchrec.export import ExportConfig
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="Export a plan of the suite as a TorchRec ShardingPlan.")
-    p.add_argument("--plans", required=True, help="plans file: plans.json, results.json or shard_tables.py's output")
+    add_flag(p, "plans", required=True, help="plans file: plans.json, results.json or shard_tables.py's output")
     p.add_argument("--task", type=int, default=0, help="task index of the plan (default: 0)")
-    p.add_argument("--alg", default="neuroshard", help="algorithm of the plan (default: neuroshard)")
-    p.add_argument("--data_dir", default=None, help="dataset dir (table_configs.json) of the task file")
-    p.add_argument("--task_path", default=None, help="task file the plans were made for")
-    p.add_argument("--tables", default=None, help="instead of --data_dir/--task_path: the user's table list "
-                                                  "given to tools/shard_tables.py")
-    p.add_argument("--out", default="torchrec_plan.pt", help="TorchRec plan file; the JSON view goes beside it "
-                                                             "with the suffix .json (default: torchrec_plan.pt)")
+    add_flag(p, "alg", help="algorithm of the plan")
+    add_flag(p, "data_dir", None, help="dataset dir (table_configs.json) of the task file")
+    add_flag(p, "task_path", None, help="task file the plans were made for")
+    add_flag(p, "tables", help="instead of --data_dir/--task_path: the user's table list given to "
+                               "tools/shard_tables.py")
+    add_flag(p, "out", "torchrec_plan.pt", help="TorchRec plan file; the JSON view goes beside it with the suffix "
+                                                ".json")
     ExportConfig.add_args(p)
     return p.parse_args(argv)
 

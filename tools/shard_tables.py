@@ -37,34 +37,28 @@ from pathlib import Path
 
 from neuroshard.cli import run_main
 from neuroshard.planner.registry import add_sharder_args
+from neuroshard.problem import Problem
+from neuroshard.settings import add_flag
 from neuroshard.torchrec.export import ExportConfig
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="Shard your own embedding tables with NeuroShard (or any --alg).")
-    p.add_argument("--tables", required=True, help="CSV (with header) or JSON list: name, rows, dim, "
-                                                   "pooling_factor[, bin_0..bin_16]")
-    p.add_argument("--ndevices", type=int, default=4, help="number of devices (GPUs) (default: 4)")
-    p.add_argument("--max_mem", type=float, default=4.0, help="memory per device in GB (default: 4)")
-    p.add_argument("--alg", default="neuroshard", help="sharding algorithm, any registered name (default: neuroshard)")
-    p.add_argument("--models_dir", default=None,
-                   help="cost models as the pipeline writes them: compute.pt, comm_<ndevices>_fw.pt, "
-                        "comm_<ndevices>_bw.pt (e.g. results/quick/models)")
-    p.add_argument("--compute_model", default=None, help="compute cost model checkpoint (instead of --models_dir)")
-    p.add_argument("--fw_comm_model", default=None, help="forward comm cost model checkpoint")
-    p.add_argument("--bw_comm_model", default=None, help="backward comm cost model checkpoint")
-    p.add_argument("--calibration", default=None,
-                   help="dir with drift_compute.json and drift_comm.json measured on this machine just before "
-                        "planning (the pipeline's step 5-calibrate): the models' times are scaled by them "
-                        "(default: unscaled)")
-    p.add_argument("--batch_size", type=int, default=None,
-                   help="global training batch, for --alg torchrec (default: 65536, the public dataset's)")
+    add_flag(p, "tables", required=True)
+    Problem.add_args(p)
+    add_flag(p, "alg")
+    add_flag(p, "models_dir")
+    add_flag(p, "compute_model", None, help="compute cost model checkpoint (instead of --models_dir)")
+    add_flag(p, "fw_comm_model", help="forward comm cost model checkpoint")
+    add_flag(p, "bw_comm_model", help="backward comm cost model checkpoint")
+    add_flag(p, "calibration")
+    add_flag(p, "batch_size", help="global training batch, for --alg torchrec (default: 65536, the public "
+                                   "dataset's)")
     p.add_argument("--memory", choices=("weights", "torchrec"), default="weights",
                    help="what must fit in --max_mem: the fp32 weights (default), or TorchRec's storage count "
                         "(weights, input/output buffers at the per-rank batch, a 10%% reservation; "
                         "planned through NeuroShardPlanner)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the randomised algorithms (default: 0)")
-    p.add_argument("--out", default="shard_plan.json", help="plan file to write (default: shard_plan.json)")
+    add_flag(p, "out", "shard_plan.json", help="plan file to write")
     p.add_argument("--torchrec_out", default=None,
                    help="also write the TorchRec ShardingPlan here (e.g. plan.pt) and its JSON view beside it")
     ExportConfig.add_args(p)
@@ -74,16 +68,16 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from neuroshard.checks import check_float, check_int, check_output_file
+    from neuroshard.checks import check_int, check_output_file
     from neuroshard.formats.plan_file import write_plans
     from neuroshard.formats.user_tables import read_user_tables
     from neuroshard.planner import user_plan as ut
     from neuroshard.planner.costs.cost_models import CostModels
     from neuroshard.planner.registry import sharder_options
-    from neuroshard.types import ConfigError, NeuroShardError
+    from neuroshard.types.errors import ConfigError, NeuroShardError
 
-    ndevices = check_int("--ndevices", args.ndevices, 1)
-    max_mem = check_float("--max_mem", args.max_mem, 0.0, lo_open=True)
+    problem = Problem.from_args(args)
+    ndevices, max_mem = problem.ndevices, problem.max_mem
     if args.batch_size is not None:
         check_int("--batch_size", args.batch_size, 1)
     options = sharder_options(args, args.batch_size)  # one-line error on a bad value, before any work
@@ -111,9 +105,9 @@ def main(argv=None) -> int:
         print(f"models scaled by the calibration in {args.calibration}: compute {factors['compute']:.3f}x, "
               f"fw {factors['fw_comm']:.3f}x, bw {factors['bw_comm']:.3f}x", file=sys.stderr)
     if args.memory == "torchrec":
-        result = torchrec_counted(user, ndevices, max_mem, models, args, options)
+        result = torchrec_counted(user, problem, models, args, options)
     else:
-        result = ut.shard_user_tables(user.configs, ndevices, max_mem, models, args.alg, args.seed, options)
+        result = ut.shard_user_tables(user.configs, problem, models, args.alg, options)
     print(ut.device_table(result, user.names))
     if result.breakdown is not None:
         from neuroshard.planner.costs.extrapolation import warnings
@@ -128,7 +122,7 @@ def main(argv=None) -> int:
     return 0
 
 
-def torchrec_counted(user, ndevices: int, max_mem: float, models, args, options: dict):
+def torchrec_counted(user, problem: Problem, models, args, options: dict):
     """The user's tables planned by NeuroShardPlanner (one EmbeddingBagCollection, a --torchrec_device topology
     of --max_mem GB per device) so that the plan fits in TorchRec's storage count; its ShardResult."""
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
@@ -136,11 +130,12 @@ def torchrec_counted(user, ndevices: int, max_mem: float, models, args, options:
     from torchrec.distributed.planner.types import PlannerError, Topology
 
     from neuroshard.planner.registry import options_for
+    from neuroshard.planner.user_plan import user_shard_tables
     from neuroshard.torchrec.planner import NeuroShardPlanner
     from neuroshard.torchrec.sharder import embedding_bag_collection
-    from neuroshard.planner.user_plan import user_shard_tables
-    from neuroshard.types import OutOfMemoryError
+    from neuroshard.types.errors import OutOfMemoryError
 
+    ndevices, max_mem = problem.ndevices, problem.max_mem
     cap = int(max_mem * 2**30)
     memory = {"hbm_cap": cap} if args.torchrec_device == "cuda" else {"ddr_cap": cap}
     topology = Topology(world_size=ndevices, compute_device=args.torchrec_device,
@@ -149,7 +144,7 @@ def torchrec_counted(user, ndevices: int, max_mem: float, models, args, options:
     planner = NeuroShardPlanner(topology, batch_size=args.batch_size // ndevices if args.batch_size else None,
                                 constraints=constraints, alg=args.alg, models=models,
                                 table_stats={n: c.bins for n, c in zip(user.names, user.configs)},
-                                seed=args.seed, **{k: v for k, v in options_for(args.alg, options).items()
+                                seed=problem.seed, **{k: v for k, v in options_for(args.alg, options).items()
                                                    if k != "batch_size"})
     try:
         planner.plan(embedding_bag_collection(user_shard_tables(user.configs), user.names),

@@ -20,14 +20,16 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
 import numpy as np
 import torch
 
-from neuroshard.types import NUM_BINS, InputError, TableConfig
+from neuroshard.types.codec import Record
+from neuroshard.types.errors import InputError
+from neuroshard.types.tables import NUM_BINS, TableConfig
 
 MIN_ROWS = 100
 # Upper edges of bins 0..15 (bin 16 is open): count c falls in the first bin whose edge >= c.
@@ -109,7 +111,7 @@ def table_locality(indices: torch.Tensor) -> TableLocality:
 
 
 @dataclass
-class LocalityStats:
+class LocalityStats(Record):
     """Aggregate locality statistics in the layout of the published stats files.
 
     `col_hist[j]`: share of all distinct indices (over all tables) in bin j;
@@ -125,8 +127,6 @@ class LocalityStats:
     col_hist: list[float]
     index_ratio: list[float]
 
-    def to_json(self) -> dict:
-        return asdict(self)
 
 
 def aggregate_locality(localities: Iterable[TableLocality], batch_size: int,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from statistics import NormalDist
 
 import numpy as np
@@ -11,11 +11,12 @@ import torch
 
 from neuroshard.checks import check_float, check_int
 from neuroshard.data.stats import INT32_MAX, MIN_ROWS, table_locality
-from neuroshard.types import TableConfig
+from neuroshard.types.codec import Record
+from neuroshard.types.tables import TableConfig
 
 
 @dataclass(frozen=True)
-class SyntheticSpec:
+class SyntheticSpec(Record):
     """Parameters of the synthetic DLRM-like dataset.
 
     Per table (each parameter from its own stratified uniform draw u, one
@@ -69,8 +70,6 @@ class SyntheticSpec:
         check_int("--seed", self.seed)
         check_float("mean_pooling", self.mean_pooling, 0.0, lo_open=True)
 
-    def to_json(self) -> dict:
-        return asdict(self)
 
 
 @dataclass(frozen=True)

@@ -20,13 +20,16 @@ floor(n/2) of it); "all" (the default) draws from every table.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Sequence
+from dataclasses import dataclass
+from typing import ClassVar, Sequence
 
 import numpy as np
 
-from neuroshard.checks import check_choice, check_float, check_int, check_max_dim, check_range
-from neuroshard.types import NeuroShardError, TableConfig, Task, dim_set, size_gb
+from neuroshard.checks import check_choice, check_int, check_max_dim, check_range
+from neuroshard.problem import Problem
+from neuroshard.settings import Settings, common, setting
+from neuroshard.types.errors import NeuroShardError
+from neuroshard.types.tables import TableConfig, Task, dim_set, size_gb
 
 TABLE_POOLS = ("all", "train", "test")
 
@@ -41,36 +44,32 @@ def table_pool(num_tables: int, pool: str, pool_seed: int = 0) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class TaskSpec:
-    """Settings of a task file (written as its config.json).
+class TaskSpec(Settings):
+    """Settings of a task file (its flags are gen_tasks.py's; written as its config.json).
 
-    `max_mem`: GB per device; `T_range`: inclusive (lo, hi) number of tables.
+    `problem`: the devices a task must fit (and the seed of the draws);
+    `T_range`: inclusive (lo, hi) number of tables.
     """
 
-    data_size: int = 100
-    T_range: tuple[int, int] = (10, 60)
-    max_mem: float = 4.0
-    max_dim: int = 128
-    ndevices: int = 4
-    seed: int = 0
-    max_tries: int = 1000
-    table_pool: str = "all"
-    pool_seed: int = 0
+    TITLE: ClassVar[str] = "tasks"
+
+    data_size: int = common("data_size", 100, help="number of tasks")
+    T_range: tuple[int, int] = common("T_range", (10, 60), help="tables per task, inclusive (a single number: "
+                                                               "exactly that many)")
+    max_dim: int = common("max_dim")
+    problem: Problem = Problem()
+    max_tries: int = setting(1000, "draws per task before giving up with an error")
+    table_pool: str = setting("all", "draw tables from all of the dataset, or from one of two disjoint halves "
+                                     "(DreamShard's train/test table pools): training tasks of the learned "
+                                     "baselines with 'train', evaluation tasks with 'test'", choices=TABLE_POOLS)
+    pool_seed: int = setting(0, "seed of the split into the two pools")
 
     def validate(self) -> None:
         check_int("--data_size", self.data_size, 1)
         check_range("--T_range", self.T_range, 1, cast=int)
-        check_float("--max_mem", self.max_mem, 0.0, lo_open=True)
         check_max_dim("--max_dim", self.max_dim)
-        check_int("--ndevices", self.ndevices, 1)
-        check_int("--seed", self.seed)
         check_int("--max_tries", self.max_tries, 1)
         check_choice("--table_pool", self.table_pool, TABLE_POOLS)
-
-    def to_json(self) -> dict:
-        d = asdict(self)
-        d["T_range"] = list(self.T_range)
-        return d
 
 
 def generate_task(configs: Sequence[TableConfig], T: int, dims: Sequence[int], max_mem: float,
@@ -107,11 +106,12 @@ def generate_tasks(configs: Sequence[TableConfig], spec: TaskSpec) -> list[Task]
     pool = table_pool(len(configs), spec.table_pool, spec.pool_seed)
     if not len(pool):
         raise NeuroShardError(f"--table_pool {spec.table_pool}: the dataset's {len(configs)} table(s) leave it empty")
-    rng = np.random.default_rng(spec.seed)
+    rng = np.random.default_rng(spec.problem.seed)
     dims = dim_set(spec.max_dim)
     lo, hi = spec.T_range
     tasks = []
     for _ in range(spec.data_size):
         T = int(rng.integers(lo, hi + 1))
-        tasks.append(generate_task(configs, T, dims, spec.max_mem, spec.ndevices, rng, spec.max_tries, pool))
+        tasks.append(generate_task(configs, T, dims, spec.problem.max_mem, spec.problem.ndevices, rng, spec.max_tries,
+                                   pool))
     return tasks

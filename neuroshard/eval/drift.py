@@ -5,7 +5,7 @@ collected. On shared cores the same kernels can run 10-20% slower an hour
 later, and every measured plan cost moves with them, which the simulator
 cannot know. The pipeline therefore re-measures a sample of the collected
 compute shards and comm samples right after the hardware evaluation
-(`tools/compute_noise_floor.py --out_path` and `collect_comm_cost_data.py
+(`compute_noise_floor.py --out_path` and `collect_comm_cost_data.py
 --noise_floor N --noise_out`, steps 6-drift-compute and 6-drift-comm) and the report
 shows
 
@@ -16,36 +16,31 @@ shows
   not the machine's. The factors come from the re-measurement, never from
   the evaluation's own results.
 
-The same samples are measured just before planning too (steps
-5-calibrate-compute and 5-calibrate-comm): `--calibration <dir>` scales the
+The same samples are measured just before planning too (steps 5a and 5b):
+`--calibration <dir>` scales the
 models by those factors (`eval.planning.calibrate`, `CostModels.scaled`), so
 the plans and their estimates are for the machine as it runs now, and the
 report's drift is then the change from that calibration to the end of the
 evaluation.
 
 Those samples are timed outside the plan-measurement job, and the job's own
-speed can move apart from theirs: in one study run step 6 measured the same
-plans 11% faster than step 5's job had a few minutes before, while the
-compute samples took 0.97x their recorded time both before and after. So
-the pipeline also measures plans: the on-policy plans of training tasks
-(step 4f), measured again by eval.py just before and just after step 6
-(steps 6-anchors-before and 6-anchors-after, into `<hw>/anchors_before` and
-`<hw>/anchors_after`). Their measured / estimated ratios (`read_anchors`)
+speed can move apart from theirs within minutes. So the pipeline also
+measures plans: the on-policy plans of training tasks (step 4d), measured
+again by eval.py just before and just after the evaluation (steps 6a and
+6c, into `<hw>/anchors_before` and `<hw>/anchors_after`). Their measured / estimated ratios (`read_anchors`)
 are the plan job's speed against the models on plans that are not the
 evaluation's, and the report gives the MAPE with the estimates scaled by
 them. Their estimates are in-sample (the on-policy models were retrained on
 their shards), which is why they measure speed, not the models' accuracy.
 
-The anchors measured before step 6 can also serve as its forecast of the
-machine's speed: `eval.py --plan_speed <hw>/anchors_before` scales the
-models by their measured / estimated medians per part (`read_plan_speed`)
-on top of `--calibration`, so the evaluation's estimates, and the band
-around them, are for the plan job as it ran a minute before. Applied to the
-recorded results of eight 110-task studies it lowered the plan-cost MAPE
-from 9.1% to 7.3% on average, but in three fresh studies with it on it
-made the expected-cost MAPE and the band worse in all three (README,
-*Sim-to-real*): the anchors' 40-second window is as noisy a snapshot as the
-kernel samples. The pipeline does not pass it.
+The anchors measured before the evaluation can also serve as its forecast
+of the machine's speed: `eval.py --plan_speed <hw>/anchors_before` scales
+the models by their measured / estimated medians per part
+(`read_plan_speed`) on top of `--calibration`, so the evaluation's
+estimates, and the band around them, are for the plan job as it ran a
+minute before. The anchors' short window is as noisy a snapshot as the
+kernel samples, and with it the estimates came out worse
+(docs/EXPERIMENTS.md), so the pipeline does not pass it.
 """
 
 from __future__ import annotations
@@ -56,7 +51,8 @@ from typing import Sequence
 import numpy as np
 
 from neuroshard.formats.cost_data import read_noise_floor
-from neuroshard.types import InputError, PlanRecord
+from neuroshard.types.errors import InputError
+from neuroshard.types.records import PlanRecord
 
 DRIFT_COMPUTE = "drift_compute.json"
 DRIFT_COMM = "drift_comm.json"

@@ -23,7 +23,9 @@ import numpy as np
 from neuroshard.eval.summary import HardwareRun, Summary, hardware_summary
 from neuroshard.measure import plan_job
 from neuroshard.measure.plan_job import HardwareConfig, runnable
-from neuroshard.types import CostBreakdown, EndToEnd, NeuroShardError, PlanMeasurement, PlanRecord
+from neuroshard.types.costs import CostBreakdown
+from neuroshard.types.errors import NeuroShardError
+from neuroshard.types.records import EndToEnd, PlanMeasurement, PlanRecord
 
 PARTIAL_DIR = ".partial"  # an unfinished evaluation: measurement log, settings, job folders
 MEASUREMENTS = "measurements.jsonl"
@@ -82,9 +84,8 @@ def measurement_order(items: Sequence[PlanRecord], repeats: int, seed: int) -> l
     """(plan, repeat) in the order the job measures them: `repeats` rounds, each measuring every plan once.
     Within a round the tasks come in a shuffled order and each task's plans one after another, in a shuffled
     order too (seeded per round): drift and position effects hit all plans alike, and the plans a paired
-    comparison compares are measured seconds apart, so that a slow spell of the machine moves both. (In the
-    110-task studies, which shuffled whole rounds, the noise of two measurements 1-3 plans apart correlated
-    0.20-0.36, of two 100-200 apart -0.07-0.19: the plans of one task were minutes apart.)"""
+    comparison compares are measured seconds apart, so that a slow spell of the machine moves both: the noise
+    of two measurements a few plans apart is correlated, that of two far apart hardly."""
     by_task: dict[int, list[int]] = {}  # each task's plans, in record order (tasks in first-seen order)
     for k, rec in enumerate(items):
         by_task.setdefault(rec.task, []).append(k)
@@ -132,8 +133,17 @@ def run_evaluation(records: Sequence[PlanRecord], data_dir, task_path, cfg: Hard
     that are not measured, whose estimates make the verdicts prediction-powered (`summary.hardware_summary`).
     """
     from neuroshard.eval.results import PLANS_JSON, format_measured, write_outputs
-    from neuroshard.formats.io import append_line, check_run_config, open_append, write_json_atomic
-    from neuroshard.formats.plan_file import format_measurement, read_measurements, write_plans
+    from neuroshard.formats.io import (
+        append_line,
+        check_run_config,
+        open_append,
+        write_json_atomic,
+    )
+    from neuroshard.formats.plan_file import (
+        format_measurement,
+        read_measurements,
+        write_plans,
+    )
 
     out = Path(out_dir)
     partial = out / PARTIAL_DIR
@@ -146,7 +156,7 @@ def run_evaluation(records: Sequence[PlanRecord], data_dir, task_path, cfg: Hard
         write_plans(out / PLANS_JSON, records)
         done = read_measurements(log_path)
         items = runnable(records)
-        rounds = measurement_order(items, cfg.repeats, cfg.seed)
+        rounds = measurement_order(items, cfg.repeats, cfg.problem.seed)
         todo = [(rec, r) for rec, r in rounds if plan_identity(rec, r) not in done]
         resumed = len(rounds) - len(todo)
         if show is not None:

@@ -27,10 +27,12 @@ wrong the simulator is (a useless simulator gets weight 0, the plain mean).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
+
+from neuroshard.types.codec import Record
 
 LEVEL = 0.95
 RESAMPLES = 4000
@@ -38,7 +40,7 @@ VERDICTS = ("beats", "loses to", "no significant difference")
 
 
 @dataclass(frozen=True)
-class Interval:
+class Interval(Record):
     """A mean with its bootstrap interval [lo, hi] (same unit as the data)."""
 
     mean: float
@@ -47,8 +49,6 @@ class Interval:
     n_tasks: int
     n_repeats: int
 
-    def to_json(self) -> dict:
-        return asdict(self)
 
 
 def _as_matrix(costs: Sequence[Sequence[float]]) -> np.ndarray:

@@ -20,19 +20,15 @@ measured plan into cost data in the formats of the random collections:
   (`eval.power.rank_noise`, "rank_noise" in the comm data's config.json).
 
 Once models are trained on this data, `plan_error` measures their error on
-these plans beyond the spread they predict (tools/calibrate_band.py records it
+these plans beyond the spread they predict (calibrate_band.py records it
 in the forward model's checkpoint; `planner.costs.uncertainty.widen`).
 
 NeuroShard+ may be planned with several values of its robust objective's
 `plus_lambda` (records labelled `neuroshard_plus[lambda=x]`); the smallest
 value is chosen for the evaluation unless another's plans were significantly
-cheaper on hardware (`choose_lambda`, `lambda.json`). Until this rule the
-cheapest mean over the study's 6 training tasks chose: it took 1 in 7 of 18
-studies, 0.5 in 5 and 0 in 6 (seeds 0-2, 110 evaluation tasks each, the code
-of several sessions), and NeuroShard+ then measured +0.6% above NeuroShard on the evaluation tasks with
-1 (mean of 7 runs, 6 of them above), -0.1% with 0.5 and -1.2% with 0 (6 runs,
-none above; the two runs where NeuroShard+ was significantly cheaper both had
-0). Costs in ms.
+cheaper on hardware (`choose_lambda`, `lambda.json`): a handful of training
+tasks seldom tells the values apart, and the cheapest mean alone follows the
+noise. Costs in ms.
 """
 
 from __future__ import annotations
@@ -46,18 +42,14 @@ import numpy as np
 
 from neuroshard.eval.summary import measured_rank_noise, summarize
 from neuroshard.formats.cost_data import CommSample
-from neuroshard.types import (
-    InputError,
-    PlanError,
-    PlanRecord,
-    RankNoise,
-    TableConfig,
-    Task,
-    apply_column_steps,
-    dim_set,
-)
+from neuroshard.formats.side_files import LAMBDA_JSON, LambdaChoice, write_side_file
+from neuroshard.problem import Problem
+from neuroshard.types.costs import PlanError, RankNoise
+from neuroshard.types.errors import InputError
+from neuroshard.types.plan import apply_column_steps
+from neuroshard.types.records import PlanRecord
+from neuroshard.types.tables import TableConfig, Task, dim_set
 
-LAMBDA_JSON = "lambda.json"
 PLUS = "neuroshard_plus"
 
 
@@ -106,7 +98,7 @@ def plan_samples(records: Sequence[PlanRecord], tasks: Sequence[Task], configs: 
 
 
 def model_error(records: Sequence[PlanRecord], tasks: Sequence[Task], configs: Sequence[TableConfig],
-                models_by_label: dict, max_mem: float) -> dict:
+                models_by_label: dict, problem: Problem) -> dict:
     """{label: `Accuracy`} of each set of cost models (`CostModels`) on the measured plans of `records`: every
     plan re-simulated under those models and compared with its measurements (`eval.summary.simulator_accuracy`),
     so the random data's models and the models trained with on-policy data are judged on the same plans."""
@@ -118,13 +110,13 @@ def model_error(records: Sequence[PlanRecord], tasks: Sequence[Task], configs: S
     for label, models in models_by_label.items():
         again = []
         for r in measured:
-            again.append(replace(r, estimate=simulate(tasks[r.task].tables(configs), r.plan, models, max_mem)))
+            again.append(replace(r, estimate=simulate(tasks[r.task].tables(configs), r.plan, models, problem)))
         out[label] = simulator_accuracy(again)
     return out
 
 
 def rank_error(records: Sequence[PlanRecord], tasks: Sequence[Task], configs: Sequence[TableConfig], models,
-               max_mem: float) -> tuple[float, int, RankNoise | None]:
+               problem: Problem) -> tuple[float, int, RankNoise | None]:
     """(sd, ranks, noise): the relative sd of the compute model's error on a plan's shard that the plan's other
     ranks do not share, from the measured plans of `records`, net of the ranks' own measurement noise, and how
     one compute measurement's noise splits into the rank's own and the plan's (`types.RankNoise`).
@@ -146,7 +138,7 @@ def rank_error(records: Sequence[PlanRecord], tasks: Sequence[Task], configs: Se
     for r in records:
         if r.measured is None or r.plan is None:
             continue
-        est = simulate(tasks[r.task].tables(configs), r.plan, models, max_mem).compute
+        est = simulate(tasks[r.task].tables(configs), r.plan, models, problem).compute
         keep = [k for k, (m, e) in enumerate(zip(r.measured.compute, est)) if m > 0 and e > 0]
         if len(keep) < 2:
             continue
@@ -167,35 +159,34 @@ def rank_error(records: Sequence[PlanRecord], tasks: Sequence[Task], configs: Se
 
 
 def plan_error(records: Sequence[PlanRecord], tasks: Sequence[Task], configs: Sequence[TableConfig], models,
-               max_mem: float, rank_models=None) -> PlanError | None:
+               problem: Problem, rank_models=None) -> PlanError | None:
     """The models' plan-level and per-rank error on measured plans of training tasks (`types.PlanError`).
     First the per-rank compute error (`rank_error`) of `rank_models` (default `models`): models that were
-    not trained on these plans' shards estimate it out of sample (in the study, the on-policy models fit the
-    training plans' own shards to 8.6% but the evaluation plans' to 12.6%, the random data's models 13.3%
-    and 12.9%); the predicted spread then draws it for every rank;
+    not trained on these plans' shards estimate it out of sample (models trained on a plan's shards fit them
+    far better than they fit other plans' shards); the predicted spread then draws it for every rank;
     then every plan's cost samples under `models` with it (`simulator.plan_cost_samples`: members, the
     noise of one measurement and the per-rank error; no plan-level error) against its measured costs (each
     repeat). The noise of one measurement drawn is the collection's noise floor's; the plan job's own compute
     noise, split into the rank's own and the plan's shared part (`rank_error`), is recorded beside it
     (`PlanError.compute_sd`) but not drawn: from two repeats minutes apart, it is narrower than what an
-    evaluation's rounds, spread over most of an hour, see (drawn instead, with its own share, it took a
-    study's evaluation band from 71.5% to 50.1% of the measurements; README, Sim-to-real). The machine's
+    evaluation's rounds, spread over most of an hour, see (drawn instead, the band holds too few of an
+    evaluation's measurements). The machine's
     speed at the time (the median of measured / expected cost) is divided out: it is the drift of that hour,
     which the evaluation measures apart (eval/drift.py), not the models' error on a plan. Then the smallest
     extra sd that puts 80% of the measurements in the predicted band (`uncertainty.calibrate_plan_sd`). None
     without measured plans."""
-    from neuroshard.planner.simulator import plan_cost_samples
     from neuroshard.planner.costs.uncertainty import calibrate_plan_sd
+    from neuroshard.planner.simulator import plan_cost_samples
 
     rank, ranks, noise = rank_error(records, tasks, configs, models if rank_models is None else rank_models,
-                                    max_mem)
+                                    problem)
     own, common = (noise.independent_sd, noise.common_sd) if noise is not None else (0.0, None)
     models = replace(models, noise=replace(models.noise_model, rank=rank))
     samples, measured = [], []
     for r in records:
         if r.measured is None or r.plan is None:
             continue
-        samples.append(plan_cost_samples(tasks[r.task].tables(configs), r.plan, models, max_mem))
+        samples.append(plan_cost_samples(tasks[r.task].tables(configs), r.plan, models, problem))
         measured.append(list(r.repeat_costs) if r.repeat_costs else [r.measured.cost])
     if not samples:
         return None
@@ -204,7 +195,7 @@ def plan_error(records: Sequence[PlanRecord], tasks: Sequence[Task], configs: Se
     return PlanError(sum(map(len, measured)), sd, before, after, speed, rank, ranks, own, common)
 
 
-def choose_lambda(records: Sequence[PlanRecord], num_tasks: int) -> dict | None:
+def choose_lambda(records: Sequence[PlanRecord], num_tasks: int) -> LambdaChoice | None:
     """NeuroShard+'s `plus_lambda` for the evaluation, from its labelled records measured on training tasks:
     the smallest value (0: the expected measured cost, no margin) unless another value's plans cost less on
     hardware beyond the noise, i.e. the 95% interval of its paired difference with the smallest's (by task
@@ -225,16 +216,16 @@ def choose_lambda(records: Sequence[PlanRecord], num_tasks: int) -> dict | None:
     chosen = min(better, key=lambda lam: (means[lam], lam)) if better else lams[labels[0]]
     diffs = {f"{lams[a]:g}": rows[a].vs_reference.diff_ms.to_json() for a in labels[1:]
              if rows[a].vs_reference is not None}
-    return {"lambdas": sorted(means), "mean_ms": {f"{lam:g}": means[lam] for lam in sorted(means)},
-            "chosen": chosen, "tasks": summary.common_tasks, "default": lams[labels[0]],
-            "vs_default_ms": diffs, "rule": "the smallest lambda unless another's paired difference with it "
-                                            "(95% interval, tasks x rounds) lies below zero"}
+    return LambdaChoice(lambdas=sorted(means), mean_ms={f"{lam:g}": means[lam] for lam in sorted(means)},
+                        chosen=chosen, tasks=summary.common_tasks, default=lams[labels[0]], vs_default_ms=diffs,
+                        rule="the smallest lambda unless another's paired difference with it (95% interval, tasks "
+                             "x rounds) lies below zero")
 
 
 def collect(inputs, algs: Sequence[str], lambdas: Sequence[float], options: dict, cfg, data_dir, task_path,
-            out_dir, max_mem: float, max_dim: int, seed: int = 0, config: dict | None = None, show=None,
-            progress: bool = True) -> dict:
-    """Plan the training tasks of `inputs` with `algs` (NeuroShard+ once per value of `lambdas`, if any),
+            out_dir, max_dim: int, config: dict | None = None, show=None, progress: bool = True) -> dict:
+    """Plan the training tasks of `inputs` for the measurement's problem (`cfg.problem`) with `algs`
+    (NeuroShard+ once per value of `lambdas`, if any),
     measure every plan (`run_evaluation` into `<out_dir>/hw`, resumable) and write the on-policy cost data:
     `<out_dir>/compute/` (beside the augmented table list of `max_dim`) and `<out_dir>/comm/`, and, with
     several lambdas, `<out_dir>/lambda.json`. Returns what was written (counts, paths, the lambda choice)."""
@@ -242,20 +233,20 @@ def collect(inputs, algs: Sequence[str], lambdas: Sequence[float], options: dict
     from neuroshard.eval.planning import compute_plans
     from neuroshard.formats.cost_data import write_comm_data, write_compute_data
     from neuroshard.formats.io import write_json_atomic
-    from neuroshard.types import ConfigError
+    from neuroshard.types.errors import ConfigError
 
     bad = sorted({d for t in inputs.tasks for d in t.dims if d not in dim_set(max_dim)})
     if bad:
         raise ConfigError("--max_dim", f"the tasks have dims {bad} outside the dim set of --max_dim {max_dim}")
     out = Path(out_dir)
     plain = [a for a in algs if not (a == PLUS and lambdas)]
-    records = compute_plans(inputs.configs, inputs.tasks, plain, cfg.ndevices, max_mem, inputs.models, seed=seed,
-                            options=options, progress=progress)
+    records = compute_plans(inputs.configs, inputs.tasks, plain, cfg.problem, inputs.models, options=options,
+                            progress=progress)
     labels = list(plain)
     if PLUS in algs and lambdas:
         for lam in lambdas:
-            recs = compute_plans(inputs.configs, inputs.tasks, [PLUS], cfg.ndevices, max_mem, inputs.models,
-                                 seed=seed, options={**options, "plus_lambda": lam}, progress=progress)
+            recs = compute_plans(inputs.configs, inputs.tasks, [PLUS], cfg.problem, inputs.models,
+                                 options={**options, "plus_lambda": lam}, progress=progress)
             records += [replace(r, alg=lambda_label(lam)) for r in recs]
             labels.append(lambda_label(lam))
     records.sort(key=lambda r: (r.task, labels.index(r.alg)))
@@ -278,6 +269,6 @@ def collect(inputs, algs: Sequence[str], lambdas: Sequence[float], options: dict
                "compute_dir": str(out / "compute"), "comm_dir": str(out / "comm")}
     chosen = choose_lambda(results, len(inputs.tasks))
     if chosen is not None:
-        write_json_atomic(out / LAMBDA_JSON, chosen)
+        write_side_file(out / LAMBDA_JSON, chosen)
         written["lambda"] = chosen
     return written

@@ -22,7 +22,12 @@ import numpy as np
 
 from neuroshard.formats.plan_file import plan_mismatch, plan_view
 from neuroshard.learned.policy import POLICY_OPTIONS, load_policy
-from neuroshard.planner.costs.cost_models import CostModels
+from neuroshard.planner.costs.cost_models import (
+    CostModels,
+    add_model_flags,
+    model_paths,
+)
+from neuroshard.planner.costs.scorer import get_scorer
 from neuroshard.planner.registry import (
     algorithm_names,
     missing_requirement,
@@ -30,20 +35,18 @@ from neuroshard.planner.registry import (
     prepare,
     required_option,
 )
-from neuroshard.planner.costs.scorer import get_scorer
 from neuroshard.planner.shard import shard
 from neuroshard.planner.simulator import simulate, validate_plan
-from neuroshard.types import (
+from neuroshard.problem import Problem
+from neuroshard.settings import add_flag
+from neuroshard.types.errors import (
     InputError,
     InvalidPlanError,
     NeuroShardError,
     OutOfMemoryError,
-    PlanRecord,
-    ShardTable,
-    TableConfig,
-    Task,
-    task_identity,
 )
+from neuroshard.types.records import PlanRecord, task_identity
+from neuroshard.types.tables import ShardTable, TableConfig, Task
 
 
 @dataclass
@@ -80,37 +83,25 @@ def label_runtime(records: Sequence[PlanRecord], algs: Sequence[str], runtime: s
 
 
 def add_input_args(parser, data_help: str = "dataset dir with table_configs.json") -> None:
-    """The flags naming what an evaluation reads, shared by eval_simulator.py and eval.py."""
-    parser.add_argument("--data_dir", default="data/dlrm_datasets", help=data_help)
-    parser.add_argument("--task_path", default="data/tasks/4_gpu/data.txt", help="task file (one task per line)")
-    parser.add_argument("--compute_model", default="models/compute.pt", help="compute cost model checkpoint")
-    for kind, name in (("fw", "forward"), ("bw", "backward")):
-        parser.add_argument(f"--{kind}_comm_model", default=None,
-                            help=f"{name} comm cost model checkpoint (default: models/comm_<ndevices>_{kind}.pt)")
-    parser.add_argument("--calibration", default=None,
-                        help="dir with drift_compute.json and drift_comm.json measured just before planning "
-                             "(tools/compute_noise_floor.py --out_path, collect_comm_cost_data.py --noise_floor N "
-                             "--noise_out): the models' compute, fw and bw predictions are scaled by how much "
-                             "slower or faster the machine runs now than when the cost data was recorded "
-                             "(default: unscaled)")
-    parser.add_argument("--alg", default="neuroshard",
-                        help="sharding algorithm: neuroshard, random, dim_greedy, lookup_greedy, size_greedy, "
-                             "size_lookup_greedy, torchrec, dreamshard, autoshard, neuroshard_plus (any registered "
-                             "name), a comma list, or 'all' (the learned ones only when their policy is given) "
-                             "(default: neuroshard)")
-    parser.add_argument("--max_mem", type=float, default=4.0, help="memory per device in GB (default: 4)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the randomised algorithms (default: 0)")
-    parser.add_argument("--max_tasks", type=int, default=None, help="evaluate only the first N tasks")
+    """The flags naming what an evaluation reads and the problem it plans for, shared by eval_simulator.py,
+    eval.py and the scripts that plan as they do."""
+    add_flag(parser, "data_dir", help=data_help)
+    add_flag(parser, "task_path")
+    add_model_flags(parser)
+    add_flag(parser, "calibration")
+    add_flag(parser, "alg", help="sharding algorithm: neuroshard, random, dim_greedy, lookup_greedy, size_greedy, "
+                                 "size_lookup_greedy, torchrec, dreamshard, autoshard, neuroshard_plus (any registered "
+                                 "name), a comma list, or 'all' (the learned ones only when their policy is given)")
+    Problem.add_args(parser)
+    add_flag(parser, "max_tasks", help="evaluate only the first N tasks")
 
 
-def inputs_from_args(args, ndevices: int, max_tasks: int | None = None) -> EvalInputs:
-    """`load_inputs` from the flags of `add_input_args` on `ndevices` devices; a comm model not named is
-    `models/comm_<ndevices>_<fw|bw>.pt`."""
-    from neuroshard.planner.costs.cost_models import default_comm_model_path
-
-    fw = args.fw_comm_model or default_comm_model_path(ndevices, "fw")
-    bw = args.bw_comm_model or default_comm_model_path(ndevices, "bw")
-    inputs = load_inputs(args.data_dir, args.task_path, args.compute_model, fw, bw, ndevices, max_tasks)
+def inputs_from_args(args, problem: Problem) -> EvalInputs:
+    """`load_inputs` from the flags of `add_input_args` (the first `--max_tasks` tasks) for `problem`; a comm
+    model not named is `models/comm_<ndevices>_<fw|bw>.pt`."""
+    compute, fw, bw = model_paths(args, problem.ndevices)
+    inputs = load_inputs(args.data_dir, args.task_path, compute, fw, bw, problem.ndevices,
+                         getattr(args, "max_tasks", None))
     inputs = replace(inputs, fw_comm_model=str(fw), bw_comm_model=str(bw))
     if getattr(args, "calibration", None):
         inputs = calibrate(inputs, args.calibration)
@@ -185,12 +176,12 @@ def resolve_algs(alg: str, options: dict | None = None) -> list[str]:
     return list(dict.fromkeys(algs))
 
 
-def check_learned_policies(algs: Sequence[str], options: dict, ndevices: int, max_mem: float) -> None:
+def check_learned_policies(algs: Sequence[str], options: dict, problem: Problem) -> None:
     """Load the policy of every learned sharder in `algs` now, so a missing or mismatched
     checkpoint is a one-line error before any planning."""
     for alg in algs:
         if alg in POLICY_OPTIONS:
-            load_policy(alg, options, ndevices, max_mem)
+            load_policy(alg, options, problem)
 
 
 def task_seed(seed: int, task: int) -> int:
@@ -198,12 +189,18 @@ def task_seed(seed: int, task: int) -> int:
     return int(np.random.SeedSequence([int(seed), int(task)]).generate_state(1)[0])
 
 
-def plan_task(task: int, tables: Sequence[ShardTable], alg: str, ndevices: int, max_mem: float,
-              models: CostModels, seed: int = 0, options: dict | None = None) -> PlanRecord:
-    """Run one sharder on one task (`planner.shard.shard`) and keep the outcome as a PlanRecord."""
+def task_problem(problem: Problem, task: int) -> Problem:
+    """The problem as task `task` is planned: the evaluation's, with the task's own seed (`task_seed`)."""
+    return problem.with_seed(task_seed(problem.seed, task))
+
+
+def plan_task(task: int, tables: Sequence[ShardTable], alg: str, problem: Problem, models: CostModels,
+              options: dict | None = None) -> PlanRecord:
+    """Run one sharder on one task (`planner.shard.shard`, for `problem` as it is) and keep the outcome as a
+    PlanRecord."""
     t0 = time.perf_counter()
     try:
-        res = shard(tables, ndevices, max_mem, models=models, alg=alg, seed=seed, **options_for(alg, options))
+        res = shard(tables, problem, models=models, alg=alg, **options_for(alg, options))
     except (OutOfMemoryError, InvalidPlanError) as e:
         return PlanRecord(task=task, alg=alg, status="oom" if isinstance(e, OutOfMemoryError) else "invalid",
                           message=str(e), search_ms=1e3 * (time.perf_counter() - t0), num_tables=len(tables),
@@ -212,10 +209,11 @@ def plan_task(task: int, tables: Sequence[ShardTable], alg: str, ndevices: int, 
                       num_tables=len(tables), view=res.view, **task_identity(tables))
 
 
-def compute_plans(configs: Sequence[TableConfig], tasks: Sequence[Task], algs: Sequence[str], ndevices: int,
-                  max_mem: float, models: CostModels, seed: int = 0, options: dict | None = None,
-                  progress: bool = True, on_record: Callable[[PlanRecord], None] | None = None) -> list[PlanRecord]:
-    """Plan records for every task (outer loop, with a progress bar) and algorithm (inner loop)."""
+def compute_plans(configs: Sequence[TableConfig], tasks: Sequence[Task], algs: Sequence[str], problem: Problem,
+                  models: CostModels, options: dict | None = None, progress: bool = True,
+                  on_record: Callable[[PlanRecord], None] | None = None) -> list[PlanRecord]:
+    """Plan records for every task (outer loop, with a progress bar) and algorithm (inner loop); task i is
+    planned with its own seed (`task_problem`)."""
     from tqdm import tqdm
 
     get_scorer(models)  # build the fast model copies now, so the first task's search time is fair
@@ -227,7 +225,7 @@ def compute_plans(configs: Sequence[TableConfig], tasks: Sequence[Task], algs: S
                   file=sys.stderr):
         tables = tasks[i].tables(configs)
         for alg in algs:
-            rec = plan_task(i, tables, alg, ndevices, max_mem, models, task_seed(seed, i), options)
+            rec = plan_task(i, tables, alg, task_problem(problem, i), models, options)
             records.append(rec)
             if on_record is not None:
                 on_record(rec)
@@ -253,7 +251,7 @@ ESTIMATE_TOLERANCE = 0.1
 
 
 def check_plans(records: Sequence[PlanRecord], configs: Sequence[TableConfig], tasks: Sequence[Task],
-                ndevices: int, max_mem: float, models: CostModels) -> list[PlanRecord]:
+                problem: Problem, models: CostModels) -> list[PlanRecord]:
     """Re-validate plan records against the tasks and recompute their estimates with `models`.
 
     A plan for another device count or memory cap, or one that breaks the
@@ -269,8 +267,8 @@ def check_plans(records: Sequence[PlanRecord], configs: Sequence[TableConfig], t
             out.append(replace(rec, estimate=None))
             continue
         try:
-            validate_plan(tables, rec.plan, ndevices, max_mem)  # device count first: the models need it
-            estimate = simulate(tables, rec.plan, models, max_mem)
+            validate_plan(tables, rec.plan, problem)  # device count first: the models need it
+            estimate = simulate(tables, rec.plan, models, problem)
         except OutOfMemoryError as e:
             rec = replace(rec, plan=None, status="oom", message=str(e), estimate=None, view=None)
         except InvalidPlanError as e:
@@ -288,8 +286,8 @@ def check_plans(records: Sequence[PlanRecord], configs: Sequence[TableConfig], t
     return out
 
 
-def plans_from_file(path, inputs: EvalInputs, task_path, alg: str, ndevices: int,
-                    max_mem: float) -> tuple[list[PlanRecord], list[str]]:
+def plans_from_file(path, inputs: EvalInputs, task_path, alg: str,
+                    problem: Problem) -> tuple[list[PlanRecord], list[str]]:
     """The plan records of `path` (eval_simulator.py's plans.json) to measure for `inputs`, and their
     algorithms, checked against the task file.
 
@@ -315,10 +313,10 @@ def plans_from_file(path, inputs: EvalInputs, task_path, alg: str, ndevices: int
             raise InputError(path, f"{where}: duplicates record {seen[rec.task, rec.alg]}")
         seen[rec.task, rec.alg] = k
         if rec.task < len(inputs.tasks):  # a plan breaking the rules is reported as "invalid" (check_plans)
-            problem = plan_mismatch(rec, inputs.tasks[rec.task].tables(inputs.configs), check_plan=False)
-            if problem is not None:
+            mismatch = plan_mismatch(rec, inputs.tasks[rec.task].tables(inputs.configs), check_plan=False)
+            if mismatch is not None:
                 raise InputError(path, f"{where}: its tables do not match task {rec.task} of {task_path}: "
-                                       f"{problem} (plans made for another task file?)")
+                                       f"{mismatch} (plans made for another task file?)")
     records = [r for r in records if r.task < len(inputs.tasks)]
     algs = list(dict.fromkeys(r.alg for r in records))
     if alg != "all":
@@ -327,7 +325,7 @@ def plans_from_file(path, inputs: EvalInputs, task_path, alg: str, ndevices: int
         algs = [a for a in wanted if a in algs]
     if not records:
         raise InputError(path, f"no plan records for the first {len(inputs.tasks)} tasks and --alg {alg}")
-    return check_plans(records, inputs.configs, inputs.tasks, ndevices, max_mem, inputs.models), algs
+    return check_plans(records, inputs.configs, inputs.tasks, problem, inputs.models), algs
 
 
 
@@ -340,7 +338,7 @@ _DRAW_SETTINGS = ("seed", "data_size", "out_dir")
 
 
 def unmeasured_plans(path, task_path, inputs: EvalInputs, measured_plans, measured_task_path, algs: Sequence[str],
-                     ndevices: int, max_mem: float) -> list[PlanRecord]:
+                     problem: Problem) -> list[PlanRecord]:
     """The plan records of `path` (eval_simulator.py's plans.json of `task_path`, tasks that are not measured)
     with their estimates simulated again under `inputs`' models: the simulator's predictions that make the
     hardware verdicts prediction-powered (`intervals.powered_difference`).
@@ -353,14 +351,14 @@ def unmeasured_plans(path, task_path, inputs: EvalInputs, measured_plans, measur
     algorithm of `algs` needs plans there."""
     from neuroshard.formats.io import read_json
     from neuroshard.formats.task_file import read_tasks
-    from neuroshard.types import ConfigError
+    from neuroshard.types.errors import ConfigError
 
     if measured_plans is None:
         raise ConfigError("--unmeasured_plans", "needs --plans: the measured plans must come from the same "
                                                 "eval_simulator.py settings as the unmeasured ones")
     if Path(task_path).resolve() == Path(measured_task_path).resolve():
         raise ConfigError("--unmeasured_task_path", f"{task_path} is the measured task file: give tasks that are "
-                                                    "not measured (tools/gen_tasks.py with another --seed)")
+                                                    "not measured (gen_tasks.py with another --seed)")
 
     def config(plans_file) -> tuple[Path, dict]:
         cfg = Path(plans_file).parent / "config.json"
@@ -375,7 +373,8 @@ def unmeasured_plans(path, task_path, inputs: EvalInputs, measured_plans, measur
                                         f"{theirs.get(key)!r}: predictions must come from the same planning")
     draws = [Path(p).parent / "config.json" for p in (task_path, measured_task_path)]
     if all(d.exists() for d in draws):
-        mine, theirs = (read_json(d) for d in draws)
+        # the task generator's settings, its problem's fields beside the others (`data.task_gen.TaskSpec`)
+        mine, theirs = ({**d, **d.pop("problem", {})} for d in map(read_json, draws))
         for key in sorted(set(mine) | set(theirs)):
             if key not in _DRAW_SETTINGS and mine.get(key) != theirs.get(key):
                 raise InputError(draws[0], f"{key} is {mine.get(key)!r}, the measured tasks' {theirs.get(key)!r}: "
@@ -384,7 +383,7 @@ def unmeasured_plans(path, task_path, inputs: EvalInputs, measured_plans, measur
             raise InputError(draws[0], f"seed {mine.get('seed')} is the measured tasks' seed: the same tasks")
     tasks = read_tasks(task_path, num_tables=len(inputs.configs))
     other = replace(inputs, tasks=tasks, tasks_in_file=len(tasks))
-    records, found = plans_from_file(path, other, task_path, ",".join(algs), ndevices, max_mem)
+    records, found = plans_from_file(path, other, task_path, ",".join(algs), problem)
     missing = [a for a in algs if a not in found]
     if missing:
         raise InputError(path, f"no plans of {', '.join(missing)} (the measured algorithms)")

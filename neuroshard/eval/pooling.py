@@ -27,13 +27,14 @@ runs tau² is itself uncertain: the report shows Q's p-value beside it.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Sequence
 
 from neuroshard.eval.intervals import LEVEL, Interval, verdict
 from neuroshard.eval.power import z_sum
 from neuroshard.eval.summary import Summary
+from neuroshard.types.codec import Record
 
 
 def z_level(level: float = LEVEL) -> float:
@@ -116,7 +117,7 @@ class RunGain:
 
 
 @dataclass(frozen=True)
-class PooledRow:
+class PooledRow(Record):
     """The reference against one algorithm over the runs that compared them."""
 
     alg: str
@@ -124,10 +125,6 @@ class PooledRow:
     pooled: Pooled
     verdict: str
     mdd: float  # the smallest relative difference the pooled comparison detects at 95% with 80% power
-
-    def to_json(self) -> dict:
-        return {"alg": self.alg, "runs": [asdict(r) for r in self.runs], "pooled": asdict(self.pooled),
-                "verdict": self.verdict, "mdd": self.mdd}
 
 
 def run_gains(name: str, summary: Summary) -> dict[str, RunGain]:

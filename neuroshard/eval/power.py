@@ -36,14 +36,15 @@ with `predicted_sd` = lam x the sd of the predictions over the N tasks.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Sequence
 
 import numpy as np
 
 from neuroshard.eval.intervals import powered_estimate
-from neuroshard.types import RankNoise
+from neuroshard.types.codec import Record
+from neuroshard.types.costs import RankNoise
 
 ALPHA = 0.05
 POWER = 0.80
@@ -75,7 +76,7 @@ def tasks_needed(task_sd: float, repeat_sd: float, repeats: int, mdd: float, alp
 
 
 @dataclass(frozen=True)
-class Components:
+class Components(Record):
     """The two sds of a paired relative difference (fractions), and what they were estimated from."""
 
     task_sd: float
@@ -92,8 +93,6 @@ class Components:
         return min_detectable(self.task_sd, self.repeat_sd, tasks or self.tasks, repeats or self.repeats, alpha,
                               power, self.predicted_sd, self.predicted)
 
-    def to_json(self) -> dict:
-        return asdict(self)
 
 
 def components(reference: Sequence[Sequence[float]], other: Sequence[Sequence[float]],
@@ -171,7 +170,7 @@ def rank_noise(totals: Sequence[Sequence[Sequence[float]]]) -> RankNoise | None:
 
 
 @dataclass(frozen=True)
-class Headroom:
+class Headroom(Record):
     """What choosing each task's plan among the compared algorithms' plans by measuring them would gain over the
     reference's plan (fractions of the reference's cost; `selection_headroom`)."""
 
@@ -183,8 +182,6 @@ class Headroom:
     algorithms: int
     repeats: int
 
-    def to_json(self) -> dict:
-        return asdict(self)
 
 
 def selection_headroom(costs: Sequence[Sequence[Sequence[float]]], reference: int = 0) -> Headroom | None:

@@ -31,8 +31,11 @@ from typing import Callable, ClassVar, Sequence
 import numpy as np
 
 from neuroshard.checks import check_float, check_int
-from neuroshard.settings import Settings, setting
-from neuroshard.types import ConfigError, NeuroShardError, Plan, PlanRecord, RefineCandidate, RefineRecord
+from neuroshard.problem import Problem
+from neuroshard.settings import Settings, common, setting
+from neuroshard.types.errors import ConfigError, NeuroShardError
+from neuroshard.types.plan import Plan
+from neuroshard.types.records import PlanRecord, RefineCandidate, RefineRecord
 
 REFINABLE = ("neuroshard", "neuroshard_plus")
 
@@ -43,9 +46,9 @@ class RefineConfig(Settings):
 
     TITLE: ClassVar[str] = "hardware in the loop (--refine; neuroshard and neuroshard_plus)"
 
-    refine: int = setting(0, "measure each task's K best distinct candidate plans by the models (with NeuroShard's "
-                             "own plan and the best plain baseline's) on hardware and keep the measured best; the "
-                             "time it takes counts as planning time; 0: off")
+    refine: int = common("refine", help="measure each task's K best distinct candidate plans by the models (with "
+                                        "NeuroShard's own plan and the best plain baseline's) on hardware and keep "
+                                        "the measured best; the time it takes counts as planning time; 0: off")
     refine_repeats: int = setting(2, "measurements of every candidate, in interleaved rounds")
     refine_data_dir: str | None = setting(None, "append the selection measurements to the on-policy cost data "
                                                 "here (collect_plan_cost_data.py's --out_dir: compute/ and comm/)",
@@ -79,25 +82,28 @@ class RefineConfig(Settings):
                                           f"{','.join(algs)}")
 
 
-def candidates(tables, alg: str, ndevices: int, max_mem: float, models, seed: int, options: dict,
-               k: int) -> list[tuple[str, Plan]]:
+def candidates(tables, alg: str, problem: Problem, models, options: dict, k: int) -> list[tuple[str, Plan]]:
     """(source, plan) of a task's candidates, distinct: the algorithm's own choice, NeuroShard's plan, the
     best plain baseline's plan by the simulator, then the algorithm's next best, up to k in all (more
     only when those three are distinct)."""
-    from neuroshard.planner.registry import ShardingContext, algorithm_names, get_sharder, is_plain, options_for
+    from neuroshard.planner.registry import (
+        ShardingContext,
+        algorithm_names,
+        get_sharder,
+        is_plain,
+        options_for,
+    )
     from neuroshard.planner.shard import shard
-    from neuroshard.types import OutOfMemoryError
+    from neuroshard.types.errors import OutOfMemoryError
 
-    own = get_sharder(alg).candidates(tables, ndevices, max_mem,
-                                      ShardingContext(models, seed, options_for(alg, options)), k)
+    own = get_sharder(alg).candidates(tables, problem, ShardingContext(models, options_for(alg, options)), k)
     ns = own[0] if alg == "neuroshard" else get_sharder("neuroshard").candidates(
-        tables, ndevices, max_mem, ShardingContext(models, seed, options_for("neuroshard", options)), 1)[0]
+        tables, problem, ShardingContext(models, options_for("neuroshard", options)), 1)[0]
     base = []
     for name in algorithm_names():
         if name not in REFINABLE and is_plain(name):
             try:
-                got = shard(tables, ndevices, max_mem, models=models, alg=name, seed=seed,
-                            **options_for(name, options))
+                got = shard(tables, problem, models=models, alg=name, **options_for(name, options))
             except OutOfMemoryError:
                 continue
             base.append((got.cost_ms, name, got.plan))
@@ -145,11 +151,12 @@ def _distinct(plans: Sequence[tuple[str, Plan]]) -> list[tuple[str, Plan]]:
 
 
 def refine_records(records: Sequence[PlanRecord], tasks, configs, models, refine: RefineConfig, hw, data_dir,
-                   task_path, work_dir, max_mem: float, seed: int, options: dict,
+                   task_path, work_dir, problem: Problem, options: dict,
                    show: Callable[[str], None] | None = None, run: Callable | None = None) -> list[PlanRecord]:
     """The records with each refinable algorithm's plan replaced by its measured-best candidate (module doc).
 
-    `hw`: how candidates are measured (`measure.plan_job.HardwareConfig`; its `repeats` is
+    `problem`: the evaluation's (each task planned with its own seed, as `eval.planning` plans it); `hw`:
+    how candidates are measured (`measure.plan_job.HardwareConfig`; its `repeats` is
     `refine.refine_repeats`); `run`: the measuring run (default `eval.hardware.run_evaluation`)."""
     from neuroshard.eval.hardware import run_evaluation
     from neuroshard.eval.planning import task_seed
@@ -168,11 +175,11 @@ def refine_records(records: Sequence[PlanRecord], tasks, configs, models, refine
         rec = records[k]
         t1 = time.perf_counter()
         tables = tasks[rec.task].tables(configs)
-        cands[k] = candidates(tables, rec.alg, hw.ndevices, max_mem, models, task_seed(seed, rec.task), options,
+        cands[k] = candidates(tables, rec.alg, problem.with_seed(task_seed(problem.seed, rec.task)), models, options,
                               refine.refine)
         plan_s[k] = time.perf_counter() - t1
     items = [PlanRecord(records[k].task, f"{records[k].alg}@{i}", plan=plan, num_tables=records[k].num_tables,
-                        estimate=simulate(tasks[records[k].task].tables(configs), plan, models, max_mem),
+                        estimate=simulate(tasks[records[k].task].tables(configs), plan, models, problem),
                         table_ids=records[k].table_ids, dims=records[k].dims)
              for k in todo for i, (_, plan) in enumerate(cands[k])]
     labels = list(dict.fromkeys(r.alg for r in items))
@@ -206,7 +213,7 @@ def refine_records(records: Sequence[PlanRecord], tasks, configs, models, refine
                             chosen=chosen, seconds=plan_s[k] + share)
         plan = cands[k][chosen][1]
         tables = tasks[rec.task].tables(configs)
-        out[k] = replace(rec, plan=plan, estimate=simulate(tables, plan, models, max_mem),
+        out[k] = replace(rec, plan=plan, estimate=simulate(tables, plan, models, problem),
                          view=plan_view(tables, plan), search_ms=(rec.search_ms or 0.0) + 1e3 * info.seconds,
                          refine=info)
         if show is not None:
@@ -241,9 +248,14 @@ def append_onpolicy(results: Sequence[PlanRecord], tasks, configs, data_dir) -> 
     """Append the measured plans' samples (`eval.onpolicy.plan_samples`) to an on-policy cost data dir made by
     collect_plan_cost_data.py (its compute/ table list fixes the dim set)."""
     from neuroshard.eval.onpolicy import plan_samples
-    from neuroshard.formats.cost_data import DATA_TXT, format_comm_sample, format_compute_sample, read_compute_data
+    from neuroshard.formats.cost_data import (
+        DATA_TXT,
+        format_comm_sample,
+        format_compute_sample,
+        read_compute_data,
+    )
     from neuroshard.formats.io import append_line, open_append
-    from neuroshard.types import InputError
+    from neuroshard.types.errors import InputError
 
     root = Path(data_dir)
     aug, _ = read_compute_data(root / "compute")

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from neuroshard.eval.summary import AlgorithmRow, Summary
-from neuroshard.types import PlanRecord
+from neuroshard.types.records import PlanRecord
 
 CONFIG_JSON = "config.json"
 PLANS_JSON = "plans.json"

@@ -24,8 +24,17 @@ from neuroshard.eval.intervals import (
     powered_difference,
     verdict,
 )
-from neuroshard.eval.power import Components, Headroom, components, plan_repeat_noise, rank_noise, selection_headroom
-from neuroshard.types import PlanRecord, RankNoise
+from neuroshard.eval.power import (
+    Components,
+    Headroom,
+    components,
+    plan_repeat_noise,
+    rank_noise,
+    selection_headroom,
+)
+from neuroshard.types.codec import Record
+from neuroshard.types.costs import RankNoise
+from neuroshard.types.records import PlanRecord
 
 REFERENCE_ALG = "neuroshard"
 # the costs a summary can compare: the record attribute, and the suffix of its columns beside the measured cost
@@ -150,16 +159,16 @@ class AlgorithmRow:
 
 
 @dataclass
-class PartAccuracy:
+class PartAccuracy(Record):
     """MAPE and Spearman of one per-rank part (all ranks of all plans), and how many entries."""
 
     mape: float | None
     spearman: float | None
-    n: int
+    n: int = 0
 
 
 @dataclass
-class Accuracy:
+class Accuracy(Record):
     """How well the simulator's estimates match the hardware (see `simulator_accuracy`)."""
 
     cost: str
@@ -195,34 +204,9 @@ class Accuracy:
     # the spread of the ranks' ready times (the longest forward wait), estimated and measured (`rank_spread`)
     rank_spread: dict | None = None
 
-    def to_json(self) -> dict:
-        d = {k: getattr(self, k) for k in ("cost", "plans", "mape", "spearman", "pair_agreement", "pairs",
-                                           "pairs_tied")}
-        d["parts"] = {k: {"mape": p.mape, "spearman": p.spearman, "n": p.n} for k, p in self.parts.items()}
-        if self.plans:
-            d.update(mean_estimated=self.mean_estimated, mean_measured=self.mean_measured,
-                     pairs_beyond_noise=self.pairs_beyond_noise,
-                     pair_agreement_beyond_noise=self.pair_agreement_beyond_noise, repeat_noise=self.repeat_noise,
-                     calibration=self.calibration, calibration_n=self.calibration_n,
-                     mape_expected=self.mape_expected,
-                     rank_noise=None if self.rank_noise is None else self.rank_noise.to_json(),
-                     by_alg=self.by_alg, by_round=self.by_round, rank_spread=self.rank_spread)
-        return d
-
-    @classmethod
-    def from_json(cls, d: dict) -> "Accuracy":
-        parts = {k: PartAccuracy(p.get("mape"), p.get("spearman"), p.get("n", 0))
-                 for k, p in d.get("parts", {}).items()}
-        return cls(d["cost"], d["plans"], d.get("mape"), d.get("spearman"), d.get("pair_agreement"), d.get("pairs", 0),
-                   d.get("pairs_tied", 0), parts, d.get("mean_estimated"), d.get("mean_measured"),
-                   d.get("pairs_beyond_noise"), d.get("pair_agreement_beyond_noise"), d.get("repeat_noise"),
-                   d.get("calibration"), d.get("calibration_n", 0), d.get("mape_expected"),
-                   None if d.get("rank_noise") is None else RankNoise.from_json(d["rank_noise"]),
-                   d.get("by_alg") or {}, d.get("by_round") or [], d.get("rank_spread"))
-
 
 @dataclass
-class E2EVsParts:
+class E2EVsParts(Record):
     """The end-to-end step against the sum-of-parts cost of the same plans: mean ratio and Spearman."""
 
     plans: int
@@ -294,7 +278,7 @@ class Summary:
         if self.e2e_ranking is not None:
             d.update(e2e_ranking=self.e2e_ranking, simulator_accuracy_e2e=self.simulator_accuracy_e2e.to_json())
         if self.e2e_vs_parts is not None:
-            d["e2e_vs_parts"] = vars(self.e2e_vs_parts)
+            d["e2e_vs_parts"] = self.e2e_vs_parts.to_json()
         if self.hardware is not None:
             d["hardware"] = self.hardware.to_json()
         if self.headroom is not None:
@@ -310,7 +294,7 @@ class Summary:
                    [AlgorithmRow.from_json(r) for r in d["algorithms"]], d["ranking"], d.get("neuroshard_beats", {}),
                    d.get("verdicts", {}), d.get("simulator_ranking"), d.get("neuroshard_beats_every_greedy"),
                    opt("simulator_accuracy", Accuracy.from_json), d.get("e2e_ranking"),
-                   opt("simulator_accuracy_e2e", Accuracy.from_json), opt("e2e_vs_parts", lambda e: E2EVsParts(**e)),
+                   opt("simulator_accuracy_e2e", Accuracy.from_json), opt("e2e_vs_parts", E2EVsParts.from_json),
                    opt("hardware", HardwareRun.from_json), opt("headroom", lambda h: Headroom(**h)))
 
 

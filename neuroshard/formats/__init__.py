@@ -7,21 +7,24 @@ table configs          dataset.read_table_configs,        dataset.write_table_co
                        dataset.read_dataset_configs
 dataset dir            dataset.read_dataset               dataset.write_dataset
 public DLRM file       dataset.read_public_dlrm           dataset.write_public_dlrm
-task file              tasks.read_tasks                   tasks.write_tasks
+task file              task_file.read_tasks               task_file.write_tasks
 compute cost data dir  cost_data.read_compute_data        cost_data.write_compute_data, or io.open_append +
                                                           io.append_line + cost_data.format_compute_sample
 comm cost data dir     cost_data.read_comm_data           cost_data.write_comm_data, or io.open_append +
                                                           io.append_line + cost_data.format_comm_sample
 noise floor JSON       cost_data.read_noise_floor         cost_data.write_noise_floor
-plans / results        plans.read_plans                   plans.write_plans (+ plans.plan_view)
-measurement log        plans.read_measurements            io.open_append + io.append_line +
-                                                          plans.format_measurement
-TorchRec plan (+JSON)  torchrec.read_torchrec_plan        torchrec.write_torchrec_plan
+plans / results        plan_file.read_plans               plan_file.write_plans (+ plan_file.plan_view)
+measurement log        plan_file.read_measurements        io.open_append + io.append_line +
+                                                          plan_file.format_measurement
 user table list        user_tables.read_user_tables       (written by the user)
+lambda.json,           side_files.read_side_file          side_files.write_side_file
+model_error.json,
+plan_error_<n>.json
 run config.json        io.check_run_config (reads, compares, writes)
 =====================  =================================  =========================================
 
-`io` holds what every format shares (atomic writes, append-only line files,
+The TorchRec plan file (+ its JSON view) is the TorchRec integration's
+(`torchrec.sharding_file`). `io` holds what every format shares (atomic writes, append-only line files,
 one-line `InputError`s naming the file, line and value). Importing any of
 these modules does not import torch; the readers of torch files do, when called.
 """

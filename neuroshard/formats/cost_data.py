@@ -12,7 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from neuroshard.formats.dataset import TABLE_CONFIGS, read_table_configs, write_table_configs
+from neuroshard.formats.dataset import (
+    TABLE_CONFIGS,
+    read_table_configs,
+    write_table_configs,
+)
 from neuroshard.formats.io import (
     fmt_float,
     load_json,
@@ -25,7 +29,9 @@ from neuroshard.formats.io import (
     write_json_atomic,
     write_text_atomic,
 )
-from neuroshard.types import InputError, RankNoise, TableConfig
+from neuroshard.types.costs import RankNoise
+from neuroshard.types.errors import InputError
+from neuroshard.types.tables import TableConfig
 
 DATA_TXT = "data.txt"
 NOISE_JSON = "noise_floor.json"

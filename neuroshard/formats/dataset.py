@@ -26,7 +26,8 @@ from neuroshard.formats.io import (
     show_value,
     write_text_atomic,
 )
-from neuroshard.types import InputError, TableConfig
+from neuroshard.types.errors import InputError
+from neuroshard.types.tables import TableConfig
 
 if TYPE_CHECKING:
     import torch

@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import IO, Iterable, Sequence
 
-from neuroshard.types import InputError
+from neuroshard.types.errors import InputError
 
 RUN_CONFIG = "config.json"
 

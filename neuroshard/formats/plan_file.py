@@ -13,11 +13,24 @@ import json
 from pathlib import Path
 from typing import Sequence
 
-from neuroshard.formats.io import json_default, load_json, read_lines_tolerant, show_value, write_text_atomic
-from neuroshard.types import (PLAN_STATUSES, CostBreakdown, EndToEnd, InputError, InvalidPlanError, Plan,
-                              PlanMeasurement, PlanRecord, RefineRecord, ShardTable, apply_column_steps,
-                              table_devices)
-
+from neuroshard.formats.io import (
+    json_default,
+    load_json,
+    read_lines_tolerant,
+    show_value,
+    write_text_atomic,
+)
+from neuroshard.types.costs import CostBreakdown
+from neuroshard.types.errors import InputError, InvalidPlanError
+from neuroshard.types.plan import Plan, apply_column_steps, table_devices
+from neuroshard.types.records import (
+    PLAN_STATUSES,
+    EndToEnd,
+    PlanMeasurement,
+    PlanRecord,
+    RefineRecord,
+)
+from neuroshard.types.tables import ShardTable
 
 # --------------------------------------------------------------------------- plans
 

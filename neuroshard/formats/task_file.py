@@ -12,7 +12,8 @@ from neuroshard.formats.io import (
     show_value,
     write_text_atomic,
 )
-from neuroshard.types import InputError, Task
+from neuroshard.types.errors import InputError
+from neuroshard.types.tables import Task
 
 # --------------------------------------------------------------------------- task file
 

@@ -9,7 +9,14 @@ from pathlib import Path
 
 from neuroshard.formats.io import load_json, one_line, require_file, show_value
 from neuroshard.formats.io import warn as print_warning
-from neuroshard.types import DEFAULT_BINS, NUM_BINS, InputError, TableConfig, can_split, size_gb
+from neuroshard.types.errors import InputError
+from neuroshard.types.tables import (
+    DEFAULT_BINS,
+    NUM_BINS,
+    TableConfig,
+    can_split,
+    size_gb,
+)
 
 # --------------------------------------------------------------------------- user table lists
 

@@ -30,7 +30,7 @@ Follows the released code (shared/BASELINES.md §2), with these differences:
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Callable, ClassVar, Sequence
 
 import numpy as np
@@ -43,8 +43,11 @@ from neuroshard.learned.policy import LearnedPolicy, element_sizes, plan_from_as
 from neuroshard.learned.rl import impala_loss, masked_log_softmax
 from neuroshard.planner.baselines import no_room_error
 from neuroshard.planner.costs.nets import mlp
-from neuroshard.settings import Settings, setting
-from neuroshard.types import NUM_BINS, CostBreakdown, Plan, ShardTable
+from neuroshard.problem import Problem
+from neuroshard.settings import Settings, common, setting
+from neuroshard.types.costs import CostBreakdown
+from neuroshard.types.plan import Plan
+from neuroshard.types.tables import NUM_BINS, ShardTable
 
 NUM_FEATURES = 4 + NUM_BINS
 NORMALISED = (0, 1, 2)  # dim, row, pooling factor
@@ -170,8 +173,9 @@ class AutoShardPolicy(LearnedPolicy):
                      elements, cap)
 
     @torch.no_grad()
-    def _plan(self, tables: Sequence[ShardTable], ndevices: int, max_mem: float) -> Plan:
+    def _plan(self, tables: Sequence[ShardTable], problem: Problem) -> Plan:
         """Argmax over the legal devices, table by table; OutOfMemoryError when a table fits nowhere."""
+        ndevices, max_mem = problem.ndevices, problem.max_mem
         task = self.task(tables, max_mem)
         net, T = self.net, len(tables)
         order = _order(net, task.feats)
@@ -210,7 +214,7 @@ class AutoShardConfig(Settings):
     RELEASED_ALIASES: ClassVar[bool] = True
 
     total_steps: int = setting(100_000, "environment steps in all (the learning rate decays linearly to 0 over them)")
-    batch_size: int = setting(8, "environments stepped together = rollouts per learner update")
+    batch_size: int = common("batch_size", 8, help="environments stepped together = rollouts per learner update")
     unroll_length: int = setting(100, "steps per rollout")
     num_cost_updates: int = setting(20, "cost-model steps after each learner update")
     cost_batch_size: int = setting(512, "cost-model batch (shards, drawn with replacement)")
@@ -220,7 +224,7 @@ class AutoShardConfig(Settings):
     discounting: float = setting(1.0, "discount factor (terminal reward only)")
     learning_rate: float = setting(0.001, "Adam learning rate")
     grad_norm_clipping: float = setting(40.0, "gradient norm clip")
-    seed: int = setting(0, "random seed (network init, task draws, sampling)")
+    seed: int = common("seed", help="random seed (network init, task draws, sampling)")
 
     def __post_init__(self):
         check_fields(self, min_int={"num_cost_updates": 0}, open_floats=("learning_rate", "grad_norm_clipping"))
@@ -232,8 +236,6 @@ class AutoShardConfig(Settings):
         per = self.unroll_length * self.batch_size
         return max(1, -(-self.total_steps // per))
 
-    def to_json(self) -> dict:
-        return asdict(self)
 
 
 class _ShardBuffer:
@@ -311,7 +313,7 @@ class _Envs:
         return False, 0.0, None
 
 
-def train(train_tables: Sequence[Sequence[ShardTable]], ndevices: int, max_mem: float, oracle: Oracle,
+def train(train_tables: Sequence[Sequence[ShardTable]], problem: Problem, oracle: Oracle,
           cfg: AutoShardConfig, meta: dict | None = None, progress: bool = True,
           on_update: Callable[[int, AutoShardPolicy, dict], None] | None = None, log_every: int = 1,
           ) -> tuple[AutoShardPolicy, list[dict]]:
@@ -325,6 +327,7 @@ def train(train_tables: Sequence[Sequence[ShardTable]], ndevices: int, max_mem: 
     `grad_norm_clipping`; then `num_cost_updates` MSE steps of the cost head
     (shared Adam). `on_update(u, policy, row)` is called with each row.
     """
+    ndevices, max_mem = problem.ndevices, problem.max_mem
     from tqdm import tqdm
 
     torch.manual_seed(cfg.seed)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Callable, ClassVar, Sequence
 
 import numpy as np
@@ -40,11 +40,18 @@ from torch.nn import functional as F
 
 from neuroshard.checks import check_fields
 from neuroshard.learned.policy import LearnedPolicy, element_sizes, plan_from_assignment
-from neuroshard.learned.rl import masked_log_softmax, reinforce_advantages, reinforce_loss
+from neuroshard.learned.rl import (
+    masked_log_softmax,
+    reinforce_advantages,
+    reinforce_loss,
+)
 from neuroshard.planner.baselines import no_room_error
 from neuroshard.planner.costs.nets import mlp
-from neuroshard.settings import Settings, setting
-from neuroshard.types import NUM_BINS, CostBreakdown, Plan, ShardTable
+from neuroshard.problem import Problem
+from neuroshard.settings import Settings, common, setting
+from neuroshard.types.costs import CostBreakdown
+from neuroshard.types.plan import Plan
+from neuroshard.types.tables import NUM_BINS, ShardTable
 
 NUM_FEATURES = 4 + NUM_BINS
 DIM_UNIT = 16  # the released code's constant dim
@@ -259,8 +266,9 @@ class DreamShardPolicy(LearnedPolicy):
         elements, cap = element_sizes(tables, max_mem)
         return _Task(list(tables), torch.from_numpy(task_features(tables)), elements, cap)
 
-    def _plan(self, tables: Sequence[ShardTable], ndevices: int, max_mem: float) -> Plan:
+    def _plan(self, tables: Sequence[ShardTable], problem: Problem) -> Plan:
         """Argmax over the legal devices, table by table; OutOfMemoryError when a table fits nowhere."""
+        ndevices, max_mem = problem.ndevices, problem.max_mem
         task = self.task(tables, max_mem)
         ep = rollout(self.net, task, ndevices, 1, greedy=True)
         if ep.failed[0] >= 0:
@@ -296,21 +304,19 @@ class DreamShardConfig(Settings):
     bench_steps: int = setting(10, "plans rolled out with the current policy and measured by the oracle per "
                                    "iteration")
     bench_training_steps: int = setting(300, "cost-network steps per iteration")
-    batch_size: int = setting(64, "cost-network batch (overall and kernel samples each)")
+    batch_size: int = common("batch_size", 64, help="cost-network batch (overall and kernel samples each)")
     rl_num_batches: int = setting(10, "REINFORCE batches (one Adam step each) per iteration")
     rl_batch_size: int = setting(10, "episodes per REINFORCE batch, all on one random training task")
     entropy_weight: float = setting(0.001, "weight of the entropy bonus")
-    lr: float = setting(5e-4, "Adam learning rate, decayed by (1 - iteration / num_iterations)")
-    seed: int = setting(0, "random seed (network init, task draws, sampling)")
+    lr: float = common("lr", 5e-4, help="Adam learning rate, decayed by (1 - iteration / num_iterations)")
+    seed: int = common("seed", help="random seed (network init, task draws, sampling)")
 
     def __post_init__(self):
         check_fields(self, open_floats=("lr",))
 
-    def to_json(self) -> dict:
-        return asdict(self)
 
 
-def train(train_tables: Sequence[Sequence[ShardTable]], ndevices: int, max_mem: float, oracle: Oracle,
+def train(train_tables: Sequence[Sequence[ShardTable]], problem: Problem, oracle: Oracle,
           cfg: DreamShardConfig, meta: dict | None = None, progress: bool = True,
           on_iteration: Callable[[int, DreamShardPolicy, dict], None] | None = None,
           ) -> tuple[DreamShardPolicy, list[dict]]:
@@ -324,6 +330,7 @@ def train(train_tables: Sequence[Sequence[ShardTable]], ndevices: int, max_mem: 
     -overall head of the final plan, no oracle). `on_iteration(it, policy,
     row)` is called after each (the training script saves a checkpoint there).
     """
+    ndevices, max_mem = problem.ndevices, problem.max_mem
     from tqdm import tqdm
 
     torch.manual_seed(cfg.seed)

@@ -26,7 +26,12 @@ from typing import Sequence
 
 from neuroshard.measure.plan_job import HardwareConfig, measure_plans
 from neuroshard.planner.simulator import simulate
-from neuroshard.types import CostBreakdown, NeuroShardError, Plan, PlanRecord, ShardTable, Task, task_identity
+from neuroshard.problem import Problem
+from neuroshard.types.costs import CostBreakdown
+from neuroshard.types.errors import NeuroShardError
+from neuroshard.types.plan import Plan
+from neuroshard.types.records import PlanRecord, task_identity
+from neuroshard.types.tables import ShardTable, Task
 
 ORACLES = ("simulator", "hardware")
 
@@ -36,13 +41,13 @@ class SimulatorOracle:
 
     name = "simulator"
 
-    def __init__(self, models, max_mem: float):
-        self.models, self.max_mem = models, max_mem
+    def __init__(self, models, problem: Problem):
+        self.models, self.problem = models, problem
         self.plans, self.seconds = 0, 0.0
 
     def __call__(self, items: Sequence[tuple[Sequence[ShardTable], Plan]]) -> list[CostBreakdown]:
         t0 = time.perf_counter()
-        out = [simulate(tables, plan, self.models, self.max_mem) for tables, plan in items]
+        out = [simulate(tables, plan, self.models, self.problem) for tables, plan in items]
         self.plans += len(items)
         self.seconds += time.perf_counter() - t0
         return out

@@ -17,7 +17,10 @@ from typing import Sequence
 import numpy as np
 
 from neuroshard.planner.simulator import mem_cap_elements, table_elements
-from neuroshard.types import ConfigError, InputError, Plan, ShardTable
+from neuroshard.problem import Problem
+from neuroshard.types.errors import ConfigError, InputError
+from neuroshard.types.plan import Plan
+from neuroshard.types.tables import ShardTable
 
 # option key (= flag name) of each learned sharder's policy checkpoint
 POLICY_OPTIONS = {"dreamshard": "dreamshard_policy", "autoshard": "autoshard_policy"}
@@ -26,8 +29,8 @@ _NETS = {"dreamshard": "neuroshard.learned.dreamshard", "autoshard": "neuroshard
 _CACHE: dict = {}
 
 
-def load_policy(alg: str, options: dict | None, ndevices: int, max_mem: float):
-    """The trained policy of `alg` named in `options`, checked against the task's setting.
+def load_policy(alg: str, options: dict | None, problem: Problem):
+    """The trained policy of `alg` named in `options`, checked against the problem it plans for.
 
     One-line errors (ConfigError / InputError): no policy given, a file that
     is not a policy of this algorithm, or one trained for another device
@@ -48,12 +51,13 @@ def load_policy(alg: str, options: dict | None, ndevices: int, max_mem: float):
     if cache_key not in _CACHE:
         _CACHE[cache_key] = importlib.import_module(_NETS[alg]).load_policy(path)
     policy = _CACHE[cache_key]
-    check_setting(policy.meta, ndevices, max_mem, path, alg)
+    check_setting(policy.meta, problem, path, alg)
     return policy
 
 
-def check_setting(meta: dict, ndevices: int, max_mem: float, path, alg: str) -> None:
+def check_setting(meta: dict, problem: Problem, path, alg: str) -> None:
     """A policy is used only in the setting it was trained for (device count, memory cap)."""
+    ndevices, max_mem = problem.ndevices, problem.max_mem
     if int(meta["ndevices"]) != ndevices:
         raise ConfigError(f"--{POLICY_OPTIONS[alg]}", f"{path} was trained for {meta['ndevices']} devices, "
                                                       f"the task has {ndevices}")
@@ -69,7 +73,7 @@ def element_sizes(tables: Sequence[ShardTable], max_mem: float) -> tuple[np.ndar
 
 def plan_from_assignment(assignment: Sequence[int], ndevices: int) -> "Plan":
     """A no-split plan from the device of each table (tables listed in index order per device)."""
-    from neuroshard.types import Plan
+    from neuroshard.types.plan import Plan
 
     shards = [[] for _ in range(ndevices)]
     for t, d in enumerate(assignment):
@@ -82,7 +86,7 @@ def plan_from_assignment(assignment: Sequence[int], ndevices: int) -> "Plan":
 
 class LearnedPolicy:
     """A trained network (`net_class`) and the setting it was trained for (`meta`: ndevices, max_mem,
-    feature normalisation, training settings); subclasses implement `_plan(tables, ndevices, max_mem)`."""
+    feature normalisation, training settings); subclasses implement `_plan(tables, problem)`."""
 
     kind: str = ""
     net_class: type = object
@@ -93,7 +97,7 @@ class LearnedPolicy:
         self.net = net.eval()
         self.meta = meta
 
-    def plan(self, tables: Sequence[ShardTable], ndevices: int, max_mem: float) -> "Plan":
+    def plan(self, tables: Sequence[ShardTable], problem: Problem) -> "Plan":
         """Place the tables greedily (argmax over the legal devices); OutOfMemoryError when one fits nowhere.
 
         Runs torch single-threaded: the networks are tiny, and on a loaded
@@ -105,7 +109,7 @@ class LearnedPolicy:
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
         try:
-            return self._plan(tables, ndevices, max_mem)
+            return self._plan(tables, problem)
         finally:
             torch.set_num_threads(threads)
 

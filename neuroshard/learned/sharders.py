@@ -25,8 +25,10 @@ from typing import ClassVar, Sequence
 
 from neuroshard.learned.policy import POLICY_OPTIONS, load_policy
 from neuroshard.planner.registry import ShardingContext, register
+from neuroshard.problem import Problem
 from neuroshard.settings import Settings, setting
-from neuroshard.types import Plan, ShardTable
+from neuroshard.types.plan import Plan
+from neuroshard.types.tables import ShardTable
 
 
 @dataclass(frozen=True)
@@ -50,14 +52,14 @@ class AutoShardOptions(Settings):
 
 
 @register("dreamshard", requires_option=POLICY_OPTIONS["dreamshard"], settings=(DreamShardOptions,))
-def dreamshard(tables: Sequence[ShardTable], ndevices: int, max_mem: float, ctx: ShardingContext) -> Plan:
+def dreamshard(tables: Sequence[ShardTable], problem: Problem, ctx: ShardingContext) -> Plan:
     """Greedy placement by a trained DreamShard policy; OutOfMemoryError when a table fits nowhere."""
-    policy = load_policy("dreamshard", ctx.options if ctx is not None else None, ndevices, max_mem)
-    return policy.plan(tables, ndevices, max_mem)
+    policy = load_policy("dreamshard", ctx.options if ctx is not None else None, problem)
+    return policy.plan(tables, problem)
 
 
 @register("autoshard", requires_option=POLICY_OPTIONS["autoshard"], settings=(AutoShardOptions,))
-def autoshard(tables: Sequence[ShardTable], ndevices: int, max_mem: float, ctx: ShardingContext) -> Plan:
+def autoshard(tables: Sequence[ShardTable], problem: Problem, ctx: ShardingContext) -> Plan:
     """Greedy placement by a trained AutoShard policy; OutOfMemoryError when a table fits nowhere."""
-    policy = load_policy("autoshard", ctx.options if ctx is not None else None, ndevices, max_mem)
-    return policy.plan(tables, ndevices, max_mem)
+    policy = load_policy("autoshard", ctx.options if ctx is not None else None, problem)
+    return policy.plan(tables, problem)

@@ -1,7 +1,7 @@
 """Training the learned baselines (DreamShard, AutoShard) against an oracle: what train_dreamshard.py and
 train_autoshard.py run.
 
-The training tasks come from their own task file (`tools/gen_tasks.py` with
+The training tasks come from their own task file (`gen_tasks.py` with
 another seed, or `--table_pool train` for DreamShard's disjoint table
 pools), never the evaluation tasks: `--eval_task_path` makes a task that
 appears in both an error. The oracle (`learned.oracle`) is the simulator (the
@@ -19,16 +19,19 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from neuroshard.checks import check_float, check_int, check_output_file
+from neuroshard.checks import check_int, check_output_file
 from neuroshard.learned.oracle import ORACLES, HardwareOracle, SimulatorOracle
 from neuroshard.measure.plan_job import HardwareConfig
-from neuroshard.types import InputError, NeuroShardError
+from neuroshard.planner.costs.cost_models import add_model_flags, model_paths
+from neuroshard.problem import Problem
+from neuroshard.settings import add_flag
+from neuroshard.types.errors import InputError, NeuroShardError
 
 # what each algorithm's training script defaults to (the released scripts' settings)
 DEFAULTS = {"dreamshard": {"out": "models/dreamshard.pt", "ndevices": 4, "max_mem": 5.0},
             "autoshard": {"out": "models/autoshard.pt", "ndevices": 8, "max_mem": 7.0}}
 # the measurement flags that make no sense for the oracle (one measurement per plan, no end-to-end step)
-_NOT_ORACLE = ("fw_sleep", "end_to_end", "repeats", "seed", "launch")
+_NOT_ORACLE = ("fw_sleep", "end_to_end", "repeats", "launch")
 
 
 def config_class(kind: str):
@@ -51,24 +54,19 @@ def parse_args(kind: str, argv=None):
 
     d = DEFAULTS[kind]
     parser = argparse.ArgumentParser(description=f"Train a {kind} sharding policy (a baseline).")
-    parser.add_argument("--data_dir", "--data-dir", dest="data_dir", default="data/dlrm_datasets",
-                        help="dataset dir (table_configs.json; data.pt too for --oracle hardware)")
-    parser.add_argument("--task_path", "--task-path", dest="task_path", default="data/tasks/train/data.txt",
-                        help="TRAINING task file (tools/gen_tasks.py with a seed other than the evaluation "
-                             "tasks', or --table_pool train)")
-    parser.add_argument("--eval_task_path", default=None,
-                        help="the evaluation task file: training refuses tasks that appear in it")
-    parser.add_argument("--max_tasks", type=int, default=None, help="train on the first N tasks only")
-    parser.add_argument("--ndevices", type=int, default=d["ndevices"], help=f"devices (default: {d['ndevices']})")
-    parser.add_argument("--max_mem", "--max-memory", dest="max_mem", type=float, default=d["max_mem"],
-                        help=f"memory per device in GB (default: {d['max_mem']:g})")
-    parser.add_argument("--out_path", default=d["out"], help=f"policy checkpoint (default: {d['out']})")
+    add_flag(parser, "data_dir", help="dataset dir (table_configs.json; data.pt too for --oracle hardware)",
+             aliases=("--data-dir",))
+    add_flag(parser, "task_path", "data/tasks/train/data.txt", aliases=("--task-path",),
+             help="TRAINING task file (gen_tasks.py with a seed other than the evaluation tasks', or "
+                  "--table_pool train)")
+    add_flag(parser, "eval_task_path")
+    add_flag(parser, "max_tasks", help="train on the first N tasks only")
+    Problem.add_args(parser, defaults={"ndevices": d["ndevices"], "max_mem": d["max_mem"]})
+    add_flag(parser, "out_path", d["out"], help="policy checkpoint")
     parser.add_argument("--oracle", choices=ORACLES, default="simulator",
                         help="what measures the rolled-out plans: 'simulator' (the cost models below) or "
                              "'hardware' (real FBGEMM kernels and all-to-all, as eval.py) (default: simulator)")
-    parser.add_argument("--compute_model", default="models/compute.pt", help="compute cost model checkpoint")
-    parser.add_argument("--fw_comm_model", default=None, help="forward comm model (default: models/comm_<n>_fw.pt)")
-    parser.add_argument("--bw_comm_model", default=None, help="backward comm model (default: models/comm_<n>_bw.pt)")
+    add_model_flags(parser)
     add_device_arg(parser)
     HardwareConfig.add_args(parser, skip=_NOT_ORACLE)
     config_class(kind).add_args(parser)
@@ -83,61 +81,59 @@ def main(kind: str, argv=None) -> int:
 
     args = parse_args(kind, argv)
     cfg = config_class(kind).from_args(args)
-    device = "cpu"
+    device, fixed = "cpu", {}
     if args.oracle == "hardware":
-        device, args.ndevices = resolve_ranks(resolve_device(args.device), args.ndevices, args.gpu_devices)
-    print(summary_line(run_training(kind, args, cfg, device)))
+        device, fixed["ndevices"] = resolve_ranks(resolve_device(args.device), args.ndevices, args.gpu_devices)
+    problem = Problem.from_args(args, **fixed)
+    print(summary_line(run_training(kind, args, cfg, problem, device)))
     return 0
 
 
-def _load_training_inputs(args):
+def _load_training_inputs(args, problem: Problem):
     from neuroshard.formats.dataset import read_table_configs
     from neuroshard.formats.task_file import read_tasks
-    from neuroshard.planner.costs.cost_models import CostModels, default_comm_model_path
+    from neuroshard.planner.costs.cost_models import CostModels
 
-    check_int("--ndevices", args.ndevices, 1)
-    check_float("--max_mem", args.max_mem, 0.0, lo_open=True)
     configs = read_table_configs(Path(args.data_dir) / "table_configs.json")
     tasks = read_tasks(args.task_path, num_tables=len(configs))
     if args.max_tasks is not None:
         tasks = tasks[:check_int("--max_tasks", args.max_tasks, 1)]
-    if not any(may_fit(t.tables(configs), args.ndevices, args.max_mem) for t in tasks):
-        raise InputError(args.task_path, f"no training task fits {args.ndevices} devices of {args.max_mem:g} GB "
-                                         "(a table larger than a device, or more than all of them hold): "
-                                         "nothing to train on")
+    if not any(may_fit(t.tables(configs), problem) for t in tasks):
+        raise InputError(args.task_path, f"no training task fits {problem.ndevices} devices of "
+                                         f"{problem.max_mem:g} GB (a table larger than a device, or more than all of "
+                                         "them hold): nothing to train on")
     if args.eval_task_path:
         held_out = set(read_tasks(args.eval_task_path, num_tables=len(configs)))
         seen = [i for i, t in enumerate(tasks) if t in held_out]
         if seen:
             raise InputError(args.task_path, f"{len(seen)} training task(s) (lines {[i + 1 for i in seen[:5]]}) "
                                              f"are evaluation tasks of {args.eval_task_path}")
-    fw = args.fw_comm_model or default_comm_model_path(args.ndevices, "fw")
-    bw = args.bw_comm_model or default_comm_model_path(args.ndevices, "bw")
-    models = CostModels.from_paths(args.compute_model, fw, bw, args.ndevices)
+    compute, fw, bw = model_paths(args, problem.ndevices)
+    models = CostModels.from_paths(compute, fw, bw, problem.ndevices)
     return configs, tasks, models, fw, bw
 
 
-def may_fit(tables, ndevices: int, max_mem: float) -> bool:
-    """False when the tables cannot fit `ndevices` devices of `max_mem` GB whatever the plan: one is
-    larger than a device (unsplit, as the learned sharders place them), or all of them exceed all devices."""
+def may_fit(tables, problem: Problem) -> bool:
+    """False when the tables cannot fit the problem's devices whatever the plan: one is larger than a device
+    (unsplit, as the learned sharders place them), or all of them exceed all devices."""
     from neuroshard.learned.policy import element_sizes
 
-    sizes, cap = element_sizes(tables, max_mem)
-    return bool(len(sizes)) and int(sizes.max()) <= cap and int(sizes.sum()) <= ndevices * cap
+    sizes, cap = element_sizes(tables, problem.max_mem)
+    return bool(len(sizes)) and int(sizes.max()) <= cap and int(sizes.sum()) <= problem.ndevices * cap
 
 
-def _oracle(args, models, device: str, ndevices: int):
+def _oracle(args, models, device: str, problem: Problem):
     if args.oracle == "simulator":
-        return SimulatorOracle(models, args.max_mem)
+        return SimulatorOracle(models, problem)
     from neuroshard.formats.dataset import read_dataset
 
     batch = read_dataset(args.data_dir, validate=False).batch_size
-    if batch % ndevices:
-        raise InputError(args.data_dir, f"batch size {batch} is not a multiple of the {ndevices} ranks")
-    return HardwareOracle(args.data_dir, HardwareConfig.from_args(args, ndevices=ndevices, device=device))
+    if batch % problem.ndevices:
+        raise InputError(args.data_dir, f"batch size {batch} is not a multiple of the {problem.ndevices} ranks")
+    return HardwareOracle(args.data_dir, HardwareConfig.from_args(args, problem=problem, device=device))
 
 
-def run_training(kind: str, args, cfg, device: str = "cpu") -> dict:
+def run_training(kind: str, args, cfg, problem: Problem, device: str = "cpu") -> dict:
     """Train `kind` ("dreamshard" / "autoshard") with settings `cfg` on the script's inputs; writes
     the checkpoint, the curve (CSV + PNG) and the config; returns the config written."""
     import torch
@@ -146,8 +142,8 @@ def run_training(kind: str, args, cfg, device: str = "cpu") -> dict:
     from neuroshard.planner.simulator import simulate
 
     check_output_file("--out_path", args.out_path)  # before any training, not after it
-    configs, tasks, models, fw, bw = _load_training_inputs(args)
-    oracle = _oracle(args, models, device, args.ndevices)
+    configs, tasks, models, fw, bw = _load_training_inputs(args, problem)
+    oracle = _oracle(args, models, device, problem)
     train_tables = [t.tables(configs) for t in tasks]
     out = Path(args.out_path)
     stem = out.with_suffix("")
@@ -171,29 +167,30 @@ def run_training(kind: str, args, cfg, device: str = "cpu") -> dict:
     if kind == "dreamshard":
         from neuroshard.learned import dreamshard as nets
 
-        policy, _ = nets.train(train_tables, args.ndevices, args.max_mem, oracle, cfg, meta,
-                               progress=not args.no_progress, on_iteration=checkpoint)
+        policy, _ = nets.train(train_tables, problem, oracle, cfg, meta, progress=not args.no_progress,
+                               on_iteration=checkpoint)
         x = "iteration"
     else:
         from neuroshard.learned import autoshard as nets
 
         log_every = max(1, cfg.num_updates // 50)
-        policy, _ = nets.train(train_tables, args.ndevices, args.max_mem, oracle, cfg, meta,
-                               progress=not args.no_progress, on_update=checkpoint, log_every=log_every)
+        policy, _ = nets.train(train_tables, problem, oracle, cfg, meta, progress=not args.no_progress,
+                               on_update=checkpoint, log_every=log_every)
         x = "steps"
     seconds = time.perf_counter() - t0
     if not oracle.plans:
         raise NeuroShardError(f"{kind} training measured no plan (every rolled-out plan was out of memory on "
-                              f"{args.ndevices} devices of {args.max_mem:g} GB); nothing written to {out}")
+                              f"{problem.ndevices} devices of {problem.max_mem:g} GB); nothing written to {out}")
     # the trained policy's greedy plans on the training tasks, in the simulator
     costs = []
     for tables in train_tables:
         try:
-            costs.append(simulate(tables, policy.plan(tables, args.ndevices, args.max_mem), models, args.max_mem).cost)
+            costs.append(simulate(tables, policy.plan(tables, problem), models, problem).cost)
         except NeuroShardError:
             pass
     plot_curve(curve_png, rows, x, kind)
     config = {"algorithm": kind, **{k: v for k, v in vars(args).items() if k != "no_progress"},
+              "problem": problem.to_json(),
               "config": cfg.to_json(), "train_tasks": len(tasks), "training_s": round(seconds, 2),
               "oracle_plans": oracle.plans, "oracle_s": round(oracle.seconds, 2),
               "train_greedy_sim_ms": sum(costs) / len(costs) if costs else None,

@@ -21,20 +21,26 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import ClassVar, Iterable, Iterator, Sequence
 
 from neuroshard.measure.alltoall import algbw_gbps, bench_sample, check_sample
-from neuroshard.measure.launch import DEFAULT_STARTUP_TIMEOUT_S, DEFAULT_TIMEOUT_S, LaunchConfig, TorchrunJob
+from neuroshard.measure.launch import (
+    DEFAULT_STARTUP_TIMEOUT_S,
+    DEFAULT_TIMEOUT_S,
+    LaunchConfig,
+    TorchrunJob,
+)
 from neuroshard.measure.rank import RankContext, RankWorker
-from neuroshard.types import ConfigError
+from neuroshard.types.codec import Record, json_field
+from neuroshard.types.errors import ConfigError
 
 SAMPLES_FILE = "samples.jsonl"
 SAMPLE_BLOCK = 64  # samples rank 0 hands out per broadcast
 
 
 @dataclass(frozen=True)
-class AllToAllSpec:
+class AllToAllSpec(Record):
     """The job's settings, as the ranks read them from the job file: the global batch, untimed and timed
     iterations per direction, whether to verify the exchanged values first, and how many samples come."""
 
@@ -44,31 +50,18 @@ class AllToAllSpec:
     check: bool
     num_samples: int
 
-    def to_json(self) -> dict:
-        return asdict(self)
 
 
 @dataclass
-class SampleResult:
+class SampleResult(Record):
     """Per-rank median ms of one sample, with the algorithm bandwidth (GB/s)."""
 
-    index: int
-    fw: list[float]
-    bw: list[float]
-    algbw_fw: float
-    algbw_bw: float
-    checked: bool = False
-
-    def to_json(self) -> dict:
-        d = {"i": self.index, "fw": self.fw, "bw": self.bw, "algbw_fw": self.algbw_fw, "algbw_bw": self.algbw_bw}
-        if self.checked:
-            d["checked"] = True
-        return d
-
-    @classmethod
-    def from_json(cls, d: dict) -> "SampleResult":
-        return cls(int(d["i"]), [float(x) for x in d["fw"]], [float(x) for x in d["bw"]], float(d["algbw_fw"]),
-                   float(d["algbw_bw"]), bool(d.get("checked", False)))
+    index: int = json_field(key="i")
+    fw: list[float] = json_field()
+    bw: list[float] = json_field()
+    algbw_fw: float = json_field()
+    algbw_bw: float = json_field()
+    checked: bool = json_field(False, omit=lambda v: not v)
 
 
 # --------------------------------------------------------------------------- rank side

@@ -26,19 +26,31 @@ from __future__ import annotations
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import ClassVar, Sequence
 
 import numpy as np
 
-from neuroshard.checks import check_choice, check_float, check_int, check_max_dim, check_range
-from neuroshard.formats.cost_data import DATA_TXT, CommSample, format_comm_sample, read_comm_data
+from neuroshard.checks import (
+    check_choice,
+    check_float,
+    check_int,
+    check_max_dim,
+    check_range,
+)
+from neuroshard.formats.cost_data import (
+    DATA_TXT,
+    CommSample,
+    format_comm_sample,
+    read_comm_data,
+)
 from neuroshard.formats.io import append_line, check_run_config, open_append
 from neuroshard.measure.alltoall_job import AllToAllJob, SampleResult
 from neuroshard.measure.launch import DEFAULT_TIMEOUT_S, LaunchConfig
 from neuroshard.measure.noise import noise_report
 from neuroshard.settings import Settings, common, setting
-from neuroshard.types import ConfigError, InputError, dim_set
+from neuroshard.types.errors import ConfigError, InputError
+from neuroshard.types.tables import dim_set
 
 JOBS_DIR = ".jobs"  # per-job scratch (sample list, results, torchrun log) inside out_dir
 SPREADS = ("uniform", "log")  # how the straggler spread is drawn in sleep_range (`draw_sample`)
@@ -61,18 +73,20 @@ class CommCollectConfig(Settings):
 
     ndevices: int = setting(4, "", cli=False)
     device: str = setting("cpu", "", cli=False)
-    batch_size: int = setting(4096, "global batch B, divisible by the rank count (default: 4096 on CPU, 65536 on "
-                                    "GPU as upstream)", show_default=False, flag_default=None)
-    T_range: tuple[int, int] = setting((10, 60), "inclusive range of tables per sample")
+    batch_size: int = common("batch_size", 4096, help="global batch B, divisible by the rank count (default: 4096 on "
+                                                      "CPU, 65536 on GPU as upstream)", show_default=False,
+                             flag_default=None)
+    T_range: tuple[int, int] = common("T_range", (10, 60), help="inclusive range of tables per sample")
     sleep_range: tuple[float, float] = setting((1.0, 20.0), "range of the straggler spread, ms")
-    spread_dist: str = setting("uniform", "how the spread is drawn in --sleep_range: uniform (DESIGN §3) or log "
+    spread_dist: str = setting("uniform", "how the spread is drawn in --sleep_range: uniform (DESIGN §5) or log "
                                           "(log-uniform, from 0.1 ms where the range starts lower): as many "
                                           "near-simultaneous starts, where balanced plans' exchanges run, as long "
-                                          "waits", choices=SPREADS)
+                                          "waits", choices=SPREADS,
+                           omit=lambda v: v == "uniform")  # data dirs made before the option stay resumable
     max_dim: int = common("max_dim")
     warmup: int = common("warmup", help="untimed iterations per sample and direction")
     iters: int = common("iters", help="timed iterations per sample and direction (their median is kept)")
-    seed: int = setting(0, "the sample stream")
+    seed: int = common("seed", help="the sample stream")
 
     def validate(self) -> None:
         check_int("--ndevices", self.ndevices, 1)
@@ -88,12 +102,6 @@ class CommCollectConfig(Settings):
         check_int("--warmup", self.warmup, 0)
         check_int("--iters", self.iters, 1)
         check_int("--seed", self.seed)
-
-    def to_json(self) -> dict:
-        d = asdict(self)
-        if self.spread_dist == "uniform":
-            del d["spread_dist"]  # data dirs made before the option stay resumable
-        return d
 
 
 # --------------------------------------------------------------------------- sampling
@@ -123,12 +131,9 @@ def draw_sample(rng: np.random.Generator, cfg: CommCollectConfig) -> dict:
     smallest is 0.
 
     Why "log": a forward exchange whose ranks start together runs slower than
-    one whose ranks arrive apart (on the study's CPU ranks, 2.8 ms against
-    2.2-2.4 ms at spreads over 2 ms), and uniform spreads in 0-50 ms put one
-    sample in eleven below 2 ms, where balanced plans live: the forward model
-    trained on them under-estimated the evaluation's NeuroShard plans'
-    forward exchange by 20% at their measured start delays, the baselines'
-    by 4-12% (seed-0 study; 250 more samples below 3 ms: 11%, 3-5%).
+    one whose ranks arrive apart, and uniform spreads in 0-50 ms put few
+    samples below 2 ms, where balanced plans live: a forward model trained on
+    them under-estimates exactly the exchanges of the plans a search prefers.
     """
     choices = dim_set(cfg.max_dim)
     t = int(rng.integers(cfg.T_range[0], cfg.T_range[1] + 1))

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import ClassVar, Sequence
@@ -27,15 +27,32 @@ import numpy as np
 
 from neuroshard.checks import check_choice, check_float, check_int, check_max_dim
 from neuroshard.data.split import table_halves
-from neuroshard.formats.cost_data import DATA_TXT, format_compute_sample, read_compute_data
-from neuroshard.formats.dataset import TABLE_CONFIGS, read_dataset, read_table_configs, write_table_configs
-from neuroshard.formats.io import append_line, check_run_config, open_append, read_lines_tolerant
+from neuroshard.formats.cost_data import (
+    DATA_TXT,
+    format_compute_sample,
+    read_compute_data,
+)
+from neuroshard.formats.dataset import (
+    TABLE_CONFIGS,
+    read_dataset,
+    read_table_configs,
+    write_table_configs,
+)
+from neuroshard.formats.io import (
+    RUN_CONFIG,
+    append_line,
+    check_run_config,
+    open_append,
+    read_json,
+    read_lines_tolerant,
+)
 from neuroshard.measure.kernel import DEFAULT_ARENA_GB, BenchTable
 from neuroshard.measure.noise import noise_report
 from neuroshard.measure.pool import MeasurerFactory, WorkerPool, WorkerStats
 from neuroshard.measure.timing import CLOCKS
 from neuroshard.settings import Settings, common, setting
-from neuroshard.types import InputError, NeuroShardError, TableConfig, dim_set, size_gb
+from neuroshard.types.errors import InputError, NeuroShardError
+from neuroshard.types.tables import TableConfig, dim_set, size_gb
 
 ERRORS_TXT = "errors.txt"
 # Stop when this many shards in a row fail: something is wrong with every
@@ -151,7 +168,8 @@ class ComputeCollectConfig(Settings):
     collection's flags, but for the device, which the script resolves).
 
     Shards: k ~ U{1..max_tables} tables of the augmented list (dims from
-    `max_dim` halving to 4), within `max_mem` GB. `warmup`/`iters`: untimed
+    `max_dim` halving to 4), within `max_mem` GB (a device's memory:
+    `Problem.max_mem`). `warmup`/`iters`: untimed
     and timed iterations per shard (median kept); `clock`: CPU kernels' clock
     ("cpu" or "wall", see `measure.timing.benchmark`; GPUs use CUDA events);
     `device`: "cpu" or "cuda"; `seed`: the shard stream (and the split of the
@@ -162,19 +180,19 @@ class ComputeCollectConfig(Settings):
     TITLE: ClassVar[str] = "what is measured"
 
     max_tables: int = setting(15, "tables per shard: uniform in 1..max_tables")
-    max_mem: float = setting(4.0, "memory cap of one shard (GB)")
+    max_mem: float = setting(4.0, "", cli=False)
     max_dim: int = common("max_dim")
     warmup: int = common("warmup", help="untimed iterations per shard")
     iters: int = common("iters", help="timed iterations per shard (their median is kept)")
-    seed: int = setting(0, "the shard stream and the split of the tables into halves")
-    clock: str = setting("cpu", "CPU kernels: cpu = CPU time of the benchmark thread (leaves out time spent "
-                                "descheduled, so a busy shared machine disturbs it far less; equals wall time on "
-                                "an idle one), wall = elapsed time. GPUs always use CUDA events", choices=CLOCKS)
+    seed: int = common("seed", help="the shard stream and the split of the tables into halves")
+    clock: str = common("clock", help="CPU kernels: cpu = CPU time of the benchmark thread (leaves out time spent "
+                                      "descheduled, so a busy shared machine disturbs it far less; equals wall time "
+                                      "on an idle one), wall = elapsed time. GPUs always use CUDA events")
     device: str = setting("cpu", "", cli=False)
     half_share: float = setting(0.0, "share of the shards whose tables all come from one half of the dataset's "
                                      "tables (a seeded split; every table stays equally likely overall), so that "
-                                     "tools/heldout_check.py can train on one half and test on tables the model "
-                                     "never saw")
+                                     "heldout_check.py can train on one half and test on tables the model "
+                                     "never saw", omit=lambda v: not v)  # older data dirs stay resumable
 
     def validate(self) -> None:
         check_int("--max_tables", self.max_tables, 1)
@@ -187,14 +205,25 @@ class ComputeCollectConfig(Settings):
         check_choice("--device", self.device, ("cpu", "cuda"))
         check_float("--half_share", self.half_share, 0.0, 1.0)
 
-    def to_json(self, batch_size: int) -> dict:
-        """What config.json records: the settings that change the samples (not how many or where)."""
-        d = asdict(self)
-        if not self.half_share:
-            del d["half_share"]  # data dirs made before the option stay resumable
+    def run_config(self, batch_size: int) -> dict:
+        """What config.json records: the settings that change the samples (not how many or where), with the
+        dataset's batch; a GPU's clock is its CUDA events."""
+        d = self.to_json()
         if self.device == "cuda":
             d["clock"] = "cuda_events"
         return {**d, "batch_size": batch_size}
+
+    @classmethod
+    def recorded(cls, data_dir) -> "ComputeCollectConfig":
+        """The settings `data_dir`'s config.json recorded (`run_config`): what a re-measurement of its samples
+        repeats; the class's defaults for a dir without one. InputError naming the file when it is malformed."""
+        path = Path(data_dir) / RUN_CONFIG
+        if not path.exists():
+            return cls()
+        try:
+            return cls.from_json(read_json(path))
+        except (KeyError, TypeError, ValueError) as e:
+            raise InputError(path, f"not a compute collection's settings: {e}") from None
 
 
 @dataclass
@@ -245,7 +274,7 @@ def collect(dataset_dir, out_dir, cfg: ComputeCollectConfig, data_size: int, dev
     data_fh = open_append(out / DATA_TXT, exclusive=True)  # one writer; also cuts a torn last line
     try:
         have_configs = _check_augmented(out / TABLE_CONFIGS, aug, dataset_dir, cfg.max_dim)
-        check_run_config(out, cfg.to_json(dataset.batch_size))
+        check_run_config(out, cfg.run_config(dataset.batch_size))
         if not have_configs:
             write_table_configs(out / TABLE_CONFIGS, aug)
         with open_append(out / ERRORS_TXT) as err_fh:

@@ -23,7 +23,8 @@ import torch
 
 from neuroshard.formats.dataset import Dataset
 from neuroshard.measure.timing import CLOCKS, benchmark, median
-from neuroshard.types import NeuroShardError, ShardTable
+from neuroshard.types.errors import NeuroShardError
+from neuroshard.types.tables import ShardTable
 
 # CPU weights live in one arena per benchmark, reused by every shard that
 # fits: building an op then costs neither zero-filling (~1-2.5 s per GB,
@@ -101,7 +102,9 @@ def _fbgemm():
             ComputeDevice,
             EmbeddingLocation,
         )
-        from fbgemm_gpu.split_table_batched_embeddings_ops_training import SplitTableBatchedEmbeddingBagsCodegen
+        from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
+            SplitTableBatchedEmbeddingBagsCodegen,
+        )
     except ImportError as e:
         raise NeuroShardError(f"FBGEMM is not installed ({e}); install fbgemm-gpu-cpu (CPU) "
                               "or fbgemm-gpu (CUDA)") from None

@@ -45,13 +45,19 @@ import sys
 import tempfile
 import time
 import uuid
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import ClassVar, Iterator
 
 from neuroshard.checks import check_float, check_int
-from neuroshard.measure.rank import JOB_FILE, LOG_FILE, MODULE, RESULTS_FILE, short_message
+from neuroshard.measure.rank import (
+    JOB_FILE,
+    LOG_FILE,
+    MODULE,
+    RESULTS_FILE,
+    short_message,
+)
 from neuroshard.settings import Settings, setting
-from neuroshard.types import ConfigError, NeuroShardError
+from neuroshard.types.errors import ConfigError, NeuroShardError
 
 DEFAULT_TIMEOUT_S = 60.0  # process-group (collective) timeout
 # Extra time the launcher grants beyond the collective timeout before it
@@ -161,8 +167,6 @@ class LaunchConfig(Settings):
         machines is not one inside a machine. Empty on one node, so single-node configs stay as they were."""
         return {"nnodes": self.nnodes, "nproc_per_node": self.nproc_per_node} if self.nnodes > 1 else {}
 
-    def to_json(self) -> dict:
-        return asdict(self)
 
     def torchrun_args(self, rdzv_id: str | None = None) -> list[str]:
         """torchrun's rendezvous flags for this node (`rdzv_id`: the single-node job's own id)."""

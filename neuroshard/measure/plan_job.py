@@ -9,8 +9,8 @@ every rank r:
    its tables (a column-split half reuses its table's lookups) and times
    forward + backward with `kernel.ShardBenchmark`; the ranks take turns
    (a barrier between turns), so ranks sharing a host do not slow each
-   other down (two ranks a turn on the 2-core CPU machine measured their
-   compute 9-18% higher, in 0.8x the time); a rank without tables costs 0;
+   other down (two ranks a turn share the cores and measure their compute
+   higher); a rank without tables costs 0;
 2. times the backward all-to-all (gradients) and the forward all-to-all of
    real tensors of the plan's per-rank dim sums (`alltoall.bench_sample`).
    The forward exchange runs again with each rank delayed by its measured
@@ -44,17 +44,27 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Callable, ClassVar, Sequence
 
 import numpy as np
 
 from neuroshard.checks import check_choice, check_float, check_int
-from neuroshard.measure.launch import DEFAULT_STARTUP_TIMEOUT_S, WATCHDOG_GRACE_S, LaunchConfig, TorchrunJob
+from neuroshard.measure.launch import (
+    DEFAULT_STARTUP_TIMEOUT_S,
+    WATCHDOG_GRACE_S,
+    LaunchConfig,
+    TorchrunJob,
+)
 from neuroshard.measure.rank import RankContext, RankWorker
 from neuroshard.measure.timing import CLOCKS
+from neuroshard.problem import Problem
 from neuroshard.settings import Settings, common, setting
-from neuroshard.types import ConfigError, EndToEnd, Plan, PlanMeasurement, PlanRecord, Task, apply_column_steps
+from neuroshard.types.codec import Record
+from neuroshard.types.errors import ConfigError
+from neuroshard.types.plan import Plan, apply_column_steps
+from neuroshard.types.records import EndToEnd, PlanMeasurement, PlanRecord
+from neuroshard.types.tables import Task
 
 DEFAULT_TIMEOUT_S = 120.0  # collective timeout: a hung rank ends the job after about this
 FW_SLEEP_MODES = ("skew", "none")
@@ -75,13 +85,14 @@ class HardwareConfig(Settings):
     `repeats`: measurements of every plan, in rounds (every plan once per
     round, the tasks in a seeded shuffled order and each task's plans one
     after another, `eval.hardware.measurement_order`), so that a slow spell
-    of the machine hits all algorithms alike. `launch`: where the `ndevices`
-    ranks run (default: all on this machine).
+    of the machine hits all algorithms alike. `problem`: what the plans are
+    for (its `ndevices` ranks; its seed orders the rounds). `launch`: where
+    the ranks run (default: all on this machine).
     """
 
     TITLE: ClassVar[str] = "measurement"
 
-    ndevices: int = setting(4, "", cli=False)
+    problem: Problem = setting(Problem(), "", cli=False)
     device: str = setting("cpu", "", cli=False)
     gpu_devices: str | None = common("gpu_devices")
     warmup: int = common("warmup")
@@ -92,22 +103,25 @@ class HardwareConfig(Settings):
     end_to_end: bool = setting(False, "also time the real step per iteration (fwd compute -> fwd all-to-all -> bwd "
                                       "all-to-all -> bwd compute, all ranks at once) and report it beside the "
                                       "sum-of-parts cost", switch=True)
-    clock: str = setting("cpu", "clock of the kernel (compute) timings on CPU ranks: cpu = the benchmark thread's "
-                                "CPU time, as the compute cost data is collected by default (time a rank sits "
-                                "descheduled by other processes is left out), wall = elapsed time; GPUs use CUDA "
-                                "events", choices=CLOCKS)
+    clock: str = common("clock", help="clock of the kernel (compute) timings on CPU ranks: cpu = the benchmark "
+                                      "thread's CPU time, as the compute cost data is collected by default (time a "
+                                      "rank sits descheduled by other processes is left out), wall = elapsed time; "
+                                      "GPUs use CUDA events")
     timeout: float = common("timeout", DEFAULT_TIMEOUT_S)
     startup_timeout: float = setting(DEFAULT_STARTUP_TIMEOUT_S, "", cli=False)
     flush: bool = setting(True, "", cli=False)
-    seed: int = setting(0, "seed of the randomised algorithms and of the measurement order")
-    repeats: int = setting(1, "measure every plan this many times, in rounds (each round every plan once, the "
-                              "tasks in a shuffled order, a task's plans together) so drift hits all algorithms "
-                              "alike; the summary then gives 95% intervals and says beats / loses to / no "
-                              "significant difference from them")
+    repeats: int = common("repeats", help="measure every plan this many times, in rounds (each round every plan "
+                                          "once, the tasks in a shuffled order, a task's plans together) so drift "
+                                          "hits all algorithms alike; the summary then gives 95% intervals and says "
+                                          "beats / loses to / no significant difference from them")
     launch: LaunchConfig = LaunchConfig()
 
+    @property
+    def ndevices(self) -> int:
+        """The job's ranks: one per device of the problem."""
+        return self.problem.ndevices
+
     def validate(self) -> None:
-        check_int("--ndevices", self.ndevices, 1)
         self.launch.validate()
         self.launch.for_world(self.ndevices)
         check_choice("--device", self.device, ("cpu", "cuda"))
@@ -118,28 +132,17 @@ class HardwareConfig(Settings):
         check_float("--timeout", self.timeout, 0.0, lo_open=True)
         check_int("--repeats", self.repeats, 1)
 
-    def to_json(self) -> dict:
-        return asdict(self)
 
 
 @dataclass(frozen=True)
-class PlanJobSpec:
+class PlanJobSpec(Record):
     """The plan-measurement job's settings, as the ranks read them from the job file: the dataset (each
-    node's own copy), node 0's plans and task files, and how to measure (`HardwareConfig`'s fields)."""
+    node's own copy), node 0's plans and task files, and how to measure (the evaluation's own record)."""
 
     data_dir: str
-    warmup: int
-    iters: int
-    fw_sleep: str
-    end_to_end: bool
-    flush: bool
-    seed: int
+    hardware: HardwareConfig
     plans: str | None = None
     task_path: str | None = None
-    clock: str = "wall"
-
-    def to_json(self) -> dict:
-        return asdict(self)
 
 
 def runnable(records: Sequence[PlanRecord]) -> list[PlanRecord]:
@@ -180,7 +183,8 @@ class PlanWorker(RankWorker):
 
         super().__init__(ctx)
         st = ctx.state
-        spec = self.spec = PlanJobSpec(**ctx.spec)
+        spec = self.spec = PlanJobSpec.from_json(ctx.spec)
+        hw = self.hw = spec.hardware
         local_dir = ctx.local["spec"]["data_dir"]  # this node's copy of the dataset
         st["phase"] = "loading dataset"
         # Ranks share one memory-mapped data.pt; the benchmark checks each table's index range itself.
@@ -196,9 +200,11 @@ class PlanWorker(RankWorker):
             raise ValueError(f"the dataset at {local_dir} is not node 0's: {'; '.join(differ)}")
         self.tasks, self.items = shared["tasks"], shared["items"]
         self.batch = self.dataset.batch_size
-        self.bench = ShardBenchmark(self.dataset, device=ctx.device, warmup=spec.warmup, iters=spec.iters,
-                                    flush=spec.flush, seed=spec.seed * 1009 + ctx.rank, clock=spec.clock)
-        self._gen = torch.Generator().manual_seed(spec.seed * 1009 + ctx.rank)
+        seed = hw.problem.seed * 1009 + ctx.rank
+        clock = hw.clock if ctx.device == "cpu" else "wall"  # GPUs time kernels with CUDA events
+        self.bench = ShardBenchmark(self.dataset, device=ctx.device, warmup=hw.warmup, iters=hw.iters,
+                                    flush=hw.flush, seed=seed, clock=clock)
+        self._gen = torch.Generator().manual_seed(seed)
 
     def read_block(self, done: int) -> list:
         return self.items[done:]  # rank 0 holds every plan from the start: one block
@@ -209,7 +215,7 @@ class PlanWorker(RankWorker):
         from neuroshard.measure.kernel import bench_tables
         from neuroshard.measure.rank import local_lead
 
-        ctx, spec, st = self.ctx, self.spec, self.ctx.state
+        ctx, hw, st = self.ctx, self.hw, self.ctx.state
         task = self.tasks[item.task]
         if item.plan.ndevices != ctx.world:
             raise ValueError(f"plan for task {item.task} ({item.alg}) has {item.plan.ndevices} "
@@ -228,19 +234,19 @@ class PlanWorker(RankWorker):
         ctx.barrier()
 
         # 2. backward all-to-all (and forward without delays), then forward with the skew
-        fw0, bw = bench_sample(dims, 0.0, ctx.rank, self.batch, spec.warmup, spec.iters, ctx.device, state=st)
+        fw0, bw = bench_sample(dims, 0.0, ctx.rank, self.batch, hw.warmup, hw.iters, ctx.device, state=st)
         st["phase"] = "gathering compute and backward times"
         ready = [c + b for c, b in ctx.gather((res.median_ms, bw))]
         skew = [t - min(ready) for t in ready]
-        if spec.fw_sleep == "skew":
-            fw, _ = bench_sample(dims, skew[ctx.rank], ctx.rank, self.batch, spec.warmup, spec.iters, ctx.device,
+        if hw.fw_sleep == "skew":
+            fw, _ = bench_sample(dims, skew[ctx.rank], ctx.rank, self.batch, hw.warmup, hw.iters, ctx.device,
                                  state=st, backward=False)
         else:
             fw = fw0
         mine_rec = {"compute": res.median_ms, "compute_iters": res.times_ms, "bw": bw, "fw": fw, "fw_nosleep": fw0,
                     "build_s": res.build_s, "compute_wall": res.wall_median_ms}
         # 3. the real step sequence, all ranks at once
-        if spec.end_to_end:
+        if hw.end_to_end:
             mine_rec["e2e_iters"] = self.step_times(mine, dims)
 
         st["phase"] = "gathering results"
@@ -248,7 +254,7 @@ class PlanWorker(RankWorker):
         if not local_lead():
             return None
         e2e = None
-        if spec.end_to_end:
+        if hw.end_to_end:
             iters = np.array([e["e2e_iters"] for e in every])  # [ranks, iters]
             e2e = EndToEnd(np.median(iters, axis=1).tolist(), iters.max(axis=0).tolist(),
                            float(np.median(iters.max(axis=0))))
@@ -290,7 +296,7 @@ class PlanWorker(RankWorker):
             if op is not None:
                 y.backward(grad_in.view(self.batch, d))
 
-        times = benchmark(step, warmup=self.spec.warmup, iters=self.spec.iters, device=ctx.device,
+        times = benchmark(step, warmup=self.hw.warmup, iters=self.hw.iters, device=ctx.device,
                           before_each=before_each, flush=self.bench.flush)
         op = None  # noqa: F841 - release the op (and its weights) now, not when the closure goes
         return times
@@ -312,9 +318,7 @@ class PlanJob(TorchrunJob):
                  work_dir: str | None = None, keep_dir: bool = False, worker_module: str | None = None):
         cfg.validate()
         self.cfg = cfg
-        spec = PlanJobSpec(data_dir=os.path.abspath(data_dir), warmup=cfg.warmup, iters=cfg.iters,
-                           fw_sleep=cfg.fw_sleep, end_to_end=cfg.end_to_end, flush=cfg.flush, seed=cfg.seed,
-                           clock=cfg.clock if cfg.device == "cpu" else "wall",
+        spec = PlanJobSpec(data_dir=os.path.abspath(data_dir), hardware=cfg,
                            plans=None if plans_path is None else os.path.abspath(plans_path),
                            task_path=None if task_path is None else os.path.abspath(task_path))
         # A plan takes one compute turn per rank, each bounded by the collective timeout

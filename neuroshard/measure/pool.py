@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
-from neuroshard.types import NeuroShardError
+from neuroshard.types.errors import NeuroShardError
 
 _POLL_S = 0.5
 

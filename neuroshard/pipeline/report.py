@@ -20,7 +20,16 @@ from neuroshard.eval.results import fmt_ci, gain_cell
 from neuroshard.eval.summary import Accuracy, AlgorithmRow, Summary
 from neuroshard.formats.io import atomic_write, write_json_atomic
 from neuroshard.formats.plan_file import read_plans
-from neuroshard.types import PlanError, PlanRecord
+from neuroshard.formats.side_files import (
+    LAMBDA_JSON,
+    MODEL_ERROR_JSON,
+    LambdaChoice,
+    ModelErrorReport,
+    PlanErrorReport,
+    plan_error_json,
+    read_side_file,
+)
+from neuroshard.types.records import PlanRecord
 
 
 def _load(path: Path):
@@ -200,7 +209,7 @@ def accuracy_table(acc: Accuracy) -> str:
         lines.append(f"Within a plan the ranks move together: one measurement of a rank's total varies by "
                      f"{pct(rn.independent_sd)} on its own and by {pct(rn.common_sd)} with all the plan's ranks "
                      f"(sds, from the repeats of {rn.plans} plans). The predicted spread draws the shared part once "
-                     f"for all ranks when the models record it (on-policy plans measured twice, step 4f; "
+                     f"for all ranks when the models record it (on-policy plans measured twice, step 4d; "
                      f"planner/costs/uncertainty.py); drawn independently, it raises the expected maximum and narrows "
                      f"the band.")
     lines.append(f"The simulator orders two algorithms' plans for the same task as the hardware does in "
@@ -244,67 +253,70 @@ def accuracy_table(acc: Accuracy) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _side_file(path: Path, cls):
+    """The side file's record, None when the step that writes it did not run."""
+    return read_side_file(path, cls) if path.exists() else None
+
+
 def onpolicy_lines(out: Path) -> tuple[list[str], dict | None]:
     """Markdown on the on-policy step (eval/onpolicy.py): how much plan data, NeuroShard+'s lambda chosen on
     hardware, and the error of the models before and after it on the evaluation's measured plans
-    (tools/model_error.py); the figures for config.json. Nothing when the run had no on-policy step."""
-    lam, errors = _load(out / "plan_data" / "lambda.json"), _load(out / "hw" / "model_error.json")
+    (model_error.py); the figures for config.json. Nothing when the run had no on-policy step."""
+    lam = _side_file(out / "plan_data" / LAMBDA_JSON, LambdaChoice)
+    errors = _side_file(out / "hw" / MODEL_ERROR_JSON, ModelErrorReport)
     if lam is None and errors is None:
         return [], None
     pct = lambda x: "-" if x is None else f"{100 * x:.1f}%"  # noqa: E731
     lines = ["", "## On-policy cost data", "",
              "The plans of training tasks (never the evaluation tasks), made with the models of the random data, "
              "measured as the evaluation measures: their shards and exchanges are cost data where plans live; "
-             "the models used from the policy steps on were retrained on both (step 4g, 4h)."]
+             "the models used from the policy steps on were retrained on both (steps 4e, 4f)."]
     for kind in ("compute", "comm"):
         cfg = _load(out / "plan_data" / kind / "config.json")
         if cfg:
             lines.append(f"- {kind}: {cfg.get('samples')} samples from {cfg.get('plans')} measured plans "
                          f"({', '.join(cfg.get('algorithms', []))})")
-    for path in sorted((out / "models" / "onpolicy").glob("plan_error_*.json")):
-        calibration = _load(path) or {}
-        pe = calibration.get("plan_error")
-        if pe:
-            sample = ("out of sample: the random data's models" if calibration.get("rank_error_models")
-                      else "in sample")
-            lines.append(f"- The predicted 80% band calibrated on these plans under the retrained models (step 4i, "
-                         f"tools/calibrate_band.py; in-sample: the models were trained on their shards): machine "
-                         f"speed then {pe['speed']:.3f}x the models' (divided out), plan-level error sd "
-                         f"**{pct(pe['sd'])}**, in the band {pct(pe['coverage_before'])} -> "
-                         f"{pct(pe['coverage_after'])} of {pe['measurements']} measurements"
-                         + (f"; the compute model's per-rank error the plan's other ranks do not share, drawn for "
-                            f"every rank in the predicted spread: sd **{pct(pe['rank'])}** ({pe['ranks']} ranks, "
-                            f"{sample}"
-                            + (f"; net of the ranks' own measurement noise, {pct(pe['compute_noise'])} per measurement "
-                               f"from the plans measured twice" if pe.get("compute_noise") else "")
-                            + (f"; one compute measurement of the plan job varies by "
-                               f"{pct(PlanError.from_json(pe).compute_sd)} ({pct(pe['compute_common'])} shared by the "
-                               f"plan's ranks; two repeats minutes apart, so the spread draws the collection's "
-                               f"wider noise floor)" if pe.get("compute_common") is not None else "")
-                            + ")" if pe.get("ranks") else ""))
+    for path in sorted((out / "models" / "onpolicy").glob(plan_error_json("*"))):
+        calibration = read_side_file(path, PlanErrorReport)
+        pe = calibration.plan_error
+        sample = "out of sample: the random data's models" if calibration.rank_error_models else "in sample"
+        lines.append(f"- The predicted 80% band calibrated on these plans under the retrained models (step 4g, "
+                     f"calibrate_band.py; in-sample: the models were trained on their shards): machine "
+                     f"speed then {pe.speed:.3f}x the models' (divided out), plan-level error sd "
+                     f"**{pct(pe.sd)}**, in the band {pct(pe.coverage_before)} -> "
+                     f"{pct(pe.coverage_after)} of {pe.measurements} measurements"
+                     + (f"; the compute model's per-rank error the plan's other ranks do not share, drawn for "
+                        f"every rank in the predicted spread: sd **{pct(pe.rank)}** ({pe.ranks} ranks, "
+                        f"{sample}"
+                        + (f"; net of the ranks' own measurement noise, {pct(pe.compute_noise)} per measurement "
+                           f"from the plans measured twice" if pe.compute_noise else "")
+                        + (f"; one compute measurement of the plan job varies by "
+                           f"{pct(pe.compute_sd)} ({pct(pe.compute_common)} shared by the "
+                           f"plan's ranks; two repeats minutes apart, so the spread draws the collection's "
+                           f"wider noise floor)" if pe.compute_common is not None else "")
+                        + ")" if pe.ranks else ""))
     if lam:
-        means = ", ".join(f"{k}: {v:.2f} ms" if v is not None else f"{k}: -" for k, v in lam["mean_ms"].items())
-        line = (f"- NeuroShard+'s `plus_lambda` chosen on hardware: **{lam['chosen']:g}** (mean measured plan "
-                f"cost over {lam['tasks']} training tasks: {means})")
-        if "default" in lam:  # eval/onpolicy.py choose_lambda: the smallest unless another is significantly cheaper
-            diffs = "; ".join(f"{k}: {d['mean']:+.2f} ms [{d['lo']:+.2f}, {d['hi']:+.2f}]"
-                              for k, d in lam.get("vs_default_ms", {}).items())
-            line += (f"; the smallest value, {lam['default']:g}, unless another's plans cost significantly less "
-                     f"(paired differences with it, 95% intervals over tasks and rounds: {diffs or '-'})")
-        lines.append(line)
+        means = ", ".join(f"{k}: {v:.2f} ms" if v is not None else f"{k}: -" for k, v in lam.mean_ms.items())
+        diffs = "; ".join(f"{k}: {d['mean']:+.2f} ms [{d['lo']:+.2f}, {d['hi']:+.2f}]"
+                          for k, d in lam.vs_default_ms.items())
+        lines.append(f"- NeuroShard+'s `plus_lambda` chosen on hardware: **{lam.chosen:g}** (mean measured plan "
+                     f"cost over {lam.tasks} training tasks: {means}); the smallest value, {lam.default:g}, unless "
+                     f"another's plans cost significantly less (paired differences with it, 95% intervals over "
+                     f"tasks and rounds: {diffs or '-'})")
     if errors:
-        lines += ["", "The evaluation's measured plans, re-simulated under each set of models (tools/model_error.py):",
+        lines += ["", "The evaluation's measured plans, re-simulated under each set of models (model_error.py):",
                   "", "| models | plans | plan MAPE | expected cost MAPE | per-rank compute | bw comm | fw comm | "
                   "ranks' ready spread, estimated / measured (median ms) | in the 80% band |",
                   "|---|---|---|---|---|---|---|---|---|"]
-        for label, acc in errors.get("accuracy", {}).items():
+        for label, acc in errors.accuracy.items():
             part = lambda k: pct(acc.get("parts", {}).get(k, {}).get("mape"))  # noqa: E731
             sp = acc.get("rank_spread")
             spread = f"{sp['estimated']:.2f} / {sp['measured']:.2f}" if sp else "-"
             lines.append(f"| {label} | {acc.get('plans')} | {pct(acc.get('mape'))} | "
                          f"{pct(acc.get('mape_expected'))} | {part('compute')} | "
                          f"{part('bw_comm')} | {part('fw_comm')} | {spread} | {pct(acc.get('calibration'))} |")
-    return lines, {"lambda": lam, "model_error": errors.get("accuracy") if errors else None}
+    return lines, {"lambda": None if lam is None else lam.to_json(),
+                   "model_error": errors.accuracy if errors else None}
 
 
 def drift_lines(hw_dir: Path, records: list[PlanRecord] | None) -> tuple[list[str], dict | None]:
@@ -372,8 +384,8 @@ def anchor_lines(hw_dir: Path, records: list[PlanRecord] | None) -> tuple[list[s
     before, after = anchors["before"], anchors["after"]
     x = lambda v: "-" if v is None else f"{v:.3f}x"  # noqa: E731
     parts = f"compute {x(f['compute'])}, fw {x(f['fw_comm'])}, bw {x(f['bw_comm'])}"
-    lines = [f"Plan-level speed: the {anchors['plans']} on-policy plans of training tasks (step 4f, not the "
-             f"evaluation's tasks), measured again as step 6 measures plans just before and just after it, took "
+    lines = [f"Plan-level speed: the {anchors['plans']} on-policy plans of training tasks (step 4d, not the "
+             f"evaluation's tasks), measured again as step 6b measures plans just before and just after it, took "
              f"{x(before['cost'])} and {x(after['cost'])} their estimates (medians; compute {x(before['compute'])} "
              f"and {x(after['compute'])}); the evaluation's plans took {x(own['cost'])} theirs (compute "
              f"{x(own['compute'])})."]
@@ -421,7 +433,7 @@ def refine_lines(records: list[PlanRecord] | None) -> tuple[list[str], dict | No
 
 
 def torchrec_lines(out: Path) -> tuple[list[str], dict | None]:
-    """Markdown on step 7 (the plans trained with TorchRec, `torchrec.training_eval`): the table of step times
+    """Markdown on phase 7 (the plans trained with TorchRec, `torchrec.training_eval`): the table of step times
     and ratios, and how noisy it is on this machine (None when the step did not run)."""
     import os
 
@@ -510,7 +522,7 @@ def model_table(out: Path) -> tuple[str, list[dict]]:
     held = _load(out / "models" / "compute_heldout.json")
     if held:
         m = held["mape"]
-        lines += ["", "Held-out-table check (`tools/heldout_check.py`): the compute model trained on the shards of "
+        lines += ["", "Held-out-table check (`heldout_check.py`): the compute model trained on the shards of "
                       f"one half of the dataset's tables ({held['folds']} folds), tested on",
                   "", "| shards of | count | test MAPE |", "|---|---|---|",
                   f"| tables seen in training (left-out shards) | {held['shards']['half0']} | "
@@ -581,7 +593,7 @@ def write_report(out, preset, steps: list[dict], seconds: float, study: tuple[in
     models_md, model_rows = model_table(out)
     plots = _plots(out, sim, hw)
     text = [f"# NeuroShard report — preset `{preset.name}`", "",
-            f"{preset.ndevices} devices, {preset.max_mem} GB each; tasks of {preset.t_range.replace(',', '–')} "
+            f"{preset.problem.ndevices} devices, {preset.problem.max_mem} GB each; tasks of {preset.t_range.replace(',', '–')} "
             f"tables. The steps took {sum(st['seconds'] for st in steps):.0f} s when they ran "
             f"(this run: {seconds:.0f} s; up-to-date steps are skipped). Every command is listed at the end.", "",
             "## Embedding cost per algorithm", "",

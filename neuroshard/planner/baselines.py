@@ -11,7 +11,7 @@ Keys: `dim_greedy` = dim; `size_greedy` = size in GB; `lookup_greedy` = dim x
 pooling factor; `size_lookup_greedy` = dim x pooling factor x log10(row).
 
 `random` visits tables in task order and puts each on a device drawn
-uniformly among the devices where it still fits (np.random.default_rng(ctx.seed)).
+uniformly among the devices where it still fits (np.random.default_rng(problem.seed)).
 Upstream drew among all devices and silently overfilled; drawing among the
 devices with room keeps the plan valid whenever a random order allows it.
 
@@ -27,10 +27,12 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from neuroshard.checks import check_float, check_int
 from neuroshard.planner.registry import ShardingContext, register
 from neuroshard.planner.simulator import mem_cap_elements, table_elements
-from neuroshard.types import BYTES_PER_ELEMENT, OutOfMemoryError, Plan, ShardTable
+from neuroshard.problem import Problem
+from neuroshard.types.errors import OutOfMemoryError
+from neuroshard.types.plan import Plan
+from neuroshard.types.tables import BYTES_PER_ELEMENT, ShardTable
 
 
 def no_room_error(t: int, table: ShardTable, max_mem: float, used: Sequence[int]) -> OutOfMemoryError:
@@ -50,15 +52,10 @@ def _plan(assignment: Sequence[int], ndevices: int) -> Plan:
     return Plan(column_steps=(), shards=tuple(tuple(s) for s in shards))
 
 
-def _check_args(ndevices: int, max_mem: float) -> None:
-    check_int("ndevices", ndevices, 1)
-    check_float("max_mem (GB)", max_mem, 0.0, lo_open=True)
-
-
-def greedy_place(tables: Sequence[ShardTable], ndevices: int, max_mem: float,
+def greedy_place(tables: Sequence[ShardTable], problem: Problem,
                  key: Callable[[ShardTable], float]) -> Plan:
     """Largest-key-first greedy placement on the device with the smallest key sum (see module doc)."""
-    _check_args(ndevices, max_mem)
+    ndevices, max_mem = problem.ndevices, problem.max_mem
     keys = [float(key(t)) for t in tables]
     order = sorted(range(len(tables)), key=lambda i: (keys[i], tables[i].size_gb, i), reverse=True)
     key_sum = [0.0] * ndevices
@@ -94,34 +91,34 @@ def size_lookup_key(t: ShardTable) -> float:
 
 
 @register("dim_greedy")
-def dim_greedy(tables, ndevices, max_mem, ctx: ShardingContext | None = None) -> Plan:
+def dim_greedy(tables, problem: Problem, ctx: ShardingContext | None = None) -> Plan:
     """Greedy on dim: balances the pooled-embedding width (communication) per device."""
-    return greedy_place(tables, ndevices, max_mem, dim_key)
+    return greedy_place(tables, problem, dim_key)
 
 
 @register("size_greedy")
-def size_greedy(tables, ndevices, max_mem, ctx: ShardingContext | None = None) -> Plan:
+def size_greedy(tables, problem: Problem, ctx: ShardingContext | None = None) -> Plan:
     """Greedy on table size (GB): balances memory."""
-    return greedy_place(tables, ndevices, max_mem, size_key)
+    return greedy_place(tables, problem, size_key)
 
 
 @register("lookup_greedy")
-def lookup_greedy(tables, ndevices, max_mem, ctx: ShardingContext | None = None) -> Plan:
+def lookup_greedy(tables, problem: Problem, ctx: ShardingContext | None = None) -> Plan:
     """Greedy on dim x pooling factor: balances lookup work (compute)."""
-    return greedy_place(tables, ndevices, max_mem, lookup_key)
+    return greedy_place(tables, problem, lookup_key)
 
 
 @register("size_lookup_greedy")
-def size_lookup_greedy(tables, ndevices, max_mem, ctx: ShardingContext | None = None) -> Plan:
+def size_lookup_greedy(tables, problem: Problem, ctx: ShardingContext | None = None) -> Plan:
     """Greedy on dim x pooling factor x log10(row): lookup work weighted by table size."""
-    return greedy_place(tables, ndevices, max_mem, size_lookup_key)
+    return greedy_place(tables, problem, size_lookup_key)
 
 
 @register("random")
-def random_sharder(tables, ndevices, max_mem, ctx: ShardingContext | None = None) -> Plan:
+def random_sharder(tables, problem: Problem, ctx: ShardingContext | None = None) -> Plan:
     """Each table (in task order) on a uniformly random device among those where it fits."""
-    _check_args(ndevices, max_mem)
-    rng = np.random.default_rng(ctx.seed if ctx is not None else 0)
+    ndevices, max_mem = problem.ndevices, problem.max_mem
+    rng = np.random.default_rng(problem.seed)
     used = [0] * ndevices  # fp32 elements
     cap = mem_cap_elements(max_mem)
     assignment = []

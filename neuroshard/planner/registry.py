@@ -1,6 +1,7 @@
 """The one registry of sharding algorithms behind every `--alg` flag and `neuroshard.shard(alg=...)`.
 
-A sharder is a function `fn(tables, ndevices, max_mem_gb, ctx) -> Plan`
+A sharder is a function `fn(tables, problem, ctx) -> Plan` (`problem`: the devices and
+their memory, `problem.Problem`)
 registered under a name with `@register("name")`. The package's own sharders
 live in the modules of `_MODULES`; third-party packages register theirs
 through the Python entry-point group `neuroshard.sharders`, e.g. in their
@@ -19,7 +20,7 @@ requires_package="torchrec")`): it is listed either way, `--alg all` skips it wi
 warning while the package is missing, and calling it is a one-line error. A
 sharder may have a `prepare()` attribute (a heavy import, say), which the
 evaluation runs once before timing any plan, and a `candidates(tables,
-ndevices, max_mem, ctx, k)` attribute: its k best distinct plans by the
+problem, ctx, k)` attribute: its k best distinct plans by the
 models, its own choice first, for the evaluation's hardware in the loop
 (`eval.refine`, `--refine K`).
 
@@ -41,10 +42,13 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Callable, Sequence
 
+from neuroshard.problem import Problem
 from neuroshard.settings import check_known_options
-from neuroshard.types import NeuroShardError, Plan, ShardTable
+from neuroshard.types.errors import NeuroShardError
+from neuroshard.types.plan import Plan
+from neuroshard.types.tables import ShardTable
 
-Sharder = Callable[[Sequence[ShardTable], int, float, "ShardingContext"], Plan]
+Sharder = Callable[[Sequence[ShardTable], Problem, "ShardingContext"], Plan]
 
 ENTRY_POINT_GROUP = "neuroshard.sharders"
 # The order in which `--alg all` runs and reports algorithms (DESIGN §2); others follow, sorted.
@@ -66,20 +70,19 @@ _loaded = False
 
 @dataclass
 class ShardingContext:
-    """What a sharder may use besides the task: the cost models, a seed, options.
+    """What a sharder may use besides the task and the problem: the cost models and its options.
 
-    `models`: a `planner.models.CostModels` bundle (None for algorithms that
+    `models`: a `planner.costs.cost_models.CostModels` bundle (None for algorithms that
     need none); `options`: algorithm settings such as the beam width.
     """
 
     models: object = None
-    seed: int = 0
     options: dict = field(default_factory=dict)
 
 
 def register(name: str, requires_package: str | None = None, requires_option: str | None = None,
              settings: tuple = (), runs_others: bool = False) -> Callable[[Sharder], Sharder]:
-    """Decorator: make `fn(tables, ndevices, max_mem_gb, ctx) -> Plan` available as `--alg name`.
+    """Decorator: make `fn(tables, problem, ctx) -> Plan` available as `--alg name`.
 
     `requires_package`: the top-level module of an optional package the sharder
     imports when called (`--alg all` skips it, with a warning, when missing);

@@ -3,7 +3,7 @@
     import neuroshard as ns
     models = ns.CostModels.load("results/quick/models", ndevices=4)
     tables = ns.tables_from_task(ns.read_dataset_configs("results/quick/dataset"), task)
-    result = ns.shard(tables, ndevices=4, max_mem_gb=1.0, models=models, alg="neuroshard", beam_k=3)
+    result = ns.shard(tables, ns.Problem(ndevices=4, max_mem=1.0), models=models, alg="neuroshard", beam_k=3)
     result.plan, result.cost_ms, result.breakdown, result.view, result.search_ms, result.warnings
 
 Every algorithm goes through this one function; the evaluation scripts call
@@ -20,8 +20,11 @@ from typing import Sequence
 from neuroshard.planner.costs import extrapolation
 from neuroshard.planner.registry import ShardingContext, check_options, get_sharder
 from neuroshard.planner.simulator import simulate, validate_plan
-from neuroshard.types import (ConfigError, CostBreakdown, InvalidPlanError, OutOfMemoryError, Plan, ShardTable,
-                              TableConfig, Task)
+from neuroshard.problem import Problem
+from neuroshard.types.costs import CostBreakdown
+from neuroshard.types.errors import ConfigError, InvalidPlanError, OutOfMemoryError
+from neuroshard.types.plan import Plan
+from neuroshard.types.tables import ShardTable, TableConfig, Task
 
 
 @dataclass
@@ -66,13 +69,13 @@ def as_shard_tables(tables: Sequence[ShardTable | TableConfig]) -> list[ShardTab
     return out
 
 
-def shard(tables: Sequence[ShardTable | TableConfig], ndevices: int, max_mem_gb: float, models=None,
-          alg: str = "neuroshard", seed: int = 0, runtime: str | None = None, simulated: bool = True,
-          **options) -> ShardResult:
-    """Plan `tables` on `ndevices` devices of `max_mem_gb` GB with the algorithm `alg`.
+def shard(tables: Sequence[ShardTable | TableConfig], problem: Problem, models=None, alg: str = "neuroshard",
+          runtime: str | None = None, simulated: bool = True, **options) -> ShardResult:
+    """Plan `tables` for `problem` (its devices, their memory, the seed of randomised algorithms) with the
+    algorithm `alg`.
 
     `models`: a `CostModels` (needed by `neuroshard`, and for the simulated
-    cost); `seed`: for randomised algorithms; `runtime`: "paper" or "torchrec"
+    cost); `runtime`: "paper" or "torchrec"
     (the execution the plan is searched and costed for; default: the models'
     own, see `CostModels.for_runtime`); `simulated`: False to validate the
     plan only, without its simulated cost (for a caller that costs it
@@ -91,15 +94,17 @@ def shard(tables: Sequence[ShardTable | TableConfig], ndevices: int, max_mem_gb:
         models = models if models is None else models.for_runtime(runtime)
     sharder = get_sharder(alg)
     check_options(alg, options)
-    ctx = ShardingContext(models=models, seed=seed, options=dict(options))
+    if not isinstance(problem, Problem):
+        raise TypeError(f"problem: expected a neuroshard.Problem, got {type(problem).__name__}")
+    ctx = ShardingContext(models=models, options=dict(options))
     t0 = time.perf_counter()
-    plan = sharder(list(tables), ndevices, max_mem_gb, ctx)
+    plan = sharder(list(tables), problem, ctx)
     search_ms = 1e3 * (time.perf_counter() - t0)
     try:
         if models is not None and simulated:
-            breakdown = simulate(tables, plan, models, max_mem_gb)  # validates the plan first
+            breakdown = simulate(tables, plan, models, problem)  # validates the plan first
         else:
-            validate_plan(tables, plan, ndevices, max_mem_gb)
+            validate_plan(tables, plan, problem)
             breakdown = None
     except OutOfMemoryError as e:
         raise OutOfMemoryError(f"{alg} returned a plan that does not fit: {e}", size=e.size, max_mem=e.max_mem,

@@ -24,18 +24,11 @@ import numpy as np
 from neuroshard.checks import check_float
 from neuroshard.planner.costs.scorer import PlanScorer, get_scorer, single_threaded_blas
 from neuroshard.planner.costs.uncertainty import cost_samples, spread, widen
-from neuroshard.types import (
-    BYTES_PER_ELEMENT,
-    CostBreakdown,
-    InvalidPlanError,
-    NeuroShardError,
-    OutOfMemoryError,
-    Plan,
-    RuntimeEstimate,
-    ShardTable,
-    apply_column_steps,
-    table_devices,
-)
+from neuroshard.problem import Problem
+from neuroshard.types.costs import CostBreakdown, RuntimeEstimate
+from neuroshard.types.errors import InvalidPlanError, NeuroShardError, OutOfMemoryError
+from neuroshard.types.plan import Plan, apply_column_steps, table_devices
+from neuroshard.types.tables import BYTES_PER_ELEMENT, ShardTable
 
 # --------------------------------------------------------------------------- memory
 
@@ -58,16 +51,17 @@ def _gb(elements: int) -> float:
     return elements * BYTES_PER_ELEMENT / 2**30
 
 
-def validate_plan(tables: Sequence[ShardTable], plan: Plan, ndevices: int, max_mem: float) -> list[ShardTable]:
-    """Check a plan against its task and return the post-split tables.
+def validate_plan(tables: Sequence[ShardTable], plan: Plan, problem: Problem) -> list[ShardTable]:
+    """Check a plan against its task and problem and return the post-split tables.
 
-    Raises InvalidPlanError when the plan has the wrong number of devices, an
-    illegal column step, a table index out of range, or a post-split table
-    placed twice or never; OutOfMemoryError (with the per-device GB used) when
-    a device holds more than `max_mem` GB.
+    Raises InvalidPlanError when the plan has another number of devices than
+    the problem, an illegal column step, a table index out of range, or a
+    post-split table placed twice or never; OutOfMemoryError (with the
+    per-device GB used) when a device holds more than the problem's memory.
     """
     if not isinstance(plan, Plan):
         raise InvalidPlanError(f"expected a Plan, got {type(plan).__name__}")
+    ndevices, max_mem = problem.ndevices, problem.max_mem
     if plan.ndevices != ndevices:
         raise InvalidPlanError(f"plan has {plan.ndevices} devices, the task has {ndevices}")
     split = apply_column_steps(tables, plan.column_steps)
@@ -100,11 +94,11 @@ def score_placements(scorer: PlanScorer, compute: np.ndarray, dims: np.ndarray) 
     return bw, fw, total, total.max(axis=1)
 
 
-def simulate(tables: Sequence[ShardTable], plan: Plan, models, max_mem: float) -> CostBreakdown:
+def simulate(tables: Sequence[ShardTable], plan: Plan, models, problem: Problem) -> CostBreakdown:
     """Estimated per-device costs (ms) of a plan under the cost models (DESIGN §7).
 
     `tables`: the task's tables before splits; `models`: a `CostModels`. Validates the
-    plan first: InvalidPlanError / OutOfMemoryError, never a score for a plan
+    plan against `problem` first: InvalidPlanError / OutOfMemoryError, never a score for a plan
     that does not fit. The breakdown also holds per-device `dims`, `skew`
     and `mem_gb`; with ensembles or a known measurement noise
     (`CostModels.noise_model`), each member's plan cost and the plan's cost
@@ -113,7 +107,7 @@ def simulate(tables: Sequence[ShardTable], plan: Plan, models, max_mem: float) -
     (`torchrec.runtime_model`).
     """
     with single_threaded_blas():
-        return _simulate(tables, plan, models, max_mem)
+        return _simulate(tables, plan, models, problem)
 
 
 def _simulate_runtime(scorer, tables, split, plan: Plan, runtime) -> CostBreakdown:
@@ -142,25 +136,25 @@ def _member_samples(scorer, emb, plan: Plan, dims: np.ndarray, noise) -> tuple[n
     return (mc + mbw + mfw).max(axis=-1)[:, 0], cost_samples(mc, mbw, mfw, noise)
 
 
-def plan_cost_samples(tables: Sequence[ShardTable], plan: Plan, models, max_mem: float) -> np.ndarray:
+def plan_cost_samples(tables: Sequence[ShardTable], plan: Plan, models, problem: Problem) -> np.ndarray:
     """The cost samples [J] of a valid plan (`uncertainty.cost_samples`, without the plan-level error that
     `uncertainty.calibrate_plan_sd` calibrates from them); the point cost alone for one model and no noise."""
     with single_threaded_blas():
         scorer = get_scorer(models)
-        split = validate_plan(tables, plan, plan.ndevices, max_mem)
+        split = validate_plan(tables, plan, problem)
         emb = scorer.embed([t.config for t in split])
         dims = np.array([[sum(split[i].dim for i in s) for s in plan.shards]], dtype=np.float64)
         return _member_samples(scorer, emb, plan, dims, models.noise_model)[1][0]
 
 
-def _simulate(tables, plan, models, max_mem) -> CostBreakdown:
+def _simulate(tables, plan, models, problem: Problem) -> CostBreakdown:
     if not isinstance(plan, Plan):
         raise InvalidPlanError(f"expected a Plan, got {type(plan).__name__}")
     scorer = get_scorer(models)
     n = plan.ndevices
     if n != scorer.ndevices:
         raise NeuroShardError(f"plan has {n} devices but the comm models are for {scorer.ndevices}")
-    split = validate_plan(tables, plan, n, max_mem)
+    split = validate_plan(tables, plan, problem)
     if models.runtime is not None:
         return _simulate_runtime(scorer, tables, split, plan, models.runtime)
     emb = scorer.embed([t.config for t in split])

@@ -15,8 +15,10 @@ from typing import Sequence
 
 from neuroshard.planner.registry import options_for, prepare
 from neuroshard.planner.shard import ShardResult, shard
-from neuroshard.types import (PlanRecord, ShardTable, TableConfig, apply_column_steps, column_offsets,
-                              task_identity)
+from neuroshard.problem import Problem
+from neuroshard.types.plan import apply_column_steps, column_offsets
+from neuroshard.types.records import PlanRecord, task_identity
+from neuroshard.types.tables import ShardTable, TableConfig
 
 
 def user_shard_tables(configs: Sequence[TableConfig]) -> list[ShardTable]:
@@ -24,12 +26,11 @@ def user_shard_tables(configs: Sequence[TableConfig]) -> list[ShardTable]:
     return [ShardTable(i, i, c) for i, c in enumerate(configs)]
 
 
-def shard_user_tables(configs: Sequence[TableConfig], ndevices: int, max_mem: float, models=None,
-                      alg: str = "neuroshard", seed: int = 0, options: dict | None = None) -> ShardResult:
-    """Plan the user's tables with `alg` (see `planner.shard.shard`)."""
+def shard_user_tables(configs: Sequence[TableConfig], problem: Problem, models=None, alg: str = "neuroshard",
+                      options: dict | None = None) -> ShardResult:
+    """Plan the user's tables for `problem` with `alg` (see `planner.shard.shard`)."""
     prepare(alg)  # a heavy import (torchrec) is not planning time
-    return shard(user_shard_tables(configs), ndevices, max_mem, models=models, alg=alg, seed=seed,
-                 **options_for(alg, options))
+    return shard(user_shard_tables(configs), problem, models=models, alg=alg, **options_for(alg, options))
 
 
 def piece_labels(result: ShardResult, names: Sequence[str]) -> list[str]:

@@ -22,9 +22,12 @@ from typing import ClassVar, Sequence
 
 from neuroshard.checks import check_choice, check_int
 from neuroshard.formats.plan_file import plan_view
-from neuroshard.torchrec.sharder import embedding_bag_collection, require_torchrec
 from neuroshard.settings import Settings, setting
-from neuroshard.types import ConfigError, InputError, InvalidPlanError, Plan, PlanRecord, ShardTable, plan_pieces
+from neuroshard.torchrec.sharder import embedding_bag_collection, require_torchrec
+from neuroshard.types.errors import ConfigError, InputError, InvalidPlanError
+from neuroshard.types.plan import Plan, plan_pieces
+from neuroshard.types.records import PlanRecord
+from neuroshard.types.tables import ShardTable
 
 DEVICE_TYPES = ("cuda", "cpu")
 
@@ -42,7 +45,11 @@ def torchrec_sharding_plan(tables: Sequence[ShardTable], plan: Plan, names: Sequ
     require_torchrec()
     from torchrec.distributed.embedding_types import EmbeddingComputeKernel
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
-    from torchrec.distributed.sharding_plan import column_wise, construct_module_sharding_plan, table_wise
+    from torchrec.distributed.sharding_plan import (
+        column_wise,
+        construct_module_sharding_plan,
+        table_wise,
+    )
     from torchrec.distributed.types import ShardingPlan
 
     if len(names) != len(tables) or len(set(names)) != len(names):
@@ -131,8 +138,8 @@ def plan_tables(data_dir, task_path, tables_path, task: int) -> tuple[list[Shard
     from neuroshard.formats.dataset import read_dataset_configs
     from neuroshard.formats.task_file import read_tasks
     from neuroshard.formats.user_tables import read_user_tables
-    from neuroshard.torchrec.sharder import table_names
     from neuroshard.planner.user_plan import user_shard_tables
+    from neuroshard.torchrec.sharder import table_names
 
     if tables_path:
         if data_dir or task_path:

@@ -48,14 +48,30 @@ from typing import Sequence
 from torchrec.distributed.planner.enumerators import EmbeddingEnumerator
 from torchrec.distributed.planner.shard_estimators import EmbeddingStorageEstimator
 from torchrec.distributed.planner.types import PlannerError, PlannerErrorType, Shard
-from torchrec.distributed.sharding_plan import column_wise, construct_module_sharding_plan, table_wise
+from torchrec.distributed.sharding_plan import (
+    column_wise,
+    construct_module_sharding_plan,
+    table_wise,
+)
 from torchrec.distributed.types import ShardingPlan, ShardingPlanner
 
 from neuroshard.planner.registry import get_sharder
 from neuroshard.planner.shard import ShardResult, shard
-from neuroshard.types import (DEFAULT_BINS, NUM_BINS, ConfigError, InputError, NeuroShardError, OutOfMemoryError,
-                              ColumnPiece, Plan, ShardTable, TableConfig, can_split, plan_from_pieces,
-                              plan_pieces)
+from neuroshard.problem import Problem
+from neuroshard.types.errors import (
+    ConfigError,
+    InputError,
+    NeuroShardError,
+    OutOfMemoryError,
+)
+from neuroshard.types.plan import ColumnPiece, Plan, plan_from_pieces, plan_pieces
+from neuroshard.types.tables import (
+    DEFAULT_BINS,
+    NUM_BINS,
+    ShardTable,
+    TableConfig,
+    can_split,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -231,13 +247,13 @@ class NeuroShardPlanner(ShardingPlanner):
         no_split = [i for i, t in enumerate(tables) if not t.splittable]
         for _ in range(_MAX_REPLANS):
             try:
-                result = shard(shard_tables, self._topology.world_size, max_mem, models=self._models, alg=self._alg,
-                               seed=self._seed, **options)
+                problem = Problem(ndevices=self._topology.world_size, max_mem=max_mem, seed=self._seed)
+                result = shard(shard_tables, problem, models=self._models, alg=self._alg, **options)
             except OutOfMemoryError as e:
                 raise self._no_fit(tables, max_mem, str(e)) from None
             except NeuroShardError as e:
                 raise PlannerError(f"NeuroShardPlanner ({self._alg}): {e}", PlannerErrorType.OTHER) from None
-            result = self._unsplit(result, no_split, shard_tables, max_mem)
+            result = self._unsplit(result, no_split, shard_tables, problem)
             if self._memory == "weights":
                 return result
             used = self.device_storage(tables, result.plan)
@@ -248,7 +264,7 @@ class NeuroShardPlanner(ShardingPlanner):
         raise self._no_fit(tables, max_mem, f"TorchRec's count of the last plan: {_gb_list(used)} GB per device")
 
     def _unsplit(self, result: ShardResult, no_split: list[int], tables: list[ShardTable],
-                 max_mem: float) -> ShardResult:
+                 problem: Problem) -> ShardResult:
         """`result` with every split of a table that may not be split undone (its pieces gathered on the device
         of its first piece) and simulated again; `result` itself when there is none."""
         pieces = plan_pieces(tables, result.plan)
@@ -261,9 +277,9 @@ class NeuroShardPlanner(ShardingPlanner):
         plan = plan_from_pieces(tables, fixed, result.plan.ndevices)
         try:
             if self._models is not None:
-                bd = simulate(tables, plan, self._models, max_mem)
+                bd = simulate(tables, plan, self._models, problem)
             else:
-                validate_plan(tables, plan, plan.ndevices, max_mem)
+                validate_plan(tables, plan, problem)
                 bd = None
         except OutOfMemoryError as e:
             raise PlannerError(f"NeuroShardPlanner ({self._alg}): with the tables limited to table-wise kept "

@@ -26,12 +26,17 @@ from typing import Sequence
 
 import numpy as np
 
-from neuroshard.eval.planning import plan_task, task_seed
+from neuroshard.eval.planning import plan_task, task_problem, task_seed
 from neuroshard.planner.baselines import random_sharder
 from neuroshard.planner.registry import ShardingContext
 from neuroshard.planner.simulator import validate_plan
-from neuroshard.types import (InputError, InvalidPlanError, OutOfMemoryError, Plan, PlanRecord, ShardTable,
-                              TableConfig, Task, apply_column_steps, can_split)
+from neuroshard.problem import Problem
+from neuroshard.torchrec.runtime_model import TorchRecRuntimeModel
+from neuroshard.types.codec import Record, json_field
+from neuroshard.types.errors import InputError, InvalidPlanError, OutOfMemoryError
+from neuroshard.types.plan import Plan, apply_column_steps
+from neuroshard.types.records import PlanRecord
+from neuroshard.types.tables import ShardTable, TableConfig, Task, can_split
 
 RANDOM = "random_split"
 
@@ -41,12 +46,11 @@ def random_label(k: int) -> str:
     return f"{RANDOM}[{k}]"
 
 
-def random_split_plan(tables: Sequence[ShardTable], ndevices: int, max_mem: float, seed: int,
-                      max_splits: int) -> Plan:
+def random_split_plan(tables: Sequence[ShardTable], problem: Problem, max_splits: int) -> Plan:
     """A random plan: k ~ U{0..max_splits} halvings, each of a random piece that can still be halved,
-    then each piece on a uniformly random device with room (`baselines.random_sharder`).
-    OutOfMemoryError when the pieces do not fit."""
-    rng = np.random.default_rng(seed)
+    then each piece on a uniformly random device with room (`baselines.random_sharder`), all drawn from the
+    problem's seed. OutOfMemoryError when the pieces do not fit."""
+    rng = np.random.default_rng(problem.seed)
     steps: list[int] = []
     split = list(tables)
     for _ in range(int(rng.integers(max_splits + 1))):
@@ -55,14 +59,14 @@ def random_split_plan(tables: Sequence[ShardTable], ndevices: int, max_mem: floa
             break
         steps.append(int(can[int(rng.integers(len(can)))]))
         split = apply_column_steps(tables, steps)
-    placed = random_sharder(split, ndevices, max_mem, ShardingContext(seed=int(rng.integers(2**31))))
+    placed = random_sharder(split, problem.with_seed(int(rng.integers(2**31))), ShardingContext())
     plan = Plan(tuple(steps), placed.shards)
-    validate_plan(tables, plan, ndevices, max_mem)
+    validate_plan(tables, plan, problem)
     return plan
 
 
 def collection_records(configs: Sequence[TableConfig], tasks: Sequence[Task], algs: Sequence[str], models,
-                       ndevices: int, max_mem: float, random_plans: int, max_splits: int, seed: int = 0,
+                       problem: Problem, random_plans: int, max_splits: int,
                        options: dict | None = None) -> list[PlanRecord]:
     """Per task, the plans of `algs` and `random_plans` random plans (labels `random_label(k)`); a plan that
     does not fit is left out (the record list says nothing about it: it is not a sample)."""
@@ -70,12 +74,12 @@ def collection_records(configs: Sequence[TableConfig], tasks: Sequence[Task], al
     for i, task in enumerate(tasks):
         tables = task.tables(configs)
         for alg in algs:
-            rec = plan_task(i, tables, alg, ndevices, max_mem, models, task_seed(seed, i), options)
+            rec = plan_task(i, tables, alg, task_problem(problem, i), models, options)
             if rec.plan is not None:
                 out.append(rec)
         for k in range(random_plans):
             try:
-                plan = random_split_plan(tables, ndevices, max_mem, task_seed(seed, i) + k, max_splits)
+                plan = random_split_plan(tables, problem.with_seed(task_seed(problem.seed, i) + k), max_splits)
             except OutOfMemoryError:
                 continue
             out.append(PlanRecord(task=i, alg=random_label(k), plan=plan, num_tables=len(tables),
@@ -86,7 +90,7 @@ def collection_records(configs: Sequence[TableConfig], tasks: Sequence[Task], al
 @dataclass
 class RuntimeSample:
     """One plan of one training task as TorchRec trained it: its tables, the plan, the step ms of each
-    round and every rank's phase ms (`types.TorchRecStep.PHASES`, the first round's)."""
+    round and every rank's phase ms (`training.TorchRecStep.PHASES`, the first round's)."""
 
     task: int
     alg: str
@@ -120,7 +124,8 @@ def read_samples(results_path, tasks: Sequence[Task], configs: Sequence[TableCon
                 raise ValueError(f"task {task} is not in the task file ({len(tasks)} tasks)")
             tables = tasks[task].tables(configs)
             plan = Plan.from_json(row["plan"])
-            validate_plan(tables, plan, plan.ndevices, 1e9)  # splits and placement (memory: checked when planned)
+            # splits and placement (memory: checked when planned)
+            validate_plan(tables, plan, Problem(ndevices=plan.ndevices, max_mem=1e9))
             steps = [float(x) for x in row["step_ms"]]
             if not steps or not all(np.isfinite(steps)) or min(steps) <= 0:
                 raise ValueError(f"step times must be positive, got {steps}")
@@ -135,20 +140,16 @@ def read_samples(results_path, tasks: Sequence[Task], configs: Sequence[TableCon
 
 
 @dataclass
-class RuntimeFit:
+class RuntimeFit(Record):
     """A fitted TorchRec runtime model and how well it predicts: MAPE (%) on the held-out tasks' plans (the
     coefficients fitted without them) and on all plans (fitted on all), per sample label kind."""
 
-    model: object  # torchrec.runtime_model.TorchRecRuntimeModel, fitted on every sample
+    model: TorchRecRuntimeModel  # fitted on every sample
     test_tasks: list[int]
     test_mape: float | None
     fit_mape: float
     by_kind: dict  # {"random" | alg: {"plans": n, "test_mape": %, "fit_mape": %}}
-    terms: dict  # mean ms of each feature's share over the samples
-
-    def to_json(self) -> dict:
-        return {"model": self.model.to_json(), "test_tasks": self.test_tasks, "test_mape": self.test_mape,
-                "fit_mape": self.fit_mape, "by_kind": self.by_kind, "mean_terms_ms": self.terms}
+    terms: dict = json_field(key="mean_terms_ms")  # mean ms of each feature's share over the samples
 
 
 def sample_kind(alg: str) -> str:
@@ -169,7 +170,12 @@ def fit_runtime_model(samples: Sequence[RuntimeSample], models, ndevices: int, b
                       seed: int = 0, source: dict | None = None) -> RuntimeFit:
     """Fit the runtime model: first without a seeded `test_share` of the tasks (its error on their plans is
     `test_mape`), then on every sample (the model returned)."""
-    from neuroshard.torchrec.runtime_model import FEATURES, TorchRecRuntimeModel, fit, mape
+    from neuroshard.torchrec.runtime_model import (
+        FEATURES,
+        TorchRecRuntimeModel,
+        fit,
+        mape,
+    )
 
     if not samples:
         raise ValueError("no samples to fit")

@@ -48,7 +48,10 @@ from typing import Sequence
 
 import numpy as np
 
-from neuroshard.types import InputError, Plan, ShardTable, apply_column_steps
+from neuroshard.types.codec import Record
+from neuroshard.types.errors import InputError
+from neuroshard.types.plan import Plan, apply_column_steps
+from neuroshard.types.tables import ShardTable
 
 FEATURES = ("one", "groups", "compute_max", "compute_mean", "ids_max", "ids_mean", "out_max", "dims")
 GROUPS = ("table_wise", "column_wise")
@@ -144,7 +147,7 @@ def plan_parts(scorer, tables: Sequence[ShardTable], plan: Plan, batch: int,
 
 
 @dataclass(frozen=True)
-class TorchRecRuntimeModel:
+class TorchRecRuntimeModel(Record):
     """Step ms of a plan in TorchRec training = coef . features (module doc).
 
     `ndevices` ranks and global batch `batch_size` it was fitted for; `samples`: plans it was fitted on;
@@ -175,24 +178,18 @@ class TorchRecRuntimeModel:
         """Each feature's share (ms) of one plan's predicted step."""
         return {name: float(c * v) for name, c, v in zip(FEATURES, self.coef, x)}
 
-    def to_json(self) -> dict:
-        return {"format": FORMAT, "ndevices": int(self.ndevices), "batch_size": int(self.batch_size),
-                "features": list(FEATURES), "coef": [float(c) for c in self.coef], "samples": int(self.samples),
-                "fit_mape": self.fit_mape, "test_mape": self.test_mape, "source": self.source}
+    def json_extra(self) -> dict:
+        return {"format": FORMAT, "features": list(FEATURES)}  # what a reader checks first
 
     @classmethod
     def from_json(cls, d: dict) -> "TorchRecRuntimeModel":
-        """Inverse of `to_json`; ValueError / KeyError / TypeError on a malformed record."""
+        """The codec's record, once the file says it is this format with these features; ValueError / KeyError /
+        TypeError on a malformed record."""
         if d.get("format") != FORMAT:
             raise ValueError(f"format {d.get('format')!r}, expected {FORMAT!r}")
         if list(d["features"]) != list(FEATURES):
             raise ValueError(f"features {d['features']}, expected {list(FEATURES)}")
-
-        def opt(v):
-            return None if v is None else float(v)
-
-        return cls(int(d["ndevices"]), int(d["batch_size"]), tuple(float(c) for c in d["coef"]),
-                   int(d.get("samples", 0)), opt(d.get("fit_mape")), opt(d.get("test_mape")), dict(d.get("source", {})))
+        return super().from_json(d)
 
     def save(self, path) -> None:
         from neuroshard.formats.io import write_json_atomic

@@ -34,18 +34,16 @@ from typing import ClassVar, Sequence
 
 from neuroshard.checks import check_int
 from neuroshard.planner.registry import ShardingContext, register
+from neuroshard.problem import Problem
 from neuroshard.settings import Settings, setting
-from neuroshard.types import (
-    ColumnPiece,
+from neuroshard.types.errors import (
     ConfigError,
     InvalidPlanError,
     NeuroShardError,
     OutOfMemoryError,
-    Plan,
-    ShardTable,
-    can_split,
-    plan_from_pieces,
 )
+from neuroshard.types.plan import ColumnPiece, Plan, plan_from_pieces
+from neuroshard.types.tables import ShardTable, can_split
 
 # The public DLRM dataset's batch (the paper's setting): the global batch assumed when the caller gives none.
 DEFAULT_BATCH_SIZE = 65536
@@ -151,10 +149,15 @@ def plan_with_torchrec(tables: Sequence[ShardTable], ndevices: int, max_mem: flo
     require_torchrec()
     from torchrec.distributed.embedding_types import EmbeddingComputeKernel
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
-    from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints
+    from torchrec.distributed.planner import (
+        EmbeddingShardingPlanner,
+        ParameterConstraints,
+    )
     from torchrec.distributed.planner.enumerators import EmbeddingEnumerator
     from torchrec.distributed.planner.shard_estimators import EmbeddingPerfEstimator
-    from torchrec.distributed.planner.storage_reservations import FixedPercentageStorageReservation
+    from torchrec.distributed.planner.storage_reservations import (
+        FixedPercentageStorageReservation,
+    )
     from torchrec.distributed.planner.types import (
         KernelConfig,
         PlannerError,
@@ -237,13 +240,10 @@ def plan_from_sharding_plan(sharding_plan, tables: Sequence[ShardTable], names: 
 
 
 @register("torchrec", requires_package="torchrec", settings=(TorchRecConfig,))
-def torchrec_sharder(tables, ndevices: int, max_mem: float, ctx: ShardingContext | None = None) -> Plan:
+def torchrec_sharder(tables, problem: Problem, ctx: ShardingContext | None = None) -> Plan:
     """TorchRec's EmbeddingShardingPlanner on the task, mapped to our plan (see the module docstring)."""
     cfg = TorchRecConfig.from_options(ctx.options if ctx is not None else None)
-    if ndevices < 1:
-        raise NeuroShardError(f"ndevices must be >= 1, got {ndevices}")
-    if not max_mem > 0:
-        raise NeuroShardError(f"max_mem must be > 0 GB, got {max_mem}")
+    ndevices, max_mem = problem.ndevices, problem.max_mem
     if not tables:
         return Plan((), ((),) * ndevices)
     sharding_plan = plan_with_torchrec(tables, ndevices, max_mem, cfg)

@@ -5,8 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from neuroshard.formats.io import atomic_write, json_default, one_line, require_file, write_text_atomic
-from neuroshard.types import InputError
+from neuroshard.formats.io import (
+    atomic_write,
+    json_default,
+    one_line,
+    require_file,
+    write_text_atomic,
+)
+from neuroshard.types.errors import InputError
 
 # --------------------------------------------------------------------------- TorchRec plans
 

@@ -32,7 +32,7 @@ ShardingPlan and hands them to every rank (`read_block`). Per item, every rank:
    to its pooled output, the rest of the forward and the loss, the backward,
    the dense optimizer's step) and reports their medians.
 
-Each node's first rank writes one `types.TorchRecStep` per item. Times in ms
+Each node's first rank writes one `TorchRecStep` per item. Times in ms
 (build time in s).
 """
 
@@ -41,18 +41,61 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Callable, ClassVar, Sequence
 
 from neuroshard.checks import check_float, check_int
-from neuroshard.measure.launch import DEFAULT_STARTUP_TIMEOUT_S, WATCHDOG_GRACE_S, TorchrunJob
+from neuroshard.measure.launch import (
+    DEFAULT_STARTUP_TIMEOUT_S,
+    WATCHDOG_GRACE_S,
+    TorchrunJob,
+)
 from neuroshard.measure.rank import RankContext, RankWorker
+from neuroshard.problem import Problem
 from neuroshard.settings import Settings, common, setting
-from neuroshard.types import ConfigError, TorchRecStep
+from neuroshard.types.codec import Record, json_field
+from neuroshard.types.errors import ConfigError
 
 ITEMS_FILE = "items.json"
 MODULE_PATH = "ebc"  # where the EmbeddingBagCollection sits in the model: the ShardingPlan's module path
 DEFAULT_TIMEOUT_S = 120.0
+
+
+@dataclass
+class TorchRecStep(Record):
+    """One measurement of one plan by TorchRec training: a DLRM whose EmbeddingBagCollection
+    DistributedModelParallel shards by the plan, trained for some iterations.
+
+    `index`: the measurement's position in the job; `repeat`: its round; `iters`: each timed
+    iteration's step time in ms, the slowest rank's (a barrier before each iteration); `per_rank`:
+    each rank's median step ms; `build_s`: the slowest rank's model construction and sharding (s);
+    `phases`: per rank, the median ms of each phase of its steps (`PHASES`: the embedding collection's
+    forward up to its pooled output, the rest of the forward with the loss, the backward, the dense
+    optimizer's step; None in records that predate them). Its cost is the median of `iters`.
+    """
+
+    PHASES: ClassVar[tuple[str, ...]] = ("embedding_fw", "dense_fw", "backward", "optimizer")
+
+    index: int = json_field(key="i")
+    task: int = json_field()
+    alg: str = json_field()
+    repeat: int = json_field()
+    iters: list[float] = json_field()
+    per_rank: list[float] = json_field()
+    build_s: float = 0.0
+    phases: list[dict[str, float]] | None = json_field(None, omit_none=True)
+
+    def __post_init__(self):
+        if not self.iters:
+            raise ValueError("a TorchRec step record without timed iterations")
+        if self.phases is not None:
+            self.phases = [{name: float(p[name]) for name in self.PHASES} for p in self.phases]
+
+    @property
+    def cost(self) -> float:
+        xs = sorted(self.iters)
+        n = len(xs)
+        return float(xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2)
 
 
 def parse_layers(text: str, flag: str, last: int | None = None) -> list[int]:
@@ -72,8 +115,9 @@ def parse_layers(text: str, flag: str, last: int | None = None) -> list[int]:
 class TorchRecTrainConfig(Settings):
     """How the plans are trained (its fields are eval_torchrec.py's flags).
 
-    `ndevices` ranks on `device` ("cpu": gloo, one process per rank;
-    "cuda": NCCL, one GPU per rank). Per measurement `warmup` untimed and
+    One rank per device of `problem` on `device` ("cpu": gloo, one process
+    per rank; "cuda": NCCL, one GPU per rank); the problem's seed orders the
+    rounds and draws the dense features and labels. Per measurement `warmup` untimed and
     `iters` timed training iterations (the plan's cost in that round is
     their median); `repeats` rounds, each training every plan once in a
     seeded shuffled order. `batch_size`: global samples per iteration (the
@@ -85,26 +129,30 @@ class TorchRecTrainConfig(Settings):
 
     TITLE: ClassVar[str] = "TorchRec training"
 
-    ndevices: int = setting(4, "", cli=False)
+    problem: Problem = setting(Problem(), "", cli=False)
     device: str = setting("cpu", "", cli=False)
     gpu_devices: str | None = common("gpu_devices")
     warmup: int = common("warmup", 3, help="untimed training iterations per measurement")
     iters: int = common("iters", 20, help="timed training iterations per measurement (their median is the plan's "
                                           "step time in that round)")
-    repeats: int = setting(3, "train every plan this many times, in rounds (each round every plan once, in a "
-                              "shuffled order), for 95% intervals and the repeat noise")
-    batch_size: int | None = setting(None, "global batch per iteration, split over the ranks: the dataset's first "
-                                           "samples (default: the dataset's whole batch)", show_default=False)
+    repeats: int = common("repeats", 3, help="train every plan this many times, in rounds (each round every plan "
+                                             "once, in a shuffled order), for 95% intervals and the repeat noise")
+    batch_size: int | None = common("batch_size", help="global batch per iteration, split over the ranks: the "
+                                                       "dataset's first samples (default: the dataset's whole batch)",
+                                    show_default=False)
     dense_features: int = setting(13, "dense input features of the DLRM")
     dense_arch: str = setting("64,16", "layer sizes of the DLRM's dense arch")
     over_arch: str = setting("64,1", "layer sizes of the DLRM's over arch (ending in 1)")
-    lr: float = setting(0.01, "learning rate of the embeddings (fused exact SGD) and the dense part (SGD)")
-    seed: int = setting(0, "seed of the measurement order, the dense features and the labels")
+    lr: float = common("lr", 0.01, help="learning rate of the embeddings (fused exact SGD) and the dense part (SGD)")
     timeout: float = common("timeout", DEFAULT_TIMEOUT_S)
     startup_timeout: float = setting(DEFAULT_STARTUP_TIMEOUT_S, "", cli=False)
 
+    @property
+    def ndevices(self) -> int:
+        """The job's ranks: one per device of the problem."""
+        return self.problem.ndevices
+
     def validate(self) -> None:
-        check_int("--ndevices", self.ndevices, 1)
         if self.device not in ("cpu", "cuda"):
             raise ConfigError("--device", f"expected cpu or cuda, got {self.device!r}")
         check_int("--warmup", self.warmup, 0)
@@ -118,27 +166,16 @@ class TorchRecTrainConfig(Settings):
         check_float("--lr", self.lr, 0.0, lo_open=True)
         check_float("--timeout", self.timeout, 0.0, lo_open=True)
 
-    def to_json(self) -> dict:
-        return asdict(self)
 
 
 @dataclass(frozen=True)
-class TorchRecTrainSpec:
-    """The job's settings as the ranks read them from the job file (`TorchRecTrainConfig`'s, and the
-    dataset: each node's own copy)."""
+class TorchRecTrainSpec(Record):
+    """The job's settings as the ranks read them from the job file: the dataset (each node's own copy), the
+    global batch (resolved: the config's or the dataset's) and how to train (the evaluation's own record)."""
 
     data_dir: str
-    warmup: int
-    iters: int
     batch_size: int
-    dense_features: int
-    dense_arch: str
-    over_arch: str
-    lr: float
-    seed: int
-
-    def to_json(self) -> dict:
-        return asdict(self)
+    training: TorchRecTrainConfig
 
 
 # =========================================================================== rank side
@@ -185,7 +222,8 @@ class TorchRecTrainWorker(RankWorker):
 
         super().__init__(ctx)
         st = ctx.state
-        self.spec = spec = TorchRecTrainSpec(**ctx.spec)
+        self.spec = spec = TorchRecTrainSpec.from_json(ctx.spec)
+        self.cfg = spec.training
         local_dir = ctx.local["spec"]["data_dir"]  # this node's copy of the dataset
         st["phase"] = "loading dataset"
         self.dataset = read_dataset(local_dir, validate=False)
@@ -217,7 +255,7 @@ class TorchRecTrainWorker(RankWorker):
         import torch
         from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
-        ctx, spec = self.ctx, self.spec
+        ctx, spec, cfg = self.ctx, self.spec, self.cfg
         b = spec.batch_size // ctx.world
         lo, hi = ctx.rank * b, (ctx.rank + 1) * b
         values, lengths = [], []
@@ -228,8 +266,8 @@ class TorchRecTrainWorker(RankWorker):
             lengths.append(off[1:] - off[:-1])
         kjt = KeyedJaggedTensor.from_lengths_sync(keys=list(names), values=torch.cat(values),
                                                   lengths=torch.cat(lengths))
-        g = torch.Generator().manual_seed(spec.seed * 1009 + ctx.rank)
-        dense = torch.randn(b, spec.dense_features, generator=g)
+        g = torch.Generator().manual_seed(cfg.problem.seed * 1009 + ctx.rank)
+        dense = torch.randn(b, cfg.dense_features, generator=g)
         labels = torch.randint(0, 2, (b,), generator=g).float()
         return (x.to(ctx.device) for x in (dense, kjt, labels))
 
@@ -249,7 +287,7 @@ class TorchRecTrainWorker(RankWorker):
         from neuroshard.measure.rank import local_lead
         from neuroshard.measure.timing import elapsed_ms
 
-        ctx, spec, st = self.ctx, self.spec, self.ctx.state
+        ctx, cfg, st = self.ctx, self.cfg, self.ctx.state
         st["phase"] = "building the model"
         t0 = time.perf_counter()
         names, ids = item["names"], item["table_ids"]
@@ -257,21 +295,21 @@ class TorchRecTrainWorker(RankWorker):
         ebc = EmbeddingBagCollection(tables=[
             EmbeddingBagConfig(name=n, embedding_dim=d, num_embeddings=r, feature_names=[n], pooling=PoolingType.SUM)
             for n, d, r in zip(names, item["dims"], item["rows"])], device=torch.device("meta"))
-        torch.manual_seed(spec.seed)  # the same dense weights on every rank (DDP also broadcasts rank 0's)
+        torch.manual_seed(cfg.problem.seed)  # the same dense weights on every rank (DDP also broadcasts rank 0's)
         marks: dict = {}
-        model = concat_dlrm(ebc, spec.dense_features, parse_layers(spec.dense_arch, "dense_arch"),
-                            parse_layers(spec.over_arch, "over_arch", last=1), device, marks)
+        model = concat_dlrm(ebc, cfg.dense_features, parse_layers(cfg.dense_arch, "dense_arch"),
+                            parse_layers(cfg.over_arch, "over_arch", last=1), device, marks)
         sharder = EmbeddingBagCollectionSharder(fused_params={"optimizer": EmbOptimType.EXACT_SGD,
-                                                              "learning_rate": spec.lr})
+                                                              "learning_rate": cfg.lr})
         dmp = DistributedModelParallel(model, device=device, plan=item["sharding_plan"], sharders=[sharder])
         dense_opt = KeyedOptimizerWrapper(dict(in_backward_optimizer_filter(dmp.named_parameters())),
-                                          lambda params: torch.optim.SGD(params, lr=spec.lr))
+                                          lambda params: torch.optim.SGD(params, lr=cfg.lr))
         dense, kjt, labels = self.batch_slice(ids, names)
         loss_fn = torch.nn.BCEWithLogitsLoss()
         build_s = time.perf_counter() - t0
         times, phases = [], {name: [] for name in TorchRecStep.PHASES}
 
-        for i in range(spec.warmup + spec.iters):
+        for i in range(cfg.warmup + cfg.iters):
             st["phase"] = f"barrier before iteration {i}"
             ctx.barrier()
             st["phase"] = f"training iteration {i}"
@@ -286,7 +324,7 @@ class TorchRecTrainWorker(RankWorker):
             dense_opt.step()
             optimizer_ms = elapsed_ms(t, device)
             ms = (time.perf_counter() - start) * 1e3
-            if i >= spec.warmup:
+            if i >= cfg.warmup:
                 times.append(ms)
                 for name, v in zip(TorchRecStep.PHASES, (marks["embedding_ms"], forward_ms - marks["embedding_ms"],
                                                          backward_ms, optimizer_ms)):
@@ -323,9 +361,7 @@ class TorchRecTrainJob(TorchrunJob):
                  work_dir: str | None = None, keep_dir: bool = False):
         cfg.validate()
         self.cfg, self.items = cfg, [dict(it) for it in items]
-        spec = TorchRecTrainSpec(data_dir=os.path.abspath(data_dir), warmup=cfg.warmup, iters=cfg.iters,
-                                 batch_size=batch_size, dense_features=cfg.dense_features, dense_arch=cfg.dense_arch,
-                                 over_arch=cfg.over_arch, lr=cfg.lr, seed=cfg.seed)
+        spec = TorchRecTrainSpec(data_dir=os.path.abspath(data_dir), batch_size=batch_size, training=cfg)
         # a plan: its model's construction (a few collectives) and warmup + iters steps, each bounded by the timeout
         stall = 4 * cfg.timeout + WATCHDOG_GRACE_S
         super().__init__("torchrec_train", spec, cfg.ndevices, len(self.items), device=cfg.device,

@@ -41,8 +41,10 @@ import numpy as np
 from neuroshard.eval.hardware import PARTIAL_DIR, measurement_order, plan_identity
 from neuroshard.eval.intervals import mean_interval, verdict
 from neuroshard.eval.power import components, plan_repeat_noise
-from neuroshard.torchrec.training import MODULE_PATH, TorchRecTrainConfig
-from neuroshard.types import InputError, PlanRecord, Task, TableConfig, TorchRecStep
+from neuroshard.torchrec.training import MODULE_PATH, TorchRecStep, TorchRecTrainConfig
+from neuroshard.types.errors import InputError
+from neuroshard.types.records import PlanRecord
+from neuroshard.types.tables import TableConfig, Task
 
 MEASUREMENTS = "measurements.jsonl"
 PLANS_DIR = "torchrec_plans"
@@ -256,7 +258,12 @@ def run_torchrec_eval(records: Sequence[PlanRecord], tasks: Sequence[Task], conf
     """
     from tqdm import tqdm
 
-    from neuroshard.formats.io import append_line, check_run_config, open_append, write_json_atomic
+    from neuroshard.formats.io import (
+        append_line,
+        check_run_config,
+        open_append,
+        write_json_atomic,
+    )
     from neuroshard.torchrec.training import train_plans
 
     cfg.validate()
@@ -273,7 +280,7 @@ def run_torchrec_eval(records: Sequence[PlanRecord], tasks: Sequence[Task], conf
         local = None if cfg.device == "cpu" else cfg.ndevices
         items = export_plans(records, tasks, configs, out / PLANS_DIR, cfg.device, local)
         by_id = {id(rec): it for rec, it in zip(records, items)}
-        rounds = measurement_order(list(records), cfg.repeats, cfg.seed)
+        rounds = measurement_order(list(records), cfg.repeats, cfg.problem.seed)
         todo = [(rec, r) for rec, r in rounds if plan_identity(rec, r) not in done]
         if show is not None and len(todo) < len(rounds):
             show(f"{len(rounds) - len(todo)} of {len(rounds)} measurements were made by an earlier, interrupted run")
@@ -299,8 +306,8 @@ def run_torchrec_eval(records: Sequence[PlanRecord], tasks: Sequence[Task], conf
         costs = step_costs(records, done, cfg.repeats)
         steps = [done[plan_identity(rec, r)] for rec in records for r in range(cfg.repeats)]
         splits = {(rec.task, rec.alg): len(rec.plan.column_steps) for rec in records}
-        summary = summarize(costs, reference, algs, iteration_spread(steps), seed=cfg.seed, splits=splits,
-                            median_se=median_uncertainty(steps, cfg.seed))
+        summary = summarize(costs, reference, algs, iteration_spread(steps), seed=cfg.problem.seed, splits=splits,
+                            median_se=median_uncertainty(steps, cfg.problem.seed))
         summary["job_s"] = job_s if todo else 0.0
         summary["measurements"] = len(todo)
         results = [{"task": rec.task, "alg": rec.alg, "plan": rec.plan.to_json(), "step_ms": costs[rec.task, rec.alg],

@@ -15,11 +15,17 @@ from typing import Sequence
 import torch
 
 from neuroshard.checks import check_output_file
-from neuroshard.formats.cost_data import DATA_TXT, CommSample, read_comm_data, read_noise_floor, read_rank_noise
+from neuroshard.formats.cost_data import (
+    DATA_TXT,
+    CommSample,
+    read_comm_data,
+    read_noise_floor,
+    read_rank_noise,
+)
 from neuroshard.planner.costs.extrapolation import comm_ranges
 from neuroshard.planner.costs.nets import COMM_HIDDEN, CommCostModel
 from neuroshard.train.loop import TrainConfig, save_trained, train_ensemble
-from neuroshard.types import InputError
+from neuroshard.types.errors import InputError
 
 KINDS = ("fw", "bw")
 
@@ -93,9 +99,8 @@ def train_comm_models(data_dir, cfg: TrainConfig, fw_out_path=None, bw_out_path=
         rank_noise = read_rank_noise(plan_data_dir)  # plans measured twice: how much noise the ranks share
         if rank_noise is not None:
             extra["rank_noise"] = rank_noise.to_json()
-    # The linear backward model is fitted to the mean time (squared error): its targets are noisy (a noise
-    # floor of 13-19%), and a relative loss fits below their mean; measured on the study's plans (seed 1): the
-    # backward times 11-14% above a relative-loss fit, 0-7% above a squared-error one.
+    # The linear backward model is fitted to the mean time (squared error): its targets are noisy, and a
+    # relative loss fits below their mean, so plans' backward exchanges would be under-estimated.
     fw = dict(cfg=cfg, wait_term=fw_wait, hidden=COMM_HIDDEN, wait_inputs=fw_wait_inputs)
     bw = dict(cfg=replace(cfg, loss="mse"), hidden=()) if bw_linear else dict(cfg=cfg, hidden=COMM_HIDDEN)
     return {kind: train_comm_model(samples, kind, out_path=paths[kind], data_dir=data_dir, progress=progress,

@@ -15,9 +15,14 @@ import torch
 from neuroshard.checks import check_output_file
 from neuroshard.formats.cost_data import read_compute_data, read_noise_floor
 from neuroshard.planner.costs.extrapolation import compute_ranges
-from neuroshard.planner.costs.nets import ComputeCostModel, feature_stats, table_features
+from neuroshard.planner.costs.nets import (
+    ComputeCostModel,
+    feature_stats,
+    table_features,
+)
 from neuroshard.train.loop import TrainConfig, save_trained, train_ensemble
-from neuroshard.types import InputError, TableConfig
+from neuroshard.types.errors import InputError
+from neuroshard.types.tables import TableConfig
 
 
 def shard_tensors(feats: torch.Tensor, sets: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:

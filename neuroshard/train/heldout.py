@@ -30,7 +30,8 @@ from neuroshard.planner.costs.nets import table_features
 from neuroshard.train.compute_model import build_model, shard_tensors
 from neuroshard.train.loop import TrainConfig, train_model
 from neuroshard.train.metrics import regression_metrics
-from neuroshard.types import ConfigError, InputError, NeuroShardError, dim_set
+from neuroshard.types.errors import ConfigError, InputError, NeuroShardError
+from neuroshard.types.tables import dim_set
 
 MIN_SHARDS = 10  # per group: fewer and the MAPEs say nothing
 

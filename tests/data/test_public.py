@@ -5,8 +5,13 @@ import pytest
 import torch
 
 from neuroshard.data.public import process_public
-from neuroshard.formats.dataset import read_dataset, read_public_dlrm, write_dataset, write_public_dlrm
-from neuroshard.types import InputError
+from neuroshard.formats.dataset import (
+    read_dataset,
+    read_public_dlrm,
+    write_dataset,
+    write_public_dlrm,
+)
+from neuroshard.types.errors import InputError
 
 # ---------------------------------------------------------------- a tiny file in the public layout
 # 4 tables x batch 4:

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from neuroshard.data import stats
-from neuroshard.types import InputError
+from neuroshard.types.errors import InputError
 from tests.data.test_public import TINY_TABLES, _bins, tiny_public
 
 # The published locality stats ship with the repository (reference/, MIT licensed).
@@ -97,7 +97,7 @@ def test_quantiles_and_summary():
 
 
 def test_default_bins_are_the_published_2021_histogram():
-    from neuroshard.types import DEFAULT_BINS, NUM_BINS
+    from neuroshard.types.tables import DEFAULT_BINS, NUM_BINS
 
     assert len(DEFAULT_BINS) == NUM_BINS
     assert list(DEFAULT_BINS) == stats.reference_block(REFERENCE, 0).col_hist

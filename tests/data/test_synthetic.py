@@ -5,7 +5,11 @@ import pytest
 import torch
 
 from neuroshard.data import stats
-from neuroshard.data.synthetic import SyntheticSpec, generate_synthetic, synthetic_params
+from neuroshard.data.synthetic import (
+    SyntheticSpec,
+    generate_synthetic,
+    synthetic_params,
+)
 from neuroshard.formats.dataset import read_dataset, write_dataset
 from tests.data.test_stats import REFERENCE
 
@@ -62,7 +66,7 @@ def test_default_synthetic_matches_published_locality():
     (dict(num_tables=0), "--num_tables"), (dict(batch_size=0), "--batch_size"),
     (dict(max_rows=50), "--max_rows"), (dict(max_rows=2**31), "--max_rows")])
 def test_synthetic_bad_spec(kwargs, message):
-    from neuroshard.types import NeuroShardError
+    from neuroshard.types.errors import NeuroShardError
 
     with pytest.raises(NeuroShardError, match=message):
         generate_synthetic(SyntheticSpec(**kwargs), progress=False)

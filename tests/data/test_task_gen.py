@@ -1,10 +1,13 @@
 """Task generation: T range, dim set, memory limits, determinism, bounded retries."""
 
+from dataclasses import replace
 import numpy as np
 import pytest
 
+from neuroshard.problem import Problem
 from neuroshard.data.task_gen import TaskSpec, generate_tasks
-from neuroshard.types import NeuroShardError, TableConfig, dim_set, size_gb
+from neuroshard.types.errors import NeuroShardError
+from neuroshard.types.tables import TableConfig, dim_set, size_gb
 
 BINS = (0.0,) * 17
 
@@ -18,7 +21,7 @@ ROWS = [100, 1000, 50_000, 300_000, 1_000_000, 4_000_000, 2_000, 700]
 
 
 def test_tasks_respect_range_dims_and_memory():
-    spec = TaskSpec(data_size=200, T_range=(3, 9), max_mem=0.5, max_dim=64, ndevices=2, seed=3)
+    spec = TaskSpec(data_size=200, T_range=(3, 9), max_dim=64, problem=Problem(ndevices=2, max_mem=0.5, seed=3))
     cfgs = configs(ROWS)
     tasks = generate_tasks(cfgs, spec)
     assert len(tasks) == 200
@@ -36,23 +39,23 @@ def test_tasks_respect_range_dims_and_memory():
 
 def test_tables_that_never_fit_are_never_drawn():
     # 4M rows x dim 4 = 0.06 GB fits, x dim 8 = 0.12 GB does not fit max_mem 0.1
-    tasks = generate_tasks(configs(ROWS), TaskSpec(data_size=100, T_range=(5, 5), max_mem=0.1,
-                                                   max_dim=128, ndevices=8, seed=0))
+    tasks = generate_tasks(configs(ROWS), TaskSpec(data_size=100, T_range=(5, 5), max_dim=128,
+                                                   problem=Problem(ndevices=8, max_mem=0.1, seed=0)))
     for t in tasks:
         for i, d in zip(t.table_ids, t.dims):
             assert size_gb(ROWS[i], d) <= 0.1
 
 
 def test_seed_determinism():
-    spec = TaskSpec(data_size=20, T_range=(1, 30), seed=7)
+    spec = TaskSpec(data_size=20, T_range=(1, 30), problem=Problem(seed=7))
     assert generate_tasks(configs(ROWS), spec) == generate_tasks(configs(ROWS), spec)
-    other = TaskSpec(data_size=20, T_range=(1, 30), seed=8)
+    other = TaskSpec(data_size=20, T_range=(1, 30), problem=Problem(seed=8))
     assert generate_tasks(configs(ROWS), spec) != generate_tasks(configs(ROWS), other)
 
 
 def test_no_fit_stops_with_clear_error():
     # every table is at least 4M x 4 x 4 B = 0.06 GB; ten of them never fit 2 x 0.01 GB
-    spec = TaskSpec(data_size=1, T_range=(10, 10), max_mem=0.01, ndevices=2, max_tries=50)
+    spec = TaskSpec(data_size=1, T_range=(10, 10), max_tries=50, problem=Problem(ndevices=2, max_mem=0.01))
     with pytest.raises(NeuroShardError, match=r"no task of 10 tables fits after 50 tries.*--max_mem"):
         generate_tasks(configs([4_000_000]), spec)
 
@@ -67,8 +70,9 @@ def test_no_fit_stops_with_clear_error():
     (dict(max_tries=0), "--max_tries"),
 ])
 def test_bad_spec(kwargs, flag):
+    problem = {k: kwargs.pop(k) for k in ("max_mem", "ndevices") if k in kwargs}  # the problem checks its own
     with pytest.raises(NeuroShardError, match=flag):
-        generate_tasks(configs(ROWS), TaskSpec(**kwargs))
+        generate_tasks(configs(ROWS), TaskSpec(**kwargs, problem=Problem(**problem)))
 
 
 def test_uniform_ids_and_dims():
@@ -87,14 +91,13 @@ def test_table_pools_are_disjoint_halves_and_all_is_unchanged():
     assert len(train) == 4 and len(test) == 4 and not train & test and train | test == set(range(8))
     assert table_pool(8, "train", 3).tolist() == table_pool(8, "train", 3).tolist()
     assert set(table_pool(8, "train", 4).tolist()) != train
-    spec = TaskSpec(data_size=30, T_range=(2, 4), max_mem=1.0, max_dim=16, ndevices=2, seed=0)
+    spec = TaskSpec(data_size=30, T_range=(2, 4), max_dim=16, problem=Problem(ndevices=2, max_mem=1.0, seed=0))
     cfgs = configs(ROWS)
     for pool, ids in (("train", train), ("test", test)):
-        drawn = {i for t in generate_tasks(cfgs, TaskSpec(**{**spec.to_json(), "T_range": (2, 4),
-                                                             "table_pool": pool, "pool_seed": 3})) for i in t.table_ids}
+        drawn = {i for t in generate_tasks(cfgs, replace(spec, table_pool=pool, pool_seed=3)) for i in t.table_ids}
         assert drawn <= ids
     # "all" draws exactly as before pools existed: the ids come from the same rng calls
     default = generate_tasks(cfgs, spec)
-    assert default == generate_tasks(cfgs, TaskSpec(**{**spec.to_json(), "T_range": (2, 4), "table_pool": "all"}))
+    assert default == generate_tasks(cfgs, replace(spec, table_pool="all"))
     with pytest.raises(NeuroShardError, match="--table_pool: must be one of all, train, test"):
-        generate_tasks(cfgs, TaskSpec(**{**spec.to_json(), "T_range": (2, 4), "table_pool": "half"}))
+        generate_tasks(cfgs, replace(spec, table_pool="half"))

@@ -2,11 +2,19 @@
 
 import pytest
 
-from neuroshard.eval.drift import DRIFT_COMM, DRIFT_COMPUTE, drift_scaled_accuracy, read_drift
+from neuroshard.eval.drift import (
+    DRIFT_COMM,
+    DRIFT_COMPUTE,
+    drift_scaled_accuracy,
+    read_drift,
+)
 from neuroshard.formats.cost_data import write_noise_floor
 from neuroshard.formats.io import write_json_atomic
 from neuroshard.measure.noise import noise_report
-from neuroshard.types import CostBreakdown, InputError, Plan, PlanRecord
+from neuroshard.types.costs import CostBreakdown
+from neuroshard.types.errors import InputError
+from neuroshard.types.plan import Plan
+from neuroshard.types.records import PlanRecord
 
 
 def _write(hw, compute_ratio, fw_ratio, bw_ratio):

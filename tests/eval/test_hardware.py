@@ -3,11 +3,14 @@ and repeats measured in interleaved rounds (a fake measurer stands in for the jo
 
 import pytest
 
+from neuroshard.problem import Problem
 from neuroshard.eval.summary import hardware_summary as summarize
 from neuroshard.eval.summary import simulator_accuracy
 from neuroshard.formats.plan_file import read_plans
 from neuroshard.measure.plan_job import HardwareConfig
-from neuroshard.types import CostBreakdown, Plan, PlanMeasurement, PlanRecord
+from neuroshard.types.costs import CostBreakdown
+from neuroshard.types.plan import Plan
+from neuroshard.types.records import PlanMeasurement, PlanRecord
 from tests.measure.test_plan_job import _breakdown
 
 _PLANS: dict = {}
@@ -81,7 +84,7 @@ def test_repeats_are_interleaved_rounds_and_give_intervals(tmp_path, monkeypatch
                                       fw_comm_nosleep=[0.0, 0.0], skew=[0.0, 0.0]))
 
     monkeypatch.setattr(plan_job, "measure_plans", fake_measure)
-    cfg = HardwareConfig(ndevices=2, repeats=3, seed=5)
+    cfg = HardwareConfig(problem=Problem(2, seed=5), repeats=3)
     results, summary = hardware.run_evaluation(records, "ds", "tasks.txt", cfg, tmp_path / "out", ["fast", "slow"],
                                                4, show=None)
     # three rounds, each measures every plan once, each in its own shuffled order

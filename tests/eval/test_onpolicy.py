@@ -7,8 +7,19 @@ import math
 import numpy as np
 import pytest
 
-from neuroshard.eval.onpolicy import augmented_index, check_disjoint, choose_lambda, lambda_label, plan_samples
-from neuroshard.types import CostBreakdown, InputError, Plan, PlanRecord, RepeatParts, TableConfig, Task
+from neuroshard.eval.onpolicy import (
+    augmented_index,
+    check_disjoint,
+    choose_lambda,
+    lambda_label,
+    plan_samples,
+)
+from neuroshard.problem import Problem
+from neuroshard.types.costs import CostBreakdown, RepeatParts
+from neuroshard.types.errors import InputError
+from neuroshard.types.plan import Plan
+from neuroshard.types.records import PlanRecord
+from neuroshard.types.tables import TableConfig, Task
 
 BINS = tuple([0.0] * 16 + [1.0])
 CONFIGS = [TableConfig(100 + i, 1.0, BINS) for i in range(5)]  # 5 dataset tables
@@ -61,30 +72,30 @@ def test_lambda_is_the_smallest_unless_another_is_significantly_cheaper():
     steady = recs(1.0, [[9, 9]] * 4)  # 1 ms cheaper on every task and round: the interval is [-1, -1]
     noisy = recs(2.0, [[5, 5], [5, 5], [13, 13], [12, 12]])  # mean 8.75, but 2 of 4 tasks dearer: n.s.
     chosen = choose_lambda(base + steady + noisy, 4)
-    assert chosen["chosen"] == 1.0 and chosen["default"] == 0.0 and chosen["tasks"] == 4
-    assert chosen["mean_ms"] == {"0": 10.0, "1": 9.0, "2": 8.75}
-    assert chosen["vs_default_ms"]["1"]["lo"] == chosen["vs_default_ms"]["1"]["hi"] == -1.0
-    lo, hi = chosen["vs_default_ms"]["2"]["lo"], chosen["vs_default_ms"]["2"]["hi"]
-    assert chosen["vs_default_ms"]["2"]["mean"] == -1.25 and lo < 0 < hi
+    assert chosen.chosen == 1.0 and chosen.default == 0.0 and chosen.tasks == 4
+    assert chosen.mean_ms == {"0": 10.0, "1": 9.0, "2": 8.75}
+    assert chosen.vs_default_ms["1"]["lo"] == chosen.vs_default_ms["1"]["hi"] == -1.0
+    lo, hi = chosen.vs_default_ms["2"]["lo"], chosen.vs_default_ms["2"]["hi"]
+    assert chosen.vs_default_ms["2"]["mean"] == -1.25 and lo < 0 < hi
     # only the noisy one: the cheapest mean is not enough, the smallest lambda stays
-    assert choose_lambda(base + noisy, 4)["chosen"] == 0.0
+    assert choose_lambda(base + noisy, 4).chosen == 0.0
     # two significantly cheaper: the cheaper mean; equal means: the smaller lambda
-    assert choose_lambda(base + steady + recs(3.0, [[8, 8]] * 4), 4)["chosen"] == 3.0
-    assert choose_lambda(base + steady + recs(3.0, [[9, 9]] * 4), 4)["chosen"] == 1.0
-    assert choose_lambda(base, 4)["chosen"] == 0.0
+    assert choose_lambda(base + steady + recs(3.0, [[8, 8]] * 4), 4).chosen == 3.0
+    assert choose_lambda(base + steady + recs(3.0, [[9, 9]] * 4), 4).chosen == 1.0
+    assert choose_lambda(base, 4).chosen == 0.0
     assert choose_lambda([], 4) is None
 
 
 def test_plan_error_divides_out_the_machine_speed_then_calibrates():
     from neuroshard.eval.onpolicy import plan_error
-    from neuroshard.planner.simulator import simulate
     from neuroshard.planner.costs.uncertainty import calibrate_plan_sd, plan_normals
+    from neuroshard.planner.simulator import simulate
     from tests.planner.test_simulator import hand_models
 
     tasks = [Task((0, 1), (8, 16)), Task((2, 3, 4), (8, 8, 16))]
     plans = [Plan((), ((0,), (1,))), Plan((), ((0, 1), (2,)))]
     models = hand_models()
-    bds = [simulate(t.tables(CONFIGS), p, models, 1.0) for t, p in zip(tasks, plans)]
+    bds = [simulate(t.tables(CONFIGS), p, models, Problem(p.ndevices, 1.0)) for t, p in zip(tasks, plans)]
     est = [bd.cost for bd in bds]
     # measured 1.5x slower throughout (every rank's compute too: no per-rank error), one plan off by a
     # further 10% in one of its repeats
@@ -92,7 +103,7 @@ def test_plan_error_divides_out_the_machine_speed_then_calibrates():
     records = [PlanRecord(i, "neuroshard", plan=p, repeat_costs=c,
                           measured=_measured([[1.5 * x for x in bd.compute]], [[0.0, 0.0]], [8, 8]))
                for i, (p, c, bd) in enumerate(zip(plans, got, bds))]
-    pe = plan_error(records + [PlanRecord(0, "random", status="oom")], tasks, CONFIGS, models, 1.0)
+    pe = plan_error(records + [PlanRecord(0, "random", status="oom")], tasks, CONFIGS, models, Problem(2, 1.0))
     assert pe.measurements == 4 and pe.speed == pytest.approx(1.5)  # the median ratio
     assert pe.rank == pytest.approx(0.0, abs=1e-9) and pe.ranks == 4
     # after dividing by 1.5: three measurements on their point, one 10% above it
@@ -113,17 +124,17 @@ def test_rank_error_pools_what_a_plans_ranks_do_not_share():
     tasks = [Task((0, 1), (8, 16)), Task((2, 3, 4), (8, 8, 16))]
     plans = [Plan((), ((0,), (1,))), Plan((), ((0, 1), (2,)))]
     models = hand_models()
-    est = [simulate(t.tables(CONFIGS), p, models, 1.0).compute for t, p in zip(tasks, plans)]
+    est = [simulate(t.tables(CONFIGS), p, models, Problem(p.ndevices, 1.0)).compute for t, p in zip(tasks, plans)]
     # plan 0: its ranks measured e^0.1 and e^-0.1 times their estimates (deviations +-0.1 about the mean 0);
     # plan 1: both 2x (a shared error: deviations 0); pooled: 0.02 over 4 ranks - 2 plans
     measured = [[est[0][0] * math.exp(0.1), est[0][1] * math.exp(-0.1)], [2 * est[1][0], 2 * est[1][1]]]
     records = [PlanRecord(i, "neuroshard", plan=p, measured=_measured([m], [[0.0, 0.0]], [8, 8]))
                for i, (p, m) in enumerate(zip(plans, measured))]
-    sd, ranks, noise = rank_error(records, tasks, CONFIGS, models, 1.0)
+    sd, ranks, noise = rank_error(records, tasks, CONFIGS, models, Problem(2, 1.0))
     assert ranks == 4 and sd == pytest.approx(math.sqrt(0.02 / 2)) and noise is None  # no repeats: no noise known
     # a rank without tables (measured 0) leaves the plan with one rank: nothing to pool
     lone = [PlanRecord(0, "neuroshard", plan=plans[0], measured=_measured([[1.0, 0.0]], [[0.0, 0.0]], [8, 0]))]
-    assert rank_error(lone, tasks, CONFIGS, models, 1.0) == (0.0, 0, None)
+    assert rank_error(lone, tasks, CONFIGS, models, Problem(2, 1.0)) == (0.0, 0, None)
 
 
 def test_rank_error_takes_out_the_ranks_own_measurement_noise():
@@ -134,7 +145,7 @@ def test_rank_error_takes_out_the_ranks_own_measurement_noise():
     tasks = [Task((0, 1), (8, 16)), Task((2, 3, 4), (8, 8, 16))]
     plans = [Plan((), ((0,), (1,))), Plan((), ((0, 1), (2,)))]
     models = hand_models()
-    est = [simulate(t.tables(CONFIGS), p, models, 1.0).compute for t, p in zip(tasks, plans)]
+    est = [simulate(t.tables(CONFIGS), p, models, Problem(p.ndevices, 1.0)).compute for t, p in zip(tasks, plans)]
     # plan 0 measured twice: rank 0 at e^0.15 then e^0.05 of its estimate, rank 1 at e^-0.15 then e^-0.05.
     # Their means (e^+-0.1 x cosh 0.05; the cosh is shared) deviate +-0.1 from the plan's mean: 0.02.
     # The repeats' log ratios, +0.1 and -0.1, deviate +-0.1 over 1 degree of freedom: 0.02 holds twice one
@@ -144,7 +155,7 @@ def test_rank_error_takes_out_the_ranks_own_measurement_noise():
     records = [PlanRecord(0, "neuroshard", plan=plans[0], measured=_measured(reps0, [[0.0, 0.0]] * 2, [8, 16])),
                PlanRecord(1, "neuroshard", plan=plans[1],
                           measured=_measured([[2 * est[1][0], 2 * est[1][1]]], [[0.0, 0.0]], [16, 16]))]
-    sd, ranks, noise = rank_error(records, tasks, CONFIGS, models, 1.0)
+    sd, ranks, noise = rank_error(records, tasks, CONFIGS, models, Problem(2, 1.0))
     # the pool, 0.02 over 2 degrees of freedom, expects noise 0.01 / 2 repeats (plan 0) + 0.01 / 1 (plan 1)
     # = 0.015 of it: the model's own variance is (0.02 - 0.015) / 2 = 0.0025
     assert ranks == 4 and noise.independent_sd == pytest.approx(0.1) and sd == pytest.approx(0.05)
@@ -155,7 +166,7 @@ def test_rank_error_takes_out_the_ranks_own_measurement_noise():
     loud = [[est[0][0] * math.exp(0.4), est[0][1] * math.exp(-0.4)],
             [est[0][0] * math.exp(-0.4), est[0][1] * math.exp(0.4)]]
     rec = [PlanRecord(0, "neuroshard", plan=plans[0], measured=_measured(loud, [[0.0, 0.0]] * 2, [8, 16]))]
-    sd, ranks, noise = rank_error(rec, tasks, CONFIGS, models, 1.0)
+    sd, ranks, noise = rank_error(rec, tasks, CONFIGS, models, Problem(2, 1.0))
     assert sd == 0.0 and ranks == 2 and noise.independent_sd == pytest.approx(0.8)
 
 
@@ -163,14 +174,14 @@ def test_plan_error_records_the_plan_jobs_compute_noise_and_draws_the_floor():
     from dataclasses import replace
 
     from neuroshard.eval.onpolicy import plan_error
-    from neuroshard.planner.simulator import plan_cost_samples, simulate
     from neuroshard.planner.costs.uncertainty import NoiseModel, share_in_band
+    from neuroshard.planner.simulator import plan_cost_samples, simulate
     from tests.planner.test_simulator import hand_models
 
     tasks = [Task((0, 1), (8, 16))]
     plan = Plan((), ((0,), (1,)))
     models = replace(hand_models(), noise=NoiseModel(compute=0.3))  # the collection's floor: 30%
-    est = simulate(tasks[0].tables(CONFIGS), plan, models, 1.0).compute
+    est = simulate(tasks[0].tables(CONFIGS), plan, models, Problem(plan.ndevices, 1.0)).compute
     # measured twice: rank 0 at e^0.4 then e^0 of its estimate, rank 1 at e^0.2 then e^0. The ratios' logs
     # 0.4, 0.2: deviations +-0.1 over 1 degree of freedom hold twice the own variance, so own^2 = 0.01 (10%);
     # their mean 0.3 holds twice the shared variance plus the own variance / 2 ranks: (0.09 - 0.01) / 2 = 0.04
@@ -178,13 +189,13 @@ def test_plan_error_records_the_plan_jobs_compute_noise_and_draws_the_floor():
     reps = [[est[0] * math.exp(0.4), est[1] * math.exp(0.2)], [est[0], est[1]]]
     rec = PlanRecord(0, "neuroshard", plan=plan, repeat_costs=[10.0, 9.0],
                      measured=_measured(reps, [[0.0, 0.0]] * 2, [8, 16]))
-    pe = plan_error([rec], tasks, CONFIGS, models, 1.0)
+    pe = plan_error([rec], tasks, CONFIGS, models, Problem(2, 1.0))
     assert (pe.compute_noise, pe.compute_common) == pytest.approx((0.1, 0.2))
     assert pe.compute_sd == pytest.approx(math.sqrt(0.05))
     # recorded, not drawn: the band before any widening is the floor's (and the per-rank error's)
     drawn = replace(models, noise=replace(models.noise_model, rank=pe.rank))
-    smp = plan_cost_samples(tasks[0].tables(CONFIGS), plan, drawn, 1.0)
+    smp = plan_cost_samples(tasks[0].tables(CONFIGS), plan, drawn, Problem(plan.ndevices, 1.0))
     assert pe.coverage_before == share_in_band([smp], [[c / pe.speed for c in (10.0, 9.0)]])
     # without the repeats there is nothing to split
     once = replace(rec, measured=_measured(reps[:1], [[0.0, 0.0]], [8, 16]))
-    assert plan_error([once], tasks, CONFIGS, models, 1.0).compute_sd is None
+    assert plan_error([once], tasks, CONFIGS, models, Problem(2, 1.0)).compute_sd is None

@@ -10,7 +10,12 @@ from neuroshard.formats.plan_file import plan_view, write_plans
 from neuroshard.planner.costs.cost_models import CostModels
 from neuroshard.planner.costs.nets import linear_comm_model, linear_compute_model
 from neuroshard.planner.simulator import simulate
-from neuroshard.types import CostBreakdown, InputError, Plan, PlanRecord, TableConfig, Task
+from neuroshard.problem import Problem
+from neuroshard.types.costs import CostBreakdown
+from neuroshard.types.errors import InputError
+from neuroshard.types.plan import Plan
+from neuroshard.types.records import PlanRecord
+from neuroshard.types.tables import TableConfig, Task
 
 BINS = (1.0,) + (0.0,) * 16
 CONFIGS = [TableConfig(1000 * (i + 1), 2.0, BINS) for i in range(5)]
@@ -33,7 +38,7 @@ def test_plans_are_checked_and_estimates_simulated_again():
     records = [PlanRecord(1, "a", plan=Plan((), ((0, 1), ())), estimate=stale(1.0)),
                PlanRecord(1, "b", plan=Plan((), ((0,), (1,), ())), estimate=stale(1.0, 3)),
                PlanRecord(0, "c", status="oom", message="no room")]
-    fits, wrong, oom = check_plans(records, CONFIGS, TASKS, ndevices=2, max_mem=1.0, models=models)
+    fits, wrong, oom = check_plans(records, CONFIGS, TASKS, Problem(2, 1.0), models=models)
     # the estimate in the file (1.0) is not trusted: dims 16 | 0 -> compute 0.66 | 0, bw 0.42 | 0.1,
     # ready 1.08 | 0.1 so skew 0.98 | 0, fw 0.1 + 0.32 + 0.49 = 0.91 | 0.1, totals 1.99 | 0.2
     assert fits.plan is not None and fits.estimated_cost == pytest.approx(1.99, abs=1e-5)
@@ -41,7 +46,7 @@ def test_plans_are_checked_and_estimates_simulated_again():
     assert fits.view == plan_view(TASKS[1].tables(CONFIGS), fits.plan)
     assert wrong.status == "invalid" and wrong.plan is None and "3 devices" in wrong.message
     assert oom.status == "oom" and oom.estimated_cost is None
-    tight = check_plans(records[:1], CONFIGS, TASKS, ndevices=2, max_mem=1e-6, models=models)[0]
+    tight = check_plans(records[:1], CONFIGS, TASKS, Problem(2, 1e-6), models=models)[0]
     assert (tight.status, tight.plan, tight.estimated_cost) == ("oom", None, None)
 
 
@@ -61,7 +66,7 @@ def test_plan_file_errors_name_the_record(tmp_path):
     def check(records, *fragments, **kw):
         write_plans(path, records)
         with pytest.raises(InputError) as err:
-            plans_from_file(path, _inputs(**kw), "tasks.txt", "all", 2, 1.0)
+            plans_from_file(path, _inputs(**kw), "tasks.txt", "all", Problem(2, 1.0))
         for f in fragments:
             assert f in str(err.value)
 
@@ -79,9 +84,9 @@ def test_plan_file_keeps_tasks_within_max_tasks_and_picks_algorithms(tmp_path):
     records = [_record(0, "x", Plan((), ((0, 1), (2, 3)))), _record(0, "y", Plan((), ((0, 2), (1, 3)))),
                _record(2, "x", Plan((), ((0,), ())))]
     write_plans(path, records)
-    got, algs = plans_from_file(path, _inputs(max_tasks=1), "tasks.txt", "all", 2, 1.0)
+    got, algs = plans_from_file(path, _inputs(max_tasks=1), "tasks.txt", "all", Problem(2, 1.0))
     assert [(r.task, r.alg) for r in got] == [(0, "x"), (0, "y")] and algs == ["x", "y"]
-    want = simulate(TASKS[0].tables(CONFIGS), records[0].plan, hand_models(), 1.0).cost
+    want = simulate(TASKS[0].tables(CONFIGS), records[0].plan, hand_models(), Problem(records[0].plan.ndevices, 1.0)).cost
     assert got[0].estimated_cost == pytest.approx(want) and want != 9.0
     assert json.loads(path.read_text())[0]["estimated_cost"] == 9.0  # the file itself is left as it was
 
@@ -92,32 +97,32 @@ def test_plans_carry_their_task_and_are_refused_for_other_tables(tmp_path):
     from neuroshard.eval.planning import plan_task
 
     path = tmp_path / "plans.json"
-    rec = plan_task(1, TASKS[1].tables(CONFIGS), "dim_greedy", 2, 1.0, hand_models())
+    rec = plan_task(1, TASKS[1].tables(CONFIGS), "dim_greedy", Problem(2, 1.0), hand_models())
     assert (rec.table_ids, rec.dims) == ((4, 1), (8, 8))
     write_plans(path, [rec])
     other = EvalInputs(CONFIGS, [TASKS[0], Task((3, 1), (8, 8))], hand_models(), 2)  # same dims, table 3
     with pytest.raises(InputError, match=r"record 0 \(task 1, dim_greedy\): its tables do not match task 1 of "
                                          r"t.txt: table 0 is dataset table 4 in the plan, dataset table 3 here"):
-        plans_from_file(path, other, "t.txt", "all", 2, 1.0)
-    got, _ = plans_from_file(path, _inputs(), "tasks.txt", "all", 2, 1.0)
+        plans_from_file(path, other, "t.txt", "all", Problem(2, 1.0))
+    got, _ = plans_from_file(path, _inputs(), "tasks.txt", "all", Problem(2, 1.0))
     assert (got[0].table_ids, got[0].dims) == ((4, 1), (8, 8))
     # an old file (no identity keys): loads; the view's dims and the table count are still checked
     raw = json.loads(path.read_text())
     path.write_text(json.dumps([{k: v for k, v in raw[0].items() if k not in ("table_ids", "dims")}]))
-    got, _ = plans_from_file(path, _inputs(), "tasks.txt", "all", 2, 1.0)
+    got, _ = plans_from_file(path, _inputs(), "tasks.txt", "all", Problem(2, 1.0))
     assert got[0].plan == rec.plan and (got[0].table_ids, got[0].dims) == ((4, 1), (8, 8))
     wider = EvalInputs(CONFIGS, [TASKS[0], Task((4, 1), (8, 16))], hand_models(), 2)
     with pytest.raises(InputError, match="table 1 has dim 8 in the plan, dim 16 here"):
-        plans_from_file(path, wider, "t.txt", "all", 2, 1.0)
+        plans_from_file(path, wider, "t.txt", "all", Problem(2, 1.0))
 
 
 def test_an_estimate_far_from_the_recorded_one_is_warned_about(capsys):
     models = hand_models()
     plan = Plan((), ((0,), (1,)))
-    want = simulate(TASKS[1].tables(CONFIGS), plan, models, 1.0).cost
-    check_plans([PlanRecord(1, "a", plan=plan, estimate=stale(want))], CONFIGS, TASKS, 2, 1.0, models)
+    want = simulate(TASKS[1].tables(CONFIGS), plan, models, Problem(plan.ndevices, 1.0)).cost
+    check_plans([PlanRecord(1, "a", plan=plan, estimate=stale(want))], CONFIGS, TASKS, Problem(2, 1.0), models)
     assert capsys.readouterr().err == ""
-    check_plans([PlanRecord(1, "a", plan=plan, estimate=stale(3 * want))], CONFIGS, TASKS, 2, 1.0, models)
+    check_plans([PlanRecord(1, "a", plan=plan, estimate=stale(3 * want))], CONFIGS, TASKS, Problem(2, 1.0), models)
     err = capsys.readouterr().err
     assert err.startswith("warning: task 1 [a]: the plan's estimate re-simulated is") and "the file recorded" in err
 
@@ -134,10 +139,10 @@ def test_calibration_scales_the_models_by_the_measured_drift(tmp_path):
     plan = Plan((), ((0, 1), ()))
     # test_plans_are_checked_and_estimates_simulated_again's plan, scaled: compute 1.32 | 0, bw 0.21 | 0.05,
     # ready 1.53 | 0.05 so skew 1.48 | 0, fw 2 x (0.1 + 0.32 + 0.74) = 2.32 | 2 x 0.1, totals 3.85 | 0.25
-    est = simulate(TASKS[1].tables(CONFIGS), plan, inputs.models, 1.0)
+    est = simulate(TASKS[1].tables(CONFIGS), plan, inputs.models, Problem(plan.ndevices, 1.0))
     assert est.compute == pytest.approx([1.32, 0.0], abs=1e-5) and est.bw_comm == pytest.approx([0.21, 0.05])
     assert est.fw_comm == pytest.approx([2.32, 0.2], abs=1e-5) and est.cost == pytest.approx(3.85, abs=1e-5)
-    assert simulate(TASKS[1].tables(CONFIGS), plan, _inputs().models, 1.0).cost == pytest.approx(1.99, abs=1e-5)
+    assert simulate(TASKS[1].tables(CONFIGS), plan, _inputs().models, Problem(plan.ndevices, 1.0)).cost == pytest.approx(1.99, abs=1e-5)
     (tmp_path / DRIFT_COMM).unlink()
     with pytest.raises(InputError, match="drift_comm.json: calibration file not found"):
         calibrate(_inputs(), tmp_path)
@@ -159,7 +164,7 @@ def test_plan_speed_scales_the_calibrated_models_further(tmp_path):
     # test_calibration_scales_the_models_by_the_measured_drift's plan, compute x0.9 and fw x1.2 more:
     # compute 1.188 | 0, bw 0.21 | 0.05, ready 1.398 | 0.05 so skew 1.348 | 0,
     # fw 1.2 x 2 x (0.1 + 0.32 + 0.5 x 1.348) = 2.6256 | 1.2 x 0.2 = 0.24, totals 4.0236 | 0.29
-    est = simulate(TASKS[1].tables(CONFIGS), plan, sped.models, 1.0)
+    est = simulate(TASKS[1].tables(CONFIGS), plan, sped.models, Problem(plan.ndevices, 1.0))
     assert est.compute == pytest.approx([1.188, 0.0], abs=1e-5) and est.bw_comm == pytest.approx([0.21, 0.05])
     assert est.fw_comm == pytest.approx([2.6256, 0.24], abs=1e-5) and est.cost == pytest.approx(4.0236, abs=1e-5)
     with pytest.raises(InputError, match="calibration factor compute=2.0, this evaluation's --calibration gives None"):
@@ -184,7 +189,7 @@ def _planning(tmp_path, name: str, tasks, records, seed: int, **settings) -> tup
 
 def test_unmeasured_plans_are_simulated_again_and_must_come_from_the_same_planning(tmp_path):
     from neuroshard.eval.planning import unmeasured_plans
-    from neuroshard.types import ConfigError
+    from neuroshard.types.errors import ConfigError
 
     measured = _planning(tmp_path, "measured", TASKS[:1], [_record(0, "neuroshard", Plan((), ((0, 1), (2, 3)))),
                                                            _record(0, "random", Plan((), ((0, 2), (1, 3))))], seed=0)
@@ -198,31 +203,31 @@ def test_unmeasured_plans_are_simulated_again_and_must_come_from_the_same_planni
                rec(1, "random", ((), (0,)))]
     path, task_path = _planning(tmp_path, "other", others, records, seed=1000)
     algs = ["neuroshard", "random"]
-    got = unmeasured_plans(path, task_path, _inputs(), measured[0], measured[1], algs, 2, 1.0)
+    got = unmeasured_plans(path, task_path, _inputs(), measured[0], measured[1], algs, Problem(2, 1.0))
     assert [(r.task, r.alg) for r in got] == [(0, "neuroshard"), (0, "random"), (1, "neuroshard"), (1, "random")]
-    want = simulate(others[1].tables(CONFIGS), records[2].plan, hand_models(), 1.0).cost
+    want = simulate(others[1].tables(CONFIGS), records[2].plan, hand_models(), Problem(records[2].plan.ndevices, 1.0)).cost
     assert got[2].estimated_cost == pytest.approx(want) and want != 9.0  # simulated again, with these models
 
     def refused(error, fragment, *args):
         with pytest.raises(error, match=fragment):
             unmeasured_plans(*args)
 
-    refused(ConfigError, "needs --plans", path, task_path, _inputs(), None, measured[1], algs, 2, 1.0)
-    refused(ConfigError, "is the measured task file", path, measured[1], _inputs(), *measured, algs, 2, 1.0)
+    refused(ConfigError, "needs --plans", path, task_path, _inputs(), None, measured[1], algs, Problem(2, 1.0))
+    refused(ConfigError, "is the measured task file", path, measured[1], _inputs(), *measured, algs, Problem(2, 1.0))
     write_plans(tmp_path / "sim_other" / "plans.json", records[:1] + records[2:3])
-    refused(InputError, "no plans of random", path, task_path, _inputs(), *measured, algs, 2, 1.0)
+    refused(InputError, "no plans of random", path, task_path, _inputs(), *measured, algs, Problem(2, 1.0))
     # planned with another lambda: the predictions would not be the measured plans' kind
     _planning(tmp_path, "lam", others, records, seed=1000, plus_lambda=0.5)
     refused(InputError, r"plus_lambda is 0.5, the measured plans' .* 1.0: predictions must come from the same "
-                        r"planning", tmp_path / "sim_lam" / "plans.json", task_path, _inputs(), *measured, algs, 2,
-            1.0)
+                        r"planning", tmp_path / "sim_lam" / "plans.json", task_path, _inputs(), *measured, algs,
+            Problem(2, 1.0))
     (tmp_path / "sim_lam" / "config.json").unlink()
     refused(InputError, "config.json: missing", tmp_path / "sim_lam" / "plans.json", task_path, _inputs(), *measured,
-            algs, 2, 1.0)
+            algs, Problem(2, 1.0))
     # the same generator's seed: the same tasks; another T range: another distribution
     for name, seed, extra in (("same_seed", 0, {}), ("range", 1000, {"T_range": [1, 9]})):
         p, t = _planning(tmp_path, name, others, records, seed=seed)
         if extra:
             (t.parent / "config.json").write_text(json.dumps({"T_range": [1, 9], "seed": seed, "data_size": 2}))
         refused(InputError, "is the measured tasks' seed" if not extra else "T_range is .* from the same generator",
-                p, t, _inputs(), *measured, algs, 2, 1.0)
+                p, t, _inputs(), *measured, algs, Problem(2, 1.0))

@@ -5,7 +5,14 @@ import math
 
 import pytest
 
-from neuroshard.eval.power import components, min_detectable, plan_repeat_noise, rank_noise, tasks_needed, z_sum
+from neuroshard.eval.power import (
+    components,
+    min_detectable,
+    plan_repeat_noise,
+    rank_noise,
+    tasks_needed,
+    z_sum,
+)
 
 
 def test_z_sum_is_the_textbook_two_point_eight():

@@ -5,16 +5,30 @@ the chosen plan afresh: fake measurers record what they are asked."""
 import pytest
 
 from neuroshard.eval import hardware
-from neuroshard.eval.refine import (RefineConfig, candidates, choose, paired_noise, refine_records,
-                                    refine_summary)
+from neuroshard.eval.refine import (
+    RefineConfig,
+    candidates,
+    choose,
+    paired_noise,
+    refine_records,
+    refine_summary,
+)
 from neuroshard.eval.summary import summarize
 from neuroshard.formats.io import write_json_atomic
 from neuroshard.formats.plan_file import read_plans, write_plans
 from neuroshard.measure import plan_job
 from neuroshard.measure.plan_job import HardwareConfig
 from neuroshard.planner.shard import shard
-from neuroshard.types import (ConfigError, CostBreakdown, PlanMeasurement, PlanRecord, RefineCandidate,
-                              RefineRecord, TableConfig, Task)
+from neuroshard.problem import Problem
+from neuroshard.types.costs import CostBreakdown
+from neuroshard.types.errors import ConfigError
+from neuroshard.types.records import (
+    PlanMeasurement,
+    PlanRecord,
+    RefineCandidate,
+    RefineRecord,
+)
+from neuroshard.types.tables import TableConfig, Task
 from tests.planner.test_simulator import BINS, hand_models
 
 CONFIGS = [TableConfig(1000, 1.0 + i, BINS) for i in range(6)]
@@ -24,18 +38,18 @@ TASKS = [Task((0, 1, 2, 3), (32, 16, 8, 16)), Task((4, 5, 1), (16, 32, 8))]
 def test_candidates_hold_the_algorithms_choice_neuroshards_plan_and_the_best_baselines():
     tables = TASKS[0].tables(CONFIGS)
     models = hand_models(2)
-    got = candidates(tables, "neuroshard_plus", 2, 1.0, models, 0, {}, 5)
+    got = candidates(tables, "neuroshard_plus", Problem(2, 1.0, 0), models, {}, 5)
     sources = [s for s, _ in got]
     plans = [p for _, p in got]
     assert sources[0] == "neuroshard_plus" and len(set(map(repr, plans))) == len(plans) <= 5
-    assert plans[0] == shard(tables, 2, 1.0, models=models, alg="neuroshard_plus").plan
-    ns = shard(tables, 2, 1.0, models=models, alg="neuroshard").plan
+    assert plans[0] == shard(tables, Problem(2, 1.0), models=models, alg="neuroshard_plus").plan
+    ns = shard(tables, Problem(2, 1.0), models=models, alg="neuroshard").plan
     assert ns in plans  # always, whatever its rank
-    best_base = min((shard(tables, 2, 1.0, models=models, alg=a) for a in
+    best_base = min((shard(tables, Problem(2, 1.0), models=models, alg=a) for a in
                      ("random", "dim_greedy", "lookup_greedy", "size_greedy", "size_lookup_greedy")),
                     key=lambda r: r.cost_ms).plan
     assert best_base in plans
-    assert len(candidates(tables, "neuroshard", 2, 1.0, models, 0, {}, 1)) >= 1
+    assert len(candidates(tables, "neuroshard", Problem(2, 1.0, 0), models, {}, 1)) >= 1
 
 
 def _measurement(i, rec, ms):
@@ -63,9 +77,9 @@ def test_refine_keeps_the_measured_best_and_the_evaluation_measures_it_afresh(tm
         return results, summarize(results, labels, num_tasks, cost_key="cost", reference=labels[0])
 
     refine = RefineConfig(refine=3, refine_repeats=3)
-    hw = HardwareConfig(ndevices=2)
-    out = refine_records(records, TASKS, CONFIGS, models, refine, hw, "ds", "tasks.txt", tmp_path / "refine", 1.0, 0,
-                         {}, run=fake_selection)
+    hw = HardwareConfig(problem=Problem(2, 1.0))
+    out = refine_records(records, TASKS, CONFIGS, models, refine, hw, "ds", "tasks.txt", tmp_path / "refine",
+                         Problem(2, 1.0, 0), {}, run=fake_selection)
     [items] = asked  # one measuring job for every task's candidates
     assert {r.task for r in items} == {0, 1} and all(r.alg.startswith("neuroshard@") for r in items)
     for k, rec in enumerate(out):
@@ -80,11 +94,11 @@ def test_refine_keeps_the_measured_best_and_the_evaluation_measures_it_afresh(tm
         assert all(c.estimated_cost is not None for c in rec.refine.candidates)
 
     # a rerun after a crash past the measuring job reuses its finished results; other settings measure again
-    again = refine_records(records, TASKS, CONFIGS, models, refine, hw, "ds", "tasks.txt", tmp_path / "refine", 1.0,
-                           0, {}, run=fake_selection)
+    again = refine_records(records, TASKS, CONFIGS, models, refine, hw, "ds", "tasks.txt", tmp_path / "refine",
+                           Problem(2, 1.0, 0), {}, run=fake_selection)
     assert len(asked) == 1 and [r.plan for r in again] == [r.plan for r in out]
     refine_records(records, TASKS, CONFIGS, models, RefineConfig(refine=3, refine_repeats=2), hw, "ds", "tasks.txt",
-                   tmp_path / "refine", 1.0, 0, {}, run=lambda *a, **k: asked.append(a) or fake_results(a[0]))
+                   tmp_path / "refine", Problem(2, 1.0, 0), {}, run=lambda *a, **k: asked.append(a) or fake_results(a[0]))
     assert len(asked) == 2
 
     # the evaluation measures every chosen plan again, in its own job: 7 ms now, never the selection's 5 ms
@@ -96,7 +110,7 @@ def test_refine_keeps_the_measured_best_and_the_evaluation_measures_it_afresh(tm
             on_result(_measurement(i, rec, 7.0))
 
     monkeypatch.setattr(plan_job, "measure_plans", fake_measure)
-    results, _ = hardware.run_evaluation(out, "ds", "tasks.txt", HardwareConfig(ndevices=2), tmp_path / "hw",
+    results, _ = hardware.run_evaluation(out, "ds", "tasks.txt", HardwareConfig(problem=Problem(2, 1.0)), tmp_path / "hw",
                                          ["neuroshard", "size_greedy"], 2, show=None)
     for rec, res in zip(out, results):
         assert (rec.task, rec.alg, rec.plan) in measured_plans
@@ -109,7 +123,7 @@ def fake_results(items):
 
 
 def shard_record(task, alg, models):
-    r = shard(TASKS[task].tables(CONFIGS), 2, 1.0, models=models, alg=alg)
+    r = shard(TASKS[task].tables(CONFIGS), Problem(2, 1.0), models=models, alg=alg)
     return PlanRecord(task, alg, plan=r.plan, estimate=r.breakdown, search_ms=r.search_ms, view=r.view)
 
 
@@ -141,7 +155,8 @@ def test_refine_algs_leaves_the_others_as_the_models_chose(tmp_path):
         return results, None
 
     out = refine_records(records, TASKS, CONFIGS, models, RefineConfig(refine=3, refine_algs="neuroshard_plus"),
-                         HardwareConfig(ndevices=2), "ds", "tasks.txt", tmp_path, 1.0, 0, {}, run=fake_selection)
+                         HardwareConfig(problem=Problem(2, 1.0)), "ds", "tasks.txt", tmp_path, Problem(2, 1.0, 0), {},
+                         run=fake_selection)
     assert asked and all(r.alg.startswith("neuroshard_plus@") for r in asked)
     for rec, before in zip(out, records):
         if rec.alg == "neuroshard":

@@ -4,7 +4,9 @@ simulator's accuracy are checked in test_hardware.py."""
 import pytest
 
 from neuroshard.eval.summary import summarize
-from neuroshard.types import CostBreakdown, Plan, PlanRecord
+from neuroshard.types.costs import CostBreakdown
+from neuroshard.types.plan import Plan
+from neuroshard.types.records import PlanRecord
 
 
 def _rec(task, alg, cost, search_ms):

@@ -1,7 +1,9 @@
 """Evaluation summary: the calibration of the predicted band, by hand."""
 
 from neuroshard.eval.summary import band_coverage
-from neuroshard.types import CostBreakdown, CostSpread, Plan, PlanRecord
+from neuroshard.types.costs import CostBreakdown, CostSpread
+from neuroshard.types.plan import Plan
+from neuroshard.types.records import PlanRecord
 
 
 def record(repeats, spread):
@@ -32,9 +34,9 @@ def test_the_expected_cost_mape_uses_the_predicted_distributions_mean():
 def test_rank_noise_reads_each_repeats_rank_totals_and_reaches_the_report():
     import math
 
-    from neuroshard.pipeline.report import accuracy_table
     from neuroshard.eval.summary import Accuracy, simulator_accuracy
-    from neuroshard.types import RepeatParts
+    from neuroshard.pipeline.report import accuracy_table
+    from neuroshard.types.costs import RepeatParts
 
     # two ranks; totals (compute + bw + fw) 11, 9 then 10, 10: log ratios log 1.1, log 0.9
     reps = [RepeatParts([9.0, 7.0], [1.0, 1.0], [1.0, 1.0]), RepeatParts([8.0, 8.0], [1.0, 1.0], [1.0, 1.0])]
@@ -54,8 +56,8 @@ def test_rank_noise_reads_each_repeats_rank_totals_and_reaches_the_report():
 
 
 def test_bias_by_alg_gives_each_algorithms_median_measured_over_estimated():
-    from neuroshard.pipeline.report import accuracy_table
     from neuroshard.eval.summary import Accuracy, simulator_accuracy
+    from neuroshard.pipeline.report import accuracy_table
 
     def rec(alg, task, measured_cost, fw, spread_mean=None):
         spread = None if spread_mean is None else CostSpread(spread_mean, 1.0, spread_mean - 1, spread_mean + 1, 64)
@@ -77,9 +79,9 @@ def test_bias_by_alg_gives_each_algorithms_median_measured_over_estimated():
 
 
 def test_bias_by_round_gives_each_rounds_median_over_the_plans_and_reaches_the_report():
-    from neuroshard.pipeline.report import accuracy_table
     from neuroshard.eval.summary import Accuracy, bias_by_round, simulator_accuracy
-    from neuroshard.types import RepeatParts
+    from neuroshard.pipeline.report import accuracy_table
+    from neuroshard.types.costs import RepeatParts
 
     def rec(task, rounds):
         # estimate: compute 8 + bw 0 + fw 2 = 10 ms on one rank; each round measures (compute, fw)
@@ -104,8 +106,8 @@ def test_bias_by_round_gives_each_rounds_median_over_the_plans_and_reaches_the_r
 
 
 def test_headroom_pairs_the_algorithms_by_task_and_reaches_the_summary_and_report():
-    from neuroshard.pipeline.report import headroom_lines
     from neuroshard.eval.summary import Summary, hardware_summary, summarize
+    from neuroshard.pipeline.report import headroom_lines
 
     def headroom(records, algs):
         return summarize(records, algs, 3, cost_key="cost").headroom
@@ -132,8 +134,8 @@ def test_headroom_pairs_the_algorithms_by_task_and_reaches_the_summary_and_repor
 
 
 def test_rank_spread_compares_the_largest_skew_estimated_and_measured_and_reaches_the_report():
-    from neuroshard.pipeline.report import accuracy_table
     from neuroshard.eval.summary import Accuracy, rank_spread, simulator_accuracy
+    from neuroshard.pipeline.report import accuracy_table
 
     def rec(alg, task, est_skew, got_skew):
         est = CostBreakdown([10.0, 10.0], [1.0, 1.0], [1.0, 1.0], skew=est_skew)
@@ -160,8 +162,8 @@ def test_rank_spread_compares_the_largest_skew_estimated_and_measured_and_reache
 
 def test_prediction_powered_verdicts_use_the_unmeasured_tasks_estimates_and_reach_the_report():
     from neuroshard.eval.intervals import paired_difference, powered_difference
-    from neuroshard.pipeline.report import power_lines
     from neuroshard.eval.summary import Summary, hardware_summary
+    from neuroshard.pipeline.report import power_lines
 
     def rec(alg, task, estimate, repeats=None):
         measured = None if repeats is None else CostBreakdown([float(sum(repeats) / len(repeats))], [0.0], [0.0])

@@ -4,7 +4,8 @@ import os
 
 import pytest
 
-from neuroshard.types import InputError, TableConfig
+from neuroshard.types.errors import InputError
+from neuroshard.types.tables import TableConfig
 
 BINS = tuple([0.0] * 16 + [1.0])
 

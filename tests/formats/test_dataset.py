@@ -19,7 +19,7 @@ from neuroshard.formats.dataset import (
     write_public_dlrm,
     write_table_configs,
 )
-from neuroshard.types import InputError
+from neuroshard.types.errors import InputError
 from tests.formats import cfg, expect_error, no_temp_files
 
 

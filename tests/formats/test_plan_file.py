@@ -5,7 +5,11 @@ import json
 import pytest
 
 from neuroshard.formats.plan_file import plan_view, read_plans, write_plans
-from neuroshard.types import CostBreakdown, InvalidPlanError, Plan, PlanRecord, Task
+from neuroshard.types.costs import CostBreakdown
+from neuroshard.types.errors import InvalidPlanError
+from neuroshard.types.plan import Plan
+from neuroshard.types.records import PlanRecord
+from neuroshard.types.tables import Task
 from tests.formats import cfg, expect_error
 
 

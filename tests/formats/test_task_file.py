@@ -3,7 +3,7 @@
 import pytest
 
 from neuroshard.formats.task_file import read_tasks, write_tasks
-from neuroshard.types import Task
+from neuroshard.types.tables import Task
 from tests.formats import expect_error
 
 

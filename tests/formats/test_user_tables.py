@@ -3,7 +3,7 @@
 import json
 
 from neuroshard.formats.user_tables import read_user_tables
-from neuroshard.types import DEFAULT_BINS, TableConfig
+from neuroshard.types.tables import DEFAULT_BINS, TableConfig
 from tests.formats import BINS, expect_error
 
 

@@ -8,8 +8,18 @@ import torch
 from neuroshard.learned import autoshard as an
 from neuroshard.learned.oracle import SimulatorOracle
 from neuroshard.planner.simulator import validate_plan
-from neuroshard.types import OutOfMemoryError, ShardTable, TableConfig
-from tests.learned.test_dreamshard import BINS, MAX_MEM, N, mean_sim_cost, models4, random_tasks, tight_task
+from neuroshard.problem import Problem
+from neuroshard.types.errors import OutOfMemoryError
+from neuroshard.types.tables import ShardTable, TableConfig
+from tests.learned.test_dreamshard import (
+    BINS,
+    MAX_MEM,
+    N,
+    mean_sim_cost,
+    models4,
+    random_tasks,
+    tight_task,
+)
 
 # A few seconds of training: 12 updates of 4 environments x 25 steps.
 TINY = an.AutoShardConfig(total_steps=1200, batch_size=4, unroll_length=25, num_cost_updates=5, cost_batch_size=64)
@@ -25,8 +35,8 @@ def untrained(seed: int, tasks) -> an.AutoShardPolicy:
 def trained():
     torch.set_num_threads(1)
     tasks, models = random_tasks(0, 6), models4()
-    oracle = SimulatorOracle(models, MAX_MEM)
-    policy, curve = an.train(tasks, N, MAX_MEM, oracle, TINY, progress=False)
+    oracle = SimulatorOracle(models, Problem(N, MAX_MEM))
+    policy, curve = an.train(tasks, Problem(N, MAX_MEM), oracle, TINY, progress=False)
     return tasks, models, policy, curve, oracle
 
 
@@ -46,15 +56,15 @@ def test_feature_stats_are_global_with_a_guard():
 @pytest.mark.parametrize("seed", range(5))
 def test_policy_never_picks_a_device_without_room(seed):
     tables, max_mem = tight_task(8)
-    plan = untrained(seed, [tables]).plan(tables, N, max_mem)
-    validate_plan(tables, plan, N, max_mem)
+    plan = untrained(seed, [tables]).plan(tables, Problem(N, max_mem))
+    validate_plan(tables, plan, Problem(N, max_mem))
     assert sorted(len(s) for s in plan.shards) == [2, 2, 2, 2]
 
 
 def test_no_legal_device_is_out_of_memory():
     tables, max_mem = tight_task(9)
     with pytest.raises(OutOfMemoryError, match="fits on no device"):
-        untrained(0, [tables]).plan(tables, N, max_mem)
+        untrained(0, [tables]).plan(tables, Problem(N, max_mem))
 
 
 def test_episode_without_room_ends_with_the_overflow_penalty():
@@ -80,12 +90,12 @@ def test_tiny_training_improves_the_simulated_cost_on_the_training_tasks(trained
 
 def test_same_seed_same_policy_and_plans(trained, tmp_path):
     tasks, models, policy, curve, _ = trained
-    again, curve2 = an.train(tasks, N, MAX_MEM, SimulatorOracle(models, MAX_MEM), TINY, progress=False)
+    again, curve2 = an.train(tasks, Problem(N, MAX_MEM), SimulatorOracle(models, Problem(N, MAX_MEM)), TINY, progress=False)
     for k, v in policy.net.state_dict().items():
         assert torch.equal(v, again.net.state_dict()[k]), k
     held_out = random_tasks(1, 3)
-    assert [policy.plan(t, N, MAX_MEM) for t in held_out] == [again.plan(t, N, MAX_MEM) for t in held_out]
+    assert [policy.plan(t, Problem(N, MAX_MEM)) for t in held_out] == [again.plan(t, Problem(N, MAX_MEM)) for t in held_out]
     assert [r["mean_reward"] for r in curve] == [r["mean_reward"] for r in curve2]
     policy.save(tmp_path / "as.pt")
     loaded = an.load_policy(tmp_path / "as.pt")
-    assert [loaded.plan(t, N, MAX_MEM) for t in held_out] == [policy.plan(t, N, MAX_MEM) for t in held_out]
+    assert [loaded.plan(t, Problem(N, MAX_MEM)) for t in held_out] == [policy.plan(t, Problem(N, MAX_MEM)) for t in held_out]

@@ -10,7 +10,10 @@ from neuroshard.learned.oracle import SimulatorOracle
 from neuroshard.planner.costs.cost_models import CostModels
 from neuroshard.planner.costs.nets import linear_compute_model
 from neuroshard.planner.simulator import mem_cap_elements, simulate, validate_plan
-from neuroshard.types import CostBreakdown, OutOfMemoryError, ShardTable, TableConfig
+from neuroshard.problem import Problem
+from neuroshard.types.costs import CostBreakdown
+from neuroshard.types.errors import OutOfMemoryError
+from neuroshard.types.tables import ShardTable, TableConfig
 from tests.planner.test_simulator import diagonal_comm_model
 
 BINS = tuple([1 / 17] * 17)
@@ -46,14 +49,15 @@ def tight_task(count: int) -> tuple[list[ShardTable], float]:
 
 
 def mean_sim_cost(policy, tasks, models) -> float:
-    return float(np.mean([simulate(t, policy.plan(t, N, MAX_MEM), models, MAX_MEM).cost for t in tasks]))
+    problem = Problem(N, MAX_MEM)
+    return float(np.mean([simulate(t, policy.plan(t, problem), models, problem).cost for t in tasks]))
 
 
 @pytest.fixture(scope="module")
 def trained():
     torch.set_num_threads(1)
     tasks, models = random_tasks(0, 6), models4()
-    policy, curve = dn.train(tasks, N, MAX_MEM, SimulatorOracle(models, MAX_MEM), TINY, progress=False)
+    policy, curve = dn.train(tasks, Problem(N, MAX_MEM), SimulatorOracle(models, Problem(N, MAX_MEM)), TINY, progress=False)
     return tasks, models, policy, curve
 
 
@@ -79,8 +83,8 @@ def test_policy_never_picks_a_device_without_room(seed):
     torch.manual_seed(seed)
     policy = dn.DreamShardPolicy(dn.DreamShardNet(), {})
     tables, max_mem = tight_task(8)  # feasible only with exactly two tables per device
-    plan = policy.plan(tables, N, max_mem)
-    validate_plan(tables, plan, N, max_mem)
+    plan = policy.plan(tables, Problem(N, max_mem))
+    validate_plan(tables, plan, Problem(N, max_mem))
     assert sorted(len(s) for s in plan.shards) == [2, 2, 2, 2]
     # sampled episodes are masked too
     task = policy.task(tables, max_mem)
@@ -94,19 +98,18 @@ def test_no_legal_device_is_out_of_memory():
     policy = dn.DreamShardPolicy(dn.DreamShardNet(), {})
     tables, max_mem = tight_task(9)  # 9 tables, room for 8
     with pytest.raises(OutOfMemoryError, match="fits on no device"):
-        policy.plan(tables, N, max_mem)
+        policy.plan(tables, Problem(N, max_mem))
 
 
 def test_same_seed_same_policy_and_plans(trained):
     tasks, models, policy, curve = trained
-    again, curve2 = dn.train(tasks, N, MAX_MEM, SimulatorOracle(models, MAX_MEM), TINY, progress=False)
+    again, curve2 = dn.train(tasks, Problem(N, MAX_MEM), SimulatorOracle(models, Problem(N, MAX_MEM)), TINY, progress=False)
     for k, v in policy.net.state_dict().items():
         assert torch.equal(v, again.net.state_dict()[k]), k
     held_out = random_tasks(1, 3)
-    assert [policy.plan(t, N, MAX_MEM) for t in held_out] == [again.plan(t, N, MAX_MEM) for t in held_out]
+    assert [policy.plan(t, Problem(N, MAX_MEM)) for t in held_out] == [again.plan(t, Problem(N, MAX_MEM)) for t in held_out]
     assert [r["mean_measured_ms"] for r in curve] == [r["mean_measured_ms"] for r in curve2]
-    other, _ = dn.train(tasks, N, MAX_MEM, SimulatorOracle(models, MAX_MEM),
-                        dn.DreamShardConfig(**{**TINY.to_json(), "seed": 1}), progress=False)
+    other, _ = dn.train(tasks, Problem(N, MAX_MEM), SimulatorOracle(models, Problem(N, MAX_MEM)), dn.DreamShardConfig(**{**TINY.to_json(), "seed": 1}), progress=False)
     assert not torch.equal(other.net.logit.weight, policy.net.logit.weight)
 
 
@@ -125,4 +128,4 @@ def test_checkpoint_round_trip(trained, tmp_path):
     policy.save(tmp_path / "ds.pt")
     loaded = dn.load_policy(tmp_path / "ds.pt")
     assert loaded.meta["config"] == TINY.to_json()
-    assert [loaded.plan(t, N, MAX_MEM) for t in tasks] == [policy.plan(t, N, MAX_MEM) for t in tasks]
+    assert [loaded.plan(t, Problem(N, MAX_MEM)) for t in tasks] == [policy.plan(t, Problem(N, MAX_MEM)) for t in tasks]

@@ -6,7 +6,9 @@ import pytest
 from neuroshard.learned.oracle import HardwareOracle, SimulatorOracle
 from neuroshard.measure.plan_job import HardwareConfig
 from neuroshard.planner.simulator import simulate
-from neuroshard.types import NeuroShardError, Plan
+from neuroshard.problem import Problem
+from neuroshard.types.errors import NeuroShardError
+from neuroshard.types.plan import Plan
 from tests.measure.test_plan_job import tiny  # noqa: F401
 from tests.planner.test_simulator import hand_models, tables_of
 
@@ -14,16 +16,16 @@ from tests.planner.test_simulator import hand_models, tables_of
 def test_simulator_oracle_is_the_simulator():
     tables = tables_of([16, 32, 8])
     plans = [Plan((), ((0, 2), (1,))), Plan((), ((0, 1, 2), ()))]
-    oracle = SimulatorOracle(hand_models(2), 1.0)
+    oracle = SimulatorOracle(hand_models(2), Problem(2, 1.0))
     got = oracle([(tables, p) for p in plans])
-    assert [bd.to_json() for bd in got] == [simulate(tables, p, hand_models(2), 1.0).to_json() for p in plans]
+    assert [bd.to_json() for bd in got] == [simulate(tables, p, hand_models(2), Problem(p.ndevices, 1.0)).to_json() for p in plans]
     assert got[0].cost == pytest.approx(2.20, rel=1e-6)  # tests/planner/test_simulator.py, by hand
     assert oracle.plans == 2 and oracle.seconds > 0
 
 
 def test_hardware_oracle_measures_a_batch_in_one_job(tiny):  # noqa: F811
     d, configs, tasks = tiny
-    oracle = HardwareOracle(d / "ds", HardwareConfig(ndevices=2, warmup=1, iters=2), work_dir=str(d))
+    oracle = HardwareOracle(d / "ds", HardwareConfig(problem=Problem(2), warmup=1, iters=2), work_dir=str(d))
     items = [(tasks[0].tables(configs), Plan((), ((0, 3), (1, 2)))), (tasks[1].tables(configs), Plan((), ((0, 1), ())))]
     a, b = oracle(items)
     assert len(a.compute) == 2 and min(a.compute) > 0 and a.cost > 0

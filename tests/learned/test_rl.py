@@ -5,7 +5,13 @@ import math
 import pytest
 import torch
 
-from neuroshard.learned.rl import impala_loss, masked_log_softmax, reinforce_advantages, reinforce_loss, vtrace
+from neuroshard.learned.rl import (
+    impala_loss,
+    masked_log_softmax,
+    reinforce_advantages,
+    reinforce_loss,
+    vtrace,
+)
 
 
 def test_reinforce_advantages_are_z_scored_returns():

@@ -11,7 +11,7 @@ import pytest
 from neuroshard.measure import launch
 from neuroshard.measure.alltoall_job import AllToAllJob
 from neuroshard.measure.launch import JobError
-from neuroshard.types import ConfigError
+from neuroshard.types.errors import ConfigError
 
 
 def test_batch_not_divisible_is_a_clear_error():

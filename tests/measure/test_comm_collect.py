@@ -11,13 +11,17 @@ import time
 import numpy as np
 import pytest
 
-from neuroshard.formats.cost_data import read_comm_data, read_noise_floor, write_noise_floor
+from neuroshard.formats.cost_data import (
+    read_comm_data,
+    read_noise_floor,
+    write_noise_floor,
+)
 from neuroshard.formats.io import check_run_config
 from neuroshard.measure import comm_collect as cc
 from neuroshard.measure import launch as torchrun
 from neuroshard.measure.alltoall_job import SampleResult
 from neuroshard.measure.launch import LaunchConfig
-from neuroshard.types import ConfigError, InputError
+from neuroshard.types.errors import ConfigError, InputError
 from tests.two_nodes import assert_none_left, free_port, launch_flags, run_nodes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -20,7 +20,8 @@ from neuroshard.measure.compute_collect import (
     collect,
     measure_noise_floor,
 )
-from neuroshard.types import InputError, NeuroShardError, TableConfig
+from neuroshard.types.errors import InputError, NeuroShardError
+from neuroshard.types.tables import TableConfig
 from tests.measure.test_pool import count_call
 from tests.two_nodes import interruptible
 

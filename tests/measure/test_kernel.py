@@ -3,8 +3,15 @@ import torch
 
 from neuroshard.data.synthetic import SyntheticSpec, generate_synthetic
 from neuroshard.formats.dataset import Dataset
-from neuroshard.measure.kernel import BenchTable, IndexRangeError, ShardBenchmark, bench_tables
-from neuroshard.types import NeuroShardError, Task, apply_column_steps
+from neuroshard.measure.kernel import (
+    BenchTable,
+    IndexRangeError,
+    ShardBenchmark,
+    bench_tables,
+)
+from neuroshard.types.errors import NeuroShardError
+from neuroshard.types.plan import apply_column_steps
+from neuroshard.types.tables import Task
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ import pytest
 
 from neuroshard.measure.alltoall_job import AllToAllJob
 from neuroshard.measure.launch import JobError, LaunchConfig, TorchrunJob
-from neuroshard.types import ConfigError
+from neuroshard.types.errors import ConfigError
 from tests.two_nodes import assert_none_left, free_port, launch_flags, run_nodes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -7,7 +7,7 @@ import pytest
 
 from neuroshard.formats.cost_data import read_noise_floor, write_noise_floor
 from neuroshard.measure.noise import noise_report, ratio_stats, rel_diff_stats
-from neuroshard.types import InputError
+from neuroshard.types.errors import InputError
 
 
 def test_relative_differences_by_hand():

@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from neuroshard.problem import Problem
 from neuroshard.data.synthetic import SyntheticSpec, generate_synthetic
 from neuroshard.eval.hardware import merge_results
 from neuroshard.eval.results import write_outputs
@@ -18,7 +19,10 @@ from neuroshard.formats.task_file import write_tasks
 from neuroshard.measure import launch
 from neuroshard.measure.launch import JobError
 from neuroshard.measure.plan_job import HardwareConfig, measure_plans, shard_layout
-from neuroshard.types import CostBreakdown, Plan, PlanRecord, Task
+from neuroshard.types.costs import CostBreakdown
+from neuroshard.types.plan import Plan
+from neuroshard.types.records import PlanRecord
+from neuroshard.types.tables import Task
 
 
 def _breakdown(cost: float, n: int = 2) -> CostBreakdown:
@@ -57,7 +61,7 @@ def test_shard_layout_applies_splits(tiny):
 
 def test_two_rank_job_measures_each_plan_and_reports_oom(tiny):
     d, _, _ = tiny
-    cfg = HardwareConfig(ndevices=2, warmup=1, iters=2, end_to_end=True, timeout=30)
+    cfg = HardwareConfig(problem=Problem(2), warmup=1, iters=2, end_to_end=True, timeout=30)
     measured = measure_plans(d / "plans.json", d / "ds", d / "tasks.txt", cfg)
     assert [m.index for m in measured] == [0, 1]  # the out-of-memory record is not run
     a, b = measured
@@ -93,7 +97,7 @@ def test_two_rank_job_measures_each_plan_and_reports_oom(tiny):
 def test_failing_rank_ends_the_job_with_its_message(tiny, tmp_path, monkeypatch):
     d, _, _ = tiny
     monkeypatch.setenv("FAULTY_RANKS", "hardware:1:1:raise")
-    cfg = HardwareConfig(ndevices=2, warmup=1, iters=1, timeout=10)
+    cfg = HardwareConfig(problem=Problem(2), warmup=1, iters=1, timeout=10)
     t0 = time.monotonic()
     with pytest.raises(JobError, match=r"rank 1 \(plan 1, .*injected fault") as info:
         measure_plans(d / "plans.json", d / "ds", d / "tasks.txt", cfg, work_dir=str(tmp_path),

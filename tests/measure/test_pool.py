@@ -6,7 +6,7 @@ import os
 import pytest
 
 from neuroshard.measure.pool import WorkerPool
-from neuroshard.types import NeuroShardError
+from neuroshard.types.errors import NeuroShardError
 
 
 def count_call(counter) -> int:

@@ -3,8 +3,8 @@
 import pytest
 
 from neuroshard.eval.intervals import Interval
-from neuroshard.pipeline.report import comparison_table, verdict_lines
 from neuroshard.eval.summary import AlgorithmRow, Summary, VsReference
+from neuroshard.pipeline.report import comparison_table, verdict_lines
 
 
 def _row(alg, mean, ci, gain=None, diff=None, verdict=None):
@@ -79,9 +79,11 @@ def test_power_line_from_the_median_noise_of_the_comparisons():
 def test_drift_lines_give_the_change_since_the_calibration(tmp_path):
     import json
 
-    from neuroshard.pipeline.report import drift_lines
     from neuroshard.formats.plan_file import read_plans, write_plans
-    from neuroshard.types import CostBreakdown, Plan, PlanRecord
+    from neuroshard.pipeline.report import drift_lines
+    from neuroshard.types.costs import CostBreakdown
+    from neuroshard.types.plan import Plan
+    from neuroshard.types.records import PlanRecord
     from tests.eval.test_drift import _write
 
     # ranks: compute [1, 2], bw [1, 1], fw [1, 1] (estimate 4, already calibrated); after the evaluation the
@@ -106,8 +108,8 @@ def test_drift_lines_give_the_change_since_the_calibration(tmp_path):
 
 def test_anchor_lines_scale_the_estimates_by_the_anchors_speed(tmp_path):
     from neuroshard.eval.drift import ANCHORS
-    from neuroshard.pipeline.report import anchor_lines
     from neuroshard.formats.plan_file import read_plans, write_plans
+    from neuroshard.pipeline.report import anchor_lines
     from tests.eval.test_drift import _anchor
 
     # the anchors ran compute at 0.5x their estimate before and after (fw and bw 1x); the evaluation's plan:
@@ -129,8 +131,8 @@ def test_drift_and_anchor_lines_measure_the_change_from_the_plan_speed_the_estim
     import json
 
     from neuroshard.eval.drift import ANCHORS
-    from neuroshard.pipeline.report import anchor_lines, drift_lines
     from neuroshard.formats.plan_file import read_plans, write_plans
+    from neuroshard.pipeline.report import anchor_lines, drift_lines
     from tests.eval.test_drift import _anchor, _write
 
     # the evaluation's estimate (compute [1, 2], bw [1, 1], fw [1, 1]: 4 ms) includes the calibration 1.1x and

@@ -11,8 +11,9 @@ from neuroshard.formats.cost_data import read_comm_data, read_compute_data
 from neuroshard.formats.dataset import read_dataset
 from neuroshard.formats.plan_file import read_plans
 from neuroshard.formats.task_file import read_tasks
-from neuroshard.pipeline.run import Step, run_steps
-from neuroshard.types import ConfigError
+from neuroshard.pipeline.run import run_steps
+from neuroshard.pipeline.steps import Step
+from neuroshard.types.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,10 +28,10 @@ def test_tiny_pipeline_writes_every_artifact_and_skips_on_rerun(tmp_path):
     r = _driver(out)
     assert r.returncode == 0, r.stderr[-2000:]
     # every step printed its command before running it
-    for script in ("tools/gen_dlrm_data.py", "tools/gen_tasks.py", "collect_compute_cost_data.py",
-                   "collect_comm_cost_data.py", "train_compute_cost_model.py", "tools/heldout_check.py",
+    for script in ("gen_dlrm_data.py", "gen_tasks.py", "collect_compute_cost_data.py",
+                   "collect_comm_cost_data.py", "train_compute_cost_model.py", "heldout_check.py",
                    "train_comm_cost_model.py", "train_dreamshard.py", "train_autoshard.py", "eval_simulator.py",
-                   "eval.py", "collect_plan_cost_data.py", "tools/model_error.py"):
+                   "eval.py", "collect_plan_cost_data.py", "model_error.py"):
         assert f"$ python {script}" in r.stdout
     ds = read_dataset(out / "dataset")
     assert len(ds.configs) == 16 and ds.batch_size == 256
@@ -114,7 +115,7 @@ def test_tiny_pipeline_writes_every_artifact_and_skips_on_rerun(tmp_path):
     assert 0.0 <= calibrated["sd"] <= 0.5 and calibrated["speed"] > 0
     assert calibrated["coverage_after"] >= min(0.8, calibrated["coverage_before"])
     assert fw_ckpt["extra"]["plan_error"] == calibrated
-    assert "$ python tools/calibrate_band.py" in r.stdout and "plan-level error sd" in report
+    assert "$ python calibrate_band.py" in r.stdout and "plan-level error sd" in report
     assert f"--compute_model {out / 'models' / 'onpolicy' / 'compute.pt'}" in r.stdout
     err = json.loads((out / "hw" / "model_error.json").read_text())["accuracy"]
     assert set(err) == {"random", "onpolicy"} and err["onpolicy"]["plans"] == len(measured)
@@ -156,74 +157,115 @@ def test_changed_step_reruns_itself_and_everything_after(tmp_path, capsys):
     assert [r["skipped"] for r in run_steps(steps, tmp_path, force=False)] == [True, False]
 
 
-def test_torchrec_training_is_an_opt_in_last_step():
-    from neuroshard.pipeline.run import PRESETS, build_steps
+def steps_of(*argv, out=Path("r")) -> dict:
+    """The steps of the run the pipeline's flags describe, by key."""
+    from neuroshard.pipeline.run import parse_args, run_of
+    from neuroshard.pipeline.steps import build_steps
 
+    return {s.key: s for s in build_steps(run_of(parse_args(list(argv)), out))}
+
+
+def flags_of(step) -> dict:
+    return dict(zip(step.argv[1::2], step.argv[2::2]))
+
+
+def test_torchrec_training_is_an_opt_in_last_phase():
     out = Path("results/quick")
-    assert "7" not in [s.key for s in build_steps(PRESETS["quick"], out, None, None)]
-    steps = build_steps(PRESETS["quick"], out, None, None, seed=2, torchrec_train=True)
-    assert [s.key for s in steps[-5:]] == ["7a", "7b", "7c", "7", "7-models"]
-    collect, fit, plan, train, check = steps[-5:]
+    assert not any(k.startswith("7") for k in steps_of("--preset", "quick", out=out))
+    steps = steps_of("--preset", "quick", "--seed", "2", "--torchrec_train", out=out)
+    assert list(steps)[-5:] == ["7a", "7b", "7c", "7d", "7e"]
+    collect, fit, plan, train, check = (steps[k] for k in ("7a", "7b", "7c", "7d", "7e"))
     assert collect.argv[0] == "collect_torchrec_cost_data.py" and "train_tasks" in collect.argv[collect.argv.index(
         "--task_path") + 1]
     model = out / "models" / "onpolicy" / "torchrec_runtime_4.json"
     assert fit.outputs == [model]
-    flags = dict(zip(plan.argv[1::2], plan.argv[2::2]))
+    flags = flags_of(plan)
     assert flags["--alg"] == "neuroshard" and flags["--runtime"] == "torchrec"
     assert flags["--runtime_model"] == str(model)
     assert plan.argv.count("--alg") == 1
     assert train.argv[0] == "eval_torchrec.py"
-    flags = dict(zip(train.argv[1::2], train.argv[2::2]))
+    flags = flags_of(train)
     assert flags["--plans"] == f"{out / 'sim_torchrec' / 'plans.json'},{out / 'sim' / 'plans.json'}"
     assert flags["--ndevices"] == "4" and flags["--max_tasks"] == "3" and flags["--repeats"] == "4"
     assert flags["--seed"] == "2" and train.outputs == [out / "torchrec" / "summary.json"]
-    flags = dict(zip(check.argv[1::2], check.argv[2::2]))
-    assert flags["--model"] == str(model) and flags["--check"] == str(out / "torchrec" / "results.json")
-    assert "--samples" not in flags
+    flags = flags_of(check)
+    assert flags["--model"] == str(model) and flags["--check_results"] == str(out / "torchrec" / "results.json")
+    assert "--results" not in flags
 
 
-def test_refine_flag_puts_neuroshard_plus_refinement_into_step_5():
-    from neuroshard.pipeline.run import build_steps, parse_args, preset_from_args
-
-    def step5(*argv):
-        preset = preset_from_args(parse_args(list(argv)))
-        [s] = [s for s in build_steps(preset, Path("results") / preset.name, None, None) if s.key == "5"]
-        return s.argv
+def test_refine_flag_puts_neuroshard_plus_refinement_into_the_planning_step():
+    def planning(*argv):
+        return steps_of(*argv)["5c"].argv
 
     # the study spends its minutes on tasks, not on refinement; --refine K puts it back
-    assert "--refine" not in step5("--preset", "study") and "--refine" not in step5("--preset", "quick")
-    argv = step5("--preset", "study", "--refine", "4")
-    flags = dict(zip(argv[1::2], argv[2::2]))
+    assert "--refine" not in planning("--preset", "study") and "--refine" not in planning("--preset", "quick")
+    flags = dict(zip(planning("--preset", "study", "--refine", "4")[1::2],
+                     planning("--preset", "study", "--refine", "4")[2::2]))
     assert flags["--refine"] == "4" and flags["--refine_algs"] == "neuroshard_plus"
     assert flags["--refine_repeats"] == "2" and flags["--device"] == "cpu"
-    # candidates measured as step 6 measures plans
+    # candidates measured as the evaluation measures plans
     assert flags["--warmup"] == "3" and flags["--iters"] == "7"
-    assert "--refine" not in step5("--preset", "study", "--refine", "0")
+    assert "--refine" not in planning("--preset", "study", "--refine", "0")
     with pytest.raises(ConfigError, match="--refine"):
-        preset_from_args(parse_args(["--preset", "study", "--refine", "-1"]))
+        steps_of("--preset", "study", "--refine", "-1")
 
 
-def test_prediction_powered_verdicts_plan_unmeasured_tasks_as_step_5_plans_the_measured():
-    from neuroshard.pipeline.run import UNMEASURED_SEED, build_steps, parse_args, preset_from_args
+def test_prediction_powered_verdicts_plan_unmeasured_tasks_as_the_measured_are_planned():
+    from neuroshard.pipeline.steps import UNMEASURED_SEED
 
-    def steps(*argv):
-        preset = preset_from_args(parse_args(list(argv)))
-        return {s.key: s for s in build_steps(preset, Path("r"), None, None)}
-
-    study = steps("--preset", "study")
-    gen = dict(zip(study["2b"].argv[1::2], study["2b"].argv[2::2]))
+    study = steps_of("--preset", "study")
+    gen = flags_of(study["2b"])
     assert gen["--data_size"] == "440" and gen["--seed"] == str(UNMEASURED_SEED) != "0"
     assert gen["--out_dir"] == str(Path("r") / "tasks_unmeasured")
-    measured, unmeasured = (dict(zip(study[k].argv[1::2], study[k].argv[2::2])) for k in ("5", "5b"))
+    measured, unmeasured = (flags_of(study[k]) for k in ("5c", "5d"))
     # the same planning (models, calibration, algorithms, policies, seed) on the other tasks
     differ = {k for k in measured.keys() | unmeasured.keys() if measured.get(k) != unmeasured.get(k)}
     assert differ == {"--task_path", "--max_tasks", "--out_dir"}
     assert unmeasured["--task_path"] == gen["--out_dir"] + "/data.txt" and unmeasured["--max_tasks"] == "440"
-    assert study["5b"].late is not None  # NeuroShard+'s lambda chosen on the training tasks, as step 5's
-    hw = study["6"].argv
+    assert study["5d"].late is not None  # NeuroShard+'s lambda chosen on the training tasks, as 5c's
+    hw = study["6b"].argv
     assert hw[hw.index("--unmeasured_plans") + 1] == str(Path("r") / "sim_unmeasured" / "plans.json")
     assert hw[hw.index("--unmeasured_task_path") + 1] == unmeasured["--task_path"]
     # refined plans are chosen by measurement, which the unmeasured tasks do not get: plain verdicts
-    refined = steps("--preset", "study", "--refine", "2")
-    assert "2b" not in refined and "5b" not in refined and "--unmeasured_plans" not in refined["6"].argv
-    assert "5b" in steps("--preset", "quick") and "5b" not in steps("--preset", "tiny")
+    refined = steps_of("--preset", "study", "--refine", "2")
+    assert "2b" not in refined and "5d" not in refined and "--unmeasured_plans" not in refined["6b"].argv
+    assert "5d" in steps_of("--preset", "quick") and "5d" not in steps_of("--preset", "tiny")
+
+
+def test_steps_are_numbered_in_the_order_they_run_and_each_script_is_a_step_script_at_the_root():
+    from neuroshard.pipeline.steps import STEPS
+
+    keys = [s.key for s in STEPS]
+    assert keys == sorted(keys, key=lambda k: (int(k[0]), k[1:])) and len(set(keys)) == len(keys)
+    assert keys[:4] == ["1", "2a", "2b", "2c"]
+    root_scripts = {p.name for p in ROOT.glob("*.py")} - {"setup.py"}
+    # the rule of where scripts live: every step script at the root, every root script a step, tools/ none
+    assert {s.script for s in STEPS} == root_scripts
+    assert not {s.script for s in STEPS} & {p.name for p in (ROOT / "tools").glob("*.py")}
+
+
+def test_every_step_command_parses_with_its_script():
+    """Each step's flags are flags of its script (the pipeline cannot drift from the scripts it runs); the
+    late flag too (NeuroShard+'s lambda, known once the on-policy step ran)."""
+    from tests.test_flags import parsed_options
+
+    steps = steps_of("--preset", "tiny", "--torchrec_train")
+    options = parsed_options(sorted({ROOT / s.argv[0] for s in steps.values()}))
+    for step in steps.values():
+        unknown = [a for a in step.argv if a.startswith("--") and a not in options[step.argv[0]]]
+        assert not unknown, f"step {step.key}: {step.argv[0]} has no {unknown}"
+    assert all("--plus_lambda" in options[s.argv[0]] for s in steps.values() if s.late is not None)
+
+
+def test_only_takes_steps_and_phases_and_list_prints_the_table(capsys):
+    from neuroshard.pipeline.run import main, parse_args, run_of, select
+    from neuroshard.pipeline.steps import build_steps
+
+    steps = build_steps(run_of(parse_args(["--preset", "quick"]), Path("r")))
+    assert select(steps, "5c,6b") == {"5c", "6b"}
+    assert select(steps, "5") == {"5a", "5b", "5c", "5d"} and select(steps, "1") == {"1"}
+    with pytest.raises(ConfigError, match="unknown step 9"):
+        select(steps, "9")
+    assert main(["--preset", "tiny", "--list", "--out_dir", "r"]) == 0
+    listed = capsys.readouterr().out
+    assert "2c  training tasks" in listed and "gen_tasks.py: r/dataset -> r/train_tasks/data.txt" in listed

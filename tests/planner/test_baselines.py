@@ -7,7 +7,10 @@ import pytest
 
 from neuroshard.planner import baselines
 from neuroshard.planner.registry import ShardingContext, algorithm_names, get_sharder
-from neuroshard.types import OutOfMemoryError, Plan, TableConfig, Task
+from neuroshard.problem import Problem
+from neuroshard.types.errors import OutOfMemoryError
+from neuroshard.types.plan import Plan
+from neuroshard.types.tables import TableConfig, Task
 
 BINS = (0.0,) * 17
 UNIT = 4 / 2**30  # GB per row*dim element (fp32)
@@ -31,7 +34,7 @@ FIVE = [(1000, 64, 10),    # t0  64000             640     1920
 
 
 def shards(alg, spec, ndevices, max_mem=100.0, seed=0):
-    plan = get_sharder(alg)(make_tables(spec), ndevices, max_mem, ShardingContext(seed=seed))
+    plan = get_sharder(alg)(make_tables(spec), Problem(ndevices, max_mem, seed), ShardingContext())
     assert isinstance(plan, Plan) and plan.column_steps == ()
     return [list(s) for s in plan.shards]
 
@@ -107,7 +110,7 @@ def test_random_tasks_memory_never_exceeded(alg):
         tables = make_tables(spec)
         ndev, max_mem = int(rng.integers(1, 6)), float(rng.uniform(0.5, 8))
         try:
-            plan = get_sharder(alg)(tables, ndev, max_mem, ShardingContext(seed=trial))
+            plan = get_sharder(alg)(tables, Problem(ndev, max_mem, trial), ShardingContext())
         except OutOfMemoryError:
             oom += 1
             continue

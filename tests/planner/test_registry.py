@@ -9,23 +9,29 @@ from pathlib import Path
 
 import pytest
 
-from neuroshard.planner.registry import (algorithm_names, all_settings, check_options, get_sharder, option_names,
-                                         options_for)
+from neuroshard.planner.registry import (
+    algorithm_names,
+    all_settings,
+    check_options,
+    get_sharder,
+    option_names,
+    options_for,
+)
 from neuroshard.planner.search.beam import SearchConfig
 from neuroshard.planner.search.plus import PlusConfig
 from neuroshard.torchrec.sharder import TorchRecConfig
-from neuroshard.types import ConfigError, NeuroShardError
+from neuroshard.types.errors import ConfigError, NeuroShardError
 
 ROOT = Path(__file__).resolve().parents[2]
 
 PLUGIN = """
-from neuroshard.types import Plan
+from neuroshard.types.plan import Plan
 
 
-def round_robin(tables, ndevices, max_mem, ctx):
-    shards = [[] for _ in range(ndevices)]
+def round_robin(tables, problem, ctx):
+    shards = [[] for _ in range(problem.ndevices)]
     for i in range(len(tables)):
-        shards[i % ndevices].append(i)
+        shards[i % problem.ndevices].append(i)
     return Plan((), tuple(tuple(s) for s in shards))
 """
 
@@ -70,9 +76,9 @@ def test_entry_point_plugin_appears_in_alg_all(tmp_path):
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: rr-plugin\nVersion: 1.0\n")
     (dist / "entry_points.txt").write_text("[neuroshard.sharders]\nround_robin = rr_plugin:round_robin\n")
     code = ("import json, neuroshard as ns\n"
-            "from neuroshard.types import TableConfig\n"
+            "from neuroshard.types.tables import TableConfig\n"
             "t = [TableConfig(100, 1.0, (0.0,) * 17, 8) for _ in range(5)]\n"
-            "r = ns.shard(t, 2, 1.0, alg='round_robin')\n"
+            "r = ns.shard(t, ns.Problem(2, 1.0), alg='round_robin')\n"
             "print(json.dumps({'names': ns.algorithm_names(), 'shards': r.plan.to_json()['shards']}))\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)])}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)

@@ -12,8 +12,16 @@ from neuroshard.planner.costs.nets import (
     table_features,
 )
 from neuroshard.planner.costs.scorer import PlanScorer, get_scorer
-from neuroshard.planner.simulator import mem_cap_elements, score_placements, simulate, validate_plan
-from neuroshard.types import InvalidPlanError, OutOfMemoryError, Plan, ShardTable, TableConfig
+from neuroshard.planner.simulator import (
+    mem_cap_elements,
+    score_placements,
+    simulate,
+    validate_plan,
+)
+from neuroshard.problem import Problem
+from neuroshard.types.errors import InvalidPlanError, OutOfMemoryError
+from neuroshard.types.plan import Plan
+from neuroshard.types.tables import ShardTable, TableConfig
 
 BINS = tuple([1 / 17] * 17)
 
@@ -56,7 +64,7 @@ def tables_of(dims, rows=1000) -> list[ShardTable]:
 
 def test_breakdown_matches_hand_computation():
     tables = tables_of([16, 32, 8])
-    bd = simulate(tables, Plan((), ((0, 2), (1,))), hand_models(2), max_mem=1.0)
+    bd = simulate(tables, Plan((), ((0, 2), (1,))), hand_models(2), Problem(2, 1.0))
     # compute = 0.5 + 0.01 * dims; bw = 0.02 * dims + 0.1; skew = ready - min(ready);
     # fw = 0.01 * dims + 0.5 * skew + 0.2
     assert bd.dims == [24, 32]
@@ -72,7 +80,7 @@ def test_breakdown_matches_hand_computation():
 def test_empty_device_costs_zero_compute_and_splits_are_applied():
     tables = tables_of([64, 16])
     # split table 0 into two 32s (indices 0 and 2); device 2 stays empty
-    bd = simulate(tables, Plan((0,), ((0, 1), (2,), ())), hand_models(3), max_mem=1.0)
+    bd = simulate(tables, Plan((0,), ((0, 1), (2,), ())), hand_models(3), Problem(3, 1.0))
     assert bd.dims == [48, 32, 0]
     np.testing.assert_allclose(bd.compute, [0.98, 0.82, 0.0], rtol=1e-6)
     np.testing.assert_allclose(bd.bw_comm, [1.06, 0.74, 0.1], rtol=1e-6)
@@ -92,7 +100,7 @@ def test_numpy_scorer_agrees_with_torch_models():
     configs = [random_config(rng).with_dim(int(rng.choice([8, 32, 128]))) for _ in range(12)]
     tables = [ShardTable(i, i, c) for i, c in enumerate(configs)]
     shards = ((0, 5, 7), (1, 2), (3, 4, 6, 8, 9), (10, 11))
-    bd = simulate(tables, Plan((), shards), models, max_mem=100.0)
+    bd = simulate(tables, Plan((), shards), models, Problem(Plan((), shards).ndevices, 100.0))
     want_compute = models.compute.predict_sets(configs, [list(s) for s in shards])
     np.testing.assert_allclose(bd.compute, want_compute, rtol=1e-4, atol=1e-5)
     dims = np.array([[sum(configs[i].dim for i in s) for s in shards]], dtype=np.float32)
@@ -127,7 +135,7 @@ def test_batched_plan_cost_equals_simulate():
     tables = tables_of([8, 16, 32, 64, 8])
     plans = [Plan((), ((0, 1), (2,), (3, 4))), Plan((3,), ((0, 5), (3, 2), (1, 4))),
              Plan((), ((0, 1, 2, 3, 4), (), ()))]
-    bds = [simulate(tables, p, models, 1.0) for p in plans]
+    bds = [simulate(tables, p, models, Problem(p.ndevices, 1.0)) for p in plans]
     compute = np.array([b.compute for b in bds])
     dims = np.array([b.dims for b in bds], dtype=np.float64)
     bw, fw, total, cost = score_placements(scorer, compute, dims)
@@ -151,7 +159,7 @@ def test_equal_shards_get_bit_equal_costs_in_any_batch():
 
 def test_validate_plan_rejects_broken_plans():
     tables = tables_of([16, 32, 8])
-    ok = validate_plan(tables, Plan((1,), ((0, 3), (1, 2))), 2, 1.0)
+    ok = validate_plan(tables, Plan((1,), ((0, 3), (1, 2))), Problem(2, 1.0))
     assert [t.dim for t in ok] == [16, 16, 8, 16]
     cases = {
         "devices": Plan((), ((0, 1, 2),)),
@@ -163,29 +171,29 @@ def test_validate_plan_rejects_broken_plans():
     }
     for name, plan in cases.items():
         with pytest.raises(InvalidPlanError):
-            validate_plan(tables, plan, 2, 1.0)
+            validate_plan(tables, plan, Problem(2, 1.0))
     with pytest.raises(InvalidPlanError, match="twice on device 0"):
-        validate_plan(tables, Plan((), ((0, 0, 1, 2), ())), 2, 1.0)
+        validate_plan(tables, Plan((), ((0, 0, 1, 2), ())), Problem(2, 1.0))
     with pytest.raises(InvalidPlanError):
-        simulate(tables, "not a plan", hand_models(2), 1.0)
+        simulate(tables, "not a plan", hand_models(2), Problem(2, 1.0))
 
 
 def test_memory_is_checked_exactly_and_reported_with_numbers():
     # 2**28 fp32 elements are exactly 1 GB
     t = [ShardTable(0, 0, TableConfig(2**22, 1.0, BINS, 64)), ShardTable(1, 1, TableConfig(4, 1.0, BINS, 4))]
     assert mem_cap_elements(1.0) == 2**28
-    validate_plan(t, Plan((), ((0,), (1,))), 2, 1.0)  # exactly at the cap fits
+    validate_plan(t, Plan((), ((0,), (1,))), Problem(2, 1.0))  # exactly at the cap fits
     with pytest.raises(OutOfMemoryError) as e:
-        validate_plan(t, Plan((), ((0, 1), ())), 2, 1.0)
+        validate_plan(t, Plan((), ((0, 1), ())), Problem(2, 1.0))
     assert e.value.max_mem == 1.0 and e.value.used[0] > 1.0 and e.value.used[1] == 0.0
     assert "device 0" in str(e.value)
     with pytest.raises(OutOfMemoryError):
-        simulate(t, Plan((), ((0, 1), ())), hand_models(2), 1.0)
+        simulate(t, Plan((), ((0, 1), ())), hand_models(2), Problem(2, 1.0))
 
 
 def test_models_for_another_device_count_are_refused():
     with pytest.raises(Exception, match="devices"):
-        simulate(tables_of([8, 8, 8]), Plan((), ((0,), (1,), (2,))), hand_models(2), 1.0)
+        simulate(tables_of([8, 8, 8]), Plan((), ((0,), (1,), (2,))), hand_models(2), Problem(3, 1.0))
 
 
 @pytest.mark.parametrize("wait_inputs", [False, True])

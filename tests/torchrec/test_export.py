@@ -10,10 +10,16 @@ from datetime import timedelta
 
 import pytest
 
-from neuroshard.torchrec.sharding_file import read_torchrec_plan
 from neuroshard.torchrec.export import export_torchrec_plan, torchrec_sharding_plan
-from neuroshard.torchrec.sharder import TorchRecConfig, plan_from_sharding_plan, plan_with_torchrec, table_names
-from neuroshard.types import ColumnPiece, InvalidPlanError, Plan, plan_pieces
+from neuroshard.torchrec.sharder import (
+    TorchRecConfig,
+    plan_from_sharding_plan,
+    plan_with_torchrec,
+    table_names,
+)
+from neuroshard.torchrec.sharding_file import read_torchrec_plan
+from neuroshard.types.errors import InvalidPlanError
+from neuroshard.types.plan import ColumnPiece, Plan, plan_pieces
 from tests.torchrec.test_sharder import GB_ROWS, tables_of, torchrec_shards
 
 pytest.importorskip("torchrec")

@@ -19,8 +19,12 @@ from torchrec.distributed.planner.types import PlannerError  # noqa: E402
 from torchrec.modules.embedding_configs import EmbeddingBagConfig  # noqa: E402
 from torchrec.modules.embedding_modules import EmbeddingBagCollection  # noqa: E402
 
+from neuroshard.problem import Problem
 from neuroshard.torchrec.planner import NeuroShardPlanner  # noqa: E402
-from neuroshard.types import ConfigError, InputError  # noqa: E402
+from neuroshard.types.errors import (
+    ConfigError,
+    InputError,  # noqa: E402
+)
 from tests.planner.search.test_beam import random_models  # noqa: E402
 from tests.torchrec.test_export import _free_port  # noqa: E402
 

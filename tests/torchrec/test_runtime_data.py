@@ -8,12 +8,23 @@ import numpy as np
 import pytest
 
 from neuroshard.eval.planning import label_runtime
-from neuroshard.torchrec.runtime_data import (RuntimeSample, collection_records, fit_runtime_model, random_label,
-                                          random_split_plan, read_samples, sample_features)
-from neuroshard.torchrec.training_eval import merge_plan_files
 from neuroshard.planner.simulator import validate_plan
+from neuroshard.problem import Problem
+from neuroshard.torchrec.runtime_data import (
+    RuntimeSample,
+    collection_records,
+    fit_runtime_model,
+    random_label,
+    random_split_plan,
+    read_samples,
+    sample_features,
+)
 from neuroshard.torchrec.runtime_model import FEATURES
-from neuroshard.types import InputError, Plan, PlanRecord, TableConfig, Task
+from neuroshard.torchrec.training_eval import merge_plan_files
+from neuroshard.types.errors import InputError
+from neuroshard.types.plan import Plan
+from neuroshard.types.records import PlanRecord
+from neuroshard.types.tables import TableConfig, Task
 from tests.planner.test_simulator import BINS, hand_models
 
 CONFIGS = [TableConfig(1000 * (i + 1), float(1 + i % 5), BINS) for i in range(12)]
@@ -27,18 +38,17 @@ def tasks(k=4):
 
 def test_random_split_plans_are_valid_seeded_and_bounded():
     tables = tasks(1)[0].tables(CONFIGS)
-    plans = [random_split_plan(tables, 3, 1.0, seed, max_splits=4) for seed in range(20)]
+    plans = [random_split_plan(tables, Problem(3, 1.0, seed), max_splits=4) for seed in range(20)]
     for p in plans:
-        validate_plan(tables, p, 3, 1.0)
+        validate_plan(tables, p, Problem(3, 1.0))
         assert len(p.column_steps) <= 4
-    assert plans == [random_split_plan(tables, 3, 1.0, seed, max_splits=4) for seed in range(20)]
+    assert plans == [random_split_plan(tables, Problem(3, 1.0, seed), max_splits=4) for seed in range(20)]
     assert len({len(p.column_steps) for p in plans}) > 2  # 0..4 splits, not always the same count
-    assert all(random_split_plan(tables, 3, 1.0, s, max_splits=0).column_steps == () for s in range(5))
+    assert all(random_split_plan(tables, Problem(3, 1.0, s), max_splits=0).column_steps == () for s in range(5))
 
 
 def test_collection_records_label_random_plans_per_task():
-    recs = collection_records(CONFIGS, tasks(2), ["size_lookup_greedy"], hand_models(2), 2, 1.0, random_plans=2,
-                              max_splits=3)
+    recs = collection_records(CONFIGS, tasks(2), ["size_lookup_greedy"], hand_models(2), Problem(2, 1.0), random_plans=2, max_splits=3)
     assert [(r.task, r.alg) for r in recs] == [(0, "size_lookup_greedy"), (0, random_label(0)), (0, random_label(1)),
                                               (1, "size_lookup_greedy"), (1, random_label(0)), (1, random_label(1))]
     assert all(r.plan is not None and r.num_tables == 6 for r in recs)
@@ -72,7 +82,7 @@ def test_fit_on_samples_with_known_step_times():
     hand-made linear compute model some terms are collinear, so the weights themselves are not unique)."""
     ts = tasks(8)
     models = hand_models(2)
-    recs = collection_records(CONFIGS, ts, [], models, 2, 1.0, random_plans=4, max_splits=4)
+    recs = collection_records(CONFIGS, ts, [], models, Problem(2, 1.0), random_plans=4, max_splits=4)
     samples = [RuntimeSample(r.task, r.alg, ts[r.task].tables(CONFIGS), r.plan, [1.0], None) for r in recs]
     coef = np.array([20.0, 3.0, 2.0, 1.0, 0.5, 0.2, 0.3, 0.1])
     y = sample_features(samples, models, 4096) @ coef

@@ -11,9 +11,21 @@ import neuroshard as ns
 from neuroshard.planner.costs.scorer import get_scorer
 from neuroshard.planner.search.beam import search
 from neuroshard.planner.simulator import simulate
-from neuroshard.torchrec.runtime_model import (FEATURES, TorchRecRuntimeModel, default_path, features, fit, mape,
-                                                 nnls, plan_groups, plan_parts)
-from neuroshard.types import ConfigError, InputError, Plan, ShardTable, TableConfig
+from neuroshard.problem import Problem
+from neuroshard.torchrec.runtime_model import (
+    FEATURES,
+    TorchRecRuntimeModel,
+    default_path,
+    features,
+    fit,
+    mape,
+    nnls,
+    plan_groups,
+    plan_parts,
+)
+from neuroshard.types.errors import ConfigError, InputError
+from neuroshard.types.plan import Plan
+from neuroshard.types.tables import ShardTable, TableConfig
 from tests.planner.test_simulator import BINS, hand_models
 
 BATCH = 1_000_000  # ids and outputs in millions: 1 id per unit of pooling
@@ -59,7 +71,7 @@ def test_an_empty_group_costs_nothing():
 
 
 def test_simulate_under_the_runtime_gives_its_estimate():
-    bd = simulate(hand_tables(), HAND_PLAN, runtime_models(), max_mem=1.0)
+    bd = simulate(hand_tables(), HAND_PLAN, runtime_models(), Problem(HAND_PLAN.ndevices, 1.0))
     expected = sum(c * HAND_FEATURES[f] for c, f in zip(COEF, FEATURES))  # 10 + 4 + 1.16 + 3 + 1.6 + 2.8
     assert expected == pytest.approx(22.56)
     assert bd.cost == pytest.approx(expected, rel=1e-6) and bd.runtime.name == "torchrec"
@@ -67,7 +79,7 @@ def test_simulate_under_the_runtime_gives_its_estimate():
     np.testing.assert_allclose(bd.compute, [1.16, 1.12], rtol=1e-6)
     assert bd.fw_comm == [0.0, 0.0] and bd.dims == [16, 12]
     # the breakdown keeps the estimate through its JSON form
-    from neuroshard.types import CostBreakdown
+    from neuroshard.types.costs import CostBreakdown
     assert CostBreakdown.from_json(json.loads(json.dumps(bd.to_json()))).cost == pytest.approx(expected, rel=1e-6)
 
 
@@ -76,23 +88,23 @@ def test_search_scores_placements_as_the_simulator_does():
     tables = [ShardTable(i, i, TableConfig(1000, float(rng.uniform(1, 20)), BINS, int(d)))
               for i, d in enumerate(rng.choice([8, 16, 32, 64, 128], size=12))]
     models = runtime_models(coef=(5.0, 0.5, 1.0, 0.5, 0.2, 0.1, 0.01, 0.0), n=4)
-    res = search(tables, 4, 1.0, models)
-    assert res.cost == pytest.approx(simulate(tables, res.plan, models, 1.0).cost, rel=1e-6)
+    res = search(tables, Problem(4, 1.0), models)
+    assert res.cost == pytest.approx(simulate(tables, res.plan, models, Problem(res.plan.ndevices, 1.0)).cost, rel=1e-6)
     # a group costs 100 ms: no plan with a column-wise group can win
     costly = runtime_models(coef=(5.0, 100.0, 1.0, 0.5, 0.2, 0.1, 0.01, 0.0), n=4)
-    assert search(tables, 4, 1.0, costly).plan.column_steps == ()
+    assert search(tables, Problem(4, 1.0), costly).plan.column_steps == ()
 
 
 def test_shard_takes_the_runtime():
     tables = hand_tables()
-    with_rt = ns.shard(tables, 2, 1.0, models=runtime_models(), alg="size_lookup_greedy", runtime="torchrec")
+    with_rt = ns.shard(tables, ns.Problem(2, 1.0), models=runtime_models(), alg="size_lookup_greedy", runtime="torchrec")
     assert with_rt.breakdown.runtime is not None
-    paper = ns.shard(tables, 2, 1.0, models=runtime_models(), alg="size_lookup_greedy", runtime="paper")
+    paper = ns.shard(tables, ns.Problem(2, 1.0), models=runtime_models(), alg="size_lookup_greedy", runtime="paper")
     assert paper.breakdown.runtime is None
     with pytest.raises(ConfigError, match="runtime model"):
-        ns.shard(tables, 2, 1.0, models=hand_models(2), alg="neuroshard", runtime="torchrec")
+        ns.shard(tables, ns.Problem(2, 1.0), models=hand_models(2), alg="neuroshard", runtime="torchrec")
     with pytest.raises(ConfigError, match="neuroshard_plus"):
-        ns.shard(tables, 2, 1.0, models=runtime_models(), alg="neuroshard_plus")
+        ns.shard(tables, ns.Problem(2, 1.0), models=runtime_models(), alg="neuroshard_plus")
 
 
 def test_nnls_by_hand():

@@ -11,6 +11,7 @@ import pytest
 import neuroshard as ns
 from neuroshard.eval.planning import plan_task
 from neuroshard.planner.simulator import validate_plan
+from neuroshard.problem import Problem
 from neuroshard.torchrec.sharder import (
     TorchRecConfig,
     column_shards_for,
@@ -18,16 +19,9 @@ from neuroshard.torchrec.sharder import (
     plan_with_torchrec,
     table_names,
 )
-from neuroshard.types import (
-    ColumnPiece,
-    ConfigError,
-    InvalidPlanError,
-    OutOfMemoryError,
-    Plan,
-    ShardTable,
-    TableConfig,
-    plan_pieces,
-)
+from neuroshard.types.errors import ConfigError, InvalidPlanError, OutOfMemoryError
+from neuroshard.types.plan import ColumnPiece, Plan, plan_pieces
+from neuroshard.types.tables import ShardTable, TableConfig
 
 pytest.importorskip("torchrec")
 ROOT = Path(__file__).resolve().parents[2]
@@ -68,7 +62,11 @@ def test_table_names_column_shards_and_settings():
 
 def test_hand_made_torchrec_plan_maps_to_our_plan_exactly():
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
-    from torchrec.distributed.sharding_plan import column_wise, construct_module_sharding_plan, table_wise
+    from torchrec.distributed.sharding_plan import (
+        column_wise,
+        construct_module_sharding_plan,
+        table_wise,
+    )
     from torchrec.distributed.types import ShardingPlan
 
     from neuroshard.torchrec.sharder import embedding_bag_collection
@@ -100,11 +98,11 @@ def test_torchrec_planner_plan_maps_exactly_and_fits():
     assert shards["t0"][0] == "column_wise" and [s[:2] for s in shards["t0"][1]] == [(0, 32), (32, 32)]
     assert sorted(s[2] for s in shards["t0"][1]) == [0, 1]
     plan = plan_from_sharding_plan(sharding_plan, tables, names, 2)
-    validate_plan(tables, plan, 2, 1.0)
+    validate_plan(tables, plan, Problem(2, 1.0))
     for t, name in enumerate(names):  # every TorchRec shard is one of our pieces: columns and device
         assert [tuple(p) for p in plan_pieces(tables, plan)[t]] == sorted(shards[name][1])
     # the registered sharder gives the same plan, and the library call records its planning time
-    result = ns.shard(tables, 2, 1.0, alg="torchrec", batch_size=1024)
+    result = ns.shard(tables, ns.Problem(2, 1.0), alg="torchrec", batch_size=1024)
     assert result.plan == plan and result.search_ms > 0
 
 
@@ -121,7 +119,7 @@ def test_per_rank_batch_and_pooling_factors_reach_the_planner(monkeypatch):
 
     monkeypatch.setattr(tp, "EmbeddingShardingPlanner", Spy)
     tables = tables_of((1000, 64), (1000, 4))
-    ns.shard(tables, 4, 1.0, alg="torchrec", batch_size=4096, torchrec_column_shards=4)
+    ns.shard(tables, ns.Problem(4, 1.0), alg="torchrec", batch_size=4096, torchrec_column_shards=4)
     assert seen["batch"] == 1024
     c0, c1 = seen["constraints"]["t0"], seen["constraints"]["t1"]
     assert (c0.min_partition, c0.sharding_types, c0.compute_kernels, c0.pooling_factors) == \
@@ -132,10 +130,10 @@ def test_per_rank_batch_and_pooling_factors_reach_the_planner(monkeypatch):
 def test_no_plan_within_memory_is_out_of_memory():
     too_much = tables_of((GB_ROWS // 64, 64), (GB_ROWS // 64, 64), (GB_ROWS // 64, 64))  # 3 GB on 2 x 1 GB
     with pytest.raises(OutOfMemoryError, match="TorchRec found no plan within max_mem 1 GB"):
-        ns.shard(too_much, 2, 1.0, alg="torchrec")
+        ns.shard(too_much, ns.Problem(2, 1.0), alg="torchrec")
     # 1.5 GB at dim 4 cannot be split, though the 2 devices hold 2 GB
     unsplittable = tables_of((3 * GB_ROWS // 4 // 2, 4), (100, 8))
-    rec = plan_task(0, unsplittable, "torchrec", 2, 1.0, models=None)
+    rec = plan_task(0, unsplittable, "torchrec", Problem(2, 1.0), models=None)
     assert rec.status == "oom" and "TorchRec found no plan" in rec.message and "\n" not in rec.message
 
 
@@ -147,7 +145,7 @@ def test_without_torchrec_one_line_error_and_alg_all_skips_it(tmp_path):
         "from neuroshard.eval.planning import resolve_algs\n"
         "t = [ns.TableConfig(100, 1.0, ns.DEFAULT_BINS, 8)]\n"
         "try:\n"
-        "    ns.shard(t, 2, 1.0, alg='torchrec')\n"
+        "    ns.shard(t, ns.Problem(2, 1.0), alg='torchrec')\n"
         "except ns.NeuroShardError as e:\n"
         "    err = str(e)\n"
         "print(json.dumps({'error': err, 'all': resolve_algs('all'), 'named': 'torchrec' in ns.algorithm_names()}))\n")

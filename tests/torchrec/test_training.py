@@ -7,11 +7,26 @@ import math
 
 import pytest
 
+from neuroshard.problem import Problem
 from neuroshard.data.synthetic import SyntheticSpec, generate_synthetic
-from neuroshard.torchrec.training_eval import export_plans, median_uncertainty, select_records, summarize, summary_markdown
 from neuroshard.formats.dataset import write_dataset
-from neuroshard.torchrec.training import TorchRecTrainConfig, parse_layers, train_plans
-from neuroshard.types import ConfigError, InputError, Plan, PlanRecord, Task, TorchRecStep
+from neuroshard.torchrec.training import (
+    TorchRecStep,
+    TorchRecTrainConfig,
+    parse_layers,
+    train_plans,
+)
+from neuroshard.torchrec.training_eval import (
+    export_plans,
+    median_uncertainty,
+    select_records,
+    summarize,
+    summary_markdown,
+)
+from neuroshard.types.errors import ConfigError, InputError
+from neuroshard.types.plan import Plan
+from neuroshard.types.records import PlanRecord
+from neuroshard.types.tables import Task
 
 pytest.importorskip("torchrec")
 
@@ -36,7 +51,7 @@ def test_two_rank_job_trains_a_table_wise_and_a_column_split_plan(tiny, tmp_path
     empty = PlanRecord(0, "one_rank", plan=Plan((), ((0, 1, 2, 3), ())), num_tables=4)
     items = export_plans(records + [empty], [task], configs, tmp_path / "plans", "cpu")
     assert items[0]["names"] == ["t0", "t1", "t2", "t1_1"] and items[0]["table_ids"] == [0, 1, 2, 1]
-    cfg = TorchRecTrainConfig(ndevices=2, warmup=1, iters=2, repeats=1, timeout=60)
+    cfg = TorchRecTrainConfig(problem=Problem(2), warmup=1, iters=2, repeats=1, timeout=60)
     steps = train_plans([{**it, "repeat": 0} for it in items], d / "ds", 64, cfg)
     assert [(s.index, s.alg, s.repeat) for s in steps] == [(0, "table_wise", 0), (1, "column", 0), (2, "one_rank", 0)]
     for s in steps:
@@ -111,7 +126,7 @@ def test_an_interrupted_run_trains_only_what_is_missing(tiny, tmp_path):
     (out / ".partial").mkdir(parents=True)
     made = TorchRecStep(0, 0, "table_wise", 0, [5.0, 5.0], [5.0, 4.0], 1.0)  # what the killed run had written
     (out / ".partial" / MEASUREMENTS).write_text(json.dumps([plan_identity(records[0], 0), made.to_json()]) + "\n")
-    cfg = TorchRecTrainConfig(ndevices=2, warmup=0, iters=2, repeats=1, timeout=60)
+    cfg = TorchRecTrainConfig(problem=Problem(2), warmup=0, iters=2, repeats=1, timeout=60)
     summary = run_torchrec_eval(records, [task], configs, d / "ds", 64, cfg, out, ["table_wise", "column"],
                                 "table_wise", config={"test": 1}, show=None, progress=False)
     assert summary["measurements"] == 1 and not (out / ".partial").exists()

@@ -13,7 +13,7 @@ from neuroshard.formats.cost_data import CommSample, write_comm_data
 from neuroshard.planner.costs.cost_models import load_comm_model
 from neuroshard.train.comm_model import comm_tensors, train_comm_models
 from neuroshard.train.loop import TrainConfig
-from neuroshard.types import InputError
+from neuroshard.types.errors import InputError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

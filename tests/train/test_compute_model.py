@@ -10,10 +10,15 @@ import torch
 from neuroshard.formats.cost_data import write_compute_data
 from neuroshard.planner.costs.cost_models import load_model
 from neuroshard.planner.costs.nets import table_features
-from neuroshard.train.compute_model import build_model, shard_tensors, train_compute_model
+from neuroshard.train.compute_model import (
+    build_model,
+    shard_tensors,
+    train_compute_model,
+)
 from neuroshard.train.loop import TrainConfig, companion_paths
 from neuroshard.train.metrics import regression_metrics
-from neuroshard.types import InputError, TableConfig
+from neuroshard.types.errors import InputError
+from neuroshard.types.tables import TableConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}

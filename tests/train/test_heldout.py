@@ -10,7 +10,8 @@ from neuroshard.formats.cost_data import write_compute_data
 from neuroshard.measure.compute_collect import ShardSampler, augment_table_configs
 from neuroshard.train.heldout import heldout_check, shard_groups
 from neuroshard.train.loop import TrainConfig
-from neuroshard.types import InputError, TableConfig
+from neuroshard.types.errors import InputError
+from neuroshard.types.tables import TableConfig
 
 N = 12  # dataset tables
 
@@ -87,7 +88,7 @@ def test_check_refuses_a_config_json_that_does_not_describe_the_data(tmp_path):
 
 
 def test_check_honours_num_samples_and_bounds_folds(tmp_path):
-    from neuroshard.types import ConfigError
+    from neuroshard.types.errors import ConfigError
 
     _write(tmp_path, 0.67)
     res = heldout_check(tmp_path, TrainConfig(epochs=2, num_samples=200, seed=0), folds=2, progress=False)

@@ -7,9 +7,14 @@ import pytest
 import torch
 
 from neuroshard.planner.costs.nets import CommCostModel, CostEnsemble
-from neuroshard.train.loop import TrainConfig, split_indices, train_ensemble, train_model
+from neuroshard.train.loop import (
+    TrainConfig,
+    split_indices,
+    train_ensemble,
+    train_model,
+)
 from neuroshard.train.metrics import scatter_plot
-from neuroshard.types import ConfigError
+from neuroshard.types.errors import ConfigError
 
 
 def test_split_is_seeded_and_disjoint():

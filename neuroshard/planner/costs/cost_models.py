@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from neuroshard.types import ConfigError, InputError, NeuroShardError, PlanError, RankNoise
+from neuroshard.settings import add_flag
+from neuroshard.types.costs import PlanError, RankNoise
+from neuroshard.types.errors import ConfigError, InputError, NeuroShardError
 
 
 @dataclass(frozen=True, eq=False)
@@ -140,6 +142,19 @@ def noise_floor_sd(model) -> float:
 def default_comm_model_path(ndevices: int, kind: str) -> str:
     """Where the pipeline puts the comm model for `ndevices` devices (`models/comm_<n>_<kind>.pt`)."""
     return os.path.join("models", f"comm_{ndevices}_{kind}.pt")
+
+
+def add_model_flags(parser) -> None:
+    """--compute_model, --fw_comm_model, --bw_comm_model: the three cost models' checkpoints."""
+    for name in ("compute_model", "fw_comm_model", "bw_comm_model"):
+        add_flag(parser, name)
+
+
+def model_paths(args, ndevices: int) -> tuple[str, str, str]:
+    """(compute, fw, bw) checkpoints from the flags of `add_model_flags`; a comm model not named is
+    `models/comm_<ndevices>_<fw|bw>.pt`."""
+    return (str(args.compute_model), str(args.fw_comm_model or default_comm_model_path(ndevices, "fw")),
+            str(args.bw_comm_model or default_comm_model_path(ndevices, "bw")))
 
 
 # --------------------------------------------------------------------------- checkpoints

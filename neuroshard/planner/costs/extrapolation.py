@@ -14,7 +14,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from neuroshard.types import CostBreakdown, Plan, ShardTable, apply_column_steps
+from neuroshard.types.costs import CostBreakdown
+from neuroshard.types.plan import Plan, apply_column_steps
+from neuroshard.types.tables import ShardTable
 
 
 def compute_ranges(configs, shards: Sequence[Sequence[int]]) -> dict:

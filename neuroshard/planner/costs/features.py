@@ -8,7 +8,7 @@ from typing import Sequence
 
 import numpy as np
 
-from neuroshard.types import NUM_BINS, TableConfig
+from neuroshard.types.tables import NUM_BINS, TableConfig
 
 TABLE_EMBED_DIM = 32
 NUM_FEATURES = 4 + NUM_BINS  # see feature_matrix

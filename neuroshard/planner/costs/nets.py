@@ -13,8 +13,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from neuroshard.planner.costs.features import NUM_FEATURES, TABLE_EMBED_DIM, feature_matrix
-from neuroshard.types import TableConfig
+from neuroshard.planner.costs.features import (
+    NUM_FEATURES,
+    TABLE_EMBED_DIM,
+    feature_matrix,
+)
+from neuroshard.types.tables import TableConfig
 
 
 def table_features(configs: Sequence[TableConfig]) -> torch.Tensor:
@@ -105,17 +109,15 @@ class CommCostModel(nn.Module):
 
     `hidden` () makes the model linear in its inputs (one n_in x n layer): the
     backward exchange's time is close to linear in the per-device dim sums, and
-    its measurements are noisy (a noise floor of 13-19% in the study), so an
-    MLP fits dips into the noise that a search then finds (NeuroShard+'s plans
-    measured 7-14% above the backward MLP's estimate, the other algorithms'
-    1-5%); a linear model scores the same on held-out data and has no dips.
+    its measurements are noisy, so an MLP fits dips into the noise that a
+    search then finds; a linear model scores the same on held-out data and has
+    no dips.
 
     `wait_term` (forward only): the output is `max(sleeps) - sleeps[r]` (the
     time rank r waits for the last rank to start, known from the inputs) plus
-    the MLP's output, which then only has to learn the transfer. Measured on
-    collected data, this halves the forward model's distance to its noise
-    floor: an MLP learns `max - own` poorly from a few hundred samples of a
-    2n-input function. Without it (DESIGN §6 as written) the MLP learns the sum.
+    the MLP's output, which then only has to learn the transfer: an MLP learns
+    `max - own` poorly from a few hundred samples of a 2n-input function.
+    Without it (DESIGN §6 as written) the MLP learns the sum.
 
     `wait_inputs` (forward only): the MLP sees each rank's wait for the last
     rank, `max(sleeps) - sleeps[r]`, in place of its sleep (the same
@@ -123,26 +125,11 @@ class CommCostModel(nn.Module):
     sample and every plan's skew). The transfer left once the last rank
     arrives depends on how close behind it the others came (the smallest
     nonzero wait): nearly simultaneous arrivals leave more of the exchange
-    to do. From sleeps the MLP must find that as a difference of maxima,
-    and with a few hundred samples it did not. On a 110-task study's
-    evaluation plans (seed 0; the forward times measured at the measured
-    skews), it under-predicted the transfer by 0.58 ms where the last two
-    ranks were ready within 0.25 ms of each other and over-predicted it by
-    0.10 ms where they were 2 ms or more apart; the plans of the searches
-    that balance the ranks were the ones under-predicted most (NeuroShard+'s
-    by 0.54 ms at their estimated skews, TorchRec's by 0.14 ms). Trained on
-    the same data with waits: under by 0.35 to 0.07 ms by gap, and NeuroShard+'s
-    plans no longer under-predicted more than TorchRec's. Re-simulating five
-    studies' evaluation plans (`tools/model_error.py`), the per-rank forward
-    error fell in each (20.9/23.8/23.6/19.3/20.9% -> 18.1/22.8/20.4/18.4/
-    16.9%), the plan-cost MAPE fell or held (6.8/12.6/13.2/6.7/7.1% ->
-    6.2/12.4/12.2/6.7/6.0%), and NeuroShard+'s measured/estimated ratio
-    came nearer TorchRec's (by 0.051-0.094 above it -> 0.040-0.060). With
-    it, in three fresh studies NeuroShard's plans' transfer was estimated as
-    well as TorchRec's, but NeuroShard+'s local search still found plans
-    whose transfer it under-predicts by 0.31 and 0.46 ms more than
-    TorchRec's in two of them (README, *Sim-to-real*). Without it, the
-    MLP sees the sleeps.
+    to do. From sleeps the MLP must find that as a difference of maxima, and
+    with a few hundred samples it does not; it then under-predicts the
+    transfer of exactly the balanced plans a search prefers. Without it, the
+    MLP sees the sleeps. (The measurements behind these choices are in
+    docs/EXPERIMENTS.md.)
     """
 
     def __init__(self, kind: str, ndevices: int, x_mean: torch.Tensor, x_std: torch.Tensor,

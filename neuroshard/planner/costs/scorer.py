@@ -18,7 +18,8 @@ from typing import Any, NamedTuple, Sequence
 import numpy as np
 
 from neuroshard.planner.costs.features import feature_matrix
-from neuroshard.types import NeuroShardError, TableConfig
+from neuroshard.types.errors import NeuroShardError
+from neuroshard.types.tables import TableConfig
 
 
 def _find_openblas_local_setter():

@@ -29,9 +29,8 @@ noise), with
 backward exchange, `fw` that of the forward exchange (`NoiseModel`, from the
 noise floors measured when the cost data was collected: samples re-measured
 minutes later. The plan job's own compute noise between two repeats of a plan
-is narrower, and drawn instead, with its own share common to the ranks, it put
-50% of a study's evaluation measurements in the band, against 72% with the
-floors: an evaluation's rounds span most of an hour). Ranks measured
+is narrower, and drawn instead it puts too few of an evaluation's measurements
+in the band: an evaluation's rounds span most of an hour). Ranks measured
 together do not draw that noise independently: a slow spell of the machine
 slows them all, so a share `shared` of its variance is common to the plan's
 ranks (z[s, r] is then sqrt(1 - shared) x its own draw + sqrt(shared) x one
@@ -40,10 +39,9 @@ less. `shared` comes from plans measured twice on training tasks
 (`types.RankNoise.shared`; 0, independent ranks, without them). `rank` is the
 compute model's own error on a shard, the part the plan's ranks do not share
 (y: independent draws per rank), measured on training tasks' plans
-(`types.PlanError.rank`): the members agree more than the models are right
-(a rank's compute was 12-14% off on the study's plans with 1,000 compute
-samples, 8-12% with 3,000), and it is this error, drawn for each rank, that
-makes plans balanced by the models cost more than estimated. The samples'
+(`types.PlanError.rank`): the members agree more than the models are right,
+and it is this error, drawn for each rank, that makes plans balanced by the
+models cost more than estimated. The samples'
 mean is the expected measured cost, their sd the spread, their 10% and 90%
 quantiles the predicted 80% band. With one model and neither noise nor rank
 error every sample is the point estimate.
@@ -64,12 +62,13 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
-from neuroshard.types import CostSpread
+from neuroshard.types.codec import Record
+from neuroshard.types.costs import CostSpread
 
 SAMPLES = 32  # noise draws per member: enough for a stable mean and 80% band, cheap in the search
 _SEED = 20230601
@@ -98,7 +97,7 @@ def sd_from_noise_floor(mean_abs_rel_diff: float) -> float:
 
 
 @dataclass(frozen=True)
-class NoiseModel:
+class NoiseModel(Record):
     """The relative sd of one measurement of a rank's compute, backward and forward comm (fractions), the
     share of that noise's variance the plan's ranks have in common (`shared`, 0..1), the relative sd of the
     compute model's error on a rank's shard that the other ranks do not share (`rank`), and the relative sd
@@ -117,8 +116,6 @@ class NoiseModel:
         error (the plan-level error aside)."""
         return not (self.compute or self.bw or self.fw or self.rank)
 
-    def to_json(self) -> dict:
-        return asdict(self)
 
 
 NO_NOISE = NoiseModel()

@@ -44,13 +44,15 @@ import numpy as np
 
 from neuroshard.checks import check_float, check_int
 from neuroshard.planner.costs.cost_models import require_models
-from neuroshard.planner.search.placement import NO_LIMIT, run_greedy, state_bytes
-from neuroshard.planner.registry import ShardingContext, register
 from neuroshard.planner.costs.scorer import PlanScorer, get_scorer, single_threaded_blas
+from neuroshard.planner.registry import ShardingContext, register
+from neuroshard.planner.search.placement import NO_LIMIT, run_greedy, state_bytes
 from neuroshard.planner.simulator import mem_cap_elements, score_placements
+from neuroshard.problem import Problem
 from neuroshard.settings import Settings, setting
-from neuroshard.types import (ConfigError, NeuroShardError, OutOfMemoryError, Plan, ShardTable, can_split,
-                              merge_colocated_halves)
+from neuroshard.types.errors import ConfigError, NeuroShardError, OutOfMemoryError
+from neuroshard.types.plan import Plan, merge_colocated_halves
+from neuroshard.types.tables import ShardTable, can_split
 
 # The states of one batched greedy are chunked so its arrays stay below this size (a bound: only the
 # rows in use are touched); one chunk per beam round up to ~10,000 tables x 1,024 devices.
@@ -111,7 +113,7 @@ class SearchResult:
     candidates: list = field(default_factory=list)  # (cost, plan) of the `keep` best distinct states seen
 
 
-class SearchProblem:
+class SearchSpace:
     """Per-task precomputation: every table at every dim it can be split to, embedded once.
 
     A "gid" is one (table, split level): `start[t]` is table t's unsplit gid, gid + 1 its half;
@@ -119,10 +121,11 @@ class SearchProblem:
     `cost1` (single-table compute ms), `can_split`. `cap`: memory per device (elements).
     """
 
-    def __init__(self, tables: Sequence[ShardTable], ndevices: int, max_mem: float,
-                 scorer: PlanScorer, cfg: SearchConfig, runtime=None):
+    def __init__(self, tables: Sequence[ShardTable], problem: Problem, scorer: PlanScorer, cfg: SearchConfig,
+                 runtime=None):
         self.tables = list(tables)
-        self.n = int(ndevices)
+        self.problem = problem
+        self.n = problem.ndevices
         self.cfg = cfg
         self.scorer = scorer
         self.runtime = runtime  # a torchrec_runtime.TorchRecRuntimeModel: placements are scored by it
@@ -147,8 +150,7 @@ class SearchProblem:
         emb = scorer.embed(configs)
         self.proj = scorer.project(emb)  # accumulator increment of each gid
         self.cost1 = scorer.cost_from_acc(scorer.acc0 + self.proj) if configs else np.zeros(0)
-        self.cap = mem_cap_elements(max_mem)
-        self.max_mem = max_mem
+        self.cap = mem_cap_elements(problem.max_mem)
         total_dim = int(sum(t.dim for t in self.tables))
         mean_dim = total_dim / self.n
         # dim_sum + dim <= s * mean_dim, with integer sums, is dim_sum + dim <= floor(s * mean_dim)
@@ -254,66 +256,56 @@ def _distinct_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return uniq, inv.ravel()
 
 
-def _check_models(scorer: PlanScorer, ndevices: int) -> None:
-    if scorer.ndevices != ndevices:
-        raise NeuroShardError(f"the comm cost models are for {scorer.ndevices} devices, the task has {ndevices}")
+def _check_models(scorer: PlanScorer, problem: Problem) -> None:
+    if scorer.ndevices != problem.ndevices:
+        raise NeuroShardError(f"the comm cost models are for {scorer.ndevices} devices, the task has "
+                              f"{problem.ndevices}")
 
 
-def _oom(tables: Sequence[ShardTable], ndevices: int, max_mem: float) -> OutOfMemoryError:
+def _oom(tables: Sequence[ShardTable], problem: Problem) -> OutOfMemoryError:
     sizes = [t.size_gb for t in tables]
     big = int(np.argmax(sizes)) if sizes else None
     return OutOfMemoryError(
         f"neuroshard found no placement of {len(tables)} tables ({sum(sizes):.3g} GB, largest "
-        f"{max(sizes, default=0):.3g} GB) on {ndevices} devices of {max_mem:g} GB",
-        table=big, size=sizes[big] if sizes else None, max_mem=max_mem)
+        f"{max(sizes, default=0):.3g} GB) on {problem.ndevices} devices of {problem.max_mem:g} GB",
+        table=big, size=sizes[big] if sizes else None, max_mem=problem.max_mem)
 
 
-def grid_search(tables: Sequence[ShardTable], ndevices: int, max_mem: float, models,
+def grid_search(tables: Sequence[ShardTable], problem: Problem, models,
                 config: SearchConfig | None = None) -> tuple[Plan, float]:
     """Greedy grid search without splits: the best placement and its cost (ms); OutOfMemoryError if none."""
     with single_threaded_blas():
-        return _grid_search(tables, ndevices, max_mem, models, config)
+        space = make_space(tables, problem, models, config)
+        [res] = space.grid_search([space.start.copy()])
+        if not math.isfinite(res.cost):
+            raise _oom(tables, problem)
+        return space.plan((), res), res.cost
 
 
-def _grid_search(tables, ndevices, max_mem, models, config):
-    cfg = config or SearchConfig()
-    scorer = get_scorer(models)
-    _check_models(scorer, ndevices)
-    prob = SearchProblem(tables, ndevices, max_mem, scorer, cfg, models.runtime)
-    [res] = prob.grid_search([prob.start.copy()])
-    if not math.isfinite(res.cost):
-        raise _oom(tables, ndevices, max_mem)
-    return prob.plan((), res), res.cost
-
-
-def search(tables: Sequence[ShardTable], ndevices: int, max_mem: float, models,
+def search(tables: Sequence[ShardTable], problem: Problem, models,
            config: SearchConfig | None = None) -> SearchResult:
     """NeuroShard's beam search + greedy grid search; OutOfMemoryError when no state fits."""
     with single_threaded_blas():
-        return _search(tables, ndevices, max_mem, models, config)
+        t0 = time.perf_counter()
+        return beam_search(make_space(tables, problem, models, config), t0)
 
 
-def _search(tables, ndevices, max_mem, models, config) -> SearchResult:
-    t0 = time.perf_counter()
-    return beam_search(make_problem(tables, ndevices, max_mem, models, config), t0)
-
-
-def make_problem(tables: Sequence[ShardTable], ndevices: int, max_mem: float, models,
-                 config: SearchConfig | None = None) -> SearchProblem:
+def make_space(tables: Sequence[ShardTable], problem: Problem, models,
+               config: SearchConfig | None = None) -> SearchSpace:
     """The per-task precomputation of the search (every table at every split level, embedded once)."""
     scorer = get_scorer(models)
-    _check_models(scorer, ndevices)
-    return SearchProblem(tables, ndevices, max_mem, scorer, config or SearchConfig(), models.runtime)
+    _check_models(scorer, problem)
+    return SearchSpace(tables, problem, scorer, config or SearchConfig(), models.runtime)
 
 
-def beam_search(prob: SearchProblem, t0: float | None = None, keep: int = 0) -> SearchResult:
+def beam_search(space: SearchSpace, t0: float | None = None, keep: int = 0) -> SearchResult:
     """NeuroShard's beam search on a prepared problem (call under `single_threaded_blas`);
     OutOfMemoryError when no state fits. `t0`: perf_counter at the start, for `seconds`. `keep`: also
     return the `keep` cheapest states seen (any round, the start too) as `candidates`, cheapest first."""
     t0 = time.perf_counter() if t0 is None else t0
-    cfg, tables, ndevices, max_mem = prob.cfg, prob.tables, prob.n, prob.max_mem
-    start = prob.start.copy()
-    [start_res] = prob.grid_search([start])
+    cfg, tables = space.cfg, space.tables
+    start = space.start.copy()
+    [start_res] = space.grid_search([start])
     best_steps: tuple[int, ...] = ()
     best = start_res
     beam = [((), start, start_res.cost)]
@@ -323,8 +315,8 @@ def beam_search(prob: SearchProblem, t0: float | None = None, keep: int = 0) -> 
     for _ in range(cfg.max_length):
         children, seen = [], set()
         for steps, gids, _cost in beam:
-            idx = prob.candidates(gids, cfg.beam_n)
-            idx = idx[prob.can_split[gids[idx]]]
+            idx = space.candidates(gids, cfg.beam_n)
+            idx = idx[space.can_split[gids[idx]]]
             if not len(idx):
                 continue
             # all children of this state at once: piece i becomes the next split level, plus its twin
@@ -341,7 +333,7 @@ def beam_search(prob: SearchProblem, t0: float | None = None, keep: int = 0) -> 
         if not children:
             break
         rounds += 1
-        scored = prob.grid_search([c for _, c in children])
+        scored = space.grid_search([c for _, c in children])
         for (steps, _), res in zip(children, scored):
             if res.cost < best.cost:
                 best, best_steps = res, steps
@@ -354,35 +346,33 @@ def beam_search(prob: SearchProblem, t0: float | None = None, keep: int = 0) -> 
         beam = [(children[m][0], children[m][1], scored[m].cost) for m in ranked]
 
     if not math.isfinite(best.cost):
-        raise _oom(tables, ndevices, max_mem)
-    start_plan = prob.plan((), start_res) if math.isfinite(start_res.cost) else None
-    candidates = [(c, prob.plan(steps, res)) for c, _, steps, res in seen_states if math.isfinite(c)]
-    return SearchResult(plan=prob.plan(best_steps, best), cost=best.cost, start_plan=start_plan,
-                        start_cost=start_res.cost, scale=best.scale, states_scored=prob.states_scored,
+        raise _oom(tables, space.problem)
+    start_plan = space.plan((), start_res) if math.isfinite(start_res.cost) else None
+    candidates = [(c, space.plan(steps, res)) for c, _, steps, res in seen_states if math.isfinite(c)]
+    return SearchResult(plan=space.plan(best_steps, best), cost=best.cost, start_plan=start_plan,
+                        start_cost=start_res.cost, scale=best.scale, states_scored=space.states_scored,
                         candidates=candidates,
                         rounds=rounds, seconds=time.perf_counter() - t0, history=history)
 
 
 @register("neuroshard", settings=(SearchConfig,))
-def neuroshard(tables: Sequence[ShardTable], ndevices: int, max_mem: float, ctx: ShardingContext) -> Plan:
+def neuroshard(tables: Sequence[ShardTable], problem: Problem, ctx: ShardingContext) -> Plan:
     """NeuroShard (beam search over column splits + greedy grid search) under ctx's cost models; a split
     whose two halves the grid search put on one device is undone (`types.merge_colocated_halves`).
 
     Options (ctx.options): the fields of SearchConfig. Raises OutOfMemoryError when no plan fits.
     """
     models = require_models(ctx.models if ctx is not None else None, "neuroshard")
-    return merge_colocated_halves(tables, search(tables, ndevices, max_mem, models,
-                                                 SearchConfig.from_options(ctx.options)).plan)
+    return merge_colocated_halves(tables, search(tables, problem, models, SearchConfig.from_options(ctx.options)).plan)
 
 
-def _best_plans(tables: Sequence[ShardTable], ndevices: int, max_mem: float, ctx: ShardingContext,
-                k: int) -> list[Plan]:
+def _best_plans(tables: Sequence[ShardTable], problem: Problem, ctx: ShardingContext, k: int) -> list[Plan]:
     """The k cheapest distinct states NeuroShard's beam search scored, its own plan first (for `--refine`)."""
     models = require_models(ctx.models if ctx is not None else None, "neuroshard")
     with single_threaded_blas():
-        prob = make_problem(tables, ndevices, max_mem, models, SearchConfig.from_options(ctx.options))
+        space = make_space(tables, problem, models, SearchConfig.from_options(ctx.options))
         plans = []
-        for _, plan in beam_search(prob, keep=k).candidates:
+        for _, plan in beam_search(space, keep=k).candidates:
             plan = merge_colocated_halves(tables, plan)
             if plan not in plans:
                 plans.append(plan)

@@ -27,13 +27,10 @@ Beyond the paper, with the same pre-trained cost models and simulator:
    the descent without them is done (a split cannot be undone). Then the
    best of these local optima is descended from again taking any gain
    above 0.01% (`_MIN_GAIN`). Small gains are mostly the objective's own
-   sampling noise: of the moves that gained 0.01-0.1% under the search's
-   fixed noise draws (`planner.costs.uncertainty`), only 61-67% still gained
-   under other draws, by 0.01-0.03% on average (moves above 0.1%: 85-91%),
-   and they were half of all moves. (Measured on 36 random tasks of 10-60
-   tables on 4 and 8 devices, synthetic 3-member ensembles and the study's
-   noise; the starts' descents win about equally often, so every start is
-   still descended.)
+   sampling noise: a move that gains less than 0.1% under the search's
+   fixed noise draws (`planner.costs.uncertainty`) often gains nothing under
+   other draws, and such moves are many. The starts' descents win about
+   equally often, so every start is still descended.
 3. Tabu search across the plateau of the best local optimum
    (`plus_tabu` steps): the best simple candidate that does not raise the
    cost is taken even if it does not lower it either, but a piece just
@@ -66,7 +63,7 @@ estimates otherwise does: the winner's curse). Otherwise the simulated point
 cost (`simulate`), as before.
 
 Candidate costs come from the search's per-device accumulators
-(`SearchProblem`, `PlanScorer`): a candidate changes two devices, whose
+(`SearchSpace`, `PlanScorer`): a candidate changes two devices, whose
 compute costs are re-predicted from accumulator increments; the `_KEEP`
 candidates with the lowest estimate (new compute costs, present comm costs)
 get their comm costs from one call of the comm models
@@ -85,15 +82,33 @@ import numpy as np
 
 from neuroshard.checks import check_float, check_int
 from neuroshard.planner.costs.cost_models import require_models
-from neuroshard.planner.registry import (ShardingContext, algorithm_names, is_plain, options_for, register,
-                                         required_option)
 from neuroshard.planner.costs.scorer import single_threaded_blas
-from neuroshard.planner.search.beam import SearchConfig, SearchProblem, beam_search, make_problem
-from neuroshard.planner.simulator import score_placements, simulate
 from neuroshard.planner.costs.uncertainty import cost_samples, robust_cost
+from neuroshard.planner.registry import (
+    ShardingContext,
+    algorithm_names,
+    is_plain,
+    options_for,
+    register,
+    required_option,
+)
+from neuroshard.planner.search.beam import (
+    SearchConfig,
+    SearchSpace,
+    beam_search,
+    make_space,
+)
+from neuroshard.planner.simulator import score_placements, simulate
+from neuroshard.problem import Problem
 from neuroshard.settings import Settings, setting
-from neuroshard.types import (ConfigError, InputError, NeuroShardError, OutOfMemoryError, Plan, ShardTable,
-                              merge_colocated_halves)
+from neuroshard.types.errors import (
+    ConfigError,
+    InputError,
+    NeuroShardError,
+    OutOfMemoryError,
+)
+from neuroshard.types.plan import Plan, merge_colocated_halves
+from neuroshard.types.tables import ShardTable
 
 NAME = "neuroshard_plus"
 # A move must lower the plan cost by more than this fraction (float noise is not progress) ...
@@ -181,10 +196,10 @@ class PlusResult:
 class _Extended:
     """Per-gid tables with one more, all-zero entry at the end (index -1 = "no piece")."""
 
-    def __init__(self, prob: SearchProblem):
-        self.proj = np.vstack([prob.proj, np.zeros((1, prob.proj.shape[1]), dtype=prob.proj.dtype)])
-        self.size = np.append(prob.size, 0)
-        self.dim = np.append(prob.dim, 0)
+    def __init__(self, space: SearchSpace):
+        self.proj = np.vstack([space.proj, np.zeros((1, space.proj.shape[1]), dtype=space.proj.dtype)])
+        self.size = np.append(space.size, 0)
+        self.dim = np.append(space.dim, 0)
 
 
 class _Objective:
@@ -214,11 +229,11 @@ class _State:
     (in accumulation order) and per-device accumulators, compute ms (the members' mean, and each
     member's when the objective is robust), dim sums, memory, counts."""
 
-    def __init__(self, prob: SearchProblem, plan: Plan, objective: _Objective):
-        self.prob = prob
+    def __init__(self, space: SearchSpace, plan: Plan, objective: _Objective):
+        self.space = space
         self.objective = objective
-        self.ext = _Extended(prob)
-        gids = list(prob.start)
+        self.ext = _Extended(space)
+        gids = list(space.start)
         for i in plan.column_steps:  # as types.apply_column_steps: halve piece i, append its twin
             gids[i] += 1
             gids.append(gids[i])
@@ -228,10 +243,10 @@ class _State:
         self.dev = np.empty(len(gids), dtype=np.int64)
         for d, shard in enumerate(self.shards):
             self.dev[shard] = d
-        n, A = prob.n, prob.proj.shape[1]
-        self.acc = np.empty((n, A), dtype=prob.proj.dtype)
+        n, A = space.n, space.proj.shape[1]
+        self.acc = np.empty((n, A), dtype=space.proj.dtype)
         self.compute = np.zeros(n)
-        self.member_compute = np.zeros((prob.scorer.members, n))
+        self.member_compute = np.zeros((space.scorer.members, n))
         self.dims = np.zeros(n, dtype=np.int64)
         self.mem = np.zeros(n, dtype=np.int64)
         self.count = np.zeros(n, dtype=np.int64)
@@ -240,22 +255,22 @@ class _State:
 
     def _refresh(self, d: int) -> None:
         """Device d's sums from its shard, accumulated in shard order (as the simulator does)."""
-        prob, shard = self.prob, self.shards[d]
+        space, shard = self.space, self.shards[d]
         g = np.array([self.gids[i] for i in shard], dtype=np.int64)
-        acc = prob.scorer.acc0.copy()
-        for row in prob.proj[g]:
+        acc = space.scorer.acc0.copy()
+        for row in space.proj[g]:
             acc += row
         self.acc[d] = acc
         self.count[d] = len(g)
-        self.compute[d] = float(prob.scorer.cost_from_acc(acc[None])[0]) if len(g) else 0.0
+        self.compute[d] = float(space.scorer.cost_from_acc(acc[None])[0]) if len(g) else 0.0
         if self.objective.robust:
-            self.member_compute[:, d] = prob.scorer.member_costs_from_acc(acc[None])[0] if len(g) else 0.0
-        self.dims[d] = prob.dim[g].sum()
-        self.mem[d] = prob.size[g].sum()
+            self.member_compute[:, d] = space.scorer.member_costs_from_acc(acc[None])[0] if len(g) else 0.0
+        self.dims[d] = space.dim[g].sum()
+        self.mem[d] = space.size[g].sum()
 
     def copy(self) -> "_State":
         new = object.__new__(_State)
-        new.prob, new.ext, new.gids, new.steps = self.prob, self.ext, list(self.gids), list(self.steps)
+        new.space, new.ext, new.gids, new.steps = self.space, self.ext, list(self.gids), list(self.steps)
         new.objective = self.objective
         new.shards = [list(s) for s in self.shards]
         for name in ("dev", *_PER_DEVICE):
@@ -325,8 +340,8 @@ def _candidates(state: _State, bottleneck: int, splits: bool, compound: bool) ->
     with the new half on any device; on big tasks only pieces on the bottleneck move or split, and
     only the bottleneck trades. With `compound`, instead: two pieces off the bottleneck to one
     device, two for one and one for two (only while there are few such exchanges)."""
-    prob = state.prob
-    n = prob.n
+    space = state.space
+    n = space.n
     if n == 1:
         return None
     gids = np.asarray(state.gids, dtype=np.int64)
@@ -357,7 +372,7 @@ def _candidates(state: _State, bottleneck: int, splits: bool, compound: bool) ->
             a, b = np.full(n - 1, bottleneck), np.delete(np.arange(n), bottleneck)
         add(a, b, np.full((len(a), 2), -1), np.full((len(a), 2), -1), kind=2)
         if splits:  # a piece (as for moves) halved, the new half on another device
-            can = movers[prob.can_split[gids[movers]]]
+            can = movers[space.can_split[gids[movers]]]
             i = np.repeat(can, n - 1)
             add(dev[i], (dev[i] + np.tile(np.arange(1, n), len(can))) % n, _one(i), np.full((len(i), 2), -1),
                 kind=1)
@@ -424,19 +439,19 @@ def _score(state: _State, cand: _Candidates, total: np.ndarray, keep: int) -> tu
     """(plan objective [K], per-device mean totals [K, n]) of each candidate (ms); inf (and nan totals)
     where a device would exceed the memory cap. Only the `keep` candidates with the lowest estimate
     (new compute costs, the present comm costs) are scored by the comm models; the others get inf."""
-    prob = state.prob
+    space = state.space
     K = len(cand.src)
     devs = np.stack([cand.src, cand.dst], axis=1)  # [K, 2]
-    ok = ((state.mem[devs] + cand.d_mem) <= prob.cap).all(axis=1)
+    ok = ((state.mem[devs] + cand.d_mem) <= space.cap).all(axis=1)
     acc = cand.acc.reshape(-1, cand.acc.shape[-1])  # overwritten by the costs (the candidates' last use)
     count = state.count[devs] + cand.d_count
     robust = state.objective.robust
     if robust:  # each member's compute of the two devices [K, 2, members]; their mean for the estimate
-        member_comp = prob.scorer.member_costs_from_acc(acc, overwrite=True).astype(np.float64).reshape(K, 2, -1)
+        member_comp = space.scorer.member_costs_from_acc(acc, overwrite=True).astype(np.float64).reshape(K, 2, -1)
         member_comp[count == 0] = 0.0
         comp = member_comp.mean(axis=-1)
     else:
-        comp = prob.scorer.cost_from_acc(acc, overwrite=True).reshape(K, 2).astype(np.float64)
+        comp = space.scorer.cost_from_acc(acc, overwrite=True).reshape(K, 2).astype(np.float64)
         comp[count == 0] = 0.0
     if np.count_nonzero(ok) > keep:
         est = np.tile(total, (K, 1))
@@ -446,7 +461,7 @@ def _score(state: _State, cand: _Candidates, total: np.ndarray, keep: int) -> tu
         ok[np.argpartition(est, keep)[:keep]] = True
     idx = np.flatnonzero(ok)
     cost = np.full(K, np.inf)
-    totals = np.full((K, prob.n), np.nan)
+    totals = np.full((K, space.n), np.nan)
     if len(idx):
         compute = state.compute_for(len(idx))
         dims = np.tile(state.dims.astype(np.float64), (len(idx), 1))
@@ -535,7 +550,7 @@ def _descend(state: _State, max_moves: int, splits: bool, settled: bool = False,
 def _relabel(state: _State, cost: float, gain: float = _MIN_GAIN) -> _State | None:
     """The state with its shards on the devices in the order that costs least, if that is lower
     than `cost` by the fraction `gain`; None otherwise, or on more than `_MAX_RELABEL_DEVICES` devices."""
-    n = state.prob.n
+    n = state.space.n
     if not 2 < n <= _MAX_RELABEL_DEVICES:  # on 2 devices the trades have tried the one other order
         return None
     perms = np.array(list(itertools.permutations(range(n))))  # perms[k][d]: the shard device d gets
@@ -559,7 +574,7 @@ def _tabu(state: _State, steps: int, max_moves: int, splits: bool) -> tuple[_Sta
     that does not raise the cost (by more than `_MIN_GAIN`), except those that move a piece moved (or
     trade a device pair traded) in the last `_TENURE` steps unless they beat the best so far (tabu
     search); descend from every new best. Returns the best state and the moves taken."""
-    n = state.prob.n
+    n = state.space.n
     best = state
     best_cost, total = best.cost()
     cost = best_cost
@@ -602,10 +617,9 @@ def _tabu(state: _State, steps: int, max_moves: int, splits: bool) -> tuple[_Sta
 # --------------------------------------------------------------------------- NeuroShard+
 
 
-def search_plus(tables: Sequence[ShardTable], ndevices: int, max_mem: float, models,
-                config: SearchConfig | None = None, plus: PlusConfig | None = None, seed: int = 0,
-                options: dict | None = None, keep: int = 0) -> PlusResult:
-    """NeuroShard+ (module doc); OutOfMemoryError when no start fits. `seed` and `options` are
+def search_plus(tables: Sequence[ShardTable], problem: Problem, models, config: SearchConfig | None = None,
+                plus: PlusConfig | None = None, options: dict | None = None, keep: int = 0) -> PlusResult:
+    """NeuroShard+ (module doc); OutOfMemoryError when no start fits. The problem's seed and `options` are
     passed to the baselines. `keep`: also return the `keep` best distinct plans seen (starts and local
     optima, by the objective) as `candidates`, best first."""
     from neuroshard.planner.shard import shard
@@ -620,20 +634,20 @@ def search_plus(tables: Sequence[ShardTable], ndevices: int, max_mem: float, mod
                                                   f"(or leave {alg} out of --plus_baselines)")
     starts: dict[str, Plan] = {}
     with single_threaded_blas():
-        prob = make_problem(tables, ndevices, max_mem, models, config)
+        space = make_space(tables, problem, models, config)
         try:
-            res = beam_search(prob, t0)
+            res = beam_search(space, t0)
         except OutOfMemoryError:
             res = None
         else:
             starts["neuroshard"] = merge_colocated_halves(tables, res.plan)
             if res.start_plan is not None:
                 starts["neuroshard_no_split"] = res.start_plan
-    objective = _Objective(prob.scorer, models.noise_model, plus.plus_robust, plus.plus_lambda)
+    objective = _Objective(space.scorer, models.noise_model, plus.plus_robust, plus.plus_lambda)
     base_costs = {}  # the starts' simulated costs (the objective when it is the point cost)
     for alg in baselines:
         try:
-            got = shard(tables, ndevices, max_mem, models=models, alg=alg, seed=seed, simulated=not objective.robust,
+            got = shard(tables, problem, models=models, alg=alg, simulated=not objective.robust,
                         **options_for(alg, options))
         except (ConfigError, InputError):  # a bad setting or policy file of a named start: not skipped
             raise
@@ -643,15 +657,16 @@ def search_plus(tables: Sequence[ShardTable], ndevices: int, max_mem: float, mod
         if got.cost_ms is not None:
             base_costs[alg] = got.cost_ms
     if not starts:
-        raise OutOfMemoryError(f"{NAME} found no plan of {len(tables)} tables on {ndevices} devices of "
-                               f"{max_mem:g} GB (neither NeuroShard nor any baseline)", max_mem=max_mem)
+        raise OutOfMemoryError(f"{NAME} found no plan of {len(tables)} tables on {problem.ndevices} devices of "
+                               f"{problem.max_mem:g} GB (neither NeuroShard nor any baseline)",
+                               max_mem=problem.max_mem)
 
     def cost_of(name: str, plan: Plan) -> float:
         """The objective of a plan, from scratch (the point cost is the simulator's)."""
         if objective.robust:
             with single_threaded_blas():
-                return _State(prob, plan, objective).cost()[0]
-        return base_costs[name] if name in base_costs else simulate(tables, plan, models, max_mem).cost
+                return _State(space, plan, objective).cost()[0]
+        return base_costs[name] if name in base_costs else simulate(tables, plan, models, problem).cost
 
     costs = {name: cost_of(name, plan) for name, plan in starts.items()}
     best_name = min(costs, key=lambda a: (costs[a], a != "neuroshard"))
@@ -668,7 +683,7 @@ def search_plus(tables: Sequence[ShardTable], ndevices: int, max_mem: float, mod
             found = []
             for name in names:
                 # first without new splits (they cannot be undone), then with them
-                state, m = _descend(_State(prob, starts[name], objective), plus.plus_max_moves, False,
+                state, m = _descend(_State(space, starts[name], objective), plus.plus_max_moves, False,
                                     gain=_COARSE_GAIN)
                 if plus.plus_splits:
                     state, m2 = _descend(state, plus.plus_max_moves - m, True, settled=True, gain=_COARSE_GAIN)
@@ -677,7 +692,7 @@ def search_plus(tables: Sequence[ShardTable], ndevices: int, max_mem: float, mod
             best = min(found, key=lambda f: f[0])
             best[2], m2 = _descend(best[2], plus.plus_max_moves - best[3], plus.plus_splits)
             best[3] += m2
-            if plus.plus_tabu and ndevices > 1 and best[2].gids:
+            if plus.plus_tabu and problem.ndevices > 1 and best[2].gids:
                 best[2], m2 = _tabu(best[2], plus.plus_tabu, plus.plus_max_moves - best[3], plus.plus_splits)
                 best[3] += m2  # (best[0], the descent's cost, is not read again)
             moves = sum(f[3] for f in found)
@@ -700,28 +715,28 @@ def search_plus(tables: Sequence[ShardTable], ndevices: int, max_mem: float, mod
 
 
 @register(NAME, settings=(SearchConfig, PlusConfig), runs_others=True)
-def neuroshard_plus(tables: Sequence[ShardTable], ndevices: int, max_mem: float, ctx: ShardingContext) -> Plan:
+def neuroshard_plus(tables: Sequence[ShardTable], problem: Problem, ctx: ShardingContext) -> Plan:
     """NeuroShard+ under ctx's cost models: NeuroShard's search, every plain baseline, local search.
 
     Options (ctx.options): the fields of SearchConfig and PlusConfig. Raises OutOfMemoryError when
     no plan fits.
     """
-    return _run(tables, ndevices, max_mem, ctx).plan
+    return _run(tables, problem, ctx).plan
 
 
-def _run(tables, ndevices: int, max_mem: float, ctx: ShardingContext, keep: int = 0) -> PlusResult:
+def _run(tables, problem: Problem, ctx: ShardingContext, keep: int = 0) -> PlusResult:
     models = require_models(ctx.models if ctx is not None else None, NAME)
     if models.runtime is not None:
         raise ConfigError("--runtime", f"{NAME} searches the paper's execution only; plan for TorchRec's with "
                                        "neuroshard (--runtime torchrec)")
     options = dict(ctx.options or {})
-    return search_plus(tables, ndevices, max_mem, models, SearchConfig.from_options(options),
-                       PlusConfig.from_options(options), seed=ctx.seed, options=options, keep=keep)
+    return search_plus(tables, problem, models, SearchConfig.from_options(options), PlusConfig.from_options(options),
+                       options=options, keep=keep)
 
 
-def _best_plans(tables, ndevices: int, max_mem: float, ctx: ShardingContext, k: int) -> list[Plan]:
+def _best_plans(tables, problem: Problem, ctx: ShardingContext, k: int) -> list[Plan]:
     """The k best distinct plans NeuroShard+ saw (its objective), its own choice first (for `--refine`)."""
-    return [plan for _, _, plan in _run(tables, ndevices, max_mem, ctx, keep=k).candidates]
+    return [plan for _, _, plan in _run(tables, problem, ctx, keep=k).candidates]
 
 
 neuroshard_plus.candidates = _best_plans

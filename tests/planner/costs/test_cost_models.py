@@ -2,7 +2,12 @@ import numpy as np
 import pytest
 import torch
 
-from neuroshard.planner.costs.cost_models import load_comm_model, load_compute_model, load_model, save_model
+from neuroshard.planner.costs.cost_models import (
+    load_comm_model,
+    load_compute_model,
+    load_model,
+    save_model,
+)
 from neuroshard.planner.costs.features import TABLE_EMBED_DIM
 from neuroshard.planner.costs.nets import (
     CommCostModel,
@@ -12,7 +17,8 @@ from neuroshard.planner.costs.nets import (
     linear_compute_model,
     table_features,
 )
-from neuroshard.types import InputError, TableConfig
+from neuroshard.types.errors import InputError
+from neuroshard.types.tables import TableConfig
 
 BINS = tuple([0.25] * 4 + [0.0] * 13)
 
@@ -181,7 +187,7 @@ def test_a_comm_model_without_hidden_layers_is_linear_and_round_trips(tmp_path):
 def test_scaled_models_multiply_each_part_and_leave_the_originals():
     from neuroshard.planner.costs.cost_models import CostModels
     from neuroshard.planner.costs.nets import CostEnsemble
-    from neuroshard.types import ConfigError
+    from neuroshard.types.errors import ConfigError
 
     n = 2
     fw = linear_comm_model("fw", n, np.hstack([0.02 * np.eye(n), 0.5 * np.eye(n)]), np.full(n, 0.1))

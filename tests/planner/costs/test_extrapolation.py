@@ -3,7 +3,9 @@
 from types import SimpleNamespace
 
 from neuroshard.planner.costs.extrapolation import comm_ranges, compute_ranges, warnings
-from neuroshard.types import CostBreakdown, Plan, ShardTable, TableConfig
+from neuroshard.types.costs import CostBreakdown
+from neuroshard.types.plan import Plan
+from neuroshard.types.tables import ShardTable, TableConfig
 
 BINS = tuple([1.0] + [0.0] * 16)
 

@@ -9,7 +9,8 @@ from neuroshard.planner.costs.nets import CostEnsemble, linear_compute_model
 from neuroshard.planner.costs.scorer import EnsembleScorer, PlanScorer, get_scorer
 from neuroshard.planner.search.beam import search
 from neuroshard.planner.simulator import score_placements, simulate
-from neuroshard.types import Plan
+from neuroshard.problem import Problem
+from neuroshard.types.plan import Plan
 from tests.planner.test_simulator import diagonal_comm_model, random_models, tables_of
 
 
@@ -24,7 +25,7 @@ def hand_ensemble() -> CostModels:
 
 def test_member_plan_costs_mean_and_spread_by_hand():
     tables = tables_of([16, 32, 8])
-    bd = simulate(tables, Plan((), ((0, 2), (1,))), hand_ensemble(), max_mem=1.0)  # dims 24 | 32
+    bd = simulate(tables, Plan((), ((0, 2), (1,))), hand_ensemble(), Problem(2, 1.0))  # dims 24 | 32
     # member 1: compute .74 .82, bw .58 .74, ready 1.32 1.56 -> skew 0 .24 (the late rank's start delay),
     #   fw .24+.2=.44, .32+.12+.2=.64; totals 1.76 2.2 -> plan 2.2
     # member 2: compute 1.18 1.34, bw 1.06 1.38, ready 2.24 2.72 -> skew 0 .48, fw .44, .32+.24+.2=.76;
@@ -63,8 +64,8 @@ def test_one_pass_over_the_members_equals_each_member_alone():
         np.testing.assert_allclose(bw[k], sbw, rtol=1e-4, atol=1e-5)
         np.testing.assert_allclose(fw[k], sfw, rtol=1e-4, atol=1e-5)
     # the search runs on the ensemble as on one model, and its plan's cost is the simulator's
-    res = search(tables, 4, 1.0, ens)
-    assert res.cost == pytest.approx(simulate(tables, res.plan, ens, 1.0).cost, rel=1e-6)
+    res = search(tables, Problem(4, 1.0), ens)
+    assert res.cost == pytest.approx(simulate(tables, res.plan, ens, Problem(res.plan.ndevices, 1.0)).cost, rel=1e-6)
     assert score_placements(scorer, compute.mean(axis=0), dims)[3].shape == (5,)
 
 

@@ -8,8 +8,6 @@ import pytest
 
 from neuroshard.planner.costs.cost_models import CostModels
 from neuroshard.planner.costs.scorer import get_scorer
-from neuroshard.planner.search.plus import PlusConfig, _Objective, search_plus
-from neuroshard.planner.simulator import simulate
 from neuroshard.planner.costs.uncertainty import (
     NO_NOISE,
     NoiseModel,
@@ -20,7 +18,11 @@ from neuroshard.planner.costs.uncertainty import (
     shared_normals,
     spread,
 )
-from neuroshard.types import Plan, RankNoise
+from neuroshard.planner.search.plus import PlusConfig, _Objective, search_plus
+from neuroshard.planner.simulator import simulate
+from neuroshard.problem import Problem
+from neuroshard.types.costs import RankNoise
+from neuroshard.types.plan import Plan
 from tests.planner.costs.test_scorer import hand_ensemble
 from tests.planner.test_simulator import hand_models, tables_of
 
@@ -116,15 +118,15 @@ def test_simulate_reports_the_cost_distribution_and_neuroshard_plus_minimises_it
     tables = tables_of([16, 32, 8, 64, 16])
     models = hand_ensemble()
     plan = Plan((), ((0, 2), (1, 3, 4)))
-    bd = simulate(tables, plan, models, 1.0)
+    bd = simulate(tables, plan, models, Problem(plan.ndevices, 1.0))
     assert bd.spread.samples == 2 and bd.spread.mean == pytest.approx(np.mean(bd.member_costs))
     noisy = CostModels(models.compute, models.fw, models.bw, noise=NoiseModel(0.1, 0.1, 0.1))
-    nb = simulate(tables, plan, noisy, 1.0)
+    nb = simulate(tables, plan, noisy, Problem(plan.ndevices, 1.0))
     assert nb.spread.samples == 64 and nb.spread.q10 < nb.spread.mean < nb.spread.q90
     # one model without noise: no distribution, and NeuroShard+'s robust objective is the point cost
-    assert simulate(tables, plan, hand_models(2), 1.0).spread is None
-    res = search_plus(tables, 2, 1.0, noisy, plus=PlusConfig(plus_lambda=1.0))
-    found = simulate(tables, res.plan, noisy, 1.0).spread
+    assert simulate(tables, plan, hand_models(2), Problem(plan.ndevices, 1.0)).spread is None
+    res = search_plus(tables, Problem(2, 1.0), noisy, plus=PlusConfig(plus_lambda=1.0))
+    found = simulate(tables, res.plan, noisy, Problem(res.plan.ndevices, 1.0)).spread
     assert res.cost == pytest.approx(found.mean + found.sd, rel=1e-6)
     for start in ("neuroshard", "size_lookup_greedy"):  # never above a start it ran, by its objective
         assert res.cost <= res.start_costs[start] + 1e-9
@@ -146,7 +148,11 @@ def test_plan_error_widens_about_the_same_mean():
 
 
 def test_calibrated_plan_error_is_the_smallest_step_that_holds_80_percent():
-    from neuroshard.planner.costs.uncertainty import calibrate_plan_sd, plan_normals, share_in_band
+    from neuroshard.planner.costs.uncertainty import (
+        calibrate_plan_sd,
+        plan_normals,
+        share_in_band,
+    )
 
     point = [np.array([100.0])]  # one model, no noise: the band is the point
     assert calibrate_plan_sd(point, [[100.0]]) == (0.0, 1.0, 1.0)  # already inside: no term
@@ -172,8 +178,8 @@ def test_the_plan_error_widens_the_simulated_band_not_the_point_cost():
 
     tables = tables_of([16, 32, 8])
     plan = Plan((), ((0, 2), (1,)))
-    plain = simulate(tables, plan, hand_models(), max_mem=1.0)
-    wide = simulate(tables, plan, replace(hand_models(), noise=NoiseModel(plan=0.1)), max_mem=1.0)
+    plain = simulate(tables, plan, hand_models(), Problem(plan.ndevices, 1.0))
+    wide = simulate(tables, plan, replace(hand_models(), noise=NoiseModel(plan=0.1)), Problem(plan.ndevices, 1.0))
     assert wide.cost == plain.cost and wide.spread.mean == pytest.approx(plain.cost)
     q10, q90 = np.quantile(plain.cost + 0.1 * plain.cost * plan_normals(), [0.1, 0.9])
     assert (wide.spread.q10, wide.spread.q90) == pytest.approx((q10, q90))

@@ -6,21 +6,20 @@ import torch
 
 from neuroshard.planner.costs.cost_models import CostModels
 from neuroshard.planner.costs.features import NUM_FEATURES
-from neuroshard.planner.costs.nets import CommCostModel, ComputeCostModel, feature_stats, table_features
-from neuroshard.planner.registry import ShardingContext, get_sharder
+from neuroshard.planner.costs.nets import (
+    CommCostModel,
+    ComputeCostModel,
+    feature_stats,
+    table_features,
+)
 from neuroshard.planner.costs.scorer import get_scorer
+from neuroshard.planner.registry import ShardingContext, get_sharder
 from neuroshard.planner.search.beam import SearchConfig, grid_search, search
 from neuroshard.planner.simulator import simulate, validate_plan
-from neuroshard.types import (
-    NeuroShardError,
-    OutOfMemoryError,
-    Plan,
-    ShardTable,
-    TableConfig,
-    apply_column_steps,
-    merge_colocated_halves,
-    can_split,
-)
+from neuroshard.problem import Problem
+from neuroshard.types.errors import NeuroShardError, OutOfMemoryError
+from neuroshard.types.plan import Plan, apply_column_steps, merge_colocated_halves
+from neuroshard.types.tables import ShardTable, TableConfig, can_split
 
 BINS = tuple([1 / 17] * 17)
 
@@ -131,7 +130,7 @@ class Reference:
         for shards in results:
             if shards is not None:
                 plan = Plan(tuple(steps), tuple(tuple(s) for s in shards))
-                c = simulate(self.tables, plan, self.models, self.max_mem).cost
+                c = simulate(self.tables, plan, self.models, Problem(plan.ndevices, self.max_mem)).cost
                 if c < best[0]:
                     best = (c, plan)
         return best
@@ -183,9 +182,9 @@ def test_fast_search_matches_reference(n, T, mem, seed):
     want_cost, want_plan = Reference(tables, n, mem, models, cfg).search()
     if want_plan is None:
         with pytest.raises(OutOfMemoryError):
-            search(tables, n, mem, models, cfg)
+            search(tables, Problem(n, mem), models, cfg)
         return
-    got = search(tables, n, mem, models, cfg)
+    got = search(tables, Problem(n, mem), models, cfg)
     assert got.plan == want_plan
     assert got.cost == pytest.approx(want_cost, rel=1e-5, abs=1e-6)
 
@@ -203,7 +202,7 @@ def test_fast_search_matches_reference_on_random_settings(seed):
                        max_length=int(rng.integers(0, 4)), grid_steps=int(rng.integers(1, 12)))
     want_cost, want_plan = Reference(tables, n, mem, models, cfg).search()
     try:
-        got = search(tables, n, mem, models, cfg)
+        got = search(tables, Problem(n, mem), models, cfg)
     except OutOfMemoryError:
         assert want_plan is None
         return
@@ -218,7 +217,7 @@ def test_fast_grid_search_matches_reference_with_paper_defaults():
         tables = random_task(rng, 3 * n + 2)
         cfg = SearchConfig()
         want_cost, want_plan = Reference(tables, n, 0.5, models, cfg).grid(())
-        plan, cost = grid_search(tables, n, 0.5, models, cfg)
+        plan, cost = grid_search(tables, Problem(n, 0.5), models, cfg)
         assert plan == want_plan
         assert cost == pytest.approx(want_cost, rel=1e-5, abs=1e-6)
 
@@ -229,7 +228,7 @@ def test_full_default_search_matches_reference_on_one_task():
     tables = random_task(rng, 7)
     cfg = SearchConfig()
     want_cost, want_plan = Reference(tables, 3, 1.0, models, cfg).search()
-    got = search(tables, 3, 1.0, models, cfg)
+    got = search(tables, Problem(3, 1.0), models, cfg)
     assert got.plan == want_plan
     assert got.cost == pytest.approx(want_cost, rel=1e-5, abs=1e-6)
 
@@ -238,7 +237,7 @@ def test_ties_go_to_least_memory_used_then_lowest_device():
     # a constant compute model (every non-empty shard costs 1 ms): only the tie rules decide
     models = linear_models(3, per_dim=0.0, base=1.0)
     tables = [ShardTable(i, i, TableConfig(r, 1.0, BINS, 16)) for i, r in enumerate([100, 300, 200, 400])]
-    plan, _ = grid_search(tables, 3, 1.0, models, SearchConfig(grid_steps=1, grid_min=2.0, grid_max=2.0))
+    plan, _ = grid_search(tables, Problem(3, 1.0), models, SearchConfig(grid_steps=1, grid_min=2.0, grid_max=2.0))
     # equal single costs: index order; each table goes to the cheapest device (empty ones cost 0,
     # lowest index first), then among equal costs to the one with the least memory used
     assert plan.shards == ((0, 3), (1,), (2,))
@@ -253,9 +252,9 @@ def test_every_returned_plan_is_valid_and_scored_like_the_simulator():
         models = random_models(n, 20 + n)
         for T in (1, 5, 17):
             tables = random_task(rng, T)
-            res = search(tables, n, 2.0, models, SearchConfig(max_length=4))
-            validate_plan(tables, res.plan, n, 2.0)
-            assert res.cost == pytest.approx(simulate(tables, res.plan, models, 2.0).cost, rel=1e-5, abs=1e-6)
+            res = search(tables, Problem(n, 2.0), models, SearchConfig(max_length=4))
+            validate_plan(tables, res.plan, Problem(n, 2.0))
+            assert res.cost == pytest.approx(simulate(tables, res.plan, models, Problem(res.plan.ndevices, 2.0)).cost, rel=1e-5, abs=1e-6)
             assert res.cost <= res.start_cost  # never worse than its own no-split start
             assert res.start_plan is not None and not res.start_plan.column_steps
 
@@ -265,10 +264,10 @@ def test_beam_finds_the_split_that_balances_two_devices():
     # 2 devices unless it is split: {64} vs {16, 16} -> {32, 16} vs {32, 16}
     models = linear_models(2)
     tables = [ShardTable(i, i, TableConfig(1000, 1.0, BINS, d)) for i, d in enumerate([64, 16, 16])]
-    res = search(tables, 2, 1.0, models)
+    res = search(tables, Problem(2, 1.0), models)
     assert res.start_cost == pytest.approx(0.5 + 0.64, rel=1e-6)
     assert res.plan.column_steps[0] == 0  # the first split is the big table
-    bd = simulate(tables, res.plan, models, 1.0)
+    bd = simulate(tables, res.plan, models, Problem(res.plan.ndevices, 1.0))
     assert bd.dims == [48, 48]
     assert res.cost == pytest.approx(0.5 + 0.48, rel=1e-6)
     assert res.plan.column_steps == (0,)  # further splits do not improve strictly
@@ -279,46 +278,46 @@ def test_split_rescues_a_table_too_big_for_one_device():
     tables = [ShardTable(0, 0, TableConfig(rows, 1.0, BINS, 64)), ShardTable(1, 1, TableConfig(100, 1.0, BINS, 16))]
     models = linear_models(2)
     with pytest.raises(OutOfMemoryError):
-        grid_search(tables, 2, 1.0, models)
-    res = search(tables, 2, 1.0, models)
+        grid_search(tables, Problem(2, 1.0), models)
+    res = search(tables, Problem(2, 1.0), models)
     assert res.start_plan is None and math.isinf(res.start_cost)
     assert res.plan.column_steps[:1] == (0,)
-    validate_plan(tables, res.plan, 2, 1.0)
+    validate_plan(tables, res.plan, Problem(2, 1.0))
 
 
 def test_no_plan_fits_is_an_out_of_memory_error():
     rows = 2**28  # 4 GB at dim 4, cannot be split
     tables = [ShardTable(0, 0, TableConfig(rows, 1.0, BINS, 4))]
     with pytest.raises(OutOfMemoryError, match="no placement"):
-        search(tables, 2, 1.0, linear_models(2))
+        search(tables, Problem(2, 1.0), linear_models(2))
     ctx = ShardingContext(models=linear_models(2))
     with pytest.raises(OutOfMemoryError):
-        get_sharder("neuroshard")(tables, 2, 1.0, ctx)
+        get_sharder("neuroshard")(tables, Problem(2, 1.0), ctx)
 
 
 def test_dim_constraint_failure_falls_back_to_memory_only_greedy():
     # two 64-dim tables on 4 devices: 64 > 1.5 * mean dim (32) at every scale
     tables = [ShardTable(i, i, TableConfig(100, 1.0, BINS, 64)) for i in range(2)]
     models = linear_models(4)
-    plan, _ = grid_search(tables, 4, 1.0, models)
-    validate_plan(tables, plan, 4, 1.0)
+    plan, _ = grid_search(tables, Problem(4, 1.0), models)
+    validate_plan(tables, plan, Problem(4, 1.0))
     with pytest.raises(OutOfMemoryError):
-        grid_search(tables, 4, 1.0, models, SearchConfig(dim_fallback=False))
+        grid_search(tables, Problem(4, 1.0), models, SearchConfig(dim_fallback=False))
 
 
 def test_deterministic_and_registered_with_options():
     rng = np.random.default_rng(9)
     models = random_models(4, 9)
     tables = random_task(rng, 20)
-    a = search(tables, 4, 1.0, models)
-    b = search(tables, 4, 1.0, models)
+    a = search(tables, Problem(4, 1.0), models)
+    b = search(tables, Problem(4, 1.0), models)
     assert a.plan == b.plan and a.cost == b.cost
     ctx = ShardingContext(models,
                           options={"beam_k": 3, "beam_n": 10, "max_length": 10, "grid_steps": 11, "other": 1})
     # the sharder's plan: the search's, with splits whose halves share a device undone
-    assert get_sharder("neuroshard")(tables, 4, 1.0, ctx) == merge_colocated_halves(tables, a.plan)
+    assert get_sharder("neuroshard")(tables, Problem(4, 1.0), ctx) == merge_colocated_halves(tables, a.plan)
     ctx.options = {"max_length": 0}
-    assert get_sharder("neuroshard")(tables, 4, 1.0, ctx) == grid_search(tables, 4, 1.0, models)[0]
+    assert get_sharder("neuroshard")(tables, Problem(4, 1.0), ctx) == grid_search(tables, Problem(4, 1.0), models)[0]
 
 
 def test_bad_options_and_missing_models_are_clear_errors():
@@ -327,11 +326,11 @@ def test_bad_options_and_missing_models_are_clear_errors():
     with pytest.raises(NeuroShardError, match="max_length"):
         SearchConfig(max_length=-1)
     with pytest.raises(NeuroShardError, match="cost models"):
-        get_sharder("neuroshard")([], 2, 1.0, ShardingContext())
+        get_sharder("neuroshard")([], Problem(2, 1.0), ShardingContext())
     with pytest.raises(NeuroShardError, match="devices"):
-        search(random_task(np.random.default_rng(0), 3), 3, 1.0, linear_models(2))
+        search(random_task(np.random.default_rng(0), 3), Problem(3, 1.0), linear_models(2))
 
 
 def test_empty_task():
-    res = search([], 3, 1.0, linear_models(3))
+    res = search([], Problem(3, 1.0), linear_models(3))
     assert res.plan == Plan((), ((), (), ()))

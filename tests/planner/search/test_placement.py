@@ -4,9 +4,10 @@ for each (state, dim limit) on its own, one device at a time."""
 import numpy as np
 import pytest
 
-from neuroshard.planner.search.placement import NO_LIMIT, run_greedy
 from neuroshard.planner.costs.scorer import get_scorer
-from neuroshard.planner.search.beam import SearchConfig, make_problem
+from neuroshard.planner.search.beam import SearchConfig, make_space
+from neuroshard.planner.search.placement import NO_LIMIT, run_greedy
+from neuroshard.problem import Problem
 from tests.planner.search.test_beam import linear_models, random_models, random_task
 
 
@@ -35,7 +36,7 @@ def plain_greedy(order, limit, n, cap, size, dim, proj, acc0, head):
 
 def check(tables, n, mem, models, states=3, seed=0):
     cfg = SearchConfig()
-    prob = make_problem(tables, n, mem, models, cfg)
+    prob = make_space(tables, Problem(n, mem), models, cfg)
     rng = np.random.default_rng(seed)
     # states: the unsplit tables, and some with random splits, in the search's greedy order
     gid_order = []

@@ -2,12 +2,12 @@
 
 From the public DLRM dataset file (https://github.com/facebookresearch/dlrm_datasets):
 
-    python tools/gen_dlrm_data.py --data /path/to/fbgemm_t856_bs65536.pt.gz --out_dir data/dlrm_datasets
+    python gen_dlrm_data.py --data /path/to/fbgemm_t856_bs65536.pt.gz --out_dir data/dlrm_datasets
 
 Synthetic DLRM-like tables, no download (the default `make demo` uses):
 
-    python tools/gen_dlrm_data.py --synthetic --out_dir data/dlrm_synthetic
-    python tools/gen_dlrm_data.py --synthetic --num_tables 300 --batch_size 8192 --seed 1 --out_dir data/big
+    python gen_dlrm_data.py --synthetic --out_dir data/dlrm_synthetic
+    python gen_dlrm_data.py --synthetic --num_tables 300 --batch_size 8192 --seed 1 --out_dir data/big
 
 Check the result against the published locality statistics:
 
@@ -26,7 +26,8 @@ from neuroshard.data.public import process_public
 from neuroshard.data.synthetic import SyntheticSpec, generate_synthetic
 from neuroshard.formats.dataset import read_public_dlrm, write_dataset
 from neuroshard.formats.io import write_json_atomic
-from neuroshard.types import NeuroShardError
+from neuroshard.settings import add_flag
+from neuroshard.types.errors import NeuroShardError
 
 _D = SyntheticSpec()
 
@@ -34,25 +35,22 @@ _D = SyntheticSpec()
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         description="Process the public DLRM dataset file, or generate a synthetic one, "
-                    "into a dataset dir (table_configs.json + data.pt).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                    "into a dataset dir (table_configs.json + data.pt).")
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--data", help="public DLRM dataset file (.pt or .pt.gz); processed table by "
-                                    "table (the full 856-table file needs ~4 GB RAM besides the "
-                                    "memory-mapped file, and ~8 GB free in $TMPDIR for a .gz)")
+    add_flag(src, "data", help="public DLRM dataset file (.pt or .pt.gz); processed table by table (the full "
+                               "856-table file needs ~4 GB RAM besides the memory-mapped file, and ~8 GB free in "
+                               "$TMPDIR for a .gz)")
     src.add_argument("--synthetic", action="store_true",
                      help="generate DLRM-like tables instead: rows spread on a log scale over "
                           "[100, max_rows], heavy-tailed pooling factors (mean 15.8, some ~0), Zipf access with "
                           "varying skew; aggregate locality close to the published 2021 stats. "
                           "Defaults: ~9.7 M lookups, a 41 MB data.pt, ~2 s")
-    p.add_argument("--out_dir", "--out-dir", dest="out_dir", default="data/dlrm_datasets",
-                   help="output dataset dir")
+    add_flag(p, "out_dir", "data/dlrm_datasets", help="output dataset dir", aliases=("--out-dir",))
     g = p.add_argument_group("synthetic dataset (with --synthetic)")
-    g.add_argument("--num_tables", type=int, default=_D.num_tables, help="number of tables")
-    g.add_argument("--batch_size", type=int, default=_D.batch_size,
-                   help="samples per table (the batch every benchmark uses)")
-    g.add_argument("--max_rows", type=int, default=_D.max_rows, help="row cap per table")
-    g.add_argument("--seed", type=int, default=_D.seed, help="random seed (same seed, same files)")
+    add_flag(g, "num_tables", _D.num_tables)
+    add_flag(g, "batch_size", _D.batch_size, help="samples per table (the batch every benchmark uses)")
+    g.add_argument("--max_rows", type=int, default=_D.max_rows, help="row cap per table (default: %(default)s)")
+    add_flag(g, "seed", _D.seed)
     add_progress_arg(p)
     return p.parse_args(argv)
 

@@ -1,6 +1,6 @@
 """Calibrate the predicted 80% band on measured plans of training tasks: the models' plan-level error.
 
-    python tools/calibrate_band.py --data_dir results/quick/dataset \\
+    python calibrate_band.py --data_dir results/quick/dataset \\
         --task_path results/quick/train_tasks/data.txt --eval_task_path results/quick/tasks/data.txt \\
         --results results/quick/plan_data/hw/results.json --models results/quick/models/onpolicy \\
         --rank_error_models results/quick/models --ndevices 4 --max_mem 1
@@ -35,43 +35,51 @@ from pathlib import Path
 
 from neuroshard.checks import check_output_file
 from neuroshard.cli import run_main
-from neuroshard.types import ConfigError, InputError
+from neuroshard.formats.side_files import (
+    PlanErrorReport,
+    plan_error_json,
+    write_side_file,
+)
+from neuroshard.problem import Problem
+from neuroshard.settings import add_flag
+from neuroshard.types.errors import ConfigError, InputError
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--data_dir", required=True, help="dataset dir with table_configs.json")
-    p.add_argument("--task_path", required=True, help="the TRAINING task file the plans were made for")
-    p.add_argument("--eval_task_path", default=None, help="evaluation tasks: refused if a training task is one")
-    p.add_argument("--results", required=True, help="collect_plan_cost_data.py's hw/results.json (measured plans)")
-    p.add_argument("--models", required=True, help="folder with compute.pt, comm_<n>_fw.pt, comm_<n>_bw.pt "
-                                                    "(its forward checkpoint gets the \"plan_error\")")
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_flag(p, "data_dir", required=True, help="dataset dir with table_configs.json")
+    add_flag(p, "task_path", required=True, help="the TRAINING task file the plans were made for")
+    add_flag(p, "eval_task_path")
+    add_flag(p, "results", required=True, help="collect_plan_cost_data.py's hw/results.json (measured plans)")
+    add_flag(p, "models", required=True, help="folder with compute.pt, comm_<n>_fw.pt, comm_<n>_bw.pt (its forward "
+                                              "checkpoint gets the \"plan_error\")")
     p.add_argument("--rank_error_models", default=None,
                    help="folder of models NOT trained on these plans' shards (the random data's), whose per-rank "
                         "compute error on them is the out-of-sample estimate (default: --models, in sample)")
-    p.add_argument("--ndevices", type=int, required=True, help="devices of the plans")
-    p.add_argument("--max_mem", type=float, required=True, help="memory per device in GB the plans were made for")
-    p.add_argument("--out_path", default=None, help="JSON report (default: <models>/plan_error_<n>.json)")
+    Problem.add_args(p, skip=("seed",), helps={"ndevices": "devices of the plans", "max_mem": "memory per device in "
+                                               "GB the plans were made for"})
+    add_flag(p, "out_path", help="JSON report (default: <models>/plan_error_<n>.json)")
     return p.parse_args(argv)
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from neuroshard.checks import check_float, check_int
     from neuroshard.eval.onpolicy import check_disjoint, plan_error
     from neuroshard.formats.dataset import read_table_configs
-    from neuroshard.formats.io import write_json_atomic
     from neuroshard.formats.plan_file import read_plans
     from neuroshard.formats.task_file import read_tasks
-    from neuroshard.planner.costs.cost_models import CostModels, noise_floor_sd, save_model
+    from neuroshard.planner.costs.cost_models import (
+        CostModels,
+        noise_floor_sd,
+        save_model,
+    )
 
-    check_int("--ndevices", args.ndevices, 1)
-    check_float("--max_mem", args.max_mem, 0.0, lo_open=True)
+    problem = Problem.from_args(args)
+    n = problem.ndevices
     folder = Path(args.models)
-    models = CostModels.load(folder, args.ndevices)  # InputError naming a missing folder or checkpoint
-    paths = [folder / name for name in ("compute.pt", f"comm_{args.ndevices}_fw.pt", f"comm_{args.ndevices}_bw.pt")]
-    out_path = Path(args.out_path) if args.out_path else folder / f"plan_error_{args.ndevices}.json"
+    models = CostModels.load(folder, n)  # InputError naming a missing folder or checkpoint
+    paths = [folder / name for name in ("compute.pt", f"comm_{n}_fw.pt", f"comm_{n}_bw.pt")]
+    out_path = Path(args.out_path) if args.out_path else folder / plan_error_json(n)
     check_output_file("--out_path", out_path)
     configs = read_table_configs(Path(args.data_dir) / "table_configs.json")
     tasks = read_tasks(args.task_path, num_tables=len(configs))
@@ -84,14 +92,13 @@ def main(argv=None) -> int:
         raise ConfigError("--task_path", f"{args.results} has task {bad[0]}, but {args.task_path} has only "
                                          f"{len(tasks)} tasks")
     models = replace(models, noise=replace(models.noise_model, plan=0.0, rank=0.0))  # afresh, not on top
-    rank_models = CostModels.load(args.rank_error_models, args.ndevices) if args.rank_error_models else None
-    error = plan_error(records, tasks, configs, models, args.max_mem, rank_models)
+    rank_models = CostModels.load(args.rank_error_models, n) if args.rank_error_models else None
+    error = plan_error(records, tasks, configs, models, problem, rank_models)
     if error is None:
         raise InputError(args.results, "no measured plan to calibrate the band on")
     save_model(models.fw, paths[1], extra={**models.fw.checkpoint_extra, "plan_error": error.to_json()})
-    write_json_atomic(out_path, {"results": str(args.results), "task_path": str(args.task_path),
-                                 "models": [str(x) for x in paths], "rank_error_models": args.rank_error_models,
-                                 "plan_error": error.to_json()})
+    write_side_file(out_path, PlanErrorReport(str(args.results), str(args.task_path), [str(x) for x in paths],
+                                              args.rank_error_models, error))
     floor = noise_floor_sd(models.compute)
     drawn = f"one compute measurement drawn from the collection's floor {100 * floor:.1f}%"
     if error.compute_sd is not None:

@@ -1,6 +1,6 @@
 """Held-out-table check of the compute cost model: does it predict shards of tables it never saw?
 
-    python tools/heldout_check.py --data_dir results/quick/compute_data \\
+    python heldout_check.py --data_dir results/quick/compute_data \\
         --out_path results/quick/models/compute_heldout.json
 
 Needs compute data collected with --half_share (collect_compute_cost_data.py):
@@ -15,15 +15,15 @@ import argparse
 from neuroshard.checks import check_int
 from neuroshard.cli import add_progress_arg, run_main
 from neuroshard.formats.io import write_json_atomic
+from neuroshard.settings import add_flag
 from neuroshard.train.heldout import heldout_check
 from neuroshard.train.loop import TrainConfig
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--data_dir", default="data/cost_data/compute",
-                   help="compute cost data (with --half_share) (default: data/cost_data/compute)")
-    p.add_argument("--out_path", default=None, help="write the result as JSON here")
+    add_flag(p, "data_dir", "data/cost_data/compute", help="compute cost data (with --half_share)")
+    add_flag(p, "out_path", help="write the result as JSON here")
     p.add_argument("--folds", type=int, default=5, help="folds over the seen half's shards (default: 5)")
     TrainConfig.add_args(p)
     add_progress_arg(p)

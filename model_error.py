@@ -1,8 +1,8 @@
 """The simulator's error on measured plans under several sets of cost models.
 
-    python tools/model_error.py --data_dir results/quick/dataset --task_path results/quick/tasks/data.txt \\
+    python model_error.py --data_dir results/quick/dataset --task_path results/quick/tasks/data.txt \\
         --results results/quick/hw/results.json --ndevices 4 --max_mem 1 \\
-        --models random=results/quick/models --models onpolicy=results/quick/models/onpolicy
+        --model_set random=results/quick/models --model_set onpolicy=results/quick/models/onpolicy
 
 Every plan that eval.py measured (its results.json) is re-simulated under each
 set of models (a folder with compute.pt, comm_<n>_fw.pt and comm_<n>_bw.pt)
@@ -17,20 +17,26 @@ from pathlib import Path
 
 from neuroshard.checks import check_output_file
 from neuroshard.cli import run_main
-from neuroshard.types import ConfigError
+from neuroshard.formats.side_files import (
+    MODEL_ERROR_JSON,
+    ModelErrorReport,
+    write_side_file,
+)
+from neuroshard.problem import Problem
+from neuroshard.settings import add_flag
+from neuroshard.types.errors import ConfigError
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--data_dir", required=True, help="dataset dir with table_configs.json")
-    p.add_argument("--task_path", required=True, help="the task file the plans were made for")
-    p.add_argument("--results", required=True, help="eval.py's results.json (measured plans)")
-    p.add_argument("--ndevices", type=int, required=True, help="devices of the plans")
-    p.add_argument("--max_mem", type=float, required=True, help="memory per device in GB the plans were made for")
-    p.add_argument("--models", action="append", required=True, metavar="LABEL=DIR",
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_flag(p, "data_dir", required=True, help="dataset dir with table_configs.json")
+    add_flag(p, "task_path", required=True, help="the task file the plans were made for")
+    add_flag(p, "results", required=True, help="eval.py's results.json (measured plans)")
+    Problem.add_args(p, skip=("seed",), helps={"ndevices": "devices of the plans", "max_mem": "memory per device in "
+                                               "GB the plans were made for"})
+    p.add_argument("--model_set", action="append", required=True, metavar="LABEL=DIR",
                    help="a set of cost models: a folder with compute.pt and comm_<n>_fw.pt / _bw.pt (repeatable)")
-    p.add_argument("--out_path", default=None, help="JSON output (default: model_error.json beside --results)")
+    add_flag(p, "out_path", help="JSON output (default: model_error.json beside --results)")
     return p.parse_args(argv)
 
 
@@ -40,32 +46,29 @@ def model_sets(specs, ndevices: int) -> dict:
     for spec in specs:
         label, sep, folder = spec.partition("=")
         if not sep or not label or not folder:
-            raise ConfigError("--models", f"expected LABEL=DIR, got {spec!r}")
+            raise ConfigError("--model_set", f"expected LABEL=DIR, got {spec!r}")
         if label in out:
-            raise ConfigError("--models", f"label {label!r} given twice")
+            raise ConfigError("--model_set", f"label {label!r} given twice")
         paths = tuple(Path(folder) / name for name in ("compute.pt", f"comm_{ndevices}_fw.pt",
                                                        f"comm_{ndevices}_bw.pt"))
         missing = [str(x) for x in paths if not x.is_file()]
         if missing:
-            raise ConfigError("--models", f"{label}: {', '.join(missing)} not found")
+            raise ConfigError("--model_set", f"{label}: {', '.join(missing)} not found")
         out[label] = paths
     return out
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from neuroshard.checks import check_float, check_int
     from neuroshard.eval.onpolicy import model_error
     from neuroshard.formats.dataset import read_table_configs
-    from neuroshard.formats.io import write_json_atomic
     from neuroshard.formats.plan_file import read_plans
     from neuroshard.formats.task_file import read_tasks
     from neuroshard.planner.costs.cost_models import CostModels
 
-    check_int("--ndevices", args.ndevices, 1)
-    check_float("--max_mem", args.max_mem, 0.0, lo_open=True)
-    sets = model_sets(args.models, args.ndevices)
-    out_path = Path(args.out_path) if args.out_path else Path(args.results).parent / "model_error.json"
+    problem = Problem.from_args(args)
+    sets = model_sets(args.model_set, problem.ndevices)
+    out_path = Path(args.out_path) if args.out_path else Path(args.results).parent / MODEL_ERROR_JSON
     check_output_file("--out_path", out_path)
     configs = read_table_configs(Path(args.data_dir) / "table_configs.json")
     tasks = read_tasks(args.task_path, num_tables=len(configs))
@@ -74,8 +77,8 @@ def main(argv=None) -> int:
     if bad:
         raise ConfigError("--task_path", f"{args.results} has task {bad[0]}, but {args.task_path} has only "
                                          f"{len(tasks)} tasks")
-    models = {label: CostModels.from_paths(*paths, args.ndevices) for label, paths in sets.items()}
-    errors = model_error(records, tasks, configs, models, args.max_mem)
+    models = {label: CostModels.from_paths(*paths, problem.ndevices) for label, paths in sets.items()}
+    errors = model_error(records, tasks, configs, models, problem)
     pct = lambda x: "-" if x is None else f"{100 * x:.1f}%"  # noqa: E731
     print("| models | plans | plan MAPE | expected | compute | bw comm | fw comm | ready spread est / hw (ms) | "
           "in 80% band |")
@@ -85,9 +88,8 @@ def main(argv=None) -> int:
         spread = f"{sp['estimated']:.2f} / {sp['measured']:.2f}" if sp else "-"
         print(f"| {label} | {acc.plans} | {pct(acc.mape)} | {pct(acc.mape_expected)} | {part('compute')} | "
               f"{part('bw_comm')} | {part('fw_comm')} | {spread} | {pct(acc.calibration)} |")
-    write_json_atomic(out_path, {"results": str(args.results), "models": {k: [str(x) for x in v]
-                                                                         for k, v in sets.items()},
-                                 "accuracy": {k: a.to_json() for k, a in errors.items()}})
+    write_side_file(out_path, ModelErrorReport(str(args.results), {k: [str(x) for x in v] for k, v in sets.items()},
+                                               {k: a.to_json() for k, a in errors.items()}))
     print(f"wrote {out_path}", file=sys.stderr)
     return 0
 

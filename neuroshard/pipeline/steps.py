@@ -1,0 +1,458 @@
+"""The pipeline as a declared table of steps, numbered in the order they run.
+
+Each `StepSpec` names its script (a step script at the repository root), what
+it reads and writes (paths of the run's `Layout`), the flags it gets (a dict
+derived from the run's settings: the preset, the problem, the layout) and
+when it runs. `build_steps` evaluates the table for one run into the commands
+the driver (`pipeline.run`) prints and runs; a flag dict becomes argv one
+way only (`to_argv`).
+
+Keys are "<phase><letter>" in run order: 1 dataset, 2 tasks, 3 cost data,
+4 cost models and the learned baselines, 5 planning, 6 measuring the plans,
+7 TorchRec training (opt-in).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from neuroshard.eval.drift import ANCHORS, DRIFT_COMM, DRIFT_COMPUTE
+from neuroshard.eval.onpolicy import LAMBDA_JSON
+from neuroshard.pipeline.presets import Preset
+from neuroshard.problem import Problem
+from neuroshard.types.errors import NeuroShardError
+
+# the task generator's seeds: the evaluation's tasks, the learned baselines' training tasks, and the unmeasured
+# tasks of prediction-powered verdicts (none of them the run's --seed, so runs of several seeds share them)
+EVAL_TASK_SEED, TRAIN_TASK_SEED, UNMEASURED_SEED = 0, 1, 1000
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a run keeps what its steps write, under `out`."""
+
+    out: Path
+
+    def __getattr__(self, name: str) -> Path:
+        if name in _DIRS:
+            return self.out / _DIRS[name]
+        raise AttributeError(name)
+
+    def models_of(self, final: bool) -> Path:
+        """The cost models the steps plan with: retrained on the on-policy data (`final`), or the random
+        data's."""
+        return self.onpolicy_models if final else self.models
+
+
+_DIRS = {"dataset": "dataset", "tasks": "tasks", "unmeasured_tasks": "tasks_unmeasured", "train_tasks": "train_tasks",
+         "compute_data": "compute_data", "comm_data": "comm_data", "models": "models",
+         "onpolicy_models": "models/onpolicy", "plan_data": "plan_data", "calibration": "calibration", "sim": "sim",
+         "unmeasured_sim": "sim_unmeasured", "hw": "hw", "torchrec_data": "torchrec_data",
+         "sim_torchrec": "sim_torchrec", "torchrec": "torchrec"}
+
+
+@dataclass(frozen=True)
+class Run:
+    """What one pipeline run's flags derive from: the preset, its problem with the run's seed, the layout, the
+    GPUs (None: CPU ranks) and the public dataset file (None: synthetic data)."""
+
+    preset: Preset
+    problem: Problem
+    layout: Layout
+    gpu_devices: str | None = None
+    data: str | None = None
+    torchrec_train: bool = False
+
+    @property
+    def onpolicy(self) -> bool:
+        return self.preset.onpolicy_tasks > 0
+
+    @property
+    def unmeasured(self) -> bool:
+        """Prediction-powered verdicts: the same planning on tasks that are not measured (off with refinement:
+        refined plans are chosen by measurement, the unmeasured are not)."""
+        return self.preset.unmeasured_tasks > 0 and not self.preset.refine
+
+    @property
+    def learned(self) -> list[str]:
+        """The learned baselines the run trains (those among the preset's algorithms)."""
+        algs = None if self.preset.algs == "all" else self.preset.algs.split(",")
+        return [a for a in ("dreamshard", "autoshard") if algs is None or a in algs]
+
+    def models(self, final: bool = True) -> dict:
+        """The three cost models' flags: the models the later steps plan with (`final`), or the random data's."""
+        folder, n = self.layout.models_of(final and self.onpolicy), self.problem.ndevices
+        return {"compute_model": folder / "compute.pt", "fw_comm_model": folder / f"comm_{n}_fw.pt",
+                "bw_comm_model": folder / f"comm_{n}_bw.pt"}
+
+    def device(self) -> dict:
+        return {"gpu_devices": self.gpu_devices} if self.gpu_devices else {"device": "cpu"}
+
+    def workers(self) -> dict:
+        """One benchmark process per core for the compute measurements on CPU."""
+        return {} if self.gpu_devices else {"num_workers": min(2, os.cpu_count() or 1)}
+
+    def ranks(self) -> dict:
+        """The ranks of a comm measurement: the GPUs, or the problem's devices as CPU ranks."""
+        return self.device() if self.gpu_devices else {"ndevices": self.problem.ndevices}
+
+    def problem_flags(self, *skip: str, seed: int | None = None) -> dict:
+        """The problem's flags (`Problem.flags`), with another seed for the task generator's draws."""
+        problem = self.problem if seed is None else self.problem.with_seed(seed)
+        return problem.flags(skip)
+
+
+def to_argv(flags: dict) -> list[str]:
+    """A step's flags as argv: None left out, True a switch, a list repeats the flag, anything else its str."""
+    argv: list[str] = []
+    for name, value in flags.items():
+        if value is None or value is False:
+            continue
+        if value is True:
+            argv.append(f"--{name}")
+        elif isinstance(value, (list, tuple)):
+            for v in value:
+                argv += [f"--{name}", str(v)]
+        else:
+            argv += [f"--{name}", str(value)]
+    return argv
+
+
+def always(run: Run) -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class StepSpec:
+    """One row of the table: `inputs` and `outputs` (paths of the run), `flags` (what the script gets),
+    `when` (does this run have the step), `extra` (argv appended as is: a preset's own flags for a script),
+    `late` (flags known only once an earlier step ran: NeuroShard+'s lambda chosen on hardware)."""
+
+    key: str
+    title: str
+    script: str
+    inputs: Callable[[Run], list[Path]]
+    outputs: Callable[[Run], list[Path]]
+    flags: Callable[[Run], dict]
+    when: Callable[[Run], bool] = always
+    extra: Callable[[Run], tuple[str, ...]] = lambda run: ()
+    late: Callable[[Run], dict] | None = None
+
+
+@dataclass
+class Step:
+    """A step of one run, ready to run: the command (script and argv, relative to the repository root)."""
+
+    key: str
+    title: str
+    argv: list[str]
+    outputs: list[Path]
+    inputs: list[Path] = field(default_factory=list)
+    late: Callable[[], list[str]] | None = None
+
+    def command(self) -> list[str]:
+        return self.argv + (self.late() if self.late is not None else [])
+
+
+# --------------------------------------------------------------------------- what the steps share
+
+
+def task_flags(run: Run, dest: Path, count: int, seed: int) -> dict:
+    """gen_tasks.py's flags for `count` tasks of the preset's kind into `dest`."""
+    p = run.preset
+    return {"data_dir": run.layout.dataset, "out_dir": dest, "data_size": count, "T_range": p.t_range,
+            **run.problem_flags(seed=seed), "max_dim": p.max_dim}
+
+
+def evaluation_flags(run: Run, task_dir: Path, count: int) -> dict:
+    """The flags of the planning and measuring steps, for the first `count` tasks of `task_dir`."""
+    lay = run.layout
+    flags = {"data_dir": lay.dataset, "task_path": task_dir / "data.txt", **run.models(), "alg": run.preset.algs,
+             **run.problem_flags(), "max_tasks": count, "calibration": lay.calibration}
+    return flags | {f"{a}_policy": lay.models / f"{a}.pt" for a in run.learned}
+
+
+def chosen_lambda(run: Run) -> dict:
+    """`--plus_lambda x` as chosen on hardware by the on-policy step (its lambda.json); nothing when it chose
+    none (no NeuroShard+ plan fitted)."""
+    from neuroshard.formats.side_files import read_lambda_choice
+
+    path = run.layout.plan_data / LAMBDA_JSON
+    if not path.exists():
+        raise NeuroShardError(f"{path} not found: run the on-policy step first")
+    choice = read_lambda_choice(path)
+    return {} if choice.chosen is None else {"plus_lambda": f"{choice.chosen:g}"}
+
+
+def comm_flags(run: Run) -> dict:
+    p = run.preset
+    return {"T_range": p.comm_t_range, "sleep_range": p.sleep_range, "spread_dist": p.spread_dist,
+            "max_dim": p.max_dim, "batch_size": p.comm_batch_size, "warmup": p.warmup, "iters": p.iters,
+            "seed": run.problem.seed, **run.ranks()}
+
+
+def remeasure(key: str, title: str, dest: Callable[[Run], Path]) -> list[StepSpec]:
+    """Collected shards and all-to-alls measured again (the same samples each time: the same seed), into
+    `dest`'s drift files: how much slower or faster the machine runs now than when they were recorded."""
+    return [
+        StepSpec(f"{key[0]}{key[1]}", f"{title}: compute", "compute_noise_floor.py",
+                 lambda r: [r.layout.compute_data], lambda r: [dest(r) / DRIFT_COMPUTE],
+                 lambda r: {"data_dir": r.layout.compute_data, "dataset_dir": r.layout.dataset,
+                            "num_samples": r.preset.drift_samples, "repeats": 1, "out_path": dest(r) / DRIFT_COMPUTE,
+                            "seed": r.problem.seed, **r.device(), **r.workers()}),
+        StepSpec(f"{key[0]}{chr(ord(key[1]) + 1)}", f"{title}: comm", "collect_comm_cost_data.py",
+                 lambda r: [r.layout.comm_data], lambda r: [dest(r) / DRIFT_COMM],
+                 lambda r: {"out_dir": r.layout.comm_data, "noise_floor": r.preset.drift_samples,
+                            "noise_out": dest(r) / DRIFT_COMM, **comm_flags(r)}),
+    ]
+
+
+def anchors(key: str, when: str) -> StepSpec:
+    """With on-policy data: the on-policy step's plans of training tasks measured again as the evaluation
+    measures plans, under its models, just `when` ("before" or "after") it: the plan job's own speed
+    (eval/drift.py). One round each: the median over the plans is what is read."""
+    def dest(r: Run) -> Path:
+        return r.layout.hw / ANCHORS[when]
+
+    return StepSpec(key, f"plan-level speed {when} the evaluation", "eval.py",
+                    lambda r: [r.layout.plan_data / "hw" / "plans.json"], lambda r: [dest(r) / "summary.json"],
+                    lambda r: {"data_dir": r.layout.dataset, "task_path": r.layout.train_tasks / "data.txt",
+                               **r.models(), "alg": "all", **r.problem_flags(), "max_tasks": r.preset.onpolicy_tasks,
+                               "calibration": r.layout.calibration, "plans": r.layout.plan_data / "hw" / "plans.json",
+                               "out_dir": dest(r), "warmup": r.preset.eval_warmup, "iters": r.preset.eval_iters,
+                               "repeats": 1, **r.device(), "quiet": True, "no_progress": True},
+                    when=lambda r: r.onpolicy)
+
+
+def _onpolicy(run: Run) -> bool:
+    return run.onpolicy
+
+
+def _torchrec(run: Run) -> bool:
+    return run.torchrec_train
+
+
+def _no_alg(flags: dict) -> dict:
+    return {k: v for k, v in flags.items() if k != "alg"}
+
+
+# --------------------------------------------------------------------------- the table
+
+STEPS: list[StepSpec] = [
+    # 1: the dataset
+    StepSpec("1", "dataset", "gen_dlrm_data.py", lambda r: [],
+             lambda r: [r.layout.dataset / "table_configs.json", r.layout.dataset / "data.pt"],
+             lambda r: ({"data": r.data, "out_dir": r.layout.dataset} if r.data else
+                        {"synthetic": True, "num_tables": r.preset.num_tables, "batch_size": r.preset.batch_size,
+                         "max_rows": r.preset.max_rows, "seed": 0, "out_dir": r.layout.dataset})),
+    # 2: tasks
+    StepSpec("2a", "tasks", "gen_tasks.py", lambda r: [r.layout.dataset], lambda r: [r.layout.tasks / "data.txt"],
+             lambda r: task_flags(r, r.layout.tasks, r.preset.num_tasks, EVAL_TASK_SEED)),
+    StepSpec("2b", "tasks for prediction-powered verdicts (not measured)", "gen_tasks.py",
+             lambda r: [r.layout.dataset], lambda r: [r.layout.unmeasured_tasks / "data.txt"],
+             lambda r: task_flags(r, r.layout.unmeasured_tasks, r.preset.unmeasured_tasks, UNMEASURED_SEED),
+             when=lambda r: r.unmeasured),
+    # the learned baselines and the on-policy data learn on their own tasks, never the evaluation's
+    StepSpec("2c", "training tasks", "gen_tasks.py", lambda r: [r.layout.dataset],
+             lambda r: [r.layout.train_tasks / "data.txt"],
+             lambda r: task_flags(r, r.layout.train_tasks, r.preset.policy_tasks, TRAIN_TASK_SEED)),
+    # 3: cost data
+    StepSpec("3a", "compute cost data", "collect_compute_cost_data.py", lambda r: [r.layout.dataset],
+             lambda r: [r.layout.compute_data / "data.txt"],
+             lambda r: {"dataset_dir": r.layout.dataset, "out_dir": r.layout.compute_data,
+                        "data_size": r.preset.compute_samples, "max_tables": r.preset.max_tables,
+                        **r.problem_flags("ndevices"), "max_dim": r.preset.max_dim, "warmup": r.preset.warmup,
+                        "iters": r.preset.iters, "half_share": r.preset.half_share, **r.device(), **r.workers()}),
+    StepSpec("3b", "compute noise floor", "compute_noise_floor.py", lambda r: [r.layout.compute_data],
+             lambda r: [r.layout.compute_data / "noise_floor.json"],
+             lambda r: {"data_dir": r.layout.compute_data, "dataset_dir": r.layout.dataset,
+                        "num_samples": r.preset.noise_samples, "seed": r.problem.seed, **r.device(), **r.workers()}),
+    StepSpec("3c", "comm cost data", "collect_comm_cost_data.py", lambda r: [],
+             lambda r: [r.layout.comm_data / "data.txt"],
+             lambda r: {"out_dir": r.layout.comm_data, "data_size": r.preset.comm_samples, **comm_flags(r)}),
+    StepSpec("3d", "comm noise floor", "collect_comm_cost_data.py", lambda r: [r.layout.comm_data],
+             lambda r: [r.layout.comm_data / "noise_floor.json"],
+             lambda r: {"out_dir": r.layout.comm_data, "noise_floor": r.preset.noise_samples, **comm_flags(r)}),
+    # 4: cost models, first on the random cost data
+    StepSpec("4a", "compute cost model", "train_compute_cost_model.py", lambda r: [r.layout.compute_data],
+             lambda r: [r.models(final=False)["compute_model"]],
+             lambda r: {"data_dir": r.layout.compute_data, "epochs": r.preset.epochs,
+                        "out_path": r.models(final=False)["compute_model"], **_ensemble(r), "seed": r.problem.seed}),
+    StepSpec("4b", "compute model on unseen tables", "heldout_check.py", lambda r: [r.layout.compute_data],
+             lambda r: [r.layout.models / "compute_heldout.json"],
+             lambda r: {"data_dir": r.layout.compute_data, "epochs": r.preset.epochs,
+                        "out_path": r.layout.models / "compute_heldout.json", "seed": r.problem.seed}),
+    StepSpec("4c", "comm cost models", "train_comm_cost_model.py", lambda r: [r.layout.comm_data],
+             lambda r: [r.models(final=False)["fw_comm_model"], r.models(final=False)["bw_comm_model"]],
+             lambda r: {"data_dir": r.layout.comm_data, "epochs": r.preset.epochs,
+                        "fw_out_path": r.models(final=False)["fw_comm_model"],
+                        "bw_out_path": r.models(final=False)["bw_comm_model"], "bw_linear": 1, **_ensemble(r),
+                        "seed": r.problem.seed}),
+    # the plans of training tasks, made with the random data's models, measured as eval.py measures: on-policy
+    # cost data, and NeuroShard+'s lambda chosen on hardware (eval/onpolicy.py)
+    StepSpec("4d", "on-policy cost data", "collect_plan_cost_data.py",
+             lambda r: [r.layout.train_tasks / "data.txt", *r.models(final=False).values()],
+             lambda r: [r.layout.plan_data / "compute" / "data.txt", r.layout.plan_data / "comm" / "data.txt",
+                        r.layout.plan_data / LAMBDA_JSON],
+             lambda r: {"data_dir": r.layout.dataset, "task_path": r.layout.train_tasks / "data.txt",
+                        "eval_task_path": r.layout.tasks / "data.txt", **r.models(final=False),
+                        "alg": r.preset.onpolicy_algs, "plus_lambdas": r.preset.plus_lambdas,
+                        "max_tasks": r.preset.onpolicy_tasks, **r.problem_flags(), "max_dim": r.preset.max_dim,
+                        "out_dir": r.layout.plan_data, "warmup": r.preset.eval_warmup, "iters": r.preset.eval_iters,
+                        "repeats": r.preset.onpolicy_repeats, **r.device(), "quiet": True, "no_progress": True},
+             when=_onpolicy),
+    StepSpec("4e", "compute cost model, random + on-policy data", "train_compute_cost_model.py",
+             lambda r: [r.layout.compute_data, r.layout.plan_data / "compute"], lambda r: [r.models()["compute_model"]],
+             lambda r: {"data_dir": r.layout.compute_data, "plan_data_dir": r.layout.plan_data / "compute",
+                        "epochs": r.preset.epochs, "out_path": r.models()["compute_model"], **_ensemble(r),
+                        "seed": r.problem.seed},
+             when=_onpolicy),
+    StepSpec("4f", "comm cost models, random + on-policy data", "train_comm_cost_model.py",
+             lambda r: [r.layout.comm_data, r.layout.plan_data / "comm"],
+             lambda r: [r.models()["fw_comm_model"], r.models()["bw_comm_model"]],
+             lambda r: {"data_dir": r.layout.comm_data, "plan_data_dir": r.layout.plan_data / "comm",
+                        "epochs": r.preset.epochs, "fw_out_path": r.models()["fw_comm_model"],
+                        "bw_out_path": r.models()["bw_comm_model"], "bw_linear": 1, **_ensemble(r),
+                        "seed": r.problem.seed},
+             when=_onpolicy),
+    # the retrained models' error on those plans beyond their predicted spread: the plan-level term of the
+    # reported band, and the random data's models' per-rank compute error on them (out of sample), recorded in
+    # the forward checkpoint (planner/costs/uncertainty.py)
+    StepSpec("4g", "band calibrated on the on-policy plans", "calibrate_band.py",
+             lambda r: [r.layout.plan_data / "hw" / "results.json", *r.models().values()],
+             lambda r: [r.layout.onpolicy_models / f"plan_error_{r.problem.ndevices}.json"],
+             lambda r: {"data_dir": r.layout.dataset, "task_path": r.layout.train_tasks / "data.txt",
+                        "eval_task_path": r.layout.tasks / "data.txt",
+                        "results": r.layout.plan_data / "hw" / "results.json", "models": r.layout.onpolicy_models,
+                        "rank_error_models": r.layout.models, **r.problem_flags("seed")},
+             when=_onpolicy),
+    # the learned baselines train against the simulator of the models the evaluation plans with
+    StepSpec("4h", "DreamShard policy", "train_dreamshard.py", lambda r: [r.layout.train_tasks / "data.txt"],
+             lambda r: [r.layout.models / "dreamshard.pt"], lambda r: _policy_flags(r, "dreamshard"),
+             when=lambda r: "dreamshard" in r.learned, extra=lambda r: r.preset.dreamshard_args),
+    StepSpec("4i", "AutoShard policy", "train_autoshard.py", lambda r: [r.layout.train_tasks / "data.txt"],
+             lambda r: [r.layout.models / "autoshard.pt"], lambda r: _policy_flags(r, "autoshard"),
+             when=lambda r: "autoshard" in r.learned, extra=lambda r: r.preset.autoshard_args),
+    # 5: planning. Just before it, the machine's speed now: the planning and measuring steps scale the models by
+    # it (--calibration)
+    *remeasure("5a", "calibration", lambda r: r.layout.calibration),
+    StepSpec("5c", "simulator evaluation", "eval_simulator.py", lambda r: [r.layout.tasks / "data.txt"],
+             lambda r: [r.layout.sim / "summary.json"],
+             lambda r: {**evaluation_flags(r, r.layout.tasks, r.preset.eval_tasks), "out_dir": r.layout.sim,
+                        **_refine(r)},
+             late=lambda r: chosen_lambda(r) if r.onpolicy else {}),
+    StepSpec("5d", "simulator on the unmeasured tasks", "eval_simulator.py",
+             lambda r: [r.layout.unmeasured_tasks / "data.txt"], lambda r: [r.layout.unmeasured_sim / "summary.json"],
+             lambda r: {**evaluation_flags(r, r.layout.unmeasured_tasks, r.preset.unmeasured_tasks),
+                        "out_dir": r.layout.unmeasured_sim, "quiet": True},
+             when=lambda r: r.unmeasured, late=lambda r: chosen_lambda(r) if r.onpolicy else {}),
+    # 6: measuring the plans eval_simulator.py made (planned once, by the same code), with the plan job's speed
+    # measured on training tasks' plans just before and after it, and the machine's drift right after it
+    anchors("6a", "before"),
+    StepSpec("6b", "hardware evaluation", "eval.py", lambda r: [r.layout.sim / "plans.json"],
+             lambda r: [r.layout.hw / "summary.json"],
+             lambda r: {**evaluation_flags(r, r.layout.tasks, r.preset.eval_tasks), "plans": r.layout.sim / "plans.json",
+                        "out_dir": r.layout.hw, "warmup": r.preset.eval_warmup, "iters": r.preset.eval_iters,
+                        "repeats": r.preset.eval_repeats, **r.device(), **_powered(r)}),
+    anchors("6c", "after"),
+    *remeasure("6d", "machine drift", lambda r: r.layout.hw),
+    # the measured plans re-simulated under the models before and after the on-policy data
+    StepSpec("6f", "model error on the measured plans, random vs on-policy data", "model_error.py",
+             lambda r: [r.layout.hw / "results.json"], lambda r: [r.layout.hw / "model_error.json"],
+             lambda r: {"data_dir": r.layout.dataset, "task_path": r.layout.tasks / "data.txt",
+                        "results": r.layout.hw / "results.json", **r.problem_flags("seed"),
+                        "model_set": [f"random={r.layout.models}", f"onpolicy={r.layout.onpolicy_models}"],
+                        "out_path": r.layout.hw / "model_error.json"},
+             when=_onpolicy),
+    # 7 (--torchrec_train): TorchRec's runtime. Plans of training tasks trained in TorchRec, a cost model fitted to
+    # them, NeuroShard planned for it (labelled neuroshard[torchrec]); the evaluation's plans trained with
+    # DistributedModelParallel; the runtime model's error on them
+    StepSpec("7a", "TorchRec runtime cost data", "collect_torchrec_cost_data.py",
+             lambda r: [r.layout.train_tasks / "data.txt"], lambda r: [r.layout.torchrec_data / "results.json"],
+             lambda r: {"data_dir": r.layout.dataset, "task_path": r.layout.train_tasks / "data.txt",
+                        "eval_task_path": r.layout.tasks / "data.txt", **r.models(), **r.problem_flags(),
+                        "max_tasks": r.preset.torchrec_data_tasks, "random_plans": r.preset.torchrec_random_plans,
+                        "alg": "neuroshard,size_lookup_greedy,torchrec", **_training(r),
+                        "out_dir": r.layout.torchrec_data, "quiet": True, "no_progress": True},
+             when=_torchrec),
+    StepSpec("7b", "TorchRec runtime cost model", "train_torchrec_cost_model.py",
+             lambda r: [r.layout.torchrec_data / "results.json"], lambda r: [_runtime_model(r)],
+             lambda r: {"data_dir": r.layout.dataset, "task_path": r.layout.train_tasks / "data.txt",
+                        "results": r.layout.torchrec_data / "results.json", **r.models(),
+                        **r.problem_flags("max_mem"), "out_path": _runtime_model(r)},
+             when=_torchrec),
+    StepSpec("7c", "NeuroShard for TorchRec's runtime", "eval_simulator.py", lambda r: [_runtime_model(r)],
+             lambda r: [r.layout.sim_torchrec / "summary.json"],
+             lambda r: {**_no_alg(evaluation_flags(r, r.layout.tasks, r.preset.eval_tasks)), "alg": "neuroshard",
+                        "runtime": "torchrec", "runtime_model": _runtime_model(r), "out_dir": r.layout.sim_torchrec,
+                        "quiet": True, "no_progress": True},
+             when=_torchrec),
+    StepSpec("7d", "TorchRec training", "eval_torchrec.py",
+             lambda r: [r.layout.sim_torchrec / "plans.json", r.layout.sim / "plans.json"],
+             lambda r: [r.layout.torchrec / "summary.json"],
+             lambda r: {"data_dir": r.layout.dataset, "task_path": r.layout.tasks / "data.txt",
+                        "plans": f"{r.layout.sim_torchrec / 'plans.json'},{r.layout.sim / 'plans.json'}",
+                        **r.problem_flags("max_mem"), "max_tasks": r.preset.torchrec_tasks,
+                        "repeats": r.preset.torchrec_repeats, **_training(r), "out_dir": r.layout.torchrec,
+                        "no_progress": True},
+             when=_torchrec),
+    StepSpec("7e", "TorchRec runtime model on the evaluation tasks' plans", "train_torchrec_cost_model.py",
+             lambda r: [r.layout.torchrec / "results.json"], lambda r: [r.layout.torchrec / "runtime_model_error.json"],
+             lambda r: {"data_dir": r.layout.dataset, "task_path": r.layout.train_tasks / "data.txt",
+                        "model": _runtime_model(r), **r.models(), **r.problem_flags("max_mem"),
+                        "out_path": r.layout.torchrec / "runtime_model_error.json",
+                        "check_results": r.layout.torchrec / "results.json",
+                        "check_task_path": r.layout.tasks / "data.txt"},
+             when=_torchrec),
+]
+
+
+def _ensemble(run: Run) -> dict:
+    return {"ensemble": run.preset.ensemble} if run.preset.ensemble > 1 else {}
+
+
+def _policy_flags(run: Run, alg: str) -> dict:
+    lay = run.layout
+    return {"data_dir": lay.dataset, "task_path": lay.train_tasks / "data.txt", "eval_task_path": lay.tasks / "data.txt",
+            **run.models(), **run.problem_flags(), "no_progress": True, "out_path": lay.models / f"{alg}.pt"}
+
+
+def _refine(run: Run) -> dict:
+    """Hardware in the loop when planning: candidates measured as the evaluation measures plans."""
+    p = run.preset
+    if not p.refine:
+        return {}
+    return {"refine": p.refine, "refine_algs": p.refine_algs, "refine_repeats": p.refine_repeats,
+            "warmup": p.eval_warmup, "iters": p.eval_iters, **run.device()}
+
+
+def _powered(run: Run) -> dict:
+    """Prediction-powered verdicts: the unmeasured tasks' plans and their task file."""
+    if not run.unmeasured:
+        return {}
+    return {"unmeasured_plans": run.layout.unmeasured_sim / "plans.json",
+            "unmeasured_task_path": run.layout.unmeasured_tasks / "data.txt"}
+
+
+def _training(run: Run) -> dict:
+    p = run.preset
+    return {"warmup": p.torchrec_warmup, "iters": p.torchrec_iters, "seed": run.problem.seed, **run.device()}
+
+
+def _runtime_model(run: Run) -> Path:
+    return run.layout.models_of(run.onpolicy) / f"torchrec_runtime_{run.problem.ndevices}.json"
+
+
+def build_steps(run: Run) -> list[Step]:
+    """The steps of one run, in order: the rows of `STEPS` this run has, their flags evaluated."""
+    steps = []
+    for spec in STEPS:
+        if not spec.when(run):
+            continue
+        late = None if spec.late is None else (lambda s=spec: to_argv(s.late(run)))
+        steps.append(Step(spec.key, spec.title, [spec.script, *to_argv(spec.flags(run)), *spec.extra(run)],
+                          spec.outputs(run), spec.inputs(run), late))
+    return steps

@@ -1,0 +1,185 @@
+"""A sharding plan and its algebra: column-wise splits, the tables on each device, column pieces.
+
+A plan is `(column_steps, shards)` (DESIGN §3): applying step i halves table
+i's dim and appends the other half at the end of the table list; `shards[r]`
+lists the post-split tables on device r.
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass, replace
+from typing import NamedTuple, Sequence
+
+from neuroshard.types.codec import Record
+from neuroshard.types.errors import InvalidPlanError
+from neuroshard.types.tables import ShardTable, can_split
+
+
+def apply_column_steps(tables: Sequence[ShardTable], column_steps: Sequence[int]) -> list[ShardTable]:
+    """Apply column-wise splits: step i halves table i and appends its other half.
+
+    Raises InvalidPlanError on an index out of range or a dim that cannot be split.
+    """
+    out = list(tables)
+    for i in column_steps:
+        if not 0 <= i < len(out):
+            raise InvalidPlanError(f"column step {i} out of range (0..{len(out) - 1})")
+        t = out[i]
+        if not can_split(t.dim):
+            raise InvalidPlanError(f"column step {i}: dim {t.dim} cannot be halved into a multiple of 4")
+        half = replace(t, config=t.config.with_dim(t.dim // 2))
+        out[i] = half
+        out.append(half)
+    return out
+
+
+def column_offsets(tables: Sequence[ShardTable], column_steps: Sequence[int]) -> list[int]:
+    """The first column, within its original table, of each post-split table.
+
+    Step i keeps columns [offset, offset + dim/2) in table i and appends the
+    other half [offset + dim/2, offset + dim). Raises InvalidPlanError like
+    `apply_column_steps`.
+    """
+    apply_column_steps(tables, column_steps)  # validates the steps
+    dims = [t.dim for t in tables]
+    offsets = [0] * len(tables)
+    for i in column_steps:
+        dims[i] //= 2
+        dims.append(dims[i])
+        offsets.append(offsets[i] + dims[i])
+    return offsets
+
+
+@dataclass(frozen=True)
+class Plan(Record):
+    """A sharding plan: column-wise splits, then the (post-split) tables on each device."""
+
+    column_steps: tuple[int, ...]
+    shards: tuple[tuple[int, ...], ...]
+
+    @property
+    def ndevices(self) -> int:
+        return len(self.shards)
+
+
+def table_devices(plan: Plan, num_tables: int) -> list[int]:
+    """The device of each of the `num_tables` post-split tables of `plan`: the one check that every table
+    index is an integer in range placed on exactly one device (InvalidPlanError naming the first that is not)."""
+    owner: dict[int, int] = {}
+    for r, shard in enumerate(plan.shards):
+        for i in shard:
+            if isinstance(i, bool) or not isinstance(i, numbers.Integral):
+                raise InvalidPlanError(f"device {r}: table index {i!r} is not an integer")
+            if not 0 <= i < num_tables:
+                raise InvalidPlanError(f"device {r}: table {i} out of range (0..{num_tables - 1})")
+            if i in owner:
+                where = f"twice on device {r}" if owner[i] == r else f"on devices {owner[i]} and {r}"
+                raise InvalidPlanError(f"table {i} placed {where}")
+            owner[int(i)] = r
+    missing = [i for i in range(num_tables) if i not in owner]
+    if missing:
+        shown = missing[:10] + (["..."] if len(missing) > 10 else [])
+        raise InvalidPlanError(f"tables {shown} are placed on no device")
+    return [owner[i] for i in range(num_tables)]
+
+
+class ColumnPiece(NamedTuple):
+    """Columns [offset, offset + dim) of an original table, held by `device`."""
+
+    offset: int
+    dim: int
+    device: int
+
+
+def plan_pieces(tables: Sequence[ShardTable], plan: Plan) -> list[list[ColumnPiece]]:
+    """Per original table, its pieces in column order. `plan` must be valid (`simulator.validate_plan`)."""
+    offsets = column_offsets(tables, plan.column_steps)
+    split = apply_column_steps(tables, plan.column_steps)
+    pieces: list[list[ColumnPiece]] = [[] for _ in tables]
+    for r, shard in enumerate(plan.shards):
+        for i in shard:
+            pieces[split[i].origin].append(ColumnPiece(offsets[i], split[i].dim, r))
+    return [sorted(p) for p in pieces]
+
+
+def merge_colocated_halves(tables: Sequence[ShardTable], plan: Plan) -> Plan:
+    """The plan with every column split whose two halves end on the same device undone (repeatedly, so a
+    table cut in quarters on one device becomes whole again); `plan` itself when there is none.
+
+    Two half-width tables with the same lookups on one device cost more than the table they came from
+    (FBGEMM), so such a split never helps; a cost model
+    that predicts otherwise has not been shown such shards. `plan` must be valid.
+    """
+    pieces = plan_pieces(tables, plan)
+    merged = []
+    for table_pieces in pieces:
+        ps = list(table_pieces)
+        changed = True
+        while changed:
+            changed = False
+            for k in range(len(ps) - 1):
+                a, b = ps[k], ps[k + 1]
+                # siblings of one halving: equal widths, the first aligned on twice that width
+                if a.device == b.device and a.dim == b.dim and b.offset == a.offset + a.dim \
+                        and a.offset % (2 * a.dim) == 0:
+                    ps[k:k + 2] = [ColumnPiece(a.offset, 2 * a.dim, a.device)]
+                    changed = True
+                    break
+        merged.append(ps)
+    if [len(p) for p in merged] == [len(p) for p in pieces]:
+        return plan
+    return plan_from_pieces(tables, merged, plan.ndevices)
+
+
+def plan_from_pieces(tables: Sequence[ShardTable], pieces: Sequence[Sequence[ColumnPiece]], ndevices: int) -> Plan:
+    """The plan that cuts each table into `pieces[t]` by halvings and puts each piece on its device.
+
+    Inverse of `plan_pieces`, in a canonical form: tables in order, each cut
+    depth-first (split, then its first half, then its second half); each
+    device's tables sorted. Raises InvalidPlanError when a table's pieces are
+    not the leaves of a halving tree (a piece straddling a halving point,
+    columns covered twice or never, a half that is not a multiple of 4) or a
+    device is out of range.
+    """
+    if len(pieces) != len(tables):
+        raise InvalidPlanError(f"pieces for {len(pieces)} tables, the task has {len(tables)}")
+    steps: list[int] = []
+    shards: list[list[int]] = [[] for _ in range(ndevices)]
+    count = len(tables)
+
+    def cut(t: int, index: int, offset: int, dim: int, inside: list[ColumnPiece]) -> None:
+        nonlocal count
+        if len(inside) == 1 and inside[0].offset == offset and inside[0].dim == dim:
+            device = inside[0].device
+            if not 0 <= device < ndevices:
+                raise InvalidPlanError(f"table {t}: columns [{offset}, {offset + dim}) on device {device}, "
+                                       f"expected 0..{ndevices - 1}")
+            shards[device].append(index)
+            return
+        if not inside:
+            raise InvalidPlanError(f"table {t}: columns [{offset}, {offset + dim}) are on no device")
+        if not can_split(dim):
+            shown = ", ".join(f"[{p.offset}, {p.offset + p.dim})" for p in inside)
+            raise InvalidPlanError(f"table {t}: pieces {shown} are not halvings of columns "
+                                   f"[{offset}, {offset + dim}) into multiples of 4")
+        half = dim // 2
+        straddle = [p for p in inside if p.offset < offset + half < p.offset + p.dim]
+        if straddle:
+            p = straddle[0]
+            raise InvalidPlanError(f"table {t}: columns [{p.offset}, {p.offset + p.dim}) straddle the halving "
+                                   f"point {offset + half} of columns [{offset}, {offset + dim})")
+        steps.append(index)
+        second = count
+        count += 1
+        cut(t, index, offset, half, [p for p in inside if p.offset < offset + half])
+        cut(t, second, offset + half, half, [p for p in inside if p.offset >= offset + half])
+
+    for t, table in enumerate(tables):
+        inside = sorted(pieces[t])
+        outside = [p for p in inside if p.offset < 0 or p.offset + p.dim > table.dim or p.dim <= 0]
+        if outside:
+            raise InvalidPlanError(f"table {t} (dim {table.dim}): piece of columns "
+                                   f"[{outside[0].offset}, {outside[0].offset + outside[0].dim}) out of range")
+        cut(t, t, 0, table.dim, inside)
+    return Plan(tuple(steps), tuple(tuple(sorted(s)) for s in shards))

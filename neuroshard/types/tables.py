@@ -1,0 +1,140 @@
+"""Tables: the statistics of a dataset table, a task's tables with dims, and table sizes.
+
+Units: sizes in GB (2**30 bytes).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass, replace
+from typing import Sequence
+
+NUM_BINS = 17
+BYTES_PER_ELEMENT = 4  # fp32 weights
+# The locality profile to assume for a table whose access counts are unknown: the aggregate
+# "Histogram of col sizes" of the public 2021 DLRM dataset (reference/, first block), i.e. the
+# share of distinct rows looked up once, 2 times, 3-4 times, ... in a batch.
+DEFAULT_BINS = (0.473, 0.152, 0.139, 0.112, 0.072, 0.032, 0.011, 0.005, 0.002, 0.001) + (0.0,) * 7
+
+
+def size_gb(row: int, dim: int) -> float:
+    """Size in GB of an fp32 embedding table of `row` rows and `dim` columns."""
+    return row * dim * BYTES_PER_ELEMENT / 2**30
+
+
+def dim_set(max_dim: int) -> list[int]:
+    """Dims from `max_dim` halving down to 4: 128 -> [128, 64, 32, 16, 8, 4]."""
+    if max_dim < 4 or max_dim & (max_dim - 1):
+        raise ValueError(f"max_dim must be a power of two >= 4, got {max_dim}")
+    dims = []
+    d = max_dim
+    while d >= 4:
+        dims.append(d)
+        d //= 2
+    return dims
+
+
+def can_split(dim: int) -> bool:
+    """A table can be column-split while its half dim is still a multiple of 4."""
+    return dim % 8 == 0
+
+
+@dataclass(frozen=True)
+class TableConfig:
+    """Statistics of one embedding table (one entry of `table_configs.json`).
+
+    `row`: number of rows; `pooling_factor`: mean lookups per sample;
+    `bins`: the 17 locality bins (fraction of distinct indices by access
+    count); `dim`: the embedding dim, set for augmented/task tables only.
+    """
+
+    row: int
+    pooling_factor: float
+    bins: tuple[float, ...]
+    dim: int | None = None
+
+    def __post_init__(self):
+        # Every config is checked where it is made (file, generator or library call): a NaN or
+        # negative statistic would otherwise come out much later as a NaN cost or a false
+        # "out of memory".
+        if isinstance(self.row, bool) or not isinstance(self.row, numbers.Integral) or self.row < 1:
+            raise ValueError(f"row must be a positive integer, got {self.row!r}")
+        if isinstance(self.pooling_factor, bool) or not isinstance(self.pooling_factor, numbers.Real) \
+                or not math.isfinite(self.pooling_factor) or self.pooling_factor < 0:
+            raise ValueError(f"pooling_factor must be a finite number >= 0, got {self.pooling_factor!r}")
+        if len(self.bins) != NUM_BINS:
+            raise ValueError(f"expected {NUM_BINS} bins, got {len(self.bins)}")
+        for j, b in enumerate(self.bins):
+            if isinstance(b, bool) or not isinstance(b, numbers.Real) or not (0.0 <= b <= 1.0):
+                raise ValueError(f"bin_{j} must be a fraction in [0, 1], got {b!r}")
+        if sum(self.bins) > 1.0 + 1e-3:  # the published stats are rounded to 3 digits
+            raise ValueError(f"bins sum to {sum(self.bins):.6g} > 1 (they are fractions of the distinct rows)")
+        if self.dim is not None and (isinstance(self.dim, bool) or not isinstance(self.dim, numbers.Integral)
+                                     or self.dim <= 0 or self.dim % 4):
+            raise ValueError(f"dim must be a positive multiple of 4, got {self.dim!r}")
+
+    def with_dim(self, dim: int) -> "TableConfig":
+        return replace(self, dim=dim)
+
+    @property
+    def size_gb(self) -> float:
+        if self.dim is None:
+            raise ValueError("table has no dim")
+        return size_gb(self.row, self.dim)
+
+    def to_json(self) -> dict:
+        d = {"row": self.row, "pooling_factor": self.pooling_factor}
+        d.update({f"bin_{j}": b for j, b in enumerate(self.bins)})
+        if self.dim is not None:
+            d["dim"] = self.dim
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> "TableConfig":
+        """Build from a JSON object; raises KeyError/TypeError/ValueError on bad fields."""
+        row = d["row"]
+        if isinstance(row, float) and row == int(row):
+            row = int(row)  # 1000.0 is a row count written by a tool that only knows floats
+        return cls(row, d["pooling_factor"], tuple(d[f"bin_{j}"] for j in range(NUM_BINS)), d.get("dim"))
+
+
+@dataclass(frozen=True)
+class Task:
+    """A sharding task: dataset table ids (may repeat) and the dim chosen for each."""
+
+    table_ids: tuple[int, ...]
+    dims: tuple[int, ...]
+
+    def __post_init__(self):
+        if len(self.table_ids) != len(self.dims):
+            raise ValueError("table_ids and dims differ in length")
+
+    def __len__(self) -> int:
+        return len(self.table_ids)
+
+    def tables(self, configs: Sequence[TableConfig]) -> list["ShardTable"]:
+        """The task's tables as `ShardTable`s (before any column split)."""
+        return [ShardTable(i, tid, configs[tid].with_dim(d))
+                for i, (tid, d) in enumerate(zip(self.table_ids, self.dims))]
+
+
+@dataclass(frozen=True)
+class ShardTable:
+    """A (possibly column-split) table of a task.
+
+    `origin`: index of the task table it comes from; `table_id`: dataset table
+    whose lookups it uses; `config`: statistics with the (split) dim.
+    """
+
+    origin: int
+    table_id: int
+    config: TableConfig
+
+    @property
+    def dim(self) -> int:
+        return self.config.dim
+
+    @property
+    def size_gb(self) -> float:
+        return self.config.size_gb
