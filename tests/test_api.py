@@ -16,7 +16,6 @@ from neuroshard.formats.task_file import write_tasks
 from neuroshard.planner.costs.cost_models import save_model
 from neuroshard.planner.costs.nets import linear_comm_model, linear_compute_model
 from neuroshard.planner.registry import required_option
-from neuroshard.problem import Problem
 from neuroshard.types.tables import Task
 
 ROOT = Path(__file__).resolve().parents[1]

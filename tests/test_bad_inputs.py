@@ -123,7 +123,8 @@ def ws(tmp_path_factory):
     (d / "user.csv").write_text(user)
     (d / "user_dims.csv").write_text(user.replace("b,1000,8,2", "b,1000,16,2"))
     (d / "user_names.csv").write_text(user.replace("b,1000,8,2", "bb,1000,8,2"))
-    res = shard_user_tables(read_user_tables(d / "user.csv", warn=False).configs, Problem(2, 1.0), models=models, alg="dim_greedy")
+    res = shard_user_tables(read_user_tables(d / "user.csv", warn=False).configs, Problem(2, 1.0), models=models,
+                            alg="dim_greedy")
     write_plans(d / "user_plan.json", [user_plan_record(res, ["a", "b", "c"])])
     # learned policies: good, a weight deleted, a NaN weight, a NaN feature statistic, a bad setting
     from neuroshard.learned import autoshard as an

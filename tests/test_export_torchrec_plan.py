@@ -3,11 +3,11 @@ TorchRec plan that maps back to the same plan; wrong selections are one-line err
 
 import pytest
 
-from neuroshard.problem import Problem
 from neuroshard.eval.planning import plan_task
 from neuroshard.formats.dataset import write_table_configs
 from neuroshard.formats.plan_file import write_plans
 from neuroshard.formats.task_file import write_tasks
+from neuroshard.problem import Problem
 from neuroshard.torchrec.sharder import plan_from_sharding_plan
 from neuroshard.torchrec.sharding_file import read_torchrec_plan
 from neuroshard.types.tables import DEFAULT_BINS, TableConfig, Task

@@ -13,7 +13,7 @@ prices plans with that model):
 
 `types/`, `checks`, `settings`, `problem` and `formats/` are shared by all
 (`types/` imports nothing else of the package, `formats/` and `checks` only
-`types/`, `settings` and `problem` those and each other); no library module imports `cli` (only a
+`types/`, `settings` those, `problem` those and `settings`); no library module imports `cli` (only a
 `python -m` entry point may, under `if __name__ == "__main__":` or in a
 `__main__` module, and a script's shared `main`, `SCRIPT_MAINS`). No module
 imports another that (through any chain, function-level imports included)

@@ -2,21 +2,21 @@
 then used by eval_simulator.py; evaluation tasks refused as training tasks; one plan batch measured
 by the hardware oracle on 2 CPU ranks; bad flags refused before any work."""
 
-from dataclasses import replace
 import csv
 import importlib.util
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from neuroshard.problem import Problem
 from neuroshard.data.synthetic import SyntheticSpec, generate_synthetic
 from neuroshard.data.task_gen import TaskSpec, generate_tasks
 from neuroshard.formats.dataset import write_dataset
 from neuroshard.formats.task_file import write_tasks
 from neuroshard.planner.costs.cost_models import save_model
 from neuroshard.planner.costs.nets import linear_compute_model
+from neuroshard.problem import Problem
 from neuroshard.types.errors import ConfigError, InputError
 from tests.planner.test_simulator import diagonal_comm_model
 

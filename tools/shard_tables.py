@@ -140,7 +140,8 @@ def torchrec_counted(user, problem: Problem, models, args, options: dict):
     memory = {"hbm_cap": cap} if args.torchrec_device == "cuda" else {"ddr_cap": cap}
     topology = Topology(world_size=ndevices, compute_device=args.torchrec_device,
                         local_world_size=args.local_world_size or ndevices, **memory)
-    constraints = {n: ParameterConstraints(pooling_factors=[c.pooling_factor]) for n, c in zip(user.names, user.configs)}
+    constraints = {n: ParameterConstraints(pooling_factors=[c.pooling_factor])
+                   for n, c in zip(user.names, user.configs)}
     planner = NeuroShardPlanner(topology, batch_size=args.batch_size // ndevices if args.batch_size else None,
                                 constraints=constraints, alg=args.alg, models=models,
                                 table_stats={n: c.bins for n, c in zip(user.names, user.configs)},

@@ -593,7 +593,8 @@ def write_report(out, preset, steps: list[dict], seconds: float, study: tuple[in
     models_md, model_rows = model_table(out)
     plots = _plots(out, sim, hw)
     text = [f"# NeuroShard report — preset `{preset.name}`", "",
-            f"{preset.problem.ndevices} devices, {preset.problem.max_mem} GB each; tasks of {preset.t_range.replace(',', '–')} "
+            f"{preset.problem.ndevices} devices, {preset.problem.max_mem} GB each; tasks of "
+            f"{preset.t_range.replace(',', '–')} "
             f"tables. The steps took {sum(st['seconds'] for st in steps):.0f} s when they ran "
             f"(this run: {seconds:.0f} s; up-to-date steps are skipped). Every command is listed at the end.", "",
             "## Embedding cost per algorithm", "",

@@ -104,7 +104,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--list", action="store_true", help="print the steps of the run (what each reads and writes) "
                                                         "and stop")
     ap.add_argument("--torchrec_train", action="store_true",
-                    help="also run phase 7: train the plans of the first tasks with TorchRec (DistributedModelParallel) "
+                    help="also run phase 7: train the plans of the first tasks with TorchRec "
+                         "(DistributedModelParallel) "
                          "and compare step times (opt-in: about 10 min more at the quick preset on 2 cores)")
     return ap.parse_args(argv)
 

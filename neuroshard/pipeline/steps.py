@@ -354,7 +354,8 @@ STEPS: list[StepSpec] = [
     anchors("6a", "before"),
     StepSpec("6b", "hardware evaluation", "eval.py", lambda r: [r.layout.sim / "plans.json"],
              lambda r: [r.layout.hw / "summary.json"],
-             lambda r: {**evaluation_flags(r, r.layout.tasks, r.preset.eval_tasks), "plans": r.layout.sim / "plans.json",
+             lambda r: {**evaluation_flags(r, r.layout.tasks, r.preset.eval_tasks),
+                        "plans": r.layout.sim / "plans.json",
                         "out_dir": r.layout.hw, "warmup": r.preset.eval_warmup, "iters": r.preset.eval_iters,
                         "repeats": r.preset.eval_repeats, **r.device(), **_powered(r)}),
     anchors("6c", "after"),
@@ -416,7 +417,8 @@ def _ensemble(run: Run) -> dict:
 
 def _policy_flags(run: Run, alg: str) -> dict:
     lay = run.layout
-    return {"data_dir": lay.dataset, "task_path": lay.train_tasks / "data.txt", "eval_task_path": lay.tasks / "data.txt",
+    return {"data_dir": lay.dataset, "task_path": lay.train_tasks / "data.txt",
+            "eval_task_path": lay.tasks / "data.txt",
             **run.models(), **run.problem_flags(), "no_progress": True, "out_path": lay.models / f"{alg}.pt"}
 
 

@@ -43,9 +43,10 @@ class TrainConfig(Settings):
     # test MAPE on the compute data.
     loss: str = setting("mse", "mse: squared error in units of the mean target; rel_mse: squared relative error",
                         choices=LOSSES, flag_default="rel_mse")
-    ensemble: int = common("ensemble", help="models per cost: member 0 as with one model, each other one from its own seed on a "
-                               "bootstrap resample of the training split (same validation and test splits); their "
-                               "mean is the prediction, their spread the models' uncertainty")
+    ensemble: int = common("ensemble", help="models per cost: member 0 as with one model, each other one from its own "
+                                            "seed on a bootstrap resample of the training split (same validation and "
+                                            "test splits); their mean is the prediction, their spread the models' "
+                                            "uncertainty")
 
     def validate(self) -> None:
         """ConfigError (a NeuroShardError) naming the flag of the first bad setting."""

@@ -1,11 +1,12 @@
 """Task generation: T range, dim set, memory limits, determinism, bounded retries."""
 
 from dataclasses import replace
+
 import numpy as np
 import pytest
 
-from neuroshard.problem import Problem
 from neuroshard.data.task_gen import TaskSpec, generate_tasks
+from neuroshard.problem import Problem
 from neuroshard.types.errors import NeuroShardError
 from neuroshard.types.tables import TableConfig, dim_set, size_gb
 

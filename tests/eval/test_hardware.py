@@ -3,11 +3,11 @@ and repeats measured in interleaved rounds (a fake measurer stands in for the jo
 
 import pytest
 
-from neuroshard.problem import Problem
 from neuroshard.eval.summary import hardware_summary as summarize
 from neuroshard.eval.summary import simulator_accuracy
 from neuroshard.formats.plan_file import read_plans
 from neuroshard.measure.plan_job import HardwareConfig
+from neuroshard.problem import Problem
 from neuroshard.types.costs import CostBreakdown
 from neuroshard.types.plan import Plan
 from neuroshard.types.records import PlanMeasurement, PlanRecord

@@ -86,7 +86,7 @@ def test_plan_file_keeps_tasks_within_max_tasks_and_picks_algorithms(tmp_path):
     write_plans(path, records)
     got, algs = plans_from_file(path, _inputs(max_tasks=1), "tasks.txt", "all", Problem(2, 1.0))
     assert [(r.task, r.alg) for r in got] == [(0, "x"), (0, "y")] and algs == ["x", "y"]
-    want = simulate(TASKS[0].tables(CONFIGS), records[0].plan, hand_models(), Problem(records[0].plan.ndevices, 1.0)).cost
+    want = simulate(TASKS[0].tables(CONFIGS), records[0].plan, hand_models(), Problem(2, 1.0)).cost
     assert got[0].estimated_cost == pytest.approx(want) and want != 9.0
     assert json.loads(path.read_text())[0]["estimated_cost"] == 9.0  # the file itself is left as it was
 
@@ -142,7 +142,8 @@ def test_calibration_scales_the_models_by_the_measured_drift(tmp_path):
     est = simulate(TASKS[1].tables(CONFIGS), plan, inputs.models, Problem(plan.ndevices, 1.0))
     assert est.compute == pytest.approx([1.32, 0.0], abs=1e-5) and est.bw_comm == pytest.approx([0.21, 0.05])
     assert est.fw_comm == pytest.approx([2.32, 0.2], abs=1e-5) and est.cost == pytest.approx(3.85, abs=1e-5)
-    assert simulate(TASKS[1].tables(CONFIGS), plan, _inputs().models, Problem(plan.ndevices, 1.0)).cost == pytest.approx(1.99, abs=1e-5)
+    assert simulate(TASKS[1].tables(CONFIGS), plan, _inputs().models, Problem(2, 1.0)).cost == pytest.approx(1.99,
+                                                                                                        abs=1e-5)
     (tmp_path / DRIFT_COMM).unlink()
     with pytest.raises(InputError, match="drift_comm.json: calibration file not found"):
         calibrate(_inputs(), tmp_path)
@@ -205,7 +206,7 @@ def test_unmeasured_plans_are_simulated_again_and_must_come_from_the_same_planni
     algs = ["neuroshard", "random"]
     got = unmeasured_plans(path, task_path, _inputs(), measured[0], measured[1], algs, Problem(2, 1.0))
     assert [(r.task, r.alg) for r in got] == [(0, "neuroshard"), (0, "random"), (1, "neuroshard"), (1, "random")]
-    want = simulate(others[1].tables(CONFIGS), records[2].plan, hand_models(), Problem(records[2].plan.ndevices, 1.0)).cost
+    want = simulate(others[1].tables(CONFIGS), records[2].plan, hand_models(), Problem(2, 1.0)).cost
     assert got[2].estimated_cost == pytest.approx(want) and want != 9.0  # simulated again, with these models
 
     def refused(error, fragment, *args):

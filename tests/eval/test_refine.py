@@ -98,7 +98,8 @@ def test_refine_keeps_the_measured_best_and_the_evaluation_measures_it_afresh(tm
                            Problem(2, 1.0, 0), {}, run=fake_selection)
     assert len(asked) == 1 and [r.plan for r in again] == [r.plan for r in out]
     refine_records(records, TASKS, CONFIGS, models, RefineConfig(refine=3, refine_repeats=2), hw, "ds", "tasks.txt",
-                   tmp_path / "refine", Problem(2, 1.0, 0), {}, run=lambda *a, **k: asked.append(a) or fake_results(a[0]))
+                   tmp_path / "refine", Problem(2, 1.0, 0), {},
+                   run=lambda *a, **k: asked.append(a) or fake_results(a[0]))
     assert len(asked) == 2
 
     # the evaluation measures every chosen plan again, in its own job: 7 ms now, never the selection's 5 ms
@@ -110,7 +111,8 @@ def test_refine_keeps_the_measured_best_and_the_evaluation_measures_it_afresh(tm
             on_result(_measurement(i, rec, 7.0))
 
     monkeypatch.setattr(plan_job, "measure_plans", fake_measure)
-    results, _ = hardware.run_evaluation(out, "ds", "tasks.txt", HardwareConfig(problem=Problem(2, 1.0)), tmp_path / "hw",
+    results, _ = hardware.run_evaluation(out, "ds", "tasks.txt", HardwareConfig(problem=Problem(2, 1.0)),
+                                         tmp_path / "hw",
                                          ["neuroshard", "size_greedy"], 2, show=None)
     for rec, res in zip(out, results):
         assert (rec.task, rec.alg, rec.plan) in measured_plans

@@ -14,6 +14,7 @@ from neuroshard.types.tables import ShardTable, TableConfig
 from tests.learned.test_dreamshard import (
     BINS,
     MAX_MEM,
+    PROBLEM,
     N,
     mean_sim_cost,
     models4,
@@ -90,12 +91,12 @@ def test_tiny_training_improves_the_simulated_cost_on_the_training_tasks(trained
 
 def test_same_seed_same_policy_and_plans(trained, tmp_path):
     tasks, models, policy, curve, _ = trained
-    again, curve2 = an.train(tasks, Problem(N, MAX_MEM), SimulatorOracle(models, Problem(N, MAX_MEM)), TINY, progress=False)
+    again, curve2 = an.train(tasks, PROBLEM, SimulatorOracle(models, PROBLEM), TINY, progress=False)
     for k, v in policy.net.state_dict().items():
         assert torch.equal(v, again.net.state_dict()[k]), k
     held_out = random_tasks(1, 3)
-    assert [policy.plan(t, Problem(N, MAX_MEM)) for t in held_out] == [again.plan(t, Problem(N, MAX_MEM)) for t in held_out]
+    assert [policy.plan(t, PROBLEM) for t in held_out] == [again.plan(t, PROBLEM) for t in held_out]
     assert [r["mean_reward"] for r in curve] == [r["mean_reward"] for r in curve2]
     policy.save(tmp_path / "as.pt")
     loaded = an.load_policy(tmp_path / "as.pt")
-    assert [loaded.plan(t, Problem(N, MAX_MEM)) for t in held_out] == [policy.plan(t, Problem(N, MAX_MEM)) for t in held_out]
+    assert [loaded.plan(t, PROBLEM) for t in held_out] == [policy.plan(t, PROBLEM) for t in held_out]

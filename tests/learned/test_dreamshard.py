@@ -1,6 +1,8 @@
 """DreamShard: features, labels, masking and out-of-memory, determinism, and that a tiny training run
 improves the policy's simulated cost on its training tasks."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -19,6 +21,7 @@ from tests.planner.test_simulator import diagonal_comm_model
 BINS = tuple([1 / 17] * 17)
 N = 4
 MAX_MEM = 1.0
+PROBLEM = Problem(N, MAX_MEM)
 # A few seconds of training: 3 iterations, 12 measured plans, 90 cost steps, 12 policy steps.
 TINY = dn.DreamShardConfig(num_iterations=3, bench_steps=4, bench_training_steps=30, batch_size=16,
                            rl_num_batches=4, rl_batch_size=6)
@@ -57,7 +60,7 @@ def mean_sim_cost(policy, tasks, models) -> float:
 def trained():
     torch.set_num_threads(1)
     tasks, models = random_tasks(0, 6), models4()
-    policy, curve = dn.train(tasks, Problem(N, MAX_MEM), SimulatorOracle(models, Problem(N, MAX_MEM)), TINY, progress=False)
+    policy, curve = dn.train(tasks, PROBLEM, SimulatorOracle(models, PROBLEM), TINY, progress=False)
     return tasks, models, policy, curve
 
 
@@ -103,13 +106,13 @@ def test_no_legal_device_is_out_of_memory():
 
 def test_same_seed_same_policy_and_plans(trained):
     tasks, models, policy, curve = trained
-    again, curve2 = dn.train(tasks, Problem(N, MAX_MEM), SimulatorOracle(models, Problem(N, MAX_MEM)), TINY, progress=False)
+    again, curve2 = dn.train(tasks, PROBLEM, SimulatorOracle(models, PROBLEM), TINY, progress=False)
     for k, v in policy.net.state_dict().items():
         assert torch.equal(v, again.net.state_dict()[k]), k
     held_out = random_tasks(1, 3)
-    assert [policy.plan(t, Problem(N, MAX_MEM)) for t in held_out] == [again.plan(t, Problem(N, MAX_MEM)) for t in held_out]
+    assert [policy.plan(t, PROBLEM) for t in held_out] == [again.plan(t, PROBLEM) for t in held_out]
     assert [r["mean_measured_ms"] for r in curve] == [r["mean_measured_ms"] for r in curve2]
-    other, _ = dn.train(tasks, Problem(N, MAX_MEM), SimulatorOracle(models, Problem(N, MAX_MEM)), dn.DreamShardConfig(**{**TINY.to_json(), "seed": 1}), progress=False)
+    other, _ = dn.train(tasks, PROBLEM, SimulatorOracle(models, PROBLEM), replace(TINY, seed=1), progress=False)
     assert not torch.equal(other.net.logit.weight, policy.net.logit.weight)
 
 

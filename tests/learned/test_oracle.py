@@ -18,7 +18,8 @@ def test_simulator_oracle_is_the_simulator():
     plans = [Plan((), ((0, 2), (1,))), Plan((), ((0, 1, 2), ()))]
     oracle = SimulatorOracle(hand_models(2), Problem(2, 1.0))
     got = oracle([(tables, p) for p in plans])
-    assert [bd.to_json() for bd in got] == [simulate(tables, p, hand_models(2), Problem(p.ndevices, 1.0)).to_json() for p in plans]
+    assert [bd.to_json() for bd in got] == [simulate(tables, p, hand_models(2), Problem(2, 1.0)).to_json()
+                                            for p in plans]
     assert got[0].cost == pytest.approx(2.20, rel=1e-6)  # tests/planner/test_simulator.py, by hand
     assert oracle.plans == 2 and oracle.seconds > 0
 

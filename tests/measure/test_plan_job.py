@@ -8,7 +8,6 @@ import time
 
 import pytest
 
-from neuroshard.problem import Problem
 from neuroshard.data.synthetic import SyntheticSpec, generate_synthetic
 from neuroshard.eval.hardware import merge_results
 from neuroshard.eval.results import write_outputs
@@ -19,6 +18,7 @@ from neuroshard.formats.task_file import write_tasks
 from neuroshard.measure import launch
 from neuroshard.measure.launch import JobError
 from neuroshard.measure.plan_job import HardwareConfig, measure_plans, shard_layout
+from neuroshard.problem import Problem
 from neuroshard.types.costs import CostBreakdown
 from neuroshard.types.plan import Plan
 from neuroshard.types.records import PlanRecord

@@ -19,7 +19,6 @@ from torchrec.distributed.planner.types import PlannerError  # noqa: E402
 from torchrec.modules.embedding_configs import EmbeddingBagConfig  # noqa: E402
 from torchrec.modules.embedding_modules import EmbeddingBagCollection  # noqa: E402
 
-from neuroshard.problem import Problem
 from neuroshard.torchrec.planner import NeuroShardPlanner  # noqa: E402
 from neuroshard.types.errors import (
     ConfigError,

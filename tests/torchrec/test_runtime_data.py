@@ -48,7 +48,8 @@ def test_random_split_plans_are_valid_seeded_and_bounded():
 
 
 def test_collection_records_label_random_plans_per_task():
-    recs = collection_records(CONFIGS, tasks(2), ["size_lookup_greedy"], hand_models(2), Problem(2, 1.0), random_plans=2, max_splits=3)
+    recs = collection_records(CONFIGS, tasks(2), ["size_lookup_greedy"], hand_models(2), Problem(2, 1.0),
+                              random_plans=2, max_splits=3)
     assert [(r.task, r.alg) for r in recs] == [(0, "size_lookup_greedy"), (0, random_label(0)), (0, random_label(1)),
                                               (1, "size_lookup_greedy"), (1, random_label(0)), (1, random_label(1))]
     assert all(r.plan is not None and r.num_tables == 6 for r in recs)

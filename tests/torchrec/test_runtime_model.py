@@ -97,7 +97,8 @@ def test_search_scores_placements_as_the_simulator_does():
 
 def test_shard_takes_the_runtime():
     tables = hand_tables()
-    with_rt = ns.shard(tables, ns.Problem(2, 1.0), models=runtime_models(), alg="size_lookup_greedy", runtime="torchrec")
+    with_rt = ns.shard(tables, ns.Problem(2, 1.0), models=runtime_models(), alg="size_lookup_greedy",
+                       runtime="torchrec")
     assert with_rt.breakdown.runtime is not None
     paper = ns.shard(tables, ns.Problem(2, 1.0), models=runtime_models(), alg="size_lookup_greedy", runtime="paper")
     assert paper.breakdown.runtime is None

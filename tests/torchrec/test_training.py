@@ -7,9 +7,9 @@ import math
 
 import pytest
 
-from neuroshard.problem import Problem
 from neuroshard.data.synthetic import SyntheticSpec, generate_synthetic
 from neuroshard.formats.dataset import write_dataset
+from neuroshard.problem import Problem
 from neuroshard.torchrec.training import (
     TorchRecStep,
     TorchRecTrainConfig,

@@ -224,7 +224,8 @@ class CostEnsemble(nn.Module):
             raise ValueError(f"an ensemble needs at least 2 members, got {len(members)}")
         kinds = {type(m) for m in members}
         if len(kinds) != 1 or not isinstance(members[0], (ComputeCostModel, CommCostModel)):
-            raise ValueError(f"ensemble members must be cost models of one class, got {sorted(k.__name__ for k in kinds)}")
+            raise ValueError(f"ensemble members must be cost models of one class, got "
+                             f"{sorted(k.__name__ for k in kinds)}")
         if isinstance(members[0], CommCostModel) and len({(m.kind, m.ndevices) for m in members}) != 1:
             raise ValueError("ensemble members must be comm models of one kind and device count")
         self.members = nn.ModuleList(members)

@@ -254,7 +254,8 @@ def test_every_returned_plan_is_valid_and_scored_like_the_simulator():
             tables = random_task(rng, T)
             res = search(tables, Problem(n, 2.0), models, SearchConfig(max_length=4))
             validate_plan(tables, res.plan, Problem(n, 2.0))
-            assert res.cost == pytest.approx(simulate(tables, res.plan, models, Problem(res.plan.ndevices, 2.0)).cost, rel=1e-5, abs=1e-6)
+            assert res.cost == pytest.approx(simulate(tables, res.plan, models, Problem(n, 2.0)).cost, rel=1e-5,
+                                             abs=1e-6)
             assert res.cost <= res.start_cost  # never worse than its own no-split start
             assert res.start_plan is not None and not res.start_plan.column_steps
 
