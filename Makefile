@@ -17,8 +17,9 @@ $(STAMP): requirements.txt requirements-torchrec.txt setup.py
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps -e .
 	touch $(STAMP)
 
+# two workers: the suite is mostly subprocesses (torch imports, torchrun ranks), which two cores overlap
 test: $(STAMP)
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n 2 tests
 
 demo: $(STAMP)
 	$(PY) -m neuroshard.pipeline --preset quick

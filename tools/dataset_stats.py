@@ -2,7 +2,7 @@
 
     python tools/dataset_stats.py data/dlrm_synthetic
     python tools/dataset_stats.py data/dlrm_synthetic \
-        --published ../shared/reference/dlrm_datasets_2021_locality_stats.txt --json stats.json
+        --published reference/dlrm_datasets_2021_locality_stats.txt --json stats.json
 
 Prints the number of indices, unique indices, mean lookups per unique index
 and both 17-bin histograms ("Histogram of col sizes": share of distinct

@@ -302,6 +302,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         dist.destroy_process_group()
     except BaseException as exc:  # report, then leave at once: a broken group can hang in teardown
         fail_rank(job_dir, rank, state, exc)
+    # Every result is written: leave without the interpreter's teardown, where threads that a library
+    # (TorchRec's DistributedModelParallel) left running can abort the process ("terminate called without an
+    # active exception") and fail a finished job.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

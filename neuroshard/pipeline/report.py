@@ -626,7 +626,7 @@ def write_report(out, preset, steps: list[dict], seconds: float, study: tuple[in
     learned_md, learned_rows = learned_table(out, sim, hw)
     if learned_rows:
         text += ["", "## Learned baselines", "",
-                 "DreamShard and AutoShard, re-implemented from their released code (shared/BASELINES.md), trained on "
+                 "DreamShard and AutoShard, re-implemented from their released code, trained on "
                  "their own tasks (never the evaluation tasks) against the oracle named here, then placing tables "
                  "greedily by the trained policy. Costs are the means over the tasks valid for every algorithm.", "",
                  learned_md]
