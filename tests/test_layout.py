@@ -217,3 +217,12 @@ def test_no_test_hooks_in_production_code():
         text = path.read_text()
         assert "NEUROSHARD_TEST" not in text, path
         assert '"--fault"' not in text and "FAULTY_RANKS" not in text, path
+
+
+def test_no_two_modules_share_a_name():
+    """A module's file name says what it is wherever it is imported from (`__init__` and `__main__` aside)."""
+    stems: dict[str, list[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        if path.stem not in ("__init__", "__main__"):
+            stems.setdefault(path.stem, []).append(str(path.relative_to(PACKAGE)))
+    assert not {k: v for k, v in stems.items() if len(v) > 1}

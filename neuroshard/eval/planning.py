@@ -374,7 +374,8 @@ def unmeasured_plans(path, task_path, inputs: EvalInputs, measured_plans, measur
     draws = [Path(p).parent / "config.json" for p in (task_path, measured_task_path)]
     if all(d.exists() for d in draws):
         # the task generator's settings, its problem's fields beside the others (`data.task_gen.TaskSpec`)
-        mine, theirs = ({**d, **d.pop("problem", {})} for d in map(read_json, draws))
+        mine, theirs = ({**{k: v for k, v in d.items() if k != "problem"}, **d.get("problem", {})}
+                        for d in map(read_json, draws))
         for key in sorted(set(mine) | set(theirs)):
             if key not in _DRAW_SETTINGS and mine.get(key) != theirs.get(key):
                 raise InputError(draws[0], f"{key} is {mine.get(key)!r}, the measured tasks' {theirs.get(key)!r}: "

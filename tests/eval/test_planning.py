@@ -174,13 +174,16 @@ def test_plan_speed_scales_the_calibrated_models_further(tmp_path):
 
 def _planning(tmp_path, name: str, tasks, records, seed: int, **settings) -> tuple:
     """An eval_simulator.py out dir (plans.json + config.json) for a gen_tasks.py task dir; returns the paths."""
+    from neuroshard.data.task_gen import TaskSpec
     from neuroshard.formats.task_file import write_tasks
 
     task_dir, sim = tmp_path / f"tasks_{name}", tmp_path / f"sim_{name}"
     task_dir.mkdir()
     sim.mkdir()
     write_tasks(task_dir / "data.txt", tasks)
-    (task_dir / "config.json").write_text(json.dumps({"T_range": [1, 4], "seed": seed, "data_size": len(tasks)}))
+    # what gen_tasks.py writes: the generator's settings, its problem (and seed) nested
+    spec = TaskSpec(data_size=len(tasks), T_range=(1, 4), problem=Problem(seed=seed))
+    (task_dir / "config.json").write_text(json.dumps({"data_dir": "ds", **spec.to_json()}))
     write_plans(sim / "plans.json", records)
     config = {"compute_model": "m.pt", "plus_lambda": 1.0, "task_path": str(task_dir / "data.txt"),
               "max_tasks": len(tasks), "out_dir": str(sim), **settings}
