@@ -42,7 +42,7 @@ from neuroshard.formats.side_files import (
 )
 from neuroshard.problem import Problem
 from neuroshard.settings import add_flag
-from neuroshard.types.errors import ConfigError, InputError
+from neuroshard.types.errors import InputError
 
 
 def parse_args(argv=None):
@@ -66,7 +66,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     from neuroshard.eval.onpolicy import check_disjoint, plan_error
     from neuroshard.formats.dataset import read_table_configs
-    from neuroshard.formats.plan_file import read_plans
+    from neuroshard.formats.plan_file import read_measured_plans
     from neuroshard.formats.task_file import read_tasks
     from neuroshard.planner.costs.cost_models import (
         CostModels,
@@ -86,11 +86,7 @@ def main(argv=None) -> int:
     if args.eval_task_path:
         check_disjoint(tasks, read_tasks(args.eval_task_path, num_tables=len(configs)), args.task_path,
                        args.eval_task_path)
-    records = read_plans(args.results)
-    bad = [r.task for r in records if r.task >= len(tasks)]
-    if bad:
-        raise ConfigError("--task_path", f"{args.results} has task {bad[0]}, but {args.task_path} has only "
-                                         f"{len(tasks)} tasks")
+    records = read_measured_plans(args.results, tasks, configs, args.task_path)
     models = replace(models, noise=replace(models.noise_model, plan=0.0, rank=0.0))  # afresh, not on top
     rank_models = CostModels.load(args.rank_error_models, n) if args.rank_error_models else None
     error = plan_error(records, tasks, configs, models, problem, rank_models)

@@ -68,7 +68,7 @@ def main(argv=None) -> int:
     from neuroshard.formats.task_file import read_tasks
     from neuroshard.measure.plan_job import HardwareConfig
     from neuroshard.planner.registry import sharder_options
-    from neuroshard.types.errors import InputError
+    from neuroshard.types.errors import ConfigError, InputError
 
     check_max_dim("--max_dim", args.max_dim)
     lambdas = parse_float_list(args.plus_lambdas, "--plus_lambdas", lo=0.0) if args.plus_lambdas else []
@@ -80,6 +80,9 @@ def main(argv=None) -> int:
         raise InputError(args.data_dir, f"batch size {batch} is not a multiple of the {ndevices} ranks")
     options = sharder_options(args, batch)
     algs = resolve_algs(args.alg, options)
+    if lambdas and "neuroshard_plus" not in algs:
+        raise ConfigError("--plus_lambdas", f"{args.plus_lambdas} weighs NeuroShard+'s objective, but --alg "
+                                            f"{','.join(algs)} does not plan neuroshard_plus")
     inputs = inputs_from_args(args, problem)
     if args.eval_task_path:
         onpolicy.check_disjoint(inputs.tasks, read_tasks(args.eval_task_path, num_tables=len(inputs.configs)),

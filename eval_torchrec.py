@@ -79,8 +79,8 @@ def main(argv=None) -> int:
         raise InputError(args.data_dir, f"batch size {batch} is not a multiple of the {ndevices} ranks")
     tasks = read_tasks(args.task_path, num_tables=len(dataset))
     algs = None if args.alg == "all" else [a.strip() for a in args.alg.split(",") if a.strip()]
-    records = tt.select_records(tt.merge_plan_files([read_plans(p) for p in args.plans.split(",")]), tasks, algs,
-                                args.max_tasks, ndevices, args.plans)
+    records = tt.select_records(tt.merge_plan_files([read_plans(p) for p in args.plans.split(",")]), tasks,
+                                dataset.configs, algs, args.max_tasks, ndevices, args.plans)
     algs = list(dict.fromkeys(r.alg for r in records)) if algs is None else [a for a in algs
                                                                              if any(r.alg == a for r in records)]
     if args.reference not in algs:

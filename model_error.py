@@ -62,7 +62,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     from neuroshard.eval.onpolicy import model_error
     from neuroshard.formats.dataset import read_table_configs
-    from neuroshard.formats.plan_file import read_plans
+    from neuroshard.formats.plan_file import read_measured_plans
     from neuroshard.formats.task_file import read_tasks
     from neuroshard.planner.costs.cost_models import CostModels
 
@@ -72,11 +72,7 @@ def main(argv=None) -> int:
     check_output_file("--out_path", out_path)
     configs = read_table_configs(Path(args.data_dir) / "table_configs.json")
     tasks = read_tasks(args.task_path, num_tables=len(configs))
-    records = read_plans(args.results)
-    bad = [r.task for r in records if r.task >= len(tasks)]
-    if bad:
-        raise ConfigError("--task_path", f"{args.results} has task {bad[0]}, but {args.task_path} has only "
-                                         f"{len(tasks)} tasks")
+    records = read_measured_plans(args.results, tasks, configs, args.task_path)
     models = {label: CostModels.from_paths(*paths, problem.ndevices) for label, paths in sets.items()}
     errors = model_error(records, tasks, configs, models, problem)
     pct = lambda x: "-" if x is None else f"{100 * x:.1f}%"  # noqa: E731

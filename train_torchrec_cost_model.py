@@ -75,9 +75,18 @@ def main(argv=None) -> int:
             return None
         from neuroshard.formats.task_file import read_tasks
 
+        fitted = model.source  # what the model was fitted on: its plans and their tasks are no check
+        same = [f"{flag} {mine}" for key, flag, mine in (("samples", "--check_results", args.check_results),
+                                                           ("task_path", "--check_task_path", args.check_task_path))
+                if fitted.get(key) and Path(fitted[key]).resolve() == Path(mine).resolve()]
+        if same:
+            raise ConfigError("--check_results", f"{' and '.join(same)}: the model was fitted on these; its error "
+                                                 "there is in-sample, not a check (give other tasks' plans)")
         tasks = read_tasks(args.check_task_path, num_tables=len(inputs.configs))
-        c = runtime_data.check_model(model, runtime_data.read_samples(args.check_results, tasks, inputs.configs),
-                                     inputs.models)
+        samples = runtime_data.read_samples(args.check_results, tasks, inputs.configs)
+        if not samples:
+            raise InputError(args.check_results, "no plans to check")
+        c = runtime_data.check_model(model, samples, inputs.models)
         print(f"on --check_results' {c['plans']} plans (other tasks, never fitted on): MAPE {c['mape']:.1f}%, "
               f"mean predicted / measured {c['ratio']:.3f}")
         for alg, row in c["by_alg"].items():

@@ -10,6 +10,7 @@ import os
 import runpy
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +31,8 @@ from neuroshard.planner.costs.cost_models import CostModels, save_model
 from neuroshard.planner.costs.nets import linear_comm_model, linear_compute_model
 from neuroshard.planner.user_plan import shard_user_tables, user_plan_record
 from neuroshard.problem import Problem
+from neuroshard.torchrec.runtime_model import FEATURES, TorchRecRuntimeModel
+from neuroshard.types.costs import CostBreakdown
 from neuroshard.types.records import PlanRecord
 from neuroshard.types.tables import TableConfig, Task
 
@@ -111,6 +114,22 @@ def ws(tmp_path_factory):
     raw = json.loads((d / "plans.json").read_text())
     (d / "plans_noalg.json").write_text(json.dumps([{k: v for k, v in raw[0].items() if k != "alg"}]))
     (d / "plans_null.json").write_text(json.dumps([{"task": 0, "alg": "x", "plan": None}]))
+    # issue 52: measured results (a NaN in one), a TorchRec runtime model and its results
+    measured = [replace(r, measured=CostBreakdown([1.0, 1.2], [0.1, 0.1], [0.2, 0.2]), repeat_costs=[1.3, 1.3])
+                for r in recs]
+    write_plans(d / "results.json", measured)
+    raw_m = json.loads((d / "results.json").read_text())
+    raw_m[1]["measured"]["compute"][0] = float("nan")
+    (d / "results_nan.json").write_text(json.dumps(raw_m))
+    raw_m = json.loads((d / "results.json").read_text())
+    raw_m[2]["repeat_costs"] = [1.0, float("inf")]
+    (d / "results_inf.json").write_text(json.dumps(raw_m))
+    coef = (1.0,) * len(FEATURES)
+    TorchRecRuntimeModel(2, 64, coef, source={"samples": str(d / "trres.json"),
+                                              "task_path": str(d / "tasks.txt")}).save(d / "trmodel.json")
+    (d / "trres_empty.json").write_text("[]\n")
+    raw_t = TorchRecRuntimeModel(2, 64, coef).to_json()
+    (d / "trmodel_zero.json").write_text(json.dumps({**raw_t, "coef": [0.0] * len(coef)}))
     # issue 24: plans against other tables (same dims, other dims), old plans files without the task's identity
     write_tasks(d / "tasks_same_dims.txt", [Task((3, 4, 5), (16, 8, 32)), Task((0, 1), (8, 16))])
     # three tables of 0.6 device each on 2 devices: each fits, all fit by size, no placement fits
@@ -184,6 +203,12 @@ TRAIN_D = ["--data_dir", "ds", "--task_path", "tasks.txt", "--compute_model", "c
 EXPORT = ["--plans", "plans.json", "--task", "0", "--alg", "neuroshard", "--data_dir", "ds", "--task_path",
           "tasks.txt", "--out", "tr/plan.pt", "--torchrec_device", "cpu"]
 HELD = ["--data_dir", "hdata", "--epochs", "2", "--no_progress"]
+CAL = ["--data_dir", "ds", "--task_path", "tasks.txt", "--results", "results.json", "--models", ".",
+       "--ndevices", "2", "--max_mem", "1"]
+MERR = ["--data_dir", "ds", "--task_path", "tasks.txt", "--results", "results.json", "--model_set", "a=.",
+        "--ndevices", "2", "--max_mem", "1", "--out_path", "merr.json"]
+TRCHECK = EVAL_INPUTS[:-2] + ["--model", "trmodel.json", "--check_results", "trres.json", "--check_task_path",
+                              "tasks.txt", "--out_path", "trcheck.json"]
 TRAIN_M = ["--data_dir", "mdata", "--fw_out_path", "m/fw.pt", "--bw_out_path", "m/bw.pt", "--epochs", "2"]
 
 
@@ -514,6 +539,38 @@ CASES = [
     ("pipeline out_dir file", "neuroshard/pipeline/run.py", ["--preset", "tiny", "--out_dir", "a_file"],
      "--out_dir: "),
     ("pipeline preset", "neuroshard/pipeline/run.py", ["--preset", "huge"], "invalid choice: 'huge'"),
+    # ---- issue 52: the newer surfaces
+    ("calibrate_band nan results", "calibrate_band.py", _replace(CAL, "--results", "results_nan.json"),
+     "measured \"compute\" holds nan; costs must be finite and non-negative"),
+    ("calibrate_band inf repeat", "calibrate_band.py", _replace(CAL, "--results", "results_inf.json"),
+     "\"repeat_costs\" must be a list of finite non-negative numbers"),
+    ("calibrate_band plans not results", "calibrate_band.py", _replace(CAL, "--results", "plans.json"),
+     "no measured plan among its 4 records"),
+    ("calibrate_band other tasks", "calibrate_band.py", _replace(CAL, "--task_path", "tasks_same_dims.txt"),
+     "not a plan of task 0 of tasks_same_dims.txt: table 0 is dataset table 0 in the plan, dataset table 3 here"),
+    ("model_error nan results", "model_error.py", _replace(MERR, "--results", "results_nan.json"),
+     "measured \"compute\" holds nan"),
+    ("model_error plans not results", "model_error.py", _replace(MERR, "--results", "plans.json"),
+     "no measured plan among its 4 records"),
+    ("model_error other tasks", "model_error.py", _replace(MERR, "--task_path", "tasks_same_dims.txt"),
+     "not a plan of task 0 of tasks_same_dims.txt"),
+    ("trec alg typo", "eval_torchrec.py", TREC + ["--alg", "neuroshard,dim_gredy"], "--alg: no plan of dim_gredy"),
+    ("trec other tasks", "eval_torchrec.py", _replace(TREC, "--task_path", "tasks_same_dims.txt"),
+     "not a plan of task 0 of the task file"),
+    ("trec model in-sample check", "train_torchrec_cost_model.py", TRCHECK, "the model was fitted on these"),
+    ("trec model empty check", "train_torchrec_cost_model.py",
+     _replace(_replace(TRCHECK, "--check_results", "trres_empty.json"), "--check_task_path", "tasks_other.txt"),
+     "no plans to check"),
+    ("trec model all zero", "eval_simulator.py", SIM + ["--runtime", "torchrec", "--runtime_model",
+                                                        "trmodel_zero.json"], "every coefficient is 0"),
+    ("collect lambdas without plus", "collect_plan_cost_data.py",
+     EVAL_INPUTS + ["--alg", "dim_greedy", "--plus_lambdas", "0,1", "--device", "cpu", "--out_dir", "pc", "--quiet",
+                    "--no_progress"], "--plus_lambdas: 0,1 weighs NeuroShard+'s objective, but --alg dim_greedy"),
+    ("shard_tables batch under ranks", "tools/shard_tables.py",
+     ["--tables", "user.csv", "--ndevices", "2", "--max_mem", "1", "--alg", "dim_greedy", "--batch_size", "3",
+      "--out", "u.json"], "--batch_size: 3 is the global batch: it must split evenly over the 2 devices"),
+    ("export local world size", "tools/export_torchrec_plan.py", EXPORT + ["--local_world_size", "3"],
+     "--local_world_size: 3 ranks per host do not divide the plan's 2 ranks"),
     # ---- tools/alltoall_bench.py
     ("a2a dims text", "tools/alltoall_bench.py", ["--dims", "a,b"], "--dims: expected a comma list of integers"),
     ("a2a sleeps count", "tools/alltoall_bench.py", ["--dims", "8,8", "--sleeps", "1"], "need 2 values each"),
@@ -550,7 +607,7 @@ def test_bad_input_is_a_one_line_error(ws, capsys, name, script, argv, fragment)
 def test_the_count_of_cases():
     # the closing note of issue 12 quotes this number
     assert len(CASES) >= 100
-    assert len(CASES) == 179  # issue 24 added 31, issue 23 (eval_torchrec.py) 9 (138 before), issue 22 1
+    assert len(CASES) == 194  # issue 52 added 15, issue 24 31, issue 23 (eval_torchrec.py) 9 (138 before)
 
 
 def test_a_second_compute_collection_into_the_same_dir_is_refused(ws):
@@ -624,3 +681,20 @@ def test_training_that_measures_nothing_writes_nothing(ws, capsys):
     assert code == 1 and "measured no plan" in err and not (ws / "pol").exists()
     code, err = run("train_dreamshard.py", _replace(TRAIN_D, "--out_path", "a_dir"), ws, capsys)
     assert code == 1 and "--out_path: a_dir is a directory" in err and "dreamshard:" not in err
+
+
+def test_a_finished_plan_collection_refuses_a_rerun_with_other_settings(ws, capsys):
+    """Rerun into a finished collection with other settings would replace its samples: refused, naming what
+    differs; the same settings run again (and a lambda.json the rerun no longer makes is not kept)."""
+    argv = EVAL_INPUTS + ["--alg", "dim_greedy", "--max_tasks", "1", "--max_dim", "32", "--device", "cpu",
+                          "--warmup", "1", "--iters", "1", "--out_dir", "pcol", "--quiet", "--no_progress"]
+    code, err = run("collect_plan_cost_data.py", argv, ws, capsys)
+    assert code == 0, err
+    assert (ws / "pcol" / "comm" / "data.txt").exists() and (ws / "pcol" / "config.json").exists()
+    (ws / "pcol" / "lambda.json").write_text("{}")  # as an earlier collection with --plus_lambdas left it
+    code, err = run("collect_plan_cost_data.py", _replace(argv, "--alg", "dim_greedy,size_greedy"), ws, capsys)
+    assert code == 1 and "settings differ from the existing run" in err
+    assert 'alg: was "dim_greedy", now "dim_greedy,size_greedy"' in err
+    code, err = run("collect_plan_cost_data.py", argv, ws, capsys)
+    assert code == 0, err
+    assert not (ws / "pcol" / "lambda.json").exists()

@@ -283,11 +283,13 @@ def test_combine_runs_bad_inputs(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     (tmp_path / "bad.json").write_text("{\"tasks\": 3}")
+    nan = write_summary(tmp_path / "nan", {"autoshard": (float("nan"), 0.01)})
     cases = [([a, tmp_path / "missing"], ["missing", "not found"]),
              ([a, empty], ["empty", "no hw/summary.json or summary.json"]),
              ([a, a / "summary.json"], ["the same evaluation as"]),
              ([a, sim], ["its cost is 'estimated_cost'", "do not compare the same thing"]),
              ([a, tmp_path / "bad.json"], ["bad.json", "not an evaluation summary"]),
+             ([a, nan], ["autoshard's gain nan", "cannot be pooled"]),
              ([a, sim, "--out_path", tmp_path], ["--out_path", "is a directory"])]
     for argv, fragments in cases:
         assert_raises_one_line("combine_runs", argv, *fragments)

@@ -80,6 +80,9 @@ def main(argv=None) -> int:
     ndevices, max_mem = problem.ndevices, problem.max_mem
     if args.batch_size is not None:
         check_int("--batch_size", args.batch_size, 1)
+        if args.batch_size % ndevices:
+            raise ConfigError("--batch_size", f"{args.batch_size} is the global batch: it must split evenly over "
+                                              f"the {ndevices} devices (--ndevices)")
     options = sharder_options(args, args.batch_size)  # one-line error on a bad value, before any work
     export = ExportConfig.from_args(args)
     if args.torchrec_out and Path(args.torchrec_out).with_suffix(".json").resolve() == Path(args.out).resolve():

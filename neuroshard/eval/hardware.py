@@ -102,7 +102,7 @@ def measurement_order(items: Sequence[PlanRecord], repeats: int, seed: int) -> l
     return order
 
 
-def _resume_identity(config: dict, cfg: HardwareConfig, worker_module: str | None) -> dict:
+def resume_identity(config: dict, cfg: HardwareConfig, worker_module: str | None) -> dict:
     """What must match for a rerun to continue an interrupted evaluation: every setting that changes what
     is measured (not where the output goes, the timeouts or the rendezvous address)."""
     def keep(d):
@@ -150,7 +150,7 @@ def run_evaluation(records: Sequence[PlanRecord], data_dir, task_path, cfg: Hard
     partial.mkdir(parents=True, exist_ok=True)
     log_path = partial / MEASUREMENTS
     with open_append(log_path, exclusive=True) as log:  # also drops a torn last line of a killed run
-        check_run_config(partial, _resume_identity(config or {}, cfg, worker_module))
+        check_run_config(partial, resume_identity(config or {}, cfg, worker_module))
         if config is not None:
             write_json_atomic(out / "config.json", config)
         write_plans(out / PLANS_JSON, records)

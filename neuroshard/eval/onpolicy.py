@@ -229,16 +229,19 @@ def collect(inputs, algs: Sequence[str], lambdas: Sequence[float], options: dict
     measure every plan (`run_evaluation` into `<out_dir>/hw`, resumable) and write the on-policy cost data:
     `<out_dir>/compute/` (beside the augmented table list of `max_dim`) and `<out_dir>/comm/`, and, with
     several lambdas, `<out_dir>/lambda.json`. Returns what was written (counts, paths, the lambda choice)."""
-    from neuroshard.eval.hardware import run_evaluation
+    from neuroshard.eval.hardware import resume_identity, run_evaluation
     from neuroshard.eval.planning import compute_plans
     from neuroshard.formats.cost_data import write_comm_data, write_compute_data
-    from neuroshard.formats.io import write_json_atomic
+    from neuroshard.formats.io import check_run_config, write_json_atomic
     from neuroshard.types.errors import ConfigError
 
     bad = sorted({d for t in inputs.tasks for d in t.dims if d not in dim_set(max_dim)})
     if bad:
         raise ConfigError("--max_dim", f"the tasks have dims {bad} outside the dim set of --max_dim {max_dim}")
     out = Path(out_dir)
+    # a finished collection keeps its settings here: a rerun with others would replace its samples
+    # (and keep a lambda.json it no longer made); an interrupted one resumes only with the same
+    check_run_config(out, resume_identity(config or {}, cfg, None))
     plain = [a for a in algs if not (a == PLUS and lambdas)]
     records = compute_plans(inputs.configs, inputs.tasks, plain, cfg.problem, inputs.models, options=options,
                             progress=progress)
@@ -271,4 +274,6 @@ def collect(inputs, algs: Sequence[str], lambdas: Sequence[float], options: dict
     if chosen is not None:
         write_side_file(out / LAMBDA_JSON, chosen)
         written["lambda"] = chosen
+    else:
+        (out / LAMBDA_JSON).unlink(missing_ok=True)
     return written

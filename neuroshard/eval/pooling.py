@@ -27,6 +27,7 @@ runs tau² is itself uncertain: the report shows Q's p-value beside it.
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Sequence
@@ -136,6 +137,9 @@ def run_gains(name: str, summary: Summary) -> dict[str, RunGain]:
         if vs is None or vs.gain_ci is None or row.neuroshard_gain is None:
             continue
         lo, hi = vs.gain_ci
+        if not all(math.isfinite(x) for x in (row.neuroshard_gain, lo, hi)):
+            raise ValueError(f"{name}: {row.alg}'s gain {row.neuroshard_gain} [{lo}, {hi}] is not a number: "
+                             "a run with a NaN or infinite interval cannot be pooled")
         out[row.alg] = RunGain(name, row.neuroshard_gain, lo, hi, (hi - lo) / (2 * z), vs.diff_ms.n_tasks,
                                vs.diff_ms.n_repeats, vs.verdict, vs.mdd)
     return out
@@ -158,6 +162,10 @@ def pool_runs(named: Sequence[tuple[str, Summary]]) -> list[PooledRow]:
     rows = []
     for alg in algs:
         runs = [g[alg] for g in gains if alg in g and g[alg].se > 0]
+        flat = [g[alg].run for g in gains if alg in g and g[alg].se <= 0]
+        if flat:  # inverse-variance weights need a width: a zero-width interval (one task) cannot enter
+            print(f"warning: {alg}: left out of the pool in {', '.join(flat)} (a zero-width interval)",
+                  file=sys.stderr)
         if not runs:
             continue
         p = pool([r.gain for r in runs], [r.se for r in runs])

@@ -10,6 +10,7 @@ plan and repeat.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Sequence
 
@@ -78,6 +79,25 @@ def read_plans(path) -> list[PlanRecord]:
     return [_record_from_json(path, k, rec) for k, rec in enumerate(data)]
 
 
+def _finite(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0
+
+
+def _check_finite(path: Path, where: str, name: str, costs) -> None:
+    """A measured cost that is NaN, infinite or negative would enter every mean and interval built on it."""
+    if costs is None:
+        return
+    if isinstance(costs, CostBreakdown):
+        parts = {"compute": costs.compute, "bw_comm": costs.bw_comm, "fw_comm": costs.fw_comm}
+    else:
+        parts = {"repeat_costs": list(costs.repeat_costs or []), "per_rank": costs.per_rank, "iters": costs.iters}
+    parts["cost"] = [costs.cost]
+    for key, values in parts.items():
+        bad = [v for v in values if not _finite(v)]
+        if bad:
+            raise InputError(path, f"{where}: {name} \"{key}\" holds {bad[0]!r}; costs must be finite and non-negative")
+
+
 def _record_from_json(path: Path, k: int, rec) -> PlanRecord:
     if not isinstance(rec, dict):
         raise InputError(path, f"record {k}: expected a JSON object")
@@ -105,6 +125,12 @@ def _record_from_json(path: Path, k: int, rec) -> PlanRecord:
         refine = None if rec.get("refine") is None else RefineRecord.from_json(rec["refine"])
     except (KeyError, TypeError, ValueError) as e:
         raise InputError(path, f"{where}: malformed cost breakdown ({type(e).__name__}: {e})") from None
+    _check_finite(path, where, "measured", measured)
+    _check_finite(path, where, "e2e", e2e)
+    repeat_costs = rec.get("repeat_costs")
+    if repeat_costs is not None and not (isinstance(repeat_costs, list) and all(_finite(c) for c in repeat_costs)):
+        raise InputError(path, f"{where}: \"repeat_costs\" must be a list of finite non-negative numbers, "
+                               f"got {show_value(json.dumps(repeat_costs))}")
     identity = {}
     for key in ("table_ids", "dims"):  # optional: plans files written before they were recorded lack them
         value = rec.get(key)
@@ -118,7 +144,7 @@ def _record_from_json(path: Path, k: int, rec) -> PlanRecord:
     return PlanRecord(task=task, alg=alg, status=status, message=rec.get("message"), plan=plan,
                       estimate=estimate, search_ms=rec.get("search_ms"), num_tables=rec.get("num_tables"),
                       view=rec.get("view"), measured=measured, e2e=e2e, refine=refine,
-                      repeat_costs=rec.get("repeat_costs"), **identity)
+                      repeat_costs=repeat_costs, **identity)
 
 
 def plan_mismatch(rec: PlanRecord, tables: Sequence[ShardTable], check_plan: bool = True) -> str | None:
@@ -171,6 +197,24 @@ def check_plan_tables(rec: PlanRecord, tables: Sequence[ShardTable], path, task:
     if problem is not None:
         raise InputError(path, f"task {rec.task} [{rec.alg}]: not a plan of {task}: {problem} "
                                "(plans made for another task file or table list?)")
+
+
+def read_measured_plans(path, tasks: Sequence, configs: Sequence, task_path) -> list[PlanRecord]:
+    """The plan records of `path` (a measured results file) checked against the task file `task_path`
+    (`tasks`, over dataset `configs`). InputError naming the file: a task the task file does not have, a
+    plan made for other tables than its task's (`check_plan_tables`), or no measured plan at all (e.g.
+    a plans file given where measured results were meant)."""
+    records = read_plans(path)
+    for rec in records:
+        if rec.task >= len(tasks):
+            raise InputError(path, f"task {rec.task} [{rec.alg}]: the task file {task_path} has only "
+                                   f"{len(tasks)} tasks")
+        if rec.plan is not None:
+            check_plan_tables(rec, tasks[rec.task].tables(configs), path, f"task {rec.task} of {task_path}")
+    if not any(rec.measured is not None for rec in records):
+        raise InputError(path, f"no measured plan among its {len(records)} records (a plans file, not measured "
+                               "results?)")
+    return records
 
 
 def _plan_from_json(path, where: str, d) -> Plan:

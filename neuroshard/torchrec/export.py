@@ -57,6 +57,8 @@ def torchrec_sharding_plan(tables: Sequence[ShardTable], plan: Plan, names: Sequ
     if device_type not in DEVICE_TYPES:
         raise InvalidPlanError(f"device type must be one of {', '.join(DEVICE_TYPES)}, got {device_type!r}")
     n = plan.ndevices
+    if local_size is not None and (local_size < 1 or n % local_size):
+        raise ConfigError("--local_world_size", f"{local_size} ranks per host do not divide the plan's {n} ranks")
     plan_view(tables, plan)  # InvalidPlanError on illegal splits, or tables placed twice or never
     fused = EmbeddingComputeKernel.FUSED.value
     per_table = {}

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 import warnings
 from dataclasses import dataclass
@@ -114,9 +115,17 @@ class NeuroShardPlanner(ShardingPlanner):
         if not 0.0 <= reserve < 1.0:
             raise ConfigError("reserve", f"must be in [0, 1), got {reserve!r}")
         get_sharder(alg)  # an unknown algorithm is an error here, not at plan time
+        if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
+                                       or batch_size < 1):
+            raise ConfigError("batch_size", f"per-rank batch must be an integer >= 1, got {batch_size!r}")
         self._topology = topology
         self._batch_size = batch_size or BATCH_SIZE
         self._constraints = dict(constraints or {})
+        for name, cons in self._constraints.items():  # TorchRec's storage count would fail on these deep inside
+            factors = list(cons.pooling_factors or [])
+            if not all(isinstance(f, (int, float)) and math.isfinite(f) and f >= 0 for f in factors):
+                raise ConfigError(f"constraints[{name!r}].pooling_factors", f"must be finite numbers >= 0, got "
+                                                                            f"{factors}")
         self._stats = _read_table_stats(table_stats)
         self._alg, self._memory, self._reserve, self._seed, self._options = alg, memory, reserve, seed, options
         if isinstance(models, (str, Path)):

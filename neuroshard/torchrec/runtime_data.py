@@ -123,6 +123,10 @@ def read_samples(results_path, tasks: Sequence[Task], configs: Sequence[TableCon
             if not 0 <= task < len(tasks):
                 raise ValueError(f"task {task} is not in the task file ({len(tasks)} tasks)")
             tables = tasks[task].tables(configs)
+            for key, mine in (("table_ids", [t.table_id for t in tables]), ("dims", [t.dim for t in tables])):
+                if key in row and list(row[key]) != mine:  # results written before they carried them: unchecked
+                    raise ValueError(f"its {key} {row[key]} are not task {task}'s {mine} (plans of another task "
+                                     "file?)")
             plan = Plan.from_json(row["plan"])
             # splits and placement (memory: checked when planned)
             validate_plan(tables, plan, Problem(ndevices=plan.ndevices, max_mem=1e9))
@@ -215,7 +219,7 @@ def check_model(model, samples: Sequence[RuntimeSample], models) -> dict:
     from neuroshard.torchrec.runtime_model import mape
 
     if not samples:
-        raise ValueError("no plans to check")
+        raise ValueError("no plans to check")  # the callers name the file first
     pred = model.predict(sample_features(samples, models, model.batch_size))
     y = np.array([s.cost for s in samples])
 

@@ -167,6 +167,8 @@ class TorchRecRuntimeModel(Record):
         if len(self.coef) != len(FEATURES) or not all(math.isfinite(c) and c >= 0 for c in self.coef):
             raise ValueError(f"expected {len(FEATURES)} finite non-negative coefficients ({', '.join(FEATURES)}), "
                              f"got {list(self.coef)}")
+        if not any(self.coef):
+            raise ValueError("every coefficient is 0: the model would cost every plan 0 ms")
         if int(self.ndevices) < 1 or int(self.batch_size) < 1:
             raise ValueError(f"ndevices and batch_size must be >= 1, got {self.ndevices}, {self.batch_size}")
 

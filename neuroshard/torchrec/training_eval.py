@@ -43,7 +43,7 @@ from neuroshard.eval.intervals import mean_interval, verdict
 from neuroshard.eval.power import components, plan_repeat_noise
 from neuroshard.torchrec.training import MODULE_PATH, TorchRecStep, TorchRecTrainConfig
 from neuroshard.types.errors import InputError
-from neuroshard.types.records import PlanRecord
+from neuroshard.types.records import PlanRecord, task_identity
 from neuroshard.types.tables import TableConfig, Task
 
 MEASUREMENTS = "measurements.jsonl"
@@ -69,11 +69,15 @@ def merge_plan_files(files: Sequence[Sequence[PlanRecord]]) -> list[PlanRecord]:
     return out
 
 
-def select_records(records: Sequence[PlanRecord], tasks: Sequence[Task], algs: Sequence[str] | None,
-                   max_tasks: int | None, ndevices: int, path) -> list[PlanRecord]:
+def select_records(records: Sequence[PlanRecord], tasks: Sequence[Task], configs: Sequence[TableConfig],
+                   algs: Sequence[str] | None, max_tasks: int | None, ndevices: int, path) -> list[PlanRecord]:
     """The plan records to train: those with a plan, of the first `max_tasks` tasks and of `algs` (None:
     all), made for `ndevices` devices. InputError (naming `path`) for a task the task file does not have,
-    a duplicate, a plan for another device count or number of tables."""
+    a duplicate, a plan for another device count or for other tables than its task's (`plan_mismatch`);
+    ConfigError for an algorithm of `algs` without a plan there."""
+    from neuroshard.formats.plan_file import check_plan_tables
+    from neuroshard.types.errors import ConfigError
+
     n = len(tasks) if max_tasks is None else min(max_tasks, len(tasks))
     seen = set()
     out = []
@@ -91,7 +95,13 @@ def select_records(records: Sequence[PlanRecord], tasks: Sequence[Task], algs: S
         if rec.num_tables not in (None, len(tasks[rec.task])):
             raise InputError(path, f"{where}: a plan for {rec.num_tables} tables, task {rec.task} has "
                                    f"{len(tasks[rec.task])} (plans made for another task file?)")
+        check_plan_tables(rec, tasks[rec.task].tables(configs), path, f"task {rec.task} of the task file")
         out.append(rec)
+    missing = [a for a in algs or () if not any(r.alg == a for r in out)]
+    if out and missing:
+        there = ", ".join(dict.fromkeys(r.alg for r in records))
+        raise ConfigError("--alg", f"no plan of {', '.join(missing)} for the first {n} tasks in {path} (its "
+                                   f"algorithms: {there})")
     if not out:
         raise InputError(path, f"no plan to train for the first {n} tasks"
                                + ("" if algs is None else f" and algorithms {', '.join(algs)}"))
@@ -310,7 +320,9 @@ def run_torchrec_eval(records: Sequence[PlanRecord], tasks: Sequence[Task], conf
                             median_se=median_uncertainty(steps, cfg.problem.seed))
         summary["job_s"] = job_s if todo else 0.0
         summary["measurements"] = len(todo)
-        results = [{"task": rec.task, "alg": rec.alg, "plan": rec.plan.to_json(), "step_ms": costs[rec.task, rec.alg],
+        results = [{"task": rec.task, "alg": rec.alg, "plan": rec.plan.to_json(),
+                    **{k: list(v) for k, v in task_identity(tasks[rec.task].tables(configs)).items()},
+                    "step_ms": costs[rec.task, rec.alg],
                     "cost": float(np.mean(costs[rec.task, rec.alg])),
                     "rounds": [done[plan_identity(rec, r)].to_json() for r in range(cfg.repeats)]}
                    for rec in records]

@@ -80,3 +80,16 @@ def test_pool_runs_by_algorithm():
         == "loses to"
     with pytest.raises(ValueError, match="b: its cost is 'estimated_cost'"):
         pool_runs([("a", a), ("b", summary({"x": (0.01, 0.01)}, cost="estimated_cost"))])
+
+
+def test_a_run_with_a_zero_width_interval_is_left_out_with_a_warning(capsys):
+    """Inverse-variance weights need a width: the zero-width run is named on stderr, the pool is the others'."""
+    rows = pool_runs([("a", summary({"x": (0.04, 0.01)})), ("b", summary({"x": (0.02, 0.0)})),
+                      ("c", summary({"x": (0.02, 0.01)}))])
+    assert [r.run for r in rows[0].runs] == ["a", "c"] and rows[0].pooled.mean == pytest.approx(0.03)
+    assert "x: left out of the pool in b (a zero-width interval)" in capsys.readouterr().err
+
+
+def test_a_run_with_a_nan_gain_is_an_error_naming_it():
+    with pytest.raises(ValueError, match="b: x's gain nan .* cannot be pooled"):
+        pool_runs([("a", summary({"x": (0.04, 0.01)})), ("b", summary({"x": (float("nan"), 0.01)}))])

@@ -119,6 +119,14 @@ def test_bad_settings_are_one_line_errors(tmp_path):
         NeuroShardPlanner(topology(), table_stats=bad)
     with pytest.raises(InputError, match="not found"):
         NeuroShardPlanner(topology(), table_stats=tmp_path / "missing.json")
+    for batch in (0, -4, 2.5, True):  # was: 0 silently became the default 512
+        with pytest.raises(ConfigError, match=rf"batch_size: per-rank batch must be an integer >= 1, got {batch!r}"):
+            NeuroShardPlanner(topology(), batch_size=batch)
+    nan = {"a0": ParameterConstraints(pooling_factors=[float("nan")])}
+    with pytest.raises(ConfigError, match=r"constraints\['a0'\].pooling_factors: must be finite numbers >= 0, "
+                                          r"got \[nan\]"):
+        NeuroShardPlanner(topology(), constraints=nan, alg="size_greedy").plan(collection("a", [(100, 8)]),
+                                                                               sharders())
 
 
 # --------------------------------------------------------------------------- DistributedModelParallel, 2 ranks

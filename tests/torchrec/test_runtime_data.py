@@ -2,6 +2,7 @@
 results.json back, and fitting the runtime model to samples whose step times are known."""
 
 import json
+import re
 from dataclasses import replace
 
 import numpy as np
@@ -76,6 +77,12 @@ def test_read_samples_and_its_errors(tmp_path):
                      ts, CONFIGS)
     with pytest.raises(InputError, match="collect_torchrec_cost_data"):
         read_samples(tmp_path / "missing.json", ts, CONFIGS)
+    # results that name their tables: checked against the task file given
+    ids = [t.table_id for t in ts[1].tables(CONFIGS)]
+    assert len(read_samples(write_results(tmp_path / "r.json", [{**row, "table_ids": ids}]), ts, CONFIGS)) == 1
+    other = [i + 1 for i in ids]
+    with pytest.raises(InputError, match=re.escape(f"record 0: its table_ids {other} are not task 1's {ids}")):
+        read_samples(write_results(tmp_path / "r.json", [{**row, "table_ids": other}]), ts, CONFIGS)
 
 
 def test_fit_on_samples_with_known_step_times():

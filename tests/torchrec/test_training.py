@@ -4,6 +4,7 @@ times; the parent's order, ratios, intervals and verdicts checked by hand."""
 
 import json
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -102,15 +103,24 @@ def test_summary_ratios_intervals_and_verdicts_by_hand():
 
 
 def test_select_records_and_settings_errors(tiny):
-    _, _, task, records = tiny
+    _, configs, task, records = tiny
     extra = PlanRecord(0, "oom", status="oom", message="too big")
-    assert [r.alg for r in select_records(records + [extra], [task], None, None, 2, "p.json")] == ["table_wise",
-                                                                                                    "column"]
-    assert [r.alg for r in select_records(records, [task], ["column"], None, 2, "p.json")] == ["column"]
+    assert [r.alg for r in select_records(records + [extra], [task], configs, None, None, 2, "p.json")] == \
+        ["table_wise", "column"]
+    assert [r.alg for r in select_records(records, [task], configs, ["column"], None, 2, "p.json")] == ["column"]
     with pytest.raises(InputError, match="for 2 devices, training on 4 ranks"):
-        select_records(records, [task], None, None, 4, "p.json")
+        select_records(records, [task], configs, None, None, 4, "p.json")
     with pytest.raises(InputError, match="second record"):
-        select_records(records + records[:1], [task], None, None, 2, "p.json")
+        select_records(records + records[:1], [task], configs, None, None, 2, "p.json")
+    # an algorithm named without a plan (a typo) is an error, not dropped
+    with pytest.raises(ConfigError,
+                       match=r"--alg: no plan of size_lookup_gredy .* \(its algorithms: table_wise, column\)"):
+        select_records(records, [task], configs, ["column", "size_lookup_gredy"], None, 2, "p.json")
+    # plans that name other tables than their task's: made for another task file
+    named = [replace(r, table_ids=task.table_ids, dims=task.dims) for r in records]
+    assert select_records(named, [task], configs, None, None, 2, "p.json") == named
+    with pytest.raises(InputError, match="not a plan of task 0 of the task file: table 0 is dataset table 0"):
+        select_records(named, [Task((3, 1, 2, 1), task.dims)], configs, None, None, 2, "p.json")
     with pytest.raises(ConfigError, match="--over_arch"):
         TorchRecTrainConfig(over_arch="64,2").validate()
     with pytest.raises(ConfigError, match="--dense_arch"):
