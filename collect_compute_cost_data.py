@@ -42,7 +42,8 @@ def main(argv=None):
     device = resolve_devices(args.device, args.gpu_devices)
     gpus = parse_int_list(args.gpu_devices, "--gpu_devices") if device == "cuda" else []
     devices = worker_devices(device, gpus, args.num_workers)
-    cfg = ComputeCollectConfig.from_args(args, device=device, max_mem=Problem.from_args(args).max_mem)
+    cfg = ComputeCollectConfig.from_args(args, device=device,
+                                         max_mem=Problem.from_args(args).single_mem("the compute collection"))
     summary = collect(args.dataset_dir, args.out_dir, cfg, args.data_size, devices, progress=not args.no_progress)
     rate = summary.new / summary.elapsed_s if summary.elapsed_s else 0.0
     print(f"{summary.new} new samples ({summary.failed} failed) in {summary.elapsed_s:.1f} s "

@@ -31,7 +31,8 @@ def main(argv=None):
     Problem.add_args(p, skip=("ndevices",))
     ComputeCollectConfig.add_args(p)
     args = p.parse_args(argv)
-    cfg = ComputeCollectConfig.from_args(args, max_mem=Problem.from_args(args).max_mem)
+    cfg = ComputeCollectConfig.from_args(args,
+                                         max_mem=Problem.from_args(args).single_mem("the compute collection"))
 
     rows = []
     for n in parse_int_list(args.workers, "--workers"):

@@ -1,15 +1,19 @@
 """The planning problem: what a plan is for, in one record.
 
 `Problem` holds what defines a sharding problem besides its tables: how many
-devices, the memory of each, and the seed of whatever is random in planning
-or measuring it. Its fields are the flags `--ndevices`, `--max_mem` and
-`--seed`, declared here once; every script that plans, measures, trains a
-learned baseline or makes tasks takes them through `Problem.add_args` and
-hands the record on (`planner.shard.shard(tables, problem, ...)`, a sharder
-`fn(tables, problem, ctx)`, the evaluation, the pipeline), so no function
-takes a loose device count or memory cap beside it.
+devices, the memory of each (one number for identical devices, or one per
+device: `--max_mem 16,16,8,8`), the seed of whatever is random in planning
+or measuring it, and the constraints on the tables (`types.constraints`;
+set by the library and `NeuroShardPlanner`, not a flag). Its flag fields are
+`--ndevices`, `--max_mem` and `--seed`, declared here once; every script
+that plans, measures, trains a learned baseline or makes tasks takes them
+through `Problem.add_args` and hands the record on
+(`planner.shard.shard(tables, problem, ...)`, a sharder `fn(tables, problem,
+ctx)`, the evaluation, the pipeline), so no function takes a loose device
+count or memory cap beside it.
 
     problem = Problem(ndevices=4, max_mem=1.0)
+    problem = Problem(ndevices=4, max_mem=(16.0, 16.0, 8.0, 8.0))   # devices of unequal memory
     result = ns.shard(tables, problem, models=models)
 """
 
@@ -19,8 +23,9 @@ import math
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
-from neuroshard.checks import check_float, check_int
+from neuroshard.checks import check_int
 from neuroshard.settings import Settings, common, setting
+from neuroshard.types.constraints import TableConstraints
 from neuroshard.types.errors import ConfigError
 
 DEFAULT_NDEVICES = 4  # CPU ranks standing in for devices, or the simulator's devices, when none are named
@@ -28,23 +33,57 @@ DEFAULT_NDEVICES = 4  # CPU ranks standing in for devices, or the simulator's de
 
 @dataclass(frozen=True)
 class Problem(Settings):
-    """`ndevices` devices (GPUs, or CPU processes standing in for them) of `max_mem` GB each; `seed`: the seed
-    of randomised algorithms, of measurement orders and of sampling."""
+    """`ndevices` devices (GPUs, or CPU processes standing in for them) of `max_mem` GB each (a number), or of
+    `max_mem[d]` GB for device d (a tuple, one per device; equal values become one number); `seed`: the seed
+    of randomised algorithms, of measurement orders and of sampling; `constraints`: what plans must respect
+    besides memory (None: nothing)."""
 
     TITLE: ClassVar[str] = "the planning problem"
 
     ndevices: int = setting(DEFAULT_NDEVICES, "number of devices (GPUs, or CPU ranks standing in for them; on "
                                               "several machines, all of them); left out: 4, or one per GPU of "
                                               "--gpu_devices", flag_default=None, show_default=False)
-    max_mem: float = setting(4.0, "memory per device in GB", aliases=("--max-memory",))
+    max_mem: float | tuple[float, ...] = setting(4.0, "memory per device in GB: one number, or one per device "
+                                                      "(16,16,8,8)", aliases=("--max-memory",), metavar="GB[,GB...]")
     seed: int = common("seed")
+    constraints: TableConstraints | None = setting(None, "table constraints (the library and the planner set them)",
+                                                   cli=False, omit=lambda v: v is None or v.empty)
 
     def __post_init__(self):
         check_int("--ndevices", self.ndevices, 1)
-        check_float("--max_mem", self.max_mem, 0.0, lo_open=True)
-        if not math.isfinite(self.max_mem):
-            raise ConfigError("--max_mem", f"expected a finite number of GB, got {self.max_mem}")
+        object.__setattr__(self, "max_mem", _mem_caps(self.max_mem, self.ndevices))
         check_int("--seed", self.seed, 0)
+        if self.constraints is not None and not isinstance(self.constraints, TableConstraints):
+            raise ConfigError("constraints", f"expected a TableConstraints, got {type(self.constraints).__name__}")
+
+    @property
+    def caps(self) -> tuple[float, ...]:
+        """Memory of each device in GB."""
+        return self.max_mem if isinstance(self.max_mem, tuple) else (self.max_mem,) * self.ndevices
+
+    @property
+    def uniform(self) -> bool:
+        """All devices have the same memory (`max_mem` is one number)."""
+        return not isinstance(self.max_mem, tuple)
+
+    @property
+    def mem_text(self) -> str:
+        """The memory in words, for messages: "1 GB" or "[16, 16, 8, 8] GB"."""
+        if self.uniform:
+            return f"{self.max_mem:g} GB"
+        return "[" + ", ".join(f"{m:g}" for m in self.max_mem) + "] GB"
+
+    def single_mem(self, what: str) -> float:
+        """The one memory size of identical devices, for `what` (in words) that knows no other; ConfigError
+        naming --max_mem for devices of unequal memory."""
+        if not self.uniform:
+            raise ConfigError("--max_mem", f"{what} takes one memory size for every device, got {self.mem_text}")
+        return self.max_mem
+
+    @property
+    def table_constraints(self) -> TableConstraints:
+        """The constraints, an empty record when there are none."""
+        return self.constraints or TableConstraints()
 
     @classmethod
     def from_args(cls, args, **fixed) -> "Problem":
@@ -56,3 +95,31 @@ class Problem(Settings):
 
     def with_seed(self, seed: int) -> "Problem":
         return replace(self, seed=int(seed))
+
+
+def _mem_caps(value, ndevices: int) -> float | tuple[float, ...]:
+    """`--max_mem` as one number or a tuple of one per device (text "16,16,8,8" parsed); equal values become
+    one number. ConfigError naming the value otherwise."""
+    raw = value
+    if isinstance(value, str):
+        try:
+            value = tuple(float(x) for x in value.split(","))
+        except ValueError:
+            raise ConfigError("--max_mem", f"expected GB per device as a number or a comma list, got {raw!r}") \
+                from None
+    if isinstance(value, list):
+        value = tuple(value)
+    values = value if isinstance(value, tuple) else (value,)
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise ConfigError("--max_mem", f"expected a finite number of GB, got {v!r}")
+        if v <= 0:
+            raise ConfigError("--max_mem", f"must be > 0, got {v:g}")
+    if len(values) == 1:
+        return float(values[0])
+    if len(values) != ndevices:
+        raise ConfigError("--max_mem", f"{len(values)} values for {ndevices} devices: give one number, or one per "
+                                       "device")
+    if len(set(values)) == 1:
+        return float(values[0])
+    return tuple(float(v) for v in values)

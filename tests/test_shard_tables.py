@@ -125,8 +125,9 @@ def test_memory_torchrec_counts_what_torchrec_counts(tmp_path):
     tables_csv = write_csv(tmp_path / "tables.csv", ["big,16000000,4,1", "small,1000,8,1"])
     args = ["--tables", str(tables_csv), "--ndevices", "2", "--max_mem", "0.26", "--alg", "size_greedy"]
     assert load_tool("shard_tables").main(args + ["--out", str(tmp_path / "w.json")]) == 0
-    with pytest.raises(OutOfMemoryError, match=r"cannot place 2 tables on 2 devices of 0.234 GB each after a 10% "
-                                               r"reservation \(torchrec count\).* the largest \(big\) 0.2"):
+    with pytest.raises(OutOfMemoryError, match=r"cannot place 2 tables on 2 devices of 0.26 GB each \(the "
+                                               r"topology's, 10% reserved; torchrec count\).* the largest \(big\) "
+                                               r"0.2384 GB; 'big' could not be placed"):
         load_tool("shard_tables").main(args + ["--memory", "torchrec", "--out", str(tmp_path / "t.json")])
     args[5] = "0.3"  # 322,122,547 B: fits in TorchRec's count too
     assert load_tool("shard_tables").main(args + ["--memory", "torchrec", "--out", str(tmp_path / "t.json")]) == 0

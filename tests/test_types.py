@@ -144,3 +144,43 @@ def test_plan_error_records_round_trip_and_older_ones_have_no_rank_error():
                 {**older, "compute_noise": -0.1}, {**older, "compute_common": 1.5}):
         with pytest.raises(ValueError, match="\"rank\", \"compute_noise\", \"compute_common\" in \\[0, 1\\]"):
             PlanError.from_json(bad)
+
+
+# --------------------------------------------------------------------------- table constraints
+
+
+def test_table_constraints_by_hand():
+    from neuroshard.types.constraints import TableConstraints
+    from neuroshard.types.plan import ColumnPiece
+
+    c = TableConstraints(whole=(3,), devices=((0, (2, 1)), (4, (1,))), colocate=((4, 5),))
+    assert c.devices == ((0, (1, 2)), (4, (1,)))
+    assert c.kept_whole(3) and c.kept_whole(5) and not c.kept_whole(0)
+    assert c.allowed(0) == (1, 2) and c.allowed(1) is None
+    assert c.group_devices((4, 5), 3) == (1,) and c.group_devices((1, 2), 3) == (0, 1, 2)
+    assert c.group_devices((1, 2), None) is None
+    c.check(6, 3)
+    pieces = [[ColumnPiece(0, 8, 1)], [ColumnPiece(0, 8, 0)], [ColumnPiece(0, 8, 0)], [ColumnPiece(0, 8, 2)],
+              [ColumnPiece(0, 8, 1)], [ColumnPiece(0, 8, 1)]]
+    assert c.violation(pieces) is None
+    pieces[5] = [ColumnPiece(0, 8, 0)]
+    assert c.violation(pieces) == "tables [4, 5] must share a device, the plan puts them on devices [0, 1]"
+    assert TableConstraints().empty and not c.empty
+
+
+def test_table_constraints_errors_name_the_table():
+    from neuroshard.types.constraints import TableConstraints
+    from neuroshard.types.errors import ConfigError
+
+    cases = [(dict(devices=((1, ()),)), "table 1: an empty device list"),
+             (dict(colocate=((1,),)), r"co-location group \[1\]: needs two or more tables"),
+             (dict(colocate=((1, 2), (2, 3))), r"table 2 is in two co-location groups"),
+             (dict(devices=((1, (0,)), (2, (1,))), colocate=((1, 2),)), r"co-location group \[1, 2\]: its tables' "
+                                                                         "device lists share no device")]
+    for kw, message in cases:
+        with pytest.raises(ConfigError, match=message):
+            TableConstraints(**kw)
+    with pytest.raises(ConfigError, match=r"table 7: the task has 3 tables \(0..2\)"):
+        TableConstraints(whole=(7,)).check(3, 2)
+    with pytest.raises(ConfigError, match="table 0: device 5 is not among the 2 devices"):
+        TableConstraints(devices=((0, (5,)),)).check(3, 2)

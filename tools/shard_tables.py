@@ -77,7 +77,7 @@ def main(argv=None) -> int:
     from neuroshard.types.errors import ConfigError, NeuroShardError
 
     problem = Problem.from_args(args)
-    ndevices, max_mem = problem.ndevices, problem.max_mem
+    ndevices = problem.ndevices
     if args.batch_size is not None:
         check_int("--batch_size", args.batch_size, 1)
         if args.batch_size % ndevices:
@@ -91,7 +91,7 @@ def main(argv=None) -> int:
     check_output_file("--out", args.out)  # before planning, not after it
     if args.torchrec_out:
         check_output_file("--torchrec_out", args.torchrec_out)
-    user = read_user_tables(args.tables, max_mem)
+    user = read_user_tables(args.tables, max(problem.caps))
     paths = (args.compute_model, args.fw_comm_model, args.bw_comm_model)
     if any(paths) and not all(paths):
         raise NeuroShardError("give all three of --compute_model, --fw_comm_model, --bw_comm_model "
@@ -138,11 +138,13 @@ def torchrec_counted(user, problem: Problem, models, args, options: dict):
     from neuroshard.torchrec.sharder import embedding_bag_collection
     from neuroshard.types.errors import OutOfMemoryError
 
-    ndevices, max_mem = problem.ndevices, problem.max_mem
-    cap = int(max_mem * 2**30)
-    memory = {"hbm_cap": cap} if args.torchrec_device == "cuda" else {"ddr_cap": cap}
+    ndevices = problem.ndevices
+    kind = "hbm" if args.torchrec_device == "cuda" else "ddr"
+    caps = [int(m * 2**30) for m in problem.caps]
     topology = Topology(world_size=ndevices, compute_device=args.torchrec_device,
-                        local_world_size=args.local_world_size or ndevices, **memory)
+                        local_world_size=args.local_world_size or ndevices, **{f"{kind}_cap": min(caps)})
+    for device, cap in zip(topology.devices, caps):  # devices of unequal memory
+        setattr(device.storage, kind, cap)
     constraints = {n: ParameterConstraints(pooling_factors=[c.pooling_factor])
                    for n, c in zip(user.names, user.configs)}
     planner = NeuroShardPlanner(topology, batch_size=args.batch_size // ndevices if args.batch_size else None,
@@ -154,7 +156,7 @@ def torchrec_counted(user, problem: Problem, models, args, options: dict):
         planner.plan(embedding_bag_collection(user_shard_tables(user.configs), user.names),
                      [EmbeddingBagCollectionSharder()])
     except PlannerError as e:
-        raise OutOfMemoryError(str(e).strip().splitlines()[0], max_mem=max_mem) from None
+        raise OutOfMemoryError(str(e).strip().splitlines()[0], max_mem=min(problem.caps)) from None
     return planner.last_result
 
 

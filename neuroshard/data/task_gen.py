@@ -72,15 +72,18 @@ class TaskSpec(Settings):
         check_choice("--table_pool", self.table_pool, TABLE_POOLS)
 
 
-def generate_task(configs: Sequence[TableConfig], T: int, dims: Sequence[int], max_mem: float,
-                  ndevices: int, rng: np.random.Generator, max_tries: int, pool: np.ndarray | None = None) -> Task:
-    """Draw one task of T tables that fits (see module doc); NeuroShardError after max_tries draws.
+def generate_task(configs: Sequence[TableConfig], T: int, dims: Sequence[int], problem: Problem,
+                  rng: np.random.Generator, max_tries: int, pool: np.ndarray | None = None) -> Task:
+    """Draw one task of T tables that fits the problem's devices (see module doc; with devices of unequal
+    memory, every table within the largest and the total within their sum); NeuroShardError after
+    max_tries draws.
 
     `pool`: the table ids to draw from (default: all)."""
     pool = np.arange(len(configs)) if pool is None else np.asarray(pool)
     rows = np.array([c.row for c in configs], dtype=np.int64)
     dims_arr = np.asarray(dims, dtype=np.int64)
-    budget = ndevices * max_mem
+    max_mem = max(problem.caps)
+    budget = problem.ndevices * problem.max_mem if problem.uniform else sum(problem.caps)
     best = None
     for _ in range(max_tries):
         ids = pool[rng.integers(len(pool), size=T)]
@@ -93,7 +96,7 @@ def generate_task(configs: Sequence[TableConfig], T: int, dims: Sequence[int], m
             best = (total, largest)
     raise NeuroShardError(
         f"no task of {T} tables fits after {max_tries} tries: need every table <= --max_mem "
-        f"{max_mem:g} GB and the total <= --ndevices x --max_mem = {budget:g} GB (smallest total "
+        f"{max_mem:g} GB and the total <= the devices' {budget:g} GB (smallest total "
         f"drawn {best[0]:.3g} GB, its largest table {best[1]:.3g} GB); raise --max_mem or "
         f"--ndevices, or lower --T_range / --max_dim")
 
@@ -112,6 +115,5 @@ def generate_tasks(configs: Sequence[TableConfig], spec: TaskSpec) -> list[Task]
     tasks = []
     for _ in range(spec.data_size):
         T = int(rng.integers(lo, hi + 1))
-        tasks.append(generate_task(configs, T, dims, spec.problem.max_mem, spec.problem.ndevices, rng, spec.max_tries,
-                                   pool))
+        tasks.append(generate_task(configs, T, dims, spec.problem, rng, spec.max_tries, pool))
     return tasks

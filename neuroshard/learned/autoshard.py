@@ -187,7 +187,7 @@ class AutoShardPolicy(LearnedPolicy):
         for step, t in enumerate(order):
             legal = used + task.elements[t] <= task.cap
             if not legal.any():
-                raise no_room_error(int(t), task.tables[t], max_mem, used.tolist())
+                raise no_room_error(int(t), task.tables[t], problem, used.tolist())
             x = torch.cat([emb[t], net.step_fc(torch.tensor([step / T]))])[None, None]
             h, state = net.core(x, torch.zeros(1, 1, dtype=torch.bool), state)
             sums, dev_feats = _device_inputs(net, emb, assign, ndevices, elements)
@@ -342,7 +342,7 @@ def train(train_tables: Sequence[Sequence[ShardTable]], problem: Problem, oracle
     for k, task in enumerate(tasks):
         if (task.elements > task.cap).any():
             t = int(np.argmax(task.elements))
-            raise no_room_error(t, task.tables[t], max_mem, [0] * ndevices)
+            raise no_room_error(t, task.tables[t], problem, [0] * ndevices)
     tmax = max(len(t.tables) for t in tasks)
     feats = torch.zeros(len(tasks), tmax, NUM_FEATURES)
     elements = torch.zeros(len(tasks), tmax, dtype=torch.int64)

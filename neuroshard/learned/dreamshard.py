@@ -272,17 +272,17 @@ class DreamShardPolicy(LearnedPolicy):
         task = self.task(tables, max_mem)
         ep = rollout(self.net, task, ndevices, 1, greedy=True)
         if ep.failed[0] >= 0:
-            raise _failure(task, ep, ndevices, max_mem)
+            raise _failure(task, ep, problem)
         return plan_from_assignment(ep.assignment(0, len(tables)), ndevices)
 
 
-def _failure(task: _Task, ep: Episodes, ndevices: int, max_mem: float):
+def _failure(task: _Task, ep: Episodes, problem: Problem):
     step = int(ep.failed[0])
-    used = [0] * ndevices
+    used = [0] * problem.ndevices
     for s in range(step):
         used[int(ep.actions[0, s])] += int(task.elements[int(ep.order[s])])
     t = int(ep.order[step])
-    return no_room_error(t, task.tables[t], max_mem, used)
+    return no_room_error(t, task.tables[t], problem, used)
 
 
 def load_policy(path) -> DreamShardPolicy:

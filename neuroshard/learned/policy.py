@@ -55,8 +55,19 @@ def load_policy(alg: str, options: dict | None, problem: Problem):
     return policy
 
 
+def require_plain(problem: Problem, alg: str) -> None:
+    """The learned baselines are trained and used on devices of one memory, without table constraints (their
+    networks and released training know nothing else): ConfigError otherwise."""
+    if not problem.uniform:
+        raise ConfigError("--max_mem", f"{alg} places tables on devices of one memory, the problem has "
+                                       f"{problem.mem_text}")
+    if not problem.table_constraints.empty:
+        raise ConfigError("constraints", f"{alg} takes no table constraints (kept whole, devices, co-location)")
+
+
 def check_setting(meta: dict, problem: Problem, path, alg: str) -> None:
     """A policy is used only in the setting it was trained for (device count, memory cap)."""
+    require_plain(problem, alg)
     ndevices, max_mem = problem.ndevices, problem.max_mem
     if int(meta["ndevices"]) != ndevices:
         raise ConfigError(f"--{POLICY_OPTIONS[alg]}", f"{path} was trained for {meta['ndevices']} devices, "

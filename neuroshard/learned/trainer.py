@@ -89,11 +89,13 @@ def main(kind: str, argv=None) -> int:
     return 0
 
 
-def _load_training_inputs(args, problem: Problem):
+def _load_training_inputs(args, problem: Problem, kind: str):
     from neuroshard.formats.dataset import read_table_configs
     from neuroshard.formats.task_file import read_tasks
+    from neuroshard.learned.policy import require_plain
     from neuroshard.planner.costs.cost_models import CostModels
 
+    require_plain(problem, kind)
     configs = read_table_configs(Path(args.data_dir) / "table_configs.json")
     tasks = read_tasks(args.task_path, num_tables=len(configs))
     if args.max_tasks is not None:
@@ -142,7 +144,7 @@ def run_training(kind: str, args, cfg, problem: Problem, device: str = "cpu") ->
     from neuroshard.planner.simulator import simulate
 
     check_output_file("--out_path", args.out_path)  # before any training, not after it
-    configs, tasks, models, fw, bw = _load_training_inputs(args, problem)
+    configs, tasks, models, fw, bw = _load_training_inputs(args, problem, kind)
     oracle = _oracle(args, models, device, problem)
     train_tables = [t.tables(configs) for t in tasks]
     out = Path(args.out_path)

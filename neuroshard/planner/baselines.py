@@ -4,8 +4,10 @@ All place whole tables (no column-wise splits). Each greedy gives every table
 a cost key, orders tables by (key, size, index) descending -- largest first,
 ties broken by the larger size, then the larger index -- and puts each on the
 device with the smallest key sum among the devices with memory room
-(the simulator's one memory check, `simulator.mem_cap_elements`, in whole
-fp32 elements), ties broken by least memory used, then the lowest device index.
+(each device's own memory, `simulator.device_caps`, in whole fp32
+elements) and that the table may use (the problem's constraints), ties
+broken by least memory used, then the lowest device index. A co-located
+group of tables is placed as one unit, its keys and sizes summed.
 
 Keys: `dim_greedy` = dim; `size_greedy` = size in GB; `lookup_greedy` = dim x
 pooling factor; `size_lookup_greedy` = dim x pooling factor x log10(row).
@@ -28,21 +30,42 @@ from typing import Callable, Sequence
 import numpy as np
 
 from neuroshard.planner.registry import ShardingContext, register
-from neuroshard.planner.simulator import mem_cap_elements, table_elements
+from neuroshard.planner.simulator import device_caps, table_elements
 from neuroshard.problem import Problem
 from neuroshard.types.errors import OutOfMemoryError
 from neuroshard.types.plan import Plan
 from neuroshard.types.tables import BYTES_PER_ELEMENT, ShardTable
 
 
-def no_room_error(t: int, table: ShardTable, max_mem: float, used: Sequence[int]) -> OutOfMemoryError:
-    """Table `t` fits on no device; `used`: fp32 elements per device (reported in GB)."""
+def no_room_error(t: int, table: ShardTable, problem: Problem, used: Sequence[int],
+                  allowed: Sequence[int] | None = None) -> OutOfMemoryError:
+    """Table `t` fits on no device (of `allowed`, when its constraints name them); `used`: fp32 elements per
+    device (reported in GB)."""
     used = [u * BYTES_PER_ELEMENT / 2**30 for u in used]
+    where = "" if allowed is None else f" of its devices {list(allowed)}"
     return OutOfMemoryError(
-        f"table {t} ({table.size_gb:.4g} GB, rows {table.config.row}, dim {table.dim}) fits on no device: "
-        f"max_mem {max_mem:g} GB, used per device "
+        f"table {t} ({table.size_gb:.4g} GB, rows {table.config.row}, dim {table.dim}) fits on no device{where}: "
+        f"max_mem {problem.mem_text}, used per device "
         f"[{', '.join(f'{u:.4g}' for u in used)}] GB",
-        table=t, size=table.size_gb, max_mem=max_mem, used=used)
+        table=t, size=table.size_gb, max_mem=min(problem.caps), used=used)
+
+
+def placement_units(tables: Sequence[ShardTable], problem: Problem) -> list[tuple[list[int], list[int]]]:
+    """What a whole-table placement places, in task order: each co-located group of the problem's
+    constraints as one unit (at its first table's position), every other table alone; with the devices each
+    unit may use. (members, devices) per unit."""
+    cons = problem.table_constraints
+    every = list(range(problem.ndevices))
+    group_of = {t: g for g in cons.colocate for t in g}
+    units, done = [], set()
+    for t in range(len(tables)):
+        if t in done:
+            continue
+        members = list(group_of.get(t, (t,)))
+        done.update(members)
+        devices = cons.group_devices(members, problem.ndevices)
+        units.append((members, every if devices is None else list(devices)))
+    return units
 
 
 def _plan(assignment: Sequence[int], ndevices: int) -> Plan:
@@ -54,22 +77,28 @@ def _plan(assignment: Sequence[int], ndevices: int) -> Plan:
 
 def greedy_place(tables: Sequence[ShardTable], problem: Problem,
                  key: Callable[[ShardTable], float]) -> Plan:
-    """Largest-key-first greedy placement on the device with the smallest key sum (see module doc)."""
-    ndevices, max_mem = problem.ndevices, problem.max_mem
-    keys = [float(key(t)) for t in tables]
-    order = sorted(range(len(tables)), key=lambda i: (keys[i], tables[i].size_gb, i), reverse=True)
+    """Largest-key-first greedy placement on the device with the smallest key sum (see module doc); a
+    co-located group goes as one unit (its keys and sizes summed) to a device all its tables allow."""
+    ndevices = problem.ndevices
+    units = placement_units(tables, problem)
+    keys = [sum(float(key(tables[t])) for t in m) for m, _ in units]
+    gbs = [sum(tables[t].size_gb for t in m) for m, _ in units]
+    order = sorted(range(len(units)), key=lambda u: (keys[u], gbs[u], units[u][0][0]), reverse=True)
     key_sum = [0.0] * ndevices
     used = [0] * ndevices  # fp32 elements
-    cap = mem_cap_elements(max_mem)
+    caps = device_caps(problem)
     assignment = [-1] * len(tables)
-    for i in order:
-        size = table_elements(tables[i])
-        room = [d for d in range(ndevices) if used[d] + size <= cap]
+    for u in order:
+        members, devices = units[u]
+        size = sum(table_elements(tables[t]) for t in members)
+        room = [d for d in devices if used[d] + size <= caps[d]]
         if not room:
-            raise no_room_error(i, tables[i], max_mem, used)
+            t = max(members, key=lambda i: tables[i].size_gb)
+            raise no_room_error(t, tables[t], problem, used, None if len(devices) == ndevices else devices)
         d = min(room, key=lambda r: (key_sum[r], used[r], r))
-        assignment[i] = d
-        key_sum[d] += keys[i]
+        for t in members:
+            assignment[t] = d
+        key_sum[d] += keys[u]
         used[d] += size
     return _plan(assignment, ndevices)
 
@@ -116,18 +145,21 @@ def size_lookup_greedy(tables, problem: Problem, ctx: ShardingContext | None = N
 
 @register("random")
 def random_sharder(tables, problem: Problem, ctx: ShardingContext | None = None) -> Plan:
-    """Each table (in task order) on a uniformly random device among those where it fits."""
-    ndevices, max_mem = problem.ndevices, problem.max_mem
+    """Each table (in task order; a co-located group as one) on a uniformly random device among those
+    where it fits and that it may use."""
+    ndevices = problem.ndevices
     rng = np.random.default_rng(problem.seed)
     used = [0] * ndevices  # fp32 elements
-    cap = mem_cap_elements(max_mem)
-    assignment = []
-    for i, table in enumerate(tables):
-        size = table_elements(table)
-        room = [d for d in range(ndevices) if used[d] + size <= cap]
+    caps = device_caps(problem)
+    assignment = [-1] * len(tables)
+    for members, devices in placement_units(tables, problem):
+        size = sum(table_elements(tables[t]) for t in members)
+        room = [d for d in devices if used[d] + size <= caps[d]]
         if not room:
-            raise no_room_error(i, table, max_mem, used)
+            t = max(members, key=lambda i: tables[i].size_gb)
+            raise no_room_error(t, tables[t], problem, used, None if len(devices) == ndevices else devices)
         d = room[int(rng.integers(len(room)))]
-        assignment.append(d)
+        for t in members:
+            assignment[t] = d
         used[d] += size
     return _plan(assignment, ndevices)

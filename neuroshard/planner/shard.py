@@ -96,6 +96,7 @@ def shard(tables: Sequence[ShardTable | TableConfig], problem: Problem, models=N
     check_options(alg, options)
     if not isinstance(problem, Problem):
         raise TypeError(f"problem: expected a neuroshard.Problem, got {type(problem).__name__}")
+    problem.table_constraints.check(len(tables), problem.ndevices)  # before any search: names the table
     ctx = ShardingContext(models=models, options=dict(options))
     t0 = time.perf_counter()
     plan = sharder(list(tables), problem, ctx)

@@ -27,7 +27,7 @@ from neuroshard.planner.costs.uncertainty import cost_samples, spread, widen
 from neuroshard.problem import Problem
 from neuroshard.types.costs import CostBreakdown, RuntimeEstimate
 from neuroshard.types.errors import InvalidPlanError, NeuroShardError, OutOfMemoryError
-from neuroshard.types.plan import Plan, apply_column_steps, table_devices
+from neuroshard.types.plan import Plan, apply_column_steps, plan_pieces, table_devices
 from neuroshard.types.tables import BYTES_PER_ELEMENT, ShardTable
 
 # --------------------------------------------------------------------------- memory
@@ -51,30 +51,42 @@ def _gb(elements: int) -> float:
     return elements * BYTES_PER_ELEMENT / 2**30
 
 
+def device_caps(problem: Problem) -> list[int]:
+    """Each device's memory in fp32 elements (`mem_cap_elements` of its GB)."""
+    return [mem_cap_elements(m) for m in problem.caps]
+
+
 def validate_plan(tables: Sequence[ShardTable], plan: Plan, problem: Problem) -> list[ShardTable]:
     """Check a plan against its task and problem and return the post-split tables.
 
     Raises InvalidPlanError when the plan has another number of devices than
-    the problem, an illegal column step, a table index out of range, or a
-    post-split table placed twice or never; OutOfMemoryError (with the
-    per-device GB used) when a device holds more than the problem's memory.
+    the problem, an illegal column step, a table index out of range, a
+    post-split table placed twice or never, or breaks the problem's table
+    constraints (`types.constraints`: a table kept whole, its devices, a
+    co-located group); OutOfMemoryError (with the per-device GB used) when a
+    device holds more than its memory.
     """
     if not isinstance(plan, Plan):
         raise InvalidPlanError(f"expected a Plan, got {type(plan).__name__}")
-    ndevices, max_mem = problem.ndevices, problem.max_mem
+    ndevices = problem.ndevices
     if plan.ndevices != ndevices:
         raise InvalidPlanError(f"plan has {plan.ndevices} devices, the task has {ndevices}")
     split = apply_column_steps(tables, plan.column_steps)
     table_devices(plan, len(split))  # each post-split table on exactly one device
-    cap = mem_cap_elements(max_mem)
+    if problem.constraints is not None and not problem.constraints.empty:
+        problem.constraints.check(len(tables), ndevices)
+        broken = problem.constraints.violation(plan_pieces(tables, plan))
+        if broken is not None:
+            raise InvalidPlanError(broken)
+    caps = device_caps(problem)
     used = [sum(table_elements(split[i]) for i in shard) for shard in plan.shards]
-    over = [r for r in range(ndevices) if used[r] > cap]
+    over = [r for r in range(ndevices) if used[r] > caps[r]]
     if over:
         r = over[0]
         raise OutOfMemoryError(
-            f"device {r} holds {_gb(used[r]):.4g} GB > max_mem {max_mem:g} GB "
+            f"device {r} holds {_gb(used[r]):.4g} GB > its {problem.caps[r]:g} GB "
             f"(used per device: {', '.join(f'{_gb(u):.3g}' for u in used)} GB)",
-            size=_gb(used[r]), max_mem=max_mem, used=[_gb(u) for u in used])
+            size=_gb(used[r]), max_mem=problem.caps[r], used=[_gb(u) for u in used])
     return split
 
 

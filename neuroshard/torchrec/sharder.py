@@ -141,11 +141,18 @@ def _weights_only_storage_estimator():
     return WeightsOnlyStorageEstimator()
 
 
-def plan_with_torchrec(tables: Sequence[ShardTable], ndevices: int, max_mem: float, cfg: TorchRecConfig):
-    """TorchRec's `ShardingPlan` for the tables (module path "", tables named by `table_names`).
+def plan_with_torchrec(tables: Sequence[ShardTable], problem: Problem, cfg: TorchRecConfig):
+    """TorchRec's `ShardingPlan` for the tables (module path "", tables named by `table_names`) on the
+    problem's devices, each with its own memory; a table the constraints keep whole is table-wise only.
 
-    Raises OutOfMemoryError when TorchRec finds no plan within `max_mem` GB per device.
+    Raises OutOfMemoryError when TorchRec finds no plan within the devices' memory; NeuroShardError for
+    constraints TorchRec's `ParameterConstraints` cannot say (a table's devices, co-location).
     """
+    cons = problem.table_constraints
+    if cons.devices or cons.colocate:
+        raise NeuroShardError("torchrec: TorchRec's planner takes no per-table device lists or co-located tables "
+                              "(its ParameterConstraints cannot say them)")
+    ndevices = problem.ndevices
     require_torchrec()
     from torchrec.distributed.embedding_types import EmbeddingComputeKernel
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
@@ -167,13 +174,15 @@ def plan_with_torchrec(tables: Sequence[ShardTable], ndevices: int, max_mem: flo
     )
 
     names = table_names(tables)
-    cap_bytes = int(max_mem * 2**30)
+    caps = [int(m * 2**30) for m in problem.caps]
     topology = TopologyFactory.create_topology(
-        TrainerConfig(world_size=ndevices, local_world_size=ndevices, hbm_cap_bytes=cap_bytes, ddr_cap_bytes=0),
+        TrainerConfig(world_size=ndevices, local_world_size=ndevices, hbm_cap_bytes=min(caps), ddr_cap_bytes=0),
         kernel_config=KernelConfig(compute_device="cuda"))
+    for device, cap in zip(topology.devices, caps):  # devices of unequal memory
+        device.storage.hbm = cap
     constraints = {}
-    for name, t in zip(names, tables):
-        shards = column_shards_for(t.dim, cfg.torchrec_column_shards)
+    for i, (name, t) in enumerate(zip(names, tables)):
+        shards = 1 if cons.kept_whole(i) else column_shards_for(t.dim, cfg.torchrec_column_shards)
         constraints[name] = ParameterConstraints(
             sharding_types=[TABLE_WISE, COLUMN_WISE] if shards > 1 else [TABLE_WISE],
             compute_kernels=[EmbeddingComputeKernel.FUSED.value],
@@ -199,9 +208,9 @@ def plan_with_torchrec(tables: Sequence[ShardTable], ndevices: int, max_mem: flo
         total = sum(t.size_gb for t in tables)
         if e.error_type in memory:
             raise OutOfMemoryError(
-                f"TorchRec found no plan within max_mem {max_mem:g} GB per device ({ndevices} devices, "
+                f"TorchRec found no plan within max_mem {problem.mem_text} per device ({ndevices} devices, "
                 f"tables {total:.4g} GB in all, largest {max(t.size_gb for t in tables):.4g} GB): "
-                f"{e.error_type.value}: {first}", max_mem=max_mem) from None
+                f"{e.error_type.value}: {first}", max_mem=min(problem.caps)) from None
         raise NeuroShardError(f"TorchRec planner failed ({e.error_type.value}): {first}") from None
 
 
@@ -243,10 +252,10 @@ def plan_from_sharding_plan(sharding_plan, tables: Sequence[ShardTable], names: 
 def torchrec_sharder(tables, problem: Problem, ctx: ShardingContext | None = None) -> Plan:
     """TorchRec's EmbeddingShardingPlanner on the task, mapped to our plan (see the module docstring)."""
     cfg = TorchRecConfig.from_options(ctx.options if ctx is not None else None)
-    ndevices, max_mem = problem.ndevices, problem.max_mem
+    ndevices = problem.ndevices
     if not tables:
         return Plan((), ((),) * ndevices)
-    sharding_plan = plan_with_torchrec(tables, ndevices, max_mem, cfg)
+    sharding_plan = plan_with_torchrec(tables, problem, cfg)
     return plan_from_sharding_plan(sharding_plan, tables, table_names(tables), ndevices)
 
 

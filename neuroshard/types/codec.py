@@ -72,6 +72,16 @@ def decode(tp, value: Any) -> Any:
     origin = typing.get_origin(tp)
     if tp is Any or tp is object:
         return value
+    if origin in (typing.Union, types.UnionType):  # e.g. `float | tuple[float, ...]`: the first that reads it
+        errors = []
+        for option in typing.get_args(tp):
+            if option is type(None):
+                continue
+            try:
+                return decode(option, value)
+            except (TypeError, ValueError) as e:
+                errors.append(str(e))
+        raise ValueError(" or ".join(errors))
     if isinstance(tp, type) and issubclass(tp, Record):
         return tp.from_json(value)
     if tp is bool:

@@ -8,6 +8,7 @@ import pytest
 from neuroshard.planner import baselines
 from neuroshard.planner.registry import ShardingContext, algorithm_names, get_sharder
 from neuroshard.problem import Problem
+from neuroshard.types.constraints import TableConstraints
 from neuroshard.types.errors import OutOfMemoryError
 from neuroshard.types.plan import Plan
 from neuroshard.types.tables import TableConfig, Task
@@ -33,8 +34,9 @@ FIVE = [(1000, 64, 10),    # t0  64000             640     1920
         (4000, 32, 2)]     # t4 128000              64      230.5
 
 
-def shards(alg, spec, ndevices, max_mem=100.0, seed=0):
-    plan = get_sharder(alg)(make_tables(spec), Problem(ndevices, max_mem, seed), ShardingContext())
+def shards(alg, spec, ndevices, max_mem=100.0, seed=0, constraints=None):
+    problem = Problem(ndevices, max_mem, seed, constraints=constraints)
+    plan = get_sharder(alg)(make_tables(spec), problem, ShardingContext())
     assert isinstance(plan, Plan) and plan.column_steps == ()
     return [list(s) for s in plan.shards]
 
@@ -136,3 +138,28 @@ def test_random_only_draws_devices_with_room():
     for seed in range(20):
         plan = shards("random", spec, 2, max_mem=4.0, seed=seed)
         assert sorted(len(s) for s in plan) == [1, 1]
+
+
+def test_size_greedy_by_hand_on_devices_of_unequal_memory():
+    # as test_size_greedy_by_hand, but d1 holds only 100000 units: t4 -> d0 | t1 -> d1 | t0: d1 has 64000 and
+    # 128000 would pass its cap -> d0 (192000) | t2: d1 (64000 < 192000), 96000 | t3 -> d1 (97600)
+    assert shards("size_greedy", FIVE, 2, max_mem=(100.0, 100000 * UNIT)) == [[0, 4], [1, 2, 3]]
+
+
+def test_dim_greedy_by_hand_with_allowed_devices_and_a_colocated_pair():
+    # t2 may use d0 only; t1 and t3 go together (one unit: dim 48, size 65600, placed at t1's place).
+    # order (dim, size, first index) desc: t0 (64), t2 (64), {t1,t3} (48), t4 (32)
+    # t0 -> d0 | t2: only d0 -> d0 (128) | {t1,t3} -> d1 (48) | t4 -> d1 (80 < 128)
+    cons = TableConstraints(devices=((2, (0,)),), colocate=((1, 3),))
+    assert shards("dim_greedy", FIVE, 2, constraints=cons) == [[0, 2], [1, 3, 4]]
+    for alg in GREEDY + ["random"]:
+        plan = shards(alg, FIVE, 3, constraints=cons)
+        where = {t: d for d, s in enumerate(plan) for t in s}
+        assert where[2] == 0 and where[1] == where[3]
+
+
+def test_a_constraint_that_leaves_no_room_names_the_table_and_its_devices():
+    # t0 (64000 units) may use d1 only, which holds 50000
+    cons = TableConstraints(devices=((0, (1,)),))
+    with pytest.raises(OutOfMemoryError, match=r"table 0 .* fits on no device of its devices \[1\]"):
+        shards("size_greedy", FIVE, 2, max_mem=(100.0, 50000 * UNIT), constraints=cons)

@@ -191,6 +191,32 @@ def test_memory_is_checked_exactly_and_reported_with_numbers():
         simulate(t, Plan((), ((0, 1), ())), hand_models(2), Problem(2, 1.0))
 
 
+def test_each_device_is_checked_against_its_own_memory():
+    # 2**22 x 64 fp32 is 1 GB: it fits device 0 (1 GB), not device 1 (0.5 GB)
+    t = [ShardTable(0, 0, TableConfig(2**22, 1.0, BINS, 64)), ShardTable(1, 1, TableConfig(4, 1.0, BINS, 4))]
+    validate_plan(t, Plan((), ((0,), (1,))), Problem(2, (1.0, 0.5)))
+    with pytest.raises(OutOfMemoryError, match=r"device 1 holds 1 GB > its 0.5 GB") as e:
+        validate_plan(t, Plan((), ((1,), (0,))), Problem(2, (1.0, 0.5)))
+    assert e.value.max_mem == 0.5
+
+
+def test_plans_that_break_the_table_constraints_are_invalid():
+    from neuroshard.types.constraints import TableConstraints
+
+    tables = tables_of([16, 32, 8])
+    split1 = Plan((1,), ((0, 3), (1, 2)))  # table 1 cut in two: one half on each device
+    cases = [(TableConstraints(whole=(1,)), split1, "table 1 must stay whole, the plan splits it into 2 pieces"),
+             (TableConstraints(devices=((1, (0,)),)), split1,
+              r"table 1 may use devices \[0\], the plan puts a piece on device 1"),
+             (TableConstraints(colocate=((0, 2),)), Plan((), ((0, 1), (2,))),
+              r"tables \[0, 2\] must share a device, the plan puts them on devices \[0, 1\]")]
+    for cons, plan, message in cases:
+        validate_plan(tables, plan, Problem(2, 1.0))  # fine without the constraint
+        with pytest.raises(InvalidPlanError, match=message):
+            validate_plan(tables, plan, Problem(2, 1.0, constraints=cons))
+    validate_plan(tables, Plan((), ((0, 2), (1,))), Problem(2, 1.0, constraints=cases[2][0]))
+
+
 def test_models_for_another_device_count_are_refused():
     with pytest.raises(Exception, match="devices"):
         simulate(tables_of([8, 8, 8]), Plan((), ((0,), (1,), (2,))), hand_models(2), Problem(3, 1.0))

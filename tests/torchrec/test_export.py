@@ -10,6 +10,7 @@ from datetime import timedelta
 
 import pytest
 
+from neuroshard.problem import Problem
 from neuroshard.torchrec.export import export_torchrec_plan, torchrec_sharding_plan
 from neuroshard.torchrec.sharder import (
     TorchRecConfig,
@@ -29,7 +30,7 @@ def test_torchrec_plan_round_trips_through_our_plan_and_the_export(tmp_path):
     # 2 devices of 1 GB: table 0 (1.5 GB) must be cut in quarters (column_shards=4) or halves
     tables = tables_of((3 * GB_ROWS // 64 // 2, 64), (GB_ROWS // 16 // 8, 16), (GB_ROWS // 32 // 8, 32), (5000, 8))
     names = table_names(tables)
-    planned = plan_with_torchrec(tables, 2, 1.0, TorchRecConfig(batch_size=1024, torchrec_column_shards=4))
+    planned = plan_with_torchrec(tables, Problem(2, 1.0), TorchRecConfig(batch_size=1024, torchrec_column_shards=4))
     plan = plan_from_sharding_plan(planned, tables, names, 2)
     assert len(plan.column_steps) >= 1
     exported = torchrec_sharding_plan(tables, plan, names, device_type="cuda")

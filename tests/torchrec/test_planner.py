@@ -91,8 +91,9 @@ def test_memory_counted_as_torchrec_counts_it():
     full = NeuroShardPlanner(topology(800_000), alg="size_greedy")
     tables, _ = full._tables(model, sharders())
     assert full._storage(tables[0], [64]) == [526336.0] and full._storage(tables[0], [32, 32]) == [267264.0] * 2
-    with pytest.raises(PlannerError, match=r"cannot place 4 tables on 2 devices of 0.0006706 GB each after a 10% "
-                                           r"reservation \(torchrec count\): they need 0.001961 GB in all"):
+    with pytest.raises(PlannerError, match=r"cannot place 4 tables on 2 devices of 0.0007451 GB each \(the "
+                                           r"topology's, 10% reserved; torchrec count\): they need 0.001961 GB in "
+                                           r"all, the largest \(t0\) 0.0004902 GB; 't3' could not be placed"):
         full.plan(model, sharders())
     # with room for three tables per device, the plan fits in TorchRec's count
     roomy = NeuroShardPlanner(topology(2_000_000), alg="size_greedy")
@@ -147,9 +148,16 @@ def _batch(rank: int, step: int):
     return out, target
 
 
-def _dmp_rank(rank: int, world: int, port: int, out_dir: str) -> None:
+# the wider case: b1 limited to data-parallel, b0 to rank 1, a0 and a2 on one rank together
+WIDE = {"constraints": {**CONSTRAINTS, "b1": ParameterConstraints(sharding_types=["data_parallel"],
+                                                                  pooling_factors=[2.0])},
+        "ranks": {"b0": [1]}, "colocate": [["a0", "a2"]]}
+
+
+def _dmp_rank(rank: int, world: int, port: int, out_dir: str, wide: bool = False) -> None:
     """One gloo rank: plan with NeuroShardPlanner.collective_plan, shard with DistributedModelParallel, give
-    the shards the reference weights, train three steps (fused exact SGD) and record the losses."""
+    the shards the reference weights, train three steps (fused exact SGD; a data-parallel table's gradient
+    averaged over the ranks by DistributedDataParallel, then the same SGD step) and record the losses."""
     import torch.distributed as dist
     from fbgemm_gpu.split_embedding_configs import EmbOptimType
     from torchrec.distributed.model_parallel import DistributedModelParallel
@@ -157,29 +165,40 @@ def _dmp_rank(rank: int, world: int, port: int, out_dir: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=60))
     sharder = EmbeddingBagCollectionSharder(fused_params={"optimizer": EmbOptimType.EXACT_SGD, "learning_rate": 0.1})
-    planner = NeuroShardPlanner(topology(), models=random_models(2, 3), constraints=CONSTRAINTS, alg="neuroshard")
+    settings = WIDE if wide else {"constraints": CONSTRAINTS}
+    planner = NeuroShardPlanner(topology(), models=random_models(2, 3), alg="neuroshard", **settings)
     model = TwoCollections()
     plan = planner.collective_plan(model, [sharder], dist.group.WORLD)
     dmp = DistributedModelParallel(model, device=torch.device("cpu"), plan=plan, sharders=[sharder],
-                                   init_data_parallel=False)
+                                   init_data_parallel=wide)
     torch.manual_seed(0)  # the reference weights, the same on every rank
     reference = TwoCollections(device="cpu")
     for p in reference.parameters():
         torch.nn.init.uniform_(p, -0.5, 0.5)
     full = reference.state_dict()
-    for key, value in dmp.state_dict().items():
-        for shard in value.local_shards():
-            (r0, c0), (nr, nc) = shard.metadata.shard_offsets, shard.metadata.shard_sizes
-            shard.tensor.detach().copy_(full[key][r0:r0 + nr, c0:c0 + nc])
+    with torch.no_grad():
+        for key, value in dmp.state_dict().items():
+            if not hasattr(value, "local_shards"):  # a data-parallel table: the whole table on every rank
+                value.copy_(full[key.replace("_dmp_wrapped_module.module.", "")])
+                continue
+            for shard in value.local_shards():
+                (r0, c0), (nr, nc) = shard.metadata.shard_offsets, shard.metadata.shard_sizes
+                shard.tensor.detach().copy_(full[key][r0:r0 + nr, c0:c0 + nc])
     losses = []
     for step in range(3):
         (kjt_a, kjt_b), target = _batch(rank, step)
         loss = ((dmp(kjt_a, kjt_b) - target) ** 2).mean()
         loss.backward()
+        with torch.no_grad():  # the dense (data-parallel) weights: their averaged gradient, one SGD step
+            for p in dmp.parameters():
+                if p.grad is not None:
+                    p -= 0.1 * p.grad
+                    p.grad = None
         losses.append(float(loss))
     kinds = {name: ps.sharding_type for mp in plan.plan.values() for name, ps in mp.items()}
+    ranks = {name: ps.ranks for mp in plan.plan.values() for name, ps in mp.items()}
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as fh:
-        json.dump({"losses": losses, "kinds": kinds, "paths": sorted(plan.plan)}, fh)
+        json.dump({"losses": losses, "kinds": kinds, "ranks": ranks, "paths": sorted(plan.plan)}, fh)
     dist.destroy_process_group()
 
 
@@ -206,10 +225,10 @@ def _reference_losses(world: int) -> list[list[float]]:
     return out
 
 
-def test_distributed_model_parallel_trains_with_the_planners_plan(tmp_path):
+def _train(tmp_path, wide: bool) -> list[dict]:
     import torch.multiprocessing as mp
 
-    ctx = mp.spawn(_dmp_rank, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=False)
+    ctx = mp.spawn(_dmp_rank, args=(2, _free_port(), str(tmp_path), wide), nprocs=2, join=False)
     deadline = time.monotonic() + 180
     while not ctx.join(timeout=5):
         if time.monotonic() > deadline:
@@ -217,12 +236,28 @@ def test_distributed_model_parallel_trains_with_the_planners_plan(tmp_path):
                 p.kill()
             pytest.fail("DistributedModelParallel ranks did not finish within 180 s")
     results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
-    assert results[0]["kinds"] == results[1]["kinds"] and results[0]["kinds"]["a1"] == "table_wise"
+    assert results[0]["kinds"] == results[1]["kinds"] and results[0]["ranks"] == results[1]["ranks"]
     assert results[0]["paths"] == ["ebc_b", "sparse.ebc_a"]
     want = _reference_losses(2)
     for rank, res in enumerate(results):
         assert res["losses"] == pytest.approx(want[rank], rel=1e-5, abs=1e-6)
     assert want[0][0] != want[0][2]  # the steps trained
+    return results
+
+
+def test_distributed_model_parallel_trains_with_the_planners_plan(tmp_path):
+    results = _train(tmp_path, wide=False)
+    assert results[0]["kinds"]["a1"] == "table_wise"
+
+
+def test_a_data_parallel_table_a_rank_list_and_a_colocated_pair_train(tmp_path):
+    """b1 data-parallel (dense kernel, replicated, its gradient all-reduced), b0 on rank 1 only, a0 and a2 whole
+    on one rank: planned inside the search, trained by DistributedModelParallel with the unsharded losses."""
+    results = _train(tmp_path, wide=True)
+    kinds, ranks = results[0]["kinds"], results[0]["ranks"]
+    assert kinds["b1"] == "data_parallel" and ranks["b1"] == [0, 1]
+    assert ranks["b0"] == [1] and kinds["a1"] == "table_wise"
+    assert kinds["a0"] == kinds["a2"] == "table_wise" and ranks["a0"] == ranks["a2"]
 
 
 def test_readme_example_runs_as_written(tmp_path):
@@ -253,3 +288,91 @@ def test_readme_example_runs_as_written(tmp_path):
     assert next(kind for _, name, kind, _ in rows if name == "item_0") == "table_wise"
     assert lines[-1].startswith("simulated cost ") and "planned in" in lines[-1]
     assert "no locality stats (table_stats) for" in out.stderr  # said, not silently assumed
+
+
+# --------------------------------------------------------------------------- constraints inside the search
+
+TW_SPECS = [(105062, 32), (71113, 16), (50782, 16), (27524, 16), (37526, 64), (84941, 64), (70362, 32), (117074, 64)]
+TW_POOLING = [11.3, 18.8, 16.5, 1.1, 17.3, 1.6, 14.9, 4.3]
+MIB = 2**20
+
+
+def _tw_constraints():
+    return {f"t{i}": ParameterConstraints(sharding_types=["table_wise"] if i < 3 else None,
+                                          pooling_factors=[TW_POOLING[i]]) for i in range(8)}
+
+
+@pytest.mark.parametrize("alg", ["neuroshard", "neuroshard_plus", "size_greedy", "random", "torchrec"])
+def test_table_wise_only_tables_are_kept_whole_while_searching(alg):
+    # 2 ranks of 60 MiB, t0-t2 limited to table-wise. Planned as if unconstrained and then gathered, device 0
+    # held 0.05175 GB against its 0.05063 GB; searched with the constraint, every algorithm keeps them whole
+    # and fits TorchRec's count on both ranks
+    cap = 60 * MIB
+    planner = NeuroShardPlanner(topology(cap), models=random_models(2, 3), constraints=_tw_constraints(), alg=alg)
+    model = collection("t", TW_SPECS)
+    plan = planner.plan(model, sharders())
+    assert all(plan.plan[""][f"t{i}"].sharding_type == "table_wise" for i in range(3))
+    tables, _ = planner._tables(model, sharders())
+    used = planner.device_storage(tables, planner.last_result.plan)
+    assert max(used) <= 0.9 * cap
+
+
+def test_an_infeasible_constraint_names_the_table_and_the_devices_memory():
+    cons = _tw_constraints()
+    planner = NeuroShardPlanner(topology(60 * MIB), constraints=cons, alg="size_greedy",
+                                ranks={f"t{i}": [1] for i in range(8)})  # 0.09 GB on one rank of 60 MiB
+    with pytest.raises(PlannerError, match=r"on 2 devices of 0.05859 GB each \(the topology's, 10% reserved; "
+                                           r"torchrec count\).* 't\d' could not be placed; size_greedy found no "
+                                           r"placement within the constraints"):
+        planner.plan(collection("t", TW_SPECS), sharders())
+    with pytest.raises(ConfigError, match=r"ranks\['t0'\]: expected a non-empty list of ranks in 0..1, got \[2\]"):
+        NeuroShardPlanner(topology(), ranks={"t0": [2]})
+    with pytest.raises(ConfigError, match="colocate: table 'a0' is in two groups"):
+        NeuroShardPlanner(topology(), colocate=[["a0", "a1"], ["a0", "a2"]])
+    with pytest.raises(ConfigError, match="colocate: no table 'zz' in the model"):
+        NeuroShardPlanner(topology(), colocate=[["a0", "zz"]], alg="size_greedy").plan(TwoCollections(), sharders())
+
+
+def test_each_rank_has_its_own_memory():
+    # a 256 MiB rank and a 24 MiB rank: the 195 MiB table must go to rank 0 (planned as if both had the
+    # smallest, nothing fitted)
+    topo = topology(256 * MIB)
+    topo.devices[1].storage.ddr = topo.devices[1].storage.hbm = 24 * MIB
+    model = collection("u", [(800_000, 64), (40_000, 64), (30_000, 32), (20_000, 16)])
+    for alg in ("neuroshard", "size_greedy"):
+        planner = NeuroShardPlanner(topo, models=random_models(2, 3), alg=alg)
+        plan = planner.plan(model, sharders())
+        assert plan.plan[""]["u0"].ranks == [0]
+        tables, _ = planner._tables(model, sharders())
+        used = planner.device_storage(tables, planner.last_result.plan)
+        assert used[0] <= 0.9 * 256 * MIB and used[1] <= 0.9 * 24 * MIB
+
+
+def test_optimizer_state_of_fused_params_is_counted():
+    # four 1000 x 64 tables (256,000 B of weights each; TorchRec's count at batch 512 526,336 B) on 2 ranks of
+    # 2,000,000 B (1,800,000 after the reservation): they fit with exact SGD; with Adam's two fp32 moments
+    # (512,000 B more per table, which TorchRec's estimator does not count from fused_params) they need
+    # 4 x 1,038,336 B = 0.003868 GB and are refused with the numbers
+    from fbgemm_gpu.split_embedding_configs import EmbOptimType
+
+    model = collection("t", [(1000, 64)] * 4)
+    sgd = EmbeddingBagCollectionSharder(fused_params={"optimizer": EmbOptimType.EXACT_SGD})
+    adam = EmbeddingBagCollectionSharder(fused_params={"optimizer": EmbOptimType.ADAM})
+    NeuroShardPlanner(topology(2_000_000), alg="size_greedy").plan(model, [sgd])
+    planner = NeuroShardPlanner(topology(2_000_000), alg="size_greedy")
+    tables, _ = planner._tables(model, [adam])
+    assert planner._storage(tables[0], [64]) == [526336.0 + 512000.0]
+    assert planner._storage(tables[0], [32, 32]) == [267264.0 + 256000.0] * 2
+    with pytest.raises(PlannerError, match=r"they need 0.003868 GB in all, the largest \(t0\) 0.000967 GB"):
+        planner.plan(model, [adam])
+    # row-wise Adagrad keeps one value per row of each shard: 4,000 B per 1000-row shard
+    rowwise = EmbeddingBagCollectionSharder(fused_params={"optimizer": EmbOptimType.EXACT_ROWWISE_ADAGRAD})
+    tables, _ = planner._tables(model, [rowwise])
+    assert planner._storage(tables[0], [32, 32]) == [267264.0 + 4000.0] * 2
+    # given through apply_optimizer_in_backward, TorchRec counts it itself: the same bytes, not twice
+    from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
+
+    counted = collection("t", [(1000, 64)] * 4)
+    apply_optimizer_in_backward(torch.optim.Adam, counted.parameters(), {"lr": 0.1})
+    tables, _ = planner._tables(counted, [sgd])
+    assert planner._storage(tables[0], [64]) == [526336.0 + 512000.0]

@@ -92,7 +92,7 @@ def test_hand_made_torchrec_plan_maps_to_our_plan_exactly():
 def test_torchrec_planner_plan_maps_exactly_and_fits():
     # 2 devices of 1 GB; table 0 is 1.5 GB: TorchRec must split it column-wise (halves), one per device
     tables = tables_of((3 * GB_ROWS // 64 // 2, 64), (GB_ROWS // 16 // 8, 16), (GB_ROWS // 32 // 8, 32))
-    sharding_plan = plan_with_torchrec(tables, 2, 1.0, TorchRecConfig(batch_size=1024))
+    sharding_plan = plan_with_torchrec(tables, Problem(2, 1.0), TorchRecConfig(batch_size=1024))
     names = table_names(tables)
     shards = torchrec_shards(sharding_plan, names)
     assert shards["t0"][0] == "column_wise" and [s[:2] for s in shards["t0"][1]] == [(0, 32), (32, 32)]

@@ -47,7 +47,7 @@ from neuroshard.planner.costs.cost_models import require_models
 from neuroshard.planner.costs.scorer import PlanScorer, get_scorer, single_threaded_blas
 from neuroshard.planner.registry import ShardingContext, register
 from neuroshard.planner.search.placement import NO_LIMIT, run_greedy, state_bytes
-from neuroshard.planner.simulator import mem_cap_elements, score_placements
+from neuroshard.planner.simulator import device_caps, score_placements
 from neuroshard.problem import Problem
 from neuroshard.settings import Settings, setting
 from neuroshard.types.errors import ConfigError, NeuroShardError, OutOfMemoryError
@@ -116,9 +116,15 @@ class SearchResult:
 class SearchSpace:
     """Per-task precomputation: every table at every dim it can be split to, embedded once.
 
-    A "gid" is one (table, split level): `start[t]` is table t's unsplit gid, gid + 1 its half;
+    The search places *units*: each table, or each group of tables the problem's constraints co-locate
+    (placed whole, together: one unit whose compute projection, size and dim are its tables' sums), in task
+    order at its first table's position (`units`). Plans inside the search are over units; `plan` and
+    `to_units` convert from and to the task's tables (without co-located groups the two are the same).
+    A "gid" is one (unit, split level): `start[u]` is unit u's unsplit gid, gid + 1 its half;
     per gid: `dim`, `size` (fp32 elements), `proj` (compute-model accumulator increment),
-    `cost1` (single-table compute ms), `can_split`. `cap`: memory per device (elements).
+    `cost1` (single-unit compute ms), `can_split` (never for a unit the constraints keep whole), `allow`
+    (the devices it may use, [G, n] bool; None without device constraints). `cap`: memory per device
+    (elements, [n]).
     """
 
     def __init__(self, tables: Sequence[ShardTable], problem: Problem, scorer: PlanScorer, cfg: SearchConfig,
@@ -129,28 +135,50 @@ class SearchSpace:
         self.cfg = cfg
         self.scorer = scorer
         self.runtime = runtime  # a torchrec_runtime.TorchRecRuntimeModel: placements are scored by it
-        configs, start, can = [], [], []
-        for t in self.tables:
-            start.append(len(configs))
-            d = t.dim
+        cons = problem.table_constraints
+        if not cons.empty:
+            cons.check(len(self.tables), self.n)
+        self.units = _units(len(self.tables), cons)
+        self.unit_of = np.empty(len(self.tables), dtype=np.int64)
+        for u, members in enumerate(self.units):
+            self.unit_of[members] = u
+        entries, start, can, allowed = [], [], [], []  # per gid: its tables' configs
+        for members in self.units:
+            start.append(len(entries))
+            devices = cons.group_devices(members, self.n)
+            whole = len(members) > 1 or cons.kept_whole(members[0])
+            d = self.tables[members[0]].dim
             while True:
-                configs.append(t.config.with_dim(d))
-                can.append(can_split(d))
-                if not can_split(d):
+                entries.append([self.tables[t].config.with_dim(d if len(members) == 1 else self.tables[t].dim)
+                                for t in members])
+                can.append(can_split(d) and not whole)
+                allowed.append(devices)
+                if not can[-1]:
                     break
                 d //= 2
-        # a "gid" is one (table, split level); splitting gid g gives two gid g+1
+        # a "gid" is one (unit, split level); splitting gid g gives two gid g+1
         self.start = np.array(start, dtype=np.int64)
         self.can_split = np.array(can, dtype=bool)
-        self.dim = np.array([c.dim for c in configs], dtype=np.int64)
-        self.size = np.array([c.row * c.dim for c in configs], dtype=np.int64)  # fp32 elements
-        self.pool = np.array([c.pooling_factor for c in configs], dtype=np.float64)
-        self.piece = np.ones(len(configs), dtype=np.int64)  # 1: a piece of a split table (column-wise)
+        self.dim = np.array([sum(c.dim for c in e) for e in entries], dtype=np.int64)
+        self.size = np.array([sum(c.row * c.dim for c in e) for e in entries], dtype=np.int64)  # fp32 elements
+        self.pool = np.array([sum(c.pooling_factor for c in e) for e in entries], dtype=np.float64)
+        self.piece = np.ones(len(entries), dtype=np.int64)  # 1: a piece of a split table (column-wise)
         self.piece[self.start] = 0
+        configs = [c for e in entries for c in e]
         emb = scorer.embed(configs)
-        self.proj = scorer.project(emb)  # accumulator increment of each gid
+        proj = scorer.project(emb)
+        if len(configs) != len(entries):  # a co-located group's projection is its tables' sum
+            proj = np.add.reduceat(proj, np.cumsum([0] + [len(e) for e in entries[:-1]]), axis=0)
+        self.proj = proj  # accumulator increment of each gid
         self.cost1 = scorer.cost_from_acc(scorer.acc0 + self.proj) if configs else np.zeros(0)
-        self.cap = mem_cap_elements(problem.max_mem)
+        self.allow = None
+        if any(a is not None for a in allowed):
+            self.allow = np.ones((len(entries), self.n), dtype=bool)
+            for g, a in enumerate(allowed):
+                if a is not None:
+                    self.allow[g] = False
+                    self.allow[g, list(a)] = True
+        self.cap = np.array(device_caps(problem), dtype=np.int64)
         total_dim = int(sum(t.dim for t in self.tables))
         mean_dim = total_dim / self.n
         # dim_sum + dim <= s * mean_dim, with integer sums, is dim_sum + dim <= floor(s * mean_dim)
@@ -160,6 +188,41 @@ class SearchSpace:
             limits.append(NO_LIMIT)
         self.limits = np.array(limits, dtype=np.int64)
         self.states_scored = 0
+
+    # ---------------------------------------------------------------- units and tables
+
+    @property
+    def grouped(self) -> bool:
+        """Some unit is a co-located group (plans over units differ from plans over tables)."""
+        return len(self.units) != len(self.tables)
+
+    def from_units(self, plan: Plan) -> Plan:
+        """A plan over units as a plan over the task's tables: a group's position becomes its tables (on its
+        device, in a row), a split's appended half keeps its order after the tables."""
+        if not self.grouped:
+            return plan
+        U, T = len(self.units), len(self.tables)
+        step = [int(self.units[i][0]) if i < U else T + i - U for i in plan.column_steps]
+        shards = tuple(tuple(j for i in shard for j in (self.units[i] if i < U else [T + i - U]))
+                       for shard in plan.shards)
+        return Plan(tuple(step), shards)
+
+    def to_units(self, plan: Plan) -> Plan:
+        """A plan over the task's tables (its co-located groups on one device) as a plan over units."""
+        if not self.grouped:
+            return plan
+        U, T = len(self.units), len(self.tables)
+        steps = tuple(int(self.unit_of[i]) if i < T else U + i - T for i in plan.column_steps)
+        shards, placed = [], set()
+        for shard in plan.shards:
+            out = []
+            for j in shard:
+                i = int(self.unit_of[j]) if j < T else U + j - T
+                if i not in placed:
+                    placed.add(i)
+                    out.append(i)
+            shards.append(tuple(out))
+        return Plan(steps, tuple(shards))
 
     # ---------------------------------------------------------------- beam helpers
 
@@ -193,7 +256,7 @@ class SearchSpace:
         order = np.argsort(-self.cost1[gids], axis=1, kind="stable")
         gid_order = np.take_along_axis(gids, order, axis=1)
         res = run_greedy(gid_order, self.limits, self.n, self.cap, self.size, self.dim, self.proj,
-                         self.scorer.acc0, self.scorer.cost_from_acc)
+                         self.scorer.acc0, self.scorer.cost_from_acc, self.allow)
         row_cost = np.full(len(res.compute) + 1, np.inf)  # the extra last entry: failed (row -1)
         if len(res.compute) and self.runtime is not None:
             row_cost[:-1] = self._runtime_costs(gid_order, res)
@@ -232,10 +295,24 @@ class SearchSpace:
         return self.runtime.predict(features(parts))
 
     def plan(self, steps: Sequence[int], scored: _Scored) -> Plan:
+        """The plan (over the task's tables) of a scored state reached by `steps` (over units)."""
         shards: list[list[int]] = [[] for _ in range(self.n)]
         for i, d in zip(scored.order, scored.devices):  # greedy order: simulate() accumulates the same way
             shards[int(d)].append(int(i))
-        return Plan(tuple(int(s) for s in steps), tuple(tuple(s) for s in shards))
+        return self.from_units(Plan(tuple(int(s) for s in steps), tuple(tuple(s) for s in shards)))
+
+
+def _units(ntables: int, cons) -> list[list[int]]:
+    """What the search places: each co-located group of `cons` as one unit at its first table's position,
+    every other table alone (task order)."""
+    group_of = {t: list(g) for g in cons.colocate for t in g}
+    units, done = [], set()
+    for t in range(ntables):
+        if t not in done:
+            members = group_of.get(t, [t])
+            done.update(members)
+            units.append(members)
+    return units
 
 
 _HASH_WEIGHTS: dict[int, np.ndarray] = {}
@@ -265,10 +342,11 @@ def _check_models(scorer: PlanScorer, problem: Problem) -> None:
 def _oom(tables: Sequence[ShardTable], problem: Problem) -> OutOfMemoryError:
     sizes = [t.size_gb for t in tables]
     big = int(np.argmax(sizes)) if sizes else None
+    bound = "" if problem.table_constraints.empty else " within the table constraints"
     return OutOfMemoryError(
         f"neuroshard found no placement of {len(tables)} tables ({sum(sizes):.3g} GB, largest "
-        f"{max(sizes, default=0):.3g} GB) on {problem.ndevices} devices of {problem.max_mem:g} GB",
-        table=big, size=sizes[big] if sizes else None, max_mem=problem.max_mem)
+        f"{max(sizes, default=0):.3g} GB) on {problem.ndevices} devices of {problem.mem_text}{bound}",
+        table=big, size=sizes[big] if sizes else None, max_mem=min(problem.caps))
 
 
 def grid_search(tables: Sequence[ShardTable], problem: Problem, models,

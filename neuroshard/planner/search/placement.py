@@ -65,12 +65,14 @@ def state_bytes(ndevices: int, ntables: int, nlimits: int, acc_width: int, ndims
     return nlimits * per_row
 
 
-def run_greedy(gid_order: np.ndarray, limits: np.ndarray, ndevices: int, cap: int, size: np.ndarray,
-               dim: np.ndarray, proj: np.ndarray, acc0: np.ndarray, cost_from_acc) -> GreedyResult:
+def run_greedy(gid_order: np.ndarray, limits: np.ndarray, ndevices: int, cap, size: np.ndarray,
+               dim: np.ndarray, proj: np.ndarray, acc0: np.ndarray, cost_from_acc,
+               allow: np.ndarray | None = None) -> GreedyResult:
     """The greedy for S states (rows of `gid_order` [S, P], the tables in greedy order) at each of the
-    R ascending dim `limits`. `cap`: memory per device (fp32 elements); `size`, `dim`, `proj`: per
-    table id; `acc0`, `cost_from_acc`: the scorer's empty accumulator and head."""
-    return _Greedy(gid_order, limits, ndevices, cap, size, dim, proj, acc0, cost_from_acc).run()
+    R ascending dim `limits`. `cap`: memory per device (fp32 elements; one number, or [n]); `size`, `dim`,
+    `proj`: per table id; `acc0`, `cost_from_acc`: the scorer's empty accumulator and head; `allow`
+    [ids, n]: the devices each table id may use (None: all)."""
+    return _Greedy(gid_order, limits, ndevices, cap, size, dim, proj, acc0, cost_from_acc, allow).run()
 
 
 def _first(cost: np.ndarray, rows: np.ndarray, mroom_of) -> tuple[np.ndarray, np.ndarray]:
@@ -95,8 +97,9 @@ class _Greedy:
     of dim v (its cost, or inf when its dim sum has no room for v under the row's largest limit).
     Arrays are allocated once for the most rows; `*_flat` are flat views of them."""
 
-    def __init__(self, gid_order, limits, n, cap, size, dim, proj, acc0, head):
+    def __init__(self, gid_order, limits, n, cap, size, dim, proj, acc0, head, allow=None):
         S, P = gid_order.shape
+        self.allow = allow
         R = len(limits)
         self.n, self.P, self.R, self.S = n, P, R, S
         self.limits = np.asarray(limits, dtype=np.int64)
@@ -118,7 +121,8 @@ class _Greedy:
         self.lim_hi = np.full(C, self.limits[-1], dtype=np.int64)
         self.failed = np.zeros(C, dtype=bool)
         self.cost = np.zeros((C, n), dtype=ACC_DTYPE)  # compute ms, 0 while empty
-        self.mroom = np.full((C, n), cap, dtype=np.int64)  # memory left (fp32 elements)
+        self.mroom = np.empty((C, n), dtype=np.int64)  # memory left (fp32 elements)
+        self.mroom[:] = np.asarray(cap, dtype=np.int64)
         self.dsum = np.zeros((C, n), dtype=np.int64)  # dim sums
         self.key = np.empty((C * V if n >= KEYS_FROM else 0, n), dtype=ACC_DTYPE)  # row b, dim v at b * V + v
         self.acc = np.empty((C * n, len(acc0)), dtype=ACC_DTYPE)  # row b, device d at b * n + d
@@ -144,33 +148,38 @@ class _Greedy:
 
     # ------------------------------------------------------------------ picking a device
 
-    def _scan(self, rows, size, dm, lim) -> tuple[np.ndarray, np.ndarray]:
-        """(device, nothing fits) for `rows` (indices or a slice): every device looked at."""
+    def _scan(self, rows, size, dm, lim, g) -> tuple[np.ndarray, np.ndarray]:
+        """(device, nothing fits) for `rows` (indices or a slice) placing table ids `g`: every device looked
+        at."""
         mroom, dsum = self.mroom[rows], self.dsum[rows]
         fits = mroom >= size[:, None]
         fits &= dsum <= (lim - dm)[:, None]
+        if self.allow is not None:
+            fits &= self.allow[g]
         key = np.where(fits, self.cost[rows], np.inf)
         dev, best = _first(key, self.ar[:len(size)], lambda t: mroom[t])
         return dev, best == np.inf
 
-    def _pick(self, vi: np.ndarray, size, dm) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
-        """(device, nothing fits or None, flat index of the device) for every row: the first device by
-        the key of the table's dim (under the row's largest dim limit) if it has memory room, else
-        from a full scan of the row."""
+    def _pick(self, vi: np.ndarray, size, dm, g) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+        """(device, nothing fits or None, flat index of the device) for every row placing table ids `g`:
+        the first device by the key of the table's dim (under the row's largest dim limit) if it has memory
+        room and the table may use it, else from a full scan of the row."""
         B = self.rows
         if not self.keys:
-            dev, none = self._scan(slice(0, B), size, dm, self.lim_hi[:B])
+            dev, none = self._scan(slice(0, B), size, dm, self.lim_hi[:B], g)
             return dev, none, self.base[:B] + dev
         key = self.key.take(self.key_row[:B] + vi, axis=0)
         dev, best = _first(key, self.ar[:B], lambda t: self.mroom[t])
         fi = self.base[:B] + dev
         bad = self.mroom_flat.take(fi) < size  # no memory room there
         bad |= best == np.inf  # no dim room anywhere
+        if self.allow is not None:
+            bad |= ~self.allow[g, dev]  # a device the table may not use
         none = None
         if bad.any():
             bad = bad.nonzero()[0]
             none = np.zeros(B, dtype=bool)
-            dev[bad], none[bad] = self._scan(bad, size[bad], dm[bad], self.lim_hi[bad])
+            dev[bad], none[bad] = self._scan(bad, size[bad], dm[bad], self.lim_hi[bad], g[bad])
             fi[bad] = self.base[bad] + dev[bad]
         return dev, none, fi
 
@@ -232,7 +241,7 @@ class _Greedy:
         st = self.state[:B]
         g, size, vi = self.gid[j].take(st), self.size_of[j].take(st), self.vi_of[j].take(st)
         dm = self.dims_u.take(vi)
-        dev, none, fi = self._pick(vi, size, dm)
+        dev, none, fi = self._pick(vi, size, dm, g)
         if none is not None and none.any():
             self._park(none.nonzero()[0])
         need = self.dsum_flat.take(fi) + dm
@@ -242,7 +251,7 @@ class _Greedy:
             st_new = self.state[new]
             g_new, size_new = self.gid[j][st_new], self.size_of[j][st_new]
             dm_new = self.dims_u[self.vi_of[j][st_new]]
-            dev_new, none_new = self._scan(new, size_new, dm_new, self.lim_hi[new])
+            dev_new, none_new = self._scan(new, size_new, dm_new, self.lim_hi[new], g_new)
             if none_new.any():
                 self._park(new[none_new])
             fi_new = self.base[new] + dev_new

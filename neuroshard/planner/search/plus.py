@@ -233,6 +233,7 @@ class _State:
         self.space = space
         self.objective = objective
         self.ext = _Extended(space)
+        plan = space.to_units(plan)
         gids = list(space.start)
         for i in plan.column_steps:  # as types.apply_column_steps: halve piece i, append its twin
             gids[i] += 1
@@ -290,7 +291,19 @@ class _State:
         return float(cost[0]), total[0]
 
     def plan(self) -> Plan:
-        return Plan(tuple(self.steps), tuple(tuple(s) for s in self.shards))
+        """The state's plan over the task's tables."""
+        return self.space.from_units(Plan(tuple(self.steps), tuple(tuple(s) for s in self.shards)))
+
+    def fits(self) -> np.ndarray:
+        """[n, n] bool: whether device a's whole shard may go to device b (b's memory, the devices its
+        pieces may use)."""
+        space = self.space
+        ok = self.mem[:, None] <= space.cap[None, :]
+        if space.allow is not None:
+            for a, shard in enumerate(self.shards):
+                if shard:
+                    ok[a] &= space.allow[[self.gids[i] for i in shard]].all(axis=0)
+        return ok
 
 
 # a state's per-device arrays (the device is the first axis, the last for member_compute)
@@ -442,7 +455,16 @@ def _score(state: _State, cand: _Candidates, total: np.ndarray, keep: int) -> tu
     space = state.space
     K = len(cand.src)
     devs = np.stack([cand.src, cand.dst], axis=1)  # [K, 2]
-    ok = ((state.mem[devs] + cand.d_mem) <= space.cap).all(axis=1)
+    ok = ((state.mem[devs] + cand.d_mem) <= space.cap[devs]).all(axis=1)
+    if space.allow is not None:  # every piece that changes device may use its new one
+        ext_allow = np.vstack([space.allow, np.ones((1, space.n), dtype=bool)])  # row -1: no piece
+        g = np.append(np.asarray(state.gids, dtype=np.int64), -1)
+        ok &= ext_allow[g[cand.out], cand.dst[:, None]].all(axis=1)
+        ok &= ext_allow[g[cand.back], cand.src[:, None]].all(axis=1)
+        if cand.whole.any():
+            fits = state.fits()
+            w = np.flatnonzero(cand.whole)
+            ok[w] &= fits[cand.src[w], cand.dst[w]] & fits[cand.dst[w], cand.src[w]]
     acc = cand.acc.reshape(-1, cand.acc.shape[-1])  # overwritten by the costs (the candidates' last use)
     count = state.count[devs] + cand.d_count
     robust = state.objective.robust
@@ -554,6 +576,10 @@ def _relabel(state: _State, cost: float, gain: float = _MIN_GAIN) -> _State | No
     if not 2 < n <= _MAX_RELABEL_DEVICES:  # on 2 devices the trades have tried the one other order
         return None
     perms = np.array(list(itertools.permutations(range(n))))  # perms[k][d]: the shard device d gets
+    fits = state.fits()
+    perms = perms[fits[perms, np.arange(n)].all(axis=1)]  # every device can hold the shard it gets
+    if not len(perms):
+        return None
     compute = state.member_compute[:, perms] if state.objective.robust else state.compute[perms]
     costs = state.objective(compute, state.dims[perms])[0]
     k = int(np.argmin(costs))
@@ -658,8 +684,8 @@ def search_plus(tables: Sequence[ShardTable], problem: Problem, models, config: 
             base_costs[alg] = got.cost_ms
     if not starts:
         raise OutOfMemoryError(f"{NAME} found no plan of {len(tables)} tables on {problem.ndevices} devices of "
-                               f"{problem.max_mem:g} GB (neither NeuroShard nor any baseline)",
-                               max_mem=problem.max_mem)
+                               f"{problem.mem_text} (neither NeuroShard nor any baseline)",
+                               max_mem=min(problem.caps))
 
     def cost_of(name: str, plan: Plan) -> float:
         """The objective of a plan, from scratch (the point cost is the simulator's)."""

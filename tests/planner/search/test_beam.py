@@ -335,3 +335,66 @@ def test_bad_options_and_missing_models_are_clear_errors():
 def test_empty_task():
     res = search([], Problem(3, 1.0), linear_models(3))
     assert res.plan == Plan((), ((), (), ()))
+
+
+# --------------------------------------------------------------------------- constraints while searching
+
+
+def random_constraints(rng, T: int, n: int):
+    """A third of the tables kept whole, a fifth limited to half the devices, two pairs co-located."""
+    from neuroshard.types.constraints import TableConstraints
+
+    tables = rng.permutation(T)
+    pairs = tuple((int(tables[2 * k]), int(tables[2 * k + 1])) for k in range(2))
+    rest = tables[4:]
+    whole = tuple(int(t) for t in rest[: T // 3])
+    devices = tuple((int(t), tuple(int(d) for d in rng.choice(n, size=max(1, n // 2), replace=False)))
+                    for t in rest[T // 3: T // 3 + T // 5])
+    return TableConstraints(whole=whole, devices=devices, colocate=pairs)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("alg", ["neuroshard", "neuroshard_plus"])
+def test_the_search_keeps_the_constraints_on_devices_of_unequal_memory(seed, alg):
+    from neuroshard.planner.shard import shard
+    from neuroshard.planner.simulator import validate_plan
+    from neuroshard.types.plan import plan_pieces
+
+    rng = np.random.default_rng(900 + seed)
+    n = int(rng.choice([2, 3, 5]))
+    T = int(rng.integers(10, 30))
+    tables = random_task(rng, T)
+    need = sum(t.size_gb for t in tables)
+    mem = tuple(max(2.0 * need / n * (0.5 + d % 2), 1.1 * max(t.size_gb for t in tables)) for d in range(n))
+    cons = random_constraints(rng, T, n)
+    problem = Problem(n, mem, seed, constraints=cons)
+    res = shard(tables, problem, models=random_models(n, seed), alg=alg)
+    validate_plan(tables, res.plan, problem)  # the memory of each device and every constraint
+    pieces = plan_pieces(tables, res.plan)
+    assert all(len(pieces[t]) == 1 for t in cons.whole)
+    for a, b in cons.colocate:
+        assert len(pieces[a]) == len(pieces[b]) == 1 and pieces[a][0].device == pieces[b][0].device
+    for t, ds in cons.devices:
+        assert {p.device for p in pieces[t]} <= set(ds)
+
+
+def test_a_colocated_group_is_searched_as_one_unit():
+    """Units and tables: the group's projection, size and dim are its tables' sums; plans convert both ways."""
+    from neuroshard.planner.search.beam import make_space
+    from neuroshard.types.constraints import TableConstraints
+
+    rng = np.random.default_rng(3)
+    tables = random_task(rng, 5, dims=(16,))
+    models = random_models(2, 3)
+    space = make_space(tables, Problem(2, 1.0, constraints=TableConstraints(colocate=((1, 3),))), models)
+    free = make_space(tables, Problem(2, 1.0), models)
+    assert space.units == [[0], [1, 3], [2], [4]]
+    g = space.start[1]
+    assert space.size[g] == free.size[free.start[1]] + free.size[free.start[3]]
+    assert space.dim[g] == 32 and not space.can_split[g]
+    np.testing.assert_allclose(space.proj[g], free.proj[free.start[1]] + free.proj[free.start[3]], rtol=1e-6)
+    # unit 0 split once (its twin is unit position 4 -> table position 5); the group on device 1
+    units_plan = Plan((0,), ((0, 2), (1, 3, 4)))
+    tables_plan = space.from_units(units_plan)
+    assert tables_plan == Plan((0,), ((0, 2), (1, 3, 4, 5)))
+    assert space.to_units(tables_plan) == units_plan

@@ -11,16 +11,19 @@ from neuroshard.problem import Problem
 from tests.planner.search.test_beam import linear_models, random_models, random_task
 
 
-def plain_greedy(order, limit, n, cap, size, dim, proj, acc0, head):
-    """Devices of each table of `order`, or None if one fits nowhere (DESIGN §8, written plainly)."""
+def plain_greedy(order, limit, n, cap, size, dim, proj, acc0, head, allow=None):
+    """Devices of each table of `order`, or None if one fits nowhere (DESIGN §8, written plainly); `cap` per
+    device, `allow` [ids, n] the devices each table id may use."""
     cost = [0.0] * n
-    mroom = [cap] * n
+    mroom = [int(c) for c in np.broadcast_to(cap, (n,))]
     dsum = [0] * n
     acc = [acc0.copy() for _ in range(n)]
     out = []
     for g in order:
         best = None
         for d in range(n):
+            if allow is not None and not allow[g, d]:
+                continue
             if mroom[d] >= size[g] and dsum[d] + dim[g] <= limit:
                 if best is None or (cost[d], -mroom[d]) < (cost[best], -mroom[best]):
                     best = d
@@ -34,9 +37,9 @@ def plain_greedy(order, limit, n, cap, size, dim, proj, acc0, head):
     return out
 
 
-def check(tables, n, mem, models, states=3, seed=0):
+def check(tables, n, mem, models, states=3, seed=0, constraints=None):
     cfg = SearchConfig()
-    prob = make_space(tables, Problem(n, mem), models, cfg)
+    prob = make_space(tables, Problem(n, mem, constraints=constraints), models, cfg)
     rng = np.random.default_rng(seed)
     # states: the unsplit tables, and some with random splits, in the search's greedy order
     gid_order = []
@@ -52,11 +55,11 @@ def check(tables, n, mem, models, states=3, seed=0):
     gid_order = np.array(gid_order)
     scorer = get_scorer(models)
     res = run_greedy(gid_order, prob.limits, n, prob.cap, prob.size, prob.dim, prob.proj, scorer.acc0,
-                     scorer.cost_from_acc)
+                     scorer.cost_from_acc, prob.allow)
     for s in range(len(gid_order)):
         for r, limit in enumerate(prob.limits):
             want = plain_greedy(gid_order[s], limit, n, prob.cap, prob.size, prob.dim, prob.proj, scorer.acc0,
-                                scorer.cost_from_acc)
+                                scorer.cost_from_acc, prob.allow)
             row = res.row_of[s, r]
             if want is None:
                 assert row == -1, (s, r)
@@ -99,3 +102,33 @@ def test_many_devices_and_groups_that_split():
     mem = max(1.5 * sum(t.size_gb for t in tables) / 24, 1.05 * max(t.size_gb for t in tables))
     res = check(tables, 24, mem, random_models(24, 5), states=2, seed=5)
     assert 2 < len(res.compute) < 2 * 12
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_batched_greedy_matches_the_plain_greedy_on_unequal_devices_with_allowed_devices(seed):
+    # devices of two memory sizes; a third of the tables limited to a few devices (the keyed path from 16 on)
+    from neuroshard.types.constraints import TableConstraints
+
+    rng = np.random.default_rng(700 + seed)
+    n = int(rng.choice([3, 8, 20]))
+    T = int(rng.integers(6, 40))
+    tables = random_task(rng, T)
+    base = 1.0 * sum(t.size_gb for t in tables)  # the small devices (0.6 x) bind now and then
+    mem = tuple(base * (1.0 if d % 2 else 0.6) for d in range(n))
+    mem = tuple(max(m, 1.05 * max(t.size_gb for t in tables)) for m in mem)
+    limited = rng.choice(T, size=T // 3, replace=False)
+    devices = tuple((int(t), tuple(int(d) for d in rng.choice(n, size=max(2, n // 3), replace=False)))
+                    for t in limited)
+    models = random_models(n, seed)
+    cons = TableConstraints(devices=devices)
+    res = check(tables, n, mem, models, states=1, seed=seed, constraints=cons)
+    # the unsplit state, in greedy order: every placement keeps each limited table on its devices
+    prob = make_space(tables, Problem(n, mem, constraints=cons), models, SearchConfig())
+    order = np.argsort(-prob.cost1[prob.start], kind="stable")
+    placed = 0
+    for row in set(res.row_of[0].tolist()) - {-1}:
+        for j, t in enumerate(order):
+            ds = cons.allowed(int(t))
+            assert ds is None or int(res.devices[j, row]) in ds
+        placed += 1
+    assert placed >= 1
