@@ -38,6 +38,7 @@ from neuroshard.planner.registry import (
 )
 from neuroshard.planner.shard import ShardResult, shard, tables_from_task
 from neuroshard.problem import Problem
+from neuroshard.types.constraints import TableConstraints
 from neuroshard.types.costs import CostBreakdown
 from neuroshard.types.errors import (
     ConfigError,
@@ -62,7 +63,7 @@ def __getattr__(name):
     raise AttributeError(f"module 'neuroshard' has no attribute {name!r}")
 
 __all__ = [
-    "CostModels", "Problem", "shard", "ShardResult", "tables_from_task", "read_dataset_configs", "read_tasks",
+    "CostModels", "Problem", "TableConstraints", "shard", "ShardResult", "tables_from_task", "read_dataset_configs", "read_tasks",
     "read_plans", "write_plans", "register", "algorithm_names", "get_sharder", "ShardingContext", "TableConfig", "Task",
     "ShardTable", "Plan", "PlanRecord", "CostBreakdown", "DEFAULT_BINS", "NeuroShardError", "InputError", "ConfigError",
     "OutOfMemoryError", "InvalidPlanError",

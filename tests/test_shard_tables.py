@@ -10,6 +10,8 @@ from neuroshard.planner.costs.cost_models import save_model
 from neuroshard.planner.simulator import validate_plan
 from neuroshard.problem import Problem
 from neuroshard.torchrec.sharding_file import read_torchrec_plan
+from neuroshard.types.constraints import TableConstraints
+from neuroshard.types.plan import plan_pieces
 from neuroshard.types.tables import DEFAULT_BINS, ShardTable, TableConfig
 from tests.test_api import _hand_models
 from tests.test_tools import (
@@ -162,3 +164,42 @@ def test_calibration_scales_the_models_the_plan_is_costed_with(tmp_path, models_
                            "--calibration: scales the cost models")
     assert_raises_one_line("shard_tables", [*map(str, common), "--calibration", tmp_path / "nope"],
                            "nope: calibration directory not found")
+
+
+CONSTRAINED = ["user_id,2000000,128,25,1,,", "item_id,500000,64,8,,1;2,", "category,1000,16,1,,,g",
+               "city,50000,32,2,,,g", "query,800000,128,12,0,3,", "ad_id,300000,64,4,,,"]
+
+
+@pytest.mark.parametrize("memory", ["weights", "torchrec"])
+def test_constraint_columns_are_kept_by_every_algorithm(tmp_path, models_dir, memory):
+    # user_id (0.95 GB) whole; item_id on devices 1 and 2; category and city together; query on device 3;
+    # devices of 2, 2, 1 and 2 GB
+    tables_csv = write_csv(tmp_path / "tables.csv", CONSTRAINED, header=HEADER + ",whole,ranks,group")
+    user = [r.split(",") for r in CONSTRAINED]
+    tables = [ShardTable(i, i, TableConfig(int(r[1]), float(r[3]), DEFAULT_BINS, int(r[2])))
+              for i, r in enumerate(user)]
+    for alg in ("neuroshard", "neuroshard_plus", "size_greedy", "random"):
+        out = tmp_path / f"{alg}.json"
+        assert load_tool("shard_tables").main(["--tables", str(tables_csv), "--ndevices", "4", "--max_mem",
+                                               "2,2,1,2", "--models_dir", str(models_dir), "--alg", alg,
+                                               "--memory", memory, "--max_length", "3", "--out", str(out)]) == 0
+        (rec,) = read_plans(out)
+        cons = TableConstraints(whole=(0,), devices=((1, (1, 2)), (4, (3,))), colocate=((2, 3),))
+        validate_plan(tables, rec.plan, Problem(4, (2.0, 2.0, 1.0, 2.0), constraints=cons))
+        pieces = plan_pieces(tables, rec.plan)
+        assert len(pieces[0]) == 1 and pieces[2][0].device == pieces[3][0].device
+        assert {p.device for p in pieces[4]} == {3}
+
+
+@pytest.mark.parametrize("row,message", [
+    ("user_id,1000,64,1,2,,", "tables.csv:2: table 'user_id': whole must be 0 or 1, got '2'"),
+    ("user_id,1000,64,1,,a;b,", "tables.csv:2: table 'user_id': ranks must be device indices (\"0;2\"), got "
+                                "'a;b'"),
+    ("user_id,1000,64,1,,7,", "table 'user_id': rank 7 is not among the 4 devices"),
+    ("user_id,1000,64,1,,,solo", "group 'solo' has one table ('user_id')"),
+])
+def test_bad_constraint_columns_are_one_line_errors(tmp_path, row, message):
+    tables_csv = write_csv(tmp_path / "tables.csv", [row, "item_id,1000,8,1,,,"],
+                           header=HEADER + ",whole,ranks,group")
+    argv = ["--tables", tables_csv, "--max_mem", 1, "--alg", "dim_greedy", "--out", tmp_path / "p.json"]
+    assert_raises_one_line("shard_tables", argv, message.replace("tables.csv", str(tables_csv)))

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from neuroshard.cli import run_main
@@ -92,6 +93,7 @@ def main(argv=None) -> int:
     if args.torchrec_out:
         check_output_file("--torchrec_out", args.torchrec_out)
     user = read_user_tables(args.tables, max(problem.caps))
+    problem = replace(problem, constraints=user.constraints(ndevices, args.tables))
     paths = (args.compute_model, args.fw_comm_model, args.bw_comm_model)
     if any(paths) and not all(paths):
         raise NeuroShardError("give all three of --compute_model, --fw_comm_model, --bw_comm_model "
@@ -145,10 +147,12 @@ def torchrec_counted(user, problem: Problem, models, args, options: dict):
                         local_world_size=args.local_world_size or ndevices, **{f"{kind}_cap": min(caps)})
     for device, cap in zip(topology.devices, caps):  # devices of unequal memory
         setattr(device.storage, kind, cap)
-    constraints = {n: ParameterConstraints(pooling_factors=[c.pooling_factor])
+    constraints = {n: ParameterConstraints(pooling_factors=[c.pooling_factor],
+                                           sharding_types=["table_wise"] if n in user.whole else None)
                    for n, c in zip(user.names, user.configs)}
     planner = NeuroShardPlanner(topology, batch_size=args.batch_size // ndevices if args.batch_size else None,
-                                constraints=constraints, alg=args.alg, models=models,
+                                constraints=constraints, alg=args.alg, models=models, ranks=user.ranks,
+                                colocate=list(user.groups.values()),
                                 table_stats={n: c.bins for n, c in zip(user.names, user.configs)},
                                 seed=problem.seed, **{k: v for k, v in options_for(args.alg, options).items()
                                                    if k != "batch_size"})

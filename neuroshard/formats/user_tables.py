@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from neuroshard.formats.io import load_json, one_line, require_file, show_value
 from neuroshard.formats.io import warn as print_warning
-from neuroshard.types.errors import InputError
+from neuroshard.types.constraints import TableConstraints
+from neuroshard.types.errors import InputError, NeuroShardError
 from neuroshard.types.tables import (
     DEFAULT_BINS,
     NUM_BINS,
@@ -22,6 +23,7 @@ from neuroshard.types.tables import (
 
 
 USER_TABLE_FIELDS = ("name", "rows", "dim", "pooling_factor")
+CONSTRAINT_FIELDS = ("whole", "ranks", "group")  # optional: kept whole (0/1), its devices ("0;2"), a co-location label
 _NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
 
 
@@ -33,6 +35,29 @@ class UserTables:
     names: list[str]
     configs: list[TableConfig]
     default_bins: list[str]
+    whole: list[str] = field(default_factory=list)  # never column-split
+    ranks: dict[str, tuple[int, ...]] = field(default_factory=dict)  # the devices a table may use
+    groups: dict[str, list[str]] = field(default_factory=dict)  # label -> tables placed whole together
+
+    def constraints(self, ndevices: int, path=None) -> TableConstraints:
+        """The list's constraints by table position; InputError naming the table for a device out of range
+        or a group of one table."""
+        index = {n: i for i, n in enumerate(self.names)}
+        for name, ds in self.ranks.items():
+            off = [d for d in ds if d >= ndevices]
+            if off:
+                raise InputError(path or "tables", f"table {name!r}: rank {off[0]} is not among the {ndevices} "
+                                                   "devices")
+        for label, members in self.groups.items():
+            if len(members) < 2:
+                raise InputError(path or "tables", f"group {label!r} has one table ({members[0]!r}): a group "
+                                                   "places two or more tables together")
+        try:
+            return TableConstraints(whole=tuple(index[n] for n in self.whole),
+                                    devices=tuple((index[n], ds) for n, ds in self.ranks.items()),
+                                    colocate=tuple(tuple(index[n] for n in m) for m in self.groups.values()))
+        except NeuroShardError as e:
+            raise InputError(path or "tables", str(e)) from None
 
 
 def _user_table(row: dict, max_mem: float | None) -> tuple[str, TableConfig, bool]:
@@ -81,12 +106,37 @@ def _user_table(row: dict, max_mem: float | None) -> tuple[str, TableConfig, boo
     return name, TableConfig(rows, pf, bins, dim), not given
 
 
+def _constraint_fields(row: dict, name: str, out: UserTables) -> None:
+    """The optional constraint columns of one table into `out`; ValueError naming the table if bad."""
+    whole = row.get("whole")
+    if whole not in (None, ""):
+        if str(whole).strip().lower() not in ("0", "1", "true", "false"):
+            raise ValueError(f"table {name!r}: whole must be 0 or 1, got {whole!r}")
+        if str(whole).strip().lower() in ("1", "true"):
+            out.whole.append(name)
+    ranks = row.get("ranks")
+    if ranks not in (None, ""):
+        items = ranks if isinstance(ranks, list) else str(ranks).replace(";", " ").split()
+        try:
+            ds = tuple(sorted({int(r) for r in items}))
+            if not ds or min(ds) < 0 or any(isinstance(r, (bool, float)) for r in items):
+                raise ValueError
+        except (TypeError, ValueError):
+            raise ValueError(f"table {name!r}: ranks must be device indices (\"0;2\"), got {ranks!r}") from None
+        out.ranks[name] = ds
+    group = row.get("group")
+    if group not in (None, ""):
+        out.groups.setdefault(str(group).strip(), []).append(name)
+
+
 def read_user_tables(path, max_mem: float | None = None, warn: bool = True) -> UserTables:
     """Read a user's table list: CSV with a header, or a JSON list of objects.
 
     Fields: `name, rows, dim, pooling_factor` and optionally `bin_0` ..
     `bin_16` (all or none; without them a table gets `types.DEFAULT_BINS`,
-    and a warning names it). Names are unique, of letters, digits, `_`, `-`.
+    and a warning names it) and the constraints: `whole` (1: never split),
+    `ranks` (the devices it may use, "0;2"), `group` (tables with the same
+    label go whole to one device together). Names are unique, of letters, digits, `_`, `-`.
     Dims are multiples of 4. With `max_mem` (GB), a table that fits no device
     even at its narrowest column split is refused. Each bad row is an
     InputError naming the file, the line (CSV) or table index (JSON), and the value.
@@ -133,13 +183,17 @@ def read_user_tables(path, max_mem: float | None = None, warn: bool = True) -> U
         out.configs.append(config)
         if default:
             out.default_bins.append(name)
-    known = set(USER_TABLE_FIELDS) | {f"bin_{j}" for j in range(NUM_BINS)}
+        try:
+            _constraint_fields(d, name, out)
+        except ValueError as e:
+            raise InputError(path, one_line(f"{label}: {e}" if label else str(e)), line) from None
+    known = set(USER_TABLE_FIELDS) | set(CONSTRAINT_FIELDS) | {f"bin_{j}" for j in range(NUM_BINS)}
     unknown = list(dict.fromkeys(k for _, _, d in rows if isinstance(d, dict) for k in d
                                  if k is not None and k not in known))
     if unknown and warn:
         print_warning(f"{path}: ignoring unknown column(s) {', '.join(map(repr, unknown[:5]))}"
                       f"{', ...' if len(unknown) > 5 else ''} (known: {', '.join(USER_TABLE_FIELDS)}, "
-                      f"bin_0..bin_{NUM_BINS - 1})")
+                      f"bin_0..bin_{NUM_BINS - 1}, {', '.join(CONSTRAINT_FIELDS)})")
     if out.default_bins and warn:
         shown = ", ".join(out.default_bins[:5]) + (", ..." if len(out.default_bins) > 5 else "")
         print_warning(f"{path}: {len(out.default_bins)} table(s) without locality bins ({shown}) get the default "

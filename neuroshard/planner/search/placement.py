@@ -2,8 +2,11 @@
 
 For each state (a list of post-split tables in greedy order) and each dim
 limit `L` (one per grid scale), every table goes to the device with the
-smallest current compute cost among those with memory room and
-`dim_sum + dim <= L`; ties: least memory used, then lowest device index.
+smallest current compute cost among those with memory room (each device
+its own), that the table may use (`allow`, from the problem's constraints)
+and with `dim_sum + dim <= L`; ties: least memory used, then lowest device
+index. A device the keys pick but the table may not use sends the row to
+the full scan, as one without memory room does.
 A device's compute cost comes from its running accumulator
 (`PlanScorer.project`/`cost_from_acc`). The result is bit-identical to
 running each (state, scale) greedy on its own.
