@@ -36,7 +36,8 @@ class Problem(Settings):
     """`ndevices` devices (GPUs, or CPU processes standing in for them) of `max_mem` GB each (a number), or of
     `max_mem[d]` GB for device d (a tuple, one per device; equal values become one number); `seed`: the seed
     of randomised algorithms, of measurement orders and of sampling; `constraints`: what plans must respect
-    besides memory (None: nothing)."""
+    besides memory (None: nothing); `batch_size`: the global training batch the plan's costs are for (None:
+    the batch the cost models' data was measured at; `CostModels.at_batch`)."""
 
     TITLE: ClassVar[str] = "the planning problem"
 
@@ -48,11 +49,15 @@ class Problem(Settings):
     seed: int = common("seed")
     constraints: TableConstraints | None = setting(None, "table constraints (the library and the planner set them)",
                                                    cli=False, omit=lambda v: v is None or v.empty)
+    batch_size: int | None = setting(None, "the global training batch plans are costed at (None: the batch of the "
+                                           "cost models' data)", cli=False, omit=lambda v: v is None)
 
     def __post_init__(self):
         check_int("--ndevices", self.ndevices, 1)
         object.__setattr__(self, "max_mem", _mem_caps(self.max_mem, self.ndevices))
         check_int("--seed", self.seed, 0)
+        if self.batch_size is not None:
+            check_int("batch_size", self.batch_size, 1)
         if self.constraints is not None and not isinstance(self.constraints, TableConstraints):
             raise ConfigError("constraints", f"expected a TableConstraints, got {type(self.constraints).__name__}")
 

@@ -53,8 +53,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     add_flag(p, "fw_comm_model", help="forward comm cost model checkpoint")
     add_flag(p, "bw_comm_model", help="backward comm cost model checkpoint")
     add_flag(p, "calibration")
-    add_flag(p, "batch_size", help="global training batch, for --alg torchrec (default: 65536, the public "
-                                   "dataset's)")
+    add_flag(p, "batch_size", help="global training batch the costs are for (default: the batch of the cost "
+                                   "models' data) and TorchRec's (default: 65536, the public dataset's)")
     p.add_argument("--memory", choices=("weights", "torchrec"), default="weights",
                    help="what must fit in --max_mem: the fp32 weights (default), or TorchRec's storage count "
                         "(weights, input/output buffers at the per-rank batch, a 10%% reservation; "
@@ -93,7 +93,7 @@ def main(argv=None) -> int:
     if args.torchrec_out:
         check_output_file("--torchrec_out", args.torchrec_out)
     user = read_user_tables(args.tables, max(problem.caps))
-    problem = replace(problem, constraints=user.constraints(ndevices, args.tables))
+    problem = replace(problem, constraints=user.constraints(ndevices, args.tables), batch_size=args.batch_size)
     paths = (args.compute_model, args.fw_comm_model, args.bw_comm_model)
     if any(paths) and not all(paths):
         raise NeuroShardError("give all three of --compute_model, --fw_comm_model, --bw_comm_model "

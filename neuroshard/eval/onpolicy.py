@@ -261,7 +261,8 @@ def collect(inputs, algs: Sequence[str], lambdas: Sequence[float], options: dict
     write_compute_data(out / "compute", augment_table_configs(inputs.configs, max_dim), compute)
     write_comm_data(out / "comm", comm)
     provenance = {"source": "plans of training tasks", "task_path": str(task_path), "algorithms": labels,
-                  "plans": sum(r.measured is not None for r in results), "repeats": cfg.repeats, "max_dim": max_dim}
+                  "plans": sum(r.measured is not None for r in results), "repeats": cfg.repeats, "max_dim": max_dim,
+                  **({"batch_size": config["batch_size"]} if (config or {}).get("batch_size") else {})}
     write_json_atomic(out / "compute" / "config.json", {**provenance, "samples": len(compute)})
     # how the ranks' noise splits into their own and the plan's (needs repeats): the predicted spread's
     # `shared` (planner.costs.uncertainty), recorded by the comm models trained on this data

@@ -8,9 +8,10 @@ torn last line with a warning.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 from neuroshard.formats.dataset import (
     TABLE_CONFIGS,
@@ -41,20 +42,33 @@ NOISE_TARGETS = {"compute": ("cost",), "comm": ("fw", "bw")}
 # --------------------------------------------------------------------------- compute cost data
 
 
-def format_compute_sample(ids: Sequence[int], cost_ms: float) -> str:
-    """One compute sample as a `data.txt` line (no newline): `i1,i2,..,ik cost_ms`."""
+class ComputeSample(NamedTuple):
+    """One measured shard: `ids` (indices into the data dir's augmented table list), its forward+backward
+    `cost` in ms and the global `batch` it was measured at (None: the collection's, `batch_size` in its
+    config.json)."""
+
+    ids: tuple[int, ...]
+    cost: float
+    batch: int | None = None
+
+
+def format_compute_sample(ids: Sequence[int], cost_ms: float, batch: int | None = None) -> str:
+    """One compute sample as a `data.txt` line (no newline): `i1,i2,..,ik cost_ms`, and ` batch` when it
+    was measured at another batch than the collection's."""
     if not ids:
         raise ValueError("a compute sample needs at least one table")
-    return ",".join(str(int(i)) for i in ids) + " " + fmt_float(cost_ms)
+    line = ",".join(str(int(i)) for i in ids) + " " + fmt_float(cost_ms)
+    return line if batch is None else f"{line} {int(batch)}"
 
 
-def read_compute_data(data_dir) -> tuple[list[TableConfig], list[tuple[tuple[int, ...], float]]]:
+def read_compute_data(data_dir) -> tuple[list[TableConfig], list[ComputeSample]]:
     """Read a compute cost data dir: the augmented table list and the samples.
 
     `table_configs.json` lists every table with its `"dim"`; `data.txt` has one
-    sample per line, `i1,i2,..,ik cost_ms` (indices into that list, the
-    tables of one shard; its measured forward+backward time in ms, >= 0).
-    A torn last line is skipped with a warning.
+    sample per line, `i1,i2,..,ik cost_ms [batch]` (indices into that list, the
+    tables of one shard; its measured forward+backward time in ms, >= 0; the
+    global batch it was measured at when not the collection's). A torn last
+    line is skipped with a warning.
     """
     data_dir = Path(data_dir)
     require_dir(data_dir)
@@ -67,8 +81,9 @@ def read_compute_data(data_dir) -> tuple[list[TableConfig], list[tuple[tuple[int
     samples = []
     for n, line in read_lines_tolerant(path):
         fields = line.split()
-        if len(fields) != 2:
-            raise InputError(path, f"expected 2 fields \"ids cost_ms\", got {len(fields)}: {show_value(line)}", n)
+        if len(fields) not in (2, 3):
+            raise InputError(path, f"expected 2 or 3 fields \"ids cost_ms [batch]\", got {len(fields)}: "
+                                   f"{show_value(line)}", n)
         ids = parse_list(path, n, fields[0], "table index", parse_int)
         for i in ids:
             if not 0 <= i < len(configs):
@@ -76,18 +91,33 @@ def read_compute_data(data_dir) -> tuple[list[TableConfig], list[tuple[tuple[int
         cost = parse_float(path, n, fields[1], "cost_ms")
         if cost < 0:
             raise InputError(path, f"negative cost_ms {fields[1]}", n)
-        samples.append((tuple(ids), cost))
+        batch = parse_int(path, n, fields[2], "batch") if len(fields) == 3 else None
+        if batch is not None and batch < 1:
+            raise InputError(path, f"batch {fields[2]} is not >= 1", n)
+        samples.append(ComputeSample(tuple(ids), cost, batch))
     return configs, samples
 
 
-def write_compute_data(data_dir, configs: Sequence[TableConfig],
-                       samples: Sequence[tuple[Sequence[int], float]]) -> None:
-    """Write a whole compute cost data dir (atomic per file); collection appends instead."""
+def collection_batch(data_dir) -> int | None:
+    """The global batch a cost data dir's samples were measured at unless they say otherwise (`batch_size`
+    in its config.json), None when it does not say."""
+    path = Path(data_dir) / "config.json"
+    if not path.exists():
+        return None
+    config = load_json(path)
+    batch = config.get("batch_size") if isinstance(config, dict) else None
+    if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or batch < 1):
+        raise InputError(path, f"batch_size must be an integer >= 1, got {show_value(json.dumps(batch))}")
+    return batch
+
+
+def write_compute_data(data_dir, configs: Sequence[TableConfig], samples: Sequence) -> None:
+    """Write a whole compute cost data dir (atomic per file); collection appends instead. `samples`:
+    `ComputeSample`s or (ids, cost) pairs."""
     if any(c.dim is None for c in configs):
         raise ValueError("write_compute_data: every table needs a dim")
     write_table_configs(Path(data_dir) / TABLE_CONFIGS, configs)
-    write_text_atomic(Path(data_dir) / DATA_TXT,
-                       "".join(format_compute_sample(ids, c) + "\n" for ids, c in samples))
+    write_text_atomic(Path(data_dir) / DATA_TXT, "".join(format_compute_sample(*s) + "\n" for s in samples))
 
 
 # --------------------------------------------------------------------------- comm cost data

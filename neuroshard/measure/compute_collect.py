@@ -21,11 +21,11 @@ import time
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import ClassVar, Sequence
+from typing import ClassVar, NamedTuple, Sequence
 
 import numpy as np
 
-from neuroshard.checks import check_choice, check_float, check_int, check_max_dim
+from neuroshard.checks import check_choice, check_float, check_int, check_max_dim, parse_int_list
 from neuroshard.data.split import table_halves
 from neuroshard.formats.cost_data import (
     DATA_TXT,
@@ -51,7 +51,7 @@ from neuroshard.measure.noise import noise_report
 from neuroshard.measure.pool import MeasurerFactory, WorkerPool, WorkerStats
 from neuroshard.measure.timing import CLOCKS
 from neuroshard.settings import Settings, common, setting
-from neuroshard.types.errors import InputError, NeuroShardError
+from neuroshard.types.errors import ConfigError, InputError, NeuroShardError
 from neuroshard.types.tables import TableConfig, dim_set, size_gb
 
 ERRORS_TXT = "errors.txt"
@@ -79,9 +79,23 @@ def augmented_bench_tables(aug: Sequence[TableConfig], num_dataset_tables: int) 
     return [BenchTable(c.row, c.dim, i % num_dataset_tables) for i, c in enumerate(aug)]
 
 
+class ShardTask(NamedTuple):
+    """What a benchmark worker measures: a shard (`ids` into the augmented table list) at a global `batch`
+    (None: the dataset's)."""
+
+    ids: tuple[int, ...]
+    batch: int | None = None
+
+    def label(self) -> str:
+        """The shard as errors.txt and warnings name it."""
+        ids = ",".join(map(str, self.ids))
+        return ids if self.batch is None else f"{ids} @{self.batch}"
+
+
 class ShardSampler:
     """Random shards per DESIGN §5: k ~ U{1..max_tables}, tables uniform over `aug` (repeats allowed),
-    redrawn until the shard fits `max_mem` GB.
+    redrawn until the shard fits `max_mem` GB; with `batches`, each shard's batch drawn uniformly from them
+    (`task`).
 
     With `half_share` > 0 (and `halves`: the half of each dataset table, see
     `data.split.table_halves`), that share of the shards draws all its tables
@@ -91,7 +105,7 @@ class ShardSampler:
     """
 
     def __init__(self, aug: Sequence[TableConfig], max_tables: int, max_mem: float, seed,
-                 halves: np.ndarray | None = None, half_share: float = 0.0):
+                 halves: np.ndarray | None = None, half_share: float = 0.0, batches: Sequence[int] = ()):
         if max_tables < 1:
             raise NeuroShardError(f"--max_tables must be >= 1, got {max_tables}")
         self.sizes = np.array([size_gb(c.row, c.dim) for c in aug])
@@ -102,6 +116,7 @@ class ShardSampler:
         self.max_mem = max_mem
         self.rng = np.random.default_rng(seed)
         self.half_share = half_share
+        self.batches = list(batches)
         if half_share > 0:
             half_of = halves[np.arange(len(aug)) % len(halves)]
             self.pools = [np.flatnonzero(half_of == h) for h in (0, 1)]
@@ -118,6 +133,15 @@ class ShardSampler:
                 return [int(i) for i in ids]
         raise NeuroShardError(f"could not draw {k} tables within --max_mem {self.max_mem} GB in "
                               f"{MAX_RESAMPLES} tries; raise --max_mem or lower --max_tables")
+
+    def task(self) -> ShardTask:
+        """A shard and its batch (None without `batches`: the dataset's; the shard is drawn first, so the
+        shards are those of a run without batches)."""
+        ids = tuple(self.sample())
+        if not self.batches:
+            return ShardTask(ids)
+        batch = self.batches[int(self.rng.integers(len(self.batches)))]
+        return ShardTask(ids, None if batch is None else int(batch))
 
 
 # =========================================================================== the benchmark in a worker
@@ -147,9 +171,9 @@ class FbgemmMeasurer:
         return partial(_measure, bench, tables)
 
 
-def _measure(bench, tables: Sequence[BenchTable], ids: Sequence[int]) -> tuple[float, dict]:
+def _measure(bench, tables: Sequence[BenchTable], task: ShardTask) -> tuple[float, dict]:
     try:
-        r = bench.measure([tables[i] for i in ids])
+        r = bench.measure([tables[i] for i in task.ids], task.batch)
     except Exception:
         if bench.cuda:
             import torch
@@ -189,6 +213,9 @@ class ComputeCollectConfig(Settings):
                                       "descheduled, so a busy shared machine disturbs it far less; equals wall time "
                                       "on an idle one), wall = elapsed time. GPUs always use CUDA events")
     device: str = setting("cpu", "", cli=False)
+    batch_sizes: str = setting("", "global batches to time shards at, one drawn per shard (comma list, each at "
+                                   "most the dataset's batch: the first samples of it); default: the dataset's "
+                                   "batch", omit=lambda v: not v)  # older data dirs stay resumable
     half_share: float = setting(0.0, "share of the shards whose tables all come from one half of the dataset's "
                                      "tables (a seeded split; every table stays equally likely overall), so that "
                                      "heldout_check.py can train on one half and test on tables the model "
@@ -204,6 +231,22 @@ class ComputeCollectConfig(Settings):
         check_choice("--clock", self.clock, CLOCKS)
         check_choice("--device", self.device, ("cpu", "cuda"))
         check_float("--half_share", self.half_share, 0.0, 1.0)
+        self.batches()
+
+    def batches(self, dataset_batch: int | None = None) -> list[int]:
+        """`batch_sizes` as integers (empty: the dataset's batch only); ConfigError for a bad list or, given
+        the dataset's batch, a batch above it. The dataset's batch itself is written as None (the default)."""
+        if not self.batch_sizes:
+            return []
+        out = parse_int_list(self.batch_sizes, "--batch_sizes")
+        if not out or min(out) < 1:
+            raise ConfigError("--batch_sizes", f"expected batches >= 1, got {self.batch_sizes!r}")
+        if dataset_batch is not None:
+            over = [b for b in out if b > dataset_batch]
+            if over:
+                raise ConfigError("--batch_sizes", f"{over[0]} is more than the dataset's batch {dataset_batch}: a "
+                                                   "shard is timed on the first samples of the dataset's batch")
+        return sorted(set(out))
 
     def run_config(self, batch_size: int) -> dict:
         """What config.json records: the settings that change the samples (not how many or where), with the
@@ -296,30 +339,30 @@ def _collect(out: Path, dataset_dir, dataset, aug, cfg, data_size, devices, prog
         return CollectSummary(existing, 0, 0, 0.0, WorkerStats())
     # A resumed run draws from a new stream: seeding with how much exists
     # keeps it from replaying the shards of the run it continues.
+    batches = [None if b == dataset.batch_size else b for b in cfg.batches(dataset.batch_size)]
     sampler = ShardSampler(aug, cfg.max_tables, cfg.max_mem, [cfg.seed, existing, prior_failures],
-                           table_halves(len(dataset.configs), cfg.seed), cfg.half_share)
+                           table_halves(len(dataset.configs), cfg.seed), cfg.half_share, batches)
     done, failed, streak = 0, 0, 0
     bar = tqdm(total=data_size, initial=existing, unit="sample", desc="compute samples",
                disable=not progress, smoothing=0.05, dynamic_ncols=True)
 
     def next_task(in_flight: int):
-        return sampler.sample() if done + in_flight < todo else None
+        return sampler.task() if done + in_flight < todo else None
 
-    def on_ok(task_no, ids, cost):
+    def on_ok(task_no, task, cost):
         nonlocal done, streak
-        append_line(data_fh, format_compute_sample(ids, cost))
+        append_line(data_fh, format_compute_sample(task.ids, cost, task.batch))
         done += 1
         streak = 0
         bar.update(1)
 
-    def on_error(task_no, ids, reason):
+    def on_error(task_no, task, reason):
         nonlocal failed, streak
-        append_line(err_fh, f"{','.join(map(str, ids))} {reason}")
+        append_line(err_fh, f"{task.label()} {reason}")
         failed += 1
         streak += 1
         bar.set_postfix(failed=failed)
-        tqdm.write(f"warning: shard {','.join(map(str, ids))} failed: {reason} (logged in {out / ERRORS_TXT})",
-                   file=sys.stderr)
+        tqdm.write(f"warning: shard {task.label()} failed: {reason} (logged in {out / ERRORS_TXT})", file=sys.stderr)
         if streak >= MAX_CONSECUTIVE_FAILURES:
             raise NeuroShardError(f"{streak} shards in a row failed (last: {reason}); see {out / ERRORS_TXT}")
 
@@ -371,19 +414,20 @@ def measure_noise_floor(data_dir, dataset_dir, num_samples: int, devices: Sequen
         if nxt is None:
             return None
         issued.append(nxt)
-        return list(samples[int(pick[nxt[1]])][0])
+        sample = samples[int(pick[nxt[1]])]
+        return ShardTask(sample.ids, sample.batch)
 
-    def on_ok(task_no, ids, cost):
+    def on_ok(task_no, task, cost):
         r, j = issued[task_no]
         fresh[r, j] = cost
         bar.update(1)
 
-    def on_error(task_no, ids, reason):
+    def on_error(task_no, task, reason):
         bar.update(1)
-        tqdm.write(f"warning: shard {','.join(map(str, ids))} failed: {reason}", file=sys.stderr)
+        tqdm.write(f"warning: shard {task.label()} failed: {reason}", file=sys.stderr)
 
     if make_measurer is None:
-        largest = max(sum(aug[i].size_gb for i in samples[int(p)][0]) for p in pick)
+        largest = max(sum(aug[i].size_gb for i in samples[int(p)].ids) for p in pick)
         make_measurer = FbgemmMeasurer(dataset_dir, augmented_bench_tables(aug, len(dataset.configs)), warmup,
                                        iters, arena_gb=min(DEFAULT_ARENA_GB, largest), clock=clock)
     t0 = time.perf_counter()
@@ -392,9 +436,11 @@ def measure_noise_floor(data_dir, dataset_dir, num_samples: int, devices: Sequen
             pool.run(next_task, on_ok, on_error)
     finally:
         bar.close()
-    stored = np.array([samples[int(p)][1] for p in pick])
-    shards = [{"ids": list(samples[int(p)][0]), "stored_ms": float(stored[j]),
-               "fresh_ms": [float(x) for x in fresh[:, j]]} for j, p in enumerate(pick)]
+    stored = np.array([samples[int(p)].cost for p in pick])
+    shards = [{"ids": list(samples[int(p)].ids), "stored_ms": float(stored[j]),
+               "fresh_ms": [float(x) for x in fresh[:, j]],
+               **({"batch": samples[int(p)].batch} if samples[int(p)].batch is not None else {})}
+              for j, p in enumerate(pick)]
     return noise_report("compute", {"cost": stored}, {"cost": fresh}, shards, data_dir=str(data_dir),
                         warmup=warmup, iters=iters, clock=clock, workers=len(devices), seed=seed,
                         elapsed_s=round(time.perf_counter() - t0, 2))

@@ -183,24 +183,38 @@ class ShardBenchmark:
                 raise IndexRangeError(f"shard table {k} (dataset table {t.table_id}, {t.rows} rows): "
                                       f"lookup index {bad} is outside [0, {t.rows})")
 
-    def shard_inputs(self, tables: Sequence[BenchTable]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Indices, offsets (T*B+1, table-major) and a random upstream gradient [B, sum dims]."""
+    def check_batch(self, batch: int | None) -> int:
+        """The batch to run: `batch` (the first `batch` samples of the dataset's), or the dataset's whole one."""
+        if batch is None:
+            return self.batch_size
+        if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= self.batch_size:
+            raise ValueError(f"batch must be an integer in 1..{self.batch_size} (the dataset's), got {batch!r}")
+        return batch
+
+    def shard_inputs(self, tables: Sequence[BenchTable],
+                     batch: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Indices, offsets (T*B+1, table-major) and a random upstream gradient [B, sum dims], B the first
+        `batch` samples of the dataset's batch (all of it by default)."""
+        b = self.check_batch(batch)
         idx_parts, off_parts = [], [torch.zeros(1, dtype=torch.int64)]
         base = 0
         for t in tables:
             idx, ends = self._table_lookups(t.table_id)
+            if b < self.batch_size:  # the first b bags: their ends, and the lookups before the last one
+                ends = ends[:b]
+                idx = idx[:int(ends[-1])]
             idx_parts.append(idx)
             off_parts.append(ends + base)
             base += idx.numel()
         indices = torch.cat(idx_parts)
         offsets = torch.cat(off_parts)
-        n = self.batch_size * sum(t.dim for t in tables)
+        n = b * sum(t.dim for t in tables)
         # One random pool reused by all shards: a fresh randn per shard would
         # cost as much as a small shard's kernel. The values only feed the
         # gradient, never the timing.
         if self._grad_pool.numel() < n:
             self._grad_pool = torch.randn(max(n, 2 * self._grad_pool.numel()), generator=self._gen)
-        grad = self._grad_pool[:n].view(self.batch_size, -1)
+        grad = self._grad_pool[:n].view(b, -1)
         if self.cuda:
             indices, offsets, grad = (x.to(self.device) for x in (indices, offsets, grad))
         return indices, offsets, grad
@@ -254,17 +268,19 @@ class ShardBenchmark:
 
     # ------------------------------------------------------------------ measure
 
-    def measure(self, tables: Sequence[BenchTable]) -> BenchResult:
-        """Forward+backward time of one shard; an empty shard costs 0 without running anything."""
+    def measure(self, tables: Sequence[BenchTable], batch: int | None = None) -> BenchResult:
+        """Forward+backward time of one shard at `batch` (the first samples of the dataset's batch; default
+        all of it); an empty shard costs 0 without running anything."""
         tables = list(tables)
         if not tables:
             return BenchResult(0.0, [0.0] * self.iters)
         self.validate(tables)
+        self.check_batch(batch)
         if self.clock == "cpu" and torch.get_num_threads() != 1:
             raise ValueError(f"clock='cpu' needs torch.set_num_threads(1), found {torch.get_num_threads()} "
                              "threads: work on other threads would not be counted")
         t0 = time.perf_counter()
-        indices, offsets, grad = self.shard_inputs(tables)
+        indices, offsets, grad = self.shard_inputs(tables, batch)
         t1 = time.perf_counter()
         op = self.build_op(tables)
         t2 = time.perf_counter()

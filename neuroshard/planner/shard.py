@@ -71,8 +71,8 @@ def as_shard_tables(tables: Sequence[ShardTable | TableConfig]) -> list[ShardTab
 
 def shard(tables: Sequence[ShardTable | TableConfig], problem: Problem, models=None, alg: str = "neuroshard",
           runtime: str | None = None, simulated: bool = True, **options) -> ShardResult:
-    """Plan `tables` for `problem` (its devices, their memory, the seed of randomised algorithms) with the
-    algorithm `alg`.
+    """Plan `tables` for `problem` (its devices, their memory, the seed of randomised algorithms, the
+    constraints on its tables, the batch its costs are for) with the algorithm `alg`.
 
     `models`: a `CostModels` (needed by `neuroshard`, and for the simulated
     cost); `runtime`: "paper" or "torchrec"
@@ -97,6 +97,8 @@ def shard(tables: Sequence[ShardTable | TableConfig], problem: Problem, models=N
     if not isinstance(problem, Problem):
         raise TypeError(f"problem: expected a neuroshard.Problem, got {type(problem).__name__}")
     problem.table_constraints.check(len(tables), problem.ndevices)  # before any search: names the table
+    if models is not None and problem.batch_size is not None:
+        models = models.at_batch(problem.batch_size)
     ctx = ShardingContext(models=models, options=dict(options))
     t0 = time.perf_counter()
     plan = sharder(list(tables), problem, ctx)

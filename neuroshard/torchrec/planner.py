@@ -127,7 +127,8 @@ class NeuroShardPlanner(ShardingPlanner):
     `topology`: TorchRec's `Topology` (its world size must be the comm models' device count; each rank's
     memory is its own); `models`: `CostModels` (or a models directory with compute.pt and
     comm_<n>_fw/bw.pt), needed by the algorithms that use cost models; `batch_size`: per rank, for
-    TorchRec's memory count; `constraints`: TorchRec's {table name: ParameterConstraints}; `ranks`:
+    TorchRec's memory count and the costs (the global batch is every rank's; left out, TorchRec's 512 for
+    the memory and the batch of the models' data for the costs); `constraints`: TorchRec's {table name: ParameterConstraints}; `ranks`:
     {table name: the ranks its shards may use}; `colocate`: groups of table names placed whole on one
     rank together; `table_stats`: {table name: 17 locality bins} or a JSON file of it; `alg` and
     `**options`: any registered algorithm and its options; `memory`: "torchrec" or "weights"; `reserve`:
@@ -149,6 +150,8 @@ class NeuroShardPlanner(ShardingPlanner):
             raise ConfigError("batch_size", f"per-rank batch must be an integer >= 1, got {batch_size!r}")
         self._topology = topology
         self._batch_size = batch_size or BATCH_SIZE
+        # the costs: at the user's batch (every rank's), else at the batch of the cost models' data
+        self._cost_batch = None if batch_size is None else batch_size * topology.world_size
         self._constraints = dict(constraints or {})
         for name, cons in self._constraints.items():  # TorchRec's storage count would fail on these deep inside
             factors = list(cons.pooling_factors or [])
@@ -336,7 +339,7 @@ class NeuroShardPlanner(ShardingPlanner):
         options = dict(self._options)
         for _ in range(_MAX_REPLANS):
             problem = Problem(ndevices=world, max_mem=tuple(c / 2**30 for c in caps), seed=self._seed,
-                              constraints=constraints)
+                              constraints=constraints, batch_size=self._cost_batch)
             try:
                 result = shard(shard_tables, problem, models=self._models, alg=self._alg, **options)
             except OutOfMemoryError as e:

@@ -12,6 +12,12 @@ reports the test MAPE on:
 * `mixed`: shards that mix both halves, mean over folds;
 
 and `unseen_vs_in` = unseen / in-distribution (1.0: no loss on new tables).
+
+The held-out-batch check (`heldout_batch_check`) asks the same of a batch
+size: compute data collected at several batches (`--batch_sizes`) trains the
+model on every batch but one and reports its MAPE on the shards of that one,
+beside its MAPE on left-out shards of the batches it saw and the collection's
+noise floor (the mean relative difference of a re-measurement).
 """
 
 from __future__ import annotations
@@ -24,10 +30,9 @@ import torch
 
 from neuroshard.checks import check_int
 from neuroshard.data.split import sample_group, table_halves
-from neuroshard.formats.cost_data import read_compute_data
+from neuroshard.formats.cost_data import collection_batch, read_compute_data, read_noise_floor
 from neuroshard.formats.io import RUN_CONFIG, read_json
-from neuroshard.planner.costs.nets import table_features
-from neuroshard.train.compute_model import build_model, shard_tensors
+from neuroshard.train.compute_model import build_model, sample_tensors
 from neuroshard.train.loop import TrainConfig, train_model
 from neuroshard.train.metrics import regression_metrics
 from neuroshard.types.errors import ConfigError, InputError, NeuroShardError
@@ -37,8 +42,8 @@ MIN_SHARDS = 10  # per group: fewer and the MAPEs say nothing
 
 
 def shard_groups(samples, halves: np.ndarray) -> np.ndarray:
-    """The group of every (ids, cost) sample: "half0", "half1" or "mixed" (`data.split.sample_group`)."""
-    return np.array([sample_group(ids, halves) for ids, _ in samples])
+    """The group of every sample: "half0", "half1" or "mixed" (`data.split.sample_group`)."""
+    return np.array([sample_group(s.ids, halves) for s in samples])
 
 
 def _check_run_config(path: Path, run, configs) -> tuple[int, int]:
@@ -95,8 +100,7 @@ def heldout_check(data_dir, cfg: TrainConfig, folds: int = 5, progress: bool = T
     if folds > counts["half0"]:
         raise ConfigError("--folds", f"{folds} folds of {counts['half0']} seen-half shards: at most one fold per "
                                      "shard")
-    x_all, mask_all = shard_tensors(table_features(configs), [ids for ids, _ in samples])
-    y_all = torch.tensor([c for _, c in samples], dtype=torch.float32)
+    x_all, mask_all, y_all, _, _ = sample_tensors(configs, samples, collection_batch(data_dir))
     seen = np.flatnonzero(groups == "half0")
     unseen, mixed = np.flatnonzero(groups == "half1"), np.flatnonzero(groups == "mixed")
     fold_of = np.random.default_rng(cfg.seed).permutation(len(seen)) % folds
@@ -124,3 +128,44 @@ def heldout_check(data_dir, cfg: TrainConfig, folds: int = 5, progress: bool = T
               "unseen_fold_mapes": unseen_mape, "mixed_fold_mapes": mixed_mape}
     result["unseen_vs_in"] = result["mape"]["unseen_tables"] / in_dist if in_dist else None
     return result
+
+
+def heldout_batch_check(data_dir, cfg: TrainConfig, batch: int, progress: bool = True) -> dict:
+    """Train on the shards of every batch but `batch` and test on `batch`'s (module doc). The reference batch
+    is the collection's; a seeded 15% of the training batches' shards is left out for their own MAPE.
+    InputError naming the data when fewer than `MIN_SHARDS` shards are on either side."""
+    data_dir = Path(data_dir)
+    configs, samples = read_compute_data(data_dir)
+    ref = collection_batch(data_dir)
+    if ref is None:
+        raise InputError(data_dir / RUN_CONFIG, "no batch_size: the batch the samples were measured at is unknown")
+    samples = [s if s.batch is not None else s._replace(batch=ref) for s in samples]
+    sizes = sorted({s.batch for s in samples})
+    if batch not in sizes:
+        raise ConfigError("--heldout_batch", f"no shard at batch {batch} in {data_dir} (its batches: "
+                                             f"{', '.join(map(str, sizes))}; collect with --batch_sizes)")
+    x, mask, y, _, _ = sample_tensors(configs, samples, ref)
+    test = np.flatnonzero([s.batch == batch for s in samples])
+    rest = np.flatnonzero([s.batch != batch for s in samples])
+    rng = np.random.default_rng(cfg.seed)
+    rest = rng.permutation(rest)
+    seen_test, train = rest[:int(0.15 * len(rest))], rest[int(0.15 * len(rest)):]
+    if min(len(test), len(seen_test), len(train)) < MIN_SHARDS:
+        raise InputError(data_dir / "data.txt", f"too few shards for the check: {len(test)} at batch {batch}, "
+                                                f"{len(rest)} at the others (need {MIN_SHARDS} on each side and "
+                                                "in the left-out share; collect more)")
+    torch.manual_seed(cfg.seed)
+    model = build_model(configs)
+    train_model(model, (x[train], mask[train]), y[train], replace(cfg, train_ratio=0.85, valid_ratio=0.14,
+                                                                    num_samples=None),
+                desc="held-out batch", progress=progress)
+    with torch.no_grad():
+        mape = {name: regression_metrics(model(x[idx], mask[idx]).numpy(), y[idx].numpy())["mape"]
+                for name, idx in (("seen_batches", seen_test), ("heldout_batch", test))}
+    if not all(np.isfinite(list(mape.values()))):
+        raise NeuroShardError("the held-out batch check gave a non-finite MAPE (training diverged?); no result")
+    noise = read_noise_floor(data_dir, "cost")
+    return {"data_dir": str(data_dir), "heldout_batch": batch, "batches": sizes, "reference_batch": ref,
+            "shards": {"heldout_batch": len(test), "seen_batches_test": len(seen_test), "train": len(train)},
+            "mape": mape, "noise_floor": None if noise is None else noise["mean"],
+            "heldout_vs_seen": mape["heldout_batch"] / mape["seen_batches"] if mape["seen_batches"] else None}

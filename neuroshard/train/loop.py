@@ -250,7 +250,7 @@ def save_trained(model, report: TrainReport, out_path, title: str, result: dict)
         result["member_metrics"] = report.members
     save_model(model, out_path, extra={"metrics": report.metrics, "data_dir": result.get("data_dir"),
                                        "noise_floor": result.get("noise_floor"), "ranges": result.get("ranges"),
-                                       "rank_noise": result.get("rank_noise")})
+                                       "rank_noise": result.get("rank_noise"), "batch": result.get("batch")})
     scatter_plot(report.test_pred, report.test_true, scatter, title)
     write_json_atomic(metrics_path, {**result, "history": report.history})
     return result

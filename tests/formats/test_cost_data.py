@@ -5,6 +5,7 @@ import pytest
 
 from neuroshard.formats.cost_data import (
     CommSample,
+    ComputeSample,
     format_compute_sample,
     read_comm_data,
     read_compute_data,
@@ -18,11 +19,13 @@ from tests.formats import cfg, expect_error
 
 def test_compute_data_round_trip(tmp_path):
     configs = [cfg(100, 1.0, dim=4), cfg(2000, 3.25, dim=128)]
-    samples = [((0,), 0.125), ((1, 0, 1), 12.5), ((1,), 1e-05)]
+    samples = [ComputeSample((0,), 0.125), ComputeSample((1, 0, 1), 12.5, 512), ComputeSample((1,), 1e-05)]
     write_compute_data(tmp_path, configs, samples)
-    assert (tmp_path / "data.txt").read_text() == "0 0.125\n1,0,1 12.5\n1 1e-05\n"
+    assert (tmp_path / "data.txt").read_text() == "0 0.125\n1,0,1 12.5 512\n1 1e-05\n"
     assert read_compute_data(tmp_path) == (configs, samples)
     assert format_compute_sample([2, 3], 0.1 + 0.2) == "2,3 0.30000000000000004"
+    write_compute_data(tmp_path, configs, [((0,), 0.5)])  # (ids, cost) pairs: the collection's batch
+    assert read_compute_data(tmp_path)[1] == [ComputeSample((0,), 0.5, None)]
 
 
 def test_compute_data_append_and_torn_line(tmp_path, capsys):
@@ -33,16 +36,19 @@ def test_compute_data_append_and_torn_line(tmp_path, capsys):
         append_line(fh, format_compute_sample([1], 1.0))
         fh.write("0,1 3.")  # a kill in the middle of a write
         fh.flush()
-    assert read_compute_data(tmp_path)[1] == [((0, 1), 2.5), ((1,), 1.0)]
+    assert read_compute_data(tmp_path)[1] == [ComputeSample((0, 1), 2.5), ComputeSample((1,), 1.0)]
     assert "data.txt:3" in capsys.readouterr().err
     with open_append(tmp_path / "data.txt") as fh:  # resume
         append_line(fh, format_compute_sample([0], 0.5))
-    assert read_compute_data(tmp_path)[1] == [((0, 1), 2.5), ((1,), 1.0), ((0,), 0.5)]
+    assert read_compute_data(tmp_path)[1] == [ComputeSample((0, 1), 2.5), ComputeSample((1,), 1.0),
+                                              ComputeSample((0,), 0.5)]
 
 
 @pytest.mark.parametrize("text, line, fragments", [
-    ("0 1.0\n0,1\n", 2, ["expected 2 fields", "got 1"]),
-    ("0 1.0 2.0\n", 1, ["expected 2 fields", "got 3"]),
+    ("0 1.0\n0,1\n", 2, ["expected 2 or 3 fields", "got 1"]),
+    ("0 1.0 2 3\n", 1, ["expected 2 or 3 fields", "got 4"]),
+    ("0 1.0 2.0\n", 1, ["batch", "'2.0'"]),
+    ("0 1.0 0\n", 1, ["batch 0 is not >= 1"]),
     ("0,a 1.0\n", 1, ["table index", "'a'"]),
     ("0,2 1.0\n", 1, ["table index 2 out of range", "2 tables"]),
     ("0 fast\n", 1, ["cost_ms", "'fast'"]),

@@ -78,7 +78,7 @@ def check_lines(out_dir, n):
     assert raw.endswith(b"\n")
     aug, samples = read_compute_data(out_dir)
     assert len(samples) == n
-    for ids, cost in samples:
+    for ids, cost, _ in samples:
         assert 1 <= len(ids) <= 4 and cost > 0
         assert sum(aug[i].size_gb for i in ids) <= MAX_MEM
     assert len(set(raw.splitlines())) == n
@@ -194,3 +194,35 @@ def test_ctrl_c_stops_cleanly(dataset_dir, tmp_path):
     n = raw.count(b"\n")
     assert 2 <= n < 1000
     check_lines(out, n)
+
+
+def test_shards_at_several_batches_name_their_batch(dataset_dir, tmp_path):
+    # --batch_sizes 4,16 on a dataset of batch 16: each shard draws one; the dataset's own batch is written
+    # as the collection's (no third field), 4 as " 4"; the settings record the list, and the noise floor
+    # re-measures each shard at its batch
+    import json
+
+    from neuroshard.types.errors import ConfigError
+
+    out = tmp_path / "b"
+    summary = collect(dataset_dir, out, config(batch_sizes="16,4"), 12, ["cpu"], progress=False)
+    assert summary.new == 12
+    _, samples = read_compute_data(out)
+    assert {s.batch for s in samples} == {None, 4}
+    assert all(len(line.split()) == (3 if line.endswith(" 4") else 2)
+               for line in (out / "data.txt").read_text().splitlines())
+    assert json.loads((out / "config.json").read_text())["batch_sizes"] == "16,4"
+    # the shards are those of a run without batches: the batch is drawn after the shard
+    plain = ShardSampler(augment_table_configs(read_table_configs(dataset_dir / "table_configs.json"), 16), 4,
+                         MAX_MEM, [0, 0, 0])
+    mixed = ShardSampler(augment_table_configs(read_table_configs(dataset_dir / "table_configs.json"), 16), 4,
+                         MAX_MEM, [0, 0, 0], batches=[None, 4])
+    assert mixed.task().ids == tuple(plain.sample())
+    report = measure_noise_floor(out, dataset_dir, 6, ["cpu"], warmup=1, iters=2, progress=False)
+    batch_of = {(s.ids, s.cost): s.batch for s in samples}
+    assert [r.get("batch") for r in report["samples"]] == [batch_of[tuple(r["ids"]), r["stored_ms"]]
+                                                           for r in report["samples"]]
+    with pytest.raises(ConfigError, match="--batch_sizes: 32 is more than the dataset's batch 16"):
+        collect(dataset_dir, tmp_path / "c", config(batch_sizes="32"), 2, ["cpu"], progress=False)
+    with pytest.raises(ConfigError, match="--batch_sizes: expected batches >= 1"):
+        config(batch_sizes="0,4").validate()

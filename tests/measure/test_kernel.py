@@ -80,6 +80,25 @@ def test_inputs_are_table_major_lookups_of_each_dataset_table(dataset, bench):
     torch.testing.assert_close(out, expected)
 
 
+def test_a_smaller_batch_is_the_first_samples_of_the_datasets(dataset, bench):
+    # the first 10 of the 32 samples: each table's first 10 bags, their lookups, a [10, dims] gradient; the
+    # pooled output is those samples' rows of the whole batch's output
+    tables = [BenchTable(dataset.configs[t].row, 8, t) for t in (0, 2)]
+    indices, offsets, grad = bench.shard_inputs(tables, 10)
+    ends = [int(dataset.offsets[t][10]) for t in (0, 2)]
+    assert offsets.shape == (2 * 10 + 1,) and grad.shape == (10, 16) and indices.numel() == sum(ends)
+    assert int(offsets[10]) == ends[0] and int(offsets[-1]) == sum(ends)
+    op = bench.build_op(tables)
+    with torch.no_grad():
+        full = op(*bench.shard_inputs(tables)[:2])
+        part = op(indices, offsets)
+    torch.testing.assert_close(part, full[:10])
+    assert bench.measure(tables, 10).median_ms > 0
+    for bad in (0, 33, 2.0):
+        with pytest.raises(ValueError, match="batch must be an integer in 1..32"):
+            bench.measure(tables, bad)
+
+
 def test_cpu_clock_counts_this_threads_cpu_time(dataset):
     tables = [BenchTable(dataset.configs[t].row, 16, t) for t in range(4)]
     old = torch.get_num_threads()

@@ -37,7 +37,7 @@ def test_tiny_pipeline_writes_every_artifact_and_skips_on_rerun(tmp_path):
     assert len(ds.configs) == 16 and ds.batch_size == 256
     assert len(read_tasks(out / "tasks" / "data.txt", num_tables=16)) == 3
     configs, samples = read_compute_data(out / "compute_data")
-    assert len(samples) == 100 and all(cost > 0 for _, cost in samples)
+    assert len(samples) == 100 and all(s.cost > 0 and s.batch is None for s in samples)
     assert len(configs) == 16 * 4  # dims 32, 16, 8, 4
     assert len(read_comm_data(out / "comm_data", ndevices=2)) == 16
     for name in ("compute", "comm_2_fw", "comm_2_bw"):

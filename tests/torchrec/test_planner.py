@@ -376,3 +376,21 @@ def test_optimizer_state_of_fused_params_is_counted():
     apply_optimizer_in_backward(torch.optim.Adam, counted.parameters(), {"lr": 0.1})
     tables, _ = planner._tables(counted, [sgd])
     assert planner._storage(tables[0], [64]) == [526336.0 + 512000.0]
+
+
+def test_the_users_batch_reaches_the_costs():
+    # models whose data was measured at global batch 1024: per-rank 16, 512 and 8192 on 2 ranks cost the plan
+    # at 32, 1024 and 16384 (without a batch: the models' own, as 512 per rank is here)
+    import copy
+
+    models = copy.deepcopy(random_models(2, 3))
+    for m in (models.compute, models.fw, models.bw):
+        m.checkpoint_extra = {"batch": {"ref": 1024, "sizes": [1024]}}
+    costs = {}
+    for batch in (16, 512, 8192, None):
+        planner = NeuroShardPlanner(topology(), models=models, batch_size=batch, alg="size_greedy")
+        planner.plan(TwoCollections(), sharders())
+        costs[batch] = planner.last_result.cost_ms
+        outside = [w for w in planner.last_result.warnings if "extrapolated by lookup volume" in w]
+        assert bool(outside) == (batch in (16, 8192))
+    assert costs[512] == pytest.approx(costs[None]) and len({costs[16], costs[512], costs[8192]}) == 3

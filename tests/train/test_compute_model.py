@@ -129,3 +129,19 @@ def test_missing_or_tiny_data_is_an_input_error(tmp_path):
     write_compute_data(tmp_path / "d", tables, list(zip(sets, costs)))
     with pytest.raises(InputError, match="at least 3 samples"):
         train_compute_model(tmp_path / "d", TrainConfig(), tmp_path / "m.pt")
+
+
+def test_a_sample_at_another_batch_reads_its_tables_at_that_lookup_volume():
+    from neuroshard.formats.cost_data import ComputeSample
+    from neuroshard.train.compute_model import sample_tensors
+
+    bins = (1.0,) + (0.0,) * 16
+    configs = [TableConfig(1000, 4.0, bins, dim=16), TableConfig(100, 1.0, bins, dim=8)]
+    samples = [ComputeSample((0, 1), 1.0, 1024), ComputeSample((0,), 2.0, 256), ComputeSample((1,), 3.0)]
+    x, mask, y, tables, shards = sample_tensors(configs, samples, ref=1024)
+    # ratio 0.25 first (sorted), then 1.0: the 256-batch sample reads table 0 at pooling 1.0
+    assert [t.pooling_factor for t in tables] == [1.0, 0.25, 4.0, 1.0]
+    assert shards == [[2, 3], [0], [3]]
+    assert x[1, 0, 2].item() == 1.0 and x[1, 0, 3].item() == 16.0  # pooling, dim x pooling
+    assert x[0, 0, 2].item() == 4.0 and y.tolist() == [1.0, 2.0, 3.0]
+    assert mask.tolist() == [[True, True], [True, False], [True, False]]

@@ -27,7 +27,10 @@ class CostModels:
     all-to-all ms, both trained for `ndevices` devices (checked here once).
     `runtime`: None for the paper's execution (DESIGN §7), or a
     `torchrec_runtime.TorchRecRuntimeModel`: plans are then simulated and
-    searched for TorchRec's execution (`--runtime torchrec`).
+    searched for TorchRec's execution (`--runtime torchrec`). `batch`: the
+    global batch plans are costed at (`at_batch`): each model reads its
+    inputs at their volume at that batch, relative to the batch its data was
+    measured at (`batch_ratios`, `features.batch_scaled`).
     """
 
     compute: Any
@@ -35,6 +38,7 @@ class CostModels:
     bw: Any
     noise: Any = None  # uncertainty.NoiseModel; None: from the checkpoints' noise floors (or none)
     runtime: Any = None
+    batch: int | None = None  # the global batch plans are costed at (`at_batch`); None: the models' own
 
     def __post_init__(self):
         for name, model, kind in (("fw", self.fw, "fw"), ("bw", self.bw, "bw")):
@@ -91,6 +95,27 @@ class CostModels:
             parts[name] = model
         return replace(self, **parts)
 
+    def at_batch(self, batch: int | None) -> "CostModels":
+        """These models costing plans at global batch `batch` (None: at the batch their data was measured
+        at). ConfigError for a batch that is not an integer >= 1."""
+        from dataclasses import replace
+
+        if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or batch < 1):
+            raise ConfigError("batch_size", f"expected a global batch >= 1, got {batch!r}")
+        return self if batch == self.batch else replace(self, batch=batch)
+
+    @property
+    def batch_ratios(self) -> tuple[float, float]:
+        """(compute, comm): the planning batch over the batch each model's data was measured at (1.0 without
+        a planning batch, or for a model that does not record its batch)."""
+        if self.batch is None:
+            return 1.0, 1.0
+        out = []
+        for model in (self.compute, self.fw):
+            ref = model_batches(model)[0]
+            out.append(self.batch / ref if ref else 1.0)
+        return out[0], out[1]
+
     @property
     def ndevices(self) -> int:
         """The device count the comm models were trained for."""
@@ -128,6 +153,27 @@ class CostModels:
         """Load three checkpoints; the comm models must be trained for `ndevices` devices."""
         return cls(load_compute_model(compute), load_comm_model(fw, ndevices, "fw"),
                    load_comm_model(bw, ndevices, "bw"))
+
+
+def model_batches(model) -> tuple[int | None, list[int]]:
+    """(the reference batch, the batches its data covers) a model's checkpoint records ("batch" in its
+    extra); for a checkpoint written before it did, the batch in its data dir's config.json if that dir is
+    still there; (None, []) when unknown."""
+    extra = getattr(model, "checkpoint_extra", None) or {}
+    rec = extra.get("batch")
+    if isinstance(rec, dict) and isinstance(rec.get("ref"), int):
+        return rec["ref"], [int(b) for b in rec.get("sizes") or [rec["ref"]]]
+    data_dir = extra.get("data_dir")
+    if isinstance(data_dir, str) and Path(data_dir, "config.json").exists():
+        from neuroshard.formats.cost_data import collection_batch
+
+        try:
+            ref = collection_batch(data_dir)
+        except NeuroShardError:
+            ref = None
+        if ref is not None:
+            return ref, [ref]
+    return None, []
 
 
 def noise_floor_sd(model) -> float:

@@ -5,8 +5,10 @@ on. Each checkpoint records the ranges of its training data (`ranges` in its
 extra, written by `train`): for the compute model, the tables' rows, pooling
 factors and dims and the shards' table counts and dim sums; for the comm
 models, the per-device dim sums and start delays. `warnings` lists, per
-table and per device, every feature of a plan outside those ranges, so a
-user planning 40 M-row tables with models trained on 1 M rows is told so.
+table and per device, every feature of a plan outside those ranges (read at
+the batch the plan is costed at, `CostModels.at_batch`), and a batch
+outside the batches the models' data covers, so a user planning 40 M-row
+tables with models trained on 1 M rows is told so.
 Models trained before the ranges were recorded give no warnings.
 """
 
@@ -38,6 +40,28 @@ def comm_ranges(samples) -> dict:
     return {"dim_sum": [min(dims), max(dims)], "sleep": [min(sleeps), max(sleeps)]}
 
 
+def batch_warnings(models) -> list[str]:
+    """A line per model whose data does not cover the batch the plan is costed at (`CostModels.batch`): one
+    measured at other batches is read at the batch's lookup volume (extrapolated), one that does not record
+    its batch cannot be moved to another (its estimate is for its own batch)."""
+    from neuroshard.planner.costs.cost_models import model_batches
+
+    batch = getattr(models, "batch", None)
+    if batch is None:
+        return []
+    out = []
+    for what, model in (("compute", models.compute), ("comm", models.fw)):
+        ref, sizes = model_batches(model)
+        if ref is None:
+            out.append(f"the {what} model does not record the batch of its data: its estimate is for that batch, "
+                       f"not for batch {batch}")
+        elif not min(sizes) <= batch <= max(sizes):
+            covered = f"batch {sizes[0]}" if len(sizes) == 1 else f"batches {min(sizes)}-{max(sizes)}"
+            out.append(f"the {what} model's data was measured at {covered}: at batch {batch} its estimate is "
+                       "extrapolated by lookup volume")
+    return out
+
+
 def _ranges(model) -> dict:
     extra = getattr(model, "checkpoint_extra", None) or {}
     return extra.get("ranges") or {}
@@ -57,12 +81,13 @@ def warnings(tables: Sequence[ShardTable], plan: Plan, breakdown: CostBreakdown,
     models were trained on (`tables`: before splits; `breakdown`: the plan's simulation; `names`: the
     tables' names, by position, else "table <i>")."""
     label = (lambda i: names[i]) if names is not None else (lambda i: f"table {i}")
-    out = []
+    out = batch_warnings(models)
     comp = _ranges(models.compute)
+    rc, rm = models.batch_ratios if hasattr(models, "batch_ratios") else (1.0, 1.0)
     what = {"rows": "rows", "pooling": "pooling factor"}
     for t in tables:
         bad = []
-        for key, value in (("rows", t.config.row), ("pooling", t.config.pooling_factor)):
+        for key, value in (("rows", t.config.row), ("pooling", t.config.pooling_factor * rc)):
             if _outside(value, comp.get(key)):
                 lo, hi = comp[key]
                 bad.append(f"{what[key]} {_fmt(value)} (trained on {_fmt(lo)}-{_fmt(hi)})")
@@ -86,8 +111,9 @@ def warnings(tables: Sequence[ShardTable], plan: Plan, breakdown: CostBreakdown,
         if comp.get("shard_tables") and len(shard) > comp["shard_tables"][1]:
             bad.append(f"compute: {len(shard)} tables (trained on at most {comp['shard_tables'][1]})")
         comm = fw.get("dim_sum") or bw.get("dim_sum")
-        if _outside(dim_sum, comm):
-            bad.append(f"comm: dim sum {dim_sum} (trained on {comm[0]}-{comm[1]})")
+        if _outside(dim_sum * rm, comm):
+            at = "" if rm == 1.0 else f", {_fmt(dim_sum * rm)} at the data's batch"
+            bad.append(f"comm: dim sum {dim_sum}{at} (trained on {comm[0]}-{comm[1]})")
         if fw.get("sleep") and breakdown.skew and len(breakdown.skew) > d and breakdown.skew[d] > fw["sleep"][1]:
             bad.append(f"forward comm: start delay {breakdown.skew[d]:.1f} ms (trained on at most "
                        f"{fw['sleep'][1]:g} ms)")

@@ -257,16 +257,18 @@ class CostEnsemble(nn.Module):
 # --------------------------------------------------------------------------- hand-set models
 
 
-def linear_compute_model(per_dim: float, base: float) -> ComputeCostModel:
+def linear_compute_model(per_dim: float, base: float, per_lookup: float = 0.0) -> ComputeCostModel:
     """A compute model with known costs, for tests and benchmarks: a shard costs
-    `base + per_dim * (sum of its dims)` ms, an empty shard 0 (feature 0 is the dim)."""
+    `base + per_dim * (sum of its dims) + per_lookup * (sum of dim x pooling factor)` ms, an empty shard 0
+    (features 0 and 3 are the dim and dim x pooling)."""
     m = ComputeCostModel(torch.zeros(NUM_FEATURES), torch.ones(NUM_FEATURES), target_scale=1.0)
     with torch.no_grad():
         for p in m.parameters():
             p.zero_()
         m.table_mlp[0].weight[0, 0] = m.table_mlp[2].weight[0, 0] = 1.0  # embedding[0] = dim
-        m.head[0].weight[0, 0] = 1.0  # hidden[0] = sum of dims
-        m.head[2].weight[0, 0], m.head[2].bias[0] = per_dim, base
+        m.table_mlp[0].weight[1, 3] = m.table_mlp[2].weight[1, 1] = 1.0  # embedding[1] = dim x pooling
+        m.head[0].weight[0, 0] = m.head[0].weight[1, 1] = 1.0  # hidden[0], [1]: their sums
+        m.head[2].weight[0, 0], m.head[2].weight[0, 1], m.head[2].bias[0] = per_dim, per_lookup, base
     return m.eval()
 
 

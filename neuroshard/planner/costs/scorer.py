@@ -17,7 +17,7 @@ from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
-from neuroshard.planner.costs.features import feature_matrix
+from neuroshard.planner.costs.features import batch_scaled, feature_matrix
 from neuroshard.types.errors import NeuroShardError
 from neuroshard.types.tables import TableConfig
 
@@ -522,23 +522,51 @@ def _make_scorer(cm, fw, bw):
     return PlanScorer(cm, fw, bw)
 
 
-def get_scorer(models) -> PlanScorer | EnsembleScorer:
+class BatchScaledScorer:
+    """A scorer costing plans at another batch than its models' data (`CostModels.at_batch`): tables are
+    embedded at `compute_ratio` times their pooling (`features.batch_scaled`) and the exchanges' dim sums
+    read at `comm_ratio` times (the bytes of a pooled all-to-all are batch x dims); all else is the base
+    scorer's."""
+
+    def __init__(self, base, compute_ratio: float, comm_ratio: float):
+        self.base, self.compute_ratio, self.comm_ratio = base, float(compute_ratio), float(comm_ratio)
+
+    def __getattr__(self, name):
+        return getattr(self.base, name)
+
+    def embed(self, configs: Sequence[TableConfig]) -> np.ndarray:
+        return self.base.embed(batch_scaled(configs, self.compute_ratio))
+
+    def comm(self, dims: np.ndarray, compute: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return self.base.comm(np.asarray(dims, dtype=np.float64) * self.comm_ratio, compute)
+
+    def comm_members(self, dims: np.ndarray, compute: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return self.base.comm_members(np.asarray(dims, dtype=np.float64) * self.comm_ratio, compute)
+
+
+def get_scorer(models) -> PlanScorer | EnsembleScorer | BatchScaledScorer:
     """The scorer of a `CostModels` bundle (an `EnsembleScorer` when a model is an ensemble), cached per
-    model triple.
+    model triple; wrapped in a `BatchScaledScorer` when the bundle costs plans at another batch than its
+    data's (`CostModels.batch_ratios`).
 
     The cache assumes the models' weights do not change after first use.
     """
     if models is None:
         raise NeuroShardError("the simulator needs a compute, a forward and a backward cost model")
     cm, fw, bw = models.compute, models.fw, models.bw
+    ratios = models.batch_ratios if hasattr(models, "batch_ratios") else (1.0, 1.0)
     try:
         per_model = _SCORERS.setdefault(cm, {})
     except TypeError:  # not weak-referenceable: no caching
-        return _make_scorer(cm, fw, bw)
+        return _at_batch(_make_scorer(cm, fw, bw), ratios)
     key = (id(fw), id(bw))
     hit = per_model.get(key)
     if hit is None or hit.fw_model is not fw or hit.bw_model is not bw:
         hit = per_model[key] = _make_scorer(cm, fw, bw)
-    return hit
+    return _at_batch(hit, ratios)
+
+
+def _at_batch(scorer, ratios: tuple[float, float]):
+    return scorer if ratios == (1.0, 1.0) else BatchScaledScorer(scorer, *ratios)
 
 

@@ -97,6 +97,9 @@ def test_hand_set_linear_models_compute_their_formulas():
     cm = linear_compute_model(0.01, 0.5)
     configs = [TableConfig(1000, 2.0, BINS, dim=d) for d in (16, 64, 8)]
     np.testing.assert_allclose(cm.predict_sets(configs, [[0, 1], [], [2]]), [0.5 + 0.8, 0.0, 0.5 + 0.08], rtol=1e-6)
+    lookups = linear_compute_model(0.01, 0.5, per_lookup=0.001)  # + 0.001 x dim x pooling (2.0 here)
+    np.testing.assert_allclose(lookups.predict_sets(configs, [[0, 1], [2]]), [0.5 + 0.8 + 0.16, 0.5 + 0.08 + 0.016],
+                               rtol=1e-6)
     w = np.array([[0.02, 0.0, 0.5, 0.0], [0.001, 0.03, 0.0, 0.5]])
     fw = linear_comm_model("fw", 2, w, [0.1, 0.2])
     dims, sleeps = np.array([[64.0, 32.0]]), np.array([[2.0, 0.0]])
@@ -210,3 +213,45 @@ def test_scaled_models_multiply_each_part_and_leave_the_originals():
     assert models.scaled() is models
     with pytest.raises(ConfigError, match="fw scale: must be a positive number, got 0"):
         models.scaled(fw=0)
+
+
+def test_the_batch_scales_the_lookups_and_the_exchanged_bytes():
+    """Models whose data was measured at batch 4096, costing a plan at 512 and 8192: the compute model reads
+    each table at 1/8 and 2x its pooling, the comm models the dim sums at 1/8 and 2x (by hand: compute =
+    0.5 + 0.01 x dims + 0.001 x dim x pooling x r, bw = 0.1 + 0.02 x dims x r)."""
+    from neuroshard.planner.costs.cost_models import CostModels
+    from neuroshard.planner.simulator import simulate
+    from neuroshard.problem import Problem
+    from neuroshard.types.plan import Plan
+    from neuroshard.types.tables import ShardTable
+
+    models = CostModels(linear_compute_model(0.01, 0.5, per_lookup=0.001),
+                        linear_comm_model("fw", 2, np.hstack([0.02 * np.eye(2), 0.0 * np.eye(2)]), [0.1, 0.1]),
+                        linear_comm_model("bw", 2, 0.02 * np.eye(2), [0.1, 0.1]))
+    for m in (models.compute, models.fw, models.bw):
+        m.checkpoint_extra = {"batch": {"ref": 4096, "sizes": [4096]}}
+    tables = [ShardTable(0, 0, TableConfig(1000, 10.0, BINS, dim=64)), ShardTable(1, 1, TableConfig(1000, 2.0, BINS,
+                                                                                                     dim=32))]
+    plan = Plan((), ((0,), (1,)))
+    costs = {}
+    for batch, r in ((None, 1.0), (512, 1 / 8), (8192, 2.0)):
+        bd = simulate(tables, plan, models.at_batch(batch), Problem(2, 1.0))
+        compute = [0.5 + 0.64 + 0.001 * 640 * r, 0.5 + 0.32 + 0.001 * 64 * r]
+        comm = [0.1 + 0.02 * 64 * r, 0.1 + 0.02 * 32 * r]
+        np.testing.assert_allclose(bd.compute, compute, rtol=1e-5)
+        np.testing.assert_allclose(bd.bw_comm, comm, rtol=1e-5)
+        costs[batch] = bd.cost
+    assert costs[512] < costs[None] < costs[8192]
+    assert models.at_batch(8192).batch_ratios == (2.0, 2.0) and models.batch_ratios == (1.0, 1.0)
+    # a model that does not record its batch is not moved, and says so
+    from neuroshard.planner.costs.extrapolation import batch_warnings
+
+    models.compute.checkpoint_extra = {}
+    assert models.at_batch(8192).batch_ratios == (1.0, 2.0)
+    assert batch_warnings(models.at_batch(8192)) == [
+        "the compute model does not record the batch of its data: its estimate is for that batch, not for batch "
+        "8192",
+        "the comm model's data was measured at batch 4096: at batch 8192 its estimate is extrapolated by lookup "
+        "volume"]
+    with pytest.raises(Exception, match="batch_size: expected a global batch >= 1, got 0"):
+        models.at_batch(0)
