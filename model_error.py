@@ -34,21 +34,28 @@ def parse_args(argv=None):
     add_flag(p, "results", required=True, help="eval.py's results.json (measured plans)")
     Problem.add_args(p, skip=("seed",), helps={"ndevices": "devices of the plans", "max_mem": "memory per device in "
                                                "GB the plans were made for"})
-    p.add_argument("--model_set", action="append", required=True, metavar="LABEL=DIR",
-                   help="a set of cost models: a folder with compute.pt and comm_<n>_fw.pt / _bw.pt (repeatable)")
+    p.add_argument("--model_set", action="append", required=True, metavar="LABEL=DIR|FILE.json",
+                   help="a set of cost models: a folder with compute.pt and comm_<n>_fw.pt / _bw.pt, or a fitted "
+                        "TorchRec estimator (fit_torchrec_estimator.py's JSON) (repeatable)")
     add_flag(p, "out_path", help="JSON output (default: model_error.json beside --results)")
     return p.parse_args(argv)
 
 
 def model_sets(specs, ndevices: int) -> dict:
-    """{label: (compute, fw, bw) paths} from LABEL=DIR flags, checked."""
+    """{label: (compute, fw, bw) paths, or (the fitted estimator's path,)} from LABEL=DIR (or LABEL=FILE.json, a
+    fitted TorchRec estimator) flags, checked."""
     out = {}
     for spec in specs:
         label, sep, folder = spec.partition("=")
         if not sep or not label or not folder:
-            raise ConfigError("--model_set", f"expected LABEL=DIR, got {spec!r}")
+            raise ConfigError("--model_set", f"expected LABEL=DIR or LABEL=FILE.json, got {spec!r}")
         if label in out:
             raise ConfigError("--model_set", f"label {label!r} given twice")
+        if folder.endswith(".json"):
+            if not Path(folder).is_file():
+                raise ConfigError("--model_set", f"{label}: {folder} not found")
+            out[label] = (Path(folder),)
+            continue
         paths = tuple(Path(folder) / name for name in ("compute.pt", f"comm_{ndevices}_fw.pt",
                                                        f"comm_{ndevices}_bw.pt"))
         missing = [str(x) for x in paths if not x.is_file()]
@@ -64,6 +71,7 @@ def main(argv=None) -> int:
     from neuroshard.formats.dataset import read_table_configs
     from neuroshard.formats.plan_file import read_measured_plans
     from neuroshard.formats.task_file import read_tasks
+    from neuroshard.planner.costs.analytic import AnalyticModel
     from neuroshard.planner.costs.cost_models import CostModels
 
     problem = Problem.from_args(args)
@@ -73,7 +81,8 @@ def main(argv=None) -> int:
     configs = read_table_configs(Path(args.data_dir) / "table_configs.json")
     tasks = read_tasks(args.task_path, num_tables=len(configs))
     records = read_measured_plans(args.results, tasks, configs, args.task_path)
-    models = {label: CostModels.from_paths(*paths, problem.ndevices) for label, paths in sets.items()}
+    models = {label: CostModels.analytic_models(AnalyticModel.load(paths[0], problem.ndevices)) if len(paths) == 1
+              else CostModels.from_paths(*paths, problem.ndevices) for label, paths in sets.items()}
     errors = model_error(records, tasks, configs, models, problem)
     pct = lambda x: "-" if x is None else f"{100 * x:.1f}%"  # noqa: E731
     print("| models | plans | plan MAPE | expected | compute | bw comm | fw comm | ready spread est / hw (ms) | "

@@ -42,8 +42,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     Problem.add_args(p, skip=("max_mem",))  # the ranks the plans were trained on; the seed of the held-out tasks
     add_flag(p, "batch_size", help="global batch the plans were trained with (default: the collection's, else the "
                                    "dataset's)")
-    p.add_argument("--test_share", type=float, default=0.25,
-                   help="share of the tasks held out to measure the error on unseen tasks (default: 0.25)")
+    add_flag(p, "test_share", help="share of the tasks held out to measure the error on unseen tasks")
     add_flag(p, "out_path", required=True,
              help="where to write the model (JSON; its fit's report beside it), or with --model the report")
     p.add_argument("--check_results", default=None,

@@ -63,8 +63,8 @@ def __getattr__(name):
     raise AttributeError(f"module 'neuroshard' has no attribute {name!r}")
 
 __all__ = [
-    "CostModels", "Problem", "TableConstraints", "shard", "ShardResult", "tables_from_task", "read_dataset_configs", "read_tasks",
-    "read_plans", "write_plans", "register", "algorithm_names", "get_sharder", "ShardingContext", "TableConfig", "Task",
-    "ShardTable", "Plan", "PlanRecord", "CostBreakdown", "DEFAULT_BINS", "NeuroShardError", "InputError", "ConfigError",
-    "OutOfMemoryError", "InvalidPlanError",
+    "CostModels", "Problem", "TableConstraints", "shard", "ShardResult", "tables_from_task", "read_dataset_configs",
+    "read_tasks", "read_plans", "write_plans", "register", "algorithm_names", "get_sharder", "ShardingContext",
+    "TableConfig", "Task", "ShardTable", "Plan", "PlanRecord", "CostBreakdown", "DEFAULT_BINS", "NeuroShardError",
+    "InputError", "ConfigError", "OutOfMemoryError", "InvalidPlanError",
 ]

@@ -91,6 +91,8 @@ FLAGS: dict[str, dict] = {
     "plan_data_dir": {"default": None, "help": "on-policy cost data (collect_plan_cost_data.py's out_dir/compute "
                                                "or /comm) to train on as well"},
     "plans": {"default": None, "help": "a plans file (eval_simulator.py's plans.json)"},
+    "test_share": {"default": 0.25, "type": float, "help": "share of the samples held out to measure the fit's "
+                                                           "error on unseen ones"},
     "results": {"default": None, "help": "an evaluation's results.json (measured plans)"},
     "tables": {"default": None, "help": "the user's table list: CSV (with header) or JSON list: name, rows, dim, "
                                         "pooling_factor[, bin_0..bin_16]"},

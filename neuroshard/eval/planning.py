@@ -30,6 +30,7 @@ from neuroshard.planner.costs.cost_models import (
 from neuroshard.planner.costs.scorer import get_scorer
 from neuroshard.planner.registry import (
     algorithm_names,
+    in_all,
     missing_requirement,
     options_for,
     prepare,
@@ -152,7 +153,8 @@ def load_inputs(data_dir, task_path, compute_model, fw_comm_model, bw_comm_model
 
 
 def resolve_algs(alg: str, options: dict | None = None) -> list[str]:
-    """`--alg` value -> algorithm names: "all" is every registered one; a comma list is allowed.
+    """`--alg` value -> algorithm names: "all" is every registered one; a comma list is allowed (with "all" in
+    it: every one "all" names and the others).
 
     "all" leaves out the algorithms whose optional package is not installed
     (named in a warning) and those whose required option (a learned sharder's
@@ -161,18 +163,19 @@ def resolve_algs(alg: str, options: dict | None = None) -> list[str]:
     error when it runs.
     """
     names = algorithm_names()
-    if alg == "all":
+    algs = [a.strip() for a in alg.split(",") if a.strip()]
+    unknown = [a for a in algs if a not in names and a != "all"]
+    if not algs or unknown:
+        raise NeuroShardError(f"--alg: unknown algorithm {', '.join(unknown) or repr(alg)}; "
+                              f"choose from all, {', '.join(names)}")
+    if "all" in algs:  # "all" among others (e.g. all,torchrec_neural): every one "all" names, then the others
         missing = {n: missing_requirement(n) for n in names}
         for n, module in missing.items():
             if module:
                 print(f"warning: --alg all: skipping {n}: {module} is not installed", file=sys.stderr)
-        return [n for n in names if not missing[n]
-                and (required_option(n) is None or (options or {}).get(required_option(n)))]
-    algs = [a.strip() for a in alg.split(",") if a.strip()]
-    unknown = [a for a in algs if a not in names]
-    if not algs or unknown:
-        raise NeuroShardError(f"--alg: unknown algorithm {', '.join(unknown) or repr(alg)}; "
-                              f"choose from all, {', '.join(names)}")
+        every = [n for n in names if not missing[n] and in_all(n)
+                 and (required_option(n) is None or (options or {}).get(required_option(n)))]
+        algs = [x for a in algs for x in (every if a == "all" else [a])]
     return list(dict.fromkeys(algs))
 
 
@@ -319,7 +322,7 @@ def plans_from_file(path, inputs: EvalInputs, task_path, alg: str,
                                        f"{mismatch} (plans made for another task file?)")
     records = [r for r in records if r.task < len(inputs.tasks)]
     algs = list(dict.fromkeys(r.alg for r in records))
-    if alg != "all":
+    if "all" not in [a.strip() for a in alg.split(",")]:  # "all" (alone or with others): every plan of the file
         wanted = resolve_algs(alg)
         records = [r for r in records if r.alg in wanted]
         algs = [a for a in wanted if a in algs]

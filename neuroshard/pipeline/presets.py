@@ -77,6 +77,10 @@ class Preset:
     # algorithms' plans on this many more tasks of the same generator (another seed), not measured (0: off; off
     # with --refine too: refined plans are chosen by measurement, the unmeasured are not)
     unmeasured_tasks: int = 0
+    # the cost-model ablation: TorchRec's estimator fitted to the same cost data (step 4j), and search x cost
+    # model planned and measured: NeuroShard's search on it (neuroshard_fitted), TorchRec's planner on it
+    # (torchrec_fitted) and on the neural models (torchrec_neural), beside neuroshard and torchrec
+    ablation: bool = False
     # phase 7 (opt-in, --torchrec_train): the plans of the first tasks trained with TorchRec. Rounds rather than
     # iterations: on 2 shared cores two rounds of a plan differ more than the median of its iterations is uncertain
     torchrec_tasks: int = 3
@@ -101,7 +105,7 @@ PRESETS = {
                                    "--num_cost_updates", "2", "--cost_batch_size", "32"),
                    eval_tasks=2, eval_warmup=1, eval_iters=2, eval_repeats=2, drift_samples=4, ensemble=2,
                    onpolicy_tasks=2, plus_lambdas="0,1", torchrec_tasks=2, torchrec_warmup=1, torchrec_iters=3,
-                   torchrec_repeats=2, refine=2, refine_repeats=1),
+                   torchrec_repeats=2, refine=2, refine_repeats=1, ablation=True),
     # `make demo`: the whole pipeline on CPU within 15 minutes, install included, on the default synthetic
     # dataset of gen_dlrm_data.py. The comm batch equals the dataset's, as eval.py uses it. 600 tables, not
     # fewer: the compute model generalises to unseen tables with the number of distinct tables it trains on,
@@ -113,7 +117,7 @@ PRESETS = {
                     iters=7, noise_samples=40, epochs=1000, policy_tasks=50, dreamshard_args=(),
                     autoshard_args=(), eval_tasks=10, eval_warmup=3, eval_iters=5, eval_repeats=2, drift_samples=20,
                     ensemble=3, onpolicy_tasks=2, spread_dist="log", unmeasured_tasks=40,
-                    algs="neuroshard,neuroshard_plus,size_lookup_greedy,torchrec,dreamshard,autoshard"),
+                    algs="neuroshard,neuroshard_plus,size_lookup_greedy,torchrec,dreamshard,autoshard", ablation=True),
     # The paper's setting on the public dataset and GPUs (DESIGN §2 defaults: 4 GB per GPU, T from 10 to 60,
     # 100 tasks, batch 65536); run once with 4 and once with 8 GPUs.
     "paper": Preset("paper", Problem(ndevices=4, max_mem=4.0), max_dim=128, num_tables=856, batch_size=65536,

@@ -584,6 +584,39 @@ def _plots(out: Path, sim: Summary | None, hw: Summary | None) -> list[str]:
     return made
 
 
+def ablation_lines(out: Path, records: list[PlanRecord] | None) -> tuple[list[str], dict | None]:
+    """Markdown on the cost-model ablation (`eval.ablation`: search x cost model, measured) and the fitted
+    estimator's own error; the figures for config.json. Nothing without the ablation's plans."""
+    from neuroshard.eval.ablation import ablation
+
+    result = ablation(records) if records else None
+    if result is None:
+        return [], None
+    cell = lambda a: (f"{_ms(result.cells[a].mean)} [{_ms(result.cells[a].lo)}, {_ms(result.cells[a].hi)}]"  # noqa: E731
+                      if a in result.cells else "–")
+    lines = ["", "## Cost model against search", "",
+             "NeuroShard's search and TorchRec's planner, each pricing plans with the pre-trained neural cost "
+             "models and with TorchRec's own estimator whose coefficients were fitted by least squares to the same "
+             f"cost data (step 4j); every cell's plans measured on hardware (mean ms over the {result.tasks} tasks "
+             "all of them planned, 95% intervals).", "",
+             "| search \\ cost model | neural | fitted analytic | TorchRec's defaults |", "|---|---|---|---|",
+             f"| NeuroShard's search | {cell('neuroshard')} | {cell('neuroshard_fitted')} | – |",
+             f"| TorchRec's planner | {cell('torchrec_neural')} | {cell('torchrec_fitted')} | {cell('torchrec')} |",
+             "", "Effects (the second's cost over the first's, paired by task and round; positive: the first is "
+             "cheaper):", ""]
+    for e in result.effects:
+        lines.append(f"- {e.name}: `{e.base}` against `{e.other}`: {_pct(e.gain)} [{_pct(e.gain_lo)}, "
+                     f"{_pct(e.gain_hi)}], **{e.verdict}**")
+    est = next(iter(sorted((out / "models").rglob("torchrec_estimator_*.json"))), None)
+    fit = (_load(est) or {}).get("fit") if est else None
+    if fit:
+        c, m = fit["compute"], fit["comm"]
+        lines.append(f"- The fitted estimator on held-out shards of its data: compute MAPE {100 * c['test_mape']:.1f}% "
+                     f"(Spearman {c['test_spearman']:.3f}), exchanges {100 * m['mape']:.1f}%; on the evaluation's "
+                     "measured plans: the `fitted` row of the model-error table.")
+    return lines, {**result.to_json(), "fit": fit}
+
+
 def write_report(out, preset, steps: list[dict], seconds: float, study: tuple[int, int] | None = None) -> Path:
     """Write report.md, plots/*.png and config.json into `out`; returns the report's path. `study`: the
     study preset's tasks x repeats, named beside the power line."""
@@ -593,7 +626,8 @@ def write_report(out, preset, steps: list[dict], seconds: float, study: tuple[in
     models_md, model_rows = model_table(out)
     plots = _plots(out, sim, hw)
     text = [f"# NeuroShard report — preset `{preset.name}`", "",
-            f"{preset.problem.ndevices} devices, {preset.problem.max_mem} GB each; tasks of "
+            f"{preset.problem.ndevices} devices, {preset.problem.mem_text}"
+            f"{' each' if preset.problem.uniform else ''}; tasks of "
             f"{preset.t_range.replace(',', '–')} "
             f"tables. The steps took {sum(st['seconds'] for st in steps):.0f} s when they ran "
             f"(this run: {seconds:.0f} s; up-to-date steps are skipped). Every command is listed at the end.", "",
@@ -616,6 +650,8 @@ def write_report(out, preset, steps: list[dict], seconds: float, study: tuple[in
         text += lines
         lines, anchors = anchor_lines(out / "hw", records)
         text += lines
+    ablation_md, ablation_fig = ablation_lines(out, records)
+    text += ablation_md
     refine_md, refine = refine_lines(records)
     text += refine_md
     trec_lines, trec = torchrec_lines(out)
@@ -651,5 +687,6 @@ def write_report(out, preset, steps: list[dict], seconds: float, study: tuple[in
                                             "versions": library_versions(), "models": model_rows,
                                             "learned": learned_rows, "verdicts": verdicts, "drift": drift,
                                             "anchors": anchors, "onpolicy": onpolicy, "refine": refine,
+                                            "ablation": ablation_fig,
                                             "torchrec_train": trec})
     return report

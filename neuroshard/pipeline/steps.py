@@ -167,11 +167,21 @@ def task_flags(run: Run, dest: Path, count: int, seed: int) -> dict:
             **run.problem_flags(seed=seed), "max_dim": p.max_dim}
 
 
+ABLATION_ALGS = ("neuroshard_fitted", "torchrec_fitted", "torchrec_neural")
+
+
 def evaluation_flags(run: Run, task_dir: Path, count: int) -> dict:
-    """The flags of the planning and measuring steps, for the first `count` tasks of `task_dir`."""
+    """The flags of the planning and measuring steps, for the first `count` tasks of `task_dir`: the preset's
+    algorithms (and the ablation's cells, with the fitted estimator they need)."""
     lay = run.layout
-    flags = {"data_dir": lay.dataset, "task_path": task_dir / "data.txt", **run.models(), "alg": run.preset.algs,
-             **run.problem_flags(), "max_tasks": count, "calibration": lay.calibration}
+    algs = run.preset.algs
+    extra = {}
+    if run.preset.ablation:
+        have = algs.split(",")
+        algs = ",".join([*have, *(a for a in ABLATION_ALGS if a not in have)])
+        extra = {"torchrec_estimator": _estimator(run)}
+    flags = {"data_dir": lay.dataset, "task_path": task_dir / "data.txt", **run.models(), "alg": algs,
+             **run.problem_flags(), "max_tasks": count, "calibration": lay.calibration, **extra}
     return flags | {f"{a}_policy": lay.models / f"{a}.pt" for a in run.learned}
 
 
@@ -336,6 +346,15 @@ STEPS: list[StepSpec] = [
     StepSpec("4i", "AutoShard policy", "train_autoshard.py", lambda r: [r.layout.train_tasks / "data.txt"],
              lambda r: [r.layout.models / "autoshard.pt"], lambda r: _policy_flags(r, "autoshard"),
              when=lambda r: "autoshard" in r.learned, extra=lambda r: r.preset.autoshard_args),
+    # TorchRec's estimator fitted to the same cost data as the models the evaluation plans with: the analytic
+    # rival of the cost-model ablation
+    StepSpec("4j", "TorchRec's estimator fitted to the same cost data", "fit_torchrec_estimator.py",
+             lambda r: [r.layout.compute_data, r.layout.comm_data] + ([r.layout.plan_data] if r.onpolicy else []),
+             lambda r: [_estimator(r)],
+             lambda r: {"data_dir": r.layout.compute_data, "comm_data_dir": r.layout.comm_data,
+                        "plan_data_dir": r.layout.plan_data if r.onpolicy else None, "out_path": _estimator(r),
+                        "seed": r.problem.seed},
+             when=lambda r: r.preset.ablation),
     # 5: planning. Just before it, the machine's speed now: the planning and measuring steps scale the models by
     # it (--calibration)
     *remeasure("5a", "calibration", lambda r: r.layout.calibration),
@@ -365,7 +384,8 @@ STEPS: list[StepSpec] = [
              lambda r: [r.layout.hw / "results.json"], lambda r: [r.layout.hw / "model_error.json"],
              lambda r: {"data_dir": r.layout.dataset, "task_path": r.layout.tasks / "data.txt",
                         "results": r.layout.hw / "results.json", **r.problem_flags("seed"),
-                        "model_set": [f"random={r.layout.models}", f"onpolicy={r.layout.onpolicy_models}"],
+                        "model_set": [f"random={r.layout.models}", f"onpolicy={r.layout.onpolicy_models}",
+                                      *([f"fitted={_estimator(r)}"] if r.preset.ablation else [])],
                         "out_path": r.layout.hw / "model_error.json"},
              when=_onpolicy),
     # 7 (--torchrec_train): TorchRec's runtime. Plans of training tasks trained in TorchRec, a cost model fitted to
@@ -442,6 +462,10 @@ def _powered(run: Run) -> dict:
 def _training(run: Run) -> dict:
     p = run.preset
     return {"warmup": p.torchrec_warmup, "iters": p.torchrec_iters, "seed": run.problem.seed, **run.device()}
+
+
+def _estimator(run: Run) -> Path:
+    return run.layout.models_of(run.onpolicy) / f"torchrec_estimator_{run.problem.ndevices}.json"
 
 
 def _runtime_model(run: Run) -> Path:

@@ -53,7 +53,8 @@ Sharder = Callable[[Sequence[ShardTable], Problem, "ShardingContext"], Plan]
 ENTRY_POINT_GROUP = "neuroshard.sharders"
 # The order in which `--alg all` runs and reports algorithms (DESIGN §2); others follow, sorted.
 _ORDER = ["neuroshard", "random", "dim_greedy", "lookup_greedy", "size_greedy", "size_lookup_greedy",
-          "torchrec", "dreamshard", "autoshard", "neuroshard_plus"]
+          "torchrec", "dreamshard", "autoshard", "neuroshard_plus", "neuroshard_fitted", "torchrec_fitted",
+          "torchrec_neural"]
 # Modules that register algorithms when imported.
 # The learned baselines register from their own folder (`neuroshard.learned.sharders`, torch-free), named
 # here by string as a plug-in would be: the planner does not depend on them.
@@ -65,6 +66,7 @@ _PACKAGES: dict[str, str] = {}  # algorithm -> the optional package it needs
 _OPTIONS: dict[str, str] = {}  # algorithm -> the option it cannot run without (a trained policy's path)
 _SETTINGS: dict[str, tuple] = {}  # algorithm -> the Settings classes of its options
 _RUNS_OTHERS: set[str] = set()  # algorithms that run other sharders and pass their options on
+_NOT_IN_ALL: set[str] = set()  # algorithms `--alg all` leaves out (run when named)
 _loaded = False
 
 
@@ -81,7 +83,7 @@ class ShardingContext:
 
 
 def register(name: str, requires_package: str | None = None, requires_option: str | None = None,
-             settings: tuple = (), runs_others: bool = False) -> Callable[[Sharder], Sharder]:
+             settings: tuple = (), runs_others: bool = False, in_all: bool = True) -> Callable[[Sharder], Sharder]:
     """Decorator: make `fn(tables, problem, ctx) -> Plan` available as `--alg name`.
 
     `requires_package`: the top-level module of an optional package the sharder
@@ -89,13 +91,16 @@ def register(name: str, requires_package: str | None = None, requires_option: st
     `requires_option`: an option the algorithm cannot run without (a trained
     policy's path; `--alg all` leaves the algorithm out when it is not given);
     `settings`: the `Settings` classes whose fields are its options; `runs_others`: it runs other
-    sharders (NeuroShard+ its baselines), so it also takes their options and hands each its own.
+    sharders (NeuroShard+ its baselines), so it also takes their options and hands each its own; `in_all`:
+    False for an algorithm `--alg all` leaves out (an ablation's cell), run only when named.
     """
     def wrap(fn: Sharder) -> Sharder:
         if name in _REGISTRY and _REGISTRY[name] is not fn:
             raise ValueError(f"sharding algorithm {name!r} registered twice")
         _REGISTRY[name] = fn
         _SETTINGS[name] = tuple(settings)
+        if not in_all:
+            _NOT_IN_ALL.add(name)
         if runs_others:
             _RUNS_OTHERS.add(name)
         if requires_package:
@@ -153,10 +158,16 @@ def algorithm_names() -> list[str]:
     return known + sorted(n for n in _REGISTRY if n not in _ORDER)
 
 
+def in_all(name: str) -> bool:
+    """False for an algorithm `--alg all` leaves out (`register(in_all=False)`)."""
+    _load_all()
+    return name not in _NOT_IN_ALL
+
+
 def is_plain(name: str) -> bool:
     """True for a sharder that needs neither a trained policy of its own nor an optional package."""
     _load_all()
-    return name not in _OPTIONS and name not in _PACKAGES
+    return name not in _OPTIONS and name not in _PACKAGES and name not in _NOT_IN_ALL
 
 
 def settings_of(name: str) -> tuple:

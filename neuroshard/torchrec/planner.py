@@ -128,7 +128,8 @@ class NeuroShardPlanner(ShardingPlanner):
     memory is its own); `models`: `CostModels` (or a models directory with compute.pt and
     comm_<n>_fw/bw.pt), needed by the algorithms that use cost models; `batch_size`: per rank, for
     TorchRec's memory count and the costs (the global batch is every rank's; left out, TorchRec's 512 for
-    the memory and the batch of the models' data for the costs); `constraints`: TorchRec's {table name: ParameterConstraints}; `ranks`:
+    the memory and the batch of the models' data for the costs); `constraints`: TorchRec's
+    {table name: ParameterConstraints}; `ranks`:
     {table name: the ranks its shards may use}; `colocate`: groups of table names placed whole on one
     rank together; `table_stats`: {table name: 17 locality bins} or a JSON file of it; `alg` and
     `**options`: any registered algorithm and its options; `memory`: "torchrec" or "weights"; `reserve`:

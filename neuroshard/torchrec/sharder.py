@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Sequence
 
 from neuroshard.checks import check_int
+from neuroshard.planner.costs.analytic import FittedEstimatorOptions, load_option
 from neuroshard.planner.registry import ShardingContext, register
 from neuroshard.problem import Problem
 from neuroshard.settings import Settings, setting
@@ -141,12 +142,14 @@ def _weights_only_storage_estimator():
     return WeightsOnlyStorageEstimator()
 
 
-def plan_with_torchrec(tables: Sequence[ShardTable], problem: Problem, cfg: TorchRecConfig):
+def plan_with_torchrec(tables: Sequence[ShardTable], problem: Problem, cfg: TorchRecConfig, perf_estimator=None):
     """TorchRec's `ShardingPlan` for the tables (module path "", tables named by `table_names`) on the
     problem's devices, each with its own memory; a table the constraints keep whole is table-wise only.
 
     Raises OutOfMemoryError when TorchRec finds no plan within the devices' memory; NeuroShardError for
     constraints TorchRec's `ParameterConstraints` cannot say (a table's devices, co-location).
+    `perf_estimator(topology, constraints)`: the `ShardEstimator` the planner prices shards with (default
+    TorchRec's own with its default coefficients; `torchrec.estimators` for the fitted and the neural).
     """
     cons = problem.table_constraints
     if cons.devices or cons.colocate:
@@ -189,10 +192,11 @@ def plan_with_torchrec(tables: Sequence[ShardTable], problem: Problem, cfg: Torc
             min_partition=t.dim // shards if shards > 1 else None,
             pooling_factors=[float(t.config.pooling_factor)])
     batch = max(1, cfg.batch_size // ndevices)
+    perf = EmbeddingPerfEstimator(topology=topology, constraints=constraints) if perf_estimator is None else \
+        perf_estimator(topology, constraints)
     enumerator = EmbeddingEnumerator(
         topology=topology, batch_size=batch, constraints=constraints,
-        estimator=[EmbeddingPerfEstimator(topology=topology, constraints=constraints),
-                   _weights_only_storage_estimator()])
+        estimator=[perf, _weights_only_storage_estimator()])
     planner = EmbeddingShardingPlanner(topology=topology, batch_size=batch, enumerator=enumerator,
                                        storage_reservation=FixedPercentageStorageReservation(percentage=0.0),
                                        constraints=constraints, stats=[], debug=False)
@@ -261,3 +265,42 @@ def torchrec_sharder(tables, problem: Problem, ctx: ShardingContext | None = Non
 
 # importing torchrec takes seconds: the evaluation does it before timing the first plan
 torchrec_sharder.prepare = require_torchrec
+
+
+@register("torchrec_fitted", requires_package="torchrec", requires_option="torchrec_estimator",
+          settings=(TorchRecConfig, FittedEstimatorOptions))
+def torchrec_fitted(tables, problem: Problem, ctx: ShardingContext | None = None) -> Plan:
+    """TorchRec's planner with its estimator's coefficients fitted to the cost data (`torchrec.estimators`):
+    TorchRec's search on the fitted analytic costs."""
+    options = ctx.options if ctx is not None else {}
+    cfg = TorchRecConfig.from_options(options)
+    model = load_option(options, problem.ndevices, "torchrec_fitted")
+    if not tables:
+        return Plan((), ((),) * problem.ndevices)
+    from neuroshard.torchrec.estimators import fitted_estimator
+
+    sharding_plan = plan_with_torchrec(tables, problem, cfg, lambda topo, cons: fitted_estimator(model, topo, cons))
+    return plan_from_sharding_plan(sharding_plan, tables, table_names(tables), problem.ndevices)
+
+
+torchrec_fitted.prepare = require_torchrec
+
+
+@register("torchrec_neural", requires_package="torchrec", settings=(TorchRecConfig,), in_all=False)
+def torchrec_neural(tables, problem: Problem, ctx: ShardingContext | None = None) -> Plan:
+    """TorchRec's planner pricing shards with the neural cost models (`torchrec.estimators`): TorchRec's search
+    on the neural costs, as far as its per-shard interface allows."""
+    from neuroshard.planner.costs.cost_models import require_models
+    from neuroshard.torchrec.estimators import neural_estimator
+
+    models = require_models(ctx.models if ctx is not None else None, "torchrec_neural")
+    cfg = TorchRecConfig.from_options(ctx.options if ctx is not None else None)
+    if not tables:
+        return Plan((), ((),) * problem.ndevices)
+    names = table_names(tables)
+    estimator = neural_estimator(models, tables, names, problem.batch_size)
+    sharding_plan = plan_with_torchrec(tables, problem, cfg, lambda topo, cons: estimator)
+    return plan_from_sharding_plan(sharding_plan, tables, names, problem.ndevices)
+
+
+torchrec_neural.prepare = require_torchrec

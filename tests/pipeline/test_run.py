@@ -23,6 +23,10 @@ def _driver(out: Path, *extra):
                            *extra], cwd=ROOT, capture_output=True, text=True, timeout=600)
 
 
+def config_of(out):
+    return json.loads((out / "config.json").read_text())
+
+
 def test_tiny_pipeline_writes_every_artifact_and_skips_on_rerun(tmp_path):
     out = tmp_path / "run"
     r = _driver(out)
@@ -49,8 +53,10 @@ def test_tiny_pipeline_writes_every_artifact_and_skips_on_rerun(tmp_path):
     assert len(train_tasks) == 4 and not set(train_tasks) & set(read_tasks(out / "tasks" / "data.txt"))
     for name in ("dreamshard", "autoshard"):
         assert (out / "models" / f"{name}.pt").is_file() and (out / "models" / f"{name}_curve.png").is_file()
+    # every algorithm, and the cost-model ablation's cells (with the estimator step 4j fitted)
     algs = ["neuroshard", "random", "dim_greedy", "lookup_greedy", "size_greedy", "size_lookup_greedy",
-            "torchrec", "dreamshard", "autoshard", "neuroshard_plus"]
+            "torchrec", "dreamshard", "autoshard", "neuroshard_plus", "neuroshard_fitted", "torchrec_fitted",
+            "torchrec_neural"]
     for where in ("sim", "hw"):
         summary = json.loads((out / where / "summary.json").read_text())
         assert [row["alg"] for row in summary["algorithms"]] == algs
@@ -66,6 +72,12 @@ def test_tiny_pipeline_writes_every_artifact_and_skips_on_rerun(tmp_path):
     assert "| neuroshard |" in report and "## Cost models" in report and "## Simulator vs hardware" in report
     assert "Held-out-table check" in report and "[95% CI]" in report
     assert "| dreamshard |" in report and "## Learned baselines" in report
+    estimator = json.loads((out / "models" / "onpolicy" / "torchrec_estimator_2.json").read_text())
+    assert estimator["format"] == "neuroshard.torchrec_estimator.v1" and estimator["fit"]["compute"]["test_samples"]
+    assert "## Cost model against search" in report and "| NeuroShard's search |" in report
+    assert "- search, fitted costs: `neuroshard_fitted` against `torchrec_fitted`:" in report
+    assert set(config_of(out)["ablation"]["cells"]) == {"neuroshard", "neuroshard_fitted", "torchrec_neural",
+                                                         "torchrec_fitted", "torchrec"}
     # the drift steps re-measured collected data after the evaluation, and the report reads them
     for name in ("drift_compute.json", "drift_comm.json"):
         assert json.loads((out / "hw" / name).read_text())["num_samples"] > 0
@@ -118,7 +130,7 @@ def test_tiny_pipeline_writes_every_artifact_and_skips_on_rerun(tmp_path):
     assert "$ python calibrate_band.py" in r.stdout and "plan-level error sd" in report
     assert f"--compute_model {out / 'models' / 'onpolicy' / 'compute.pt'}" in r.stdout
     err = json.loads((out / "hw" / "model_error.json").read_text())["accuracy"]
-    assert set(err) == {"random", "onpolicy"} and err["onpolicy"]["plans"] == len(measured)
+    assert set(err) == {"random", "onpolicy", "fitted"} and err["onpolicy"]["plans"] == len(measured)
     assert "## On-policy cost data" in report and "Calibration:" in report
     assert "Within a plan the ranks move together" in report
     # the ranks' ready spread, estimated and measured, under each set of models and in the evaluation's table;
@@ -140,7 +152,7 @@ def test_tiny_pipeline_writes_every_artifact_and_skips_on_rerun(tmp_path):
 
     again = _driver(out)
     assert again.returncode == 0, again.stderr[-2000:]
-    assert again.stdout.count("up to date, skipped") == 25
+    assert again.stdout.count("up to date, skipped") == 26  # every step of the tiny run, step 4j among them
 
 
 def test_changed_step_reruns_itself_and_everything_after(tmp_path, capsys):

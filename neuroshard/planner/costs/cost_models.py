@@ -30,7 +30,9 @@ class CostModels:
     searched for TorchRec's execution (`--runtime torchrec`). `batch`: the
     global batch plans are costed at (`at_batch`): each model reads its
     inputs at their volume at that batch, relative to the batch its data was
-    measured at (`batch_ratios`, `features.batch_scaled`).
+    measured at (`batch_ratios`, `features.batch_scaled`). `analytic`: TorchRec's
+    estimator fitted to the same data (`analytic.AnalyticModel`), which then
+    prices every plan instead of the three nets (`analytic_models`).
     """
 
     compute: Any
@@ -39,6 +41,7 @@ class CostModels:
     noise: Any = None  # uncertainty.NoiseModel; None: from the checkpoints' noise floors (or none)
     runtime: Any = None
     batch: int | None = None  # the global batch plans are costed at (`at_batch`); None: the models' own
+    analytic: Any = None  # an `analytic.AnalyticModel` pricing plans instead of the nets (`analytic_models`)
 
     def __post_init__(self):
         for name, model, kind in (("fw", self.fw, "fw"), ("bw", self.bw, "bw")):
@@ -86,6 +89,8 @@ class CostModels:
                 raise ConfigError(f"{name} scale", f"must be a positive number, got {f!r}")
         if all(f == 1.0 for f in factors.values()):
             return self
+        if self.analytic is not None:  # one all-to-all bandwidth: both exchanges' drift, their geometric mean
+            return replace(self, analytic=self.analytic.scaled(compute, (fw * bw) ** 0.5))
         parts = {}
         for name, f in factors.items():
             model = copy.deepcopy(getattr(self, name))
@@ -104,11 +109,16 @@ class CostModels:
             raise ConfigError("batch_size", f"expected a global batch >= 1, got {batch!r}")
         return self if batch == self.batch else replace(self, batch=batch)
 
+    @classmethod
+    def analytic_models(cls, model) -> "CostModels":
+        """Plans priced by a fitted TorchRec estimator (`analytic.AnalyticModel`) instead of the nets."""
+        return cls(None, None, None, analytic=model)
+
     @property
     def batch_ratios(self) -> tuple[float, float]:
         """(compute, comm): the planning batch over the batch each model's data was measured at (1.0 without
         a planning batch, or for a model that does not record its batch)."""
-        if self.batch is None:
+        if self.batch is None or self.analytic is not None:  # the analytic formula takes the batch itself
             return 1.0, 1.0
         out = []
         for model in (self.compute, self.fw):
@@ -118,8 +128,8 @@ class CostModels:
 
     @property
     def ndevices(self) -> int:
-        """The device count the comm models were trained for."""
-        return int(self.fw.ndevices)
+        """The device count the comm models (or the analytic model) were fitted for."""
+        return int(self.analytic.ndevices if self.analytic is not None else self.fw.ndevices)
 
     @property
     def noise_model(self):

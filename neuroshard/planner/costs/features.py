@@ -16,6 +16,7 @@ import numpy as np
 from neuroshard.types.tables import NUM_BINS, TableConfig
 
 TABLE_EMBED_DIM = 32
+ACC_DTYPE = np.float32  # compute-model accumulators and compute costs (the models are float32 nets)
 NUM_FEATURES = 4 + NUM_BINS  # see feature_matrix
 
 

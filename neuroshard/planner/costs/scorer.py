@@ -17,7 +17,7 @@ from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
-from neuroshard.planner.costs.features import batch_scaled, feature_matrix
+from neuroshard.planner.costs.features import ACC_DTYPE, batch_scaled, feature_matrix
 from neuroshard.types.errors import NeuroShardError
 from neuroshard.types.tables import TableConfig
 
@@ -91,7 +91,6 @@ def _run_mlp(layers, x: np.ndarray) -> np.ndarray:
     return x
 
 
-ACC_DTYPE = np.float32  # compute-model accumulators and compute costs (the models are float32 nets)
 
 
 class _Head(NamedTuple):
@@ -553,6 +552,10 @@ def get_scorer(models) -> PlanScorer | EnsembleScorer | BatchScaledScorer:
     """
     if models is None:
         raise NeuroShardError("the simulator needs a compute, a forward and a backward cost model")
+    if getattr(models, "analytic", None) is not None:
+        from neuroshard.planner.costs.analytic import AnalyticScorer
+
+        return AnalyticScorer(models.analytic, models.batch)
     cm, fw, bw = models.compute, models.fw, models.bw
     ratios = models.batch_ratios if hasattr(models, "batch_ratios") else (1.0, 1.0)
     try:

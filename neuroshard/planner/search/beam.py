@@ -43,7 +43,8 @@ from typing import ClassVar, Sequence
 import numpy as np
 
 from neuroshard.checks import check_float, check_int
-from neuroshard.planner.costs.cost_models import require_models
+from neuroshard.planner.costs.analytic import FittedEstimatorOptions, load_option
+from neuroshard.planner.costs.cost_models import CostModels, require_models
 from neuroshard.planner.costs.scorer import PlanScorer, get_scorer, single_threaded_blas
 from neuroshard.planner.registry import ShardingContext, register
 from neuroshard.planner.search.placement import NO_LIMIT, run_greedy, state_bytes
@@ -458,3 +459,14 @@ def _best_plans(tables: Sequence[ShardTable], problem: Problem, ctx: ShardingCon
 
 
 neuroshard.candidates = _best_plans
+
+
+@register("neuroshard_fitted", requires_option="torchrec_estimator", settings=(SearchConfig, FittedEstimatorOptions))
+def neuroshard_fitted(tables: Sequence[ShardTable], problem: Problem, ctx: ShardingContext) -> Plan:
+    """NeuroShard's search on TorchRec's estimator fitted to the cost data (`planner.costs.analytic`) instead of
+    the neural models: the search half of the cost-model ablation. Options: SearchConfig's fields and the
+    fitted estimator's path."""
+    options = ctx.options if ctx is not None else {}
+    model = load_option(options, problem.ndevices, "neuroshard_fitted")
+    models = CostModels.analytic_models(model).at_batch(problem.batch_size)
+    return merge_colocated_halves(tables, search(tables, problem, models, SearchConfig.from_options(options)).plan)

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from neuroshard.planner.costs.scorer import ACC_DTYPE
+from neuroshard.planner.costs.features import ACC_DTYPE
 
 # "No limit" for memory or dim budgets; small enough that adding sizes never wraps around.
 NO_LIMIT = np.iinfo(np.int64).max // 4

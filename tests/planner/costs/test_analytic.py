@@ -1,0 +1,90 @@
+"""TorchRec's estimator fitted to cost data: the formula by hand, the fit recovering known coefficients and
+bandwidth, the scorer pricing plans with it, its file."""
+
+import numpy as np
+import pytest
+
+from neuroshard.formats.cost_data import CommSample, ComputeSample
+from neuroshard.planner.costs.analytic import (
+    DEVICE_BW,
+    AnalyticModel,
+    comm_design,
+    fit_analytic,
+    table_terms,
+)
+from neuroshard.planner.costs.cost_models import CostModels
+from neuroshard.planner.simulator import simulate
+from neuroshard.problem import Problem
+from neuroshard.types.errors import InputError
+from neuroshard.types.plan import Plan
+from neuroshard.types.tables import ShardTable, TableConfig
+
+BINS = (1.0,) + (0.0,) * 16
+
+
+def test_the_terms_by_hand():
+    # d = 16 < 64: penalty 1.75; (1 + 2) for the backward; IR = ceil(8 x 100 x 2.5) = 2000,
+    # LU = 4 x 100 x 2.5 x 32 = 32000 (at least 32 columns), OW = 4 x 100 x 16 = 6400, rows 1000
+    [x] = table_terms([TableConfig(1000, 2.5, BINS, dim=16)], 100)
+    np.testing.assert_allclose(x, np.array([2000, 32000, 6400, 1000]) * 1.75 * 3 / DEVICE_BW)
+    [x] = table_terms([TableConfig(10, 0.5, BINS, dim=128)], 100)  # no penalty from 128 columns
+    np.testing.assert_allclose(x, np.array([400, 25600, 51200, 10]) * 3 / DEVICE_BW)
+
+
+def test_the_fit_recovers_known_coefficients_and_bandwidth():
+    rng = np.random.default_rng(0)
+    configs = [TableConfig(int(rng.integers(100, 100_000)), float(rng.uniform(0.5, 20)), BINS,
+                           dim=int(rng.choice([8, 32, 64, 128]))) for _ in range(40)]
+    truth = np.array([0.002, 0.05, 0.1, 0.3])
+    samples = []
+    for _ in range(300):
+        ids = tuple(int(i) for i in rng.integers(0, 40, size=int(rng.integers(1, 6))))
+        batch = int(rng.choice([1024, 4096]))
+        cost = float(table_terms([configs[i] for i in ids], batch).sum(axis=0) @ truth)
+        samples.append(ComputeSample(ids, cost, None if batch == 4096 else batch))
+    bw = 2.0e6  # bytes per ms
+    comm = []
+    for _ in range(30):
+        dims = [int(d) for d in rng.integers(1, 60, size=4) * 4]
+        sleeps = [float(s) for s in rng.uniform(0, 3, size=4)]
+        fw = [4 * 512 * d / bw + max(sleeps) - s for d, s in zip(dims, sleeps)]  # plus the wait for the last
+        comm.append(CommSample(dims, sleeps, fw, [4 * 512 * d / bw for d in dims]))
+    model = fit_analytic(configs, samples, 4096, [(comm, 512)], 4, seed=1)
+    np.testing.assert_allclose(model.coef, truth, rtol=1e-6)
+    assert model.a2a_bw == pytest.approx(bw, rel=1e-9)
+    assert model.fit["compute"]["test_mape"] < 1e-6 and model.fit["comm"]["mape"] < 1e-9
+    assert model.fit["compute"]["test_samples"] == 60 and model.batch == 4096
+    x, y = comm_design([(comm[:1], 512)])
+    assert len(x) == 8 and x[0] == 4 * 512 * comm[0].dims[0]
+    with pytest.raises(ValueError, match="need at least 5 compute and 1 comm samples"):
+        fit_analytic(configs, samples[:3], 4096, [(comm, 512)], 4)
+
+
+def test_the_scorer_prices_plans_with_the_model(tmp_path):
+    model = AnalyticModel(2, (0.002, 0.05, 0.1, 0.3), 2.0e6, 1024)
+    tables = [ShardTable(0, 0, TableConfig(1000, 2.0, BINS, dim=64)),
+              ShardTable(1, 1, TableConfig(5000, 4.0, BINS, dim=32)),
+              ShardTable(2, 2, TableConfig(300, 1.0, BINS, dim=16))]
+    each = model.table_compute([t.config for t in tables])
+    models = CostModels.analytic_models(model)
+    bd = simulate(tables, Plan((), ((0, 2), (1,))), models, Problem(2, 1.0))
+    np.testing.assert_allclose(bd.compute, [each[0] + each[2], each[1]])
+    per_dim = 4 * 1024 / 2.0e6
+    np.testing.assert_allclose(bd.bw_comm, [80 * per_dim, 32 * per_dim])
+    np.testing.assert_allclose(bd.fw_comm, bd.bw_comm)
+    assert bd.cost == pytest.approx(max(each[0] + each[2] + 160 * per_dim, each[1] + 64 * per_dim))
+    # at another batch, the formula's own: twice the batch, twice every term but the rows'
+    at = simulate(tables, Plan((), ((0, 2), (1,))), models.at_batch(2048), Problem(2, 1.0))
+    np.testing.assert_allclose(at.bw_comm, [2 * 80 * per_dim, 2 * 32 * per_dim])
+    # the machine's drift: compute x1.5, exchanges x2 (one bandwidth: the geometric mean of fw and bw)
+    slow = models.scaled(1.5, 2.0, 2.0)
+    assert slow.analytic.coef == pytest.approx(tuple(1.5 * c for c in model.coef))
+    assert slow.analytic.a2a_bw == pytest.approx(1.0e6)
+    model.save(tmp_path / "est.json")
+    assert AnalyticModel.load(tmp_path / "est.json", 2) == model
+    with pytest.raises(InputError, match="fitted for 2 ranks, the plans are for 4"):
+        AnalyticModel.load(tmp_path / "est.json", 4)
+    (tmp_path / "bad.json").write_text('{"format": "neuroshard.torchrec_estimator.v1", "ndevices": 2, '
+                                       '"coef": [0, 0, 0, 0], "a2a_bw": 1, "batch": 1}')
+    with pytest.raises(InputError, match="every coefficient is 0"):
+        AnalyticModel.load(tmp_path / "bad.json")
