@@ -127,6 +127,28 @@ def load_json(path: Path):
         raise InputError(path, f"not UTF-8 text: {e.reason} at byte {e.start}") from None
 
 
+def read_model_file(path, cls, what: str, missing: str, ndevices: int | None = None):
+    """A fitted model saved as JSON (`cls.from_json`, a codec record with an `ndevices`); InputError naming the
+    file: `missing` (how to make one) when absent, "not a <what>" when malformed, and for a model fitted for
+    other ranks than `ndevices`."""
+    path = Path(path)
+    if not path.exists():
+        raise InputError(path, f"no {what} here ({missing})")
+    try:
+        model = cls.from_json(load_json(path))
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise InputError(path, f"not a {what}: {e}") from None
+    if ndevices is not None and model.ndevices != ndevices:
+        raise InputError(path, f"fitted for {model.ndevices} ranks, the plans are for {ndevices}")
+    return model
+
+
+def write_model_file(path, model) -> None:
+    """Save a fitted model's record as JSON (atomic; parent folders made)."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(path, model.to_json())
+
+
 def parse_int(path, lineno: int, text: str, what: str) -> int:
     try:
         return int(text)

@@ -39,7 +39,6 @@ at the runtime users train with. The search and the simulator take it from
 
 from __future__ import annotations
 
-import json
 import math
 from collections import Counter
 from dataclasses import dataclass, field
@@ -49,7 +48,6 @@ from typing import Sequence
 import numpy as np
 
 from neuroshard.types.codec import Record
-from neuroshard.types.errors import InputError
 from neuroshard.types.plan import Plan, apply_column_steps
 from neuroshard.types.tables import ShardTable
 
@@ -194,25 +192,17 @@ class TorchRecRuntimeModel(Record):
         return super().from_json(d)
 
     def save(self, path) -> None:
-        from neuroshard.formats.io import write_json_atomic
+        from neuroshard.formats.io import write_model_file
 
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(path, self.to_json())
+        write_model_file(path, self)
 
     @classmethod
     def load(cls, path, ndevices: int | None = None) -> "TorchRecRuntimeModel":
         """Read a saved model; InputError naming the file when it is missing, malformed or for other ranks."""
-        path = Path(path)
-        try:
-            model = cls.from_json(json.loads(path.read_text()))
-        except FileNotFoundError:
-            raise InputError(path, "no TorchRec runtime model here (collect_torchrec_cost_data.py, then "
-                                   "train_torchrec_cost_model.py)") from None
-        except (ValueError, KeyError, TypeError, AttributeError) as e:
-            raise InputError(path, f"not a TorchRec runtime model: {e}") from None
-        if ndevices is not None and model.ndevices != ndevices:
-            raise InputError(path, f"fitted for {model.ndevices} ranks, the plans are for {ndevices}")
-        return model
+        from neuroshard.formats.io import read_model_file
+
+        return read_model_file(path, cls, "TorchRec runtime model", "collect_torchrec_cost_data.py, then "
+                               "train_torchrec_cost_model.py", ndevices)
 
 
 def nnls(a: np.ndarray, b: np.ndarray, max_iter: int | None = None) -> np.ndarray:

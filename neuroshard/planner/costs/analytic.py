@@ -111,26 +111,17 @@ class AnalyticModel(Record):
         return super().from_json(d)
 
     def save(self, path) -> None:
-        from neuroshard.formats.io import write_json_atomic
+        from neuroshard.formats.io import write_model_file
 
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(path, self.to_json())
+        write_model_file(path, self)
 
     @classmethod
     def load(cls, path, ndevices: int | None = None) -> "AnalyticModel":
         """A saved model; InputError naming the file when it is missing, malformed or for other ranks."""
-        import json
+        from neuroshard.formats.io import read_model_file
 
-        path = Path(path)
-        try:
-            model = cls.from_json(json.loads(path.read_text()))
-        except FileNotFoundError:
-            raise InputError(path, "no fitted TorchRec estimator here (fit_torchrec_estimator.py fits one)") from None
-        except (ValueError, KeyError, TypeError, AttributeError) as e:
-            raise InputError(path, f"not a fitted TorchRec estimator: {e}") from None
-        if ndevices is not None and model.ndevices != ndevices:
-            raise InputError(path, f"fitted for {model.ndevices} ranks, the plans are for {ndevices}")
-        return model
+        return read_model_file(path, cls, "fitted TorchRec estimator", "fit_torchrec_estimator.py fits one",
+                               ndevices)
 
 
 # --------------------------------------------------------------------------- fitting
