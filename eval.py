@@ -57,6 +57,12 @@ def parse_args(argv=None) -> argparse.Namespace:
 
     p = argparse.ArgumentParser(description="Benchmark sharding plans on hardware (measured costs).")
     add_input_args(p, data_help="dataset dir with table_configs.json and data.pt (the lookups the kernels run)")
+    p.add_argument("--round_anchors", default=None,
+                   help="plans of TRAINING tasks (collect_plan_cost_data.py's hw/plans.json) measured in every round "
+                        "of the evaluation: each round's speed against the models, by which that round's "
+                        "measurements are compared (round_calibration.json; the estimates are not changed)")
+    p.add_argument("--anchors_per_round", type=int, default=4,
+                   help="how many of --round_anchors' plans each round measures (default: 4)")
     p.add_argument("--plan_speed", default=None,
                    help="an eval.py --out_dir of other plans (e.g. training tasks' on-policy plans) measured just "
                         "before this run under the same --calibration: the models are scaled further by their "
@@ -84,6 +90,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    from neuroshard.checks import check_int
     from neuroshard.cli import resolve_devices, resolve_ranks
     from neuroshard.eval import hardware as hw
     from neuroshard.eval import planning as ev
@@ -154,8 +161,14 @@ def main(argv=None) -> int:
           flush=True)
     if unmeasured is not None:
         config["unmeasured_tasks"] = len({r.task for r in unmeasured})
+    anchors = ()
+    if args.round_anchors:
+        from neuroshard.eval.round_calibration import anchor_plans
+
+        check_int("--anchors_per_round", args.anchors_per_round, 1)
+        anchors = anchor_plans(args.round_anchors, inputs.configs, inputs.models, problem, args.anchors_per_round)
     _, summary = hw.run_evaluation(records, args.data_dir, args.task_path, cfg, args.out_dir, algs, n,
-                                   config=config, show=show, unmeasured=unmeasured)
+                                   config=config, show=show, unmeasured=unmeasured, anchors=anchors)
     results.print_summary(summary)
     t = summary.hardware
     if t.measurements:

@@ -20,7 +20,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from neuroshard.eval.round_calibration import ANCHOR_PREFIX, anchor_order, calibrated_accuracy
 from neuroshard.eval.summary import HardwareRun, Summary, hardware_summary
+from neuroshard.formats.side_files import ROUND_CALIBRATION_JSON, write_side_file
 from neuroshard.measure import plan_job
 from neuroshard.measure.plan_job import HardwareConfig, runnable
 from neuroshard.types.costs import CostBreakdown
@@ -119,7 +121,8 @@ def plan_identity(rec: PlanRecord, repeat: int = 0) -> str:
 def run_evaluation(records: Sequence[PlanRecord], data_dir, task_path, cfg: HardwareConfig, out_dir,
                    algs: Sequence[str], num_tasks: int, config: dict | None = None,
                    show: Callable[[str], None] | None = print, worker_module: str | None = None,
-                   unmeasured: Sequence[PlanRecord] | None = None) -> tuple[list[PlanRecord], Summary]:
+                   unmeasured: Sequence[PlanRecord] | None = None,
+                   anchors: Sequence[PlanRecord] = ()) -> tuple[list[PlanRecord], Summary]:
     """Measure every plan record with a plan in one job; write and return (results, summary).
 
     Records without a plan (out of memory, invalid) are reported, not run.
@@ -131,6 +134,8 @@ def run_evaluation(records: Sequence[PlanRecord], data_dir, task_path, cfg: Hard
     kept there. When every plan is measured, the results are written and
     `.partial/` is removed. One evaluation per `out_dir` at a time. `unmeasured`: plan records of tasks
     that are not measured, whose estimates make the verdicts prediction-powered (`summary.hardware_summary`).
+    `anchors`: estimated plans of training tasks (naming their tables) measured once in every round, spread
+    over it: the rounds' speed for `round_calibration.json` (`eval.round_calibration`).
     """
     from neuroshard.eval.results import PLANS_JSON, format_measured, write_outputs
     from neuroshard.formats.io import (
@@ -156,7 +161,8 @@ def run_evaluation(records: Sequence[PlanRecord], data_dir, task_path, cfg: Hard
         write_plans(out / PLANS_JSON, records)
         done = read_measurements(log_path)
         items = runnable(records)
-        rounds = measurement_order(items, cfg.repeats, cfg.problem.seed)
+        anchor_items = [replace(a, alg=ANCHOR_PREFIX + a.alg) for a in runnable(anchors)]
+        rounds = anchor_order(measurement_order(items, cfg.repeats, cfg.problem.seed), anchor_items, cfg.repeats)
         todo = [(rec, r) for rec, r in rounds if plan_identity(rec, r) not in done]
         resumed = len(rounds) - len(todo)
         if show is not None:
@@ -185,6 +191,11 @@ def run_evaluation(records: Sequence[PlanRecord], data_dir, task_path, cfg: Hard
         results = merge_results(records, [[done[plan_identity(rec, r)] for r in range(cfg.repeats)]
                                           for rec in items])
         summary = hardware_summary(results, algs, num_tasks, unmeasured)
+        if anchor_items:
+            measured_anchors = merge_results(anchor_items, [[done[plan_identity(a, r)] for r in range(cfg.repeats)]
+                                                            for a in anchor_items])
+            write_side_file(out / ROUND_CALIBRATION_JSON, calibrated_accuracy(results, measured_anchors,
+                                                                                cfg.repeats))
         # wall time: the whole job (start-up included) and per plan (time between results after the first)
         job_s = time.perf_counter() - stamps[0]
         per_plan = np.diff(stamps[1:])

@@ -216,7 +216,10 @@ class PlanWorker(RankWorker):
         from neuroshard.measure.rank import local_lead
 
         ctx, hw, st = self.ctx, self.hw, self.ctx.state
-        task = self.tasks[item.task]
+        # a record that names its tables (a plan of another task file: the evaluation's per-round anchors)
+        # is measured on them; others on their task of the job's task file
+        task = Task(item.table_ids, item.dims) if item.table_ids is not None and item.dims is not None else \
+            self.tasks[item.task]
         if item.plan.ndevices != ctx.world:
             raise ValueError(f"plan for task {item.task} ({item.alg}) has {item.plan.ndevices} "
                              f"devices, the job has {ctx.world} ranks")

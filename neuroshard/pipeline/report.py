@@ -23,6 +23,7 @@ from neuroshard.formats.plan_file import read_plans
 from neuroshard.formats.side_files import (
     LAMBDA_JSON,
     MODEL_ERROR_JSON,
+    ROUND_CALIBRATION_JSON,
     LambdaChoice,
     ModelErrorReport,
     PlanErrorReport,
@@ -405,6 +406,30 @@ def anchor_lines(hw_dir: Path, records: list[PlanRecord] | None) -> tuple[list[s
                    "scaled_spearman": scaled["spearman"]}
 
 
+def round_lines(hw_dir: Path, hw: Summary | None) -> tuple[list[str], dict | None]:
+    """Markdown on the per-round calibration of step 6b (`eval.round_calibration`: plans of training tasks
+    measured in every round) and its figures; nothing when the evaluation had no anchors."""
+    from neuroshard.eval.round_calibration import RoundCalibration
+
+    cal = _side_file(hw_dir / ROUND_CALIBRATION_JSON, RoundCalibration)
+    if cal is None or cal.mape is None:
+        return [], None
+    pct = lambda v: "-" if v is None else f"{100 * v:.1f}%"  # noqa: E731
+    speeds = ", ".join(f"{f['cost']:.3f}x" for f in cal.factors)
+    noise = (hw.simulator_accuracy.repeat_noise or {}) if hw and hw.simulator_accuracy else {}
+    floor = noise.get("mape_floor")
+    line = (f"Per-round calibration: {cal.anchors} plans of training tasks (step 4d's, never the evaluation's) were "
+            f"measured in each of the {len(cal.factors)} rounds of step 6b, spread over it; the plan job ran them at "
+            f"{speeds} their estimates (plan cost, by round). Each of the {cal.measurements} measurements compared "
+            f"with its estimate moved by its round's per-part factors: plan-cost MAPE **{pct(cal.mape)}** per "
+            f"measurement ({pct(cal.raw_mape)} unmoved), {pct(cal.mape_mean)} for the plans' means"
+            + (f" (Spearman {cal.spearman:.3f})" if cal.spearman is not None else "")
+            + (f"; a perfect model scores {pct(floor)} ({cal.mape / floor:.2f}x)" if floor else "")
+            + (f"; the moved 80% band holds **{pct(cal.coverage)}** of the measurements" if cal.coverage is not None
+               else "") + ".")
+    return [line], {**cal.to_json(), "floor": floor}
+
+
 def refine_lines(records: list[PlanRecord] | None) -> tuple[list[str], dict | None]:
     """Markdown on hardware in the loop (`--refine`, eval/refine.py) as the evaluated plans (`records`, None
     without an evaluation) record it, and the figures (None when no plan was refined)."""
@@ -641,7 +666,7 @@ def write_report(out, preset, steps: list[dict], seconds: float, study: tuple[in
     text += verdict_lines(verdicts)
     text += power_lines(hw, study=study)
     text += headroom_lines(hw)
-    drift = anchors = None
+    drift = anchors = rounds = None
     results = out / "hw" / "results.json"
     records = read_plans(results) if results.exists() else None  # the evaluation's plans, read once
     if hw and hw.simulator_accuracy:
@@ -650,6 +675,8 @@ def write_report(out, preset, steps: list[dict], seconds: float, study: tuple[in
         text += lines
         lines, anchors = anchor_lines(out / "hw", records)
         text += lines
+        lines, rounds = round_lines(out / "hw", hw)
+        text += ([""] + lines) if lines else []
     ablation_md, ablation_fig = ablation_lines(out, records)
     text += ablation_md
     refine_md, refine = refine_lines(records)
@@ -687,6 +714,6 @@ def write_report(out, preset, steps: list[dict], seconds: float, study: tuple[in
                                             "versions": library_versions(), "models": model_rows,
                                             "learned": learned_rows, "verdicts": verdicts, "drift": drift,
                                             "anchors": anchors, "onpolicy": onpolicy, "refine": refine,
-                                            "ablation": ablation_fig,
+                                            "ablation": ablation_fig, "round_calibration": rounds,
                                             "torchrec_train": trec})
     return report

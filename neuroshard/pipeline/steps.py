@@ -376,7 +376,7 @@ STEPS: list[StepSpec] = [
              lambda r: {**evaluation_flags(r, r.layout.tasks, r.preset.eval_tasks),
                         "plans": r.layout.sim / "plans.json",
                         "out_dir": r.layout.hw, "warmup": r.preset.eval_warmup, "iters": r.preset.eval_iters,
-                        "repeats": r.preset.eval_repeats, **r.device(), **_powered(r)}),
+                        "repeats": r.preset.eval_repeats, **r.device(), **_powered(r), **_round_anchors(r)}),
     anchors("6c", "after"),
     *remeasure("6d", "machine drift", lambda r: r.layout.hw),
     # the measured plans re-simulated under the models before and after the on-policy data
@@ -457,6 +457,15 @@ def _powered(run: Run) -> dict:
         return {}
     return {"unmeasured_plans": run.layout.unmeasured_sim / "plans.json",
             "unmeasured_task_path": run.layout.unmeasured_tasks / "data.txt"}
+
+
+def _round_anchors(run: Run) -> dict:
+    """With on-policy data: its plans of training tasks measured in every round of the evaluation, the
+    rounds' speed (eval/round_calibration.py)."""
+    if not run.onpolicy or run.preset.round_anchors < 1:
+        return {}
+    return {"round_anchors": run.layout.plan_data / "hw" / "plans.json",
+            "anchors_per_round": run.preset.round_anchors}
 
 
 def _training(run: Run) -> dict:

@@ -93,6 +93,10 @@ def test_tiny_pipeline_writes_every_artifact_and_skips_on_rerun(tmp_path):
         anchored = read_plans(out / "hw" / f"anchors_{when}" / "results.json")
         assert anchored and all(len(a.repeat_costs) == 1 and a.task < 2 for a in anchored if a.measured)
     assert "Plan-level speed: the " in report
+    # and 4 of them measured in every round of step 6b: the rounds' speed, each measurement against it
+    rounds = json.loads((out / "hw" / "round_calibration.json").read_text())
+    assert rounds["anchors"] == 4 and len(rounds["factors"]) == 2 and rounds["measurements"] == 2 * len(measured)
+    assert "Per-round calibration: 4 plans of training tasks" in report
     # step 6's estimates are not scaled by the anchors before it (--plan_speed is eval.py's option, off here)
     assert json.loads((out / "hw" / "config.json").read_text())["plan_speed_factors"] is None
     assert "--plan_speed" not in report

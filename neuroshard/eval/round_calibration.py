@@ -1,0 +1,153 @@
+"""Per-round calibration of a hardware evaluation: the machine's speed measured in the same rounds as the plans.
+
+The calibration before planning (steps 5a, 5b) times collected kernels and all-to-alls minutes before the
+plan job runs, outside it; on shared cores the job's own speed moves apart from theirs, and the plan-cost
+error the report gives then mixes the models' error with the machine's speed at another hour. So `eval.py
+--round_anchors` measures a few plans of TRAINING tasks (the on-policy step's: never the evaluation's) in
+every round of the evaluation, spread over the round (`anchor_order`), and each round's speed is their
+median measured / estimated, per part (`round_factors`): compute, backward and forward exchange, and the
+plan cost. Each measurement of an evaluation plan is then compared with its estimate whose per-rank parts
+are multiplied by the factors of the round it ran in (`calibrated_accuracy`): the MAPE per measurement and
+of the plans' means, the rank correlation, and the share of measurements inside the predicted 80% band
+moved by the same factors. The estimates written to the results are not changed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Sequence
+
+import numpy as np
+
+from neuroshard.eval.summary import speed_ratios
+from neuroshard.types.codec import Record
+from neuroshard.types.costs import CostBreakdown
+from neuroshard.types.records import PlanRecord
+
+PARTS = ("compute", "bw_comm", "fw_comm")
+ANCHOR_PREFIX = "anchor:"  # the label of an anchor's record among the evaluation's measurements
+
+
+@dataclass
+class RoundCalibration(Record):
+    """Per round, the anchors' speed (`factors`: {"cost", "compute", "bw_comm", "fw_comm"} measured /
+    estimated, medians over the round's anchors), and the evaluation's plans against estimates moved by their
+    round's factors: `mape` per measurement, `mape_mean` of the plans' mean costs, `spearman` of the means,
+    `coverage` of the measurements in the moved 80% band (None without predicted spreads), and the raw
+    (unmoved) per-measurement MAPE beside them."""
+
+    anchors: int
+    factors: list[dict] = field(default_factory=list)
+    measurements: int = 0
+    mape: float | None = None
+    mape_mean: float | None = None
+    spearman: float | None = None
+    coverage: float | None = None
+    raw_mape: float | None = None
+
+
+def anchor_order(rounds: Sequence[tuple[PlanRecord, int]], anchors: Sequence[PlanRecord],
+                 repeats: int) -> list[tuple[PlanRecord, int]]:
+    """The evaluation's (plan, round) order with every anchor measured once per round, spread evenly over the
+    round (anchor k after the k-th of len(anchors) + 1 equal parts of the round's plans)."""
+    if not anchors:
+        return list(rounds)
+    out = []
+    for r in range(repeats):
+        mine = [x for x in rounds if x[1] == r]
+        cuts = [round(len(mine) * (k + 1) / (len(anchors) + 1)) for k in range(len(anchors))]
+        start = 0
+        for cut, anchor in zip(cuts, anchors):
+            out += mine[start:cut] + [(anchor, r)]
+            start = cut
+        out += mine[start:]
+    return out
+
+
+def _round_record(rec: PlanRecord, r: int) -> PlanRecord | None:
+    """`rec` as if measured once, in round r (its r-th repeat's parts and cost); None without it."""
+    parts = rec.measured.repeats[r] if rec.measured is not None and rec.measured.repeats and \
+        r < len(rec.measured.repeats) else None
+    if parts is None or not rec.repeat_costs or r >= len(rec.repeat_costs):
+        return None
+    return replace(rec, measured=CostBreakdown(parts.compute, parts.bw_comm, parts.fw_comm),
+                   repeat_costs=[rec.repeat_costs[r]])
+
+
+def round_factors(anchors: Sequence[PlanRecord], repeats: int) -> list[dict]:
+    """Per round, the anchors' measured / estimated medians (`summary.speed_ratios`) of that round's
+    measurements; a part without a ratio in a round is 1.0 (not moved)."""
+    out = []
+    for r in range(repeats):
+        ratios = speed_ratios([x for x in (_round_record(a, r) for a in anchors) if x is not None])
+        out.append({k: (float(v) if v is not None and np.isfinite(v) and v > 0 else 1.0) for k, v in ratios.items()})
+    return out
+
+
+def _moved(estimate: CostBreakdown, f: dict) -> float:
+    return max(f["compute"] * c + f["bw_comm"] * b + f["fw_comm"] * w
+               for c, b, w in zip(estimate.compute, estimate.bw_comm, estimate.fw_comm))
+
+
+def calibrated_accuracy(records: Sequence[PlanRecord], anchors: Sequence[PlanRecord],
+                        repeats: int) -> RoundCalibration:
+    """The evaluation's measured plans (`records`) against their estimates moved by each round's anchors'
+    factors (module doc)."""
+    factors = round_factors(anchors, repeats)
+    errs, raw, inside, banded = [], [], 0, 0
+    means_est, means_meas = [], []
+    for rec in records:
+        if rec.estimate is None or rec.measured is None or not rec.repeat_costs:
+            continue
+        moved = []
+        for r, cost in enumerate(rec.repeat_costs[:repeats]):
+            est = _moved(rec.estimate, factors[r])
+            moved.append(est)
+            errs.append(abs(est - cost) / cost)
+            raw.append(abs(rec.estimate.cost - cost) / cost)
+            spread = rec.estimate.spread
+            if spread is not None and rec.estimate.cost > 0:
+                scale = est / rec.estimate.cost
+                banded += 1
+                inside += spread.q10 * scale <= cost <= spread.q90 * scale
+        means_est.append(float(np.mean(moved)))
+        means_meas.append(float(np.mean(rec.repeat_costs[:repeats])))
+    out = RoundCalibration(len(anchors), factors, len(errs))
+    if errs:
+        out.mape, out.raw_mape = float(np.mean(errs)), float(np.mean(raw))
+        out.mape_mean = float(np.mean(np.abs(np.subtract(means_est, means_meas)) / np.asarray(means_meas)))
+        if len(means_est) > 1:
+            ranks = [np.argsort(np.argsort(x)) for x in (means_est, means_meas)]
+            out.spearman = float(np.corrcoef(ranks[0], ranks[1])[0, 1])
+        out.coverage = inside / banded if banded else None
+    return out
+
+
+def anchor_plans(path, configs, models, problem, k: int) -> list[PlanRecord]:
+    """The first `k` plans of the plans file `path` (plans of training tasks that name their tables,
+    `collect_plan_cost_data.py`'s hw/plans.json), estimated under the evaluation's `models` and `problem`.
+    InputError naming the file for a plan without its tables, one that does not fit, or no plan at all."""
+    from neuroshard.formats.plan_file import read_plans
+    from neuroshard.planner.simulator import simulate
+    from neuroshard.types.errors import InputError, NeuroShardError
+    from neuroshard.types.tables import Task
+
+    out = []
+    for rec in read_plans(path):
+        if rec.plan is None:
+            continue
+        if rec.table_ids is None or rec.dims is None:
+            raise InputError(path, f"task {rec.task} [{rec.alg}]: no table_ids and dims: an anchor is measured on "
+                                   "the tables its record names (a plans file written before they were recorded?)")
+        try:
+            tables = Task(tuple(rec.table_ids), tuple(rec.dims)).tables(configs)
+            out.append(replace(rec, estimate=simulate(tables, rec.plan, models, problem), measured=None,
+                               repeat_costs=None))
+        except (NeuroShardError, IndexError) as e:
+            raise InputError(path, f"task {rec.task} [{rec.alg}]: not a plan of this dataset and problem: {e}") \
+                from None
+        if len(out) == k:
+            break
+    if not out:
+        raise InputError(path, "no plan to measure as an anchor")
+    return out

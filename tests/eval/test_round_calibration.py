@@ -1,0 +1,77 @@
+"""Per-round calibration: anchors spread over each round, each round's speed from its anchors, and the
+evaluation's measurements against estimates moved by their round's factors, by hand."""
+
+import pytest
+
+from neuroshard.eval.round_calibration import anchor_order, anchor_plans, calibrated_accuracy, round_factors
+from neuroshard.formats.plan_file import write_plans
+from neuroshard.problem import Problem
+from neuroshard.types.costs import CostBreakdown, CostSpread, RepeatParts
+from neuroshard.types.errors import InputError
+from neuroshard.types.plan import Plan
+from neuroshard.types.records import PlanRecord
+from neuroshard.types.tables import TableConfig
+from tests.test_api import _hand_models
+
+PLAN = Plan((), ((0,), (1,)))
+
+
+def _measured(task, alg, estimate, rounds):
+    """A record of two ranks estimated at `estimate` (compute, bw, fw per rank) and measured in each round at
+    the given per-rank parts."""
+    c, b, f = estimate
+    reps = [RepeatParts(list(rc), list(rb), list(rf)) for rc, rb, rf in rounds]
+    costs = [max(x + y + z for x, y, z in zip(rc, rb, rf)) for rc, rb, rf in rounds]
+    measured = CostBreakdown(*[[sum(r[k][i] for r in rounds) / len(rounds) for i in range(2)] for k in range(3)],
+                             repeats=reps)
+    return PlanRecord(task, alg, plan=PLAN, estimate=CostBreakdown(list(c), list(b), list(f)), measured=measured,
+                      repeat_costs=costs)
+
+
+def test_anchors_are_spread_over_each_round():
+    recs = [PlanRecord(t, "a", plan=PLAN) for t in range(4)]
+    anchors = [PlanRecord(9, "anchor:x", plan=PLAN), PlanRecord(8, "anchor:y", plan=PLAN)]
+    rounds = [(r, k) for k in range(2) for r in recs]
+    order = anchor_order(rounds, anchors, 2)
+    # 4 plans a round, 2 anchors: after round(4/3) = 1 and round(8/3) = 3 of them
+    assert [(x.task, k) for x, k in order] == [(0, 0), (9, 0), (1, 0), (2, 0), (8, 0), (3, 0),
+                                               (0, 1), (9, 1), (1, 1), (2, 1), (8, 1), (3, 1)]
+    assert anchor_order(rounds, [], 2) == rounds
+
+
+def test_each_round_is_compared_with_its_own_speed():
+    # anchors estimated at compute 1, bw 0.5, fw 0.5 per rank; round 0 measured at 1.2x every part, round 1 at
+    # 0.9x; the plan estimated at (2, 1) compute and 0.5 exchanges, measured exactly 1.2x and 0.9x: per
+    # measurement no error once moved, while unmoved it is off by 0.2 / 1.2 and 0.1 / 0.9
+    est = ((1.0, 1.0), (0.5, 0.5), (0.5, 0.5))
+    anchor = _measured(7, "anchor:n", est, [((1.2, 1.2), (0.6, 0.6), (0.6, 0.6)),
+                                             ((0.9, 0.9), (0.45, 0.45), (0.45, 0.45))])
+    factors = round_factors([anchor], 2)
+    assert factors[0]["compute"] == pytest.approx(1.2) and factors[1]["fw_comm"] == pytest.approx(0.9)
+    assert factors[0]["cost"] == pytest.approx(1.2)
+    e = ((2.0, 1.0), (0.5, 0.5), (0.5, 0.5))  # plan cost 3.0
+    plan = _measured(0, "neuroshard", e, [((2.4, 1.2), (0.6, 0.6), (0.6, 0.6)), ((1.8, 0.9), (0.45, 0.45),
+                                                                                (0.45, 0.45))])
+    plan = plan.__class__(**{**plan.__dict__, "estimate": CostBreakdown(
+        list(e[0]), list(e[1]), list(e[2]), spread=CostSpread(3.0, 0.2, 2.9, 3.2, 10))})
+    cal = calibrated_accuracy([plan], [anchor], 2)
+    assert cal.measurements == 2 and cal.mape == pytest.approx(0.0, abs=1e-12)
+    assert cal.raw_mape == pytest.approx((0.6 / 3.6 + 0.3 / 2.7) / 2)
+    assert cal.coverage == 1.0  # 3.6 in [2.9, 3.2] x 1.2 and 2.7 in [2.9, 3.2] x 0.9
+    assert cal.mape_mean == pytest.approx(0.0, abs=1e-12)
+
+
+def test_anchor_plans_are_estimated_on_the_tables_they_name(tmp_path):
+    configs = [TableConfig(100 + i, 1.0, (1.0,) + (0.0,) * 16) for i in range(3)]
+    models = _hand_models(2)
+    rec = PlanRecord(5, "neuroshard", plan=PLAN, table_ids=(2, 0), dims=(16, 8))
+    write_plans(tmp_path / "p.json", [rec, PlanRecord(6, "x", plan=None, status="oom")])
+    [a] = anchor_plans(tmp_path / "p.json", configs, models, Problem(2, 1.0), 3)
+    # compute = 0.5 + 0.01 x dim sum per device
+    assert a.estimate.compute == pytest.approx([0.66, 0.58])
+    write_plans(tmp_path / "old.json", [PlanRecord(5, "neuroshard", plan=PLAN)])
+    with pytest.raises(InputError, match="no table_ids and dims"):
+        anchor_plans(tmp_path / "old.json", configs, models, Problem(2, 1.0), 3)
+    write_plans(tmp_path / "none.json", [PlanRecord(6, "x", plan=None, status="oom")])
+    with pytest.raises(InputError, match="no plan to measure as an anchor"):
+        anchor_plans(tmp_path / "none.json", configs, models, Problem(2, 1.0), 3)
