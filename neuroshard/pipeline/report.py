@@ -305,16 +305,19 @@ def onpolicy_lines(out: Path) -> tuple[list[str], dict | None]:
                      f"another's plans cost significantly less (paired differences with it, 95% intervals over "
                      f"tasks and rounds: {diffs or '-'})")
     if errors:
-        lines += ["", "The evaluation's measured plans, re-simulated under each set of models (model_error.py):",
-                  "", "| models | plans | plan MAPE | expected cost MAPE | per-rank compute | bw comm | fw comm | "
-                  "ranks' ready spread, estimated / measured (median ms) | in the 80% band |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+        lines += ["", "The evaluation's measured plans, re-simulated under each set of models (model_error.py; "
+                  "`fitted`: TorchRec's estimator fitted to the same cost data, when the ablation ran):",
+                  "", "| models | plans | plan MAPE | expected cost MAPE | Spearman | pairs ordered beyond noise | "
+                  "per-rank compute | bw comm | fw comm | ranks' ready spread, estimated / measured (median ms) | "
+                  "in the 80% band |", "|---|---|---|---|---|---|---|---|---|---|---|"]
         for label, acc in errors.accuracy.items():
             part = lambda k: pct(acc.get("parts", {}).get(k, {}).get("mape"))  # noqa: E731
             sp = acc.get("rank_spread")
             spread = f"{sp['estimated']:.2f} / {sp['measured']:.2f}" if sp else "-"
+            rho = acc.get("spearman")
             lines.append(f"| {label} | {acc.get('plans')} | {pct(acc.get('mape'))} | "
-                         f"{pct(acc.get('mape_expected'))} | {part('compute')} | "
+                         f"{pct(acc.get('mape_expected'))} | {'-' if rho is None else f'{rho:.3f}'} | "
+                         f"{pct(acc.get('pair_agreement_beyond_noise'))} | {part('compute')} | "
                          f"{part('bw_comm')} | {part('fw_comm')} | {spread} | {pct(acc.get('calibration'))} |")
     return lines, {"lambda": None if lam is None else lam.to_json(),
                    "model_error": errors.accuracy if errors else None}
