@@ -10,8 +10,10 @@ relative gain in each run (prediction-powered where the run was) is pooled
 by inverse variance (eval/pooling.py): the fixed-effect estimate, the runs'
 heterogeneity (Cochran's Q with its p-value, I², tau²) and the
 random-effects interval, whose verdict is printed with the smallest
-difference the pooled comparison detects (95%, 80% power). Prints a
-markdown table; --out_path writes it as JSON with the runs it read.
+difference the pooled comparison detects (95%, 80% power). Pipeline runs
+with the cost-model ablation also get its effects pooled (model against
+search, `eval.ablation`). Prints markdown tables; --out_path writes them as
+JSON with the runs it read.
 """
 
 import argparse
@@ -58,6 +60,17 @@ def _seed(summary: Path):
     return seed if isinstance(seed, int) else None
 
 
+def _ablation(summary: Path) -> dict | None:
+    """The cost-model ablation figures of the pipeline run a hw/summary.json belongs to (its config.json),
+    None for another summary or a run without them."""
+    if summary.parent.name != "hw":
+        return None
+    try:
+        return json.loads((summary.parent.parent / "config.json").read_text()).get("ablation")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def _pct(x) -> str:
     return "-" if x is None else f"{100 * x:+.1f}%"
 
@@ -82,7 +95,7 @@ def table(rows, names) -> str:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from neuroshard.eval.pooling import pool_runs
+    from neuroshard.eval.pooling import pool_ablations, pool_runs
     from neuroshard.eval.summary import Summary
     from neuroshard.formats.io import read_json, warn, write_json_atomic
 
@@ -117,10 +130,20 @@ def main(argv=None) -> int:
         raise InputError(args.runs[0], "no algorithm compared with the reference in these runs")
     names = [n for n, _ in named]
     print(table(rows, names))
+    ablations = [] if args.sim else pool_ablations([(n, _ablation(p)) for (n, _), p in zip(named, paths)])
+    if ablations:
+        print("\nThe cost-model ablation's effects (the first's gain over the second's, paired), pooled:\n")
+        print("| effect | " + " | ".join(names) + " | pooled (random effects) | verdict |")
+        print("|---|" + "---|" * len(names) + "---|---|")
+        for e in ablations:
+            cells = [f"{_pct(r['gain'])} [{_pct(r['lo'])}, {_pct(r['hi'])}]" for r in e["runs"]]
+            p = e["pooled"]
+            print(f"| {e['name']} (`{e['base']}` vs `{e['other']}`) | " + " | ".join(cells)
+                  + f" | {_pct(p['mean'])} [{_pct(p['lo'])}, {_pct(p['hi'])}] | **{e['verdict']}** |")
     if args.out_path:
         write_json_atomic(args.out_path, {"runs": [str(p) for p in paths], "sim": args.sim,
                                           "reference": named[0][1].reference, "cost": named[0][1].cost,
-                                          "rows": [r.to_json() for r in rows]})
+                                          "rows": [r.to_json() for r in rows], "ablation": ablations})
         print(f"wrote {args.out_path}", file=sys.stderr)
     return 0
 

@@ -66,7 +66,7 @@ def chi2_sf(x: float, df: int) -> float:
 
 
 @dataclass(frozen=True)
-class Pooled:
+class Pooled(Record):
     """The pooled estimate of k per-run estimates with standard errors (see the module docstring)."""
 
     fixed: float
@@ -173,3 +173,28 @@ def pool_runs(named: Sequence[tuple[str, Summary]]) -> list[PooledRow]:
         iv = Interval(p.mean, p.lo, p.hi, sum(r.tasks for r in runs), repeats.pop() if len(repeats) == 1 else 0)
         rows.append(PooledRow(alg, runs, p, verdict(iv), z_sum() * p.se))
     return rows
+
+
+def pool_ablations(named: Sequence[tuple[str, dict]]) -> list[dict]:
+    """The cost-model ablation's effects (`eval.ablation`) pooled over runs: `named` holds (run, its report's
+    "ablation" figures); per effect present in every run, each run's relative gain and interval and the
+    random-effects pool (`pool`) with its verdict. Runs without the ablation are left out; [] without two."""
+    runs = [(name, a) for name, a in named if a and a.get("effects")]
+    if len(runs) < 2:
+        return []
+    z = z_level()
+    out = []
+    for effect in runs[0][1]["effects"]:
+        per_run = []
+        for name, a in runs:
+            e = next((x for x in a["effects"] if x["name"] == effect["name"]), None)
+            if e is None or not e["gain_hi"] > e["gain_lo"]:
+                break
+            per_run.append((name, e["gain"], e["gain_lo"], e["gain_hi"]))
+        else:
+            p = pool([g for _, g, _, _ in per_run], [(hi - lo) / (2 * z) for _, _, lo, hi in per_run])
+            iv = Interval(p.mean, p.lo, p.hi, 0, 0)
+            out.append({"name": effect["name"], "base": effect["base"], "other": effect["other"],
+                        "runs": [{"run": n, "gain": g, "lo": lo, "hi": hi} for n, g, lo, hi in per_run],
+                        "pooled": p.to_json(), "verdict": verdict(iv)})
+    return out

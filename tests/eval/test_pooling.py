@@ -93,3 +93,17 @@ def test_a_run_with_a_zero_width_interval_is_left_out_with_a_warning(capsys):
 def test_a_run_with_a_nan_gain_is_an_error_naming_it():
     with pytest.raises(ValueError, match="b: x's gain nan .* cannot be pooled"):
         pool_runs([("a", summary({"x": (0.04, 0.01)})), ("b", summary({"x": (float("nan"), 0.01)}))])
+
+
+def test_the_ablations_effects_are_pooled_by_name():
+    from neuroshard.eval.pooling import pool_ablations
+
+    def run(gain, se):
+        return {"effects": [{"name": "search", "base": "a", "other": "b", "gain": gain, "gain_lo": gain - Z * se,
+                             "gain_hi": gain + Z * se}]}
+
+    [e] = pool_ablations([("r0", run(0.04, 0.01)), ("r1", run(0.02, 0.01)), ("r2", None)])
+    # as test_pool_runs_by_algorithm: 0.04 and 0.02 with se 0.01 pool to +3.0%, tau2 1e-4
+    assert [r["run"] for r in e["runs"]] == ["r0", "r1"] and e["pooled"]["mean"] == pytest.approx(0.03)
+    assert e["pooled"]["tau2"] == pytest.approx(1e-4) and e["verdict"] == "beats"
+    assert pool_ablations([("r0", run(0.04, 0.01))]) == []
