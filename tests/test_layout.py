@@ -42,7 +42,7 @@ ALLOWED = {
     "torchrec.runtime_model": (),  # the cost model of TorchRec's runtime, which the planner prices plans with
     "planner": ("neuroshard.data", "neuroshard.torchrec.runtime_model"),
     "measure": ("neuroshard.data", "neuroshard.torchrec.sharding_file"),
-    "train": ("neuroshard.planner.costs", "neuroshard.data"),
+    "train": ("neuroshard.planner.costs", "neuroshard.data", "neuroshard.torchrec.runtime_model"),
     "learned": ("neuroshard.planner", "neuroshard.measure", "neuroshard.data"),
     "eval": ("neuroshard.planner", "neuroshard.learned", "neuroshard.measure", "neuroshard.data", "neuroshard.train",
              *LOW_TORCHREC),

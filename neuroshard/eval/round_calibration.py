@@ -20,6 +20,7 @@ from typing import Sequence
 import numpy as np
 
 from neuroshard.eval.summary import speed_ratios
+from neuroshard.train.metrics import spearman
 from neuroshard.types.codec import Record
 from neuroshard.types.costs import CostBreakdown
 from neuroshard.types.records import PlanRecord
@@ -117,8 +118,7 @@ def calibrated_accuracy(records: Sequence[PlanRecord], anchors: Sequence[PlanRec
         out.mape, out.raw_mape = float(np.mean(errs)), float(np.mean(raw))
         out.mape_mean = float(np.mean(np.abs(np.subtract(means_est, means_meas)) / np.asarray(means_meas)))
         if len(means_est) > 1:
-            ranks = [np.argsort(np.argsort(x)) for x in (means_est, means_meas)]
-            out.spearman = float(np.corrcoef(ranks[0], ranks[1])[0, 1])
+            out.spearman = spearman(means_est, means_meas)
         out.coverage = inside / banded if banded else None
     return out
 

@@ -162,11 +162,7 @@ class TorchRecRuntimeModel(Record):
     source: dict = field(default_factory=dict)
 
     def __post_init__(self):
-        if len(self.coef) != len(FEATURES) or not all(math.isfinite(c) and c >= 0 for c in self.coef):
-            raise ValueError(f"expected {len(FEATURES)} finite non-negative coefficients ({', '.join(FEATURES)}), "
-                             f"got {list(self.coef)}")
-        if not any(self.coef):
-            raise ValueError("every coefficient is 0: the model would cost every plan 0 ms")
+        check_coefficients(self.coef, FEATURES, "plan")
         if int(self.ndevices) < 1 or int(self.batch_size) < 1:
             raise ValueError(f"ndevices and batch_size must be >= 1, got {self.ndevices}, {self.batch_size}")
 
@@ -203,6 +199,16 @@ class TorchRecRuntimeModel(Record):
 
         return read_model_file(path, cls, "TorchRec runtime model", "collect_torchrec_cost_data.py, then "
                                "train_torchrec_cost_model.py", ndevices)
+
+
+def check_coefficients(coef: Sequence[float], names: Sequence[str], what: str) -> None:
+    """ValueError unless a linear model's `coef` are one finite non-negative number per term of `names`, not all
+    0 (such a model would cost every `what` 0 ms)."""
+    if len(coef) != len(names) or not all(math.isfinite(c) and c >= 0 for c in coef):
+        raise ValueError(f"expected {len(names)} finite non-negative coefficients ({', '.join(names)}), got "
+                         f"{list(coef)}")
+    if not any(coef):
+        raise ValueError(f"every coefficient is 0: the model would cost every {what} 0 ms")
 
 
 def nnls(a: np.ndarray, b: np.ndarray, max_iter: int | None = None) -> np.ndarray:

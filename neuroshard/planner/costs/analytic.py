@@ -11,7 +11,7 @@ with IR = ceil(8 B p) (the int64 indices read), LU = 4 B p max(d, 32) (the rows 
 (the pooled output written and sent: every sample's, as the measured exchange sends it; TorchRec scales
 it by min(1, p) for sparse features), penalty 1 from d >= 128, 1.15 from 64, else 1.75 (FBGEMM's partly
 used blocks); a rank's cost is the sum over its shards, a plan's the largest rank's.
-TorchRec ships a = b = c = 1, h = 0 and bandwidths of its own hardware. `fit_analytic` fits a, b, c, h
+TorchRec ships a = b = c = 1, h = 0 and bandwidths of its own hardware. `train.torchrec_estimator` fits a, b, c, h
 by non-negative least squares to the same compute cost data the neural compute model trains on (each
 measured shard, forward and backward, the sum of its tables' terms) and `a2a_bw` by least squares
 through the origin to the comm data's per-rank exchange times (the forward's wait for the last rank,
@@ -32,6 +32,7 @@ import numpy as np
 
 from neuroshard.planner.costs.features import ACC_DTYPE
 from neuroshard.settings import Settings, setting
+from neuroshard.torchrec.runtime_model import check_coefficients
 from neuroshard.types.codec import Record
 from neuroshard.types.errors import ConfigError, InputError
 from neuroshard.types.tables import TableConfig
@@ -79,11 +80,7 @@ class AnalyticModel(Record):
     source: dict = field(default_factory=dict)
 
     def __post_init__(self):
-        if len(self.coef) != len(TERMS) or not all(math.isfinite(c) and c >= 0 for c in self.coef):
-            raise ValueError(f"expected {len(TERMS)} finite non-negative coefficients ({', '.join(TERMS)}), got "
-                             f"{list(self.coef)}")
-        if not any(self.coef):
-            raise ValueError("every coefficient is 0: the model would cost every shard 0 ms")
+        check_coefficients(self.coef, TERMS, "shard")
         if not (math.isfinite(self.a2a_bw) and self.a2a_bw > 0):
             raise ValueError(f"a2a_bw must be a finite number > 0 (bytes per ms), got {self.a2a_bw!r}")
         if int(self.ndevices) < 1 or int(self.batch) < 1:
@@ -122,89 +119,6 @@ class AnalyticModel(Record):
 
         return read_model_file(path, cls, "fitted TorchRec estimator", "fit_torchrec_estimator.py fits one",
                                ndevices)
-
-
-# --------------------------------------------------------------------------- fitting
-
-
-def _mape(pred: np.ndarray, y: np.ndarray) -> float:
-    keep = y > 0
-    return float(np.mean(np.abs(pred[keep] - y[keep]) / y[keep])) if keep.any() else float("nan")
-
-
-def _spearman(a: np.ndarray, b: np.ndarray) -> float:
-    if len(a) < 2:
-        return float("nan")
-    ra, rb = np.argsort(np.argsort(a)), np.argsort(np.argsort(b))
-    return float(np.corrcoef(ra, rb)[0, 1])
-
-
-def compute_design(configs: Sequence[TableConfig], samples, ref_batch: int) -> tuple[np.ndarray, np.ndarray]:
-    """(X [S, 4], y [S]) of compute samples (`formats.cost_data.ComputeSample`, indices into `configs`; a sample
-    without a batch at `ref_batch`): each shard's summed table terms and its measured ms."""
-    by_batch: dict[int, np.ndarray] = {}
-    x = np.zeros((len(samples), len(TERMS)))
-    for k, s in enumerate(samples):
-        b = s.batch or ref_batch
-        if b not in by_batch:
-            by_batch[b] = table_terms(configs, b)
-        x[k] = by_batch[b][list(s.ids)].sum(axis=0)
-    return x, np.array([s.cost for s in samples], dtype=np.float64)
-
-
-def comm_design(groups) -> tuple[np.ndarray, np.ndarray]:
-    """(bytes [R], ms [R]) of comm samples' per-rank exchanges, forward (its wait for the last rank taken out)
-    and backward: the pooled bytes a rank sends, 4 x batch x its dim sum. `groups`: (samples, the global
-    batch they were measured at) pairs."""
-    x, y = [], []
-    for samples, batch in groups:
-        for s in samples:
-            _exchanges(s, batch, x, y)
-    if not x:
-        return np.zeros(0), np.zeros(0)
-    return np.concatenate(x), np.concatenate(y)
-
-
-def _exchanges(s, batch: int, x: list, y: list) -> None:
-    """Append one comm sample's per-rank (bytes, ms) of both exchanges to x and y."""
-    dims = np.asarray(s.dims, dtype=np.float64)
-    sleeps = np.asarray(s.sleeps, dtype=np.float64)
-    wait = sleeps.max() - sleeps
-    for times, minus in ((np.asarray(s.fw), wait), (np.asarray(s.bw), 0.0)):
-        x.append(4.0 * batch * dims)
-        y.append(np.maximum(times - minus, 0.0))
-
-
-def fit_analytic(configs: Sequence[TableConfig], compute_samples, ref_batch: int, comm_groups, ndevices: int,
-                 test_share: float = 0.2, seed: int = 0, source: dict | None = None) -> AnalyticModel:
-    """Fit TorchRec's estimator to compute and comm cost data (module doc): the coefficients by
-    non-negative least squares on all but a seeded `test_share` of the compute samples (their MAPE and
-    rank correlation reported), then on all of them; the all-to-all bandwidth through the origin on the
-    comm samples of `comm_groups` ((samples, their global batch) pairs). ValueError when there is nothing
-    to fit."""
-    from neuroshard.torchrec.runtime_model import nnls
-
-    n_comm = sum(len(samples) for samples, _ in comm_groups)
-    if len(compute_samples) < 5 or not n_comm:
-        raise ValueError(f"need at least 5 compute and 1 comm samples, got {len(compute_samples)} and {n_comm}")
-    x, y = compute_design(configs, compute_samples, ref_batch)
-    order = np.random.default_rng(seed).permutation(len(y))
-    n_test = int(round(test_share * len(y)))
-    test, train = order[:n_test], order[n_test:]
-    scale = x[train].max(axis=0)
-    scale[scale == 0] = 1.0
-    held = nnls(x[train] / scale, y[train]) / scale
-    coef = nnls(x / scale, y) / scale
-    cx, cy = comm_design(comm_groups)
-    slope = float(cx @ cy / (cx @ cx)) if (cx @ cx) > 0 else 0.0
-    if slope <= 0:
-        raise ValueError("the comm samples give no positive time per byte")
-    fit = {"compute": {"train_mape": _mape(x[train] @ held, y[train]), "test_mape": _mape(x[test] @ held, y[test]),
-                       "test_spearman": _spearman(x[test] @ held, y[test]), "test_samples": int(n_test),
-                       "mape_all": _mape(x @ coef, y)},
-           "comm": {"mape": _mape(cx * slope, cy), "exchanges": int(len(cy))}}
-    return AnalyticModel(int(ndevices), tuple(float(c) for c in coef), 1.0 / slope, int(ref_batch), fit,
-                         dict(source or {}))
 
 
 # --------------------------------------------------------------------------- the scorer

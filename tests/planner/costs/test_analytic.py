@@ -1,17 +1,10 @@
-"""TorchRec's estimator fitted to cost data: the formula by hand, the fit recovering known coefficients and
-bandwidth, the scorer pricing plans with it, its file."""
+"""TorchRec's estimator with fitted coefficients: the formula by hand, the scorer pricing plans with it, its
+file (the fit itself: tests/train/test_torchrec_estimator.py)."""
 
 import numpy as np
 import pytest
 
-from neuroshard.formats.cost_data import CommSample, ComputeSample
-from neuroshard.planner.costs.analytic import (
-    DEVICE_BW,
-    AnalyticModel,
-    comm_design,
-    fit_analytic,
-    table_terms,
-)
+from neuroshard.planner.costs.analytic import DEVICE_BW, AnalyticModel, table_terms
 from neuroshard.planner.costs.cost_models import CostModels
 from neuroshard.planner.simulator import simulate
 from neuroshard.problem import Problem
@@ -29,35 +22,6 @@ def test_the_terms_by_hand():
     np.testing.assert_allclose(x, np.array([2000, 32000, 6400, 1000]) * 1.75 * 3 / DEVICE_BW)
     [x] = table_terms([TableConfig(10, 0.5, BINS, dim=128)], 100)  # no penalty from 128 columns
     np.testing.assert_allclose(x, np.array([400, 25600, 51200, 10]) * 3 / DEVICE_BW)
-
-
-def test_the_fit_recovers_known_coefficients_and_bandwidth():
-    rng = np.random.default_rng(0)
-    configs = [TableConfig(int(rng.integers(100, 100_000)), float(rng.uniform(0.5, 20)), BINS,
-                           dim=int(rng.choice([8, 32, 64, 128]))) for _ in range(40)]
-    truth = np.array([0.002, 0.05, 0.1, 0.3])
-    samples = []
-    for _ in range(300):
-        ids = tuple(int(i) for i in rng.integers(0, 40, size=int(rng.integers(1, 6))))
-        batch = int(rng.choice([1024, 4096]))
-        cost = float(table_terms([configs[i] for i in ids], batch).sum(axis=0) @ truth)
-        samples.append(ComputeSample(ids, cost, None if batch == 4096 else batch))
-    bw = 2.0e6  # bytes per ms
-    comm = []
-    for _ in range(30):
-        dims = [int(d) for d in rng.integers(1, 60, size=4) * 4]
-        sleeps = [float(s) for s in rng.uniform(0, 3, size=4)]
-        fw = [4 * 512 * d / bw + max(sleeps) - s for d, s in zip(dims, sleeps)]  # plus the wait for the last
-        comm.append(CommSample(dims, sleeps, fw, [4 * 512 * d / bw for d in dims]))
-    model = fit_analytic(configs, samples, 4096, [(comm, 512)], 4, seed=1)
-    np.testing.assert_allclose(model.coef, truth, rtol=1e-6)
-    assert model.a2a_bw == pytest.approx(bw, rel=1e-9)
-    assert model.fit["compute"]["test_mape"] < 1e-6 and model.fit["comm"]["mape"] < 1e-9
-    assert model.fit["compute"]["test_samples"] == 60 and model.batch == 4096
-    x, y = comm_design([(comm[:1], 512)])
-    assert len(x) == 8 and x[0] == 4 * 512 * comm[0].dims[0]
-    with pytest.raises(ValueError, match="need at least 5 compute and 1 comm samples"):
-        fit_analytic(configs, samples[:3], 4096, [(comm, 512)], 4)
 
 
 def test_the_scorer_prices_plans_with_the_model(tmp_path):
