@@ -151,10 +151,7 @@ def plan_with_torchrec(tables: Sequence[ShardTable], problem: Problem, cfg: Torc
     `perf_estimator(topology, constraints)`: the `ShardEstimator` the planner prices shards with (default
     TorchRec's own with its default coefficients; `torchrec.estimators` for the fitted and the neural).
     """
-    cons = problem.table_constraints
-    if cons.devices or cons.colocate:
-        raise NeuroShardError("torchrec: TorchRec's planner takes no per-table device lists or co-located tables "
-                              "(its ParameterConstraints cannot say them)")
+    cons = plain_constraints(problem, "torchrec")
     ndevices = problem.ndevices
     require_torchrec()
     from torchrec.distributed.embedding_types import EmbeddingComputeKernel
@@ -168,21 +165,9 @@ def plan_with_torchrec(tables: Sequence[ShardTable], problem: Problem, cfg: Torc
     from torchrec.distributed.planner.storage_reservations import (
         FixedPercentageStorageReservation,
     )
-    from torchrec.distributed.planner.types import (
-        KernelConfig,
-        PlannerError,
-        PlannerErrorType,
-        TopologyFactory,
-        TrainerConfig,
-    )
 
     names = table_names(tables)
-    caps = [int(m * 2**30) for m in problem.caps]
-    topology = TopologyFactory.create_topology(
-        TrainerConfig(world_size=ndevices, local_world_size=ndevices, hbm_cap_bytes=min(caps), ddr_cap_bytes=0),
-        kernel_config=KernelConfig(compute_device="cuda"))
-    for device, cap in zip(topology.devices, caps):  # devices of unequal memory
-        device.storage.hbm = cap
+    topology = gpu_topology(problem)
     constraints = {}
     for i, (name, t) in enumerate(zip(names, tables)):
         shards = 1 if cons.kept_whole(i) else column_shards_for(t.dim, cfg.torchrec_column_shards)
@@ -200,11 +185,45 @@ def plan_with_torchrec(tables: Sequence[ShardTable], problem: Problem, cfg: Torc
     planner = EmbeddingShardingPlanner(topology=topology, batch_size=batch, enumerator=enumerator,
                                        storage_reservation=FixedPercentageStorageReservation(percentage=0.0),
                                        constraints=constraints, stats=[], debug=False)
-    module = embedding_bag_collection(tables, names)
+    return run_planner(planner, embedding_bag_collection(tables, names), EmbeddingBagCollectionSharder(), tables,
+                       problem)
+
+
+def plain_constraints(problem: Problem, alg: str):
+    """The problem's table constraints, NeuroShardError naming `alg` for those TorchRec's `ParameterConstraints`
+    cannot say (a table's devices, co-located tables)."""
+    cons = problem.table_constraints
+    if cons.devices or cons.colocate:
+        raise NeuroShardError(f"{alg}: TorchRec's planner takes no per-table device lists or co-located tables "
+                              "(its ParameterConstraints cannot say them)")
+    return cons
+
+
+def gpu_topology(problem: Problem):
+    """TorchRec's `Topology` of the problem's devices as GPUs ("cuda") on one host, each with its own memory as
+    HBM and no host memory: a plan fits in the devices' memory alone, as every algorithm's must."""
+    require_torchrec()
+    from torchrec.distributed.planner.types import KernelConfig, TopologyFactory, TrainerConfig
+
+    caps = [int(m * 2**30) for m in problem.caps]
+    topology = TopologyFactory.create_topology(
+        TrainerConfig(world_size=problem.ndevices, local_world_size=problem.ndevices, hbm_cap_bytes=min(caps),
+                      ddr_cap_bytes=0),
+        kernel_config=KernelConfig(compute_device="cuda"))
+    for device, cap in zip(topology.devices, caps):  # devices of unequal memory
+        device.storage.hbm = cap
+    return topology
+
+
+def run_planner(planner, module, sharder, tables: Sequence[ShardTable], problem: Problem):
+    """`planner.plan(module, [sharder])`; OutOfMemoryError when TorchRec finds no plan within the devices' memory,
+    NeuroShardError (one line) for its other failures."""
+    from torchrec.distributed.planner.types import PlannerError, PlannerErrorType
+
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # TorchRec's deprecation and shape notes, not about this plan
-            return planner.plan(module, [EmbeddingBagCollectionSharder()])
+            return planner.plan(module, [sharder])
     except PlannerError as e:
         memory = {PlannerErrorType.INSUFFICIENT_STORAGE, PlannerErrorType.STRICT_CONSTRAINTS,
                   PlannerErrorType.PARTITION}
@@ -212,7 +231,7 @@ def plan_with_torchrec(tables: Sequence[ShardTable], problem: Problem, cfg: Torc
         total = sum(t.size_gb for t in tables)
         if e.error_type in memory:
             raise OutOfMemoryError(
-                f"TorchRec found no plan within max_mem {problem.mem_text} per device ({ndevices} devices, "
+                f"TorchRec found no plan within max_mem {problem.mem_text} per device ({problem.ndevices} devices, "
                 f"tables {total:.4g} GB in all, largest {max(t.size_gb for t in tables):.4g} GB): "
                 f"{e.error_type.value}: {first}", max_mem=min(problem.caps)) from None
         raise NeuroShardError(f"TorchRec planner failed ({e.error_type.value}): {first}") from None

@@ -16,9 +16,12 @@ ShardingPlan and hands them to every rank (`read_block`). Per item, every rank:
    `DLRM` class itself needs one embedding dim for every table (its
    pairwise dot interaction); the tasks mix dims 4..128, so the interaction
    here is a concatenation, as in DLRM's "cat" variant. The collection is
-   sharded by the plan with the fused kernel and an in-backward exact SGD
-   (`EmbeddingBagCollectionSharder(fused_params=...)`), the dense part is
-   data-parallel (DDP) with plain SGD;
+   sharded by the plan (any sharding type: `all_types_sharder`), a sharded
+   table with the fused kernel and an in-backward exact SGD, a
+   data-parallel table with the dense kernel, its replicas stepped by the
+   dense optimizer; the dense part is data-parallel (DDP) with plain SGD.
+   Every table starts from the same seeded weights whatever the plan
+   (`seeded_table_weights`), so every plan of a task trains the same model;
 2. builds its batch slice: samples [r B / W, (r + 1) B / W) of the dataset's
    real lookups for every task table (a table that appears twice in a task
    reads the same lookups under two names), seeded random dense features and
@@ -30,7 +33,9 @@ ShardingPlan and hands them to every rank (`read_block`). Per item, every rank:
    (all_reduce MAX); the first `warmup` are dropped. Each rank also times
    its phases (`TorchRecStep.PHASES`: the embedding collection's forward up
    to its pooled output, the rest of the forward and the loss, the backward,
-   the dense optimizer's step) and reports their medians.
+   the dense optimizer's step) and reports their medians. The global
+   batch's loss of every iteration is recorded: plans of one task give the
+   same losses, up to float rounding (a plan moves the work, not the math).
 
 Each node's first rank writes one `TorchRecStep` per item. Times in ms
 (build time in s).
@@ -38,6 +43,7 @@ Each node's first rank writes one `TorchRecStep` per item. Times in ms
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -71,7 +77,8 @@ class TorchRecStep(Record):
     each rank's median step ms; `build_s`: the slowest rank's model construction and sharding (s);
     `phases`: per rank, the median ms of each phase of its steps (`PHASES`: the embedding collection's
     forward up to its pooled output, the rest of the forward with the loss, the backward, the dense
-    optimizer's step; None in records that predate them). Its cost is the median of `iters`.
+    optimizer's step; None in records that predate them); `losses`: the global batch's mean loss at every
+    iteration, warmup included (None in records that predate them). Its cost is the median of `iters`.
     """
 
     PHASES: ClassVar[tuple[str, ...]] = ("embedding_fw", "dense_fw", "backward", "optimizer")
@@ -84,6 +91,7 @@ class TorchRecStep(Record):
     per_rank: list[float] = json_field()
     build_s: float = 0.0
     phases: list[dict[str, float]] | None = json_field(None, omit_none=True)
+    losses: list[float] | None = json_field(None, omit_none=True)
 
     def __post_init__(self):
         if not self.iters:
@@ -185,6 +193,9 @@ def concat_dlrm(ebc, dense_features: int, dense_arch: Sequence[int], over_arch: 
                 marks: dict | None = None):
     """DLRM with a concatenating interaction: torchrec's `DenseArch` and `OverArch` around the
     EmbeddingBagCollection `ebc` (at `MODULE_PATH`); forward(dense [B, F], kjt) -> logits [B].
+    The pooled embeddings are read by feature name, in the collection's feature order: a sharded
+    collection lists its output by sharding group, so reading it by position would reorder the
+    features whenever a plan mixes sharding types.
     `marks`: if given, each forward stores in it the ms of the embedding lookup (`embedding_ms`: the
     sharded collection's input distribution, kernels and output distribution, up to its pooled values)."""
     import torch
@@ -192,22 +203,116 @@ def concat_dlrm(ebc, dense_features: int, dense_arch: Sequence[int], over_arch: 
 
     from neuroshard.measure.timing import elapsed_ms
 
+    features = [f for c in ebc.embedding_bag_configs() for f in c.feature_names]
+
     class ConcatDLRM(torch.nn.Module):
         def __init__(self):
             super().__init__()
             setattr(self, MODULE_PATH, ebc)
             self.dense_arch = DenseArch(dense_features, list(dense_arch), device=device)
-            pooled = sum(c.embedding_dim for c in ebc.embedding_bag_configs())
+            pooled = sum(c.embedding_dim * len(c.feature_names) for c in ebc.embedding_bag_configs())
             self.over_arch = OverArch(dense_arch[-1] + pooled, list(over_arch), device=device)
 
         def forward(self, dense, kjt):
             start = time.perf_counter()
-            pooled = getattr(self, MODULE_PATH)(kjt).values()  # waits for the output distribution
+            by_name = getattr(self, MODULE_PATH)(kjt).to_dict()  # waits for the output distribution
             if marks is not None:
-                marks["embedding_ms"] = elapsed_ms(start, pooled.device)
+                marks["embedding_ms"] = elapsed_ms(start, dense.device)
+            pooled = torch.cat([by_name[f] for f in features], dim=1)
             return self.over_arch(torch.cat([self.dense_arch(dense), pooled], dim=1)).squeeze(1)
 
     return ConcatDLRM()
+
+
+@functools.cache
+def _all_types_sharder_class():
+    from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+    from torchrec.distributed.types import ShardingType
+
+    class AllTypesEmbeddingBagCollectionSharder(EmbeddingBagCollectionSharder):
+        """TorchRec's sharder, offering row-wise and table-row-wise on every device type: TorchRec lists them
+        for cuda only, yet their collectives (all-to-all, reduce-scatter) run on gloo CPU ranks too."""
+
+        def sharding_types(self, compute_device_type: str) -> list[str]:
+            types = list(super().sharding_types(compute_device_type))
+            return types + [t.value for t in (ShardingType.ROW_WISE, ShardingType.TABLE_ROW_WISE)
+                            if t.value not in types]
+
+    return AllTypesEmbeddingBagCollectionSharder
+
+
+def all_types_sharder(fused_params: dict | None = None):
+    """An `EmbeddingBagCollectionSharder` (with `fused_params`) whose sharding types include row-wise and
+    table-row-wise on CPU as well, so TorchRec's planner plans them and DistributedModelParallel trains them
+    on gloo ranks. A data-parallel table takes the dense kernel (TorchRec offers no other for it)."""
+    return _all_types_sharder_class()(fused_params=fused_params)
+
+
+WEIGHT_BLOCK_ROWS = 4096  # rows drawn by one generator: a shard draws only the blocks it overlaps
+
+
+def seeded_table_weights(seed: int, table: int, rows: int, dim: int, row0: int = 0, nrows: int | None = None,
+                         col0: int = 0, ncols: int | None = None):
+    """Rows [row0, row0 + nrows) and columns [col0, col0 + ncols) of task table `table`'s initial weights
+    (`rows` x `dim`, TorchRec's default range: uniform in +-sqrt(1 / rows)), the same numbers whichever
+    shard asks: blocks of `WEIGHT_BLOCK_ROWS` rows, each from its own generator seeded by (seed, table,
+    block)."""
+    import numpy as np
+    import torch
+
+    nrows = rows - row0 if nrows is None else nrows
+    ncols = dim - col0 if ncols is None else ncols
+    bound = (1.0 / rows) ** 0.5
+    out = torch.empty(nrows, ncols)
+    for b in range(row0 // WEIGHT_BLOCK_ROWS, -(-(row0 + nrows) // WEIGHT_BLOCK_ROWS)):
+        lo, hi = b * WEIGHT_BLOCK_ROWS, min((b + 1) * WEIGHT_BLOCK_ROWS, rows)
+        g = torch.Generator().manual_seed(int(np.random.SeedSequence([seed, table, b]).generate_state(1)[0]))
+        block = torch.rand(hi - lo, dim, generator=g).mul_(2 * bound).sub_(bound)
+        a, z = max(lo, row0), min(hi, row0 + nrows)
+        out[a - row0:z - row0] = block[a - lo:z - lo, col0:col0 + ncols]
+    return out
+
+
+def set_seeded_weights(model, names: Sequence[str], seed: int) -> None:
+    """Overwrite the embedding weights of `model` (sharded by DistributedModelParallel or not) with
+    `seeded_table_weights`: each local shard of table `names[k]` gets its rows and columns of table k."""
+    import torch
+    from torch.distributed._shard.sharded_tensor import ShardedTensor
+
+    state = model.state_dict()
+    with torch.no_grad():
+        for k, name in enumerate(names):
+            weight = state[f"{MODULE_PATH}.embedding_bags.{name}.weight"]
+            rows, dim = weight.shape
+            if isinstance(weight, ShardedTensor):
+                for shard in weight.local_shards():
+                    (r0, c0), (nr, nc) = shard.metadata.shard_offsets, shard.metadata.shard_sizes
+                    shard.tensor.copy_(seeded_table_weights(seed, k, rows, dim, r0, nr, c0, nc))
+            else:
+                weight.copy_(seeded_table_weights(seed, k, rows, dim))
+
+
+def rank_batch(dataset, table_ids: Sequence[int], names: Sequence[str], rank: int, world: int, batch_size: int,
+               dense_features: int, seed: int):
+    """(dense [b, F], KeyedJaggedTensor, labels [b]) of rank `rank`'s b = batch_size / world samples: the
+    dataset's real lookups of samples [rank b, (rank + 1) b) for every task table (a table that appears
+    twice reads the same lookups under two names), dense features and 0/1 labels drawn from (seed, rank)."""
+    import torch
+    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+    b = batch_size // world
+    lo, hi = rank * b, (rank + 1) * b
+    values, lengths = [], []
+    for tid in table_ids:
+        idx, off = dataset.lookups(tid)
+        off = off[lo:hi + 1].to(torch.int64)
+        values.append(idx[int(off[0]):int(off[-1])].to(torch.int64))
+        lengths.append(off[1:] - off[:-1])
+    kjt = KeyedJaggedTensor.from_lengths_sync(keys=list(names), values=torch.cat(values), lengths=torch.cat(lengths))
+    g = torch.Generator().manual_seed(seed * 1009 + rank)
+    dense = torch.randn(b, dense_features, generator=g)
+    labels = torch.randint(0, 2, (b,), generator=g).float()
+    return dense, kjt, labels
 
 
 class TorchRecTrainWorker(RankWorker):
@@ -250,34 +355,12 @@ class TorchRecTrainWorker(RankWorker):
         item["sharding_plan"] = read_torchrec_plan(item.pop("plan_path"))
         return [item]
 
-    def batch_slice(self, table_ids: Sequence[int], names: Sequence[str]):
-        """(dense [b, F], KeyedJaggedTensor, labels [b]) of this rank's b = B / W samples."""
-        import torch
-        from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
-
-        ctx, spec, cfg = self.ctx, self.spec, self.cfg
-        b = spec.batch_size // ctx.world
-        lo, hi = ctx.rank * b, (ctx.rank + 1) * b
-        values, lengths = [], []
-        for tid in table_ids:
-            idx, off = self.dataset.lookups(tid)
-            off = off[lo:hi + 1].to(torch.int64)
-            values.append(idx[int(off[0]):int(off[-1])].to(torch.int64))
-            lengths.append(off[1:] - off[:-1])
-        kjt = KeyedJaggedTensor.from_lengths_sync(keys=list(names), values=torch.cat(values),
-                                                  lengths=torch.cat(lengths))
-        g = torch.Generator().manual_seed(cfg.problem.seed * 1009 + ctx.rank)
-        dense = torch.randn(b, cfg.dense_features, generator=g)
-        labels = torch.randint(0, 2, (b,), generator=g).float()
-        return (x.to(ctx.device) for x in (dense, kjt, labels))
-
     def measure(self, k: int, item: dict) -> dict | None:
         """Train item `k`'s plan; returns its `TorchRecStep` record on the first rank of each node."""
         import numpy as np
         import torch
         import torch.distributed as dist
         from fbgemm_gpu.split_embedding_configs import EmbOptimType
-        from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
         from torchrec.distributed.model_parallel import DistributedModelParallel
         from torchrec.modules.embedding_configs import EmbeddingBagConfig, PoolingType
         from torchrec.modules.embedding_modules import EmbeddingBagCollection
@@ -299,15 +382,19 @@ class TorchRecTrainWorker(RankWorker):
         marks: dict = {}
         model = concat_dlrm(ebc, cfg.dense_features, parse_layers(cfg.dense_arch, "dense_arch"),
                             parse_layers(cfg.over_arch, "over_arch", last=1), device, marks)
-        sharder = EmbeddingBagCollectionSharder(fused_params={"optimizer": EmbOptimType.EXACT_SGD,
-                                                              "learning_rate": cfg.lr})
+        sharder = all_types_sharder({"optimizer": EmbOptimType.EXACT_SGD, "learning_rate": cfg.lr})
         dmp = DistributedModelParallel(model, device=device, plan=item["sharding_plan"], sharders=[sharder])
+        set_seeded_weights(dmp, names, cfg.problem.seed)
+        # the fused tables update inside the backward; the dense optimizer steps the rest, data-parallel
+        # tables included
         dense_opt = KeyedOptimizerWrapper(dict(in_backward_optimizer_filter(dmp.named_parameters())),
                                           lambda params: torch.optim.SGD(params, lr=cfg.lr))
-        dense, kjt, labels = self.batch_slice(ids, names)
+        dense, kjt, labels = (x.to(device) for x in rank_batch(
+            self.dataset, ids, names, ctx.rank, ctx.world, self.spec.batch_size, cfg.dense_features,
+            cfg.problem.seed))
         loss_fn = torch.nn.BCEWithLogitsLoss()
         build_s = time.perf_counter() - t0
-        times, phases = [], {name: [] for name in TorchRecStep.PHASES}
+        times, losses, phases = [], [], {name: [] for name in TorchRecStep.PHASES}
 
         for i in range(cfg.warmup + cfg.iters):
             st["phase"] = f"barrier before iteration {i}"
@@ -329,11 +416,14 @@ class TorchRecTrainWorker(RankWorker):
                 for name, v in zip(TorchRecStep.PHASES, (marks["embedding_ms"], forward_ms - marks["embedding_ms"],
                                                          backward_ms, optimizer_ms)):
                     phases[name].append(v)
-            if not np.isfinite(float(loss.detach())):
-                raise ValueError(f"the loss is {float(loss.detach())} at iteration {i}")
+            losses.append(float(loss.detach()))
+            if not np.isfinite(losses[-1]):
+                raise ValueError(f"the loss is {losses[-1]} at iteration {i}")
         st["phase"] = "gathering step times"
         slowest = torch.tensor(times + [build_s], dtype=torch.float64, device=device)
         dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+        mean_loss = torch.tensor(losses, dtype=torch.float64, device=device)  # equal slices: the batch's mean
+        dist.all_reduce(mean_loss)
         per_rank = ctx.gather(float(np.median(times)))
         rank_phases = ctx.gather({name: float(np.median(v)) for name, v in phases.items()})
         del dmp, dense_opt, model, ebc  # free this plan's shards before the next is built
@@ -341,7 +431,7 @@ class TorchRecTrainWorker(RankWorker):
             return None
         slowest = slowest.cpu().tolist()
         return TorchRecStep(k, int(item["task"]), str(item["alg"]), int(item["repeat"]), slowest[:-1], per_rank,
-                            slowest[-1], rank_phases).to_json()
+                            slowest[-1], rank_phases, (mean_loss / ctx.world).cpu().tolist()).to_json()
 
 
 # =========================================================================== launcher
