@@ -5,11 +5,14 @@ from neuroshard.types.errors import InputError, InvalidPlanError
 from neuroshard.types.plan import (
     ColumnPiece,
     Plan,
+    Spread,
     apply_column_steps,
     column_offsets,
     merge_colocated_halves,
     plan_from_pieces,
     plan_pieces,
+    row_blocks,
+    table_devices,
 )
 from neuroshard.types.tables import (
     ShardTable,
@@ -184,3 +187,69 @@ def test_table_constraints_errors_name_the_table():
         TableConstraints(whole=(7,)).check(3, 2)
     with pytest.raises(ConfigError, match="table 0: device 5 is not among the 2 devices"):
         TableConstraints(devices=((0, (5,)),)).check(3, 2)
+
+
+# --------------------------------------------------------------------------- spread tables
+
+
+def test_row_blocks_are_torchrecs_ceil_blocks():
+    assert row_blocks(10, 4) == [3, 3, 3, 1]
+    assert row_blocks(5, 4) == [2, 2, 1, 0]
+    assert row_blocks(1000, 4) == [250] * 4
+    assert row_blocks(7, 1) == [7]
+    assert Spread(0, "data_parallel", (0, 1, 2)).rows_on(10) == [10, 10, 10]
+    assert Spread(0, "table_row_wise", (2, 3)).rows_on(7) == [4, 3]
+
+
+def test_a_plan_with_spread_tables_round_trips_and_older_plans_read_the_same():
+    plan = Plan((0,), ((0, 3), (), (), ()), (Spread(1, "row_wise", (0, 1, 2, 3)),
+                                              Spread(2, "table_row_wise", (2, 3))))
+    js = plan.to_json()
+    assert js["spread"] == [{"table": 1, "kind": "row_wise", "ranks": [0, 1, 2, 3]},
+                            {"table": 2, "kind": "table_row_wise", "ranks": [2, 3]}]
+    assert Plan.from_json(js) == plan and plan.spread_of(2).kind == "table_row_wise" and plan.spread_of(0) is None
+    plain = Plan((), ((0,), (1,)))
+    assert plain.to_json() == {"column_steps": [], "shards": [[0], [1]]}  # the file shape of older releases
+    assert Plan.from_json({"column_steps": [], "shards": [[0], [1]]}) == plain
+
+
+def test_spread_tables_are_checked_by_table():
+    # 4 tables, 4 devices; table 0 column-split (post-split 4 = its second half)
+    base = ((0, 4), (), (), ())
+    ok = Plan((0,), ((0, 4), (3,), (), ()), (Spread(1, "row_wise", (0, 1, 2, 3)),
+                                              Spread(2, "data_parallel", (0, 1, 2, 3))))
+    assert table_devices(ok, 5) == [0, None, None, 1, 0]
+    twrw = Plan((), ((0,), (1,), (), ()), (Spread(2, "table_row_wise", (2, 3)), Spread(3, "table_row_wise", (0, 1))))
+    assert table_devices(twrw, 4) == [0, 1, None, None]
+    cases = [
+        (Plan((0,), base, (Spread(1, "row_wise", (0, 1)), Spread(2, "data_parallel", (0, 1, 2, 3)),
+                           Spread(3, "row_wise", (0, 1, 2, 3)))), r"table 1 \(row_wise\): TorchRec shards it over "
+                                                                   r"every rank in order \(0..3\)"),
+        (Plan((0,), base, (Spread(1, "row_wise", (0, 1, 2, 3)), Spread(2, "table_row_wise", (1, 2)),
+                           Spread(3, "data_parallel", (0, 1, 2, 3)))), r"table 2 \(table_row_wise\): ranks \[1, 2\] "
+                                                                       "are not one host"),
+        (Plan((0,), base, (Spread(1, "grid", (0, 1, 2, 3)),)), "table 1: sharding type 'grid' is not one of"),
+        (Plan((0,), base, (Spread(0, "row_wise", (0, 1, 2, 3)),)), "table 0 is row_wise and column-split at once"),
+        (Plan((), ((0, 1), (2,), (3,), ()), (Spread(1, "row_wise", (0, 1, 2, 3)),)),
+         "table 1 is row_wise and also placed on device 0"),
+        (Plan((), ((0,), (2,), (), ()), (Spread(1, "row_wise", (0, 1, 2, 3)),)), r"tables \[3\] are placed on no"),
+        (Plan((), ((0,), (2,), (3,), ()), (Spread(1, "row_wise", (0, 1, 2, 3)), Spread(1, "data_parallel",
+                                                                                   (0, 1, 2, 3)))), "listed twice"),
+        (Plan((), ((0,), (2,), (3,), ()), (Spread(7, "row_wise", (0, 1, 2, 3)),)), "spread table 7 out of range"),
+        (Plan((), ((0,), (2,), (3,), ()), (Spread(1, "data_parallel", (0, 1, 2, 5)),)),
+         r"ranks \[0, 1, 2, 5\] must be distinct devices of 0..3"),
+    ]
+    for plan, message in cases:
+        with pytest.raises(InvalidPlanError, match=message):
+            table_devices(plan, 4 + len(plan.column_steps))
+
+
+def test_spread_tables_keep_out_of_the_pieces_and_survive_merging():
+    tables = _tables(16, 8, 32)
+    # table 0's halves both on device 0 (merged back), table 2 row-wise over both devices
+    plan = Plan((0,), ((0, 3), (1,)), (Spread(2, "row_wise", (0, 1)),))
+    pieces = plan_pieces(tables, plan)
+    assert pieces == [[ColumnPiece(0, 8, 0), ColumnPiece(8, 8, 0)], [ColumnPiece(0, 8, 1)], []]
+    assert merge_colocated_halves(tables, plan) == Plan((), ((0,), (1,)), (Spread(2, "row_wise", (0, 1)),))
+    with pytest.raises(InvalidPlanError, match="table 2 is spread and has column pieces too"):
+        plan_from_pieces(tables, [pieces[0], pieces[1], [ColumnPiece(0, 32, 0)]], 2, plan.spread)

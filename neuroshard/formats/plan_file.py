@@ -41,15 +41,23 @@ def plan_view(tables: Sequence[ShardTable], plan: Plan) -> list[dict]:
 
     `tables`: the task's tables before any split (origin = position). Returns
     `[{"table": origin, "shards": [{"dim": d, "device": r}, ...]}, ...]` in
-    origin order; the shards of a split table in post-split table order.
-    Raises InvalidPlanError if a post-split table is placed never, twice, or
-    is out of range.
+    origin order; the shards of a split table in post-split table order. A
+    spread table adds its `"type"` and gives each rank's `"rows"`:
+    `{"table": 3, "type": "row_wise", "shards": [{"dim": 64, "rows": 500,
+    "device": 0}, ...]}`. Raises InvalidPlanError if a post-split table is
+    placed never, twice, or is out of range.
     """
     split = apply_column_steps(tables, plan.column_steps)
     device_of = table_devices(plan, len(split))
     view = [{"table": t.origin, "shards": []} for t in tables]
     for i, t in enumerate(split):
-        view[t.origin]["shards"].append({"dim": t.dim, "device": device_of[i]})
+        if device_of[i] is not None:
+            view[t.origin]["shards"].append({"dim": t.dim, "device": device_of[i]})
+    for s in plan.spread:
+        t = tables[s.table]
+        view[s.table] = {"table": t.origin, "type": s.kind,
+                         "shards": [{"dim": t.dim, "rows": rows, "device": r}
+                                    for r, rows in zip(s.ranks, s.rows_on(int(t.config.row)))]}
     return view
 
 
@@ -231,7 +239,11 @@ def _plan_from_json(path, where: str, d) -> Plan:
     if not isinstance(shards, list) or not all(int_list(s) for s in shards):
         raise InputError(path, f"{where}: \"shards\" must be a list of lists of table indices, "
                                f"got {show_value(json.dumps(shards))}")
-    return Plan.from_json(d)
+    try:
+        return Plan.from_json(d)
+    except (KeyError, TypeError, ValueError) as e:  # the spread tables: each {"table", "kind", "ranks"}
+        raise InputError(path, f"{where}: malformed \"spread\" ({type(e).__name__}: {e}), expected "
+                               f"[{{\"table\": t, \"kind\": ..., \"ranks\": [...]}}, ...]") from None
 
 
 # --------------------------------------------------------------------------- measurement log

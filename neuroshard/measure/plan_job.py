@@ -61,7 +61,7 @@ from neuroshard.measure.timing import CLOCKS
 from neuroshard.problem import Problem
 from neuroshard.settings import Settings, common, setting
 from neuroshard.types.codec import Record
-from neuroshard.types.errors import ConfigError
+from neuroshard.types.errors import ConfigError, InvalidPlanError
 from neuroshard.types.plan import Plan, apply_column_steps
 from neuroshard.types.records import EndToEnd, PlanMeasurement, PlanRecord
 from neuroshard.types.tables import Task
@@ -146,7 +146,15 @@ class PlanJobSpec(Record):
 
 
 def runnable(records: Sequence[PlanRecord]) -> list[PlanRecord]:
-    """The plan records the job measures, in job order: those with a plan (others are reported only)."""
+    """The plan records the job measures, in job order: those with a plan (others are reported only).
+    InvalidPlanError naming the task and table for a plan with row-wise, table-row-wise or data-parallel
+    tables: the job runs table-wise and column-wise shards (their reduce-scatter and all-reduce are not in
+    it); TorchRec training (eval_torchrec.py) runs those."""
+    for rec in records:
+        if rec.plan is not None and rec.plan.spread:
+            s = rec.plan.spread[0]
+            raise InvalidPlanError(f"task {rec.task} ({rec.alg}): table {s.table} is {s.kind}; the plan job runs "
+                                   "table-wise and column-wise shards only (train such plans with eval_torchrec.py)")
     return [rec for rec in records if rec.plan is not None]
 
 

@@ -27,7 +27,7 @@ from neuroshard.planner.costs.uncertainty import cost_samples, spread, widen
 from neuroshard.problem import Problem
 from neuroshard.types.costs import CostBreakdown, RuntimeEstimate
 from neuroshard.types.errors import InvalidPlanError, NeuroShardError, OutOfMemoryError
-from neuroshard.types.plan import Plan, apply_column_steps, plan_pieces, table_devices
+from neuroshard.types.plan import ColumnPiece, Plan, apply_column_steps, plan_pieces, table_devices
 from neuroshard.types.tables import BYTES_PER_ELEMENT, ShardTable
 
 # --------------------------------------------------------------------------- memory
@@ -51,6 +51,18 @@ def _gb(elements: int) -> float:
     return elements * BYTES_PER_ELEMENT / 2**30
 
 
+def device_elements(tables: Sequence[ShardTable], split: Sequence[ShardTable], plan: Plan) -> list[int]:
+    """The fp32 elements each device of `plan` holds: its shards' weights, its row blocks of the row-wise and
+    table-row-wise tables, a whole replica of each data-parallel table (`types.plan.Spread.rows_on`).
+    `split`: the post-split tables."""
+    used = [sum(table_elements(split[i]) for i in shard) for shard in plan.shards]
+    for s in plan.spread:
+        t = tables[s.table]
+        for r, rows in zip(s.ranks, s.rows_on(int(t.config.row))):
+            used[r] += rows * int(t.dim)
+    return used
+
+
 def device_caps(problem: Problem) -> list[int]:
     """Each device's memory in fp32 elements (`mem_cap_elements` of its GB)."""
     return [mem_cap_elements(m) for m in problem.caps]
@@ -65,6 +77,7 @@ def validate_plan(tables: Sequence[ShardTable], plan: Plan, problem: Problem) ->
     constraints (`types.constraints`: a table kept whole, its devices, a
     co-located group); OutOfMemoryError (with the per-device GB used) when a
     device holds more than its memory.
+    Memory follows each table's sharding type (`device_elements`).
     """
     if not isinstance(plan, Plan):
         raise InvalidPlanError(f"expected a Plan, got {type(plan).__name__}")
@@ -75,17 +88,22 @@ def validate_plan(tables: Sequence[ShardTable], plan: Plan, problem: Problem) ->
     table_devices(plan, len(split))  # each post-split table on exactly one device
     if problem.constraints is not None and not problem.constraints.empty:
         problem.constraints.check(len(tables), ndevices)
-        broken = problem.constraints.violation(plan_pieces(tables, plan))
+        pieces = plan_pieces(tables, plan)
+        for s in plan.spread:
+            pieces[s.table] = [ColumnPiece(0, tables[s.table].dim, r) for r in s.ranks]
+        broken = problem.constraints.violation(pieces, {s.table: s.kind for s in plan.spread})
         if broken is not None:
             raise InvalidPlanError(broken)
     caps = device_caps(problem)
-    used = [sum(table_elements(split[i]) for i in shard) for shard in plan.shards]
+    used = device_elements(tables, split, plan)
     over = [r for r in range(ndevices) if used[r] > caps[r]]
     if over:
         r = over[0]
+        spread = [f"{tables[s.table].origin} ({s.kind})" for s in plan.spread if r in s.ranks]
         raise OutOfMemoryError(
             f"device {r} holds {_gb(used[r]):.4g} GB > its {problem.caps[r]:g} GB "
-            f"(used per device: {', '.join(f'{_gb(u):.3g}' for u in used)} GB)",
+            + (f"with spread tables {', '.join(spread)} " if spread else "")
+            + f"(used per device: {', '.join(f'{_gb(u):.3g}' for u in used)} GB)",
             size=_gb(used[r]), max_mem=problem.caps[r], used=[_gb(u) for u in used])
     return split
 
@@ -136,7 +154,7 @@ def _simulate_runtime(scorer, tables, split, plan: Plan, runtime) -> CostBreakdo
     return CostBreakdown(
         compute=parts.compute[0].sum(axis=1).tolist(), bw_comm=[0.0] * n, fw_comm=[0.0] * n,
         dims=[int(sum(split[i].dim for i in s)) for s in plan.shards],
-        mem_gb=[_gb(sum(table_elements(split[i]) for i in s)) for s in plan.shards],
+        mem_gb=[_gb(u) for u in device_elements(tables, split, plan)],
         runtime=RuntimeEstimate("torchrec", cost, runtime.terms(x)))
 
 
@@ -152,6 +170,7 @@ def plan_cost_samples(tables: Sequence[ShardTable], plan: Plan, models, problem:
     """The cost samples [J] of a valid plan (`uncertainty.cost_samples`, without the plan-level error that
     `uncertainty.calibrate_plan_sd` calibrates from them); the point cost alone for one model and no noise."""
     with single_threaded_blas():
+        unpriced(plan)
         scorer = get_scorer(models)
         split = validate_plan(tables, plan, problem)
         emb = scorer.embed([t.config for t in split])
@@ -159,9 +178,19 @@ def plan_cost_samples(tables: Sequence[ShardTable], plan: Plan, models, problem:
         return _member_samples(scorer, emb, plan, dims, models.noise_model)[1][0]
 
 
+def unpriced(plan: Plan) -> None:
+    """NeuroShardError naming the first spread table of `plan`: the cost models have no term for them."""
+    if plan.spread:
+        s = plan.spread[0]
+        raise NeuroShardError(f"table {s.table} is {s.kind}: the cost models price table-wise and column-wise "
+                              "shards only (row-wise, table-row-wise and data-parallel costs are not modelled); "
+                              "measure such a plan in TorchRec training (eval_torchrec.py)")
+
+
 def _simulate(tables, plan, models, problem: Problem) -> CostBreakdown:
     if not isinstance(plan, Plan):
         raise InvalidPlanError(f"expected a Plan, got {type(plan).__name__}")
+    unpriced(plan)
     scorer = get_scorer(models)
     n = plan.ndevices
     if n != scorer.ndevices:
@@ -177,7 +206,7 @@ def _simulate(tables, plan, models, problem: Problem) -> CostBreakdown:
         raise NeuroShardError(f"the cost models gave a non-finite plan cost (per device: {total[0].tolist()}); "
                               "check the model checkpoints")
     ready = compute[0] + bw[0]
-    mem = [_gb(sum(table_elements(split[i]) for i in s)) for s in plan.shards]
+    mem = [_gb(u) for u in device_elements(tables, split, plan)]
     members, cost_spread = None, None
     noise = models.noise_model
     if scorer.members > 1 or not noise.zero or noise.plan:  # the distribution: members, noise, plan error

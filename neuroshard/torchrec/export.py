@@ -8,7 +8,11 @@ constructors and the fused kernel:
 * a table on one device -> `table_wise(rank=r)`;
 * a column-split table -> `column_wise(ranks=[...])`: equal shards of its
   narrowest piece's width, in column order; a wider piece (our splits may be
-  uneven: d/2 + d/4 + d/4) becomes that many adjacent shards on its device.
+  uneven: d/2 + d/4 + d/4) becomes that many adjacent shards on its device;
+* a row-wise table -> `row_wise()` over every rank; a table-row-wise one ->
+  `table_row_wise(host_index)` over its host's ranks (its ranks must be one
+  host of `local_size`); a data-parallel one -> `data_parallel()` with the
+  dense kernel (TorchRec replicates it as an ordinary parameter).
 
 `write_torchrec_plan` (formats) saves it with `torch.save` (load it with
 `torch.load(path, weights_only=False)`) beside a readable JSON per table
@@ -25,7 +29,7 @@ from neuroshard.formats.plan_file import plan_view
 from neuroshard.settings import Settings, setting
 from neuroshard.torchrec.sharder import embedding_bag_collection, require_torchrec
 from neuroshard.types.errors import ConfigError, InputError, InvalidPlanError
-from neuroshard.types.plan import Plan, plan_pieces
+from neuroshard.types.plan import DATA_PARALLEL, ROW_WISE, Plan, plan_pieces
 from neuroshard.types.records import PlanRecord
 from neuroshard.types.tables import ShardTable
 
@@ -48,6 +52,9 @@ def torchrec_sharding_plan(tables: Sequence[ShardTable], plan: Plan, names: Sequ
     from torchrec.distributed.sharding_plan import (
         column_wise,
         construct_module_sharding_plan,
+        data_parallel,
+        row_wise,
+        table_row_wise,
         table_wise,
     )
     from torchrec.distributed.types import ShardingPlan
@@ -61,9 +68,21 @@ def torchrec_sharding_plan(tables: Sequence[ShardTable], plan: Plan, names: Sequ
         raise ConfigError("--local_world_size", f"{local_size} ranks per host do not divide the plan's {n} ranks")
     plan_view(tables, plan)  # InvalidPlanError on illegal splits, or tables placed twice or never
     fused = EmbeddingComputeKernel.FUSED.value
+    local = local_size or n
     per_table = {}
-    for name, pieces in zip(names, plan_pieces(tables, plan)):
-        if len(pieces) == 1:
+    for t, (name, pieces) in enumerate(zip(names, plan_pieces(tables, plan))):
+        spread = plan.spread_of(t)
+        if spread is not None:
+            if spread.kind == ROW_WISE:
+                per_table[name] = row_wise(compute_kernel=fused)
+            elif spread.kind == DATA_PARALLEL:
+                per_table[name] = data_parallel()  # TorchRec's kernel for it: dense
+            else:
+                if len(spread.ranks) != local:
+                    raise InvalidPlanError(f"table {t} ({name}) is table_row_wise over ranks {list(spread.ranks)}, "
+                                           f"not one host of {local} ranks")
+                per_table[name] = table_row_wise(host_index=spread.ranks[0] // local)
+        elif len(pieces) == 1:
             per_table[name] = table_wise(rank=pieces[0].device, compute_kernel=fused)
         else:
             width = min(p.dim for p in pieces)
@@ -71,7 +90,10 @@ def torchrec_sharding_plan(tables: Sequence[ShardTable], plan: Plan, names: Sequ
             per_table[name] = column_wise(ranks=ranks, compute_kernel=fused)
     module_plan = construct_module_sharding_plan(
         embedding_bag_collection(tables, names), per_table, sharder=EmbeddingBagCollectionSharder(),
-        local_size=local_size or n, world_size=n, device_type=device_type)
+        local_size=local, world_size=n, device_type=device_type)
+    for s in plan.spread:  # table_row_wise() has no kernel argument: it would pick dense
+        if s.kind != DATA_PARALLEL:
+            module_plan[names[s.table]].compute_kernel = fused
     return ShardingPlan({module_path: module_plan})
 
 
@@ -83,9 +105,10 @@ def torchrec_plan_json(sharding_plan, world_size: int) -> dict:
         for name, ps in module_plan.items():
             shards = [{"rank": s.placement.rank(), "placement": str(s.placement),
                        "row_offset": s.shard_offsets[0], "col_offset": s.shard_offsets[1],
-                       "rows": s.shard_sizes[0], "cols": s.shard_sizes[1]} for s in ps.sharding_spec.shards]
+                       "rows": s.shard_sizes[0], "cols": s.shard_sizes[1]}
+                      for s in (ps.sharding_spec.shards if ps.sharding_spec is not None else [])]  # DP: none
             tables.append({"table": name, "sharding_type": ps.sharding_type, "compute_kernel": ps.compute_kernel,
-                           "ranks": list(ps.ranks), "shards": shards})
+                           "ranks": list(ps.ranks or []), "shards": shards})
         modules[path] = tables
     return {"world_size": world_size, "modules": modules}
 

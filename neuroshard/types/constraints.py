@@ -99,10 +99,15 @@ class TableConstraints(Record):
                 raise ConfigError("constraints", f"co-location group {list(group)}: its tables' device lists share "
                                                  "no device")
 
-    def violation(self, pieces: Sequence[Sequence]) -> str | None:
+    def violation(self, pieces: Sequence[Sequence], kinds: dict[int, str] | None = None) -> str | None:
         """How a plan breaks the constraints, in words (None when it keeps them). `pieces`: per table (task
-        order) its column pieces, each with a `device` (`types.plan.plan_pieces`)."""
+        order) its column pieces, each with a `device` (`types.plan.plan_pieces`), a spread table one piece
+        per rank it uses; `kinds`: the sharding type of each spread table."""
+        kinds = kinds or {}
         for t in range(len(pieces)):
+            if self.kept_whole(t) and t in kinds:
+                return f"table {t} must stay whole on one device, the plan shards it {kinds[t]} over " \
+                       f"{len(pieces[t])} devices"
             if self.kept_whole(t) and len(pieces[t]) > 1:
                 return f"table {t} must stay whole, the plan splits it into {len(pieces[t])} pieces"
             ds = self.allowed(t)

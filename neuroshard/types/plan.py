@@ -1,8 +1,19 @@
-"""A sharding plan and its algebra: column-wise splits, the tables on each device, column pieces.
+"""A sharding plan and its algebra: column-wise splits, the tables on each device, column pieces, and the
+tables sharded over several ranks at once (row-wise, table-row-wise, data-parallel).
 
-A plan is `(column_steps, shards)` (DESIGN §3): applying step i halves table
-i's dim and appends the other half at the end of the table list; `shards[r]`
-lists the post-split tables on device r.
+A plan is `(column_steps, shards, spread)` (DESIGN §3): applying step i halves
+table i's dim and appends the other half at the end of the table list;
+`shards[r]` lists the post-split tables on device r; `spread` lists the task
+tables that are in no shard list because they are sharded by rows or
+replicated, as TorchRec shards them:
+
+* row-wise: the rows cut into one block per rank of the world, TorchRec's
+  blocks (`row_blocks`: ceil(rows / k) rows each, the last ones shorter);
+* table-row-wise: the same over the ranks of one host;
+* data-parallel: a replica on every rank.
+
+A spread table is whole (no column step), so its index is the same before and
+after the splits.
 """
 
 from __future__ import annotations
@@ -11,7 +22,7 @@ import numbers
 from dataclasses import dataclass, replace
 from typing import NamedTuple, Sequence
 
-from neuroshard.types.codec import Record
+from neuroshard.types.codec import Record, json_field
 from neuroshard.types.errors import InvalidPlanError
 from neuroshard.types.tables import ShardTable, can_split
 
@@ -51,21 +62,90 @@ def column_offsets(tables: Sequence[ShardTable], column_steps: Sequence[int]) ->
     return offsets
 
 
+ROW_WISE, TABLE_ROW_WISE, DATA_PARALLEL = "row_wise", "table_row_wise", "data_parallel"
+SPREAD_KINDS = (ROW_WISE, TABLE_ROW_WISE, DATA_PARALLEL)
+
+
+def row_blocks(rows: int, k: int) -> list[int]:
+    """The rows of each of `k` row-wise shards of a `rows`-row table, as TorchRec cuts them: ceil(rows / k)
+    each, the remainder on the next rank, none after it (10 rows over 4 ranks: 3, 3, 3, 1; 5 over 4: 2, 2, 1, 0)."""
+    block = -(-rows // k)
+    return [max(0, min(block, rows - j * block)) for j in range(k)]
+
+
+@dataclass(frozen=True)
+class Spread(Record):
+    """Task table `table`, whole, sharded `kind` (one of `SPREAD_KINDS`) over `ranks`: row block j on
+    `ranks[j]` (row-wise, table-row-wise) or a replica on each (data-parallel)."""
+
+    table: int
+    kind: str
+    ranks: tuple[int, ...]
+
+    def rows_on(self, rows: int) -> list[int]:
+        """The rows this table keeps on each of its ranks (`ranks` order)."""
+        if self.kind == DATA_PARALLEL:
+            return [rows] * len(self.ranks)
+        return row_blocks(rows, len(self.ranks))
+
+
 @dataclass(frozen=True)
 class Plan(Record):
-    """A sharding plan: column-wise splits, then the (post-split) tables on each device."""
+    """A sharding plan: column-wise splits, the (post-split) tables on each device, the spread tables."""
 
     column_steps: tuple[int, ...]
     shards: tuple[tuple[int, ...], ...]
+    spread: tuple[Spread, ...] = json_field((), omit=lambda v: not v)
 
     @property
     def ndevices(self) -> int:
         return len(self.shards)
 
+    def spread_of(self, table: int) -> Spread | None:
+        """The spread entry of task table `table`, or None when it is in the shard lists."""
+        for s in self.spread:
+            if s.table == table:
+                return s
+        return None
 
-def table_devices(plan: Plan, num_tables: int) -> list[int]:
-    """The device of each of the `num_tables` post-split tables of `plan`: the one check that every table
-    index is an integer in range placed on exactly one device (InvalidPlanError naming the first that is not)."""
+
+def check_spread(plan: Plan, num_tables: int) -> dict[int, Spread]:
+    """The spread tables of `plan` by task table, after the checks that hold for any task: each a whole
+    table in range listed once, of a known kind, over distinct ranks that exist; row-wise and data-parallel
+    over every rank, table-row-wise over a block of consecutive ranks that divides the world (a host) —
+    TorchRec's row-wise and data-parallel sharding use the whole world, table-row-wise one host.
+    InvalidPlanError naming the table."""
+    n = plan.ndevices
+    out: dict[int, Spread] = {}
+    for s in plan.spread:
+        t = s.table
+        if isinstance(t, bool) or not isinstance(t, numbers.Integral) or not 0 <= t < num_tables:
+            raise InvalidPlanError(f"spread table {t!r} out of range (0..{num_tables - 1})")
+        if t in out:
+            raise InvalidPlanError(f"table {t} is listed twice among the spread tables")
+        if s.kind not in SPREAD_KINDS:
+            raise InvalidPlanError(f"table {t}: sharding type {s.kind!r} is not one of {', '.join(SPREAD_KINDS)}")
+        ranks = list(s.ranks)
+        if not ranks or len(set(ranks)) != len(ranks) or any(not 0 <= r < n for r in ranks):
+            raise InvalidPlanError(f"table {t} ({s.kind}): ranks {ranks} must be distinct devices of 0..{n - 1}")
+        if s.kind in (ROW_WISE, DATA_PARALLEL) and ranks != list(range(n)):
+            raise InvalidPlanError(f"table {t} ({s.kind}): TorchRec shards it over every rank in order "
+                                   f"(0..{n - 1}), the plan gives {ranks}")
+        k = len(ranks)
+        if s.kind == TABLE_ROW_WISE and (n % k or ranks[0] % k or ranks != list(range(ranks[0], ranks[0] + k))):
+            raise InvalidPlanError(f"table {t} (table_row_wise): ranks {ranks} are not one host's consecutive "
+                                   f"ranks (a block whose size divides the {n} ranks)")
+        if t in plan.column_steps:
+            raise InvalidPlanError(f"table {t} is {s.kind} and column-split at once")
+        out[t] = s
+    return out
+
+
+def table_devices(plan: Plan, num_tables: int) -> list[int | None]:
+    """The device of each of the `num_tables` post-split tables of `plan` (None for a spread table): the one
+    check that every table index is an integer in range placed on exactly one device, or spread
+    (`check_spread`) and then on none (InvalidPlanError naming the first that is not)."""
+    spread = check_spread(plan, num_tables)
     owner: dict[int, int] = {}
     for r, shard in enumerate(plan.shards):
         for i in shard:
@@ -76,12 +156,14 @@ def table_devices(plan: Plan, num_tables: int) -> list[int]:
             if i in owner:
                 where = f"twice on device {r}" if owner[i] == r else f"on devices {owner[i]} and {r}"
                 raise InvalidPlanError(f"table {i} placed {where}")
+            if i in spread:
+                raise InvalidPlanError(f"table {i} is {spread[i].kind} and also placed on device {r}")
             owner[int(i)] = r
-    missing = [i for i in range(num_tables) if i not in owner]
+    missing = [i for i in range(num_tables) if i not in owner and i not in spread]
     if missing:
         shown = missing[:10] + (["..."] if len(missing) > 10 else [])
         raise InvalidPlanError(f"tables {shown} are placed on no device")
-    return [owner[i] for i in range(num_tables)]
+    return [owner.get(i) for i in range(num_tables)]
 
 
 class ColumnPiece(NamedTuple):
@@ -93,7 +175,8 @@ class ColumnPiece(NamedTuple):
 
 
 def plan_pieces(tables: Sequence[ShardTable], plan: Plan) -> list[list[ColumnPiece]]:
-    """Per original table, its pieces in column order. `plan` must be valid (`simulator.validate_plan`)."""
+    """Per original table, its pieces in column order (none for a spread table). `plan` must be valid
+    (`simulator.validate_plan`)."""
     offsets = column_offsets(tables, plan.column_steps)
     split = apply_column_steps(tables, plan.column_steps)
     pieces: list[list[ColumnPiece]] = [[] for _ in tables]
@@ -129,11 +212,13 @@ def merge_colocated_halves(tables: Sequence[ShardTable], plan: Plan) -> Plan:
         merged.append(ps)
     if [len(p) for p in merged] == [len(p) for p in pieces]:
         return plan
-    return plan_from_pieces(tables, merged, plan.ndevices)
+    return plan_from_pieces(tables, merged, plan.ndevices, plan.spread)
 
 
-def plan_from_pieces(tables: Sequence[ShardTable], pieces: Sequence[Sequence[ColumnPiece]], ndevices: int) -> Plan:
-    """The plan that cuts each table into `pieces[t]` by halvings and puts each piece on its device.
+def plan_from_pieces(tables: Sequence[ShardTable], pieces: Sequence[Sequence[ColumnPiece]], ndevices: int,
+                     spread: Sequence[Spread] = ()) -> Plan:
+    """The plan that cuts each table into `pieces[t]` by halvings and puts each piece on its device, with
+    the `spread` tables (whose pieces are empty) as given.
 
     Inverse of `plan_pieces`, in a canonical form: tables in order, each cut
     depth-first (split, then its first half, then its second half); each
@@ -175,11 +260,16 @@ def plan_from_pieces(tables: Sequence[ShardTable], pieces: Sequence[Sequence[Col
         cut(t, index, offset, half, [p for p in inside if p.offset < offset + half])
         cut(t, second, offset + half, half, [p for p in inside if p.offset >= offset + half])
 
+    spread_tables = {s.table for s in spread}
     for t, table in enumerate(tables):
+        if t in spread_tables:
+            if pieces[t]:
+                raise InvalidPlanError(f"table {t} is spread and has column pieces too")
+            continue
         inside = sorted(pieces[t])
         outside = [p for p in inside if p.offset < 0 or p.offset + p.dim > table.dim or p.dim <= 0]
         if outside:
             raise InvalidPlanError(f"table {t} (dim {table.dim}): piece of columns "
                                    f"[{outside[0].offset}, {outside[0].offset + outside[0].dim}) out of range")
         cut(t, t, 0, table.dim, inside)
-    return Plan(tuple(steps), tuple(tuple(sorted(s)) for s in shards))
+    return Plan(tuple(steps), tuple(tuple(sorted(s)) for s in shards), tuple(spread))

@@ -7,7 +7,7 @@ import pytest
 from neuroshard.formats.plan_file import plan_view, read_plans, write_plans
 from neuroshard.types.costs import CostBreakdown
 from neuroshard.types.errors import InvalidPlanError
-from neuroshard.types.plan import Plan
+from neuroshard.types.plan import Plan, Spread
 from neuroshard.types.records import PlanRecord
 from neuroshard.types.tables import Task
 from tests.formats import cfg, expect_error
@@ -37,6 +37,20 @@ def test_plan_view():
             plan_view(tables, bad)
 
 
+def test_plan_view_and_file_of_a_plan_with_spread_tables(tmp_path):
+    tables = two_table_task()  # table 0: 10 rows x 64, table 1: 1000 rows x 16
+    plan = Plan((), ((), (), ()), (Spread(0, "data_parallel", (0, 1, 2)), Spread(1, "row_wise", (0, 1, 2))))
+    view = plan_view(tables, plan)
+    assert view == [
+        {"table": 0, "type": "data_parallel", "shards": [{"dim": 64, "rows": 10, "device": r} for r in range(3)]},
+        {"table": 1, "type": "row_wise", "shards": [{"dim": 16, "rows": 334, "device": 0},
+                                                    {"dim": 16, "rows": 334, "device": 1},
+                                                    {"dim": 16, "rows": 332, "device": 2}]}]
+    path = tmp_path / "plans.json"
+    write_plans(path, [PlanRecord(0, "by_hand", plan=plan, view=view, num_tables=2)])
+    assert read_plans(path)[0].plan == plan
+
+
 def test_plans_round_trip(tmp_path):
     tables = two_table_task()
     plan = Plan((0,), ((0,), (1, 2)))
@@ -64,6 +78,8 @@ def test_plans_round_trip(tmp_path):
     ([{"task": 0, "alg": "x", "plan": {"column_steps": [], "shards": [[0, "1"]]}}],
      ["record 0", '"shards"', '"1"']),
     ([{"task": 0, "alg": "x", "plan": {"shards": [[0]]}}], ["record 0", '"column_steps"']),
+    ([{"task": 0, "alg": "x", "plan": {"column_steps": [], "shards": [[]], "spread": [{"table": 0}]}}],
+     ["record 0", '"kind"']),
     ([{"task": 0, "alg": "x", "plan": [1, 2]}], ["record 0", '"plan" must be an object']),
     ([{"task": 0, "plan": None}], ["record 0 (task 0)", '"alg"']),
     ([{"task": 0, "alg": "x", "plan": None}], ["record 0 (task 0)", '"status"']),

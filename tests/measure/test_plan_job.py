@@ -17,10 +17,11 @@ from neuroshard.formats.plan_file import plan_view, read_plans, write_plans
 from neuroshard.formats.task_file import write_tasks
 from neuroshard.measure import launch
 from neuroshard.measure.launch import JobError
-from neuroshard.measure.plan_job import HardwareConfig, measure_plans, shard_layout
+from neuroshard.measure.plan_job import HardwareConfig, measure_plans, runnable, shard_layout
 from neuroshard.problem import Problem
 from neuroshard.types.costs import CostBreakdown
-from neuroshard.types.plan import Plan
+from neuroshard.types.errors import InvalidPlanError
+from neuroshard.types.plan import Plan, Spread
 from neuroshard.types.records import PlanRecord
 from neuroshard.types.tables import Task
 
@@ -57,6 +58,15 @@ def test_shard_layout_applies_splits(tiny):
     assert [t.dim for t in split] == [16, 8, 16, 16, 16]
     assert [t.table_id for t in shards[0]] == [0, 2]  # the split half keeps table 2's lookups
     assert dims == [32, 40]
+
+
+def test_the_job_refuses_plans_with_spread_tables_before_it_starts():
+    plain = PlanRecord(0, "a", plan=Plan((), ((0,), (1,))))
+    assert runnable([plain, PlanRecord(1, "a", status="oom", message="x")]) == [plain]
+    spread = PlanRecord(3, "torchrec_full", plan=Plan((), ((0,), ()), (Spread(1, "row_wise", (0, 1)),)))
+    with pytest.raises(InvalidPlanError, match=r"task 3 \(torchrec_full\): table 1 is row_wise; the plan job runs "
+                                               "table-wise and column-wise shards only"):
+        runnable([plain, spread])
 
 
 def test_two_rank_job_measures_each_plan_and_reports_oom(tiny):

@@ -19,7 +19,7 @@ from neuroshard.planner.simulator import (
     validate_plan,
 )
 from neuroshard.problem import Problem
-from neuroshard.types.errors import InvalidPlanError, OutOfMemoryError
+from neuroshard.types.errors import InvalidPlanError, NeuroShardError, OutOfMemoryError
 from neuroshard.types.plan import Plan
 from neuroshard.types.tables import ShardTable, TableConfig
 
@@ -237,3 +237,42 @@ def test_numpy_scorer_matches_torch_with_the_forward_wait_term(wait_inputs):
     bw, fw_ms = scorer.comm(dims, compute)
     skew = (compute + bw) - (compute + bw).min()
     assert fw_ms[0] == pytest.approx(fw.predict(dims, skew.astype(np.float32))[0], rel=1e-4, abs=1e-4)
+
+
+# --------------------------------------------------------------------------- spread tables
+
+
+def test_memory_follows_each_tables_sharding_type():
+    from neuroshard.planner.simulator import device_elements
+    from neuroshard.types.plan import Spread
+
+    # 4 devices. t0 1000 x 16 table-wise on 0; t1 1000 x 8 row-wise: 250 rows x 8 = 2000 on each;
+    # t2 50 x 4 data-parallel: 200 on each; t3 7 x 8 table-row-wise over ranks 2, 3: 4 x 8 and 3 x 8
+    tables = [ShardTable(i, i, TableConfig(r, 1.0, BINS, d)) for i, (r, d) in enumerate(
+        [(1000, 16), (1000, 8), (50, 4), (7, 8)])]
+    plan = Plan((), ((0,), (), (), ()), (Spread(1, "row_wise", (0, 1, 2, 3)), Spread(2, "data_parallel", (0, 1, 2, 3)),
+                                         Spread(3, "table_row_wise", (2, 3))))
+    split = validate_plan(tables, plan, Problem(4, 1.0))
+    assert device_elements(tables, split, plan) == [16000 + 2000 + 200, 2200, 2200 + 32, 2200 + 24]
+    # device 0 holds 18,200 elements = 72,800 bytes: a cap just below it is out of memory, naming the spread tables
+    cap = 18199 * 4 / 2**30
+    with pytest.raises(OutOfMemoryError, match=r"device 0 holds .* with spread tables 1 \(row_wise\), 2 "
+                                               r"\(data_parallel\)"):
+        validate_plan(tables, plan, Problem(4, (cap, 1.0, 1.0, 1.0)))
+    validate_plan(tables, plan, Problem(4, (18200 * 4 / 2**30, 1.0, 1.0, 1.0)))
+
+
+def test_spread_tables_break_whole_and_device_constraints_and_are_not_priced():
+    from neuroshard.types.constraints import TableConstraints
+    from neuroshard.types.plan import Spread
+
+    tables = tables_of([16, 32, 8])
+    plan = Plan((), ((0,), (2,)), (Spread(1, "row_wise", (0, 1)),))
+    with pytest.raises(InvalidPlanError, match="table 1 must stay whole on one device, the plan shards it row_wise "
+                                               "over 2 devices"):
+        validate_plan(tables, plan, Problem(2, 1.0, constraints=TableConstraints(whole=(1,))))
+    with pytest.raises(InvalidPlanError, match=r"table 1 may use devices \[1\], the plan puts a piece on device 0"):
+        validate_plan(tables, plan, Problem(2, 1.0, constraints=TableConstraints(devices=((1, (1,)),))))
+    with pytest.raises(NeuroShardError, match="table 1 is row_wise: the cost models price table-wise and "
+                                              "column-wise shards only"):
+        simulate(tables, plan, hand_models(2), Problem(2, 1.0))

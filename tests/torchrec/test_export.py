@@ -20,7 +20,7 @@ from neuroshard.torchrec.sharder import (
 )
 from neuroshard.torchrec.sharding_file import read_torchrec_plan
 from neuroshard.types.errors import InvalidPlanError
-from neuroshard.types.plan import ColumnPiece, Plan, plan_pieces
+from neuroshard.types.plan import ColumnPiece, Plan, Spread, plan_pieces, row_blocks
 from tests.torchrec.test_sharder import GB_ROWS, tables_of, torchrec_shards
 
 pytest.importorskip("torchrec")
@@ -47,6 +47,31 @@ def test_torchrec_plan_round_trips_through_our_plan_and_the_export(tmp_path):
         assert t["sharding_type"] == ps.sharding_type and t["ranks"] == list(ps.ranks)
         assert [(s["col_offset"], s["cols"], s["rank"]) for s in t["shards"]] == torchrec_shards(exported, names)[
             t["table"]][1]
+
+
+def test_spread_tables_are_exported_with_torchrecs_types_blocks_and_kernels():
+    from torchrec.distributed.sharding_plan import _calculate_rw_shard_sizes_and_offsets
+
+    tables = tables_of((10, 16), (1000, 8), (50, 4), (7, 8))
+    names = ["a", "b", "c", "d"]
+    plan = Plan((0,), ((0,), (4,), (), ()), (Spread(1, "row_wise", (0, 1, 2, 3)),
+                                              Spread(2, "data_parallel", (0, 1, 2, 3)),
+                                              Spread(3, "table_row_wise", (2, 3))))
+    for device_type in ("cpu", "cuda"):
+        exported = torchrec_sharding_plan(tables, plan, names, device_type=device_type, local_size=2).plan[""]
+        assert (exported["a"].sharding_type, exported["a"].compute_kernel) == ("column_wise", "fused")
+        b, c, d = exported["b"], exported["c"], exported["d"]
+        assert (b.sharding_type, b.compute_kernel, b.ranks) == ("row_wise", "fused", [0, 1, 2, 3])
+        assert [s.shard_sizes[0] for s in b.sharding_spec.shards] == row_blocks(1000, 4) == [250] * 4
+        assert (c.sharding_type, c.compute_kernel, c.ranks) == ("data_parallel", "dense", [0, 1, 2, 3])
+        assert (d.sharding_type, d.compute_kernel, d.ranks) == ("table_row_wise", "fused", [2, 3])
+        assert [(s.placement.rank(), s.shard_offsets[0], s.shard_sizes[0]) for s in d.sharding_spec.shards] == [
+            (2, 0, 4), (3, 4, 3)]
+    for rows, k in [(10, 4), (5, 4), (1000, 3), (7, 2), (1, 8)]:  # our blocks are TorchRec's own
+        assert row_blocks(rows, k) == [size[0] for size in _calculate_rw_shard_sizes_and_offsets(rows, k, 8)[0]]
+    with pytest.raises(InvalidPlanError, match=r"table 3 \(d\) is table_row_wise over ranks \[2, 3\], not one "
+                                               "host of 4 ranks"):
+        torchrec_sharding_plan(tables, plan, names, device_type="cpu")
 
 
 def test_uneven_split_is_exported_as_adjacent_equal_shards():
