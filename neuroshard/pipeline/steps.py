@@ -411,12 +411,14 @@ STEPS: list[StepSpec] = [
                         "runtime": "torchrec", "runtime_model": _runtime_model(r), "out_dir": r.layout.sim_torchrec,
                         "quiet": True, "no_progress": True},
              when=_torchrec),
+    # beside the plans of both runtimes, TorchRec's planner as users get it (every sharding type), planned by
+    # eval_torchrec.py itself within the run's memory
     StepSpec("7d", "TorchRec training", "eval_torchrec.py",
              lambda r: [r.layout.sim_torchrec / "plans.json", r.layout.sim / "plans.json"],
              lambda r: [r.layout.torchrec / "summary.json"],
              lambda r: {"data_dir": r.layout.dataset, "task_path": r.layout.tasks / "data.txt",
                         "plans": f"{r.layout.sim_torchrec / 'plans.json'},{r.layout.sim / 'plans.json'}",
-                        **r.problem_flags("max_mem"), "max_tasks": r.preset.torchrec_tasks,
+                        "alg": "all,torchrec_full", **r.problem_flags(), "max_tasks": r.preset.torchrec_tasks,
                         "repeats": r.preset.torchrec_repeats, **_training(r), "out_dir": r.layout.torchrec,
                         "no_progress": True},
              when=_torchrec),

@@ -3,10 +3,14 @@ DistributedModelParallel, in shuffled rounds, with intervals and verdicts agains
 
 Each plan record (eval_simulator.py's plans.json) becomes a TorchRec
 `ShardingPlan` (`torchrec.export`, fused kernel, the EmbeddingBagCollection
-at `torchrec.training.MODULE_PATH`), written to `<out_dir>/torchrec_plans/`;
-ONE torchrun job (`torchrec.training`) trains a DLRM with each of them
-for `warmup` + `iters` iterations and records every iteration's step time
-(the slowest rank's, a barrier before each iteration). The plans are trained in
+at `torchrec.training.MODULE_PATH`), written to `<out_dir>/torchrec_plans/`.
+`torchrec_full` (TorchRec's planner with every sharding type, `torchrec.full_planner`)
+has no plan record: it is planned here per task (`plan_full`) and its
+ShardingPlan re-emitted for the ranks; a task it finds no plan for within
+memory is recorded "oom" and left out of the common tasks. ONE torchrun job
+(`torchrec.training`) trains a DLRM with each of them for `warmup` +
+`iters` iterations and records every iteration's step time (the slowest
+rank's, a barrier before each iteration). The plans are trained in
 `repeats` rounds, each round every plan once, in a seeded shuffled order
 (`eval.hardware.measurement_order`), so a slow spell of the machine hits all
 algorithms alike. A plan's step time in a round is the median of its
@@ -23,8 +27,9 @@ and the spread of iterations within one measurement.
 Resumable like eval.py: every measurement is appended to
 `<out_dir>/.partial/measurements.jsonl` as it arrives; a rerun of the same
 command trains only what is missing; `.partial/` goes once all are done.
-Writes `results.json` (per plan: the step time of each round and every
-iteration), `summary.json` and `summary.md`. Times in ms.
+Writes `results.json` (per plan record: the step time of each round and
+every iteration), `torchrec_full.json` (per task: TorchRec's plan, its
+sharding types, and the same times), `summary.json` and `summary.md`. Times in ms.
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ import json
 import shutil
 import sys
 import time
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -41,14 +48,17 @@ import numpy as np
 from neuroshard.eval.hardware import PARTIAL_DIR, measurement_order, plan_identity
 from neuroshard.eval.intervals import mean_interval, verdict
 from neuroshard.eval.power import components, plan_repeat_noise
+from neuroshard.torchrec.full_planner import FULL_ALG, FULL_TITLE
 from neuroshard.torchrec.training import MODULE_PATH, TorchRecStep, TorchRecTrainConfig
-from neuroshard.types.errors import InputError
+from neuroshard.types.errors import InputError, OutOfMemoryError
 from neuroshard.types.records import PlanRecord, task_identity
 from neuroshard.types.tables import TableConfig, Task
 
 MEASUREMENTS = "measurements.jsonl"
 PLANS_DIR = "torchrec_plans"
 RESULTS_JSON, SUMMARY_JSON, SUMMARY_MD = "results.json", "summary.json", "summary.md"
+FULL_JSON = "torchrec_full.json"
+TITLES = {FULL_ALG: FULL_TITLE}  # what an algorithm is, where its name alone does not say
 # one sentence for every report: why the numbers on this machine are noisy
 NOISE_NOTE = ("On a CPU machine the ranks are processes that run at once on the same cores: with more ranks than "
               "cores they take turns, so a step's time also holds the time a rank waited to be scheduled, and "
@@ -108,6 +118,12 @@ def select_records(records: Sequence[PlanRecord], tasks: Sequence[Task], configs
     return out
 
 
+def _item(task: int, alg: str, tables, names, path) -> dict:
+    return {"task": task, "alg": alg, "names": names, "table_ids": [t.table_id for t in tables],
+            "dims": [t.dim for t in tables], "rows": [t.config.row for t in tables],
+            "plan_path": str(Path(path).resolve())}
+
+
 def export_plans(records: Sequence[PlanRecord], tasks: Sequence[Task], configs: Sequence[TableConfig],
                  plan_dir, device: str, local_size: int | None = None) -> list[dict]:
     """Each record's plan as a TorchRec ShardingPlan file in `plan_dir`, and the job's item for it (task,
@@ -123,18 +139,100 @@ def export_plans(records: Sequence[PlanRecord], tasks: Sequence[Task], configs: 
         names = table_names(tables)
         path, _ = export_torchrec_plan(plan_dir / f"task{rec.task}_{rec.alg}.pt", tables, rec.plan, names,
                                        device_type=device, module_path=MODULE_PATH, local_size=local_size)
-        items.append({"task": rec.task, "alg": rec.alg, "names": names,
-                      "table_ids": [t.table_id for t in tables], "dims": [t.dim for t in tables],
-                      "rows": [t.config.row for t in tables], "plan_path": str(Path(path).resolve())})
+        items.append(_item(rec.task, rec.alg, tables, names, path))
     return items
+
+
+@dataclass
+class FullPlan:
+    """TorchRec's full planner on one task: its `ShardingPlan` (module "", planned for cuda), or None with the
+    reason ("oom": no plan within memory); `search_ms`: the planner's wall time; `planned_for`: the devices
+    in words ("4 GPUs of 1 GB each")."""
+
+    task: int
+    sharding_plan: object | None
+    status: str = "ok"
+    message: str | None = None
+    search_ms: float = 0.0
+    planned_for: str = ""
+    alg: str = FULL_ALG
+
+    @property
+    def layout(self) -> dict | None:
+        from neuroshard.torchrec.full_planner import layout_summary
+
+        return None if self.sharding_plan is None else layout_summary(self.sharding_plan.plan[""])
+
+    @property
+    def splits(self) -> int:
+        """Its column-split tables (column-wise or table-column-wise)."""
+        types = (self.layout or {}).get("types", {})
+        return types.get("column_wise", 0) + types.get("table_column_wise", 0)
+
+
+def plan_full(task_ids: Sequence[int], tasks: Sequence[Task], configs: Sequence[TableConfig], problem,
+              batch_size: int) -> list[FullPlan]:
+    """TorchRec's full planner (`torchrec.full_planner`) on each task, for `problem`'s devices and memory and the
+    global batch `batch_size`; a task without a plan within memory is recorded "oom" with TorchRec's reason."""
+    from neuroshard.torchrec.full_planner import plan_torchrec_full
+    from neuroshard.torchrec.sharder import TorchRecConfig
+
+    cfg = TorchRecConfig(batch_size=batch_size)
+    devices = f"{problem.ndevices} GPUs of {problem.mem_text}" + (" each" if problem.uniform else "")
+    out = []
+    for k in task_ids:
+        t0 = time.perf_counter()
+        try:
+            plan = plan_torchrec_full(tasks[k].tables(configs), problem, cfg)
+            out.append(FullPlan(k, plan, search_ms=(time.perf_counter() - t0) * 1e3, planned_for=devices))
+        except OutOfMemoryError as e:
+            out.append(FullPlan(k, None, "oom", str(e), (time.perf_counter() - t0) * 1e3, devices))
+    return out
+
+
+def export_full_plans(full: Sequence[FullPlan], tasks: Sequence[Task], configs: Sequence[TableConfig], plan_dir,
+                      device: str, world_size: int, local_size: int | None = None) -> list[dict]:
+    """Each planned task's TorchRec plan re-emitted for the ranks (`full_planner.for_ranks`) as a plan file in
+    `plan_dir` with its readable layout beside it, and the job's item for it; those with a plan, in order."""
+    from neuroshard.torchrec.full_planner import for_ranks, sharding_layout
+    from neuroshard.torchrec.sharder import table_names
+    from neuroshard.torchrec.sharding_file import write_torchrec_plan
+
+    plan_dir = Path(plan_dir)
+    plan_dir.mkdir(parents=True, exist_ok=True)
+    items = []
+    for fp in full:
+        if fp.sharding_plan is None:
+            continue
+        tables = tasks[fp.task].tables(configs)
+        names = table_names(tables)
+        ranked = for_ranks(fp.sharding_plan, device, MODULE_PATH, local_size)
+        layout = sharding_layout(ranked.plan[MODULE_PATH])
+        view = {"world_size": world_size, "modules": {MODULE_PATH: [
+            {"table": n, "compute_kernel": ranked.plan[MODULE_PATH][n].compute_kernel, **layout[n]} for n in names]}}
+        path, _ = write_torchrec_plan(plan_dir / f"task{fp.task}_{fp.alg}.pt", ranked, view)
+        items.append(_item(fp.task, fp.alg, tables, names, path))
+    return items
+
+
+def measurement_key(entry, repeat: int) -> str:
+    """What the measurement log keys a measurement by: a plan record's `plan_identity`, or for TorchRec's full
+    planner the task, the algorithm, its plan's layout and the round."""
+    if isinstance(entry, FullPlan):
+        from neuroshard.torchrec.full_planner import layout_key
+
+        return json.dumps([entry.task, entry.alg, layout_key(entry.sharding_plan.plan[""]), repeat],
+                          separators=(",", ":"))
+    return plan_identity(entry, repeat)
 
 
 # =========================================================================== summary
 
 
-def step_costs(records: Sequence[PlanRecord], steps: dict[str, TorchRecStep], repeats: int) -> dict:
-    """{(task, alg): [the plan's step ms in round 0, 1, ...]} from the measurements keyed by `plan_identity`."""
-    return {(rec.task, rec.alg): [steps[plan_identity(rec, r)].cost for r in range(repeats)] for rec in records}
+def step_costs(entries: Sequence, steps: dict[str, TorchRecStep], repeats: int) -> dict:
+    """{(task, alg): [the plan's step ms in round 0, 1, ...]} of plan records or `FullPlan`s, from the
+    measurements keyed by `measurement_key`."""
+    return {(e.task, e.alg): [steps[measurement_key(e, r)].cost for r in range(repeats)] for e in entries}
 
 
 def summarize(costs: dict, reference: str, algs: Sequence[str], iteration_spread: float | None = None,
@@ -201,6 +299,22 @@ def median_uncertainty(steps: Sequence[TorchRecStep], seed: int = 0, resamples: 
     return float(np.median(out)) if out else None
 
 
+def full_summary(full: Sequence[FullPlan]) -> dict:
+    """What TorchRec's full planner chose over its tasks: tables per sharding type, tasks using each type, the
+    tasks it found no plan for (with its reason), its mean planning ms, and the devices it planned for."""
+    tables, tasks_by_type = Counter(), Counter()
+    for fp in full:
+        if fp.sharding_plan is not None:
+            types = fp.layout["types"]
+            tables.update(types)
+            tasks_by_type.update(types.keys())
+    return {"planned": sum(fp.sharding_plan is not None for fp in full), "tables_by_type": dict(tables),
+            "tasks_by_type": dict(tasks_by_type), "planned_for": full[0].planned_for if full else None,
+            "no_plan": [{"task": fp.task, "status": fp.status, "message": fp.message} for fp in full
+                        if fp.sharding_plan is None],
+            "search_ms": float(np.mean([fp.search_ms for fp in full])) if full else None}
+
+
 def summary_markdown(summary: dict, config: dict | None = None) -> str:
     """The table (mean step ms [95% CI], ratio to the reference [95% CI], verdict, detectable difference)
     and the noise sentences."""
@@ -220,7 +334,8 @@ def summary_markdown(summary: dict, config: dict | None = None) -> str:
                     "no significant difference": "no significant difference"}[r["verdict"]]
             mdd = "-" if r.get("mdd") is None else f"≥ {100 * r['mdd']:.1f}%"
         split = "" if r.get("split_plans") is None else f" ({r['split_plans']})"
-        lines.append(f"| {r['alg']} | {mean} | {ratio} | {word} | {mdd} | {r['plans']}{split} |")
+        name = r["alg"] + (f" ({summary['titles'][r['alg']]})" if r["alg"] in summary.get("titles", {}) else "")
+        lines.append(f"| {name} | {mean} | {ratio} | {word} | {mdd} | {r['plans']}{split} |")
     lines.append("")
     n = len(summary["common_tasks"])
     head = (f"Step time of one training iteration (forward, loss, backward with the fused embedding update, dense "
@@ -232,6 +347,17 @@ def summary_markdown(summary: dict, config: dict | None = None) -> str:
                  f"{config.get('warmup')} + {config.get('iters')} iterations per measurement, "
                  f"{config.get('repeats')} rounds.")
     lines.append(head)
+    full = summary.get("full_planner")
+    if full:
+        chose = ", ".join(f"{t} for {n} tables ({full['tasks_by_type'][t]} tasks)"
+                          for t, n in sorted(full["tables_by_type"].items(), key=lambda kv: -kv[1]))
+        lines.append("")
+        lines.append(f"{FULL_ALG}: TorchRec's EmbeddingShardingPlanner with all its defaults and every sharding type, "
+                     f"planned for {full['planned_for']} and re-emitted for the ranks "
+                     f"(same types, ranks and shards; the dense kernel for data-parallel tables). Over the "
+                     f"{full['planned']} tasks it planned it chose {chose or 'nothing'}"
+                     + (f"; {len(full['no_plan'])} tasks had no plan within memory (not trained, so out of the "
+                        f"common tasks)." if full["no_plan"] else "."))
     noise = summary["noise"]
     rep, spread = noise.get("repeat"), noise.get("iteration_spread")
     parts = []
@@ -261,8 +387,9 @@ def summary_markdown(summary: dict, config: dict | None = None) -> str:
 def run_torchrec_eval(records: Sequence[PlanRecord], tasks: Sequence[Task], configs: Sequence[TableConfig],
                       data_dir, batch_size: int, cfg: TorchRecTrainConfig, out_dir, algs: Sequence[str],
                       reference: str, config: dict | None = None, show: Callable[[str], None] | None = print,
-                      progress: bool = True) -> dict:
-    """Train every record's plan `cfg.repeats` times in shuffled rounds in one job; write and return the summary.
+                      progress: bool = True, full: Sequence[FullPlan] = ()) -> dict:
+    """Train every record's plan, and every plan of TorchRec's full planner in `full` (`plan_full`; those without
+    a plan are only recorded), `cfg.repeats` times in shuffled rounds in one job; write and return the summary.
 
     Resumable (module doc); `config` (the run's settings) must match an interrupted run's.
     """
@@ -288,10 +415,13 @@ def run_torchrec_eval(records: Sequence[PlanRecord], tasks: Sequence[Task], conf
             key, rec = json.loads(line)
             done[key] = TorchRecStep.from_json(rec)
         local = None if cfg.device == "cpu" else cfg.ndevices
-        items = export_plans(records, tasks, configs, out / PLANS_DIR, cfg.device, local)
-        by_id = {id(rec): it for rec, it in zip(records, items)}
-        rounds = measurement_order(list(records), cfg.repeats, cfg.problem.seed)
-        todo = [(rec, r) for rec, r in rounds if plan_identity(rec, r) not in done]
+        planned = [fp for fp in full if fp.sharding_plan is not None]
+        entries = [*records, *planned]
+        items = export_plans(records, tasks, configs, out / PLANS_DIR, cfg.device, local) + \
+            export_full_plans(planned, tasks, configs, out / PLANS_DIR, cfg.device, cfg.ndevices, local)
+        by_id = {id(e): it for e, it in zip(entries, items)}
+        rounds = measurement_order(entries, cfg.repeats, cfg.problem.seed)
+        todo = [(e, r) for e, r in rounds if measurement_key(e, r) not in done]
         if show is not None and len(todo) < len(rounds):
             show(f"{len(rounds) - len(todo)} of {len(rounds)} measurements were made by an earlier, interrupted run")
         job_items = [{**by_id[id(rec)], "repeat": r} for rec, r in todo]
@@ -300,7 +430,7 @@ def run_torchrec_eval(records: Sequence[PlanRecord], tasks: Sequence[Task], conf
 
         def arrived(step: TorchRecStep) -> None:
             rec, r = todo[step.index]
-            key = plan_identity(rec, r)
+            key = measurement_key(rec, r)
             append_line(log, json.dumps([key, step.to_json()], separators=(",", ":")))
             done[key] = step
             bar.update(1)
@@ -313,11 +443,15 @@ def run_torchrec_eval(records: Sequence[PlanRecord], tasks: Sequence[Task], conf
         finally:
             bar.close()
         job_s = time.perf_counter() - t0
-        costs = step_costs(records, done, cfg.repeats)
-        steps = [done[plan_identity(rec, r)] for rec in records for r in range(cfg.repeats)]
-        splits = {(rec.task, rec.alg): len(rec.plan.column_steps) for rec in records}
+        costs = step_costs(entries, done, cfg.repeats)
+        steps = [done[measurement_key(e, r)] for e in entries for r in range(cfg.repeats)]
+        splits = {(e.task, e.alg): e.splits if isinstance(e, FullPlan) else len(e.plan.column_steps)
+                  for e in entries}
         summary = summarize(costs, reference, algs, iteration_spread(steps), seed=cfg.problem.seed, splits=splits,
                             median_se=median_uncertainty(steps, cfg.problem.seed))
+        if full:
+            summary["titles"] = {a: TITLES[a] for a in algs if a in TITLES}
+            summary["full_planner"] = full_summary(full)
         summary["job_s"] = job_s if todo else 0.0
         summary["measurements"] = len(todo)
         results = [{"task": rec.task, "alg": rec.alg, "plan": rec.plan.to_json(),
@@ -327,6 +461,15 @@ def run_torchrec_eval(records: Sequence[PlanRecord], tasks: Sequence[Task], conf
                     "rounds": [done[plan_identity(rec, r)].to_json() for r in range(cfg.repeats)]}
                    for rec in records]
         write_json_atomic(out / RESULTS_JSON, results)
+        if full:
+            write_json_atomic(out / FULL_JSON, [
+                {"task": fp.task, "alg": fp.alg, "status": fp.status, "message": fp.message, "search_ms": fp.search_ms,
+                 **{k: list(v) for k, v in task_identity(tasks[fp.task].tables(configs)).items()},
+                 "layout": fp.layout,
+                 **({} if fp.sharding_plan is None else {
+                     "step_ms": costs[fp.task, fp.alg], "cost": float(np.mean(costs[fp.task, fp.alg])),
+                     "rounds": [done[measurement_key(fp, r)].to_json() for r in range(cfg.repeats)]})}
+                for fp in full])
         if config is not None:
             write_json_atomic(out / "config.json", {**config, "training": cfg.to_json(), "batch_size": batch_size})
         write_json_atomic(out / SUMMARY_JSON, summary)

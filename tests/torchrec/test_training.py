@@ -56,9 +56,9 @@ def tiny(tmp_path_factory):
 
 
 def all_type_plans(task, configs, plan_dir) -> list[dict]:
-    """Items of plans made with TorchRec's own generators for 2 CPU ranks: every table row-wise, every table
-    table-row-wise, every table data-parallel, and one plan mixing table-wise, row-wise, column-wise and
-    data-parallel tables."""
+    """Items of plans made with TorchRec's own generators for 2 CPU ranks (the fused kernel, dense for
+    data-parallel, as eval_torchrec.py's plans): every table row-wise, every table table-row-wise, every table
+    data-parallel, and one plan mixing table-wise, row-wise, column-wise and data-parallel tables."""
     from torchrec.distributed.sharding_plan import (
         column_wise,
         construct_module_sharding_plan,
@@ -87,6 +87,8 @@ def all_type_plans(task, configs, plan_dir) -> list[dict]:
         assert {ps.sharding_type for ps in module_plan.values()} >= ({alg} if alg != "mixed" else
                                                                       {"table_wise", "row_wise", "column_wise",
                                                                        "data_parallel"})
+        for ps in module_plan.values():  # the generators pick the dense kernel unless told; training runs fused
+            ps.compute_kernel = "dense" if ps.sharding_type == "data_parallel" else "fused"
         path, _ = write_torchrec_plan(plan_dir / f"{alg}.pt", ShardingPlan({MODULE_PATH: module_plan}),
                                       {"world_size": 2})
         items.append({"task": 0, "alg": alg, "names": names, "table_ids": list(task.table_ids),
@@ -255,18 +257,47 @@ def test_select_records_and_settings_errors(tiny):
 
 
 def test_an_interrupted_run_trains_only_what_is_missing(tiny, tmp_path):
-    from neuroshard.eval.hardware import plan_identity
-    from neuroshard.torchrec.training_eval import MEASUREMENTS, run_torchrec_eval
+    """A rerun trains only the measurements its log lacks, plan records' and TorchRec's full planner's alike;
+    the full planner's plans come out in torchrec_full.json and the summary, named for what they are."""
+    from neuroshard.torchrec.training_eval import (
+        FULL_JSON,
+        MEASUREMENTS,
+        measurement_key,
+        plan_full,
+        run_torchrec_eval,
+    )
 
     d, configs, task, records = tiny
     out = tmp_path / "out"
     (out / ".partial").mkdir(parents=True)
+    # TorchRec's planner, every sharding type, on 2 GPUs of 1 GB; a second task without a plan within memory
+    big = Task((3,), (64,))
+    full = plan_full([0, 1], [task, big], configs, Problem(2, 1e-6), BATCH)
+    assert full[1].status == "oom" and "TorchRec found no plan" in full[1].message
+    full = plan_full([0], [task], configs, Problem(2, 1.0), BATCH)
+    assert full[0].status == "ok" and set(full[0].layout["types"]) <= {"row_wise", "table_wise", "data_parallel",
+                                                                       "column_wise", "table_column_wise",
+                                                                       "table_row_wise"}
     made = TorchRecStep(0, 0, "table_wise", 0, [5.0, 5.0], [5.0, 4.0], 1.0)  # what the killed run had written
-    (out / ".partial" / MEASUREMENTS).write_text(json.dumps([plan_identity(records[0], 0), made.to_json()]) + "\n")
+    made_full = TorchRecStep(1, 0, "torchrec_full", 0, [7.0, 7.0], [7.0, 6.0], 1.0)
+    (out / ".partial" / MEASUREMENTS).write_text(
+        json.dumps([measurement_key(records[0], 0), made.to_json()]) + "\n"
+        + json.dumps([measurement_key(full[0], 0), made_full.to_json()]) + "\n")
     cfg = TorchRecTrainConfig(problem=Problem(2), warmup=0, iters=2, repeats=1, timeout=60)
-    summary = run_torchrec_eval(records, [task], configs, d / "ds", 64, cfg, out, ["table_wise", "column"],
-                                "table_wise", config={"test": 1}, show=None, progress=False)
+    summary = run_torchrec_eval(records, [task], configs, d / "ds", BATCH, cfg, out,
+                                ["table_wise", "column", "torchrec_full"], "table_wise", config={"test": 1},
+                                show=None, progress=False, full=full)
     assert summary["measurements"] == 1 and not (out / ".partial").exists()
     results = {r["alg"]: r for r in json.loads((out / "results.json").read_text())}
+    assert set(results) == {"table_wise", "column"}  # plan records only: TorchRec's plans are no `Plan`
     assert results["table_wise"]["step_ms"] == [5.0] and results["column"]["step_ms"][0] > 0
     assert (out / "torchrec_plans" / "task0_column.pt").is_file() and (out / "summary.md").is_file()
+    (row,) = json.loads((out / FULL_JSON).read_text())
+    assert row["step_ms"] == [7.0] and row["layout"] == full[0].layout and row["table_ids"] == [0, 1, 2, 1]
+    assert (out / "torchrec_plans" / "task0_torchrec_full.pt").is_file()
+    rows = {r["alg"]: r for r in summary["algorithms"]}
+    assert rows["torchrec_full"]["mean_ms"] == 7.0 and rows["torchrec_full"]["ratio"] == pytest.approx(1.4)
+    assert summary["full_planner"]["tables_by_type"] == full[0].layout["types"]
+    md = (out / "summary.md").read_text()
+    assert "| torchrec_full (TorchRec planner, all sharding types) | 7.0" in md
+    assert "planned for 2 GPUs of 1 GB each" in md
