@@ -10,8 +10,9 @@
         --task_path results/quick/train_tasks/data.txt --results results/quick/torchrec_data/results.json ...
 
 Per task of --task_path (never one of --eval_task_path: an error): the plans of
-each --alg and --random_plans random plans (up to --max_splits column splits of
-random tables, each piece on a random device with room); ONE torchrun job
+each --alg and --random_plans random plans (each table row-wise or data-parallel
+with chance --spread_share, then up to --max_splits column splits of random
+other tables, each piece on a random device with room); ONE torchrun job
 trains a DLRM with each plan under DistributedModelParallel (eval_torchrec.py's
 measurement: the slowest rank's step after a barrier, and every rank's phase
 times) and writes, in --out_dir, results.json (each plan, its step times and
@@ -43,6 +44,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--random_plans", type=int, default=3, help="random plans per task (default: 3)")
     p.add_argument("--max_splits", type=int, default=6,
                    help="a random plan makes 0..this many column splits (default: 6)")
+    p.add_argument("--spread_share", type=float, default=0.0,
+                   help="the chance that a random plan makes a table row-wise or data-parallel, so the runtime "
+                        "model learns what those cost (default: 0, none)")
     add_device_arg(p)
     add_flag(p, "out_dir", "data/cost_data/torchrec")
     TorchRecTrainConfig.add_args(p)
@@ -55,7 +59,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from neuroshard.checks import check_int
+    from neuroshard.checks import check_float, check_int
     from neuroshard.cli import resolve_devices, resolve_ranks
     from neuroshard.eval import onpolicy
     from neuroshard.eval.planning import inputs_from_args, resolve_algs
@@ -68,6 +72,7 @@ def main(argv=None) -> int:
 
     check_int("--random_plans", args.random_plans, 0)
     check_int("--max_splits", args.max_splits, 0)
+    check_float("--spread_share", args.spread_share, 0.0, 1.0)
     device, ndevices = resolve_ranks(resolve_devices(args.device, args.gpu_devices), args.ndevices, args.gpu_devices)
     problem = Problem.from_args(args, ndevices=ndevices)
     cfg = TorchRecTrainConfig.from_args(args, problem=problem, device=device)
@@ -83,7 +88,7 @@ def main(argv=None) -> int:
     options = sharder_options(args, batch)
     algs = resolve_algs(args.alg, options) if args.alg else []
     records = runtime_data.collection_records(inputs.configs, inputs.tasks, algs, inputs.models, problem,
-                                              args.random_plans, args.max_splits, options)
+                                              args.random_plans, args.max_splits, options, args.spread_share)
     if not records:
         raise InputError(args.task_path, "no plan fits: nothing to train")
     labels = list(dict.fromkeys(r.alg for r in records))

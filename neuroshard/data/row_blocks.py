@@ -55,7 +55,7 @@ def uniform_block_config(config: TableConfig, k: int, j: int) -> TableConfig:
     """What a planner without the ids would assume: the block's rows, 1/k of the lookups (by the block's
     share of the rows), the table's locality."""
     lo, hi = block_range(config.row, k, j)
-    return TableConfig(hi - lo, config.pooling_factor * (hi - lo) / config.row, config.bins, config.dim)
+    return config.row_share(hi - lo)
 
 
 def row_block_dataset(dataset: Dataset, blocks: Sequence[RowBlock]) -> Dataset:

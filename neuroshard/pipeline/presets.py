@@ -94,6 +94,8 @@ class Preset:
     # the model fitted to them, NeuroShard planned for TorchRec's runtime with it
     torchrec_data_tasks: int = 16
     torchrec_random_plans: int = 3
+    # the share of a random plan's tables made row-wise or data-parallel, so the runtime model learns their terms
+    torchrec_spread_share: float = 0.15
 
 
 PRESETS = {

@@ -170,7 +170,7 @@ def plan_cost_samples(tables: Sequence[ShardTable], plan: Plan, models, problem:
     """The cost samples [J] of a valid plan (`uncertainty.cost_samples`, without the plan-level error that
     `uncertainty.calibrate_plan_sd` calibrates from them); the point cost alone for one model and no noise."""
     with single_threaded_blas():
-        unpriced(plan)
+        unpriced(plan, None)  # the members' spread is the paper runtime's
         scorer = get_scorer(models)
         split = validate_plan(tables, plan, problem)
         emb = scorer.embed([t.config for t in split])
@@ -178,19 +178,25 @@ def plan_cost_samples(tables: Sequence[ShardTable], plan: Plan, models, problem:
         return _member_samples(scorer, emb, plan, dims, models.noise_model)[1][0]
 
 
-def unpriced(plan: Plan) -> None:
-    """NeuroShardError naming the first spread table of `plan`: the cost models have no term for them."""
-    if plan.spread:
-        s = plan.spread[0]
-        raise NeuroShardError(f"table {s.table} is {s.kind}: the cost models price table-wise and column-wise "
-                              "shards only (row-wise, table-row-wise and data-parallel costs are not modelled); "
-                              "measure such a plan in TorchRec training (eval_torchrec.py)")
+def unpriced(plan: Plan, models) -> None:
+    """NeuroShardError naming the first spread table of `plan` that `models` cannot price: the paper's runtime
+    has no term for spread tables; TorchRec's runtime model prices the kinds it was fitted on."""
+    if not plan.spread:
+        return
+    runtime = getattr(models, "runtime", None)
+    if runtime is not None:
+        runtime.check_types(plan)
+        return
+    s = plan.spread[0]
+    raise NeuroShardError(f"table {s.table} is {s.kind}: the paper runtime's cost models price table-wise and "
+                          "column-wise shards only; plan with --runtime torchrec (TorchRec's runtime model prices "
+                          "row-wise, table-row-wise and data-parallel tables)")
 
 
 def _simulate(tables, plan, models, problem: Problem) -> CostBreakdown:
     if not isinstance(plan, Plan):
         raise InvalidPlanError(f"expected a Plan, got {type(plan).__name__}")
-    unpriced(plan)
+    unpriced(plan, models)
     scorer = get_scorer(models)
     n = plan.ndevices
     if n != scorer.ndevices:

@@ -4,10 +4,11 @@ The TorchRec runtime model (`torchrec.runtime_model`) is fitted to how long
 TorchRec takes to train a plan, so its data are plans trained in TorchRec:
 per training task (never an evaluation task: `eval.onpolicy.check_disjoint`)
 
-* `random_plans` random plans (`random_split_plan`): up to `max_splits`
-  column splits of random tables, then every piece on a random device with
-  memory room, so the data hold plans with and without a column-wise group
-  and with every balance between the ranks;
+* `random_plans` random plans (`random_split_plan`): with `spread_share` > 0,
+  each table row-wise or data-parallel with that chance (one kind drawn per
+  table); then up to `max_splits` column splits of the other tables, and
+  every piece on a random device with memory room, so the data hold plans
+  with and without each group and with every balance between the ranks;
 * the plans of the given algorithms (e.g. NeuroShard's, the greedy
   baselines', TorchRec's own planner's), the plans a search will compare;
 
@@ -20,7 +21,7 @@ rank's phase times). `read_samples` turns results.json back into
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -29,14 +30,14 @@ import numpy as np
 from neuroshard.eval.planning import plan_task, task_problem, task_seed
 from neuroshard.planner.baselines import random_sharder
 from neuroshard.planner.registry import ShardingContext
-from neuroshard.planner.simulator import validate_plan
+from neuroshard.planner.simulator import device_elements, validate_plan
 from neuroshard.problem import Problem
 from neuroshard.torchrec.runtime_model import TorchRecRuntimeModel
 from neuroshard.types.codec import Record, json_field
 from neuroshard.types.errors import InputError, InvalidPlanError, OutOfMemoryError
-from neuroshard.types.plan import Plan, apply_column_steps
+from neuroshard.types.plan import DATA_PARALLEL, ROW_WISE, Plan, Spread, apply_column_steps
 from neuroshard.types.records import PlanRecord
-from neuroshard.types.tables import ShardTable, TableConfig, Task, can_split
+from neuroshard.types.tables import BYTES_PER_ELEMENT, ShardTable, TableConfig, Task, can_split
 
 RANDOM = "random_split"
 
@@ -46,30 +47,58 @@ def random_label(k: int) -> str:
     return f"{RANDOM}[{k}]"
 
 
-def random_split_plan(tables: Sequence[ShardTable], problem: Problem, max_splits: int) -> Plan:
-    """A random plan: k ~ U{0..max_splits} halvings, each of a random piece that can still be halved,
-    then each piece on a uniformly random device with room (`baselines.random_sharder`), all drawn from the
-    problem's seed. OutOfMemoryError when the pieces do not fit."""
+def random_split_plan(tables: Sequence[ShardTable], problem: Problem, max_splits: int,
+                      spread_share: float = 0.0) -> Plan:
+    """A random plan, all drawn from the problem's seed: each table spread with chance `spread_share`
+    (row-wise over every rank or data-parallel, drawn per table); k ~ U{0..max_splits} halvings, each of a
+    random other piece that can still be halved; then each piece on a uniformly random device with room left
+    by the spread tables (`baselines.random_sharder`). OutOfMemoryError when the pieces do not fit."""
     rng = np.random.default_rng(problem.seed)
+    n = problem.ndevices
+    spread = []
+    if spread_share > 0:
+        for t in range(len(tables)):
+            if rng.random() < spread_share:
+                kind = (ROW_WISE, DATA_PARALLEL)[int(rng.integers(2))]
+                spread.append(Spread(t, kind, tuple(range(n))))
+    whole = {s.table for s in spread}
     steps: list[int] = []
     split = list(tables)
     for _ in range(int(rng.integers(max_splits + 1))):
-        can = [i for i, t in enumerate(split) if can_split(t.dim)]
+        can = [i for i, t in enumerate(split) if can_split(t.dim) and i not in whole]
         if not can:
             break
         steps.append(int(can[int(rng.integers(len(can)))]))
         split = apply_column_steps(tables, steps)
-    placed = random_sharder(split, problem.with_seed(int(rng.integers(2**31))), ShardingContext())
-    plan = Plan(tuple(steps), placed.shards)
+    placed_ids = [i for i in range(len(split)) if i not in whole]
+    room = spread_room(tables, spread, problem)
+    placed = random_sharder([split[i] for i in placed_ids], room.with_seed(int(rng.integers(2**31))),
+                            ShardingContext())
+    plan = Plan(tuple(steps), tuple(tuple(placed_ids[k] for k in shard) for shard in placed.shards), tuple(spread))
     validate_plan(tables, plan, problem)
     return plan
 
 
+def spread_room(tables: Sequence[ShardTable], spread: Sequence[Spread], problem: Problem) -> Problem:
+    """The problem with each device's memory less what the `spread` tables keep there
+    (`simulator.device_elements`); OutOfMemoryError naming the device when they alone do not fit."""
+    if not spread:
+        return problem
+    used = device_elements(tables, tables, Plan((), ((),) * problem.ndevices, tuple(spread)))
+    left = [cap - u * BYTES_PER_ELEMENT / 2**30 for cap, u in zip(problem.caps, used)]
+    if min(left) <= 0:
+        r = int(np.argmin(left))
+        raise OutOfMemoryError(f"device {r}: the row-wise and data-parallel tables alone hold more than its "
+                               f"{problem.caps[r]:g} GB", size=problem.caps[r] - left[r], max_mem=problem.caps[r])
+    return replace(problem, max_mem=tuple(left))
+
+
 def collection_records(configs: Sequence[TableConfig], tasks: Sequence[Task], algs: Sequence[str], models,
                        problem: Problem, random_plans: int, max_splits: int,
-                       options: dict | None = None) -> list[PlanRecord]:
-    """Per task, the plans of `algs` and `random_plans` random plans (labels `random_label(k)`); a plan that
-    does not fit is left out (the record list says nothing about it: it is not a sample)."""
+                       options: dict | None = None, spread_share: float = 0.0) -> list[PlanRecord]:
+    """Per task, the plans of `algs` and `random_plans` random plans (labels `random_label(k)`, with
+    `spread_share` as in `random_split_plan`); a plan that does not fit is left out (the record list says
+    nothing about it: it is not a sample)."""
     out = []
     for i, task in enumerate(tasks):
         tables = task.tables(configs)
@@ -79,7 +108,8 @@ def collection_records(configs: Sequence[TableConfig], tasks: Sequence[Task], al
                 out.append(rec)
         for k in range(random_plans):
             try:
-                plan = random_split_plan(tables, problem.with_seed(task_seed(problem.seed, i) + k), max_splits)
+                plan = random_split_plan(tables, problem.with_seed(task_seed(problem.seed, i) + k), max_splits,
+                                         spread_share)
             except OutOfMemoryError:
                 continue
             out.append(PlanRecord(task=i, alg=random_label(k), plan=plan, num_tables=len(tables),
@@ -176,6 +206,7 @@ def fit_runtime_model(samples: Sequence[RuntimeSample], models, ndevices: int, b
     `test_mape`), then on every sample (the model returned)."""
     from neuroshard.torchrec.runtime_model import (
         FEATURES,
+        GROUP_OF,
         TorchRecRuntimeModel,
         fit,
         mape,
@@ -207,8 +238,9 @@ def fit_runtime_model(samples: Sequence[RuntimeSample], models, ndevices: int, b
             row["test_mape"] = mape(pred_test[sel[test]], y[sel & test])
         by_kind[kind] = row
     test_mape = None if pred_test is None else mape(pred_test, y[test])
+    kinds = {sp.kind for s in samples for sp in s.plan.spread}
     model = TorchRecRuntimeModel(ndevices, batch, tuple(float(c) for c in coef), len(samples), mape(pred, y),
-                                 test_mape, dict(source or {}))
+                                 test_mape, dict(source or {}), tuple(k for k in GROUP_OF if k in kinds))
     terms = {name: float(np.mean(x[:, j] * coef[j])) for j, name in enumerate(FEATURES)}
     return RuntimeFit(model, test_tasks, test_mape, mape(pred, y), by_kind, terms)
 

@@ -11,7 +11,18 @@ shards, so a column-wise table's ids travel once per shard), its own kernels
 and its own output exchange forward and backward. Every collective waits for
 all ranks, so each group costs its slowest rank, and the groups add up.
 
-The model is linear in eight terms (`FEATURES`) of a plan (each group g over
+Row-wise and data-parallel tables (`types.plan.Spread`) form groups of their
+own. A row-wise table's rank r serves the lookups of its row block (the
+block's share of the rows, of the table's lookups: on the data at hand the
+compute model prices blocks as well this way as from the blocks' own ids,
+`eval.row_block_check`) and sends B x dim partial sums to a reduce-scatter;
+a table-row-wise one does the same within its host (one group with row-wise:
+on one host they are the same exchange). A data-parallel table runs on every
+rank over its local batch (the table's lookups / n) with no id or output
+exchange, and its gradient, rows x dim, is all-reduced and stepped by the
+dense optimizer every iteration.
+
+The model is linear in ten terms (`FEATURES`) of a plan (each group g over
 the ranks r, batch B):
 
 * `one` — 1 (the rest of the step: the dense archs, the loss, the optimizer);
@@ -25,34 +36,46 @@ the ranks r, batch B):
 * `ids_max` — sum over groups of max_r of the ids rank r receives (M ids:
   B x the pooling factor of each shard it holds);
 * `ids_mean` — all ids received, over the ranks (M ids);
-* `out_max` — sum over groups of max_r of the pooled outputs rank r sends
-  (M floats: B x its dims in g);
-* `dims` — the plan's total dim x B over the ranks (M floats: what each rank
-  receives back; the same for every plan of a task).
+* `out_max` — sum over the all-to-all groups (table-wise, column-wise) of
+  max_r of the pooled outputs rank r sends (M floats: B x its dims in g);
+* `dims` — the all-to-all groups' total dim x B over the ranks (M floats:
+  what each rank receives back);
+* `reduce` — B x the row-wise tables' dims (M floats each rank sends to the
+  reduce-scatter);
+* `allreduce` — the data-parallel tables' rows x dims (M floats all-reduced
+  and stepped each iteration).
 
 Its non-negative coefficients are fitted (`fit`, least squares of the
 relative error) to plans trained in TorchRec (`collect_torchrec_cost_data.py`,
 `train_torchrec_cost_model.py`): the same pre-train-then-search idea, pointed
 at the runtime users train with. The search and the simulator take it from
-`CostModels.runtime`. Costs in ms.
+`CostModels.runtime`. A model prices only the sharding types its samples
+had (`types`): one fitted without row-wise or data-parallel plans has no
+data for their terms and refuses them. Costs in ms.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
 from neuroshard.types.codec import Record
-from neuroshard.types.plan import Plan, apply_column_steps
+from neuroshard.types.errors import NeuroShardError
+from neuroshard.types.plan import DATA_PARALLEL, ROW_WISE, TABLE_ROW_WISE, Plan, Spread, apply_column_steps, row_blocks
 from neuroshard.types.tables import ShardTable
 
-FEATURES = ("one", "groups", "compute_max", "compute_mean", "ids_max", "ids_mean", "out_max", "dims")
-GROUPS = ("table_wise", "column_wise")
+FEATURES = ("one", "groups", "compute_max", "compute_mean", "ids_max", "ids_mean", "out_max", "dims", "reduce",
+            "allreduce")
+# the terms of the models written before row-wise and data-parallel groups: read with those two at 0
+FEATURES_1 = FEATURES[:8]
+GROUPS = ("table_wise", "column_wise", ROW_WISE, DATA_PARALLEL)
+GROUP_OF = {ROW_WISE: 2, TABLE_ROW_WISE: 2, DATA_PARALLEL: 3}  # a spread kind's group
+EXCHANGED = 2  # groups [0, 2) exchange pooled outputs by all-to-all
 FORMAT = "neuroshard.torchrec_runtime/1"
 
 
@@ -67,31 +90,35 @@ def default_path(models_dir, ndevices: int) -> Path:
 @dataclass
 class GroupParts:
     """Per placement m, rank r and group g (`GROUPS`): kernel ms, ids received (M), outputs sent (M floats)
-    and shard count; arrays [M, n, 2]."""
+    and shard count, arrays [M, n, len(GROUPS)]; and per placement the data-parallel elements all-reduced
+    (M floats) [M]."""
 
     compute: np.ndarray
     ids: np.ndarray
     out: np.ndarray
     count: np.ndarray
+    allreduce: np.ndarray
 
 
 def group_parts(scorer, proj: np.ndarray, index: np.ndarray, device: np.ndarray, group: np.ndarray,
-                pool: np.ndarray, dim: np.ndarray, ndevices: int, batch: int) -> GroupParts:
+                pool: np.ndarray, dim: np.ndarray, ndevices: int, batch: int,
+                spread: GroupParts | None = None) -> GroupParts:
     """The per-rank, per-group parts of M placements of P pieces each.
 
     `proj` [G, A]: the compute model's accumulator increment of each piece kind (`scorer.project`);
     `index`, `device`, `group` [M, P]: each piece's kind, rank and group (0 table-wise, 1 column-wise);
     `pool`, `dim` [P] or [M, P]: its pooling factor and dim. Pieces are accumulated in position order
-    (the order `simulate` uses too).
+    (the order `simulate` uses too). `spread`: the parts of the plan's spread tables (`spread_parts`, the
+    same for every placement), added as their own groups.
     """
     index = np.asarray(index, dtype=np.int64)
     M, P = index.shape
-    n, A = int(ndevices), proj.shape[1]
-    acc = np.empty((M, n, 2, A), dtype=proj.dtype)
+    n, A, G = int(ndevices), proj.shape[1], len(GROUPS)
+    acc = np.empty((M, n, G, A), dtype=proj.dtype)
     acc[...] = scorer.acc0
-    count = np.zeros((M, n, 2), dtype=np.int64)
-    ids = np.zeros((M, n, 2))
-    out = np.zeros((M, n, 2))
+    count = np.zeros((M, n, G), dtype=np.int64)
+    ids = np.zeros((M, n, G))
+    out = np.zeros((M, n, G))
     pool = np.broadcast_to(np.asarray(pool, dtype=np.float64), (M, P))
     dim = np.broadcast_to(np.asarray(dim, dtype=np.float64), (M, P))
     rows = np.arange(M)
@@ -102,18 +129,66 @@ def group_parts(scorer, proj: np.ndarray, index: np.ndarray, device: np.ndarray,
         count[rows, d, g] += 1
         ids[rows, d, g] += pool[:, p] * scale
         out[rows, d, g] += dim[:, p] * scale
-    compute = scorer.cost_from_acc(acc.reshape(-1, A), overwrite=True).astype(np.float64).reshape(M, n, 2)
-    return GroupParts(np.where(count > 0, compute, 0.0), ids, out, count)
+    compute = scorer.cost_from_acc(acc.reshape(-1, A), overwrite=True).astype(np.float64).reshape(M, n, G)
+    parts = GroupParts(np.where(count > 0, compute, 0.0), ids, out, count, np.zeros(M))
+    if spread is not None:
+        for name in ("compute", "ids", "out", "count"):
+            getattr(parts, name)[:, :, EXCHANGED:] = getattr(spread, name)[0, :, EXCHANGED:]
+        parts.allreduce[:] = spread.allreduce[0]
+    return parts
+
+
+def spread_parts(scorer, tables: Sequence[ShardTable], spread: Sequence[Spread], ndevices: int,
+                 batch: int) -> GroupParts:
+    """The parts [1, n, len(GROUPS)] of a plan's spread tables (module doc): per rank its row blocks (the
+    block's share of the table's rows and lookups; B x dim partial sums sent) and its data-parallel
+    replicas (the lookups of its local batch, 1/n of the table's), each spread group's kernel priced by the
+    compute model as one kernel."""
+    n, G = int(ndevices), len(GROUPS)
+    configs: list = []
+    where: list[tuple[int, int]] = []  # (rank, group) of each config
+    ids, out = np.zeros((1, n, G)), np.zeros((1, n, G))
+    count = np.zeros((1, n, G), dtype=np.int64)
+    allreduce = 0.0
+    scale = batch / 1e6
+    for s in spread:
+        t = tables[s.table]
+        g = GROUP_OF[s.kind]
+        if s.kind == DATA_PARALLEL:  # the whole table over the local batch: 1/n of its lookups
+            local = replace(t.config, pooling_factor=t.config.pooling_factor / n)
+            placed = [(r, local) for r in s.ranks]
+            allreduce += int(t.config.row) * t.dim / 1e6
+        else:
+            placed = [(r, t.config.row_share(rows)) for r, rows in zip(s.ranks, row_blocks(int(t.config.row),
+                                                                                        len(s.ranks))) if rows > 0]
+        for r, config in placed:
+            configs.append(config)
+            where.append((r, g))
+            count[0, r, g] += 1
+            if s.kind != DATA_PARALLEL:
+                ids[0, r, g] += config.pooling_factor * scale
+                out[0, r, g] += t.dim * scale
+    compute = np.zeros((1, n, G))
+    if configs:
+        proj = scorer.project(scorer.embed(configs))
+        acc = np.empty((n * G, proj.shape[1]), dtype=proj.dtype)
+        acc[...] = scorer.acc0
+        for k, (r, g) in enumerate(where):
+            acc[r * G + g] += proj[k]
+        cost = scorer.cost_from_acc(acc, overwrite=True).astype(np.float64).reshape(1, n, G)
+        compute = np.where(count > 0, cost, 0.0)
+    return GroupParts(compute, ids, out, count, np.array([allreduce]))
 
 
 def features(parts: GroupParts) -> np.ndarray:
     """The model's terms (`FEATURES`) of each placement, [M, len(FEATURES)]."""
-    n = parts.count.shape[1]
-    used = parts.count.sum(axis=1) > 0  # [M, 2]: the plan has this group
+    n, e = parts.count.shape[1], EXCHANGED
+    used = parts.count.sum(axis=1) > 0  # [M, G]: the plan has this group
     cols = [np.ones(len(used)), used.sum(axis=1),
             parts.compute.max(axis=1).sum(axis=1), parts.compute.sum(axis=(1, 2)) / n,
             parts.ids.max(axis=1).sum(axis=1), parts.ids.sum(axis=(1, 2)) / n,
-            parts.out.max(axis=1).sum(axis=1), parts.out.sum(axis=(1, 2)) / n]
+            parts.out[:, :, :e].max(axis=1).sum(axis=1), parts.out[:, :, :e].sum(axis=(1, 2)) / n,
+            parts.out[:, :, e:].max(axis=1).sum(axis=1), parts.allreduce]
     return np.stack([np.asarray(c, dtype=np.float64) for c in cols], axis=1)
 
 
@@ -128,7 +203,8 @@ def plan_groups(tables: Sequence[ShardTable], plan: Plan, split: Sequence[ShardT
 
 def plan_parts(scorer, tables: Sequence[ShardTable], plan: Plan, batch: int,
                split: Sequence[ShardTable] | None = None) -> GroupParts:
-    """`group_parts` of one valid plan (its shards in shard-list order); `split` as in `plan_groups`."""
+    """`group_parts` of one valid plan (its shards in shard-list order, then its spread tables); `split` as
+    in `plan_groups`."""
     split = apply_column_steps(tables, plan.column_steps) if split is None else split
     groups = plan_groups(tables, plan, split)
     order = [(r, i) for r, shard in enumerate(plan.shards) for i in shard]
@@ -138,7 +214,8 @@ def plan_parts(scorer, tables: Sequence[ShardTable], plan: Plan, batch: int,
     grp = np.array([[groups[i] for _, i in order]], dtype=np.int64).reshape(1, len(order))
     pool = np.array([split[i].config.pooling_factor for _, i in order], dtype=np.float64)
     dim = np.array([split[i].dim for _, i in order], dtype=np.float64)
-    return group_parts(scorer, proj, idx, dev, grp, pool, dim, plan.ndevices, batch)
+    spread = spread_parts(scorer, tables, plan.spread, plan.ndevices, batch) if plan.spread else None
+    return group_parts(scorer, proj, idx, dev, grp, pool, dim, plan.ndevices, batch, spread)
 
 
 # --------------------------------------------------------------------------- the model
@@ -150,7 +227,8 @@ class TorchRecRuntimeModel(Record):
 
     `ndevices` ranks and global batch `batch_size` it was fitted for; `samples`: plans it was fitted on;
     `fit_mape` / `test_mape`: its mean absolute percentage error on them and on held-out plans (%);
-    `source`: what it was fitted from (paths, settings).
+    `source`: what it was fitted from (paths, settings); `types`: the spread kinds its samples had (the
+    row-wise and data-parallel terms are data only for those; `check_types`).
     """
 
     ndevices: int
@@ -160,11 +238,23 @@ class TorchRecRuntimeModel(Record):
     fit_mape: float | None = None
     test_mape: float | None = None
     source: dict = field(default_factory=dict)
+    types: tuple[str, ...] = ()
 
     def __post_init__(self):
         check_coefficients(self.coef, FEATURES, "plan")
         if int(self.ndevices) < 1 or int(self.batch_size) < 1:
             raise ValueError(f"ndevices and batch_size must be >= 1, got {self.ndevices}, {self.batch_size}")
+        unknown = [k for k in self.types if k not in GROUP_OF]
+        if unknown:
+            raise ValueError(f"types {unknown}: expected among {', '.join(GROUP_OF)}")
+
+    def check_types(self, plan: Plan) -> None:
+        """NeuroShardError naming the first spread table of `plan` whose kind this model never saw."""
+        for s in plan.spread:
+            if s.kind not in self.types:
+                raise NeuroShardError(f"table {s.table} is {s.kind}: the TorchRec runtime model was fitted on no "
+                                      f"{s.kind} plans (its samples had {', '.join(self.types) or 'none'}); "
+                                      "collect with --spread_share and refit")
 
     def predict(self, x: np.ndarray) -> np.ndarray:
         """Step ms [M] of features [M, F]."""
@@ -183,7 +273,9 @@ class TorchRecRuntimeModel(Record):
         TypeError on a malformed record."""
         if d.get("format") != FORMAT:
             raise ValueError(f"format {d.get('format')!r}, expected {FORMAT!r}")
-        if list(d["features"]) != list(FEATURES):
+        if list(d["features"]) == list(FEATURES_1) and "coef" in d:  # before the spread groups: their terms 0
+            d = {**d, "coef": list(d["coef"]) + [0.0] * (len(FEATURES) - len(FEATURES_1)), "types": []}
+        elif list(d["features"]) != list(FEATURES):
             raise ValueError(f"features {d['features']}, expected {list(FEATURES)}")
         return super().from_json(d)
 

@@ -77,6 +77,11 @@ class TableConfig:
     def with_dim(self, dim: int) -> "TableConfig":
         return replace(self, dim=dim)
 
+    def row_share(self, rows: int) -> "TableConfig":
+        """`rows` of this table's rows (a row-wise block) with their share of its lookups and its locality:
+        what a planner that has the statistics but not the ids assumes of a block."""
+        return replace(self, row=rows, pooling_factor=self.pooling_factor * rows / self.row)
+
     @property
     def size_gb(self) -> float:
         if self.dim is None:

@@ -273,6 +273,6 @@ def test_spread_tables_break_whole_and_device_constraints_and_are_not_priced():
         validate_plan(tables, plan, Problem(2, 1.0, constraints=TableConstraints(whole=(1,))))
     with pytest.raises(InvalidPlanError, match=r"table 1 may use devices \[1\], the plan puts a piece on device 0"):
         validate_plan(tables, plan, Problem(2, 1.0, constraints=TableConstraints(devices=((1, (1,)),))))
-    with pytest.raises(NeuroShardError, match="table 1 is row_wise: the cost models price table-wise and "
-                                              "column-wise shards only"):
+    with pytest.raises(NeuroShardError, match="table 1 is row_wise: the paper runtime's cost models price "
+                                              "table-wise and column-wise shards only"):
         simulate(tables, plan, hand_models(2), Problem(2, 1.0))

@@ -19,13 +19,14 @@ from neuroshard.torchrec.runtime_data import (
     random_split_plan,
     read_samples,
     sample_features,
+    spread_room,
 )
 from neuroshard.torchrec.runtime_model import FEATURES
 from neuroshard.torchrec.training_eval import merge_plan_files
-from neuroshard.types.errors import InputError
-from neuroshard.types.plan import Plan
+from neuroshard.types.errors import InputError, OutOfMemoryError
+from neuroshard.types.plan import Plan, Spread
 from neuroshard.types.records import PlanRecord
-from neuroshard.types.tables import TableConfig, Task
+from neuroshard.types.tables import ShardTable, TableConfig, Task
 from tests.planner.test_simulator import BINS, hand_models
 
 CONFIGS = [TableConfig(1000 * (i + 1), float(1 + i % 5), BINS) for i in range(12)]
@@ -46,6 +47,25 @@ def test_random_split_plans_are_valid_seeded_and_bounded():
     assert plans == [random_split_plan(tables, Problem(3, 1.0, seed), max_splits=4) for seed in range(20)]
     assert len({len(p.column_steps) for p in plans}) > 2  # 0..4 splits, not always the same count
     assert all(random_split_plan(tables, Problem(3, 1.0, s), max_splits=0).column_steps == () for s in range(5))
+
+
+def test_random_plans_spread_tables_when_asked_and_place_the_rest_around_them():
+    tables = tasks(1)[0].tables(CONFIGS)
+    plans = [random_split_plan(tables, Problem(3, 1.0, seed), max_splits=4, spread_share=0.3) for seed in range(30)]
+    kinds = [s.kind for p in plans for s in p.spread]
+    assert set(kinds) == {"row_wise", "data_parallel"} and all(not p.spread for p in [
+        random_split_plan(tables, Problem(3, 1.0, seed), max_splits=4) for seed in range(5)])
+    for p in plans:
+        validate_plan(tables, p, Problem(3, 1.0))  # spread tables whole, over every rank, the rest fits around them
+        assert all(s.ranks == (0, 1, 2) and s.table not in p.column_steps for s in p.spread)
+    # memory: a 3,000-row table of dim 64 replicated needs 768,000 bytes on each device; with 1 MB devices the
+    # rest of the task must fit in what is left, else the plan is out of memory
+    big = [ShardTable(0, 2, CONFIGS[2].with_dim(64)), ShardTable(1, 1, CONFIGS[1].with_dim(64))]  # + 512,000 B
+    fits = Problem(2, 2**20 / 2**30)
+    with pytest.raises(OutOfMemoryError):
+        spread_room(big, [Spread(0, "data_parallel", (0, 1)), Spread(1, "data_parallel", (0, 1))], fits)
+    room = spread_room(big, [Spread(0, "data_parallel", (0, 1))], fits)
+    assert room.caps == pytest.approx(((2**20 - 768_000) / 2**30,) * 2)
 
 
 def test_collection_records_label_random_plans_per_task():
@@ -90,15 +110,17 @@ def test_fit_on_samples_with_known_step_times():
     hand-made linear compute model some terms are collinear, so the weights themselves are not unique)."""
     ts = tasks(8)
     models = hand_models(2)
-    recs = collection_records(CONFIGS, ts, [], models, Problem(2, 1.0), random_plans=4, max_splits=4)
+    recs = collection_records(CONFIGS, ts, [], models, Problem(2, 1.0), random_plans=4, max_splits=4,
+                              spread_share=0.2)
     samples = [RuntimeSample(r.task, r.alg, ts[r.task].tables(CONFIGS), r.plan, [1.0], None) for r in recs]
-    coef = np.array([20.0, 3.0, 2.0, 1.0, 0.5, 0.2, 0.3, 0.1])
+    coef = np.array([20.0, 3.0, 2.0, 1.0, 0.5, 0.2, 0.3, 0.1, 0.4, 0.6])
     y = sample_features(samples, models, 4096) @ coef
     samples = [replace(s, step_ms=[float(v)]) for s, v in zip(samples, y)]
     res = fit_runtime_model(samples, models, 2, 4096, test_share=0.25, seed=0)
     assert len(res.test_tasks) == 2 and res.test_mape < 1e-6 and res.fit_mape < 1e-6
     np.testing.assert_allclose(sample_features(samples, models, 4096) @ np.array(res.model.coef), y, rtol=1e-6)
     assert set(res.terms) == set(FEATURES) and res.by_kind["random"]["plans"] == len(samples)
+    assert res.model.types == ("row_wise", "data_parallel")  # the kinds its samples had
     with pytest.raises(ValueError, match="for \\[2\\] devices"):
         fit_runtime_model(samples, models, 4, 4096)
 

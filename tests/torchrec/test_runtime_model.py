@@ -23,8 +23,8 @@ from neuroshard.torchrec.runtime_model import (
     plan_groups,
     plan_parts,
 )
-from neuroshard.types.errors import ConfigError, InputError
-from neuroshard.types.plan import Plan
+from neuroshard.types.errors import ConfigError, InputError, NeuroShardError
+from neuroshard.types.plan import Plan, Spread
 from neuroshard.types.tables import ShardTable, TableConfig
 from tests.planner.test_simulator import BINS, hand_models
 
@@ -42,8 +42,9 @@ HAND_PLAN = Plan((0,), ((0, 1), (3, 2)))
 # by hand, compute = 0.5 + 0.01 x dims per (rank, group): table-wise 0.58 (rank 0), 0.54 (rank 1);
 # column-wise 0.58, 0.58. ids: table-wise 3, 4; column-wise 2, 2. outputs: table-wise 8, 4; column-wise 8, 8
 HAND_FEATURES = {"one": 1, "groups": 2, "compute_max": 0.58 + 0.58, "compute_mean": (0.58 + 0.54 + 0.58 + 0.58) / 2,
-                 "ids_max": 4 + 2, "ids_mean": (3 + 4 + 2 + 2) / 2, "out_max": 8 + 8, "dims": (16 + 8 + 4) / 2}
-COEF = (10.0, 2.0, 1.0, 0.0, 0.5, 0.0, 0.1, 0.2)
+                 "ids_max": 4 + 2, "ids_mean": (3 + 4 + 2 + 2) / 2, "out_max": 8 + 8, "dims": (16 + 8 + 4) / 2,
+                 "reduce": 0.0, "allreduce": 0.0}
+COEF = (10.0, 2.0, 1.0, 0.0, 0.5, 0.0, 0.1, 0.2, 0.3, 0.4)
 
 
 def runtime_models(coef=COEF, n=2):
@@ -57,11 +58,35 @@ def test_plan_groups_follow_the_export():
 
 def test_features_of_a_hand_made_plan():
     parts = plan_parts(get_scorer(hand_models(2)), hand_tables(), HAND_PLAN, BATCH)
-    np.testing.assert_allclose(parts.compute[0], [[0.58, 0.58], [0.54, 0.58]], rtol=1e-6)
-    np.testing.assert_allclose(parts.ids[0], [[3, 2], [4, 2]])
-    np.testing.assert_array_equal(parts.count[0], [[1, 1], [1, 1]])
+    np.testing.assert_allclose(parts.compute[0], [[0.58, 0.58, 0, 0], [0.54, 0.58, 0, 0]], rtol=1e-6)
+    np.testing.assert_allclose(parts.ids[0], [[3, 2, 0, 0], [4, 2, 0, 0]])
+    np.testing.assert_array_equal(parts.count[0], [[1, 1, 0, 0], [1, 1, 0, 0]])
     x = features(parts)[0]
     np.testing.assert_allclose(x, [HAND_FEATURES[f] for f in FEATURES], rtol=1e-6)
+
+
+def test_features_of_row_wise_and_data_parallel_tables_by_hand():
+    # table 0 (dim 16, pooling 2) table-wise on rank 0; table 1 (1000 rows, dim 8, pooling 3) row-wise: 500 rows
+    # and 1.5 lookups a sample on each rank, B x 8 partial sums sent; table 2 (1000 x 4, pooling 4) data-parallel:
+    # the whole table on each rank over half the batch, 1000 x 4 elements all-reduced
+    plan = Plan((), ((0,), ()), (Spread(1, "row_wise", (0, 1)), Spread(2, "data_parallel", (0, 1))))
+    parts = plan_parts(get_scorer(hand_models(2)), hand_tables(), plan, BATCH)
+    np.testing.assert_allclose(parts.compute[0], [[0.66, 0, 0.58, 0.54], [0, 0, 0.58, 0.54]], rtol=1e-6)
+    np.testing.assert_allclose(parts.ids[0], [[2, 0, 1.5, 0], [0, 0, 1.5, 0]])
+    np.testing.assert_allclose(parts.out[0], [[16, 0, 8, 0], [0, 0, 8, 0]])
+    x = dict(zip(FEATURES, features(parts)[0]))
+    want = {"one": 1, "groups": 3, "compute_max": 0.66 + 0.58 + 0.54, "compute_mean": (0.66 + 2 * 0.58 + 2 * 0.54) / 2,
+            "ids_max": 2 + 1.5, "ids_mean": (2 + 1.5 + 1.5) / 2, "out_max": 16, "dims": 16 / 2, "reduce": 8,
+            "allreduce": 0.004}
+    assert x == pytest.approx(want, rel=1e-6)
+    # a model fitted on such plans prices them; one fitted without them refuses, naming the table
+    seen = replace(hand_models(2), runtime=TorchRecRuntimeModel(2, BATCH, COEF, types=("row_wise", "data_parallel")))
+    problem = Problem(2, 1.0)
+    assert simulate(hand_tables(), plan, seen, problem).cost == pytest.approx(
+        sum(c * want[f] for c, f in zip(COEF, FEATURES)), rel=1e-6)
+    with pytest.raises(NeuroShardError, match="table 2 is data_parallel: the TorchRec runtime model was fitted on no "
+                                              "data_parallel plans"):
+        simulate(hand_tables(), plan, replace(seen, runtime=replace(seen.runtime, types=("row_wise",))), problem)
 
 
 def test_an_empty_group_costs_nothing():
@@ -87,11 +112,11 @@ def test_search_scores_placements_as_the_simulator_does():
     rng = np.random.default_rng(0)
     tables = [ShardTable(i, i, TableConfig(1000, float(rng.uniform(1, 20)), BINS, int(d)))
               for i, d in enumerate(rng.choice([8, 16, 32, 64, 128], size=12))]
-    models = runtime_models(coef=(5.0, 0.5, 1.0, 0.5, 0.2, 0.1, 0.01, 0.0), n=4)
+    models = runtime_models(coef=(5.0, 0.5, 1.0, 0.5, 0.2, 0.1, 0.01, 0.0, 0.0, 0.0), n=4)
     res = search(tables, Problem(4, 1.0), models)
     assert res.cost == pytest.approx(simulate(tables, res.plan, models, Problem(res.plan.ndevices, 1.0)).cost, rel=1e-6)
     # a group costs 100 ms: no plan with a column-wise group can win
-    costly = runtime_models(coef=(5.0, 100.0, 1.0, 0.5, 0.2, 0.1, 0.01, 0.0), n=4)
+    costly = runtime_models(coef=(5.0, 100.0, 1.0, 0.5, 0.2, 0.1, 0.01, 0.0, 0.0, 0.0), n=4)
     assert search(tables, Problem(4, 1.0), costly).plan.column_steps == ()
 
 
@@ -143,3 +168,9 @@ def test_model_file_round_trip_and_errors(tmp_path):
         TorchRecRuntimeModel.load(path)
     with pytest.raises(ConfigError, match="for 4 ranks"):
         replace(hand_models(2), runtime=m)
+    # a model written before the row-wise and data-parallel terms reads with them at 0 and prices neither
+    old = {**json.loads(json.dumps(m.to_json())), "features": list(FEATURES[:8]), "coef": list(COEF[:8])}
+    old.pop("types")
+    path.write_text(json.dumps(old))
+    back = TorchRecRuntimeModel.load(path)
+    assert back.coef == COEF[:8] + (0.0, 0.0) and back.types == ()
