@@ -58,7 +58,7 @@ _ORDER = ["neuroshard", "random", "dim_greedy", "lookup_greedy", "size_greedy", 
 # Modules that register algorithms when imported.
 # The learned baselines register from their own folder (`neuroshard.learned.sharders`, torch-free), named
 # here by string as a plug-in would be: the planner does not depend on them.
-_MODULES = ["neuroshard.planner.baselines", "neuroshard.planner.search.beam", "neuroshard.torchrec.sharder",
+_MODULES = ["neuroshard.planner.baselines", "neuroshard.planner.search.sharding_types", "neuroshard.torchrec.sharder",
             "neuroshard.learned.sharders", "neuroshard.planner.search.plus"]
 
 _REGISTRY: dict[str, Sharder] = {}

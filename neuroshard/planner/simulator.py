@@ -17,6 +17,7 @@ docstring), in the same order for the search and for `simulate`.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Sequence
 
 import numpy as np
@@ -27,7 +28,7 @@ from neuroshard.planner.costs.uncertainty import cost_samples, spread, widen
 from neuroshard.problem import Problem
 from neuroshard.types.costs import CostBreakdown, RuntimeEstimate
 from neuroshard.types.errors import InvalidPlanError, NeuroShardError, OutOfMemoryError
-from neuroshard.types.plan import ColumnPiece, Plan, apply_column_steps, plan_pieces, table_devices
+from neuroshard.types.plan import ColumnPiece, Plan, Spread, apply_column_steps, plan_pieces, table_devices
 from neuroshard.types.tables import BYTES_PER_ELEMENT, ShardTable
 
 # --------------------------------------------------------------------------- memory
@@ -61,6 +62,22 @@ def device_elements(tables: Sequence[ShardTable], split: Sequence[ShardTable], p
         for r, rows in zip(s.ranks, s.rows_on(int(t.config.row))):
             used[r] += rows * int(t.dim)
     return used
+
+
+def spread_room(tables: Sequence[ShardTable], spread: Sequence[Spread], problem: Problem) -> Problem:
+    """The problem with each device's memory less what the `spread` tables keep there (`device_elements`),
+    for placing the other tables around them; OutOfMemoryError naming the device when they alone do not fit."""
+    if not spread:
+        return problem
+    used = device_elements(tables, tables, Plan((), ((),) * problem.ndevices, tuple(spread)))
+    left = [cap - _gb(u) for cap, u in zip(problem.caps, used)]
+    if min(left) <= 0:
+        r = int(np.argmin(left))
+        raise OutOfMemoryError(f"device {r}: the row-wise and data-parallel tables "
+                               f"{', '.join(str(s.table) for s in spread if r in s.ranks)} alone hold "
+                               f"{_gb(used[r]):.4g} GB of its {problem.caps[r]:g} GB",
+                               size=_gb(used[r]), max_mem=problem.caps[r])
+    return replace(problem, max_mem=tuple(left))
 
 
 def device_caps(problem: Problem) -> list[int]:

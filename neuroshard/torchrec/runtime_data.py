@@ -21,7 +21,7 @@ rank's phase times). `read_samples` turns results.json back into
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -30,14 +30,14 @@ import numpy as np
 from neuroshard.eval.planning import plan_task, task_problem, task_seed
 from neuroshard.planner.baselines import random_sharder
 from neuroshard.planner.registry import ShardingContext
-from neuroshard.planner.simulator import device_elements, validate_plan
+from neuroshard.planner.simulator import spread_room, validate_plan
 from neuroshard.problem import Problem
 from neuroshard.torchrec.runtime_model import TorchRecRuntimeModel
 from neuroshard.types.codec import Record, json_field
 from neuroshard.types.errors import InputError, InvalidPlanError, OutOfMemoryError
 from neuroshard.types.plan import DATA_PARALLEL, ROW_WISE, Plan, Spread, apply_column_steps
 from neuroshard.types.records import PlanRecord
-from neuroshard.types.tables import BYTES_PER_ELEMENT, ShardTable, TableConfig, Task, can_split
+from neuroshard.types.tables import ShardTable, TableConfig, Task, can_split
 
 RANDOM = "random_split"
 
@@ -77,20 +77,6 @@ def random_split_plan(tables: Sequence[ShardTable], problem: Problem, max_splits
     plan = Plan(tuple(steps), tuple(tuple(placed_ids[k] for k in shard) for shard in placed.shards), tuple(spread))
     validate_plan(tables, plan, problem)
     return plan
-
-
-def spread_room(tables: Sequence[ShardTable], spread: Sequence[Spread], problem: Problem) -> Problem:
-    """The problem with each device's memory less what the `spread` tables keep there
-    (`simulator.device_elements`); OutOfMemoryError naming the device when they alone do not fit."""
-    if not spread:
-        return problem
-    used = device_elements(tables, tables, Plan((), ((),) * problem.ndevices, tuple(spread)))
-    left = [cap - u * BYTES_PER_ELEMENT / 2**30 for cap, u in zip(problem.caps, used)]
-    if min(left) <= 0:
-        r = int(np.argmin(left))
-        raise OutOfMemoryError(f"device {r}: the row-wise and data-parallel tables alone hold more than its "
-                               f"{problem.caps[r]:g} GB", size=problem.caps[r] - left[r], max_mem=problem.caps[r])
-    return replace(problem, max_mem=tuple(left))
 
 
 def collection_records(configs: Sequence[TableConfig], tasks: Sequence[Task], algs: Sequence[str], models,

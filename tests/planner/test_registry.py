@@ -46,7 +46,7 @@ def test_registry_lists_paper_algorithms_and_rejects_unknown():
 
 def test_each_sharder_takes_its_own_options():
     assert option_names("neuroshard") == ["beam_k", "beam_n", "max_length", "grid_steps", "grid_min", "grid_max",
-                                          "dim_fallback"]
+                                          "dim_fallback", "spread_rounds"]
     assert option_names("dim_greedy") == [] and option_names("torchrec") == ["batch_size", "torchrec_column_shards"]
     assert option_names("dreamshard") == ["dreamshard_policy"]
     # NeuroShard+ runs the others as starts: it takes their options too, and hands each its own

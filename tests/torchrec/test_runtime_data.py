@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from neuroshard.eval.planning import label_runtime
-from neuroshard.planner.simulator import validate_plan
+from neuroshard.planner.simulator import spread_room, validate_plan
 from neuroshard.problem import Problem
 from neuroshard.torchrec.runtime_data import (
     RuntimeSample,
@@ -19,7 +19,6 @@ from neuroshard.torchrec.runtime_data import (
     random_split_plan,
     read_samples,
     sample_features,
-    spread_room,
 )
 from neuroshard.torchrec.runtime_model import FEATURES
 from neuroshard.torchrec.training_eval import merge_plan_files

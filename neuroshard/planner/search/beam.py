@@ -31,6 +31,10 @@ placements that several scales share are scored once, all in one call of
 the comm models; children reached twice in a round are scored once. Ties in
 the greedy are exact: costs are computed row by row (no BLAS), so equal
 shards get bit-equal costs whichever batch they are in.
+
+The sharders that run it (`neuroshard`, `neuroshard_fitted`) are registered in
+`search.sharding_types`, which also chooses row-wise and data-parallel tables
+around it under TorchRec's runtime.
 """
 
 from __future__ import annotations
@@ -43,16 +47,13 @@ from typing import ClassVar, Sequence
 import numpy as np
 
 from neuroshard.checks import check_float, check_int
-from neuroshard.planner.costs.analytic import FittedEstimatorOptions, load_option
-from neuroshard.planner.costs.cost_models import CostModels, require_models
 from neuroshard.planner.costs.scorer import PlanScorer, get_scorer, single_threaded_blas
-from neuroshard.planner.registry import ShardingContext, register
 from neuroshard.planner.search.placement import NO_LIMIT, run_greedy, state_bytes
 from neuroshard.planner.simulator import device_caps, score_placements
 from neuroshard.problem import Problem
 from neuroshard.settings import Settings, setting
 from neuroshard.types.errors import ConfigError, NeuroShardError, OutOfMemoryError
-from neuroshard.types.plan import Plan, merge_colocated_halves
+from neuroshard.types.plan import Plan
 from neuroshard.types.tables import ShardTable, can_split
 
 # The states of one batched greedy are chunked so its arrays stay below this size (a bound: only the
@@ -75,11 +76,16 @@ class SearchConfig(Settings):
     grid_max: float = setting(1.5, "largest dim-limit scale")
     dim_fallback: bool = setting(True, "if every scale fails only because of the dim limit, run the greedy once more "
                                        "without it (beyond the paper; 0 to turn off)")
+    spread_rounds: int = setting(8, "TorchRec's runtime, with a runtime model fitted on row-wise and data-parallel "
+                                    "plans: rounds of the greedy choice of tables made row-wise or data-parallel "
+                                    "(search.spread; 0: table-wise and column-wise only, but for tables that fit "
+                                    "no device)")
 
     def __post_init__(self):
         for name in ("beam_k", "beam_n", "grid_steps"):
             check_int(f"--{name}", getattr(self, name), 1)
         check_int("--max_length", self.max_length, 0)
+        check_int("--spread_rounds", self.spread_rounds, 0)
         check_float("--grid_min", self.grid_min, 0.0, lo_open=True)
         if check_float("--grid_max", self.grid_max) < self.grid_min:
             raise ConfigError("--grid_max", f"must be >= --grid_min {self.grid_min:g}, got {self.grid_max:g}")
@@ -129,13 +135,16 @@ class SearchSpace:
     """
 
     def __init__(self, tables: Sequence[ShardTable], problem: Problem, scorer: PlanScorer, cfg: SearchConfig,
-                 runtime=None):
+                 runtime=None, spread_parts=None):
         self.tables = list(tables)
         self.problem = problem
         self.n = problem.ndevices
         self.cfg = cfg
         self.scorer = scorer
         self.runtime = runtime  # a torchrec_runtime.TorchRecRuntimeModel: placements are scored by it
+        # with the runtime model: the parts of the plan's row-wise and data-parallel tables, fixed while the
+        # other tables are placed (`search.spread`)
+        self.spread_parts = spread_parts
         cons = problem.table_constraints
         if not cons.empty:
             cons.check(len(self.tables), self.n)
@@ -292,7 +301,7 @@ class SearchSpace:
             state[rows[rows >= 0]] = s
         gids = gid_order[state]  # [R, P] in greedy order, as res.devices
         parts = group_parts(self.scorer, self.proj, gids, res.devices.T, self.piece[gids], self.pool[gids],
-                            self.dim[gids], self.n, self.runtime.batch_size)
+                            self.dim[gids], self.n, self.runtime.batch_size, self.spread_parts)
         return self.runtime.predict(features(parts))
 
     def plan(self, steps: Sequence[int], scored: _Scored) -> Plan:
@@ -370,11 +379,12 @@ def search(tables: Sequence[ShardTable], problem: Problem, models,
 
 
 def make_space(tables: Sequence[ShardTable], problem: Problem, models,
-               config: SearchConfig | None = None) -> SearchSpace:
-    """The per-task precomputation of the search (every table at every split level, embedded once)."""
+               config: SearchConfig | None = None, spread_parts=None) -> SearchSpace:
+    """The per-task precomputation of the search (every table at every split level, embedded once);
+    `spread_parts`: see `SearchSpace`."""
     scorer = get_scorer(models)
     _check_models(scorer, problem)
-    return SearchSpace(tables, problem, scorer, config or SearchConfig(), models.runtime)
+    return SearchSpace(tables, problem, scorer, config or SearchConfig(), models.runtime, spread_parts)
 
 
 def beam_search(space: SearchSpace, t0: float | None = None, keep: int = 0) -> SearchResult:
@@ -432,41 +442,3 @@ def beam_search(space: SearchSpace, t0: float | None = None, keep: int = 0) -> S
                         start_cost=start_res.cost, scale=best.scale, states_scored=space.states_scored,
                         candidates=candidates,
                         rounds=rounds, seconds=time.perf_counter() - t0, history=history)
-
-
-@register("neuroshard", settings=(SearchConfig,))
-def neuroshard(tables: Sequence[ShardTable], problem: Problem, ctx: ShardingContext) -> Plan:
-    """NeuroShard (beam search over column splits + greedy grid search) under ctx's cost models; a split
-    whose two halves the grid search put on one device is undone (`types.merge_colocated_halves`).
-
-    Options (ctx.options): the fields of SearchConfig. Raises OutOfMemoryError when no plan fits.
-    """
-    models = require_models(ctx.models if ctx is not None else None, "neuroshard")
-    return merge_colocated_halves(tables, search(tables, problem, models, SearchConfig.from_options(ctx.options)).plan)
-
-
-def _best_plans(tables: Sequence[ShardTable], problem: Problem, ctx: ShardingContext, k: int) -> list[Plan]:
-    """The k cheapest distinct states NeuroShard's beam search scored, its own plan first (for `--refine`)."""
-    models = require_models(ctx.models if ctx is not None else None, "neuroshard")
-    with single_threaded_blas():
-        space = make_space(tables, problem, models, SearchConfig.from_options(ctx.options))
-        plans = []
-        for _, plan in beam_search(space, keep=k).candidates:
-            plan = merge_colocated_halves(tables, plan)
-            if plan not in plans:
-                plans.append(plan)
-        return plans
-
-
-neuroshard.candidates = _best_plans
-
-
-@register("neuroshard_fitted", requires_option="torchrec_estimator", settings=(SearchConfig, FittedEstimatorOptions))
-def neuroshard_fitted(tables: Sequence[ShardTable], problem: Problem, ctx: ShardingContext) -> Plan:
-    """NeuroShard's search on TorchRec's estimator fitted to the cost data (`planner.costs.analytic`) instead of
-    the neural models: the search half of the cost-model ablation. Options: SearchConfig's fields and the
-    fitted estimator's path."""
-    options = ctx.options if ctx is not None else {}
-    model = load_option(options, problem.ndevices, "neuroshard_fitted")
-    models = CostModels.analytic_models(model).at_batch(problem.batch_size)
-    return merge_colocated_halves(tables, search(tables, problem, models, SearchConfig.from_options(options)).plan)

@@ -1,0 +1,228 @@
+"""NeuroShard's sharders, over every sharding type under TorchRec's runtime: which tables go row-wise or
+data-parallel, then the beam + grid search (`search.beam`) over the others around them.
+
+`neuroshard` (and `neuroshard_fitted`, the same search on the fitted
+estimator) are registered here.
+
+TorchRec's runtime model (`torchrec.runtime_model`) prices row-wise and
+data-parallel tables once it was fitted on plans that had them
+(`TorchRecRuntimeModel.types`). The choice of types is greedy, on top of
+NeuroShard's search:
+
+1. a table that fits no device even cut into its narrowest column shards is
+   row-wise (when the model prices row-wise; else the task does not fit);
+2. NeuroShard's search places the others around it;
+3. each round tries every candidate table as each kind the model prices,
+   patched into the best plan so far (its pieces taken off their devices),
+   and keeps the cheapest trial if it lowers the estimate; at most
+   `SearchConfig.spread_rounds` rounds;
+4. with the chosen tables fixed, NeuroShard's search places the rest again
+   (their memory and cost parts known: `SearchSpace.spread_parts`); the
+   cheaper of the patched and the re-searched plan is kept.
+
+Candidates: tables the constraints leave free (not kept whole, not limited to
+some ranks, not co-located), at most `CANDIDATES` of them (the largest and
+the most looked up), so that a round is a bounded number of plan estimates.
+Row-wise and data-parallel tables use every rank, as TorchRec's training does;
+table-row-wise is the same as row-wise on one host and is not searched.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Sequence
+
+from neuroshard.planner.costs.analytic import FittedEstimatorOptions, load_option
+from neuroshard.planner.costs.cost_models import CostModels, require_models
+from neuroshard.planner.costs.scorer import get_scorer, single_threaded_blas
+from neuroshard.planner.registry import ShardingContext, register
+from neuroshard.planner.search.beam import SearchConfig, beam_search, make_space, search
+from neuroshard.planner.simulator import device_caps, simulate, spread_room
+from neuroshard.problem import Problem
+from neuroshard.types.constraints import TableConstraints
+from neuroshard.types.errors import InvalidPlanError, OutOfMemoryError
+from neuroshard.types.plan import (
+    DATA_PARALLEL,
+    ROW_WISE,
+    Plan,
+    Spread,
+    merge_colocated_halves,
+    plan_from_pieces,
+    plan_pieces,
+)
+from neuroshard.types.tables import ShardTable, can_split
+
+CANDIDATES = 32  # per ranking (size, lookups): a round tries at most 2 x this many tables
+
+
+def by_table(spread: Sequence[Spread]) -> tuple[Spread, ...]:
+    """Spread entries in table order (a plan's canonical form)."""
+    return tuple(sorted(spread, key=lambda s: s.table))
+
+
+def spread_kinds(models) -> tuple[str, ...]:
+    """The kinds the search may choose: those the runtime model was fitted on (none on the paper's runtime)."""
+    runtime = getattr(models, "runtime", None)
+    return tuple(k for k in (ROW_WISE, DATA_PARALLEL) if runtime is not None and k in runtime.types)
+
+
+def narrowest_elements(table: ShardTable) -> int:
+    """The fp32 elements of the table's narrowest column shard (its dim halved while it can be)."""
+    d = table.dim
+    while can_split(d):
+        d //= 2
+    return int(table.config.row) * d
+
+
+def free_tables(tables: Sequence[ShardTable], cons: TableConstraints, ndevices: int) -> list[int]:
+    """The tables the constraints let the search spread over every rank."""
+    return [t for t in range(len(tables)) if not cons.kept_whole(t)
+            and (cons.allowed(t) is None or len(cons.allowed(t)) == ndevices)]
+
+
+def candidates(tables: Sequence[ShardTable], free: Sequence[int]) -> list[int]:
+    """At most 2 x `CANDIDATES` free tables: the largest, then the most looked up (lookups x dim)."""
+    by_size = sorted(free, key=lambda t: (-tables[t].size_gb, t))[:CANDIDATES]
+    by_lookups = sorted(free, key=lambda t: (-tables[t].config.pooling_factor * tables[t].dim, t))[:CANDIDATES]
+    return sorted(set(by_size) | set(by_lookups))
+
+
+def sub_problem(tables: Sequence[ShardTable], spread: Sequence[Spread],
+                problem: Problem) -> tuple[list[int], list[ShardTable], Problem]:
+    """The tables left to place (their task indices and themselves, renumbered from 0) and their problem: each
+    device's memory less the spread tables', the constraints renumbered (spread tables are never constrained)."""
+    gone = {s.table for s in spread}
+    keep = [t for t in range(len(tables)) if t not in gone]
+    new = {t: k for k, t in enumerate(keep)}
+    sub = [ShardTable(new[t], tables[t].table_id, tables[t].config) for t in keep]
+    room = spread_room(tables, spread, problem)
+    cons = problem.table_constraints
+    if not cons.empty:
+        cons = TableConstraints(whole=tuple(new[t] for t in cons.whole),
+                                devices=tuple((new[t], ds) for t, ds in cons.devices),
+                                colocate=tuple(tuple(new[t] for t in g) for g in cons.colocate))
+        room = replace(room, constraints=cons)
+    return keep, sub, room
+
+
+def lift(tables: Sequence[ShardTable], keep: Sequence[int], sub: Sequence[ShardTable], plan: Plan,
+         spread: Sequence[Spread]) -> Plan:
+    """The plan of the placed tables `sub` (task tables `keep`) as a plan of every task table, with `spread`."""
+    pieces = [[] for _ in tables]
+    for k, p in zip(keep, plan_pieces(sub, plan)):
+        pieces[k] = p
+    return plan_from_pieces(tables, pieces, plan.ndevices, by_table(spread))
+
+
+def patched(tables: Sequence[ShardTable], plan: Plan, spread: Sequence[Spread]) -> Plan:
+    """`plan` with the tables of `spread` taken off their devices and spread instead."""
+    pieces = plan_pieces(tables, plan)
+    for s in spread:
+        pieces[s.table] = []
+    return plan_from_pieces(tables, pieces, plan.ndevices, by_table(spread))
+
+
+def place_around(tables: Sequence[ShardTable], spread: Sequence[Spread], problem: Problem, models,
+                 config: SearchConfig) -> tuple[Plan, float]:
+    """NeuroShard's search over the tables not in `spread`, with the spread tables' memory and parts fixed;
+    (plan over every task table, estimated ms). OutOfMemoryError when the rest does not fit."""
+    from neuroshard.torchrec.runtime_model import spread_parts
+
+    keep, sub, room = sub_problem(tables, spread, problem)
+    if not sub:  # every table spread: nothing left to place
+        plan = Plan((), ((),) * problem.ndevices, by_table(spread))
+        return plan, simulate(tables, plan, models, problem).cost
+    parts = None
+    if spread:
+        parts = spread_parts(get_scorer(models), tables, spread, problem.ndevices, models.runtime.batch_size)
+    res = beam_search(make_space(sub, room, models, config, parts))
+    return lift(tables, keep, sub, res.plan, spread), res.cost
+
+
+def spread_search(tables: Sequence[ShardTable], problem: Problem, models,
+                  config: SearchConfig | None = None) -> tuple[Plan, float]:
+    """NeuroShard with row-wise and data-parallel tables (module doc): (plan, estimated ms). OutOfMemoryError
+    when no plan fits."""
+    config = config or SearchConfig()
+    kinds = spread_kinds(models)
+    n = problem.ndevices
+    every = tuple(range(n))
+    with single_threaded_blas():
+        cons = problem.table_constraints
+        free = free_tables(tables, cons, n)
+        biggest = max(device_caps(problem))
+        forced = [Spread(t, ROW_WISE, every) for t in range(len(tables))
+                  if narrowest_elements(tables[t]) > biggest and ROW_WISE in kinds and t in free]
+        plan, cost = place_around(tables, forced, problem, models, config)
+        chosen = list(forced)
+        if config.spread_rounds == 0:
+            return plan, cost
+        pool = candidates(tables, free)
+        for _ in range(config.spread_rounds):
+            best = None
+            taken = {s.table for s in chosen}
+            for t in pool:
+                if t in taken:
+                    continue
+                for kind in kinds:
+                    trial = chosen + [Spread(t, kind, every)]
+                    try:
+                        trial_plan = patched(tables, plan, trial)
+                        trial_cost = simulate(tables, trial_plan, models, problem).cost
+                    except (OutOfMemoryError, InvalidPlanError):
+                        continue
+                    if best is None or trial_cost < best[0]:
+                        best = (trial_cost, trial, trial_plan)
+            if best is None or not best[0] < cost:
+                break
+            cost, chosen, plan = best
+        if len(chosen) > len(forced):
+            try:
+                again, again_cost = place_around(tables, chosen, problem, models, config)
+            except OutOfMemoryError:
+                again_cost = math.inf
+            if again_cost < cost:
+                plan, cost = again, again_cost
+        return plan, cost
+
+
+@register("neuroshard", settings=(SearchConfig,))
+def neuroshard(tables: Sequence[ShardTable], problem: Problem, ctx: ShardingContext) -> Plan:
+    """NeuroShard (beam search over column splits + greedy grid search) under ctx's cost models; a split
+    whose two halves the grid search put on one device is undone (`types.merge_colocated_halves`).
+
+    Options (ctx.options): the fields of SearchConfig. Raises OutOfMemoryError when no plan fits.
+    """
+    models = require_models(ctx.models if ctx is not None else None, "neuroshard")
+    config = SearchConfig.from_options(ctx.options)
+    if spread_kinds(models):
+        return merge_colocated_halves(tables, spread_search(tables, problem, models, config)[0])
+    return merge_colocated_halves(tables, search(tables, problem, models, config).plan)
+
+
+def _best_plans(tables: Sequence[ShardTable], problem: Problem, ctx: ShardingContext, k: int) -> list[Plan]:
+    """The k cheapest distinct states NeuroShard's beam search scored, its own plan first (for `--refine`)."""
+    models = require_models(ctx.models if ctx is not None else None, "neuroshard")
+    with single_threaded_blas():
+        space = make_space(tables, problem, models, SearchConfig.from_options(ctx.options))
+        plans = []
+        for _, plan in beam_search(space, keep=k).candidates:
+            plan = merge_colocated_halves(tables, plan)
+            if plan not in plans:
+                plans.append(plan)
+        return plans
+
+
+neuroshard.candidates = _best_plans
+
+
+@register("neuroshard_fitted", requires_option="torchrec_estimator", settings=(SearchConfig, FittedEstimatorOptions))
+def neuroshard_fitted(tables: Sequence[ShardTable], problem: Problem, ctx: ShardingContext) -> Plan:
+    """NeuroShard's search on TorchRec's estimator fitted to the cost data (`planner.costs.analytic`) instead of
+    the neural models: the search half of the cost-model ablation. Options: SearchConfig's fields and the
+    fitted estimator's path."""
+    options = ctx.options if ctx is not None else {}
+    model = load_option(options, problem.ndevices, "neuroshard_fitted")
+    models = CostModels.analytic_models(model).at_batch(problem.batch_size)
+    return merge_colocated_halves(tables, search(tables, problem, models, SearchConfig.from_options(options)).plan)

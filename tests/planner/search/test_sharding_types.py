@@ -1,0 +1,80 @@
+"""NeuroShard over every sharding type (`planner.search.sharding_types`): hand-set models under which a
+data-parallel or row-wise table is known to pay, tables too large for any device, constraints."""
+
+from dataclasses import replace
+
+import pytest
+
+import neuroshard as ns
+from neuroshard.planner.costs.cost_models import CostModels
+from neuroshard.planner.costs.nets import linear_compute_model
+from neuroshard.planner.search.beam import SearchConfig, search
+from neuroshard.planner.search.sharding_types import narrowest_elements, spread_search
+from neuroshard.planner.simulator import simulate
+from neuroshard.problem import Problem
+from neuroshard.torchrec.runtime_model import FEATURES, TorchRecRuntimeModel
+from neuroshard.types.constraints import TableConstraints
+from neuroshard.types.errors import OutOfMemoryError
+from neuroshard.types.plan import Spread
+from neuroshard.types.tables import ShardTable, TableConfig
+from tests.planner.test_simulator import BINS, diagonal_comm_model
+
+EVERY = (0, 1, 2, 3)
+
+
+def models(types=("row_wise", "data_parallel"), **terms):
+    """A kernel costs 0.1 + 0.001 x dims + 0.01 x dim x pooling ms; the runtime model's terms as given, with a
+    batch of 1e6 so that a term in millions reads as the plain count."""
+    coef = tuple(float(terms.get(f, 0.0)) for f in FEATURES)
+    base = CostModels(linear_compute_model(0.001, 0.1, 0.01), diagonal_comm_model("fw", 4, 0.0, 0.0),
+                      diagonal_comm_model("bw", 4, 0.0, 0.0))
+    return replace(base, runtime=TorchRecRuntimeModel(4, 1_000_000, coef, types=tuple(types)))
+
+
+def hot_task():
+    # table 0: 100 rows of dim 4 (it cannot be column-split), looked up 200 times a sample: one rank running it
+    # whole costs 0.1 + 0.004 + 8 ms; 7 cold tables
+    return [ShardTable(0, 0, TableConfig(100, 200.0, BINS, 4))] + [
+        ShardTable(i, i, TableConfig(1000, 1.0, BINS, 16)) for i in range(1, 8)]
+
+
+def test_a_hot_small_table_goes_data_parallel_when_the_model_says_it_pays():
+    # each rank runs the hot table over a quarter of the batch (2.1 ms), its 400 elements all-reduced for
+    # 0.04 ms; row-wise would split its lookups the same way but pays 4 (B x dim) to the reduce-scatter; a cold
+    # table's 16,000 elements would cost 1.6 ms to all-reduce, more than it saves
+    m = models(compute_max=1.0, allreduce=100.0, reduce=1.0)
+    tables, problem = hot_task(), Problem(4, 1.0)
+    plan, cost = spread_search(tables, problem, m)
+    assert plan.spread == (Spread(0, "data_parallel", EVERY),)
+    assert cost == pytest.approx(simulate(tables, plan, m, problem).cost, rel=1e-9)
+    plain = search(tables, problem, m).cost
+    # by hand: the data-parallel group's kernel on each rank 0.1 + 0.004 + 0.01 x 4 x 50, its all-reduce
+    # 100 x 0.0004, the table-wise group's busiest rank two cold tables 0.1 + 0.032 + 0.32; without spreading,
+    # the hot table's rank alone costs more than 8.1
+    assert cost == pytest.approx(2.104 + 0.04 + 0.452, rel=1e-6)
+    assert plain >= 0.1 + 0.004 + 8.0
+    # through the registered sharder and the library call: the same plan
+    assert ns.shard(tables, problem, models=m, alg="neuroshard", runtime="torchrec").plan == plan
+    # a model fitted on no data-parallel plans never chooses it: row-wise is what it may use
+    rw_only = replace(m, runtime=replace(m.runtime, types=("row_wise",)))
+    assert [s.kind for s in spread_search(tables, problem, rw_only)[0].spread] == ["row_wise"]
+    # nor does a table the constraints keep whole, nor a search told not to look
+    whole = replace(problem, constraints=TableConstraints(whole=(0,)))
+    assert spread_search(tables, whole, m)[0].spread == ()
+    assert spread_search(tables, problem, m, SearchConfig(spread_rounds=0))[0].spread == ()
+
+
+def test_a_table_that_fits_no_device_is_row_wise_and_the_rest_placed_around_it():
+    # 1 MB devices; table 0: 100,000 rows x 8, 400 KB even at its narrowest shard (dim 4) x ... = 1.6 MB
+    mb = 2**20 / 2**30
+    tables = [ShardTable(0, 0, TableConfig(100_000, 1.0, BINS, 8))] + [
+        ShardTable(i, i, TableConfig(1000, 1.0, BINS, 32)) for i in range(1, 6)]
+    assert narrowest_elements(tables[0]) * 4 > 2**20
+    m = models(compute_max=1.0, reduce=0.1)
+    problem = Problem(4, mb)
+    plan, cost = spread_search(tables, problem, m, SearchConfig(spread_rounds=0))
+    assert plan.spread == (Spread(0, "row_wise", EVERY),)
+    bd = simulate(tables, plan, m, problem)  # 800 KB of it on each device, the other tables around it
+    assert bd.cost == pytest.approx(cost, rel=1e-9) and max(bd.mem_gb) <= mb
+    with pytest.raises(OutOfMemoryError):  # a model that cannot price row-wise has no plan for it
+        spread_search(tables, problem, models(types=("data_parallel",), compute_max=1.0))
