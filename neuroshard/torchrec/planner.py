@@ -20,9 +20,14 @@ never split; `ranks={name: [ranks]}` limits the devices of a table's shards;
 `colocate=[[name, name], ...]` puts tables whole on one device together (a
 request TorchRec's planner has no way to say). A table limited to
 data-parallel is replicated on every rank (TorchRec's dense kernel, its
-memory taken from every device) and left out of the search: the cost models
-know table-wise and column-wise shards only, so its cost is not in the
-plan's estimate (a warning says so).
+memory taken from every device) and left out of the search; its cost is not
+in the plan's estimate (a warning says so). With cost models for TorchRec's
+runtime (`CostModels.for_runtime("torchrec")`) fitted on row-wise and
+data-parallel plans, NeuroShard also chooses row-wise and data-parallel
+tables where the model says they pay (`planner.search.sharding_types`),
+among the types each table's `sharding_types` allow and its sharder offers
+for the topology's device; they are emitted as TorchRec's `row_wise` and
+`data_parallel` shardings and counted by TorchRec's storage estimator.
 
 Memory is counted as TorchRec counts it (`memory="torchrec"`, the default):
 each shard's storage by TorchRec's own `EmbeddingStorageEstimator` for the
@@ -65,6 +70,7 @@ from torchrec.distributed.sharding_plan import (
     column_wise,
     construct_module_sharding_plan,
     data_parallel,
+    row_wise,
     table_wise,
 )
 from torchrec.distributed.types import ShardingPlan, ShardingPlanner
@@ -79,7 +85,7 @@ from neuroshard.types.errors import (
     NeuroShardError,
     OutOfMemoryError,
 )
-from neuroshard.types.plan import Plan, plan_pieces
+from neuroshard.types.plan import ROW_WISE, SPREAD_KINDS, Plan, Spread, plan_pieces, row_blocks
 from neuroshard.types.tables import (
     DEFAULT_BINS,
     NUM_BINS,
@@ -119,6 +125,7 @@ class PlannedTable:
     option: object  # TorchRec's table-wise (or data-parallel) ShardingOption (its storage estimated)
     replicated: bool = False  # data-parallel: on every rank, outside the search
     state: tuple[float, float] = (0.0, 0.0)  # optimizer state TorchRec does not count: per weight, per row
+    spread_kinds: tuple[str, ...] = ()  # the row-wise / data-parallel kinds the search may give it
 
 
 class NeuroShardPlanner(ShardingPlanner):
@@ -217,6 +224,9 @@ class NeuroShardPlanner(ShardingPlanner):
             warnings.simplefilter("ignore")  # TorchRec's deprecation notes
             options = enumerator.enumerate(module, sharders)
         self._estimator, self._sharder_data = estimator, enumerator._sharder_data_map
+        offered = {type(sub): set(sharder.sharding_types(self._topology.compute_device))
+                   for sharder in sharders for _, sub in module.named_modules()
+                   if type(sub) is sharder.module_type}
         state_of = _optimizer_state(sharders)
         by_key: dict[tuple[str, str], list] = {}
         for opt in options:
@@ -253,8 +263,11 @@ class NeuroShardPlanner(ShardingPlanner):
             counted = getattr(option.tensor, "_optimizer_classes", [None])[0] is not None
             state = (0.0, 0.0) if counted or kernel == "dense" else state_of.get(option.module[1].__class__,
                                                                                   (0.0, 0.0))
+            asked = None if cons is None else cons.sharding_types
+            kinds = tuple(k for k in SPREAD_KINDS if k in offered.get(type(option.module[1]), set())
+                          and (asked is None or k in asked))
             tables.append(PlannedTable(path, name, TableConfig(rows, pooling, tuple(bins), dim), splittable, kernel,
-                                       option, replicated=name in replicated, state=state))
+                                       option, replicated=name in replicated, state=state, spread_kinds=kinds))
         if unknown_pooling:
             logger.warning("NeuroShardPlanner: no ParameterConstraints.pooling_factors for %s: pooling factor 1.0 "
                            "assumed", ", ".join(unknown_pooling))
@@ -312,7 +325,8 @@ class NeuroShardPlanner(ShardingPlanner):
                               "co-location")
         return TableConstraints(whole=tuple(i for i, t in enumerate(searched) if not t.splittable),
                                 devices=tuple((index[n], tuple(r)) for n, r in self._ranks.items()),
-                                colocate=tuple(tuple(index[n] for n in g) for g in self._colocate))
+                                colocate=tuple(tuple(index[n] for n in g) for g in self._colocate),
+                                kinds=tuple((i, t.spread_kinds) for i, t in enumerate(searched)))
 
     def _search(self, tables: list[PlannedTable], searched: list[PlannedTable]) -> ShardResult:
         """Plan the searched tables with the algorithm under per-device weights caps (each device's capacity
@@ -380,11 +394,38 @@ class NeuroShardPlanner(ShardingPlanner):
         return [float(getattr(s.storage, kind)) + 4.0 * rows * (per_weight * w + per_row)
                 for s, w in zip(opt.shards, widths if not t.replicated else [t.table.dim] * len(opt.shards))]
 
+    def _spread_storage(self, t: PlannedTable, spread: Spread) -> list[float]:
+        """The bytes on each of `spread.ranks` of `t` sharded row-wise (TorchRec's blocks) or data-parallel
+        (a replica, the dense kernel: the dense optimizer's state is not the fused kernel's), as TorchRec's
+        storage estimator counts them, plus the row-wise shards' fused optimizer state it does not count."""
+        import copy
+
+        opt = copy.copy(t.option)
+        rows, dim = t.table.row, t.table.dim
+        if spread.kind == ROW_WISE:
+            blocks = row_blocks(rows, len(spread.ranks))
+            opt.sharding_type = ROW_WISE
+            opt.shards = [Shard(size=[b, dim], offset=[sum(blocks[:j]), 0]) for j, b in enumerate(blocks)]
+        else:
+            blocks = [0] * len(spread.ranks)
+            opt.sharding_type, opt.compute_kernel = DATA_PARALLEL, "dense"
+            opt.shards = [Shard(size=[rows, dim], offset=[0, 0]) for _ in spread.ranks]
+        self._estimator.estimate([opt], self._sharder_data)
+        kind = "hbm" if self._topology.compute_device != "cpu" else "ddr"
+        per_weight, per_row = t.state
+        return [float(getattr(sh.storage, kind)) + 4.0 * b * (per_weight * dim + per_row)
+                for sh, b in zip(opt.shards, blocks)]
+
     def device_storage(self, tables: list[PlannedTable], plan: Plan) -> list[float]:
-        """Bytes per device of `plan` (over `tables`, none of them data-parallel) as counted for the plan
-        (TorchRec's storage estimator per shard, and the optimizer state it does not count)."""
+        """Bytes per device of `plan` (over `tables`, none of them replicated outside the search) as counted
+        for the plan (TorchRec's storage estimator per shard, and the optimizer state it does not count)."""
         used = [0.0] * plan.ndevices
+        for s in plan.spread:
+            for r, b in zip(s.ranks, self._spread_storage(tables[s.table], s)):
+                used[r] += b
         for t, pieces in zip(tables, plan_pieces([ShardTable(i, i, x.table) for i, x in enumerate(tables)], plan)):
+            if not pieces:  # spread
+                continue
             width = min(p.dim for p in pieces)
             devices = [p.device for p in pieces for _ in range(p.dim // width)]
             for d, b in zip(devices, self._storage(t, [width] * len(devices))):
@@ -414,8 +455,11 @@ class NeuroShardPlanner(ShardingPlanner):
         modules = dict(module.named_modules())
         per_module: dict[str, dict] = {}
         pieces = plan_pieces([ShardTable(i, i, t.table) for i, t in enumerate(searched)], plan)
-        for t, ps in zip(searched, pieces):
-            if len(ps) == 1:
+        for i, (t, ps) in enumerate(zip(searched, pieces)):
+            spread = plan.spread_of(i)
+            if spread is not None:
+                gen = row_wise(compute_kernel=t.kernel) if spread.kind == ROW_WISE else data_parallel()
+            elif len(ps) == 1:
                 gen = table_wise(rank=ps[0].device, compute_kernel=t.kernel)
             else:
                 width = min(p.dim for p in ps)

@@ -11,7 +11,12 @@ checks every plan against it, whichever algorithm made it:
 * `devices`: per table, the devices its pieces may go to (a rank list);
 * `colocate`: groups of tables placed whole on one device together (a user's
   request TorchRec's planner has no way to say: tables read together, a
-  shared cache). A group's allowed devices are those every member allows.
+  shared cache). A group's allowed devices are those every member allows;
+* `kinds`: per table, the spread kinds (`types.plan.SPREAD_KINDS`: row-wise,
+  table-row-wise, data-parallel) it may take (TorchRec's
+  `ParameterConstraints.sharding_types`); a table not listed may take any,
+  unless it is in `whole` (then it is table-wise only). A table on some
+  devices only or co-located is never spread.
 
     problem = Problem(4, 1.0, constraints=TableConstraints(whole=(0,), devices=((2, (0, 1)),),
                                                            colocate=((3, 5),)))
@@ -24,6 +29,7 @@ from typing import Sequence
 
 from neuroshard.types.codec import Record, json_field
 from neuroshard.types.errors import ConfigError
+from neuroshard.types.plan import SPREAD_KINDS
 
 
 @dataclass(frozen=True)
@@ -34,12 +40,20 @@ class TableConstraints(Record):
     whole: tuple[int, ...] = json_field((), omit=lambda v: not v)
     devices: tuple[tuple[int, tuple[int, ...]], ...] = json_field((), omit=lambda v: not v)
     colocate: tuple[tuple[int, ...], ...] = json_field((), omit=lambda v: not v)
+    kinds: tuple[tuple[int, tuple[str, ...]], ...] = json_field((), omit=lambda v: not v)
 
     def __post_init__(self):
         object.__setattr__(self, "whole", tuple(sorted({int(t) for t in self.whole})))
         object.__setattr__(self, "devices", tuple(sorted((int(t), tuple(sorted({int(d) for d in ds})))
                                                          for t, ds in self.devices)))
         object.__setattr__(self, "colocate", tuple(tuple(int(t) for t in g) for g in self.colocate))
+        object.__setattr__(self, "kinds", tuple(sorted((int(t), tuple(sorted(set(ks)))) for t, ks in self.kinds)))
+        for t, ks in self.kinds:
+            bad = [k for k in ks if k not in SPREAD_KINDS]
+            if bad:
+                raise ConfigError("constraints", f"table {t}: {bad[0]!r} is not one of {', '.join(SPREAD_KINDS)}")
+        if len({t for t, _ in self.kinds}) != len(self.kinds):
+            raise ConfigError("constraints", "a table is given two lists of sharding types")
         for t, ds in self.devices:
             if not ds:
                 raise ConfigError("constraints", f"table {t}: an empty device list leaves it nowhere to go")
@@ -62,7 +76,21 @@ class TableConstraints(Record):
 
     @property
     def empty(self) -> bool:
-        return not (self.whole or self.devices or self.colocate)
+        return not (self.whole or self.devices or self.colocate or self.kinds)
+
+    def may_spread(self, t: int, kind: str, ndevices: int) -> bool:
+        """Table `t` may be sharded `kind` over every rank: not co-located, allowed every device, and `kind`
+        among its `kinds` when it has a list; without a list, unless it is kept whole (a table-wise-only
+        table)."""
+        if any(t in g for g in self.colocate):
+            return False
+        ds = self.allowed(t)
+        if ds is not None and len(ds) < ndevices:
+            return False
+        for table, ks in self.kinds:
+            if table == t:
+                return kind in ks
+        return t not in self.whole
 
     def allowed(self, t: int) -> tuple[int, ...] | None:
         """The devices table `t` may use, or None for any."""
@@ -86,7 +114,8 @@ class TableConstraints(Record):
 
     def check(self, ntables: int, ndevices: int) -> None:
         """ConfigError naming the table or device when the constraints name what the task does not have."""
-        named = list(self.whole) + [t for t, _ in self.devices] + [t for g in self.colocate for t in g]
+        named = list(self.whole) + [t for t, _ in self.devices] + [t for g in self.colocate for t in g] + [
+            t for t, _ in self.kinds]
         bad = [t for t in named if not 0 <= t < ntables]
         if bad:
             raise ConfigError("constraints", f"table {bad[0]}: the task has {ntables} tables (0..{ntables - 1})")
@@ -104,11 +133,15 @@ class TableConstraints(Record):
         order) its column pieces, each with a `device` (`types.plan.plan_pieces`), a spread table one piece
         per rank it uses; `kinds`: the sharding type of each spread table."""
         kinds = kinds or {}
+        allowed_kinds = dict(self.kinds)
         for t in range(len(pieces)):
-            if self.kept_whole(t) and t in kinds:
+            if t in kinds and t in allowed_kinds and kinds[t] not in allowed_kinds[t]:
+                return f"table {t} may be {', '.join(allowed_kinds[t]) or 'no spread kind'}, the plan makes it " \
+                       f"{kinds[t]}"
+            if t in kinds and t not in allowed_kinds and self.kept_whole(t):
                 return f"table {t} must stay whole on one device, the plan shards it {kinds[t]} over " \
                        f"{len(pieces[t])} devices"
-            if self.kept_whole(t) and len(pieces[t]) > 1:
+            if self.kept_whole(t) and len(pieces[t]) > 1 and t not in kinds:
                 return f"table {t} must stay whole, the plan splits it into {len(pieces[t])} pieces"
             ds = self.allowed(t)
             if ds is not None:

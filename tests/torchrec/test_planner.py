@@ -394,3 +394,40 @@ def test_the_users_batch_reaches_the_costs():
         outside = [w for w in planner.last_result.warnings if "extrapolated by lookup volume" in w]
         assert bool(outside) == (batch in (16, 8192))
     assert costs[512] == pytest.approx(costs[None]) and len({costs[16], costs[512], costs[8192]}) == 3
+
+
+def test_row_wise_and_data_parallel_tables_where_the_runtime_model_says_they_pay():
+    # hot0 (100 x 4, 200 lookups a sample) costs 8.1 ms on one rank; data-parallel, 4.1 on each (half the batch
+    # each) and 0.04 to all-reduce; row-wise, the same kernels and 0.4 to reduce-scatter. On a GPU topology
+    # TorchRec's sharder offers every type: the plan makes hot0 data-parallel (TorchRec's dense kernel); with
+    # its sharding types table-wise and row-wise, row-wise. hot1 (cold) is table-wise or column-wise only
+    from tests.planner.search.test_sharding_types import models
+
+    m = models(n=2, compute_max=1.0, allreduce=100.0, reduce=0.1)
+    model = collection("hot", [(100, 4), (100, 4)] + [(1000, 16)] * 4)
+
+    def plan_with(hot0_types):
+        cons = {f"hot{i}": ParameterConstraints(pooling_factors=[200.0 if i == 0 else 1.0],
+                                                sharding_types={0: hot0_types, 1: ["table_wise", "column_wise"]}
+                                                .get(i)) for i in range(6)}
+        planner = NeuroShardPlanner(topology(device="cuda"), models=m, constraints=cons, memory="weights")
+        return planner, planner.plan(model, sharders()).plan[""]
+
+    planner, plan = plan_with(None)
+    assert (plan["hot0"].sharding_type, plan["hot0"].compute_kernel, plan["hot0"].ranks) == ("data_parallel",
+                                                                                              "dense", [0, 1])
+    assert [(s.table, s.kind) for s in planner.last_result.plan.spread] == [(0, "data_parallel")]
+    assert plan["hot1"].sharding_type in ("table_wise", "column_wise")
+    _, plan = plan_with(["table_wise", "row_wise"])
+    assert (plan["hot0"].sharding_type, plan["hot0"].compute_kernel, plan["hot0"].ranks) == ("row_wise", "fused",
+                                                                                              [0, 1])
+    # TorchRec's storage count of a spread table: a replica on every rank, or its row blocks
+    from neuroshard.types.plan import Spread
+
+    tables, _ = planner._tables(model, sharders())
+    replica = planner._spread_storage(tables[0], Spread(0, "data_parallel", (0, 1)))
+    blocks = planner._spread_storage(tables[2], Spread(2, "row_wise", (0, 1)))
+    assert len(replica) == 2 and replica[0] == replica[1] >= 100 * 4 * 4
+    assert len(blocks) == 2 and blocks[0] >= 500 * 16 * 4 and blocks[0] < planner._storage(tables[2], [16])[0]
+    used = planner.device_storage(tables, planner.last_result.plan)
+    assert min(used) >= replica[0]  # the replica is counted on both ranks

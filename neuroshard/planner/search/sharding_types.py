@@ -75,10 +75,9 @@ def narrowest_elements(table: ShardTable) -> int:
     return int(table.config.row) * d
 
 
-def free_tables(tables: Sequence[ShardTable], cons: TableConstraints, ndevices: int) -> list[int]:
-    """The tables the constraints let the search spread over every rank."""
-    return [t for t in range(len(tables)) if not cons.kept_whole(t)
-            and (cons.allowed(t) is None or len(cons.allowed(t)) == ndevices)]
+def free_tables(tables: Sequence[ShardTable], cons: TableConstraints, ndevices: int, kind: str) -> list[int]:
+    """The tables the constraints let the search make `kind` over every rank (`TableConstraints.may_spread`)."""
+    return [t for t in range(len(tables)) if cons.may_spread(t, kind, ndevices)]
 
 
 def candidates(tables: Sequence[ShardTable], free: Sequence[int]) -> list[int]:
@@ -91,7 +90,7 @@ def candidates(tables: Sequence[ShardTable], free: Sequence[int]) -> list[int]:
 def sub_problem(tables: Sequence[ShardTable], spread: Sequence[Spread],
                 problem: Problem) -> tuple[list[int], list[ShardTable], Problem]:
     """The tables left to place (their task indices and themselves, renumbered from 0) and their problem: each
-    device's memory less the spread tables', the constraints renumbered (spread tables are never constrained)."""
+    device's memory less the spread tables', the constraints of the others renumbered."""
     gone = {s.table for s in spread}
     keep = [t for t in range(len(tables)) if t not in gone]
     new = {t: k for k, t in enumerate(keep)}
@@ -99,9 +98,10 @@ def sub_problem(tables: Sequence[ShardTable], spread: Sequence[Spread],
     room = spread_room(tables, spread, problem)
     cons = problem.table_constraints
     if not cons.empty:
-        cons = TableConstraints(whole=tuple(new[t] for t in cons.whole),
-                                devices=tuple((new[t], ds) for t, ds in cons.devices),
-                                colocate=tuple(tuple(new[t] for t in g) for g in cons.colocate))
+        cons = TableConstraints(whole=tuple(new[t] for t in cons.whole if t in new),
+                                devices=tuple((new[t], ds) for t, ds in cons.devices if t in new),
+                                colocate=tuple(tuple(new[t] for t in g) for g in cons.colocate),
+                                kinds=tuple((new[t], ks) for t, ks in cons.kinds if t in new))
         room = replace(room, constraints=cons)
     return keep, sub, room
 
@@ -150,22 +150,22 @@ def spread_search(tables: Sequence[ShardTable], problem: Problem, models,
     every = tuple(range(n))
     with single_threaded_blas():
         cons = problem.table_constraints
-        free = free_tables(tables, cons, n)
+        free = {kind: free_tables(tables, cons, n, kind) for kind in kinds}
         biggest = max(device_caps(problem))
-        forced = [Spread(t, ROW_WISE, every) for t in range(len(tables))
-                  if narrowest_elements(tables[t]) > biggest and ROW_WISE in kinds and t in free]
+        forced = [Spread(t, ROW_WISE, every) for t in free.get(ROW_WISE, [])
+                  if narrowest_elements(tables[t]) > biggest]
         plan, cost = place_around(tables, forced, problem, models, config)
         chosen = list(forced)
         if config.spread_rounds == 0:
             return plan, cost
-        pool = candidates(tables, free)
+        pool = candidates(tables, sorted({t for ts in free.values() for t in ts}))
         for _ in range(config.spread_rounds):
             best = None
             taken = {s.table for s in chosen}
             for t in pool:
                 if t in taken:
                     continue
-                for kind in kinds:
+                for kind in (k for k in kinds if t in free[k]):
                     trial = chosen + [Spread(t, kind, every)]
                     try:
                         trial_plan = patched(tables, plan, trial)

@@ -14,7 +14,7 @@ from neuroshard.planner.simulator import simulate
 from neuroshard.problem import Problem
 from neuroshard.torchrec.runtime_model import FEATURES, TorchRecRuntimeModel
 from neuroshard.types.constraints import TableConstraints
-from neuroshard.types.errors import OutOfMemoryError
+from neuroshard.types.errors import InvalidPlanError, OutOfMemoryError
 from neuroshard.types.plan import Spread
 from neuroshard.types.tables import ShardTable, TableConfig
 from tests.planner.test_simulator import BINS, diagonal_comm_model
@@ -22,13 +22,13 @@ from tests.planner.test_simulator import BINS, diagonal_comm_model
 EVERY = (0, 1, 2, 3)
 
 
-def models(types=("row_wise", "data_parallel"), **terms):
+def models(types=("row_wise", "data_parallel"), n=4, **terms):
     """A kernel costs 0.1 + 0.001 x dims + 0.01 x dim x pooling ms; the runtime model's terms as given, with a
     batch of 1e6 so that a term in millions reads as the plain count."""
     coef = tuple(float(terms.get(f, 0.0)) for f in FEATURES)
-    base = CostModels(linear_compute_model(0.001, 0.1, 0.01), diagonal_comm_model("fw", 4, 0.0, 0.0),
-                      diagonal_comm_model("bw", 4, 0.0, 0.0))
-    return replace(base, runtime=TorchRecRuntimeModel(4, 1_000_000, coef, types=tuple(types)))
+    base = CostModels(linear_compute_model(0.001, 0.1, 0.01), diagonal_comm_model("fw", n, 0.0, 0.0),
+                      diagonal_comm_model("bw", n, 0.0, 0.0))
+    return replace(base, runtime=TorchRecRuntimeModel(n, 1_000_000, coef, types=tuple(types)))
 
 
 def hot_task():
@@ -61,6 +61,12 @@ def test_a_hot_small_table_goes_data_parallel_when_the_model_says_it_pays():
     # nor does a table the constraints keep whole, nor a search told not to look
     whole = replace(problem, constraints=TableConstraints(whole=(0,)))
     assert spread_search(tables, whole, m)[0].spread == ()
+    # nor a kind the table's sharding types leave out (TorchRec's ParameterConstraints.sharding_types)
+    rw_allowed = replace(problem, constraints=TableConstraints(kinds=((0, ("row_wise",)),)))
+    rw_plan = spread_search(tables, rw_allowed, m)[0]
+    assert [(s.table, s.kind) for s in rw_plan.spread] == [(0, "row_wise")]
+    with pytest.raises(InvalidPlanError, match="table 0 may be row_wise, the plan makes it data_parallel"):
+        simulate(tables, plan, m, rw_allowed)
     assert spread_search(tables, problem, m, SearchConfig(spread_rounds=0))[0].spread == ()
 
 
