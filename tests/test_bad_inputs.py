@@ -33,6 +33,7 @@ from neuroshard.planner.user_plan import shard_user_tables, user_plan_record
 from neuroshard.problem import Problem
 from neuroshard.torchrec.runtime_model import FEATURES, TorchRecRuntimeModel
 from neuroshard.types.costs import CostBreakdown
+from neuroshard.types.plan import Plan, Spread
 from neuroshard.types.records import PlanRecord
 from neuroshard.types.tables import TableConfig, Task
 
@@ -114,6 +115,8 @@ def ws(tmp_path_factory):
     raw = json.loads((d / "plans.json").read_text())
     (d / "plans_noalg.json").write_text(json.dumps([{k: v for k, v in raw[0].items() if k != "alg"}]))
     (d / "plans_null.json").write_text(json.dumps([{"task": 0, "alg": "x", "plan": None}]))
+    spread = replace(recs[0], plan=Plan((), ((0, 2), ()), (Spread(1, "row_wise", (0, 1)),)), estimate=None)
+    write_plans(d / "plans_spread.json", [spread])
     # issue 52: measured results (a NaN in one), a TorchRec runtime model and its results
     measured = [replace(r, measured=CostBreakdown([1.0, 1.2], [0.1, 0.1], [0.2, 0.2]), repeat_costs=[1.3, 1.3])
                 for r in recs]
@@ -420,6 +423,8 @@ CASES = [
      "do not match task 0 of tasks_other.txt"),
     ("hw plans no alg", "eval.py", HW + ["--plans", "plans_noalg.json"], '"alg" must be an algorithm name'),
     ("hw plans null", "eval.py", HW + ["--plans", "plans_null.json"], '"status" must be one of'),
+    ("hw plans row-wise", "eval.py", HW + ["--plans", "plans_spread.json"],
+     "table 1 is row_wise: the paper runtime's cost models price table-wise and column-wise shards only"),
     ("hw plans missing", "eval.py", HW + ["--plans", "nope.json"], "nope.json: file not found"),
     ("hw plan_speed missing", "eval.py", HW + ["--plan_speed", "nowhere"],
      "nowhere/results.json: plan-speed file not found (--plan_speed"),
@@ -607,7 +612,7 @@ def test_bad_input_is_a_one_line_error(ws, capsys, name, script, argv, fragment)
 def test_the_count_of_cases():
     # the closing note of issue 12 quotes this number
     assert len(CASES) >= 100
-    assert len(CASES) == 194  # issue 52 added 15, issue 24 31, issue 23 (eval_torchrec.py) 9 (138 before)
+    assert len(CASES) == 195  # issue 50 added 1, issue 52 15, issue 24 31, issue 23 (eval_torchrec.py) 9 (138 before)
 
 
 def test_a_second_compute_collection_into_the_same_dir_is_refused(ws):

@@ -28,7 +28,15 @@ from neuroshard.planner.costs.uncertainty import cost_samples, spread, widen
 from neuroshard.problem import Problem
 from neuroshard.types.costs import CostBreakdown, RuntimeEstimate
 from neuroshard.types.errors import InvalidPlanError, NeuroShardError, OutOfMemoryError
-from neuroshard.types.plan import ColumnPiece, Plan, Spread, apply_column_steps, plan_pieces, table_devices
+from neuroshard.types.plan import (
+    DATA_PARALLEL,
+    ColumnPiece,
+    Plan,
+    Spread,
+    apply_column_steps,
+    plan_pieces,
+    table_devices,
+)
 from neuroshard.types.tables import BYTES_PER_ELEMENT, ShardTable
 
 # --------------------------------------------------------------------------- memory
@@ -103,6 +111,11 @@ def validate_plan(tables: Sequence[ShardTable], plan: Plan, problem: Problem) ->
         raise InvalidPlanError(f"plan has {plan.ndevices} devices, the task has {ndevices}")
     split = apply_column_steps(tables, plan.column_steps)
     table_devices(plan, len(split))  # each post-split table on exactly one device
+    for s in plan.spread:
+        rows = int(tables[s.table].config.row)
+        if s.kind != DATA_PARALLEL and rows < len(s.ranks):
+            raise InvalidPlanError(f"table {s.table} has {rows} rows, fewer than the {len(s.ranks)} ranks it is "
+                                   f"{s.kind} over")
     if problem.constraints is not None and not problem.constraints.empty:
         problem.constraints.check(len(tables), ndevices)
         pieces = plan_pieces(tables, plan)

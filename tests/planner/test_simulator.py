@@ -260,6 +260,12 @@ def test_memory_follows_each_tables_sharding_type():
                                                r"\(data_parallel\)"):
         validate_plan(tables, plan, Problem(4, (cap, 1.0, 1.0, 1.0)))
     validate_plan(tables, plan, Problem(4, (18200 * 4 / 2**30, 1.0, 1.0, 1.0)))
+    # row-wise over more ranks than the table has rows: a one-line error naming it
+    tiny = tables[:3] + [ShardTable(3, 3, TableConfig(3, 1.0, BINS, 8))]
+    with pytest.raises(InvalidPlanError, match="table 3 has 3 rows, fewer than the 4 ranks it is row_wise over"):
+        validate_plan(tiny, Plan((), ((0,), (), (), ()), (Spread(1, "row_wise", (0, 1, 2, 3)),
+                                                          Spread(2, "data_parallel", (0, 1, 2, 3)),
+                                                          Spread(3, "row_wise", (0, 1, 2, 3)))), Problem(4, 1.0))
 
 
 def test_spread_tables_break_whole_and_device_constraints_and_are_not_priced():
