@@ -40,9 +40,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "exchange per device) or TorchRec's (DistributedModelParallel: groups by sharding type, id "
                         "distribution; the plans of neuroshard are then labelled neuroshard[torchrec]) "
                         "(default: paper)")
-    p.add_argument("--runtime_model", default=None,
-                   help="the TorchRec runtime model for --runtime torchrec (default: torchrec_runtime_<ndevices>.json "
-                        "beside --compute_model; train_torchrec_cost_model.py fits it)")
+    add_flag(p, "runtime_model", help="the TorchRec runtime model for --runtime torchrec (default: "
+                                      "torchrec_runtime_<ndevices>.json beside --compute_model; "
+                                      "train_torchrec_cost_model.py fits it)")
     add_sharder_args(p)
     RefineConfig.add_args(p)
     add_device_arg(p)

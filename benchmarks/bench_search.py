@@ -39,6 +39,13 @@ Parts (--parts, comma list):
   registered baseline on the tasks valid for all; NeuroShard's relative
   improvement; NeuroShard+ against NeuroShard and against the best baseline
   of each task; mean search times.
+* spread: under TorchRec's runtime model (`--runtime_model`, a fitted
+  `torchrec_runtime_<n>.json` for --scale_devices ranks; else synthetic
+  coefficients that price row-wise and data-parallel tables), on the scale
+  task(s): NeuroShard's table-wise + column-wise search against the search
+  over every type (`search.sharding_types`), alternating, `--spread_reps`
+  times each; wall times, their ratio (target <= 2 at 1,000 x 128), costs
+  and the tables made row-wise or data-parallel.
 * torchrec: TorchRec's planner (`--alg torchrec`) beside NeuroShard on the same
   tasks and cost models: planning time (the library call's `search_ms`) and
   simulated plan cost, per T = 10, ..., 60 on 4 and 8 devices
@@ -342,6 +349,48 @@ def part_scale(args, out: dict) -> None:
                              "peak_rss_gb": peak})
 
 
+# synthetic runtime-model coefficients (FEATURES order), at the scale of a fitted model's terms
+SYNTHETIC_RUNTIME = (20.0, 0.5, 1.0, 0.5, 0.1, 0.1, 0.05, 0.05, 0.05, 0.5)
+
+
+def part_spread(args, out: dict) -> None:
+    from dataclasses import replace
+
+    from neuroshard.planner.search.sharding_types import spread_search
+    from neuroshard.torchrec.runtime_model import TorchRecRuntimeModel
+
+    out["spread"] = []
+    for T, n in scale_sizes(args.scale_tables, args.scale_devices):
+        print(f"== spread: {T} tables on {n} devices ==")
+        if args.runtime_model:
+            runtime = TorchRecRuntimeModel.load(args.runtime_model, n)
+        else:
+            runtime = TorchRecRuntimeModel(n, 65536, SYNTHETIC_RUNTIME, types=("row_wise", "data_parallel"))
+        models = replace(load_models(args, n, args.seed), runtime=runtime)
+        tables = random_task(np.random.default_rng(args.seed + 1000), T)
+        total = sum(t.size_gb for t in tables)
+        problem = Problem(n, max(1.3 * total / n, 1.05 * max(t.size_gb for t in tables)))
+        walls = {"tw_cw": [], "all_types": []}
+        for _ in range(args.spread_reps):  # in turn, so a slow spell of the machine hits both
+            t0 = time.perf_counter()
+            base = search(tables, problem, models)
+            walls["tw_cw"].append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            plan, cost = spread_search(tables, problem, models)
+            walls["all_types"].append(time.perf_counter() - t0)
+        ratios = [b / a for a, b in zip(walls["tw_cw"], walls["all_types"])]
+        kinds = [s.kind for s in plan.spread]
+        ratio = float(np.median(ratios))
+        target = f"; target <= 2: {'met' if ratio <= 2 else 'NOT met'}" if (T, n) == (1000, 128) else ""
+        print(f"  table-wise + column-wise {np.median(walls['tw_cw']):.2f} s, every type "
+              f"{np.median(walls['all_types']):.2f} s (ratio {ratio:.2f}{target}); cost {base.cost:.3f} -> "
+              f"{cost:.3f} ms; {kinds.count('row_wise')} row-wise, {kinds.count('data_parallel')} data-parallel "
+              f"tables", flush=True)
+        out["spread"].append({"tables": T, "devices": n, "walls_s": walls, "ratio": ratio, "cost_tw_cw": base.cost,
+                              "cost_all_types": cost, "spread": kinds,
+                              "runtime_model": args.runtime_model or "synthetic"})
+
+
 def scale_sizes(tables_text: str, devices_text: str) -> list[tuple[int, int]]:
     """--scale_tables and --scale_devices as (tables, devices) pairs (a single value pairs with all)."""
     try:
@@ -587,6 +636,9 @@ def main(argv=None) -> int:
     p.add_argument("--scale_tables", default="1000", help="scale: tables per task (comma list, paired with "
                                                           "--scale_devices) (default: 1000)")
     p.add_argument("--scale_devices", default="128", help="scale: devices (comma list) (default: 128)")
+    add_flag(p, "runtime_model", help="spread: a fitted TorchRec runtime model for --scale_devices ranks "
+                                      "(default: synthetic coefficients)")
+    p.add_argument("--spread_reps", type=int, default=2, help="spread: timings of each search (default: 2)")
     p.add_argument("--exhaustive_tasks", type=int, default=60, help="per device count (default: 60)")
     p.add_argument("--baseline_tasks", type=int, default=20, help="per device count (default: 20)")
     p.add_argument("--torchrec_tasks", type=int, default=3,
@@ -597,7 +649,7 @@ def main(argv=None) -> int:
         raise NeuroShardError(f"--ensemble: at least 1 member, got {args.ensemble}")
     parts = [x.strip() for x in args.parts.split(",") if x.strip()]
     known = {"speed": part_speed, "scale": part_scale, "exhaustive": part_exhaustive, "baselines": part_baselines,
-             "torchrec": part_torchrec}
+             "torchrec": part_torchrec, "spread": part_spread}
     bad = [x for x in parts if x not in known]
     if bad:
         raise NeuroShardError(f"--parts: unknown {', '.join(bad)}; choose from {', '.join(known)}")

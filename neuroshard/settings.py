@@ -84,6 +84,8 @@ FLAGS: dict[str, dict] = {
     "models_dir": {"default": None, "help": "cost models as the pipeline writes them: compute.pt, "
                                             "comm_<ndevices>_fw.pt, comm_<ndevices>_bw.pt (e.g. results/quick/models)"},
     "models": {"default": None, "help": "a folder of cost models as the pipeline writes them"},
+    "runtime_model": {"default": None, "help": "a TorchRec runtime model (torchrec_runtime_<ndevices>.json; "
+                                               "train_torchrec_cost_model.py fits it)"},
     "calibration": {"default": None, "help": "dir with drift_compute.json and drift_comm.json measured just before "
                                              "planning: the models' compute, fw and bw predictions are scaled by how "
                                              "much slower or faster the machine runs now than when the cost data was "
