@@ -434,6 +434,10 @@ CASES = [
     ("hw bad endpoint", "eval.py", HW + ["--nnodes", "2", "--rdzv_endpoint", "host:99999"], "--rdzv_endpoint"),
     ("hw ranks do not fill nodes", "eval.py", HW + ["--nnodes", "2", "--nproc_per_node", "3", "--rdzv_endpoint",
                                                     "127.0.0.1:29500"], "2 ranks but --nproc_per_node 3 x --nnodes 2 makes 6"),
+    # ---- collect_torchrec_cost_data.py
+    ("trdata spread share 2", "collect_torchrec_cost_data.py", ["--data_dir", "ds", "--task_path", "tasks.txt",
+                                                                "--spread_share", "2"],
+     "--spread_share: must be <= 1, got 2"),
     # ---- eval_torchrec.py
     ("trec plans other ranks", "eval_torchrec.py", _replace(TREC, "--ndevices", "4"),
      "a plan for 2 devices, training on 4 ranks"),
@@ -612,7 +616,7 @@ def test_bad_input_is_a_one_line_error(ws, capsys, name, script, argv, fragment)
 def test_the_count_of_cases():
     # the closing note of issue 12 quotes this number
     assert len(CASES) >= 100
-    assert len(CASES) == 195  # issue 50 added 1, issue 52 15, issue 24 31, issue 23 (eval_torchrec.py) 9 (138 before)
+    assert len(CASES) == 196  # issue 50 added 2, issue 52 15, issue 24 31, issue 23 (eval_torchrec.py) 9 (138 before)
 
 
 def test_a_second_compute_collection_into_the_same_dir_is_refused(ws):
