@@ -31,7 +31,7 @@ from neuroshard.torchrec.training_eval import (
     summary_markdown,
 )
 from neuroshard.types.errors import ConfigError, InputError
-from neuroshard.types.plan import Plan
+from neuroshard.types.plan import Plan, Spread
 from neuroshard.types.records import PlanRecord
 from neuroshard.types.tables import Task
 
@@ -104,7 +104,10 @@ def trained(tiny, tmp_path_factory):
     plan_dir = tmp_path_factory.mktemp("plans")
     # a plan that leaves rank 1 without tables (it still feeds its batch slice)
     empty = PlanRecord(0, "one_rank", plan=Plan((), ((0, 1, 2, 3), ())), num_tables=4)
-    items = export_plans(records + [empty], [task], configs, plan_dir, "cpu") + \
+    # the project's own plan with spread tables, through its export: table 1 row-wise, table 2 data-parallel
+    spread = PlanRecord(0, "spread", plan=Plan((), ((0,), (3,)), (Spread(1, "row_wise", (0, 1)),
+                                                                  Spread(2, "data_parallel", (0, 1)))), num_tables=4)
+    items = export_plans(records + [empty, spread], [task], configs, plan_dir, "cpu") + \
         all_type_plans(task, configs, plan_dir)
     cfg = TorchRecTrainConfig(problem=Problem(2), warmup=1, iters=2, repeats=1, timeout=60, lr=LR)
     return items, cfg, train_plans([{**it, "repeat": 0} for it in items], d / "ds", BATCH, cfg)
@@ -115,7 +118,7 @@ def test_two_rank_job_trains_every_plan_and_times_it(trained):
     items, _, steps = trained
     assert items[0]["names"] == ["t0", "t1", "t2", "t1_1"] and items[0]["table_ids"] == [0, 1, 2, 1]
     assert [(s.index, s.alg, s.repeat) for s in steps] == [(k, it["alg"], 0) for k, it in enumerate(items)]
-    assert [s.alg for s in steps] == ["table_wise", "column", "one_rank", "row_wise", "table_row_wise",
+    assert [s.alg for s in steps] == ["table_wise", "column", "one_rank", "spread", "row_wise", "table_row_wise",
                                       "data_parallel", "mixed"]
     for s in steps:
         assert len(s.iters) == 2 and all(math.isfinite(x) and x > 0 for x in s.iters)
