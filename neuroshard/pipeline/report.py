@@ -472,7 +472,8 @@ def torchrec_lines(out: Path) -> tuple[list[str], dict | None]:
         return [], None
     config = config or {}
     training = {**config.get("training", {}), "batch_size": config.get("batch_size")}
-    lines = ["Every algorithm's plan for the first tasks, exported as a TorchRec ShardingPlan (fused kernel) and "
+    lines = ["Every algorithm's plan for the first tasks, exported as a TorchRec ShardingPlan (fused kernel; "
+             "dense for data-parallel tables; torchrec_full is TorchRec's planner with every sharding type) and "
              "trained with DistributedModelParallel: a DLRM (torchrec's dense and over archs, the task's tables in "
              "an EmbeddingBagCollection; the interaction concatenates, as torchrec's DLRM class needs one "
              "embedding dim for all tables), each rank fed its slice of the dataset's real lookups, BCE loss, "
