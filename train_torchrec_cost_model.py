@@ -15,7 +15,9 @@ squares of the relative error), first without --test_share of the tasks to
 report the error on unseen tasks' plans, then on all. Writes the model to
 --out_path and the fit's report beside it (<out_path stem>_metrics.json).
 --check_results also reports the model's error on other plans trained in TorchRec
-(eval_torchrec.py's results.json); with --model instead of --results, nothing is
+(eval_torchrec.py's results.json, and TorchRec's full planner's plans in the
+torchrec_full.json beside it, read back as the project's plans, where the model
+was fitted on their sharding types); with --model instead of --results, nothing is
 fitted: the given model is checked and --out_path gets the check's report.
 """
 
@@ -73,6 +75,7 @@ def main(argv=None) -> int:
         if not args.check_results:
             return None
         from neuroshard.formats.task_file import read_tasks
+        from neuroshard.torchrec.training_eval import FULL_JSON
 
         fitted = model.source  # what the model was fitted on: its plans and their tasks are no check
         same = [f"{flag} {mine}" for key, flag, mine in (("samples", "--check_results", args.check_results),
@@ -83,6 +86,14 @@ def main(argv=None) -> int:
                                                  "there is in-sample, not a check (give other tasks' plans)")
         tasks = read_tasks(args.check_task_path, num_tables=len(inputs.configs))
         samples = runtime_data.read_samples(args.check_results, tasks, inputs.configs)
+        full = Path(args.check_results).with_name(FULL_JSON)  # TorchRec's full planner's plans, beside them
+        if full.exists():
+            more, outside = runtime_data.read_full_samples(full, tasks, inputs.configs, problem.ndevices)
+            priced = [x for x in more if {sp.kind for sp in x.plan.spread} <= set(model.types)]
+            if outside or len(priced) < len(more):
+                print(f"{FULL_JSON}: {len(more) - len(priced)} plans with sharding types the model was not fitted "
+                      f"on and {outside} outside the plan space left out", file=sys.stderr)
+            samples += priced
         if not samples:
             raise InputError(args.check_results, "no plans to check")
         c = runtime_data.check_model(model, samples, inputs.models)

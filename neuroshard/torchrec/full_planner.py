@@ -14,9 +14,11 @@ Its `ShardingPlan`, planned for cuda as a user would, is re-emitted for the
 ranks that train it (`for_ranks`): the same sharding type, ranks and shards
 (offsets and sizes) per table, placements on the training device, the fused
 kernel for sharded tables and the dense one for data-parallel tables (the only
-kernel TorchRec has for them); `sharding_layout` holds the two equal. Such a
-plan cannot be written as the project's `Plan`: eval_torchrec.py plans it per
-task itself. Needs torchrec (imported on the first call).
+kernel TorchRec has for them); `sharder.sharding_layout` holds the two equal.
+eval_torchrec.py plans it per task itself (TorchRec's planner needs the task's
+tables and the run's memory); its layout reads back as the project's `Plan`
+(`sharder.plan_from_layout`) where TorchRec's choices are in the plan space.
+Needs torchrec (imported on the first call).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from neuroshard.torchrec.sharder import (
     plain_constraints,
     require_torchrec,
     run_planner,
+    sharding_layout,
     table_names,
 )
 from neuroshard.types.errors import InvalidPlanError
@@ -82,18 +85,6 @@ def _quiet_logging():
         yield
     finally:
         logging.disable(logging.NOTSET)
-
-
-def sharding_layout(module_plan) -> dict:
-    """Per table of a module's plan: its sharding type, ranks and shards ([row offset, col offset], [rows, cols],
-    rank); what the re-emitted plan must keep. A data-parallel table has no shards (a replica on every rank)."""
-    out = {}
-    for name, ps in module_plan.items():
-        shards = [] if ps.sharding_spec is None else [
-            [list(s.shard_offsets), list(s.shard_sizes), s.placement.rank()] for s in ps.sharding_spec.shards]
-        out[name] = {"sharding_type": ps.sharding_type, "ranks": None if ps.ranks is None else list(ps.ranks),
-                     "shards": shards}
-    return out
 
 
 def for_ranks(sharding_plan, device_type: str, module_path: str, local_size: int | None = None):

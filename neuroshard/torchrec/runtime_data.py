@@ -156,6 +156,45 @@ def read_samples(results_path, tasks: Sequence[Task], configs: Sequence[TableCon
     return out
 
 
+def read_full_samples(path, tasks: Sequence[Task], configs: Sequence[TableConfig],
+                      ndevices: int) -> tuple[list[RuntimeSample], int]:
+    """The plans of TorchRec's full planner (eval_torchrec.py's `torchrec_full.json`) as samples, each read back
+    as the project's plan (`sharder.plan_from_layout`); and how many trained plans were left out because their
+    layout is outside the plan space. InputError naming the file and record for a malformed one."""
+    from neuroshard.torchrec.sharder import plan_from_layout, table_names
+
+    path = Path(path)
+    try:
+        rows = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise InputError(path, "no such file") from None
+    except json.JSONDecodeError as e:
+        raise InputError(path, f"not JSON: {e}") from None
+    if not isinstance(rows, list):
+        raise InputError(path, "expected a list of TorchRec plans")
+    out, outside = [], 0
+    for k, row in enumerate(rows):
+        try:
+            if row.get("status") != "ok" or not row.get("step_ms"):
+                continue
+            task = int(row["task"])
+            if not 0 <= task < len(tasks):
+                raise ValueError(f"task {task} is not in the task file ({len(tasks)} tasks)")
+            tables = tasks[task].tables(configs)
+            try:
+                plan = plan_from_layout(row["layout"]["tables"], tables, table_names(tables), ndevices)
+            except InvalidPlanError:
+                outside += 1
+                continue
+            steps = [float(x) for x in row["step_ms"]]
+            if not all(np.isfinite(steps)) or min(steps) <= 0:
+                raise ValueError(f"step times must be positive, got {steps}")
+        except (KeyError, TypeError, ValueError, IndexError) as e:
+            raise InputError(path, f"record {k}: {e}") from None
+        out.append(RuntimeSample(task, str(row["alg"]), tables, plan, steps, None))
+    return out, outside
+
+
 # --------------------------------------------------------------------------- fitting
 
 

@@ -43,7 +43,16 @@ from neuroshard.types.errors import (
     NeuroShardError,
     OutOfMemoryError,
 )
-from neuroshard.types.plan import ColumnPiece, Plan, plan_from_pieces
+from neuroshard.types.plan import (
+    DATA_PARALLEL,
+    SPREAD_KINDS,
+    ColumnPiece,
+    Plan,
+    Spread,
+    plan_from_pieces,
+    row_blocks,
+    table_devices,
+)
 from neuroshard.types.tables import ShardTable, can_split
 
 # The public DLRM dataset's batch (the paper's setting): the global batch assumed when the caller gives none.
@@ -239,33 +248,68 @@ def run_planner(planner, module, sharder, tables: Sequence[ShardTable], problem:
 
 def plan_from_sharding_plan(sharding_plan, tables: Sequence[ShardTable], names: Sequence[str], ndevices: int,
                             module_path: str = "") -> Plan:
-    """Our `Plan` for a TorchRec `ShardingPlan` of the tables' `EmbeddingBagCollection`.
-
-    Table-wise -> the whole table on its rank; column-wise -> each shard a
-    piece on its rank, cut from the table by halvings (`types.plan_from_pieces`).
-    Raises InvalidPlanError for anything outside that space (another sharding
-    type, row-split shards, a rank out of range, shards that are not halvings).
-    """
+    """Our `Plan` for a TorchRec `ShardingPlan` of the tables' `EmbeddingBagCollection` (`plan_from_layout` of
+    its layout). Raises InvalidPlanError for anything outside the plan space."""
     module_plan = sharding_plan.plan.get(module_path)
     if module_plan is None:
         raise InvalidPlanError(f"TorchRec plan has no module {module_path!r} (has {sorted(sharding_plan.plan)})")
-    pieces = []
+    return plan_from_layout(sharding_layout(module_plan), tables, names, ndevices)
+
+
+def sharding_layout(module_plan) -> dict:
+    """Per table of a module's plan: its sharding type, ranks and shards ([row offset, col offset], [rows, cols],
+    rank). A data-parallel table has no shards (a replica on every rank)."""
+    out = {}
+    for name, ps in module_plan.items():
+        shards = [] if ps.sharding_spec is None else [
+            [list(s.shard_offsets), list(s.shard_sizes), s.placement.rank()] for s in ps.sharding_spec.shards]
+        out[name] = {"sharding_type": ps.sharding_type, "ranks": None if ps.ranks is None else list(ps.ranks),
+                     "shards": shards}
+    return out
+
+
+def plan_from_layout(layout: dict, tables: Sequence[ShardTable], names: Sequence[str], ndevices: int) -> Plan:
+    """Our `Plan` for a TorchRec plan's per-table layout ({name: {"sharding_type", "ranks", "shards":
+    [[[row offset, col offset], [rows, cols], rank], ...]}}, as `sharding_layout` writes it).
+
+    Table-wise -> the whole table on its rank; column-wise -> each shard a
+    piece on its rank, cut from the table by halvings (`types.plan_from_pieces`);
+    row-wise over every rank in TorchRec's blocks, table-row-wise over one
+    host's ranks, data-parallel on every rank -> a spread table
+    (`types.plan.Spread`). Raises InvalidPlanError for anything else (another
+    sharding type, row blocks that are not TorchRec's, a rank out of range,
+    shards that are not halvings).
+    """
+    pieces, spread = [], []
     for t, (table, name) in enumerate(zip(tables, names)):
-        ps = module_plan.get(name)
-        if ps is None:
+        entry = layout.get(name)
+        if entry is None:
             raise InvalidPlanError(f"TorchRec plan has no table {name!r}")
-        if ps.sharding_type not in (TABLE_WISE, COLUMN_WISE):
-            raise InvalidPlanError(f"table {name!r}: sharding type {ps.sharding_type!r} is outside the plan space "
-                                   f"(table_wise, column_wise)")
+        kind, shards = entry["sharding_type"], entry["shards"]
+        rows_total = int(table.config.row)
+        if kind in SPREAD_KINDS:
+            ranks = tuple(int(r) for r in (entry["ranks"] or range(ndevices)))
+            if kind != DATA_PARALLEL:
+                got = [int(size[0]) for _, size, _ in shards]
+                if got != row_blocks(rows_total, len(ranks)) or [int(r) for _, _, r in shards] != list(ranks):
+                    raise InvalidPlanError(f"table {name!r}: {kind} blocks {got} on ranks {list(ranks)} are not "
+                                           f"TorchRec's blocks of its {rows_total} rows")
+            spread.append(Spread(t, kind, ranks))
+            pieces.append([])
+            continue
+        if kind not in (TABLE_WISE, COLUMN_WISE):
+            raise InvalidPlanError(f"table {name!r}: sharding type {kind!r} is outside the plan space "
+                                   f"({', '.join((TABLE_WISE, COLUMN_WISE) + SPREAD_KINDS)})")
         mine = []
-        for shard in ps.sharding_spec.shards:
-            (row0, col0), (rows, cols) = shard.shard_offsets, shard.shard_sizes
-            if row0 != 0 or rows != table.config.row:
+        for (row0, col0), (rows, cols), rank in shards:
+            if row0 != 0 or rows != rows_total:
                 raise InvalidPlanError(f"table {name!r}: shard of rows [{row0}, {row0 + rows}) is not whole rows "
-                                       f"(the table has {table.config.row})")
-            mine.append(ColumnPiece(int(col0), int(cols), int(shard.placement.rank())))
+                                       f"(the table has {rows_total})")
+            mine.append(ColumnPiece(int(col0), int(cols), int(rank)))
         pieces.append(mine)
-    return plan_from_pieces(tables, pieces, ndevices)
+    plan = plan_from_pieces(tables, pieces, ndevices, tuple(spread))
+    table_devices(plan, len(tables) + len(plan.column_steps))  # spread ranks in range, each table placed once
+    return plan
 
 
 # --------------------------------------------------------------------------- the sharder

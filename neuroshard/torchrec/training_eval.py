@@ -194,8 +194,8 @@ def export_full_plans(full: Sequence[FullPlan], tasks: Sequence[Task], configs: 
                       device: str, world_size: int, local_size: int | None = None) -> list[dict]:
     """Each planned task's TorchRec plan re-emitted for the ranks (`full_planner.for_ranks`) as a plan file in
     `plan_dir` with its readable layout beside it, and the job's item for it; those with a plan, in order."""
-    from neuroshard.torchrec.full_planner import for_ranks, sharding_layout
-    from neuroshard.torchrec.sharder import table_names
+    from neuroshard.torchrec.full_planner import for_ranks
+    from neuroshard.torchrec.sharder import sharding_layout, table_names
     from neuroshard.torchrec.sharding_file import write_torchrec_plan
 
     plan_dir = Path(plan_dir)

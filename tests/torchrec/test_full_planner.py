@@ -14,11 +14,10 @@ from neuroshard.torchrec.full_planner import (
     for_ranks,
     layout_summary,
     plan_torchrec_full,
-    sharding_layout,
 )
-from neuroshard.torchrec.sharder import TorchRecConfig, table_names
+from neuroshard.torchrec.sharder import TorchRecConfig, plan_from_layout, sharding_layout, table_names
 from neuroshard.types.constraints import TableConstraints
-from neuroshard.types.errors import OutOfMemoryError
+from neuroshard.types.errors import InvalidPlanError, OutOfMemoryError
 from neuroshard.types.tables import ShardTable, TableConfig
 
 pytest.importorskip("torchrec")
@@ -54,6 +53,13 @@ def test_the_full_planner_chooses_beyond_table_and_column_wise(mixed_plan):
     # planned for GPUs, as a user would
     assert all(str(s.placement).endswith(f"cuda:{s.placement.rank()}")
                for ps in mixed_plan.plan[""].values() if ps.sharding_spec for s in ps.sharding_spec.shards)
+    # and read back as the project's plan: t0 row-wise and t3 data-parallel spread tables, t1 and t2 whole
+    plan = plan_from_layout(layout, MIXED, table_names(MIXED), 2)
+    assert [(s.table, s.kind, s.ranks) for s in plan.spread] == [(0, "row_wise", (0, 1)), (3, "data_parallel", (0, 1))]
+    assert sorted(i for shard in plan.shards for i in shard) == [1, 2] and plan.column_steps == ()
+    uneven = {**layout, "t0": {**layout["t0"], "shards": [layout["t0"]["shards"][1], layout["t0"]["shards"][0]]}}
+    with pytest.raises(InvalidPlanError, match="'t0': row_wise blocks .* are not TorchRec's blocks"):
+        plan_from_layout(uneven, MIXED, table_names(MIXED), 2)
 
 
 def test_the_plan_re_emitted_for_the_ranks_keeps_types_ranks_and_shards(mixed_plan):

@@ -17,6 +17,7 @@ from neuroshard.torchrec.runtime_data import (
     fit_runtime_model,
     random_label,
     random_split_plan,
+    read_full_samples,
     read_samples,
     sample_features,
 )
@@ -130,3 +131,34 @@ def test_runtime_labels_and_merged_plan_files():
     assert [r.alg for r in labelled] == ["neuroshard[torchrec]", "torchrec"] and algs[0] == "neuroshard[torchrec]"
     merged = merge_plan_files([labelled, [PlanRecord(0, "neuroshard"), PlanRecord(0, "torchrec")]])
     assert [r.alg for r in merged] == ["neuroshard[torchrec]", "torchrec", "neuroshard"]
+
+
+def test_the_full_planners_plans_read_back_as_samples(tmp_path):
+    # task 0 of tasks(): six tables on 2 ranks; TorchRec's layout: t<id> of the first row-wise in its blocks,
+    # the second data-parallel, the rest table-wise; a second plan with a type outside the plan space
+    ts = tasks(1)
+    tables = ts[0].tables(CONFIGS)
+    from neuroshard.torchrec.sharder import table_names
+    from neuroshard.types.plan import row_blocks
+
+    names = table_names(tables)
+    rows = tables[0].config.row
+    first, second = row_blocks(rows, 2)
+    layout = {names[0]: {"sharding_type": "row_wise", "ranks": [0, 1],
+                         "shards": [[[0, 0], [first, tables[0].dim], 0], [[first, 0], [second, tables[0].dim], 1]]},
+              names[1]: {"sharding_type": "data_parallel", "ranks": [0, 1], "shards": []},
+              **{n: {"sharding_type": "table_wise", "ranks": [k % 2],
+                     "shards": [[[0, 0], [t.config.row, t.dim], k % 2]]}
+                 for k, (n, t) in enumerate(zip(names, tables)) if k >= 2}}
+    grid = {**layout, names[2]: {**layout[names[2]], "sharding_type": "grid_shard"}}
+    rec = {"task": 0, "alg": "torchrec_full", "status": "ok", "step_ms": [10.0, 12.0], "layout": {"tables": layout}}
+    path = tmp_path / "torchrec_full.json"
+    path.write_text(json.dumps([rec, {**rec, "layout": {"tables": grid}}, {**rec, "status": "oom", "step_ms": None}]))
+    samples, outside = read_full_samples(path, ts, CONFIGS, 2)
+    assert outside == 1 and len(samples) == 1 and samples[0].cost == 11.0
+    plan = samples[0].plan
+    assert [(s.table, s.kind) for s in plan.spread] == [(0, "row_wise"), (1, "data_parallel")]
+    assert plan.shards == ((2, 4), (3, 5))
+    with pytest.raises(InputError, match="record 0: step times must be positive"):
+        path.write_text(json.dumps([{**rec, "step_ms": [0.0]}]))
+        read_full_samples(path, ts, CONFIGS, 2)
