@@ -60,16 +60,29 @@ def _gb(elements: int) -> float:
     return elements * BYTES_PER_ELEMENT / 2**30
 
 
+# A data-parallel table runs TorchRec's dense kernel: its replica on every rank has a dense gradient of its size
+# (the fused kernels update in place); and it is for small tables: on CPU ranks sharing one host's memory a
+# replicated table is copied several more times (gradient buckets), so one is at most this share of a device.
+DP_ELEMENTS_PER_WEIGHT = 2
+DP_MAX_SHARE = 1 / 16
+
+
 def device_elements(tables: Sequence[ShardTable], split: Sequence[ShardTable], plan: Plan) -> list[int]:
     """The fp32 elements each device of `plan` holds: its shards' weights, its row blocks of the row-wise and
-    table-row-wise tables, a whole replica of each data-parallel table (`types.plan.Spread.rows_on`).
-    `split`: the post-split tables."""
+    table-row-wise tables, and of each data-parallel table a replica and its dense gradient
+    (`DP_ELEMENTS_PER_WEIGHT`). `split`: the post-split tables."""
     used = [sum(table_elements(split[i]) for i in shard) for shard in plan.shards]
     for s in plan.spread:
         t = tables[s.table]
+        per = DP_ELEMENTS_PER_WEIGHT if s.kind == DATA_PARALLEL else 1
         for r, rows in zip(s.ranks, s.rows_on(int(t.config.row))):
-            used[r] += rows * int(t.dim)
+            used[r] += per * rows * int(t.dim)
     return used
+
+
+def replicable(table: ShardTable, problem: Problem) -> bool:
+    """`table` may be data-parallel: its replica and gradient within `DP_MAX_SHARE` of the smallest device."""
+    return DP_ELEMENTS_PER_WEIGHT * table_elements(table) <= DP_MAX_SHARE * min(device_caps(problem))
 
 
 def spread_room(tables: Sequence[ShardTable], spread: Sequence[Spread], problem: Problem) -> Problem:

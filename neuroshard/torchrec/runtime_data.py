@@ -30,7 +30,7 @@ import numpy as np
 from neuroshard.eval.planning import plan_task, task_problem, task_seed
 from neuroshard.planner.baselines import random_sharder
 from neuroshard.planner.registry import ShardingContext
-from neuroshard.planner.simulator import spread_room, validate_plan
+from neuroshard.planner.simulator import replicable, spread_room, validate_plan
 from neuroshard.problem import Problem
 from neuroshard.torchrec.runtime_model import TorchRecRuntimeModel
 from neuroshard.types.codec import Record, json_field
@@ -50,9 +50,10 @@ def random_label(k: int) -> str:
 def random_split_plan(tables: Sequence[ShardTable], problem: Problem, max_splits: int,
                       spread_share: float = 0.0) -> Plan:
     """A random plan, all drawn from the problem's seed: each table spread with chance `spread_share`
-    (row-wise over every rank or data-parallel, drawn per table); k ~ U{0..max_splits} halvings, each of a
-    random other piece that can still be halved; then each piece on a uniformly random device with room left
-    by the spread tables (`baselines.random_sharder`). OutOfMemoryError when the pieces do not fit."""
+    (row-wise over every rank or, for a small table, data-parallel, drawn per table); k ~ U{0..max_splits}
+    halvings, each of a random other piece that can still be halved; then each piece on a uniformly random
+    device with room left by the spread tables (`baselines.random_sharder`). OutOfMemoryError when the pieces
+    do not fit."""
     rng = np.random.default_rng(problem.seed)
     n = problem.ndevices
     spread = []
@@ -60,6 +61,8 @@ def random_split_plan(tables: Sequence[ShardTable], problem: Problem, max_splits
         for t in range(len(tables)):
             if rng.random() < spread_share:
                 kind = (ROW_WISE, DATA_PARALLEL)[int(rng.integers(2))]
+                if kind == DATA_PARALLEL and not replicable(tables[t], problem):
+                    kind = ROW_WISE  # data-parallel is for small tables (simulator.replicable)
                 spread.append(Spread(t, kind, tuple(range(n))))
     whole = {s.table for s in spread}
     steps: list[int] = []

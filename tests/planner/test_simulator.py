@@ -247,19 +247,25 @@ def test_memory_follows_each_tables_sharding_type():
     from neuroshard.types.plan import Spread
 
     # 4 devices. t0 1000 x 16 table-wise on 0; t1 1000 x 8 row-wise: 250 rows x 8 = 2000 on each;
-    # t2 50 x 4 data-parallel: 200 on each; t3 7 x 8 table-row-wise over ranks 2, 3: 4 x 8 and 3 x 8
+    # t2 50 x 4 data-parallel: 200 and its dense gradient 200 on each; t3 7 x 8 table-row-wise over ranks 2, 3:
+    # 4 x 8 and 3 x 8
     tables = [ShardTable(i, i, TableConfig(r, 1.0, BINS, d)) for i, (r, d) in enumerate(
         [(1000, 16), (1000, 8), (50, 4), (7, 8)])]
     plan = Plan((), ((0,), (), (), ()), (Spread(1, "row_wise", (0, 1, 2, 3)), Spread(2, "data_parallel", (0, 1, 2, 3)),
                                          Spread(3, "table_row_wise", (2, 3))))
     split = validate_plan(tables, plan, Problem(4, 1.0))
-    assert device_elements(tables, split, plan) == [16000 + 2000 + 200, 2200, 2200 + 32, 2200 + 24]
-    # device 0 holds 18,200 elements = 72,800 bytes: a cap just below it is out of memory, naming the spread tables
-    cap = 18199 * 4 / 2**30
+    assert device_elements(tables, split, plan) == [16000 + 2000 + 400, 2400, 2400 + 32, 2400 + 24]
+    # device 0 holds 18,400 elements = 73,600 bytes: a cap just below it is out of memory, naming the spread tables
+    cap = 18399 * 4 / 2**30
     with pytest.raises(OutOfMemoryError, match=r"device 0 holds .* with spread tables 1 \(row_wise\), 2 "
                                                r"\(data_parallel\)"):
         validate_plan(tables, plan, Problem(4, (cap, 1.0, 1.0, 1.0)))
-    validate_plan(tables, plan, Problem(4, (18200 * 4 / 2**30, 1.0, 1.0, 1.0)))
+    validate_plan(tables, plan, Problem(4, (18400 * 4 / 2**30, 1.0, 1.0, 1.0)))
+    # data-parallel is for small tables: t2's 400 elements within a sixteenth of a device, t0's 32,000 not
+    from neuroshard.planner.simulator import replicable
+
+    room = Problem(4, 16 * 400 * 4 / 2**30)
+    assert replicable(tables[2], room) and not replicable(tables[0], room)
     # row-wise over more ranks than the table has rows: a one-line error naming it
     tiny = tables[:3] + [ShardTable(3, 3, TableConfig(3, 1.0, BINS, 8))]
     with pytest.raises(InvalidPlanError, match="table 3 has 3 rows, fewer than the 4 ranks it is row_wise over"):

@@ -58,14 +58,14 @@ def test_random_plans_spread_tables_when_asked_and_place_the_rest_around_them():
     for p in plans:
         validate_plan(tables, p, Problem(3, 1.0))  # spread tables whole, over every rank, the rest fits around them
         assert all(s.ranks == (0, 1, 2) and s.table not in p.column_steps for s in p.spread)
-    # memory: a 3,000-row table of dim 64 replicated needs 768,000 bytes on each device; with 1 MB devices the
-    # rest of the task must fit in what is left, else the plan is out of memory
-    big = [ShardTable(0, 2, CONFIGS[2].with_dim(64)), ShardTable(1, 1, CONFIGS[1].with_dim(64))]  # + 512,000 B
-    fits = Problem(2, 2**20 / 2**30)
+    # memory: a 3,000-row table of dim 64 replicated needs 768,000 bytes and as much for its dense gradient on each
+    # device; with 2 MB devices the rest of the task must fit in what is left, else the plan is out of memory
+    big = [ShardTable(0, 2, CONFIGS[2].with_dim(64)), ShardTable(1, 1, CONFIGS[1].with_dim(64))]  # + 1,024,000 B
+    fits = Problem(2, 2**21 / 2**30)
     with pytest.raises(OutOfMemoryError):
         spread_room(big, [Spread(0, "data_parallel", (0, 1)), Spread(1, "data_parallel", (0, 1))], fits)
     room = spread_room(big, [Spread(0, "data_parallel", (0, 1))], fits)
-    assert room.caps == pytest.approx(((2**20 - 768_000) / 2**30,) * 2)
+    assert room.caps == pytest.approx(((2**21 - 1_536_000) / 2**30,) * 2)
 
 
 def test_collection_records_label_random_plans_per_task():

@@ -21,8 +21,9 @@ NeuroShard's search:
    cheaper of the patched and the re-searched plan is kept.
 
 Candidates: tables the constraints leave free (not kept whole, not limited to
-some ranks, not co-located), at most `CANDIDATES` of them (the largest and
-the most looked up), so that a round is a bounded number of plan estimates.
+some ranks, not co-located; data-parallel only for small tables,
+`simulator.replicable`), at most `CANDIDATES` of them (the largest and the
+most looked up), so that a round is a bounded number of plan estimates.
 Row-wise and data-parallel tables use every rank, as TorchRec's training does;
 table-row-wise is the same as row-wise on one host and is not searched.
 """
@@ -38,7 +39,7 @@ from neuroshard.planner.costs.cost_models import CostModels, require_models
 from neuroshard.planner.costs.scorer import get_scorer, single_threaded_blas
 from neuroshard.planner.registry import ShardingContext, register
 from neuroshard.planner.search.beam import SearchConfig, beam_search, make_space, search
-from neuroshard.planner.simulator import device_caps, simulate, spread_room
+from neuroshard.planner.simulator import device_caps, replicable, simulate, spread_room
 from neuroshard.problem import Problem
 from neuroshard.types.constraints import TableConstraints
 from neuroshard.types.errors import InvalidPlanError, OutOfMemoryError
@@ -151,6 +152,8 @@ def spread_search(tables: Sequence[ShardTable], problem: Problem, models,
     with single_threaded_blas():
         cons = problem.table_constraints
         free = {kind: free_tables(tables, cons, n, kind) for kind in kinds}
+        if DATA_PARALLEL in free:  # data-parallel is for small tables (simulator.replicable)
+            free[DATA_PARALLEL] = [t for t in free[DATA_PARALLEL] if replicable(tables[t], problem)]
         biggest = max(device_caps(problem))
         forced = [Spread(t, ROW_WISE, every) for t in free.get(ROW_WISE, [])
                   if narrowest_elements(tables[t]) > biggest]
