@@ -184,9 +184,9 @@ def plan_mismatch(rec: PlanRecord, tables: Sequence[ShardTable], check_plan: boo
         if len(rec.view) != n:
             return f"the plan's view has {len(rec.view)} tables, the tables given are {n}"
         for i, (v, d) in enumerate(zip(rec.view, dims)):
-            try:
-                vd = sum(int(s["dim"]) for s in v["shards"])
-            except (KeyError, TypeError, ValueError):
+            try:  # a spread table's view lists every rank's rows at the table's whole dim
+                vd = int(v["shards"][0]["dim"]) if "type" in v else sum(int(s["dim"]) for s in v["shards"])
+            except (KeyError, TypeError, ValueError, IndexError):
                 return f"table {i}: the plan's view is malformed"
             if vd != d:
                 return f"table {i} has dim {vd} in the plan, dim {d} here"

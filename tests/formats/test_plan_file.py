@@ -49,6 +49,10 @@ def test_plan_view_and_file_of_a_plan_with_spread_tables(tmp_path):
     path = tmp_path / "plans.json"
     write_plans(path, [PlanRecord(0, "by_hand", plan=plan, view=view, num_tables=2)])
     assert read_plans(path)[0].plan == plan
+    # checked against its tables: a spread table's dim is one rank's, not the sum over its ranks
+    from neuroshard.formats.plan_file import plan_mismatch
+
+    assert plan_mismatch(read_plans(path)[0], tables) is None
 
 
 def test_plans_round_trip(tmp_path):
