@@ -378,43 +378,43 @@ class NeuroShardPlanner(ShardingPlanner):
         raise self._no_fit(tables, f"TorchRec's count of the last plan: {_gb_list(used)} GB per device")
 
     def _storage(self, t: PlannedTable, widths: Sequence[int]) -> list[float]:
-        """The bytes on the compute device of `t`'s shards of these widths: TorchRec's estimate, plus the
-        optimizer state of the sharder's fused parameters that TorchRec does not count (`t.state`)."""
-        import copy
-
-        opt = copy.copy(t.option)
-        if not t.replicated:
-            opt.sharding_type = TABLE_WISE if len(widths) == 1 else COLUMN_WISE
-            offsets = [sum(widths[:k]) for k in range(len(widths))]
-            opt.shards = [Shard(size=[t.table.row, w], offset=[0, o]) for w, o in zip(widths, offsets)]
-        self._estimator.estimate([opt], self._sharder_data)
-        kind = "hbm" if self._topology.compute_device != "cpu" else "ddr"
-        per_weight, per_row = t.state
-        rows = t.table.row
-        return [float(getattr(s.storage, kind)) + 4.0 * rows * (per_weight * w + per_row)
-                for s, w in zip(opt.shards, widths if not t.replicated else [t.table.dim] * len(opt.shards))]
+        """The bytes on the compute device of `t`'s shards of these widths (`_estimate`); a data-parallel table
+        outside the search: its enumerated replicas."""
+        if t.replicated:
+            return self._estimate(t)
+        offsets = [sum(widths[:k]) for k in range(len(widths))]
+        return self._estimate(t, TABLE_WISE if len(widths) == 1 else COLUMN_WISE,
+                              [Shard(size=[t.table.row, w], offset=[0, o]) for w, o in zip(widths, offsets)])
 
     def _spread_storage(self, t: PlannedTable, spread: Spread) -> list[float]:
-        """The bytes on each of `spread.ranks` of `t` sharded row-wise (TorchRec's blocks) or data-parallel
-        (a replica, the dense kernel: the dense optimizer's state is not the fused kernel's), as TorchRec's
-        storage estimator counts them, plus the row-wise shards' fused optimizer state it does not count."""
-        import copy
-
-        opt = copy.copy(t.option)
+        """The bytes on each of `spread.ranks` of `t` sharded row-wise (TorchRec's blocks) or data-parallel (a
+        replica on the dense kernel) (`_estimate`)."""
         rows, dim = t.table.row, t.table.dim
         if spread.kind == ROW_WISE:
             blocks = row_blocks(rows, len(spread.ranks))
-            opt.sharding_type = ROW_WISE
-            opt.shards = [Shard(size=[b, dim], offset=[sum(blocks[:j]), 0]) for j, b in enumerate(blocks)]
-        else:
-            blocks = [0] * len(spread.ranks)
-            opt.sharding_type, opt.compute_kernel = DATA_PARALLEL, "dense"
-            opt.shards = [Shard(size=[rows, dim], offset=[0, 0]) for _ in spread.ranks]
+            return self._estimate(t, ROW_WISE, [Shard(size=[b, dim], offset=[sum(blocks[:j]), 0])
+                                                for j, b in enumerate(blocks)])
+        return self._estimate(t, DATA_PARALLEL, [Shard(size=[rows, dim], offset=[0, 0]) for _ in spread.ranks],
+                              kernel="dense")
+
+    def _estimate(self, t: PlannedTable, sharding_type: str | None = None, shards=None,
+                  kernel: str | None = None) -> list[float]:
+        """Per shard, the bytes TorchRec's storage estimator counts for `t` sharded `sharding_type` into `shards`
+        (on `kernel`; left out: its enumerated option as it is), plus the optimizer state of the sharder's fused
+        parameters that TorchRec does not count (`t.state`, per weight and per row of each shard; none on the
+        dense kernel, whose optimizer is the dense one)."""
+        import copy
+
+        opt = copy.copy(t.option)
+        if sharding_type is not None:
+            opt.sharding_type, opt.shards = sharding_type, shards
+        if kernel is not None:
+            opt.compute_kernel = kernel
         self._estimator.estimate([opt], self._sharder_data)
         kind = "hbm" if self._topology.compute_device != "cpu" else "ddr"
-        per_weight, per_row = t.state
-        return [float(getattr(sh.storage, kind)) + 4.0 * b * (per_weight * dim + per_row)
-                for sh, b in zip(opt.shards, blocks)]
+        per_weight, per_row = (0.0, 0.0) if opt.compute_kernel == "dense" else t.state
+        return [float(getattr(s.storage, kind)) + 4.0 * s.size[0] * (per_weight * s.size[1] + per_row)
+                for s in opt.shards]
 
     def device_storage(self, tables: list[PlannedTable], plan: Plan) -> list[float]:
         """Bytes per device of `plan` (over `tables`, none of them replicated outside the search) as counted

@@ -28,6 +28,7 @@ from typing import Sequence
 import numpy as np
 
 from neuroshard.eval.planning import plan_task, task_problem, task_seed
+from neuroshard.formats.io import read_json
 from neuroshard.planner.baselines import random_sharder
 from neuroshard.planner.registry import ShardingContext
 from neuroshard.planner.simulator import replicable, spread_room, validate_plan
@@ -138,10 +139,7 @@ def read_samples(results_path, tasks: Sequence[Task], configs: Sequence[TableCon
     out = []
     for k, row in enumerate(rows):
         try:
-            task = int(row["task"])
-            if not 0 <= task < len(tasks):
-                raise ValueError(f"task {task} is not in the task file ({len(tasks)} tasks)")
-            tables = tasks[task].tables(configs)
+            task, tables = _task_tables(row, tasks, configs)
             for key, mine in (("table_ids", [t.table_id for t in tables]), ("dims", [t.dim for t in tables])):
                 if key in row and list(row[key]) != mine:  # results written before they carried them: unchecked
                     raise ValueError(f"its {key} {row[key]} are not task {task}'s {mine} (plans of another task "
@@ -149,9 +147,7 @@ def read_samples(results_path, tasks: Sequence[Task], configs: Sequence[TableCon
             plan = Plan.from_json(row["plan"])
             # splits and placement (memory: checked when planned)
             validate_plan(tables, plan, Problem(ndevices=plan.ndevices, max_mem=1e9))
-            steps = [float(x) for x in row["step_ms"]]
-            if not steps or not all(np.isfinite(steps)) or min(steps) <= 0:
-                raise ValueError(f"step times must be positive, got {steps}")
+            steps = _step_times(row)
             phases = row["rounds"][0].get("phases") if row.get("rounds") else None
         except (KeyError, TypeError, ValueError, IndexError, InvalidPlanError) as e:
             raise InputError(path, f"record {k}: {e}") from None
@@ -167,12 +163,7 @@ def read_full_samples(path, tasks: Sequence[Task], configs: Sequence[TableConfig
     from neuroshard.torchrec.sharder import plan_from_layout, table_names
 
     path = Path(path)
-    try:
-        rows = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise InputError(path, "no such file") from None
-    except json.JSONDecodeError as e:
-        raise InputError(path, f"not JSON: {e}") from None
+    rows = read_json(path)
     if not isinstance(rows, list):
         raise InputError(path, "expected a list of TorchRec plans")
     out, outside = [], 0
@@ -180,22 +171,33 @@ def read_full_samples(path, tasks: Sequence[Task], configs: Sequence[TableConfig
         try:
             if row.get("status") != "ok" or not row.get("step_ms"):
                 continue
-            task = int(row["task"])
-            if not 0 <= task < len(tasks):
-                raise ValueError(f"task {task} is not in the task file ({len(tasks)} tasks)")
-            tables = tasks[task].tables(configs)
+            task, tables = _task_tables(row, tasks, configs)
             try:
                 plan = plan_from_layout(row["layout"]["tables"], tables, table_names(tables), ndevices)
             except InvalidPlanError:
                 outside += 1
                 continue
-            steps = [float(x) for x in row["step_ms"]]
-            if not all(np.isfinite(steps)) or min(steps) <= 0:
-                raise ValueError(f"step times must be positive, got {steps}")
+            steps = _step_times(row)
         except (KeyError, TypeError, ValueError, IndexError) as e:
             raise InputError(path, f"record {k}: {e}") from None
         out.append(RuntimeSample(task, str(row["alg"]), tables, plan, steps, None))
     return out, outside
+
+
+def _task_tables(row: dict, tasks: Sequence[Task], configs: Sequence[TableConfig]) -> tuple[int, list[ShardTable]]:
+    """A result row's task and its tables; ValueError for a task the task file does not have."""
+    task = int(row["task"])
+    if not 0 <= task < len(tasks):
+        raise ValueError(f"task {task} is not in the task file ({len(tasks)} tasks)")
+    return task, tasks[task].tables(configs)
+
+
+def _step_times(row: dict) -> list[float]:
+    """A result row's step ms of each round; ValueError unless all are finite and positive."""
+    steps = [float(x) for x in row["step_ms"]]
+    if not steps or not all(np.isfinite(steps)) or min(steps) <= 0:
+        raise ValueError(f"step times must be positive, got {steps}")
+    return steps
 
 
 # --------------------------------------------------------------------------- fitting
