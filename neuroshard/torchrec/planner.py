@@ -85,7 +85,7 @@ from neuroshard.types.errors import (
     NeuroShardError,
     OutOfMemoryError,
 )
-from neuroshard.types.plan import ROW_WISE, SPREAD_KINDS, Plan, Spread, plan_pieces, row_blocks
+from neuroshard.types.plan import ROW_WISE, SPREAD_KINDS, Plan, Spread, plan_pieces
 from neuroshard.types.tables import (
     DEFAULT_BINS,
     NUM_BINS,
@@ -391,7 +391,7 @@ class NeuroShardPlanner(ShardingPlanner):
         replica on the dense kernel) (`_estimate`)."""
         rows, dim = t.table.row, t.table.dim
         if spread.kind == ROW_WISE:
-            blocks = row_blocks(rows, len(spread.ranks))
+            blocks = spread.rows_on(rows)
             return self._estimate(t, ROW_WISE, [Shard(size=[b, dim], offset=[sum(blocks[:j]), 0])
                                                 for j, b in enumerate(blocks)])
         return self._estimate(t, DATA_PARALLEL, [Shard(size=[rows, dim], offset=[0, 0]) for _ in spread.ranks],

@@ -66,7 +66,7 @@ import numpy as np
 
 from neuroshard.types.codec import Record
 from neuroshard.types.errors import NeuroShardError
-from neuroshard.types.plan import DATA_PARALLEL, ROW_WISE, TABLE_ROW_WISE, Plan, Spread, apply_column_steps, row_blocks
+from neuroshard.types.plan import DATA_PARALLEL, ROW_WISE, TABLE_ROW_WISE, Plan, Spread, apply_column_steps
 from neuroshard.types.tables import ShardTable
 
 FEATURES = ("one", "groups", "compute_max", "compute_mean", "ids_max", "ids_mean", "out_max", "dims", "reduce",
@@ -159,8 +159,8 @@ def spread_parts(scorer, tables: Sequence[ShardTable], spread: Sequence[Spread],
             placed = [(r, local) for r in s.ranks]
             allreduce += int(t.config.row) * t.dim / 1e6
         else:
-            placed = [(r, t.config.row_share(rows)) for r, rows in zip(s.ranks, row_blocks(int(t.config.row),
-                                                                                        len(s.ranks))) if rows > 0]
+            placed = [(r, t.config.row_share(rows)) for r, rows in zip(s.ranks, s.rows_on(int(t.config.row)))
+                      if rows > 0]
         for r, config in placed:
             configs.append(config)
             where.append((r, g))
