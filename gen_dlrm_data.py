@@ -9,6 +9,11 @@ Synthetic DLRM-like tables, no download (the default `make demo` uses):
     python gen_dlrm_data.py --synthetic --out_dir data/dlrm_synthetic
     python gen_dlrm_data.py --synthetic --num_tables 300 --batch_size 8192 --seed 1 --out_dir data/big
 
+With tables larger than a device and small hot ones besides (the tasks of plans beyond table-wise and
+column-wise, `gen_tasks.py --oversize`):
+
+    python gen_dlrm_data.py --synthetic --num_tables 100 --large_tables 8 --hot_tables 8 --out_dir data/spread
+
 Check the result against the published locality statistics:
 
     python tools/dataset_stats.py data/dlrm_synthetic \
@@ -51,6 +56,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     add_flag(g, "batch_size", _D.batch_size, help="samples per table (the batch every benchmark uses)")
     g.add_argument("--max_rows", type=int, default=_D.max_rows, help="row cap per table (default: %(default)s)")
     add_flag(g, "seed", _D.seed)
+    g.add_argument("--large_tables", type=int, default=_D.large_tables,
+                   help="extra large tables, rows log-uniform in [max_rows, large_rows] (default: %(default)s)")
+    g.add_argument("--large_rows", type=int, default=_D.large_rows, help="rows of the largest extra large table "
+                                                                         "(default: %(default)s)")
+    g.add_argument("--hot_tables", type=int, default=_D.hot_tables,
+                   help="extra small hot tables, rows log-uniform in [100, hot_rows], pooling factor uniform in "
+                        "[hot_pooling / 2, hot_pooling] (default: %(default)s)")
+    g.add_argument("--hot_rows", type=int, default=_D.hot_rows, help="(default: %(default)s)")
+    g.add_argument("--hot_pooling", type=float, default=_D.hot_pooling, help="(default: %(default)s)")
     add_progress_arg(p)
     return p.parse_args(argv)
 
@@ -60,7 +74,9 @@ def main(argv=None) -> None:
     t0 = time.perf_counter()
     if args.synthetic:
         spec = SyntheticSpec(num_tables=args.num_tables, batch_size=args.batch_size,
-                             max_rows=args.max_rows, seed=args.seed)
+                             max_rows=args.max_rows, seed=args.seed, large_tables=args.large_tables,
+                             large_rows=args.large_rows, hot_tables=args.hot_tables, hot_rows=args.hot_rows,
+                             hot_pooling=args.hot_pooling)
         spec.validate()
         configs, _, indices, offsets = generate_synthetic(spec, progress=not args.no_progress)
         config = {"source": "synthetic", **spec.to_json()}

@@ -234,6 +234,10 @@ CASES = [
     ("gen text file", "gen_dlrm_data.py", ["--data", "empty.txt", "--out_dir", "o"], "cannot load torch file"),
     ("gen no source", "gen_dlrm_data.py", ["--out_dir", "o"], "one of the arguments --data --synthetic"),
     ("gen bad int", "gen_dlrm_data.py", ["--synthetic", "--num_tables", "x"], "invalid int value: 'x'"),
+    ("gen large rows below max_rows", "gen_dlrm_data.py",
+     ["--synthetic", "--large_tables", "2", "--large_rows", "5000", "--out_dir", "o"], "--large_rows: must be >="),
+    ("gen hot tables negative", "gen_dlrm_data.py", ["--synthetic", "--hot_tables", "-1", "--out_dir", "o"],
+     "--hot_tables: must be >= 0"),
     # ---- tools/dataset_stats.py
     ("stats missing dir", "tools/dataset_stats.py", ["nowhere"], "nowhere: directory not found"),
     ("stats nan config", "tools/dataset_stats.py", ["nan_pf"], "pooling_factor must be a finite number >= 0"),
@@ -247,6 +251,12 @@ CASES = [
     # ---- gen_tasks.py
     ("tasks data_size 0", "gen_tasks.py", ["--data_dir", "ds", "--data_size", "0", "--out_dir", "t"],
      "--data_size: must be >= 1"),
+    ("tasks oversize negative", "gen_tasks.py", ["--data_dir", "ds", "--oversize", "-1", "--out_dir", "t"],
+     "--oversize: must be >= 0"),
+    ("tasks oversize without large tables", "gen_tasks.py",
+     ["--data_dir", "ds", "--oversize", "1", "--max_tries", "5", "--out_dir", "t"], "--large_tables/--hot_tables"),
+    ("tasks hot_pooling 0", "gen_tasks.py", ["--data_dir", "ds", "--hot_pooling", "0", "--out_dir", "t"],
+     "--hot_pooling: must be > 0"),
     ("tasks T_range reversed", "gen_tasks.py", ["--data_dir", "ds", "--T_range", "5,2", "--out_dir", "t"],
      "--T_range: lo 5 > hi 2"),
     ("tasks T_range text", "gen_tasks.py", ["--data_dir", "ds", "--T_range", "a,b", "--out_dir", "t"],

@@ -40,6 +40,19 @@ class SyntheticSpec(Record):
       locality does not follow from its size, and busier features reuse
       their rows more.
 
+    After them, two kinds of extra tables for plans beyond table-wise and
+    column-wise (none by default, so the default dataset is unchanged; each
+    kind from its own seeded stream, so the regular tables do not change
+    either):
+
+    * `large_tables` large tables, rows log-uniform in [`max_rows`,
+      `large_rows`] (at dim 128 larger than one device of the quick preset),
+      pooling log-uniform in [1, `mean_pooling`];
+    * `hot_tables` small hot tables, rows log-uniform in [100, `hot_rows`],
+      pooling uniform in [`hot_pooling` / 2, `hot_pooling`];
+
+    their skew and reuse drawn as a regular table's.
+
     The defaults were tuned (a small evolution search over these knobs,
     averaged over seeds 0 and 1) so that the aggregate histograms come close
     to the first block of the published 2021 stats; tests/test_dataset.py
@@ -62,6 +75,16 @@ class SyntheticSpec(Record):
     reuse_hi: float = 9.4
     reuse_pf_power: float = 0.75
     rows_power: float = 0.62
+    large_tables: int = 0
+    large_rows: int = 4_000_000
+    hot_tables: int = 0
+    hot_rows: int = 10_000
+    hot_pooling: float = 150.0
+
+    @property
+    def total_tables(self) -> int:
+        """The regular tables and the extra ones."""
+        return self.num_tables + self.large_tables + self.hot_tables
 
     def validate(self) -> None:
         check_int("--num_tables", self.num_tables, 1)
@@ -69,6 +92,11 @@ class SyntheticSpec(Record):
         check_int("--max_rows", self.max_rows, MIN_ROWS, INT32_MAX)
         check_int("--seed", self.seed)
         check_float("mean_pooling", self.mean_pooling, 0.0, lo_open=True)
+        check_int("--large_tables", self.large_tables, 0)
+        check_int("--large_rows", self.large_rows, self.max_rows, INT32_MAX)
+        check_int("--hot_tables", self.hot_tables, 0)
+        check_int("--hot_rows", self.hot_rows, MIN_ROWS, INT32_MAX)
+        check_float("--hot_pooling", self.hot_pooling, 0.0, lo_open=True)
 
 
 
@@ -110,8 +138,25 @@ def synthetic_params(spec: SyntheticSpec) -> list[SyntheticTable]:
             pfs[~zero] *= need / pfs[~zero].sum()
     reuse = np.exp(math.log(spec.reuse_lo) + u_reuse * math.log(spec.reuse_hi / spec.reuse_lo))
     skew = spec.skew_lo + (spec.skew_hi - spec.skew_lo) * u_skew
-    return [SyntheticTable(int(r), float(p), float(s), float(m))
-            for r, p, s, m in zip(rows, pfs, skew, reuse)]
+    tables = [SyntheticTable(int(r), float(p), float(s), float(m)) for r, p, s, m in zip(rows, pfs, skew, reuse)]
+    return tables + _extra_tables(spec, 1, spec.large_tables, (spec.max_rows, spec.large_rows),
+                                  lambda u: math.exp(u * math.log(max(spec.mean_pooling, 1.0)))) \
+        + _extra_tables(spec, 2, spec.hot_tables, (MIN_ROWS, spec.hot_rows),
+                        lambda u: spec.hot_pooling * (0.5 + 0.5 * u))
+
+
+def _extra_tables(spec: SyntheticSpec, stream: int, n: int, rows: tuple[int, int], pooling) -> list[SyntheticTable]:
+    """`n` extra tables from their own seeded stream: rows log-uniform in `rows`, pooling `pooling(u)` of a
+    stratified uniform u, skew and reuse as a regular table's."""
+    if not n:
+        return []
+    rng = np.random.default_rng(np.random.SeedSequence(spec.seed, spawn_key=(2, stream)))
+    u_rows, u_pf, u_skew, u_reuse = (_stratified(rng, n) for _ in range(4))
+    lo, hi = math.log(rows[0]), math.log(rows[1])
+    return [SyntheticTable(round(math.exp(lo + (hi - lo) * ur)), float(pooling(up)),
+                           spec.skew_lo + (spec.skew_hi - spec.skew_lo) * us,
+                           math.exp(math.log(spec.reuse_lo) + ur2 * math.log(spec.reuse_hi / spec.reuse_lo)))
+            for ur, up, us, ur2 in zip(u_rows, u_pf, u_skew, u_reuse)]
 
 
 def synthetic_table(spec: SyntheticSpec, t: int, p: SyntheticTable):
@@ -144,7 +189,7 @@ def generate_synthetic(spec: SyntheticSpec, progress: bool = True):
     spec.validate()
     params = synthetic_params(spec)
     configs, localities, out_idx, out_off = [], [], [], []
-    for t in tqdm(range(spec.num_tables), desc="tables", unit="table", disable=not progress):
+    for t in tqdm(range(spec.total_tables), desc="tables", unit="table", disable=not progress):
         idx, off = synthetic_table(spec, t, params[t])
         loc = table_locality(idx)
         cfg = loc.config(spec.batch_size)

@@ -309,7 +309,9 @@ def summarize(records: Sequence[PlanRecord], algs: Sequence[str], num_tasks: int
     `cost_key`: the record attribute compared ("estimated_cost", "cost" for
     the measured cost, "e2e_cost"). `average`: mean cost over the tasks
     where that algorithm's plan is valid (upstream's Average); `mean_common`:
-    mean over the tasks valid for every algorithm; `rank`: order of
+    mean over the tasks valid for every algorithm that planned any (one that
+    planned none, such as a table-wise sharder on tasks with a table larger
+    than a device, shows as 0 valid and leaves the comparison to the others); `rank`: order of
     `mean_common` (1 = cheapest); `neuroshard_gain`: the reference's relative
     improvement over that algorithm on the common tasks, `(alg - neuroshard)
     / alg` (a fraction); search times in ms. `headroom`: what a choice among the algorithms' plans by
@@ -323,7 +325,8 @@ def summarize(records: Sequence[PlanRecord], algs: Sequence[str], num_tasks: int
 
     by_alg = {a: {r.task: r for r in records if r.alg == a} for a in algs}
     valid = {a: {t for t, r in rs.items() if cost(r) is not None} for a, rs in by_alg.items()}
-    common = sorted(set.intersection(*valid.values())) if valid else []
+    planning = [v for v in valid.values() if v]
+    common = sorted(set.intersection(*planning)) if planning else []
     rows = []
     for a in algs:
         rs = by_alg[a]
@@ -331,7 +334,7 @@ def summarize(records: Sequence[PlanRecord], algs: Sequence[str], num_tasks: int
         rows.append(AlgorithmRow(
             alg=a, valid=len(ok), tasks=num_tasks, oom=sum(1 for r in rs.values() if r.status == "oom"),
             invalid=sum(1 for r in rs.values() if r.status == "invalid"), average=_mean(cost(r) for r in ok),
-            mean_common=_mean(cost(rs[t]) for t in common), median_search_ms=_median(r.search_ms for r in rs.values()),
+            mean_common=_mean(cost(rs[t]) for t in common) if ok else None, median_search_ms=_median(r.search_ms for r in rs.values()),
             mean_search_ms=_mean(r.search_ms for r in rs.values()), mean_splits=_mean(r.num_splits for r in ok)))
     # the simulator's estimates of the unmeasured tasks' plans, by (algorithm, task): the measured cost's predictions
     predicted = {(r.alg, r.task): r.estimated_cost for r in unmeasured or () if r.estimated_cost is not None} \
@@ -345,6 +348,8 @@ def summarize(records: Sequence[PlanRecord], algs: Sequence[str], num_tasks: int
     if common:
         ref_costs = _repeat_matrix([by_alg[reference][t] for t in common], cost_key) if ref else None
         for r in rows:
+            if not r.valid:  # planned none: nothing to compare
+                continue
             costs = matrices[r.alg] = _repeat_matrix([by_alg[r.alg][t] for t in common], cost_key)
             iv = mean_interval(costs)
             r.mean_common_ci = [iv.lo, iv.hi]

@@ -96,6 +96,16 @@ class Preset:
     torchrec_random_plans: int = 3
     # the share of a random plan's tables made row-wise or data-parallel, so the runtime model learns their terms
     torchrec_spread_share: float = 0.15
+    # tasks beyond the paper's plan space (0: off; synthetic data only): a second dataset, `spread_tables` regular
+    # tables plus `spread_large` tables of up to `large_rows` rows (at dim 128 larger than one device) and
+    # `spread_hot` small hot ones, and `spread_tasks` tasks over it, each with a table larger than a device and a
+    # hot one; every algorithm planned in the simulator and measured on the paper runtime (and with
+    # --torchrec_train, NeuroShard over every sharding type trained with TorchRec beside TorchRec's full planner)
+    spread_tasks: int = 0
+    spread_tables: int = 100
+    spread_large: int = 8
+    spread_hot: int = 8
+    large_rows: int = 4_000_000
 
 
 PRESETS = {
@@ -122,7 +132,8 @@ PRESETS = {
                     iters=7, noise_samples=40, epochs=1000, policy_tasks=50, dreamshard_args=(),
                     autoshard_args=(), eval_tasks=10, eval_warmup=3, eval_iters=5, eval_repeats=2, drift_samples=20,
                     ensemble=3, onpolicy_tasks=2, spread_dist="log", unmeasured_tasks=40,
-                    algs="neuroshard,neuroshard_plus,size_lookup_greedy,torchrec,dreamshard,autoshard", ablation=True),
+                    algs="neuroshard,neuroshard_plus,size_lookup_greedy,torchrec,dreamshard,autoshard", ablation=True,
+                    spread_tasks=6),
     # The paper's setting on the public dataset and GPUs (DESIGN §2 defaults: 4 GB per GPU, T from 10 to 60,
     # 100 tasks, batch 65536); run once with 4 and once with 8 GPUs.
     "paper": Preset("paper", Problem(ndevices=4, max_mem=4.0), max_dim=128, num_tables=856, batch_size=65536,

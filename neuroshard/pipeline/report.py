@@ -460,14 +460,14 @@ def refine_lines(records: list[PlanRecord] | None) -> tuple[list[str], dict | No
     return lines, got
 
 
-def torchrec_lines(out: Path) -> tuple[list[str], dict | None]:
-    """Markdown on phase 7 (the plans trained with TorchRec, `torchrec.training_eval`): the table of step times
-    and ratios, and how noisy it is on this machine (None when the step did not run)."""
+def torchrec_lines(out: Path, folder: str = "torchrec") -> tuple[list[str], dict | None]:
+    """Markdown on phase 7 (the plans trained with TorchRec, `torchrec.training_eval`, in `out / folder`): the
+    table of step times and ratios, and how noisy it is on this machine (None when the step did not run)."""
     import os
 
     from neuroshard.torchrec.training_eval import summary_markdown
 
-    summary, config = _load(out / "torchrec" / "summary.json"), _load(out / "torchrec" / "config.json")
+    summary, config = _load(out / folder / "summary.json"), _load(out / folder / "config.json")
     if not summary:
         return [], None
     config = config or {}
@@ -491,6 +491,50 @@ def torchrec_lines(out: Path) -> tuple[list[str], dict | None]:
                  "each with its own input distribution, kernels and all-to-alls; the cost models price one kernel "
                  "and two all-to-alls per device, so they do not see that overhead.")
     return lines, summary
+
+
+def unplanned_by(records: list[PlanRecord], alg: str, rival: str) -> list[int]:
+    """The tasks `rival` planned and `alg` did not (a plan or a cost-less record both count as none)."""
+    def planned(a):
+        return {r.task for r in records if r.alg == a and r.plan is not None and r.status == "ok"}
+    return sorted(planned(rival) - planned(alg))
+
+
+def spread_lines(out: Path) -> tuple[list[str], dict | None]:
+    """Markdown on the tasks beyond the paper's plan space (`spread/`, steps 1b, 2d, 6g, 6h): what the set is,
+    who plans its tasks, and the comparison in the simulator and on hardware (None when the steps did not
+    run)."""
+    sim, hw = (_load_summary(out / "spread" / d / "summary.json") for d in ("sim", "hw"))
+    if sim is None:
+        return [], None
+    data = _load(out / "spread" / "dataset" / "config.json") or {}
+    plans = out / "spread" / "sim" / "plans.json"
+    records = read_plans(plans) if plans.exists() else []
+    table, verdicts = comparison_table(sim, hw)
+    none = [r.alg for r in sim.algorithms if not r.valid]
+    missed = {rival: unplanned_by(records, "neuroshard", rival) for rival in ("torchrec", "torchrec_full")
+              if any(r.alg == rival for r in records)}
+    lines = [f"{sim.tasks} tasks over a second synthetic dataset: {data.get('num_tables', '?')} regular tables, "
+             f"{data.get('large_tables', '?')} large ones (up to {data.get('large_rows', 0) / 1e6:.1f} M rows, at dim "
+             "128 larger than one device) and "
+             f"{data.get('hot_tables', '?')} small hot ones (pooling factor up to {data.get('hot_pooling', '?')}). "
+             "Every task has at least one table larger than a device and one hot table (`gen_tasks.py --oversize 1 "
+             "--hot 1`). On the paper's runtime the plans are table-wise and column-wise: NeuroShard splits the "
+             "large tables in its search, the greedy baselines halve a table until its pieces fit a device, "
+             "DreamShard and AutoShard place whole tables only"
+             + (f" (so {', '.join(none)} planned none of these tasks)" if none else "") + ". The means are over "
+             "the tasks valid for every algorithm that planned any.", "", table]
+    lines += verdict_lines(verdicts)
+    for rival, tasks in missed.items():
+        lines.append(f"- Tasks {rival} planned and NeuroShard did not: {len(tasks)}"
+                     + (f" ({', '.join(map(str, tasks))})" if tasks else "") + ".")
+    trec_md, trec = torchrec_lines(out, "spread/torchrec")
+    if trec_md:
+        lines += ["", "The first of these tasks trained with TorchRec (step 7g), where the plans may also be "
+                      "row-wise and data-parallel: neuroshard[torchrec] searches every sharding type its runtime "
+                      "model was fitted on, torchrec_full is TorchRec's planner as users get it.", ""] + trec_md[2:3]
+    return lines, {"verdicts": verdicts, "planned_none": none, "unplanned_by_neuroshard": missed,
+                   "torchrec_train": trec}
 
 
 LEARNED = ("dreamshard", "autoshard")
@@ -685,6 +729,9 @@ def write_report(out, preset, steps: list[dict], seconds: float, study: tuple[in
     text += ablation_md
     refine_md, refine = refine_lines(records)
     text += refine_md
+    spread_md, spread = spread_lines(out)
+    if spread_md:
+        text += ["", "## Tasks with a table larger than a device", ""] + spread_md
     trec_lines, trec = torchrec_lines(out)
     if trec_lines:
         text += ["", "## TorchRec training (DistributedModelParallel)", ""] + trec_lines
@@ -719,5 +766,5 @@ def write_report(out, preset, steps: list[dict], seconds: float, study: tuple[in
                                             "learned": learned_rows, "verdicts": verdicts, "drift": drift,
                                             "anchors": anchors, "onpolicy": onpolicy, "refine": refine,
                                             "ablation": ablation_fig, "round_calibration": rounds,
-                                            "torchrec_train": trec})
+                                            "torchrec_train": trec, "spread": spread})
     return report

@@ -1,6 +1,9 @@
 """Baseline sharders (DESIGN.md §9): random and four greedy heuristics.
 
-All place whole tables (no column-wise splits). Each greedy gives every table
+All place whole tables, except a table larger than every device: that one is
+halved column-wise until its pieces fit the largest device (`oversize_steps`;
+the paper's tasks have none, so their plans are whole-table plans), unless
+the problem's constraints keep it whole or on some devices. Each greedy gives every table
 a cost key, orders tables by (key, size, index) descending -- largest first,
 ties broken by the larger size, then the larger index -- and puts each on the
 device with the smallest key sum among the devices with memory room
@@ -33,14 +36,14 @@ from neuroshard.planner.registry import ShardingContext, register
 from neuroshard.planner.simulator import device_caps, table_elements
 from neuroshard.problem import Problem
 from neuroshard.types.errors import OutOfMemoryError
-from neuroshard.types.plan import Plan
-from neuroshard.types.tables import BYTES_PER_ELEMENT, ShardTable
+from neuroshard.types.plan import Plan, apply_column_steps
+from neuroshard.types.tables import BYTES_PER_ELEMENT, ShardTable, can_split
 
 
 def no_room_error(t: int, table: ShardTable, problem: Problem, used: Sequence[int],
                   allowed: Sequence[int] | None = None) -> OutOfMemoryError:
-    """Table `t` fits on no device (of `allowed`, when its constraints name them); `used`: fp32 elements per
-    device (reported in GB)."""
+    """Table `t` (or `table`, a column piece of it) fits on no device (of `allowed`, when its constraints name
+    them); `used`: fp32 elements per device (reported in GB)."""
     used = [u * BYTES_PER_ELEMENT / 2**30 for u in used]
     where = "" if allowed is None else f" of its devices {list(allowed)}"
     return OutOfMemoryError(
@@ -68,11 +71,46 @@ def placement_units(tables: Sequence[ShardTable], problem: Problem) -> list[tupl
     return units
 
 
-def _plan(assignment: Sequence[int], ndevices: int) -> Plan:
+def oversize_steps(tables: Sequence[ShardTable], problem: Problem) -> list[int]:
+    """Column steps that halve each table larger than the largest device until its pieces fit it; a table
+    whose narrowest pieces would not fit either, or that the constraints keep whole or limit to some devices,
+    is left whole."""
+    cap, cons = max(device_caps(problem)), problem.table_constraints
+    steps: list[int] = []
+    for t, table in enumerate(tables):
+        if cons.kept_whole(t) or cons.allowed(t) is not None:
+            continue
+        dim, halvings = table.dim, 0
+        while table.config.row * dim > cap and can_split(dim):
+            dim, halvings = dim // 2, halvings + 1
+        if not halvings or table.config.row * dim > cap:
+            continue
+        # halve the table, then each piece, breadth first: 2**halvings pieces of `dim` columns
+        n = len(tables) + len(steps)
+        level = [t]
+        for _ in range(halvings):
+            nxt = []
+            for i in level:
+                steps.append(i)
+                nxt += [i, n]
+                n += 1
+            level = nxt
+    return steps
+
+
+def piece_owners(ntables: int, column_steps: Sequence[int]) -> list[int]:
+    """The task table each post-split table is a piece of."""
+    owner = list(range(ntables))
+    for i in column_steps:
+        owner.append(owner[i])
+    return owner
+
+
+def _plan(assignment: Sequence[int], ndevices: int, column_steps: Sequence[int] = ()) -> Plan:
     shards = [[] for _ in range(ndevices)]
     for t, d in enumerate(assignment):
         shards[d].append(t)
-    return Plan(column_steps=(), shards=tuple(tuple(s) for s in shards))
+    return Plan(column_steps=tuple(column_steps), shards=tuple(tuple(s) for s in shards))
 
 
 def greedy_place(tables: Sequence[ShardTable], problem: Problem,
@@ -80,6 +118,9 @@ def greedy_place(tables: Sequence[ShardTable], problem: Problem,
     """Largest-key-first greedy placement on the device with the smallest key sum (see module doc); a
     co-located group goes as one unit (its keys and sizes summed) to a device all its tables allow."""
     ndevices = problem.ndevices
+    steps = oversize_steps(tables, problem)
+    owner = piece_owners(len(tables), steps)
+    tables = apply_column_steps(tables, steps)
     units = placement_units(tables, problem)
     keys = [sum(float(key(tables[t])) for t in m) for m, _ in units]
     gbs = [sum(tables[t].size_gb for t in m) for m, _ in units]
@@ -94,13 +135,13 @@ def greedy_place(tables: Sequence[ShardTable], problem: Problem,
         room = [d for d in devices if used[d] + size <= caps[d]]
         if not room:
             t = max(members, key=lambda i: tables[i].size_gb)
-            raise no_room_error(t, tables[t], problem, used, None if len(devices) == ndevices else devices)
+            raise no_room_error(owner[t], tables[t], problem, used, None if len(devices) == ndevices else devices)
         d = min(room, key=lambda r: (key_sum[r], used[r], r))
         for t in members:
             assignment[t] = d
         key_sum[d] += keys[u]
         used[d] += size
-    return _plan(assignment, ndevices)
+    return _plan(assignment, ndevices, steps)
 
 
 def dim_key(t: ShardTable) -> float:
@@ -149,6 +190,9 @@ def random_sharder(tables, problem: Problem, ctx: ShardingContext | None = None)
     where it fits and that it may use."""
     ndevices = problem.ndevices
     rng = np.random.default_rng(problem.seed)
+    steps = oversize_steps(tables, problem)
+    owner = piece_owners(len(tables), steps)
+    tables = apply_column_steps(tables, steps)
     used = [0] * ndevices  # fp32 elements
     caps = device_caps(problem)
     assignment = [-1] * len(tables)
@@ -157,9 +201,9 @@ def random_sharder(tables, problem: Problem, ctx: ShardingContext | None = None)
         room = [d for d in devices if used[d] + size <= caps[d]]
         if not room:
             t = max(members, key=lambda i: tables[i].size_gb)
-            raise no_room_error(t, tables[t], problem, used, None if len(devices) == ndevices else devices)
+            raise no_room_error(owner[t], tables[t], problem, used, None if len(devices) == ndevices else devices)
         d = room[int(rng.integers(len(room)))]
         for t in members:
             assignment[t] = d
         used[d] += size
-    return _plan(assignment, ndevices)
+    return _plan(assignment, ndevices, steps)

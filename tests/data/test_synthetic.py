@@ -64,9 +64,33 @@ def test_default_synthetic_matches_published_locality():
 
 @pytest.mark.parametrize("kwargs, message", [
     (dict(num_tables=0), "--num_tables"), (dict(batch_size=0), "--batch_size"),
-    (dict(max_rows=50), "--max_rows"), (dict(max_rows=2**31), "--max_rows")])
+    (dict(max_rows=50), "--max_rows"), (dict(max_rows=2**31), "--max_rows"),
+    (dict(large_rows=500_000), "--large_rows"), (dict(hot_tables=-1), "--hot_tables"),
+    (dict(hot_pooling=0.0), "--hot_pooling")])
 def test_synthetic_bad_spec(kwargs, message):
     from neuroshard.types.errors import NeuroShardError
 
     with pytest.raises(NeuroShardError, match=message):
         generate_synthetic(SyntheticSpec(**kwargs), progress=False)
+
+
+def test_extra_tables_follow_the_regular_ones_unchanged():
+    base = SyntheticSpec(num_tables=20, seed=4)
+    spec = SyntheticSpec(num_tables=20, seed=4, large_tables=3, large_rows=3_000_000, hot_tables=2, hot_rows=5000,
+                         hot_pooling=120.0)
+    params, extra = synthetic_params(base), synthetic_params(spec)
+    assert extra[:20] == params and len(extra) == 25 == spec.total_tables
+    assert all(base.max_rows <= p.rows <= 3_000_000 for p in extra[20:23])
+    assert all(100 <= p.rows <= 5000 and 60.0 <= p.pooling <= 120.0 for p in extra[23:])
+
+
+def test_hot_tables_are_looked_up_as_drawn():
+    spec = SyntheticSpec(num_tables=10, batch_size=512, max_rows=20_000, large_tables=1, large_rows=40_000,
+                         hot_tables=2, hot_rows=300, hot_pooling=200.0)
+    configs, _, idx, _ = generate_synthetic(spec, progress=False)
+    params = synthetic_params(spec)
+    assert len(configs) == 13
+    for c, p, i in zip(configs[10:], params[10:], idx[10:]):
+        assert c.row == p.rows and int(i.max()) < p.rows
+    # Poisson lengths around the drawn factor: within 15% at 512 samples of >= 100 lookups each
+    assert all(abs(c.pooling_factor / p.pooling - 1) < 0.15 for c, p in zip(configs[11:], params[11:]))

@@ -102,3 +102,22 @@ def test_table_pools_are_disjoint_halves_and_all_is_unchanged():
     assert default == generate_tasks(cfgs, replace(spec, table_pool="all"))
     with pytest.raises(NeuroShardError, match="--table_pool: must be one of all, train, test"):
         generate_tasks(cfgs, replace(spec, table_pool="half"))
+
+
+def test_oversize_and_hot_tasks_have_both_and_fit_half_the_devices():
+    # table 5 (4M rows) is the only one that can exceed a 0.5 GB device (at dim >= 64: 0.95 / 1.9 GB); table 1
+    # is the only hot one
+    cfgs = [TableConfig(r, 150.0 if i == 1 else 1.0, BINS) for i, r in enumerate(ROWS)]
+    spec = TaskSpec(data_size=30, T_range=(3, 6), max_dim=128, problem=Problem(ndevices=4, max_mem=0.5, seed=2),
+                    oversize=1, hot=1, hot_pooling=100.0)
+    for t in generate_tasks(cfgs, spec):
+        sizes = [size_gb(cfgs[i].row, d) for i, d in zip(t.table_ids, t.dims)]
+        assert sum(s > 0.5 for s in sizes) >= 1 and 1 in t.table_ids
+        assert max(sizes) <= 4 * 0.5 / 2 and sum(sizes) <= 4 * 0.5
+
+
+def test_oversize_without_large_tables_names_the_flags():
+    spec = TaskSpec(data_size=1, T_range=(3, 3), max_dim=8, problem=Problem(ndevices=2, max_mem=0.5),
+                    oversize=1, max_tries=20)
+    with pytest.raises(NeuroShardError, match=r"0 table\(s\) larger than 0.5 GB at dim 8.*--large_tables"):
+        generate_tasks(configs(ROWS), spec)

@@ -157,3 +157,42 @@ def test_drift_and_anchor_lines_measure_the_change_from_the_plan_speed_the_estim
     assert fig["plan_speed"] == speed and fig["scaled_plan_mape"] == pytest.approx(1 / 7)
     assert "include the speed before it (`--plan_speed`: the models scaled by compute 0.500x" in lines[0]
     assert "before to after (compute 2.000x, fw 1.000x, bw 1.000x), the plan-cost MAPE is 14.3%" in lines[0]
+
+
+def test_spread_section_compares_the_algorithms_that_planned_and_counts_what_neuroshard_missed(tmp_path):
+    import json
+
+    from neuroshard.eval.summary import summarize
+    from neuroshard.formats.plan_file import write_plans
+    from neuroshard.pipeline.report import spread_lines
+    from neuroshard.types.costs import CostBreakdown
+    from neuroshard.types.plan import Plan
+    from neuroshard.types.records import PlanRecord
+
+    assert spread_lines(tmp_path) == ([], None)  # the steps did not run: no section
+
+    def rec(task, alg, cost):
+        if cost is None:
+            return PlanRecord(task, alg, status="oom", message="fits on no device")
+        return PlanRecord(task, alg, plan=Plan((), ((0,),)), estimate=CostBreakdown([cost], [0.0], [0.0]))
+
+    # three tasks: NeuroShard 10, 20, no plan; TorchRec 12, 22, 30; DreamShard none
+    records = [rec(0, "neuroshard", 10.0), rec(1, "neuroshard", 20.0), rec(2, "neuroshard", None),
+               rec(0, "torchrec", 12.0), rec(1, "torchrec", 22.0), rec(2, "torchrec", 30.0),
+               *(rec(t, "dreamshard", None) for t in range(3))]
+    sim = tmp_path / "spread" / "sim"
+    sim.mkdir(parents=True)
+    (tmp_path / "spread" / "dataset").mkdir()
+    write_plans(sim / "plans.json", records)
+    (sim / "summary.json").write_text(json.dumps(summarize(records, ["neuroshard", "torchrec", "dreamshard"],
+                                                           3).to_json()))
+    (tmp_path / "spread" / "dataset" / "config.json").write_text(json.dumps(
+        {"num_tables": 100, "large_tables": 8, "large_rows": 4_000_000, "hot_tables": 8, "hot_pooling": 150.0}))
+    lines, fig = spread_lines(tmp_path)
+    text = "\n".join(lines)
+    assert "3 tasks over a second synthetic dataset: 100 regular tables, 8 large ones (up to 4.0 M rows" in text
+    assert "(so dreamshard planned none of these tasks)" in text
+    # the common tasks are 0 and 1 (DreamShard left out): 15 against 17 ms
+    assert "| torchrec | 17.00 [" in text and "| dreamshard | - |" in text and "| 0 / 3 | - |" in text
+    assert "- Tasks torchrec planned and NeuroShard did not: 1 (2)." in text
+    assert fig["planned_none"] == ["dreamshard"] and fig["unplanned_by_neuroshard"] == {"torchrec": [2]}

@@ -189,7 +189,7 @@ def test_torchrec_training_is_an_opt_in_last_phase():
     out = Path("results/quick")
     assert not any(k.startswith("7") for k in steps_of("--preset", "quick", out=out))
     steps = steps_of("--preset", "quick", "--seed", "2", "--torchrec_train", out=out)
-    assert list(steps)[-5:] == ["7a", "7b", "7c", "7d", "7e"]
+    assert list(steps)[-7:] == ["7a", "7b", "7c", "7d", "7e", "7f", "7g"]
     collect, fit, plan, train, check = (steps[k] for k in ("7a", "7b", "7c", "7d", "7e"))
     assert collect.argv[0] == "collect_torchrec_cost_data.py" and "train_tasks" in collect.argv[collect.argv.index(
         "--task_path") + 1]
@@ -207,6 +207,42 @@ def test_torchrec_training_is_an_opt_in_last_phase():
     flags = flags_of(check)
     assert flags["--model"] == str(model) and flags["--check_results"] == str(out / "torchrec" / "results.json")
     assert "--results" not in flags
+    # the tasks with a table larger than a device: planned for TorchRec's runtime, trained beside the others
+    spread_plan, spread_train = steps["7f"].argv, flags_of(steps["7g"])
+    assert spread_plan[spread_plan.index("--runtime_model") + 1] == str(model)
+    assert spread_plan[spread_plan.index("--data_dir") + 1] == str(out / "spread" / "dataset")
+    assert spread_train["--plans"] == f"{out / 'spread' / 'sim_torchrec' / 'plans.json'}," \
+                                      f"{out / 'spread' / 'sim' / 'plans.json'}"
+    assert spread_train["--alg"] == "all,torchrec_full" and spread_train["--max_tasks"] == "3"
+
+
+def test_tasks_beyond_the_paper_space_get_their_dataset_tasks_and_evaluation():
+    from tests.test_flags import parsed_options
+
+    steps = steps_of("--preset", "quick")
+    spread = [steps[k] for k in ("1b", "2d", "6g", "6h")]
+
+    def flag(step, name):
+        return step.argv[step.argv.index(name) + 1]
+
+    data, tasks, sim, hw = spread
+    assert flag(data, "--large_tables") == "8" and flag(data, "--hot_tables") == "8"
+    assert flag(data, "--out_dir") == str(Path("r") / "spread" / "dataset")
+    assert flag(tasks, "--oversize") == "1" and flag(tasks, "--hot") == "1"
+    assert flag(tasks, "--data_dir") == flag(data, "--out_dir") and flag(tasks, "--data_size") == "6"
+    for step in (sim, hw):  # every algorithm of the evaluation, on the second dataset's tasks
+        assert flag(step, "--alg") == flag(steps["5c"], "--alg") and flag(step, "--max_tasks") == "6"
+        assert flag(step, "--data_dir") == flag(data, "--out_dir")
+        assert flag(step, "--task_path") == str(Path("r") / "spread" / "tasks" / "data.txt")
+    assert flag(hw, "--plans") == str(Path("r") / "spread" / "sim" / "plans.json")
+    assert flag(hw, "--repeats") == "2" and sim.late is not None
+    spread += [steps_of("--preset", "quick", "--torchrec_train")[k] for k in ("7f", "7g")]
+    options = parsed_options(sorted({ROOT / s.argv[0] for s in spread}))
+    for step in spread:
+        assert not [a for a in step.argv if a.startswith("--") and a not in options[step.argv[0]]]
+    # off in the smoke preset, and on a public dataset (whose own tables would have to be larger than a device)
+    assert not {"1b", "2d", "6g", "6h"} & (steps_of("--preset", "tiny").keys()
+                                           | steps_of("--preset", "quick", "--data", "x.pt").keys())
 
 
 def test_refine_flag_puts_neuroshard_plus_refinement_into_the_planning_step():
@@ -253,7 +289,7 @@ def test_steps_are_numbered_in_the_order_they_run_and_each_script_is_a_step_scri
 
     keys = [s.key for s in STEPS]
     assert keys == sorted(keys, key=lambda k: (int(k[0]), k[1:])) and len(set(keys)) == len(keys)
-    assert keys[:4] == ["1", "2a", "2b", "2c"]
+    assert keys[:5] == ["1", "1b", "2a", "2b", "2c"]
     root_scripts = {p.name for p in ROOT.glob("*.py")} - {"setup.py"}
     # the rule of where scripts live: every step script at the root, every root script a step, tools/ none
     assert {s.script for s in STEPS} == root_scripts

@@ -10,7 +10,7 @@ from neuroshard.planner.registry import ShardingContext, algorithm_names, get_sh
 from neuroshard.problem import Problem
 from neuroshard.types.constraints import TableConstraints
 from neuroshard.types.errors import OutOfMemoryError
-from neuroshard.types.plan import Plan
+from neuroshard.types.plan import Plan, apply_column_steps
 from neuroshard.types.tables import TableConfig, Task
 
 BINS = (0.0,) * 17
@@ -118,9 +118,11 @@ def test_random_tasks_memory_never_exceeded(alg):
             continue
         placed += 1
         assert len(plan.shards) == ndev
-        assert sorted(i for s in plan.shards for i in s) == list(range(T))
+        pieces = apply_column_steps(tables, plan.column_steps)  # only tables larger than every device split
+        assert not plan.column_steps or max(t.size_gb for t in tables) > max_mem
+        assert sorted(i for s in plan.shards for i in s) == list(range(len(pieces)))
         for s in plan.shards:
-            assert sum(tables[i].size_gb for i in s) <= max_mem
+            assert sum(pieces[i].size_gb for i in s) <= max_mem
     assert placed > 20 and oom > 0
 
 
@@ -163,3 +165,24 @@ def test_a_constraint_that_leaves_no_room_names_the_table_and_its_devices():
     cons = TableConstraints(devices=((0, (1,)),))
     with pytest.raises(OutOfMemoryError, match=r"table 0 .* fits on no device of its devices \[1\]"):
         shards("size_greedy", FIVE, 2, max_mem=(100.0, 50000 * UNIT), constraints=cons)
+
+
+def test_a_table_larger_than_every_device_is_halved_until_its_pieces_fit():
+    # t0: 1000 rows x 64 = 64000 elements on devices of 25000 elements: 64 -> 32 -> 16 columns (4 pieces of
+    # 16000); t1 (1000 x 8) fits whole
+    cap = 25000 * UNIT
+    tables = make_tables([(1000, 64, 1.0), (1000, 8, 1.0)])
+    problem = Problem(4, cap)
+    steps = baselines.oversize_steps(tables, problem)
+    # halve t0 (-> t0, t2 of 32 columns), then each half: t0 (-> t0, t3 of 16), t2 (-> t2, t4 of 16)
+    assert steps == [0, 0, 2] and baselines.piece_owners(2, steps) == [0, 1, 0, 0, 0]
+    for alg in [*GREEDY, "random"]:
+        plan = get_sharder(alg)(tables, problem, ShardingContext())
+        assert plan.column_steps == (0, 0, 2) and sorted(t for s in plan.shards for t in s) == [0, 1, 2, 3, 4]
+    # pieces at the narrowest split still too large (1000 x 4 > 3000): left whole
+    assert baselines.oversize_steps(tables, Problem(4, 3000 * UNIT)) == []
+    # kept whole, or limited to some devices: left whole, so no device holds it
+    for cons in (TableConstraints(whole=(0,)), TableConstraints(devices=((0, (0, 1)),))):
+        assert baselines.oversize_steps(tables, Problem(4, cap, constraints=cons)) == []
+        with pytest.raises(OutOfMemoryError, match="table 0"):
+            get_sharder("size_greedy")(tables, Problem(4, cap, constraints=cons), ShardingContext())
