@@ -58,7 +58,7 @@ def main(argv=None) -> int:
     from neuroshard.eval import planning as ev
     from neuroshard.eval import results
     from neuroshard.eval.refine import RefineConfig, refine_records
-    from neuroshard.eval.summary import summarize
+    from neuroshard.eval.summary import REFERENCE_ALG, summarize
     from neuroshard.types.errors import ConfigError
 
     problem = Problem.from_args(args)
@@ -102,7 +102,9 @@ def main(argv=None) -> int:
         records = refine_records(records, inputs.tasks, inputs.configs, inputs.models, refine, hw, args.data_dir,
                                  args.task_path, work, problem, options,
                                  show=None if args.quiet else print)
-    summary = summarize(records, algs, n)
+    # under another runtime the reference is NeuroShard searched for it (e.g. neuroshard[torchrec])
+    reference = ev.label_runtime([], [REFERENCE_ALG], args.runtime)[1][0] if args.runtime != "paper" else REFERENCE_ALG
+    summary = summarize(records, algs, n, reference=reference)
     results.print_summary(summary)
     if args.out_dir:
         config = {k: v for k, v in vars(args).items() if k not in ("quiet", "no_progress")}

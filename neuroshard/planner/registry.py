@@ -54,12 +54,12 @@ ENTRY_POINT_GROUP = "neuroshard.sharders"
 # The order in which `--alg all` runs and reports algorithms (DESIGN §2); others follow, sorted.
 _ORDER = ["neuroshard", "random", "dim_greedy", "lookup_greedy", "size_greedy", "size_lookup_greedy",
           "torchrec", "dreamshard", "autoshard", "neuroshard_plus", "neuroshard_fitted", "torchrec_fitted",
-          "torchrec_neural"]
+          "torchrec_neural", "torchrec_full"]
 # Modules that register algorithms when imported.
 # The learned baselines register from their own folder (`neuroshard.learned.sharders`, torch-free), named
 # here by string as a plug-in would be: the planner does not depend on them.
 _MODULES = ["neuroshard.planner.baselines", "neuroshard.planner.search.sharding_types", "neuroshard.torchrec.sharder",
-            "neuroshard.learned.sharders", "neuroshard.planner.search.plus"]
+            "neuroshard.torchrec.full_planner", "neuroshard.learned.sharders", "neuroshard.planner.search.plus"]
 
 _REGISTRY: dict[str, Sharder] = {}
 _PACKAGES: dict[str, str] = {}  # algorithm -> the optional package it needs

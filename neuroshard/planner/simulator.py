@@ -222,8 +222,9 @@ def plan_cost_samples(tables: Sequence[ShardTable], plan: Plan, models, problem:
 
 
 def unpriced(plan: Plan, models) -> None:
-    """NeuroShardError naming the first spread table of `plan` that `models` cannot price: the paper's runtime
-    has no term for spread tables; TorchRec's runtime model prices the kinds it was fitted on."""
+    """InvalidPlanError naming the first spread table of `plan` that `models` cannot price (an evaluation records
+    the plan as invalid): the paper's runtime has no term for spread tables; TorchRec's runtime model prices the
+    kinds it was fitted on."""
     if not plan.spread:
         return
     runtime = getattr(models, "runtime", None)
@@ -231,7 +232,7 @@ def unpriced(plan: Plan, models) -> None:
         runtime.check_types(plan)
         return
     s = plan.spread[0]
-    raise NeuroShardError(f"table {s.table} is {s.kind}: the paper runtime's cost models price table-wise and "
+    raise InvalidPlanError(f"table {s.table} is {s.kind}: the paper runtime's cost models price table-wise and "
                           "column-wise shards only; plan with --runtime torchrec (TorchRec's runtime model prices "
                           "row-wise, table-row-wise and data-parallel tables)")
 

@@ -31,6 +31,7 @@ from collections import Counter
 from dataclasses import replace
 from typing import Sequence
 
+from neuroshard.planner.registry import ShardingContext, register
 from neuroshard.problem import Problem
 from neuroshard.torchrec.sharder import (
     TABLE_WISE,
@@ -38,12 +39,14 @@ from neuroshard.torchrec.sharder import (
     embedding_bag_collection,
     gpu_topology,
     plain_constraints,
+    plan_from_sharding_plan,
     require_torchrec,
     run_planner,
     sharding_layout,
     table_names,
 )
 from neuroshard.types.errors import InvalidPlanError
+from neuroshard.types.plan import Plan
 from neuroshard.types.tables import ShardTable
 
 FULL_ALG = "torchrec_full"
@@ -76,6 +79,22 @@ def plan_torchrec_full(tables: Sequence[ShardTable], problem: Problem, cfg: Torc
                                            constraints=constraints, stats=[], debug=False)
         return run_planner(planner, embedding_bag_collection(tables, names), EmbeddingBagCollectionSharder(),
                            tables, problem)
+
+
+@register(FULL_ALG, requires_package="torchrec", settings=(TorchRecConfig,), in_all=False)
+def torchrec_full_sharder(tables, problem: Problem, ctx: ShardingContext | None = None) -> Plan:
+    """TorchRec's planner as users get it, read back as the project's plan (`sharder.plan_from_layout`):
+    table-wise, column-wise, row-wise, table-row-wise and data-parallel tables. InvalidPlanError for a choice
+    the plan space has no name for (table-column-wise, grid shards); the paper runtime refuses row-wise and
+    data-parallel tables, `--runtime torchrec` prices them."""
+    cfg = TorchRecConfig.from_options(ctx.options if ctx is not None else None)
+    if not tables:
+        return Plan((), ((),) * problem.ndevices)
+    sharding_plan = plan_torchrec_full(tables, problem, cfg)
+    return plan_from_sharding_plan(sharding_plan, tables, table_names(tables), problem.ndevices)
+
+
+torchrec_full_sharder.prepare = require_torchrec
 
 
 @contextlib.contextmanager

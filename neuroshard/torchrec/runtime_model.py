@@ -65,7 +65,7 @@ from typing import Sequence
 import numpy as np
 
 from neuroshard.types.codec import Record
-from neuroshard.types.errors import NeuroShardError
+from neuroshard.types.errors import InvalidPlanError
 from neuroshard.types.plan import DATA_PARALLEL, ROW_WISE, TABLE_ROW_WISE, Plan, Spread, apply_column_steps
 from neuroshard.types.tables import ShardTable
 
@@ -249,10 +249,10 @@ class TorchRecRuntimeModel(Record):
             raise ValueError(f"types {unknown}: expected among {', '.join(GROUP_OF)}")
 
     def check_types(self, plan: Plan) -> None:
-        """NeuroShardError naming the first spread table of `plan` whose kind this model never saw."""
+        """InvalidPlanError naming the first spread table of `plan` whose kind this model never saw."""
         for s in plan.spread:
             if s.kind not in self.types:
-                raise NeuroShardError(f"table {s.table} is {s.kind}: the TorchRec runtime model was fitted on no "
+                raise InvalidPlanError(f"table {s.table} is {s.kind}: the TorchRec runtime model was fitted on no "
                                       f"{s.kind} plans (its samples had {', '.join(self.types) or 'none'}); "
                                       "collect with --spread_share and refit")
 

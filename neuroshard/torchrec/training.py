@@ -426,12 +426,27 @@ class TorchRecTrainWorker(RankWorker):
         dist.all_reduce(mean_loss)
         per_rank = ctx.gather(float(np.median(times)))
         rank_phases = ctx.gather({name: float(np.median(v)) for name, v in phases.items()})
-        del dmp, dense_opt, model, ebc  # free this plan's shards before the next is built
+        del dmp, dense_opt, model, ebc, loss, dense, kjt, labels  # free this plan's shards before the next is built
+        release_memory()
         if not local_lead():
             return None
         slowest = slowest.cpu().tolist()
         return TorchRecStep(k, int(item["task"]), str(item["alg"]), int(item["repeat"]), slowest[:-1], per_rank,
                             slowest[-1], rank_phases, (mean_loss / ctx.world).cpu().tolist()).to_json()
+
+
+def release_memory() -> None:
+    """Collect the freed model's reference cycles and hand the freed heap back to the system: one process per
+    rank trains every plan of a job, and without this each rank keeps the high-water mark of the largest
+    plans so far, which on tasks with tables of a device's size outgrows the machine."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: the allocator keeps what it keeps
+        pass
 
 
 # =========================================================================== launcher

@@ -169,3 +169,20 @@ def test_the_pipeline_trains_torchrec_full_beside_the_plans():
     argv = steps["7d"].argv
     flags = dict(zip(argv[1::2], argv[2::2]))
     assert argv[0] == "eval_torchrec.py" and flags["--alg"] == "all,torchrec_full" and flags["--max_mem"] == "1.0"
+
+
+def test_torchrec_full_is_a_sharder_the_evaluation_can_name():
+    from neuroshard.eval.planning import plan_task
+    from neuroshard.planner.registry import ShardingContext, algorithm_names, get_sharder, in_all
+
+    assert "torchrec_full" in algorithm_names() and not in_all("torchrec_full")  # named only
+    problem = Problem(2, 1.0)
+    plan = get_sharder("torchrec_full")(MIXED, problem, ShardingContext(options={"batch_size": 4096}))
+    # the same plan the planner gives, read back: t0 row-wise, t3 data-parallel
+    assert [(s.table, s.kind) for s in plan.spread] == [(0, "row_wise"), (3, "data_parallel")]
+    # the paper runtime cannot run it: an invalid record naming the table, not an aborted evaluation
+    from tests.planner.test_simulator import hand_models
+
+    rec = plan_task(0, MIXED, "torchrec_full", problem, hand_models(2), {"batch_size": 4096})
+    assert rec.status == "invalid" and rec.plan is None
+    assert "returned an invalid plan: table 0 is row_wise: the paper runtime's cost models price" in rec.message
