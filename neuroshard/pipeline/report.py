@@ -460,25 +460,34 @@ def refine_lines(records: list[PlanRecord] | None) -> tuple[list[str], dict | No
     return lines, got
 
 
-def torchrec_lines(out: Path, folder: str = "torchrec") -> tuple[list[str], dict | None]:
-    """Markdown on phase 7 (the plans trained with TorchRec, `torchrec.training_eval`, in `out / folder`): the
-    table of step times and ratios, and how noisy it is on this machine (None when the step did not run)."""
-    import os
-
+def torchrec_table(folder: Path) -> tuple[str | None, dict | None, dict]:
+    """eval_torchrec.py's results in `folder`: the markdown of its step times and ratios, its summary and the
+    training settings (None, None, {} when it did not run)."""
     from neuroshard.torchrec.training_eval import summary_markdown
 
-    summary, config = _load(out / folder / "summary.json"), _load(out / folder / "config.json")
+    summary, config = _load(folder / "summary.json"), _load(folder / "config.json")
     if not summary:
-        return [], None
+        return None, None, {}
     config = config or {}
     training = {**config.get("training", {}), "batch_size": config.get("batch_size")}
+    return summary_markdown(summary, training), summary, training
+
+
+def torchrec_lines(out: Path) -> tuple[list[str], dict | None]:
+    """Markdown on phase 7 (the plans trained with TorchRec, `torchrec.training_eval`): the table of step times
+    and ratios, and how noisy it is on this machine (None when the step did not run)."""
+    import os
+
+    table, summary, training = torchrec_table(out / "torchrec")
+    if not summary:
+        return [], None
     lines = ["Every algorithm's plan for the first tasks, exported as a TorchRec ShardingPlan (fused kernel; "
              "dense for data-parallel tables; torchrec_full is TorchRec's planner with every sharding type) and "
              "trained with DistributedModelParallel: a DLRM (torchrec's dense and over archs, the task's tables in "
              "an EmbeddingBagCollection; the interaction concatenates, as torchrec's DLRM class needs one "
              "embedding dim for all tables), each rank fed its slice of the dataset's real lookups, BCE loss, "
              "fused exact SGD. Plans are trained in rounds, each round in a shuffled order (`eval_torchrec.py`).",
-             "", summary_markdown(summary, training)]
+             "", table]
     ranks, cores = training.get("ndevices"), os.cpu_count()
     if training.get("device") == "cpu" and ranks and cores:
         share = (f"{ranks} ranks shared {cores} cores, so at most {cores} of them ran at any moment"
@@ -528,11 +537,11 @@ def spread_lines(out: Path) -> tuple[list[str], dict | None]:
     for rival, tasks in missed.items():
         lines.append(f"- Tasks {rival} planned and NeuroShard did not: {len(tasks)}"
                      + (f" ({', '.join(map(str, tasks))})" if tasks else "") + ".")
-    trec_md, trec = torchrec_lines(out, "spread/torchrec")
+    trec_md, trec, _ = torchrec_table(out / "spread" / "torchrec")
     if trec_md:
         lines += ["", "The first of these tasks trained with TorchRec (step 7g), where the plans may also be "
                       "row-wise and data-parallel: neuroshard[torchrec] searches every sharding type its runtime "
-                      "model was fitted on, torchrec_full is TorchRec's planner as users get it.", ""] + trec_md[2:3]
+                      "model was fitted on, torchrec_full is TorchRec's planner as users get it.", "", trec_md]
     return lines, {"verdicts": verdicts, "planned_none": none, "unplanned_by_neuroshard": missed,
                    "torchrec_train": trec}
 

@@ -196,3 +196,16 @@ def test_spread_section_compares_the_algorithms_that_planned_and_counts_what_neu
     assert "| torchrec | 17.00 [" in text and "| dreamshard | - |" in text and "| 0 / 3 | - |" in text
     assert "- Tasks torchrec planned and NeuroShard did not: 1 (2)." in text
     assert fig["planned_none"] == ["dreamshard"] and fig["unplanned_by_neuroshard"] == {"torchrec": [2]}
+    assert fig["torchrec_train"] is None and "step 7g" not in text
+    # with phase 7: the tasks trained in TorchRec, neuroshard[torchrec] against TorchRec's full planner
+    from neuroshard.torchrec.training_eval import summarize as training_summary
+
+    costs = {(t, a): [10.0 * f, 10.0 * f] for t in range(2) for a, f in (("neuroshard[torchrec]", 1.0),
+                                                                         ("torchrec_full", 1.5))}
+    (tmp_path / "spread" / "torchrec").mkdir()
+    (tmp_path / "spread" / "torchrec" / "summary.json").write_text(json.dumps(
+        training_summary(costs, "neuroshard[torchrec]", ["neuroshard[torchrec]", "torchrec_full"])))
+    lines, fig = spread_lines(tmp_path)
+    text = "\n".join(lines)
+    assert "trained with TorchRec (step 7g)" in text and "| torchrec_full" in text and "1.500 [1.500, 1.500]" in text
+    assert fig["torchrec_train"]["reference"] == "neuroshard[torchrec]"
