@@ -463,13 +463,13 @@ def refine_lines(records: list[PlanRecord] | None) -> tuple[list[str], dict | No
 def torchrec_table(folder: Path) -> tuple[str | None, dict | None, dict]:
     """eval_torchrec.py's results in `folder`: the markdown of its step times and ratios, its summary and the
     training settings (None, None, {} when it did not run)."""
-    from neuroshard.torchrec.training_eval import summary_markdown
+    from neuroshard.torchrec.training_eval import flat_settings, summary_markdown
 
     summary, config = _load(folder / "summary.json"), _load(folder / "config.json")
     if not summary:
         return None, None, {}
     config = config or {}
-    training = {**config.get("training", {}), "batch_size": config.get("batch_size")}
+    training = {**flat_settings(config.get("training", {})), "batch_size": config.get("batch_size")}
     return summary_markdown(summary, training), summary, training
 
 

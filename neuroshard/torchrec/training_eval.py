@@ -315,6 +315,12 @@ def full_summary(full: Sequence[FullPlan]) -> dict:
             "search_ms": float(np.mean([fp.search_ms for fp in full])) if full else None}
 
 
+def flat_settings(training: dict) -> dict:
+    """A training config's settings (`TorchRecTrainConfig.to_json`) with the problem's device count at the top
+    (`ndevices`), as `summary_markdown` and the report read it."""
+    return {"ndevices": (training.get("problem") or {}).get("ndevices"), **training}
+
+
 def summary_markdown(summary: dict, config: dict | None = None) -> str:
     """The table (mean step ms [95% CI], ratio to the reference [95% CI], verdict, detectable difference)
     and the noise sentences."""
@@ -473,7 +479,7 @@ def run_torchrec_eval(records: Sequence[PlanRecord], tasks: Sequence[Task], conf
         if config is not None:
             write_json_atomic(out / "config.json", {**config, "training": cfg.to_json(), "batch_size": batch_size})
         write_json_atomic(out / SUMMARY_JSON, summary)
-        (out / SUMMARY_MD).write_text(summary_markdown(summary, {**cfg.to_json(), "batch_size": batch_size}))
+        (out / SUMMARY_MD).write_text(summary_markdown(summary, {**flat_settings(cfg.to_json()), "batch_size": batch_size}))
     shutil.rmtree(partial, ignore_errors=True)
     return summary
 

@@ -51,7 +51,8 @@ def test_torchrec_section_reads_step_7_and_says_how_noisy_it_is(tmp_path):
     (tmp_path / "torchrec" / "summary.json").write_text(json.dumps(summarize(costs, "neuroshard",
                                                                              ["neuroshard", "greedy"])))
     (tmp_path / "torchrec" / "config.json").write_text(json.dumps(
-        {"training": {"ndevices": 4096, "device": "cpu", "warmup": 3, "iters": 20, "repeats": 2}, "batch_size": 4096}))
+        {"training": {"problem": {"ndevices": 4096}, "device": "cpu", "warmup": 3, "iters": 20, "repeats": 2},
+         "batch_size": 4096}))  # eval_torchrec.py's config: the device count inside the problem
     lines, summary = torchrec_lines(tmp_path)
     text = "\n".join(lines)
     assert summary["reference"] == "neuroshard"
