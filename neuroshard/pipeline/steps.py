@@ -484,7 +484,7 @@ STEPS: list[StepSpec] = [
              lambda r: [r.layout.spread_torchrec / "summary.json"],
              lambda r: {"data_dir": r.layout.spread_dataset, "task_path": r.layout.spread_tasks / "data.txt",
                         "plans": f"{r.layout.spread_sim_torchrec / 'plans.json'},{r.layout.spread_sim / 'plans.json'}",
-                        "alg": "all,torchrec_full", **r.problem_flags(),
+                        "alg": "all,torchrec_full", "reference": "neuroshard[torchrec]", **r.problem_flags(),
                         "max_tasks": min(r.preset.torchrec_tasks, r.preset.spread_tasks),
                         "repeats": r.preset.torchrec_repeats, **_training(r), "out_dir": r.layout.spread_torchrec,
                         "no_progress": True},

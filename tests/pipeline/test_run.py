@@ -214,6 +214,7 @@ def test_torchrec_training_is_an_opt_in_last_phase():
     assert spread_train["--plans"] == f"{out / 'spread' / 'sim_torchrec' / 'plans.json'}," \
                                       f"{out / 'spread' / 'sim' / 'plans.json'}"
     assert spread_train["--alg"] == "all,torchrec_full" and spread_train["--max_tasks"] == "3"
+    assert spread_train["--reference"] == "neuroshard[torchrec]"  # NeuroShard over every type is the one judged
 
 
 def test_tasks_beyond_the_paper_space_get_their_dataset_tasks_and_evaluation():
