@@ -255,8 +255,8 @@ CASES = [
      "--oversize: must be >= 0"),
     ("tasks oversize without large tables", "gen_tasks.py",
      ["--data_dir", "ds", "--oversize", "1", "--max_tries", "5", "--out_dir", "t"], "--large_tables/--hot_tables"),
-    ("tasks hot_pooling 0", "gen_tasks.py", ["--data_dir", "ds", "--hot_pooling", "0", "--out_dir", "t"],
-     "--hot_pooling: must be > 0"),
+    ("tasks hot_min_pooling 0", "gen_tasks.py", ["--data_dir", "ds", "--hot_min_pooling", "0", "--out_dir", "t"],
+     "--hot_min_pooling: must be > 0"),
     ("tasks T_range reversed", "gen_tasks.py", ["--data_dir", "ds", "--T_range", "5,2", "--out_dir", "t"],
      "--T_range: lo 5 > hi 2"),
     ("tasks T_range text", "gen_tasks.py", ["--data_dir", "ds", "--T_range", "a,b", "--out_dir", "t"],
@@ -626,7 +626,7 @@ def test_bad_input_is_a_one_line_error(ws, capsys, name, script, argv, fragment)
 def test_the_count_of_cases():
     # the closing note of issue 12 quotes this number
     assert len(CASES) >= 100
-    assert len(CASES) == 196  # issue 50 added 2, issue 52 15, issue 24 31, issue 23 (eval_torchrec.py) 9 (138 before)
+    assert len(CASES) == 201  # issue 50 added 7, issue 52 15, issue 24 31, issue 23 (eval_torchrec.py) 9 (138 before)
 
 
 def test_a_second_compute_collection_into_the_same_dir_is_refused(ws):

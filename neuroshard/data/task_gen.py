@@ -12,7 +12,7 @@ here `max_tries` bounds the draws and the error says what to change.
 Tasks for plans beyond table-wise and column-wise (`oversize`, `hot`): each
 task has at least `oversize` tables larger than the largest device (then a
 table may exceed one device, up to half of all the devices' memory) and at
-least `hot` tables whose pooling factor is at least `hot_pooling`; drawn the
+least `hot` tables whose pooling factor is at least `hot_min_pooling`; drawn the
 same way, redrawn until both hold. A dataset with such tables:
 `gen_dlrm_data.py --large_tables/--hot_tables`.
 
@@ -72,8 +72,8 @@ class TaskSpec(Settings):
     pool_seed: int = setting(0, "seed of the split into the two pools")
     oversize: int = setting(0, "at least this many tables per task larger than one device, so that only a plan "
                                "that splits them can place them (0: every table fits one device, the paper's tasks)")
-    hot: int = setting(0, "at least this many tables per task with a pooling factor of at least --hot_pooling")
-    hot_pooling: float = setting(100.0, "the pooling factor from which a table counts as hot")
+    hot: int = setting(0, "at least this many tables per task with a pooling factor of at least --hot_min_pooling")
+    hot_min_pooling: float = setting(100.0, "the pooling factor from which a table counts as hot")
 
     def validate(self) -> None:
         check_int("--data_size", self.data_size, 1)
@@ -83,16 +83,16 @@ class TaskSpec(Settings):
         check_choice("--table_pool", self.table_pool, TABLE_POOLS)
         check_int("--oversize", self.oversize, 0)
         check_int("--hot", self.hot, 0)
-        check_float("--hot_pooling", self.hot_pooling, 0.0, lo_open=True)
+        check_float("--hot_min_pooling", self.hot_min_pooling, 0.0, lo_open=True)
 
 
 def generate_task(configs: Sequence[TableConfig], T: int, dims: Sequence[int], problem: Problem,
                   rng: np.random.Generator, max_tries: int, pool: np.ndarray | None = None, oversize: int = 0,
-                  hot: int = 0, hot_pooling: float = 100.0) -> Task:
+                  hot: int = 0, hot_min_pooling: float = 100.0) -> Task:
     """Draw one task of T tables that fits the problem's devices (see module doc; with devices of unequal
     memory, every table within the largest and the total within their sum; with `oversize`, at least that many
     tables beyond the largest device and each within half the sum; with `hot`, at least that many tables of
-    pooling factor >= `hot_pooling`); NeuroShardError after max_tries draws.
+    pooling factor >= `hot_min_pooling`); NeuroShardError after max_tries draws.
 
     `pool`: the table ids to draw from (default: all)."""
     pool = np.arange(len(configs)) if pool is None else np.asarray(pool)
@@ -109,7 +109,7 @@ def generate_task(configs: Sequence[TableConfig], T: int, dims: Sequence[int], p
         sizes = [size_gb(int(r), int(d)) for r, d in zip(rows[ids], ds)]
         total, largest = sum(sizes), max(sizes)
         big = sum(s > max_mem for s in sizes)
-        hits = int((pooling[ids] >= hot_pooling).sum())
+        hits = int((pooling[ids] >= hot_min_pooling).sum())
         if largest <= table_cap and total <= budget and big >= oversize and hits >= hot:
             return Task(tuple(int(i) for i in ids), tuple(int(d) for d in ds))
         if best is None or total < best[0]:
@@ -117,7 +117,7 @@ def generate_task(configs: Sequence[TableConfig], T: int, dims: Sequence[int], p
     if oversize or hot:
         have = (f"{sum(size_gb(int(r), int(dims_arr.max())) > max_mem for r in rows[pool])} table(s) larger than "
                 f"{max_mem:g} GB at dim {dims_arr.max()}, "
-                f"{int((pooling[pool] >= hot_pooling).sum())} with pooling >= {hot_pooling:g}")
+                f"{int((pooling[pool] >= hot_min_pooling).sum())} with pooling >= {hot_min_pooling:g}")
         raise NeuroShardError(
             f"no task of {T} tables with >= {oversize} table(s) beyond one device and >= {hot} hot table(s) fits "
             f"after {max_tries} tries (the dataset has {have}; every table <= {table_cap:g} GB, the total <= "
@@ -144,5 +144,5 @@ def generate_tasks(configs: Sequence[TableConfig], spec: TaskSpec) -> list[Task]
     for _ in range(spec.data_size):
         T = int(rng.integers(lo, hi + 1))
         tasks.append(generate_task(configs, T, dims, spec.problem, rng, spec.max_tries, pool, spec.oversize,
-                                   spec.hot, spec.hot_pooling))
+                                   spec.hot, spec.hot_min_pooling))
     return tasks

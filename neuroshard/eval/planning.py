@@ -334,7 +334,12 @@ def plans_from_file(path, inputs: EvalInputs, task_path, alg: str,
         algs = [a for a in wanted if a in algs]
     if not records:
         raise InputError(path, f"no plan records for the first {len(inputs.tasks)} tasks and --alg {alg}")
-    return check_plans(records, inputs.configs, inputs.tasks, problem, inputs.models), algs
+    checked = check_plans(records, inputs.configs, inputs.tasks, problem, inputs.models)
+    if not any(r.plan is not None for r in checked):  # measuring nothing is an error, not an empty report
+        bad = next((r for r in checked if r.message), None)
+        raise InputError(path, "no plan here can be measured" + (
+            f" (task {bad.task}, {bad.alg}: {bad.message})" if bad is not None else ""))
+    return checked, algs
 
 
 

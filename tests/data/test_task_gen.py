@@ -109,7 +109,7 @@ def test_oversize_and_hot_tasks_have_both_and_fit_half_the_devices():
     # is the only hot one
     cfgs = [TableConfig(r, 150.0 if i == 1 else 1.0, BINS) for i, r in enumerate(ROWS)]
     spec = TaskSpec(data_size=30, T_range=(3, 6), max_dim=128, problem=Problem(ndevices=4, max_mem=0.5, seed=2),
-                    oversize=1, hot=1, hot_pooling=100.0)
+                    oversize=1, hot=1, hot_min_pooling=100.0)
     for t in generate_tasks(cfgs, spec):
         sizes = [size_gb(cfgs[i].row, d) for i, d in zip(t.table_ids, t.dims)]
         assert sum(s > 0.5 for s in sizes) >= 1 and 1 in t.table_ids

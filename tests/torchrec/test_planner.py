@@ -93,7 +93,7 @@ def test_memory_counted_as_torchrec_counts_it():
     assert full._storage(tables[0], [64]) == [526336.0] and full._storage(tables[0], [32, 32]) == [267264.0] * 2
     with pytest.raises(PlannerError, match=r"cannot place 4 tables on 2 devices of 0.0007451 GB each \(the "
                                            r"topology's, 10% reserved; torchrec count\): they need 0.001961 GB in "
-                                           r"all, the largest \(t0\) 0.0004902 GB; 't3' could not be placed"):
+                                           r"all, the largest \(t0\) 0.0004902 GB; 't\d' could not be placed"):
         full.plan(model, sharders())
     # with room for three tables per device, the plan fits in TorchRec's count
     roomy = NeuroShardPlanner(topology(2_000_000), alg="size_greedy")

@@ -325,6 +325,7 @@ def _units(ntables: int, cons) -> list[list[int]]:
     return units
 
 
+_PIECES_COMPARED = 8  # the largest pieces that order infeasible states in the beam
 _HASH_WEIGHTS: dict[int, np.ndarray] = {}
 
 
@@ -431,7 +432,12 @@ def beam_search(space: SearchSpace, t0: float | None = None, keep: int = 0) -> S
                             for m, ((steps, _), res) in enumerate(zip(children, scored)) if math.isfinite(res.cost)]
             seen_states = sorted(seen_states, key=lambda s: (s[0], s[1]))[:keep]
         history.append(best.cost)
-        ranked = sorted(range(len(children)), key=lambda m: scored[m].cost)[:cfg.beam_k]
+        # cheapest first; among states that fit nowhere, those with the smallest pieces (largest first,
+        # compared in turn): the beam splits toward a packing rather than at random among equally infeasible
+        # states
+        pieces = [tuple(np.sort(space.size[c])[::-1][:_PIECES_COMPARED].tolist())
+                  if not math.isfinite(res.cost) else () for (_, c), res in zip(children, scored)]
+        ranked = sorted(range(len(children)), key=lambda m: (scored[m].cost, pieces[m]))[:cfg.beam_k]
         beam = [(children[m][0], children[m][1], scored[m].cost) for m in ranked]
 
     if not math.isfinite(best.cost):

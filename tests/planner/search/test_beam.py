@@ -398,3 +398,17 @@ def test_a_colocated_group_is_searched_as_one_unit():
     tables_plan = space.from_units(units_plan)
     assert tables_plan == Plan((0,), ((0, 2), (1, 3, 4, 5)))
     assert space.to_units(tables_plan) == units_plan
+
+
+def test_the_beam_splits_toward_a_packing_while_nothing_fits():
+    # 4 devices of 100 elements; the last table (10 rows x 32 = 320 elements) fits only as four 8-column
+    # pieces, three splits deep. The five small tables before it (1 row x 8) can be split too: among states
+    # that all fit nowhere, an order by position would split those and never reach a plan within three rounds
+    bins = (0.0,) * 17
+    tables = [ShardTable(i, i, TableConfig(1, 1.0, bins, 8)) for i in range(5)]
+    tables.append(ShardTable(5, 5, TableConfig(10, 1.0, bins, 32)))
+    problem = Problem(4, 100.5 * 4 / 2**30)
+    res = search(tables, problem, linear_models(4), SearchConfig(beam_k=1, max_length=3))
+    pieces = apply_column_steps(tables, res.plan.column_steps)
+    assert len(res.plan.column_steps) == 3 and sorted(t.dim for t in pieces if t.config.row == 10) == [8, 8, 8, 8]
+    validate_plan(tables, res.plan, problem)
