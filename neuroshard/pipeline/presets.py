@@ -96,15 +96,15 @@ class Preset:
     torchrec_random_plans: int = 3
     # the share of a random plan's tables made row-wise or data-parallel, so the runtime model learns their terms
     torchrec_spread_share: float = 0.15
-    # tasks beyond the paper's plan space (0: off; synthetic data only): a second dataset, `spread_tables` regular
-    # tables plus `spread_large` tables of up to `large_rows` rows (at dim 128 larger than one device) and
-    # `spread_hot` small hot ones, and `spread_tasks` tasks over it, each with a table larger than a device and a
+    # tasks beyond the paper's plan space (0: off; synthetic data only): a second dataset, `oversize_tables` regular
+    # tables plus `oversize_large` tables of up to `large_rows` rows (at dim 128 larger than one device) and
+    # `oversize_hot` small hot ones, and `oversize_tasks` tasks over it, each with a table larger than a device and a
     # hot one; every algorithm planned in the simulator and measured on the paper runtime (and with
     # --torchrec_train, NeuroShard over every sharding type trained with TorchRec beside TorchRec's full planner)
-    spread_tasks: int = 0
-    spread_tables: int = 100
-    spread_large: int = 8
-    spread_hot: int = 8
+    oversize_tasks: int = 0
+    oversize_tables: int = 100
+    oversize_large: int = 8
+    oversize_hot: int = 8
     large_rows: int = 4_000_000
 
 
@@ -133,7 +133,7 @@ PRESETS = {
                     autoshard_args=(), eval_tasks=10, eval_warmup=3, eval_iters=5, eval_repeats=2, drift_samples=20,
                     ensemble=3, onpolicy_tasks=2, spread_dist="log", unmeasured_tasks=40,
                     algs="neuroshard,neuroshard_plus,size_lookup_greedy,torchrec,dreamshard,autoshard", ablation=True,
-                    spread_tasks=6),
+                    oversize_tasks=6),
     # The paper's setting on the public dataset and GPUs (DESIGN §2 defaults: 4 GB per GPU, T from 10 to 60,
     # 100 tasks, batch 65536); run once with 4 and once with 8 GPUs.
     "paper": Preset("paper", Problem(ndevices=4, max_mem=4.0), max_dim=128, num_tables=856, batch_size=65536,

@@ -509,15 +509,15 @@ def unplanned_by(records: list[PlanRecord], alg: str, rival: str) -> list[int]:
     return sorted(planned(rival) - planned(alg))
 
 
-def spread_lines(out: Path) -> tuple[list[str], dict | None]:
-    """Markdown on the tasks beyond the paper's plan space (`spread/`, steps 1b, 2d, 6g, 6h): what the set is,
+def oversize_lines(out: Path) -> tuple[list[str], dict | None]:
+    """Markdown on the tasks beyond the paper's plan space (`oversize/`, steps 1b, 2d, 6g, 6h): what the set is,
     who plans its tasks, and the comparison in the simulator and on hardware (None when the steps did not
     run)."""
-    sim, hw = (_load_summary(out / "spread" / d / "summary.json") for d in ("sim", "hw"))
+    sim, hw = (_load_summary(out / "oversize" / d / "summary.json") for d in ("sim", "hw"))
     if sim is None:
         return [], None
-    data = _load(out / "spread" / "dataset" / "config.json") or {}
-    plans = out / "spread" / "sim" / "plans.json"
+    data = _load(out / "oversize" / "dataset" / "config.json") or {}
+    plans = out / "oversize" / "sim" / "plans.json"
     records = read_plans(plans) if plans.exists() else []
     table, verdicts = comparison_table(sim, hw)
     none = [r.alg for r in sim.algorithms if not r.valid]
@@ -537,7 +537,7 @@ def spread_lines(out: Path) -> tuple[list[str], dict | None]:
     for rival, tasks in missed.items():
         lines.append(f"- Tasks {rival} planned and NeuroShard did not: {len(tasks)}"
                      + (f" ({', '.join(map(str, tasks))})" if tasks else "") + ".")
-    trec_md, trec, _ = torchrec_table(out / "spread" / "torchrec")
+    trec_md, trec, _ = torchrec_table(out / "oversize" / "torchrec")
     if trec_md:
         lines += ["", "The first of these tasks trained with TorchRec (step 7g), where the plans may also be "
                       "row-wise and data-parallel: neuroshard[torchrec] searches every sharding type its runtime "
@@ -738,9 +738,9 @@ def write_report(out, preset, steps: list[dict], seconds: float, study: tuple[in
     text += ablation_md
     refine_md, refine = refine_lines(records)
     text += refine_md
-    spread_md, spread = spread_lines(out)
-    if spread_md:
-        text += ["", "## Tasks with a table larger than a device", ""] + spread_md
+    oversize_md, oversize = oversize_lines(out)
+    if oversize_md:
+        text += ["", "## Tasks with a table larger than a device", ""] + oversize_md
     trec_lines, trec = torchrec_lines(out)
     if trec_lines:
         text += ["", "## TorchRec training (DistributedModelParallel)", ""] + trec_lines
@@ -775,5 +775,5 @@ def write_report(out, preset, steps: list[dict], seconds: float, study: tuple[in
                                             "learned": learned_rows, "verdicts": verdicts, "drift": drift,
                                             "anchors": anchors, "onpolicy": onpolicy, "refine": refine,
                                             "ablation": ablation_fig, "round_calibration": rounds,
-                                            "torchrec_train": trec, "spread": spread})
+                                            "torchrec_train": trec, "oversize": oversize})
     return report

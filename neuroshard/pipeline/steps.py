@@ -51,9 +51,9 @@ _DIRS = {"dataset": "dataset", "tasks": "tasks", "unmeasured_tasks": "tasks_unme
          "compute_data": "compute_data", "comm_data": "comm_data", "models": "models",
          "onpolicy_models": "models/onpolicy", "plan_data": "plan_data", "calibration": "calibration", "sim": "sim",
          "unmeasured_sim": "sim_unmeasured", "hw": "hw", "torchrec_data": "torchrec_data",
-         "sim_torchrec": "sim_torchrec", "torchrec": "torchrec", "spread_dataset": "spread/dataset",
-         "spread_tasks": "spread/tasks", "spread_sim": "spread/sim", "spread_hw": "spread/hw",
-         "spread_sim_torchrec": "spread/sim_torchrec", "spread_torchrec": "spread/torchrec"}
+         "sim_torchrec": "sim_torchrec", "torchrec": "torchrec", "oversize_dataset": "oversize/dataset",
+         "oversize_tasks": "oversize/tasks", "oversize_sim": "oversize/sim", "oversize_hw": "oversize/hw",
+         "oversize_sim_torchrec": "oversize/sim_torchrec", "oversize_torchrec": "oversize/torchrec"}
 
 
 @dataclass(frozen=True)
@@ -79,9 +79,9 @@ class Run:
         return self.preset.unmeasured_tasks > 0 and not self.preset.refine
 
     @property
-    def spread(self) -> bool:
+    def oversize(self) -> bool:
         """Tasks beyond the paper's plan space (on the synthetic data: its second dataset has their tables)."""
-        return self.preset.spread_tasks > 0 and self.data is None
+        return self.preset.oversize_tasks > 0 and self.data is None
 
     @property
     def learned(self) -> list[str]:
@@ -192,11 +192,11 @@ def evaluation_flags(run: Run, task_dir: Path, count: int) -> dict:
     return flags | {f"{a}_policy": lay.models / f"{a}.pt" for a in run.learned}
 
 
-def spread_flags(run: Run, flags: dict) -> dict:
+def oversize_flags(run: Run, flags: dict) -> dict:
     """A planning or measuring step's flags for the tasks beyond the paper's plan space: their dataset and
     task file, all of them."""
-    return flags | {"data_dir": run.layout.spread_dataset, "task_path": run.layout.spread_tasks / "data.txt",
-                    "max_tasks": run.preset.spread_tasks}
+    return flags | {"data_dir": run.layout.oversize_dataset, "task_path": run.layout.oversize_tasks / "data.txt",
+                    "max_tasks": run.preset.oversize_tasks}
 
 
 def chosen_lambda(run: Run) -> dict:
@@ -273,12 +273,12 @@ STEPS: list[StepSpec] = [
                         {"synthetic": True, "num_tables": r.preset.num_tables, "batch_size": r.preset.batch_size,
                          "max_rows": r.preset.max_rows, "seed": 0, "out_dir": r.layout.dataset})),
     StepSpec("1b", "dataset with tables larger than a device and hot ones", "gen_dlrm_data.py", lambda r: [],
-             lambda r: [r.layout.spread_dataset / "table_configs.json", r.layout.spread_dataset / "data.pt"],
-             lambda r: {"synthetic": True, "num_tables": r.preset.spread_tables, "batch_size": r.preset.batch_size,
-                        "max_rows": r.preset.max_rows, "large_tables": r.preset.spread_large,
-                        "large_rows": r.preset.large_rows, "hot_tables": r.preset.spread_hot, "seed": 0,
-                        "out_dir": r.layout.spread_dataset, "no_progress": True},
-             when=lambda r: r.spread),
+             lambda r: [r.layout.oversize_dataset / "table_configs.json", r.layout.oversize_dataset / "data.pt"],
+             lambda r: {"synthetic": True, "num_tables": r.preset.oversize_tables, "batch_size": r.preset.batch_size,
+                        "max_rows": r.preset.max_rows, "large_tables": r.preset.oversize_large,
+                        "large_rows": r.preset.large_rows, "hot_tables": r.preset.oversize_hot, "seed": 0,
+                        "out_dir": r.layout.oversize_dataset, "no_progress": True},
+             when=lambda r: r.oversize),
     # 2: tasks
     StepSpec("2a", "tasks", "gen_tasks.py", lambda r: [r.layout.dataset], lambda r: [r.layout.tasks / "data.txt"],
              lambda r: task_flags(r, r.layout.tasks, r.preset.num_tasks, EVAL_TASK_SEED)),
@@ -291,10 +291,10 @@ STEPS: list[StepSpec] = [
              lambda r: [r.layout.train_tasks / "data.txt"],
              lambda r: task_flags(r, r.layout.train_tasks, r.preset.policy_tasks, TRAIN_TASK_SEED)),
     StepSpec("2d", "tasks with a table larger than a device and a hot one", "gen_tasks.py",
-             lambda r: [r.layout.spread_dataset], lambda r: [r.layout.spread_tasks / "data.txt"],
-             lambda r: task_flags(r, r.layout.spread_tasks, r.preset.spread_tasks, EVAL_TASK_SEED)
-             | {"data_dir": r.layout.spread_dataset, "oversize": 1, "hot": 1},
-             when=lambda r: r.spread),
+             lambda r: [r.layout.oversize_dataset], lambda r: [r.layout.oversize_tasks / "data.txt"],
+             lambda r: task_flags(r, r.layout.oversize_tasks, r.preset.oversize_tasks, EVAL_TASK_SEED)
+             | {"data_dir": r.layout.oversize_dataset, "oversize": 1, "hot": 1},
+             when=lambda r: r.oversize),
     # 3: cost data
     StepSpec("3a", "compute cost data", "collect_compute_cost_data.py", lambda r: [r.layout.dataset],
              lambda r: [r.layout.compute_data / "data.txt"],
@@ -416,17 +416,17 @@ STEPS: list[StepSpec] = [
              when=_onpolicy),
     # the tasks beyond the paper's plan space, planned by every algorithm and measured as the evaluation's
     StepSpec("6g", "simulator on tasks with a table larger than a device", "eval_simulator.py",
-             lambda r: [r.layout.spread_tasks / "data.txt"], lambda r: [r.layout.spread_sim / "summary.json"],
-             lambda r: spread_flags(r, evaluation_flags(r, r.layout.spread_tasks, r.preset.spread_tasks))
-             | {"out_dir": r.layout.spread_sim, "quiet": True, "no_progress": True},
-             when=lambda r: r.spread, late=lambda r: chosen_lambda(r) if r.onpolicy else {}),
+             lambda r: [r.layout.oversize_tasks / "data.txt"], lambda r: [r.layout.oversize_sim / "summary.json"],
+             lambda r: oversize_flags(r, evaluation_flags(r, r.layout.oversize_tasks, r.preset.oversize_tasks))
+             | {"out_dir": r.layout.oversize_sim, "quiet": True, "no_progress": True},
+             when=lambda r: r.oversize, late=lambda r: chosen_lambda(r) if r.onpolicy else {}),
     StepSpec("6h", "hardware on tasks with a table larger than a device", "eval.py",
-             lambda r: [r.layout.spread_sim / "plans.json"], lambda r: [r.layout.spread_hw / "summary.json"],
-             lambda r: spread_flags(r, evaluation_flags(r, r.layout.spread_tasks, r.preset.spread_tasks))
-             | {"plans": r.layout.spread_sim / "plans.json", "out_dir": r.layout.spread_hw,
+             lambda r: [r.layout.oversize_sim / "plans.json"], lambda r: [r.layout.oversize_hw / "summary.json"],
+             lambda r: oversize_flags(r, evaluation_flags(r, r.layout.oversize_tasks, r.preset.oversize_tasks))
+             | {"plans": r.layout.oversize_sim / "plans.json", "out_dir": r.layout.oversize_hw,
                 "warmup": r.preset.eval_warmup, "iters": r.preset.eval_iters, "repeats": r.preset.eval_repeats,
                 **r.device(), "quiet": True, "no_progress": True},
-             when=lambda r: r.spread),
+             when=lambda r: r.oversize),
     # 7 (--torchrec_train): TorchRec's runtime. Plans of training tasks trained in TorchRec, a cost model fitted to
     # them, NeuroShard planned for it (labelled neuroshard[torchrec]); the evaluation's plans trained with
     # DistributedModelParallel; the runtime model's error on them
@@ -473,22 +473,22 @@ STEPS: list[StepSpec] = [
     # the tasks beyond the paper's plan space in TorchRec: NeuroShard over every sharding type the runtime model
     # was fitted on, trained beside the paper runtime's plans and TorchRec's full planner
     StepSpec("7f", "NeuroShard for TorchRec's runtime, tasks with a table larger than a device", "eval_simulator.py",
-             lambda r: [_runtime_model(r), r.layout.spread_tasks / "data.txt"],
-             lambda r: [r.layout.spread_sim_torchrec / "summary.json"],
-             lambda r: spread_flags(r, _no_alg(evaluation_flags(r, r.layout.spread_tasks, r.preset.spread_tasks)))
+             lambda r: [_runtime_model(r), r.layout.oversize_tasks / "data.txt"],
+             lambda r: [r.layout.oversize_sim_torchrec / "summary.json"],
+             lambda r: oversize_flags(r, _no_alg(evaluation_flags(r, r.layout.oversize_tasks, r.preset.oversize_tasks)))
              | {"alg": "neuroshard", "runtime": "torchrec", "runtime_model": _runtime_model(r),
-                "out_dir": r.layout.spread_sim_torchrec, "quiet": True, "no_progress": True},
-             when=lambda r: _torchrec(r) and r.spread),
+                "out_dir": r.layout.oversize_sim_torchrec, "quiet": True, "no_progress": True},
+             when=lambda r: _torchrec(r) and r.oversize),
     StepSpec("7g", "TorchRec training, tasks with a table larger than a device", "eval_torchrec.py",
-             lambda r: [r.layout.spread_sim_torchrec / "plans.json", r.layout.spread_sim / "plans.json"],
-             lambda r: [r.layout.spread_torchrec / "summary.json"],
-             lambda r: {"data_dir": r.layout.spread_dataset, "task_path": r.layout.spread_tasks / "data.txt",
-                        "plans": f"{r.layout.spread_sim_torchrec / 'plans.json'},{r.layout.spread_sim / 'plans.json'}",
+             lambda r: [r.layout.oversize_sim_torchrec / "plans.json", r.layout.oversize_sim / "plans.json"],
+             lambda r: [r.layout.oversize_torchrec / "summary.json"],
+             lambda r: {"data_dir": r.layout.oversize_dataset, "task_path": r.layout.oversize_tasks / "data.txt",
+                        "plans": f"{r.layout.oversize_sim_torchrec / 'plans.json'},{r.layout.oversize_sim / 'plans.json'}",
                         "alg": "all,torchrec_full", "reference": "neuroshard[torchrec]", **r.problem_flags(),
-                        "max_tasks": min(r.preset.torchrec_tasks, r.preset.spread_tasks),
-                        "repeats": r.preset.torchrec_repeats, **_training(r), "out_dir": r.layout.spread_torchrec,
+                        "max_tasks": min(r.preset.torchrec_tasks, r.preset.oversize_tasks),
+                        "repeats": r.preset.torchrec_repeats, **_training(r), "out_dir": r.layout.oversize_torchrec,
                         "no_progress": True},
-             when=lambda r: _torchrec(r) and r.spread),
+             when=lambda r: _torchrec(r) and r.oversize),
 ]
 
 

@@ -160,17 +160,17 @@ def test_drift_and_anchor_lines_measure_the_change_from_the_plan_speed_the_estim
     assert "before to after (compute 2.000x, fw 1.000x, bw 1.000x), the plan-cost MAPE is 14.3%" in lines[0]
 
 
-def test_spread_section_compares_the_algorithms_that_planned_and_counts_what_neuroshard_missed(tmp_path):
+def test_oversize_section_compares_the_algorithms_that_planned_and_counts_what_neuroshard_missed(tmp_path):
     import json
 
     from neuroshard.eval.summary import summarize
     from neuroshard.formats.plan_file import write_plans
-    from neuroshard.pipeline.report import spread_lines
+    from neuroshard.pipeline.report import oversize_lines
     from neuroshard.types.costs import CostBreakdown
     from neuroshard.types.plan import Plan
     from neuroshard.types.records import PlanRecord
 
-    assert spread_lines(tmp_path) == ([], None)  # the steps did not run: no section
+    assert oversize_lines(tmp_path) == ([], None)  # the steps did not run: no section
 
     def rec(task, alg, cost):
         if cost is None:
@@ -181,15 +181,15 @@ def test_spread_section_compares_the_algorithms_that_planned_and_counts_what_neu
     records = [rec(0, "neuroshard", 10.0), rec(1, "neuroshard", 20.0), rec(2, "neuroshard", None),
                rec(0, "torchrec", 12.0), rec(1, "torchrec", 22.0), rec(2, "torchrec", 30.0),
                *(rec(t, "dreamshard", None) for t in range(3))]
-    sim = tmp_path / "spread" / "sim"
+    sim = tmp_path / "oversize" / "sim"
     sim.mkdir(parents=True)
-    (tmp_path / "spread" / "dataset").mkdir()
+    (tmp_path / "oversize" / "dataset").mkdir()
     write_plans(sim / "plans.json", records)
     (sim / "summary.json").write_text(json.dumps(summarize(records, ["neuroshard", "torchrec", "dreamshard"],
                                                            3).to_json()))
-    (tmp_path / "spread" / "dataset" / "config.json").write_text(json.dumps(
+    (tmp_path / "oversize" / "dataset" / "config.json").write_text(json.dumps(
         {"num_tables": 100, "large_tables": 8, "large_rows": 4_000_000, "hot_tables": 8, "hot_pooling": 150.0}))
-    lines, fig = spread_lines(tmp_path)
+    lines, fig = oversize_lines(tmp_path)
     text = "\n".join(lines)
     assert "3 tasks over a second synthetic dataset: 100 regular tables, 8 large ones (up to 4.0 M rows" in text
     assert "(so dreamshard planned none of these tasks)" in text
@@ -203,10 +203,10 @@ def test_spread_section_compares_the_algorithms_that_planned_and_counts_what_neu
 
     costs = {(t, a): [10.0 * f, 10.0 * f] for t in range(2) for a, f in (("neuroshard[torchrec]", 1.0),
                                                                          ("torchrec_full", 1.5))}
-    (tmp_path / "spread" / "torchrec").mkdir()
-    (tmp_path / "spread" / "torchrec" / "summary.json").write_text(json.dumps(
+    (tmp_path / "oversize" / "torchrec").mkdir()
+    (tmp_path / "oversize" / "torchrec" / "summary.json").write_text(json.dumps(
         training_summary(costs, "neuroshard[torchrec]", ["neuroshard[torchrec]", "torchrec_full"])))
-    lines, fig = spread_lines(tmp_path)
+    lines, fig = oversize_lines(tmp_path)
     text = "\n".join(lines)
     assert "trained with TorchRec (step 7g)" in text and "| torchrec_full" in text and "1.500 [1.500, 1.500]" in text
     assert fig["torchrec_train"]["reference"] == "neuroshard[torchrec]"

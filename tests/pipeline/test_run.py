@@ -208,38 +208,38 @@ def test_torchrec_training_is_an_opt_in_last_phase():
     assert flags["--model"] == str(model) and flags["--check_results"] == str(out / "torchrec" / "results.json")
     assert "--results" not in flags
     # the tasks with a table larger than a device: planned for TorchRec's runtime, trained beside the others
-    spread_plan, spread_train = steps["7f"].argv, flags_of(steps["7g"])
-    assert spread_plan[spread_plan.index("--runtime_model") + 1] == str(model)
-    assert spread_plan[spread_plan.index("--data_dir") + 1] == str(out / "spread" / "dataset")
-    assert spread_train["--plans"] == f"{out / 'spread' / 'sim_torchrec' / 'plans.json'}," \
-                                      f"{out / 'spread' / 'sim' / 'plans.json'}"
-    assert spread_train["--alg"] == "all,torchrec_full" and spread_train["--max_tasks"] == "3"
-    assert spread_train["--reference"] == "neuroshard[torchrec]"  # NeuroShard over every type is the one judged
+    oversize_plan, oversize_train = steps["7f"].argv, flags_of(steps["7g"])
+    assert oversize_plan[oversize_plan.index("--runtime_model") + 1] == str(model)
+    assert oversize_plan[oversize_plan.index("--data_dir") + 1] == str(out / "oversize" / "dataset")
+    assert oversize_train["--plans"] == f"{out / 'oversize' / 'sim_torchrec' / 'plans.json'}," \
+                                      f"{out / 'oversize' / 'sim' / 'plans.json'}"
+    assert oversize_train["--alg"] == "all,torchrec_full" and oversize_train["--max_tasks"] == "3"
+    assert oversize_train["--reference"] == "neuroshard[torchrec]"  # NeuroShard over every type is the one judged
 
 
 def test_tasks_beyond_the_paper_space_get_their_dataset_tasks_and_evaluation():
     from tests.test_flags import parsed_options
 
     steps = steps_of("--preset", "quick")
-    spread = [steps[k] for k in ("1b", "2d", "6g", "6h")]
+    oversize = [steps[k] for k in ("1b", "2d", "6g", "6h")]
 
     def flag(step, name):
         return step.argv[step.argv.index(name) + 1]
 
-    data, tasks, sim, hw = spread
+    data, tasks, sim, hw = oversize
     assert flag(data, "--large_tables") == "8" and flag(data, "--hot_tables") == "8"
-    assert flag(data, "--out_dir") == str(Path("r") / "spread" / "dataset")
+    assert flag(data, "--out_dir") == str(Path("r") / "oversize" / "dataset")
     assert flag(tasks, "--oversize") == "1" and flag(tasks, "--hot") == "1"
     assert flag(tasks, "--data_dir") == flag(data, "--out_dir") and flag(tasks, "--data_size") == "6"
     for step in (sim, hw):  # every algorithm of the evaluation, on the second dataset's tasks
         assert flag(step, "--alg") == flag(steps["5c"], "--alg") and flag(step, "--max_tasks") == "6"
         assert flag(step, "--data_dir") == flag(data, "--out_dir")
-        assert flag(step, "--task_path") == str(Path("r") / "spread" / "tasks" / "data.txt")
-    assert flag(hw, "--plans") == str(Path("r") / "spread" / "sim" / "plans.json")
+        assert flag(step, "--task_path") == str(Path("r") / "oversize" / "tasks" / "data.txt")
+    assert flag(hw, "--plans") == str(Path("r") / "oversize" / "sim" / "plans.json")
     assert flag(hw, "--repeats") == "2" and sim.late is not None
-    spread += [steps_of("--preset", "quick", "--torchrec_train")[k] for k in ("7f", "7g")]
-    options = parsed_options(sorted({ROOT / s.argv[0] for s in spread}))
-    for step in spread:
+    oversize += [steps_of("--preset", "quick", "--torchrec_train")[k] for k in ("7f", "7g")]
+    options = parsed_options(sorted({ROOT / s.argv[0] for s in oversize}))
+    for step in oversize:
         assert not [a for a in step.argv if a.startswith("--") and a not in options[step.argv[0]]]
     # off in the smoke preset, and on a public dataset (whose own tables would have to be larger than a device)
     assert not {"1b", "2d", "6g", "6h"} & (steps_of("--preset", "tiny").keys()
