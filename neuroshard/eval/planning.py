@@ -90,15 +90,15 @@ def add_input_args(parser, data_help: str = "dataset dir with table_configs.json
     add_flag(parser, "task_path")
     add_model_flags(parser)
     add_flag(parser, "calibration")
-    add_flag(parser, "alg", help="sharding algorithm: any registered name, a comma list, or 'all' (the learned and "
-                                 "fitted ones only when their policy or estimator is given; torchrec_neural and "
-                                 "torchrec_full only when named). Plan spaces: whole tables only: dreamshard, autoshard; whole tables, a table "
-                                 "larger than every device halved column-wise: random, dim_greedy, lookup_greedy, "
-                                 "size_greedy, size_lookup_greedy; table-wise and column-wise: neuroshard, "
-                                 "neuroshard_plus, neuroshard_fitted, torchrec, torchrec_fitted, torchrec_neural; "
-                                 "also row-wise and data-parallel tables: neuroshard under --runtime torchrec (with a "
-                                 "runtime model fitted on them), torchrec_full (TorchRec's planner with every sharding "
-                                 "type; its row-wise and data-parallel plans are invalid on the paper runtime)")
+    add_flag(parser, "alg", help=(
+        "sharding algorithm: any registered name, a comma list, or 'all' (the learned and fitted ones only when "
+        "their policy or estimator is given; torchrec_neural and torchrec_full only when named). Plan spaces: "
+        "whole tables only: dreamshard, autoshard; whole tables, a table larger than every device halved "
+        "column-wise: random, dim_greedy, lookup_greedy, size_greedy, size_lookup_greedy; table-wise and "
+        "column-wise: neuroshard, neuroshard_plus, neuroshard_fitted, torchrec, torchrec_fitted, torchrec_neural; "
+        "also row-wise and data-parallel tables: neuroshard under --runtime torchrec (with a runtime model fitted "
+        "on them), torchrec_full (TorchRec's planner with every sharding type; its row-wise and data-parallel "
+        "plans are invalid on the paper runtime)"))
     Problem.add_args(parser)
     add_flag(parser, "max_tasks", help="evaluate only the first N tasks")
 

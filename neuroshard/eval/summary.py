@@ -334,7 +334,8 @@ def summarize(records: Sequence[PlanRecord], algs: Sequence[str], num_tasks: int
         rows.append(AlgorithmRow(
             alg=a, valid=len(ok), tasks=num_tasks, oom=sum(1 for r in rs.values() if r.status == "oom"),
             invalid=sum(1 for r in rs.values() if r.status == "invalid"), average=_mean(cost(r) for r in ok),
-            mean_common=_mean(cost(rs[t]) for t in common) if ok else None, median_search_ms=_median(r.search_ms for r in rs.values()),
+            mean_common=_mean(cost(rs[t]) for t in common) if ok else None,
+            median_search_ms=_median(r.search_ms for r in rs.values()),
             mean_search_ms=_mean(r.search_ms for r in rs.values()), mean_splits=_mean(r.num_splits for r in ok)))
     # the simulator's estimates of the unmeasured tasks' plans, by (algorithm, task): the measured cost's predictions
     predicted = {(r.alg, r.task): r.estimated_cost for r in unmeasured or () if r.estimated_cost is not None} \

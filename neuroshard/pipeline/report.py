@@ -503,7 +503,7 @@ def torchrec_lines(out: Path) -> tuple[list[str], dict | None]:
 
 
 def unplanned_by(records: list[PlanRecord], alg: str, rival: str) -> list[int]:
-    """The tasks `rival` planned and `alg` did not (a plan or a cost-less record both count as none)."""
+    """The tasks `rival` planned and `alg` did not (a record without a plan, or not "ok", is not planned)."""
     def planned(a):
         return {r.task for r in records if r.alg == a and r.plan is not None and r.status == "ok"}
     return sorted(planned(rival) - planned(alg))

@@ -483,7 +483,8 @@ STEPS: list[StepSpec] = [
              lambda r: [r.layout.oversize_sim_torchrec / "plans.json", r.layout.oversize_sim / "plans.json"],
              lambda r: [r.layout.oversize_torchrec / "summary.json"],
              lambda r: {"data_dir": r.layout.oversize_dataset, "task_path": r.layout.oversize_tasks / "data.txt",
-                        "plans": f"{r.layout.oversize_sim_torchrec / 'plans.json'},{r.layout.oversize_sim / 'plans.json'}",
+                        "plans": f"{r.layout.oversize_sim_torchrec / 'plans.json'},"
+                                 f"{r.layout.oversize_sim / 'plans.json'}",
                         "alg": "all,torchrec_full", "reference": "neuroshard[torchrec]", **r.problem_flags(),
                         "max_tasks": min(r.preset.torchrec_tasks, r.preset.oversize_tasks),
                         "repeats": r.preset.torchrec_repeats, **_training(r), "out_dir": r.layout.oversize_torchrec,

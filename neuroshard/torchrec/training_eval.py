@@ -479,7 +479,8 @@ def run_torchrec_eval(records: Sequence[PlanRecord], tasks: Sequence[Task], conf
         if config is not None:
             write_json_atomic(out / "config.json", {**config, "training": cfg.to_json(), "batch_size": batch_size})
         write_json_atomic(out / SUMMARY_JSON, summary)
-        (out / SUMMARY_MD).write_text(summary_markdown(summary, {**flat_settings(cfg.to_json()), "batch_size": batch_size}))
+        settings = {**flat_settings(cfg.to_json()), "batch_size": batch_size}
+        (out / SUMMARY_MD).write_text(summary_markdown(summary, settings))
     shutil.rmtree(partial, ignore_errors=True)
     return summary
 
