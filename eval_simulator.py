@@ -103,8 +103,7 @@ def main(argv=None) -> int:
                                  args.task_path, work, problem, options,
                                  show=None if args.quiet else print)
     # under another runtime the reference is NeuroShard searched for it (e.g. neuroshard[torchrec])
-    reference = ev.label_runtime([], [REFERENCE_ALG], args.runtime)[1][0] if args.runtime != "paper" else REFERENCE_ALG
-    summary = summarize(records, algs, n, reference=reference)
+    summary = summarize(records, algs, n, reference=ev.runtime_label(REFERENCE_ALG, args.runtime))
     results.print_summary(summary)
     if args.out_dir:
         config = {k: v for k, v in vars(args).items() if k not in ("quiet", "no_progress")}

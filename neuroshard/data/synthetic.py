@@ -136,8 +136,7 @@ def synthetic_params(spec: SyntheticSpec) -> list[SyntheticTable]:
         need = spec.mean_pooling * n - pfs[zero].sum()
         if need > 0:
             pfs[~zero] *= need / pfs[~zero].sum()
-    reuse = np.exp(math.log(spec.reuse_lo) + u_reuse * math.log(spec.reuse_hi / spec.reuse_lo))
-    skew = spec.skew_lo + (spec.skew_hi - spec.skew_lo) * u_skew
+    reuse, skew = _reuses(spec, u_reuse), _skews(spec, u_skew)
     tables = [SyntheticTable(int(r), float(p), float(s), float(m)) for r, p, s, m in zip(rows, pfs, skew, reuse)]
     return tables + _extra_tables(spec, 1, spec.large_tables, (spec.max_rows, spec.large_rows),
                                   lambda u: math.exp(u * math.log(max(spec.mean_pooling, 1.0)))) \
@@ -153,10 +152,18 @@ def _extra_tables(spec: SyntheticSpec, stream: int, n: int, rows: tuple[int, int
     rng = np.random.default_rng(np.random.SeedSequence(spec.seed, spawn_key=(2, stream)))
     u_rows, u_pf, u_skew, u_reuse = (_stratified(rng, n) for _ in range(4))
     lo, hi = math.log(rows[0]), math.log(rows[1])
-    return [SyntheticTable(round(math.exp(lo + (hi - lo) * ur)), float(pooling(up)),
-                           spec.skew_lo + (spec.skew_hi - spec.skew_lo) * us,
-                           math.exp(math.log(spec.reuse_lo) + ur2 * math.log(spec.reuse_hi / spec.reuse_lo)))
-            for ur, up, us, ur2 in zip(u_rows, u_pf, u_skew, u_reuse)]
+    return [SyntheticTable(round(math.exp(lo + (hi - lo) * ur)), float(pooling(up)), float(s), float(m))
+            for ur, up, s, m in zip(u_rows, u_pf, _skews(spec, u_skew), _reuses(spec, u_reuse))]
+
+
+def _skews(spec: SyntheticSpec, u: np.ndarray) -> np.ndarray:
+    """Zipf exponents of uniforms `u`: uniform in [skew_lo, skew_hi]."""
+    return spec.skew_lo + (spec.skew_hi - spec.skew_lo) * u
+
+
+def _reuses(spec: SyntheticSpec, u: np.ndarray) -> np.ndarray:
+    """Row reuse of uniforms `u`: log-uniform in [reuse_lo, reuse_hi]."""
+    return np.exp(math.log(spec.reuse_lo) + u * math.log(spec.reuse_hi / spec.reuse_lo))
 
 
 def synthetic_table(spec: SyntheticSpec, t: int, p: SyntheticTable):

@@ -77,10 +77,13 @@ def label_runtime(records: Sequence[PlanRecord], algs: Sequence[str], runtime: s
     algorithm in one comparison (eval_torchrec.py --plans a.json,b.json)."""
     from dataclasses import replace
 
-    def label(alg):
-        return f"{alg}[{runtime}]" if alg in RUNTIME_SEARCHES else alg
+    return ([replace(r, alg=runtime_label(r.alg, runtime)) for r in records],
+            [runtime_label(a, runtime) for a in algs])
 
-    return [replace(r, alg=label(r.alg)) for r in records], [label(a) for a in algs]
+
+def runtime_label(alg: str, runtime: str) -> str:
+    """`alg` as `label_runtime` names its plans searched for `runtime` (other than the paper's)."""
+    return f"{alg}[{runtime}]" if alg in RUNTIME_SEARCHES and runtime != "paper" else alg
 
 
 def add_input_args(parser, data_help: str = "dataset dir with table_configs.json") -> None:

@@ -177,9 +177,10 @@ def task_flags(run: Run, dest: Path, count: int, seed: int) -> dict:
 ABLATION_ALGS = ("neuroshard_fitted", "torchrec_fitted", "torchrec_neural")
 
 
-def evaluation_flags(run: Run, task_dir: Path, count: int) -> dict:
-    """The flags of the planning and measuring steps, for the first `count` tasks of `task_dir`: the preset's
-    algorithms (and the ablation's cells, with the fitted estimator they need)."""
+def evaluation_flags(run: Run, task_dir: Path, count: int, dataset: Path | None = None) -> dict:
+    """The flags of the planning and measuring steps, for the first `count` tasks of `task_dir` over `dataset`
+    (default: the run's): the preset's algorithms (and the ablation's cells, with the fitted estimator they
+    need)."""
     lay = run.layout
     algs = run.preset.algs
     extra = {}
@@ -187,16 +188,14 @@ def evaluation_flags(run: Run, task_dir: Path, count: int) -> dict:
         have = algs.split(",")
         algs = ",".join([*have, *(a for a in ABLATION_ALGS if a not in have)])
         extra = {"torchrec_estimator": _estimator(run)}
-    flags = {"data_dir": lay.dataset, "task_path": task_dir / "data.txt", **run.models(), "alg": algs,
+    flags = {"data_dir": dataset or lay.dataset, "task_path": task_dir / "data.txt", **run.models(), "alg": algs,
              **run.problem_flags(), "max_tasks": count, "calibration": lay.calibration, **extra}
     return flags | {f"{a}_policy": lay.models / f"{a}.pt" for a in run.learned}
 
 
-def oversize_flags(run: Run, flags: dict) -> dict:
-    """A planning or measuring step's flags for the tasks beyond the paper's plan space: their dataset and
-    task file, all of them."""
-    return flags | {"data_dir": run.layout.oversize_dataset, "task_path": run.layout.oversize_tasks / "data.txt",
-                    "max_tasks": run.preset.oversize_tasks}
+def oversize_evaluation(run: Run) -> dict:
+    """`evaluation_flags` for the tasks beyond the paper's plan space: all of them, over their own dataset."""
+    return evaluation_flags(run, run.layout.oversize_tasks, run.preset.oversize_tasks, run.layout.oversize_dataset)
 
 
 def chosen_lambda(run: Run) -> dict:
@@ -417,12 +416,12 @@ STEPS: list[StepSpec] = [
     # the tasks beyond the paper's plan space, planned by every algorithm and measured as the evaluation's
     StepSpec("6g", "simulator on tasks with a table larger than a device", "eval_simulator.py",
              lambda r: [r.layout.oversize_tasks / "data.txt"], lambda r: [r.layout.oversize_sim / "summary.json"],
-             lambda r: oversize_flags(r, evaluation_flags(r, r.layout.oversize_tasks, r.preset.oversize_tasks))
+             lambda r: oversize_evaluation(r)
              | {"out_dir": r.layout.oversize_sim, "quiet": True, "no_progress": True},
              when=lambda r: r.oversize, late=lambda r: chosen_lambda(r) if r.onpolicy else {}),
     StepSpec("6h", "hardware on tasks with a table larger than a device", "eval.py",
              lambda r: [r.layout.oversize_sim / "plans.json"], lambda r: [r.layout.oversize_hw / "summary.json"],
-             lambda r: oversize_flags(r, evaluation_flags(r, r.layout.oversize_tasks, r.preset.oversize_tasks))
+             lambda r: oversize_evaluation(r)
              | {"plans": r.layout.oversize_sim / "plans.json", "out_dir": r.layout.oversize_hw,
                 "warmup": r.preset.eval_warmup, "iters": r.preset.eval_iters, "repeats": r.preset.eval_repeats,
                 **r.device(), "quiet": True, "no_progress": True},
@@ -475,7 +474,7 @@ STEPS: list[StepSpec] = [
     StepSpec("7f", "NeuroShard for TorchRec's runtime, tasks with a table larger than a device", "eval_simulator.py",
              lambda r: [_runtime_model(r), r.layout.oversize_tasks / "data.txt"],
              lambda r: [r.layout.oversize_sim_torchrec / "summary.json"],
-             lambda r: oversize_flags(r, _no_alg(evaluation_flags(r, r.layout.oversize_tasks, r.preset.oversize_tasks)))
+             lambda r: _no_alg(oversize_evaluation(r))
              | {"alg": "neuroshard", "runtime": "torchrec", "runtime_model": _runtime_model(r),
                 "out_dir": r.layout.oversize_sim_torchrec, "quiet": True, "no_progress": True},
              when=lambda r: _torchrec(r) and r.oversize),

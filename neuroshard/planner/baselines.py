@@ -106,6 +106,12 @@ def piece_owners(ntables: int, column_steps: Sequence[int]) -> list[int]:
     return owner
 
 
+def _split_oversize(tables: Sequence[ShardTable], problem: Problem) -> tuple[list[ShardTable], list[int], list[int]]:
+    """The tables a whole-table sharder places (`oversize_steps` applied), the steps, and each one's task table."""
+    steps = oversize_steps(tables, problem)
+    return apply_column_steps(tables, steps), steps, piece_owners(len(tables), steps)
+
+
 def _plan(assignment: Sequence[int], ndevices: int, column_steps: Sequence[int] = ()) -> Plan:
     shards = [[] for _ in range(ndevices)]
     for t, d in enumerate(assignment):
@@ -118,9 +124,7 @@ def greedy_place(tables: Sequence[ShardTable], problem: Problem,
     """Largest-key-first greedy placement on the device with the smallest key sum (see module doc); a
     co-located group goes as one unit (its keys and sizes summed) to a device all its tables allow."""
     ndevices = problem.ndevices
-    steps = oversize_steps(tables, problem)
-    owner = piece_owners(len(tables), steps)
-    tables = apply_column_steps(tables, steps)
+    tables, steps, owner = _split_oversize(tables, problem)
     units = placement_units(tables, problem)
     keys = [sum(float(key(tables[t])) for t in m) for m, _ in units]
     gbs = [sum(tables[t].size_gb for t in m) for m, _ in units]
@@ -190,9 +194,7 @@ def random_sharder(tables, problem: Problem, ctx: ShardingContext | None = None)
     where it fits and that it may use."""
     ndevices = problem.ndevices
     rng = np.random.default_rng(problem.seed)
-    steps = oversize_steps(tables, problem)
-    owner = piece_owners(len(tables), steps)
-    tables = apply_column_steps(tables, steps)
+    tables, steps, owner = _split_oversize(tables, problem)
     used = [0] * ndevices  # fp32 elements
     caps = device_caps(problem)
     assignment = [-1] * len(tables)
