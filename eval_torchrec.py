@@ -5,6 +5,7 @@
     python eval_torchrec.py ... --alg neuroshard,size_lookup_greedy,torchrec --repeats 5 --iters 30
     python eval_torchrec.py ... --alg all,torchrec_full --max_mem 1     # and TorchRec's planner, all sharding types
     python eval_torchrec.py ... --gpu_devices 0,1,2,3                 # NCCL, one GPU per rank
+    python eval_torchrec.py ... --round_anchors results/quick/torchrec_data/results.json  # the rounds' speed
 
 Each plan of eval_simulator.py's plans.json becomes a TorchRec ShardingPlan
 (fused kernel; written to <out_dir>/torchrec_plans/) and ONE torchrun job
@@ -54,6 +55,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--reference", default="neuroshard",
                    help="the algorithm the others are compared with (default: neuroshard)")
     add_flag(p, "max_tasks", help="train the plans of the first N tasks only")
+    p.add_argument("--round_anchors", default=None,
+                   help="per-round calibration: collect_torchrec_cost_data.py's results.json (plans of TRAINING "
+                        "tasks); the first plan of each of its first --anchors_per_round tasks is trained in every "
+                        "round, spread over it (round_anchors.json: the rounds' speed for "
+                        "train_torchrec_cost_model.py --check_results)")
+    p.add_argument("--anchors_per_round", type=int, default=4,
+                   help="how many of --round_anchors' plans each round trains (default: 4)")
     # the plans' memory was their planner's business; only torchrec_full is planned here
     Problem.add_args(p, defaults={"max_mem": None},
                      helps={"max_mem": "memory per rank in GB (TorchRec's HBM per GPU) that torchrec_full is planned "
@@ -119,6 +127,10 @@ def main(argv=None) -> int:
             raise ConfigError("--max_mem", f"{FULL_ALG}: TorchRec found no plan within {problem.mem_text} per rank "
                                            f"for any of tasks {', '.join(map(str, task_ids))}")
         algs.append(FULL_ALG)
+    anchors = ()
+    if args.round_anchors:
+        check_int("--anchors_per_round", args.anchors_per_round, 1)
+        anchors = tt.anchor_records(args.round_anchors, dataset.configs, args.anchors_per_round, ndevices)
     if args.reference not in algs:
         raise ConfigError("--reference", f"{args.reference!r} has no plan to train (algorithms: {', '.join(algs)})")
     config = {k: v for k, v in vars(args).items() if k not in ("quiet", "no_progress", "out_dir", "timeout")}
@@ -129,12 +141,13 @@ def main(argv=None) -> int:
               f"(the summary's noise floor says how much); rounds narrow the intervals more than iterations",
               file=sys.stderr)
     trained = len(records) + sum(fp.sharding_plan is not None for fp in full)
-    print(f"training {trained} plans x {cfg.repeats} rounds on {ndevices} {device} ranks "
+    print(f"training {trained} plans" + (f" and {len(anchors)} anchors" if anchors else "")
+          + f" x {cfg.repeats} rounds on {ndevices} {device} ranks "
           f"({cfg.warmup} + {cfg.iters} iterations each, batch {batch}) in one torchrun job (resumable: rerun the "
           f"same command after an interruption)", file=sys.stderr, flush=True)
     summary = tt.run_torchrec_eval(records, tasks, dataset.configs, args.data_dir, batch, cfg, args.out_dir, algs,
                                    args.reference, config=config, show=None if args.quiet else print,
-                                   progress=not args.no_progress, full=full)
+                                   progress=not args.no_progress, full=full, anchors=anchors)
     tt.print_summary(summary)
     print(f"TorchRec job: {summary['measurements']} measurements in {summary['job_s']:.1f} s; wrote "
           f"{os.path.join(args.out_dir, tt.SUMMARY_MD)}", file=sys.stderr)

@@ -17,7 +17,10 @@ report the error on unseen tasks' plans, then on all. Writes the model to
 --check_results also reports the model's error on other plans trained in TorchRec
 (eval_torchrec.py's results.json, and TorchRec's full planner's plans in the
 torchrec_full.json beside it, read back as the project's plans, where the model
-was fitted on their sharding types); with --model instead of --results, nothing is
+was fitted on their sharding types), and with eval_torchrec.py --round_anchors'
+round_anchors.json beside it, the same error with each round's speed taken from
+the anchors trained in it (per measurement and of the plans' means, each beside
+what a perfect model would score); with --model instead of --results, nothing is
 fitted: the given model is checked and --out_path gets the check's report.
 """
 
@@ -75,7 +78,7 @@ def main(argv=None) -> int:
         if not args.check_results:
             return None
         from neuroshard.formats.task_file import read_tasks
-        from neuroshard.torchrec.training_eval import FULL_JSON
+        from neuroshard.torchrec.training_eval import ANCHORS_JSON, FULL_JSON
 
         fitted = model.source  # what the model was fitted on: its plans and their tasks are no check
         same = [f"{flag} {mine}" for key, flag, mine in (("samples", "--check_results", args.check_results),
@@ -101,6 +104,16 @@ def main(argv=None) -> int:
               f"mean predicted / measured {c['ratio']:.3f}")
         for alg, row in c["by_alg"].items():
             print(f"  {alg}: {row['plans']} plans, MAPE {row['mape']:.1f}%, predicted / measured {row['ratio']:.3f}")
+        anchored = Path(args.check_results).with_name(ANCHORS_JSON)  # eval_torchrec.py --round_anchors' plans
+        if anchored.exists():
+            cal = runtime_data.round_check(model, samples, runtime_data.read_samples(anchored, None, inputs.configs),
+                                           inputs.models)
+            c["rounds"] = cal.to_json()
+            pct = lambda v: "-" if v is None else f"{100 * v:.1f}%"  # noqa: E731
+            speeds = ", ".join(f"{f['cost']:.3f}x" for f in cal.factors)
+            print(f"per-round calibration ({cal.anchors} anchors; the rounds ran at {speeds} the model): MAPE "
+                  f"{pct(cal.mape)} per measurement (a perfect model: {pct(cal.floor)}; unmoved {pct(cal.raw_mape)}), "
+                  f"{pct(cal.mape_mean)} of the plans' means (a perfect model: {pct(cal.floor_mean)})")
         return {"results": str(Path(args.check_results).resolve()), **c}
 
     if args.model is not None:

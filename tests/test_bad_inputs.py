@@ -580,6 +580,9 @@ CASES = [
     ("trec model empty check", "train_torchrec_cost_model.py",
      _replace(_replace(TRCHECK, "--check_results", "trres_empty.json"), "--check_task_path", "tasks_other.txt"),
      "no plans to check"),
+    ("trec anchors missing", "eval_torchrec.py", TREC + ["--round_anchors", "nowhere.json"], "nowhere.json"),
+    ("trec anchors 0", "eval_torchrec.py", TREC + ["--round_anchors", "plans.json", "--anchors_per_round", "0"],
+     "--anchors_per_round: must be >= 1"),
     ("trec model all zero", "eval_simulator.py", SIM + ["--runtime", "torchrec", "--runtime_model",
                                                         "trmodel_zero.json"], "every coefficient is 0"),
     ("collect lambdas without plus", "collect_plan_cost_data.py",
@@ -626,7 +629,7 @@ def test_bad_input_is_a_one_line_error(ws, capsys, name, script, argv, fragment)
 def test_the_count_of_cases():
     # the closing note of issue 12 quotes this number
     assert len(CASES) >= 100
-    assert len(CASES) == 201  # issue 50 added 7, issue 52 15, issue 24 31, issue 23 (eval_torchrec.py) 9 (138 before)
+    assert len(CASES) == 203  # issue 51 added 2, 50 7, 52 15, 24 31, 23 (eval_torchrec.py) 9 (138 before)
 
 
 def test_a_second_compute_collection_into_the_same_dir_is_refused(ws):

@@ -10,6 +10,12 @@ plan cost. Each measurement of an evaluation plan is then compared with its esti
 are multiplied by the factors of the round it ran in (`calibrated_accuracy`): the MAPE per measurement and
 of the plans' means, the rank correlation, and the share of measurements inside the predicted 80% band
 moved by the same factors. The estimates written to the results are not changed.
+
+Each of the two MAPEs has its own floor, what a perfect model moved the same way would score: from the
+measurements divided by their round's plan-cost factor, d = the mean |z1 - z2| / mean(z1, z2) of a plan's
+first two rounds, a measurement is off its plan's true cost by about d / sqrt(2) and a mean of R rounds by
+d / sqrt(2 R) (normal noise; `power.plan_repeat_noise` is the same without the rounds' speed taken out). A
+per-measurement MAPE is read against the first, the plans' means against the second.
 """
 
 from __future__ import annotations
@@ -35,7 +41,8 @@ class RoundCalibration(Record):
     estimated, medians over the round's anchors), and the evaluation's plans against estimates moved by their
     round's factors: `mape` per measurement, `mape_mean` of the plans' mean costs, `spearman` of the means,
     `coverage` of the measurements in the moved 80% band (None without predicted spreads), and the raw
-    (unmoved) per-measurement MAPE beside them."""
+    (unmoved) per-measurement MAPE beside them; `floor` and `floor_mean`: what a perfect model would score on
+    the same measurements, per measurement and for the means (module doc; None without two rounds)."""
 
     anchors: int
     factors: list[dict] = field(default_factory=list)
@@ -45,6 +52,8 @@ class RoundCalibration(Record):
     spearman: float | None = None
     coverage: float | None = None
     raw_mape: float | None = None
+    floor: float | None = None
+    floor_mean: float | None = None
 
 
 def anchor_order(rounds: Sequence[tuple[PlanRecord, int]], anchors: Sequence[PlanRecord],
@@ -90,11 +99,31 @@ def _moved(estimate: CostBreakdown, f: dict) -> float:
                for c, b, w in zip(estimate.compute, estimate.bw_comm, estimate.fw_comm))
 
 
+def round_floors(costs: Sequence[Sequence[float]], speeds: Sequence[float]) -> tuple[float | None, float | None]:
+    """(per measurement, of the means) MAPE floors of plans measured at `costs[plan][round]` in rounds that ran
+    at `speeds[round]` (module doc); (None, None) without a plan measured in two rounds."""
+    diffs, rounds = [], []
+    for c in costs:
+        if len(c) >= 2 and len(speeds) >= 2 and min(c[:2]) > 0:
+            z0, z1 = c[0] / speeds[0], c[1] / speeds[1]
+            diffs.append(abs(z0 - z1) / ((z0 + z1) / 2))
+            rounds.append(min(len(c), len(speeds)))
+    if not diffs:
+        return None, None
+    d = float(np.mean(diffs))
+    return d / np.sqrt(2), d / np.sqrt(2 * min(rounds))
+
+
 def calibrated_accuracy(records: Sequence[PlanRecord], anchors: Sequence[PlanRecord],
                         repeats: int) -> RoundCalibration:
     """The evaluation's measured plans (`records`) against their estimates moved by each round's anchors'
     factors (module doc)."""
-    factors = round_factors(anchors, repeats)
+    return accuracy_at(records, round_factors(anchors, repeats), len(anchors))
+
+
+def accuracy_at(records: Sequence[PlanRecord], factors: Sequence[dict], anchors: int) -> RoundCalibration:
+    """`calibrated_accuracy` with the rounds' factors given (e.g. a round_calibration.json's, read again)."""
+    repeats = len(factors)
     errs, raw, inside, banded = [], [], 0, 0
     means_est, means_meas = [], []
     for rec in records:
@@ -113,13 +142,44 @@ def calibrated_accuracy(records: Sequence[PlanRecord], anchors: Sequence[PlanRec
                 inside += spread.q10 * scale <= cost <= spread.q90 * scale
         means_est.append(float(np.mean(moved)))
         means_meas.append(float(np.mean(rec.repeat_costs[:repeats])))
-    out = RoundCalibration(len(anchors), factors, len(errs))
+    measured = [r.repeat_costs[:repeats] for r in records
+                if r.estimate is not None and r.measured is not None and r.repeat_costs]
+    out = _scored(RoundCalibration(anchors, list(factors), len(errs)), errs, raw, means_est, means_meas, measured)
+    if errs:
+        out.coverage = inside / banded if banded else None
+    return out
+
+
+def step_accuracy(predicted: Sequence[float], costs: Sequence[Sequence[float]], anchor_predicted: Sequence[float],
+                  anchor_costs: Sequence[Sequence[float]]) -> RoundCalibration:
+    """Per-round calibration of one number per plan (e.g. a TorchRec training step's ms, `torchrec.runtime_model`):
+    `predicted[i]` and the measured `costs[i][round]` of the evaluation's plans, the same of the anchors. A
+    round's factor ({"cost": f}) is the median over the anchors measured in it of measured / predicted (1.0
+    without one); each measurement is compared with its prediction times its round's factor."""
+    repeats = max((len(c) for c in costs), default=0)
+    factors = []
+    for r in range(repeats):
+        ratios = [c[r] / p for p, c in zip(anchor_predicted, anchor_costs) if r < len(c) and p > 0]
+        factors.append({"cost": float(np.median(ratios)) if ratios else 1.0})
+    errs, raw, means_est, means_meas = [], [], [], []
+    for p, c in zip(predicted, costs):
+        moved = [p * factors[r]["cost"] for r in range(len(c))]
+        errs += [abs(m - x) / x for m, x in zip(moved, c)]
+        raw += [abs(p - x) / x for x in c]
+        means_est.append(float(np.mean(moved)))
+        means_meas.append(float(np.mean(c)))
+    return _scored(RoundCalibration(len(anchor_costs), factors, len(errs)), errs, raw, means_est, means_meas, costs)
+
+
+def _scored(out: RoundCalibration, errs, raw, means_est, means_meas, costs) -> RoundCalibration:
+    """`out` with its MAPEs, rank correlation and floors from the per-measurement errors (moved and raw), the
+    plans' mean estimates and measurements, and every plan's measurements by round."""
+    out.floor, out.floor_mean = round_floors(costs, [f["cost"] for f in out.factors])
     if errs:
         out.mape, out.raw_mape = float(np.mean(errs)), float(np.mean(raw))
         out.mape_mean = float(np.mean(np.abs(np.subtract(means_est, means_meas)) / np.asarray(means_meas)))
         if len(means_est) > 1:
             out.spearman = spearman(means_est, means_meas)
-        out.coverage = inside / banded if banded else None
     return out
 
 

@@ -409,7 +409,7 @@ def anchor_lines(hw_dir: Path, records: list[PlanRecord] | None) -> tuple[list[s
                    "scaled_spearman": scaled["spearman"]}
 
 
-def round_lines(hw_dir: Path, hw: Summary | None) -> tuple[list[str], dict | None]:
+def round_lines(hw_dir: Path) -> tuple[list[str], dict | None]:
     """Markdown on the per-round calibration of step 6b (`eval.round_calibration`: plans of training tasks
     measured in every round) and its figures; nothing when the evaluation had no anchors."""
     from neuroshard.eval.round_calibration import RoundCalibration
@@ -419,18 +419,17 @@ def round_lines(hw_dir: Path, hw: Summary | None) -> tuple[list[str], dict | Non
         return [], None
     pct = lambda v: "-" if v is None else f"{100 * v:.1f}%"  # noqa: E731
     speeds = ", ".join(f"{f['cost']:.3f}x" for f in cal.factors)
-    noise = (hw.simulator_accuracy.repeat_noise or {}) if hw and hw.simulator_accuracy else {}
-    floor = noise.get("mape_floor")
+    times = lambda v, f: f" (a perfect model moved the same way: {pct(f)}, {v / f:.2f}x)" if f else ""  # noqa: E731
     line = (f"Per-round calibration: {cal.anchors} plans of training tasks (step 4d's, never the evaluation's) were "
             f"measured in each of the {len(cal.factors)} rounds of step 6b, spread over it; the plan job ran them at "
             f"{speeds} their estimates (plan cost, by round). Each of the {cal.measurements} measurements compared "
             f"with its estimate moved by its round's per-part factors: plan-cost MAPE **{pct(cal.mape)}** per "
-            f"measurement ({pct(cal.raw_mape)} unmoved), {pct(cal.mape_mean)} for the plans' means"
-            + (f" (Spearman {cal.spearman:.3f})" if cal.spearman is not None else "")
-            + (f"; a perfect model scores {pct(floor)} ({cal.mape / floor:.2f}x)" if floor else "")
+            f"measurement{times(cal.mape, cal.floor)}, {pct(cal.raw_mape)} unmoved; **{pct(cal.mape_mean)}** for the "
+            f"plans' means{times(cal.mape_mean, cal.floor_mean)}"
+            + (f", Spearman {cal.spearman:.3f}" if cal.spearman is not None else "")
             + (f"; the moved 80% band holds **{pct(cal.coverage)}** of the measurements" if cal.coverage is not None
                else "") + ".")
-    return [line], {**cal.to_json(), "floor": floor}
+    return [line], cal.to_json()
 
 
 def refine_lines(records: list[PlanRecord] | None) -> tuple[list[str], dict | None]:
@@ -495,11 +494,34 @@ def torchrec_lines(out: Path) -> tuple[list[str], dict | None]:
         lines.append(f"On this machine {share}; every all-to-all of a step waits for the rank the scheduler ran "
                      "last, so the scheduling and the machine's other load are part of each step time. Read a "
                      "verdict only from its interval, and compare the ratios with the noise floor above.")
+    lines += runtime_check_lines(out / "torchrec" / "runtime_model_error.json")
     lines.append("")
     lines.append("A plan that mixes table-wise and column-split tables runs two sharding groups in TorchRec, "
                  "each with its own input distribution, kernels and all-to-alls; the cost models price one kernel "
                  "and two all-to-alls per device, so they do not see that overhead.")
     return lines, summary
+
+
+def runtime_check_lines(path: Path) -> list[str]:
+    """Markdown on the TorchRec runtime model's error on the trained evaluation plans (step 7e) and, where step
+    7d trained anchors in every round, the same error with each round's speed taken out; nothing without it."""
+    check = (_load(path) or {}).get("check")
+    if not check:
+        return []
+    pct = lambda v: "-" if v is None else f"{100 * v:.1f}%"  # noqa: E731
+    line = (f"The TorchRec runtime model (`--runtime torchrec`, fitted on training tasks' plans) on these "
+            f"{check['plans']} trained plans: step-time MAPE {check['mape']:.1f}%, predicted / measured "
+            f"{check['ratio']:.3f} (step 7e).")
+    cal = check.get("rounds")
+    if cal and cal.get("mape") is not None:
+        times = lambda v, f: f" (a perfect model: {pct(f)}, {v / f:.2f}x)" if f else ""  # noqa: E731
+        speeds = ", ".join(f"{f['cost']:.3f}x" for f in cal["factors"])
+        line += (f" Per-round calibration: {cal['anchors']} plans of training tasks (step 7a's) trained in every "
+                 f"round ran at {speeds} the model's steps; each measurement against the model times its round's "
+                 f"factor: MAPE **{pct(cal['mape'])}** per measurement{times(cal['mape'], cal.get('floor'))}, "
+                 f"{pct(cal['raw_mape'])} unmoved; **{pct(cal['mape_mean'])}** for the plans' means"
+                 f"{times(cal['mape_mean'], cal.get('floor_mean'))}.")
+    return ["", line]
 
 
 def unplanned_by(records: list[PlanRecord], alg: str, rival: str) -> list[int]:
@@ -732,7 +754,7 @@ def write_report(out, preset, steps: list[dict], seconds: float, study: tuple[in
         text += lines
         lines, anchors = anchor_lines(out / "hw", records)
         text += lines
-        lines, rounds = round_lines(out / "hw", hw)
+        lines, rounds = round_lines(out / "hw")
         text += ([""] + lines) if lines else []
     ablation_md, ablation_fig = ablation_lines(out, records)
     text += ablation_md

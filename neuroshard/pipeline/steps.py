@@ -453,13 +453,14 @@ STEPS: list[StepSpec] = [
     # beside the plans of both runtimes, TorchRec's planner as users get it (every sharding type), planned by
     # eval_torchrec.py itself within the run's memory
     StepSpec("7d", "TorchRec training", "eval_torchrec.py",
-             lambda r: [r.layout.sim_torchrec / "plans.json", r.layout.sim / "plans.json"],
+             lambda r: [r.layout.sim_torchrec / "plans.json", r.layout.sim / "plans.json",
+                        r.layout.torchrec_data / "results.json"],
              lambda r: [r.layout.torchrec / "summary.json"],
              lambda r: {"data_dir": r.layout.dataset, "task_path": r.layout.tasks / "data.txt",
                         "plans": f"{r.layout.sim_torchrec / 'plans.json'},{r.layout.sim / 'plans.json'}",
                         "alg": "all,torchrec_full", **r.problem_flags(), "max_tasks": r.preset.torchrec_tasks,
                         "repeats": r.preset.torchrec_repeats, **_training(r), "out_dir": r.layout.torchrec,
-                        "no_progress": True},
+                        **_torchrec_anchors(r), "no_progress": True},
              when=_torchrec),
     StepSpec("7e", "TorchRec runtime model on the evaluation tasks' plans", "train_torchrec_cost_model.py",
              lambda r: [r.layout.torchrec / "results.json"], lambda r: [r.layout.torchrec / "runtime_model_error.json"],
@@ -518,6 +519,14 @@ def _powered(run: Run) -> dict:
         return {}
     return {"unmeasured_plans": run.layout.unmeasured_sim / "plans.json",
             "unmeasured_task_path": run.layout.unmeasured_tasks / "data.txt"}
+
+
+def _torchrec_anchors(run: Run) -> dict:
+    """eval_torchrec.py's flags for per-round calibration: plans of training tasks step 7a trained, some of them
+    trained again in every round of step 7d (`torchrec.training_eval`); none with round_anchors 0."""
+    if run.preset.round_anchors < 1:
+        return {}
+    return {"round_anchors": run.layout.torchrec_data / "results.json", "anchors_per_round": run.preset.round_anchors}
 
 
 def _round_anchors(run: Run) -> dict:

@@ -124,9 +124,10 @@ class RuntimeSample:
         return float(np.mean(self.step_ms))
 
 
-def read_samples(results_path, tasks: Sequence[Task], configs: Sequence[TableConfig]) -> list[RuntimeSample]:
-    """The samples of a collection's results.json (torchrec.training_eval's), each plan checked against its task.
-    InputError naming the file and record for a malformed one."""
+def read_samples(results_path, tasks: Sequence[Task] | None, configs: Sequence[TableConfig]) -> list[RuntimeSample]:
+    """The samples of a collection's results.json (torchrec.training_eval's), each plan checked against its task
+    (`tasks` None: on the tables each row names, e.g. the anchors' round_anchors.json). InputError naming the
+    file and record for a malformed one."""
     path = Path(results_path)
     try:
         rows = json.loads(path.read_text())
@@ -184,9 +185,13 @@ def read_full_samples(path, tasks: Sequence[Task], configs: Sequence[TableConfig
     return out, outside
 
 
-def _task_tables(row: dict, tasks: Sequence[Task], configs: Sequence[TableConfig]) -> tuple[int, list[ShardTable]]:
-    """A result row's task and its tables; ValueError for a task the task file does not have."""
+def _task_tables(row: dict, tasks: Sequence[Task] | None,
+                 configs: Sequence[TableConfig]) -> tuple[int, list[ShardTable]]:
+    """A result row's task and its tables (`tasks` None: those the row names); ValueError for a task the task
+    file does not have."""
     task = int(row["task"])
+    if tasks is None:
+        return task, Task(tuple(int(x) for x in row["table_ids"]), tuple(int(x) for x in row["dims"])).tables(configs)
     if not 0 <= task < len(tasks):
         raise ValueError(f"task {task} is not in the task file ({len(tasks)} tasks)")
     return task, tasks[task].tables(configs)
@@ -273,6 +278,16 @@ def fit_runtime_model(samples: Sequence[RuntimeSample], models, ndevices: int, b
                                  test_mape, dict(source or {}), tuple(k for k in GROUP_OF if k in kinds))
     terms = {name: float(np.mean(x[:, j] * coef[j])) for j, name in enumerate(FEATURES)}
     return RuntimeFit(model, test_tasks, test_mape, mape(pred, y), by_kind, terms)
+
+
+def round_check(model, samples: Sequence[RuntimeSample], anchors: Sequence[RuntimeSample], models):
+    """The runtime model's error on `samples` with each round's speed taken from the `anchors` trained in the
+    same rounds (`round_calibration.step_accuracy`): a `RoundCalibration`."""
+    from neuroshard.eval.round_calibration import step_accuracy
+
+    pred = model.predict(sample_features(samples, models, model.batch_size))
+    anchor_pred = model.predict(sample_features(anchors, models, model.batch_size))
+    return step_accuracy(pred, [s.step_ms for s in samples], anchor_pred, [a.step_ms for a in anchors])
 
 
 def check_model(model, samples: Sequence[RuntimeSample], models) -> dict:

@@ -24,6 +24,12 @@ read from it, and the smallest difference the run can detect (`eval.power`).
 The noise floor is the same plan measured in two rounds (`power.plan_repeat_noise`)
 and the spread of iterations within one measurement.
 
+Per-round calibration (`anchors`): a few plans of TRAINING tasks, trained
+in TorchRec for the runtime model's data, are trained again once in every
+round, spread over it; `round_anchors.json` holds their step times by round,
+from which train_torchrec_cost_model.py --check_results reads each round's
+speed against the runtime model (`round_calibration.step_accuracy`).
+
 Resumable like eval.py: every measurement is appended to
 `<out_dir>/.partial/measurements.jsonl` as it arrives; a rerun of the same
 command trains only what is missing; `.partial/` goes once all are done.
@@ -48,6 +54,7 @@ import numpy as np
 from neuroshard.eval.hardware import PARTIAL_DIR, measurement_order, plan_identity
 from neuroshard.eval.intervals import mean_interval, verdict
 from neuroshard.eval.power import components, plan_repeat_noise
+from neuroshard.eval.round_calibration import ANCHOR_PREFIX, anchor_order
 from neuroshard.torchrec.full_planner import FULL_ALG, FULL_TITLE
 from neuroshard.torchrec.training import MODULE_PATH, TorchRecStep, TorchRecTrainConfig
 from neuroshard.types.errors import InputError, OutOfMemoryError
@@ -58,6 +65,7 @@ MEASUREMENTS = "measurements.jsonl"
 PLANS_DIR = "torchrec_plans"
 RESULTS_JSON, SUMMARY_JSON, SUMMARY_MD = "results.json", "summary.json", "summary.md"
 FULL_JSON = "torchrec_full.json"
+ANCHORS_JSON = "round_anchors.json"  # the anchors' step times by round, beside results.json
 TITLES = {FULL_ALG: FULL_TITLE}  # what an algorithm is, where its name alone does not say
 # one sentence for every report: why the numbers on this machine are noisy
 NOISE_NOTE = ("On a CPU machine the ranks are processes that run at once on the same cores: with more ranks than "
@@ -118,6 +126,51 @@ def select_records(records: Sequence[PlanRecord], tasks: Sequence[Task], configs
     return out
 
 
+def anchor_records(path, configs: Sequence[TableConfig], k: int, ndevices: int) -> list[PlanRecord]:
+    """The anchors of per-round calibration: from a results.json of TRAINING tasks' plans trained in TorchRec
+    (collect_torchrec_cost_data.py's), the first plan of each of its first `k` tasks, labelled
+    `ANCHOR_PREFIX` + algorithm, on the tables its row names. InputError naming the file and record for a
+    malformed row, a plan for another device count, or no plan at all."""
+    from neuroshard.formats.io import read_json
+    from neuroshard.planner.simulator import validate_plan
+    from neuroshard.problem import Problem
+    from neuroshard.types.errors import InvalidPlanError
+    from neuroshard.types.plan import Plan
+
+    rows = read_json(path)
+    if not isinstance(rows, list):
+        raise InputError(path, "expected a list of plan results (collect_torchrec_cost_data.py's results.json)")
+    out, seen = [], set()
+    for n, row in enumerate(rows):
+        try:
+            task = int(row["task"])
+            if task in seen:
+                continue
+            ids, dims = tuple(int(x) for x in row["table_ids"]), tuple(int(x) for x in row["dims"])
+            tables = Task(ids, dims).tables(configs)
+            plan = Plan.from_json(row["plan"])
+            validate_plan(tables, plan, Problem(ndevices=plan.ndevices, max_mem=1e9))
+        except (KeyError, TypeError, ValueError, IndexError, InvalidPlanError) as e:
+            raise InputError(path, f"record {n}: {e}") from None
+        if plan.ndevices != ndevices:
+            raise InputError(path, f"record {n}: a plan for {plan.ndevices} devices, training on {ndevices} ranks")
+        seen.add(task)
+        out.append(PlanRecord(task, ANCHOR_PREFIX + str(row["alg"]), plan=plan, num_tables=len(tables),
+                              table_ids=ids, dims=dims))
+        if len(out) == k:
+            break
+    if not out:
+        raise InputError(path, "no plan to train as an anchor")
+    return out
+
+
+def _tables_of(rec: PlanRecord, tasks: Sequence[Task], configs: Sequence[TableConfig]):
+    """A record's tables: an anchor's are those it names (a training task's), the others their task's."""
+    if rec.alg.startswith(ANCHOR_PREFIX):
+        return Task(tuple(rec.table_ids), tuple(rec.dims)).tables(configs)
+    return tasks[rec.task].tables(configs)
+
+
 def _item(task: int, alg: str, tables, names, path) -> dict:
     return {"task": task, "alg": alg, "names": names, "table_ids": [t.table_id for t in tables],
             "dims": [t.dim for t in tables], "rows": [t.config.row for t in tables],
@@ -135,7 +188,7 @@ def export_plans(records: Sequence[PlanRecord], tasks: Sequence[Task], configs: 
     plan_dir.mkdir(parents=True, exist_ok=True)
     items = []
     for rec in records:
-        tables = tasks[rec.task].tables(configs)
+        tables = _tables_of(rec, tasks, configs)
         names = table_names(tables)
         path, _ = export_torchrec_plan(plan_dir / f"task{rec.task}_{rec.alg}.pt", tables, rec.plan, names,
                                        device_type=device, module_path=MODULE_PATH, local_size=local_size)
@@ -393,9 +446,12 @@ def summary_markdown(summary: dict, config: dict | None = None) -> str:
 def run_torchrec_eval(records: Sequence[PlanRecord], tasks: Sequence[Task], configs: Sequence[TableConfig],
                       data_dir, batch_size: int, cfg: TorchRecTrainConfig, out_dir, algs: Sequence[str],
                       reference: str, config: dict | None = None, show: Callable[[str], None] | None = print,
-                      progress: bool = True, full: Sequence[FullPlan] = ()) -> dict:
+                      progress: bool = True, full: Sequence[FullPlan] = (),
+                      anchors: Sequence[PlanRecord] = ()) -> dict:
     """Train every record's plan, and every plan of TorchRec's full planner in `full` (`plan_full`; those without
     a plan are only recorded), `cfg.repeats` times in shuffled rounds in one job; write and return the summary.
+    `anchors` (`anchor_records`): plans of training tasks trained once in every round, spread over it
+    (`round_calibration.anchor_order`), their step times written to `ANCHORS_JSON` for the rounds' speed.
 
     Resumable (module doc); `config` (the run's settings) must match an interrupted run's.
     """
@@ -423,10 +479,10 @@ def run_torchrec_eval(records: Sequence[PlanRecord], tasks: Sequence[Task], conf
         local = None if cfg.device == "cpu" else cfg.ndevices
         planned = [fp for fp in full if fp.sharding_plan is not None]
         entries = [*records, *planned]
-        items = export_plans(records, tasks, configs, out / PLANS_DIR, cfg.device, local) + \
+        items = export_plans([*records, *anchors], tasks, configs, out / PLANS_DIR, cfg.device, local) + \
             export_full_plans(planned, tasks, configs, out / PLANS_DIR, cfg.device, cfg.ndevices, local)
-        by_id = {id(e): it for e, it in zip(entries, items)}
-        rounds = measurement_order(entries, cfg.repeats, cfg.problem.seed)
+        by_id = {id(e): it for e, it in zip([*records, *anchors, *planned], items)}
+        rounds = anchor_order(measurement_order(entries, cfg.repeats, cfg.problem.seed), anchors, cfg.repeats)
         todo = [(e, r) for e, r in rounds if measurement_key(e, r) not in done]
         if show is not None and len(todo) < len(rounds):
             show(f"{len(rounds) - len(todo)} of {len(rounds)} measurements were made by an earlier, interrupted run")
@@ -460,6 +516,7 @@ def run_torchrec_eval(records: Sequence[PlanRecord], tasks: Sequence[Task], conf
             summary["full_planner"] = full_summary(full)
         summary["job_s"] = job_s if todo else 0.0
         summary["measurements"] = len(todo)
+        summary["round_anchors"] = len(anchors)
         results = [{"task": rec.task, "alg": rec.alg, "plan": rec.plan.to_json(),
                     **{k: list(v) for k, v in task_identity(tasks[rec.task].tables(configs)).items()},
                     "step_ms": costs[rec.task, rec.alg],
@@ -467,6 +524,11 @@ def run_torchrec_eval(records: Sequence[PlanRecord], tasks: Sequence[Task], conf
                     "rounds": [done[plan_identity(rec, r)].to_json() for r in range(cfg.repeats)]}
                    for rec in records]
         write_json_atomic(out / RESULTS_JSON, results)
+        if anchors:
+            write_json_atomic(out / ANCHORS_JSON, [
+                {"task": a.task, "alg": a.alg, "plan": a.plan.to_json(), "table_ids": list(a.table_ids),
+                 "dims": list(a.dims), "step_ms": [done[plan_identity(a, r)].cost for r in range(cfg.repeats)],
+                 "rounds": [done[plan_identity(a, r)].to_json() for r in range(cfg.repeats)]} for a in anchors])
         if full:
             write_json_atomic(out / FULL_JSON, [
                 {"task": fp.task, "alg": fp.alg, "status": fp.status, "message": fp.message, "search_ms": fp.search_ms,

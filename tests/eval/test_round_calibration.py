@@ -3,7 +3,15 @@ evaluation's measurements against estimates moved by their round's factors, by h
 
 import pytest
 
-from neuroshard.eval.round_calibration import anchor_order, anchor_plans, calibrated_accuracy, round_factors
+from neuroshard.eval.round_calibration import (
+    accuracy_at,
+    anchor_order,
+    anchor_plans,
+    calibrated_accuracy,
+    round_factors,
+    round_floors,
+    step_accuracy,
+)
 from neuroshard.formats.plan_file import write_plans
 from neuroshard.problem import Problem
 from neuroshard.types.costs import CostBreakdown, CostSpread, RepeatParts
@@ -59,6 +67,35 @@ def test_each_round_is_compared_with_its_own_speed():
     assert cal.raw_mape == pytest.approx((0.6 / 3.6 + 0.3 / 2.7) / 2)
     assert cal.coverage == 1.0  # 3.6 in [2.9, 3.2] x 1.2 and 2.7 in [2.9, 3.2] x 0.9
     assert cal.mape_mean == pytest.approx(0.0, abs=1e-12)
+    # its two rounds, each divided by its round's speed, are both 3.0: a perfect model scores 0 too
+    assert cal.floor == pytest.approx(0.0, abs=1e-12) and cal.floor_mean == pytest.approx(0.0, abs=1e-12)
+    # the same from the factors read back (a round_calibration.json's)
+    again = accuracy_at([plan], cal.factors, cal.anchors)
+    assert again.to_json() == cal.to_json()
+
+
+def test_floors_take_the_rounds_speed_out_first():
+    # rounds at 1.2x and 1.0x: plan 1 measured 2.4, 1.8 -> 2.0, 1.8 (|d| = 0.2 / 1.9); plan 2 measured 1, 1, 1
+    # (a third round beyond the two speeds) -> 1/1.2, 1 (|d| = (1 - 1/1.2) / ((1/1.2 + 1) / 2) = 2/11)
+    d = (0.2 / 1.9 + 2 / 11) / 2
+    per, mean = round_floors([[2.4, 1.8], [1.0, 1.0, 1.0]], [1.2, 1.0])
+    assert per == pytest.approx(d / 2 ** 0.5) and mean == pytest.approx(d / 2)  # means of 2 rounds: d / sqrt(4)
+    assert round_floors([[2.0]], [1.0]) == (None, None)
+
+
+def test_one_number_per_plan_against_its_rounds_speed():
+    # anchors predicted 5 and 10, trained at 6, 12 (1.2x) in round 0 and 4.5, 10 (median 0.95x) in round 1; a plan
+    # predicted 10, trained at 12 and 10: moved 12 and 9.5 -> errors 0 and 0.5 / 10; unmoved 2 / 12 and 0
+    cal = step_accuracy([10.0], [[12.0, 10.0]], [5.0, 10.0], [[6.0, 4.5], [12.0, 10.0]])
+    assert [f["cost"] for f in cal.factors] == pytest.approx([1.2, 0.95])
+    assert cal.anchors == 2 and cal.measurements == 2
+    assert cal.mape == pytest.approx(0.05 / 2) and cal.raw_mape == pytest.approx(2 / 12 / 2)
+    assert cal.mape_mean == pytest.approx(abs(10.75 - 11) / 11) and cal.spearman is None
+    # the perfect model's floor: 12 / 1.2 = 10 and 10 / 0.95 = 10.526 -> d = 0.526 / 10.263
+    d = (10 / 0.95 - 10) / ((10 + 10 / 0.95) / 2)
+    assert cal.floor == pytest.approx(d / 2 ** 0.5) and cal.floor_mean == pytest.approx(d / 2)
+    # a round no anchor was trained in is not moved
+    assert step_accuracy([10.0], [[12.0, 10.0]], [5.0], [[6.0]]).factors[1] == {"cost": 1.0}
 
 
 def test_anchor_plans_are_estimated_on_the_tables_they_name(tmp_path):

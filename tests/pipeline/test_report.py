@@ -59,6 +59,17 @@ def test_torchrec_section_reads_step_7_and_says_how_noisy_it_is(tmp_path):
     assert "| greedy |" in text and "neuroshard beats it" in text and "1.200 [1.200, 1.200]" in text
     assert "two sharding groups" in text
     assert "4096 ranks shared" in text and "same plan trained in two rounds differed by 4.9%" in text
+    assert "runtime model" not in text  # step 7e did not run
+    # step 7e's check of the runtime model, with the rounds' speed from step 7d's anchors
+    check = {"plans": 6, "mape": 12.5, "ratio": 1.1, "by_alg": {},
+             "rounds": {"anchors": 4, "factors": [{"cost": 1.05}, {"cost": 0.95}], "measurements": 12, "mape": 0.06,
+                        "raw_mape": 0.09, "mape_mean": 0.04, "floor": 0.05, "floor_mean": 0.025}}
+    (tmp_path / "torchrec" / "runtime_model_error.json").write_text(json.dumps({"model": "m.json", "check": check}))
+    text = "\n".join(torchrec_lines(tmp_path)[0])
+    assert "on these 6 trained plans: step-time MAPE 12.5%, predicted / measured 1.100" in text
+    assert "ran at 1.050x, 0.950x the model's steps" in text
+    assert "MAPE **6.0%** per measurement (a perfect model: 5.0%, 1.20x), 9.0% unmoved" in text
+    assert "**4.0%** for the plans' means (a perfect model: 2.5%, 1.60x)" in text
 
 
 def test_power_line_from_the_median_noise_of_the_comparisons():

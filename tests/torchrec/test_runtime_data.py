@@ -19,6 +19,7 @@ from neuroshard.torchrec.runtime_data import (
     random_split_plan,
     read_full_samples,
     read_samples,
+    round_check,
     sample_features,
 )
 from neuroshard.torchrec.runtime_model import FEATURES
@@ -123,6 +124,29 @@ def test_fit_on_samples_with_known_step_times():
     assert res.model.types == ("row_wise", "data_parallel")  # the kinds its samples had
     with pytest.raises(ValueError, match="for \\[2\\] devices"):
         fit_runtime_model(samples, models, 4, 4096)
+
+
+def test_rounds_speed_comes_from_the_anchors_trained_in_them(tmp_path):
+    """A model that predicts every step exactly at unit speed; the rounds ran at 1.2x and 0.9x it. With each
+    round's factor from the anchors (read back from rows naming their tables), every measurement is matched:
+    MAPE 0 (the raw error is 0.2 / 1.2 and 0.1 / 0.9), and a perfect model moved the same way scores 0 too."""
+    ts = tasks(6)
+    models = hand_models(2)
+    recs = collection_records(CONFIGS, ts, [], models, Problem(2, 1.0), random_plans=3, max_splits=2)
+    samples = [RuntimeSample(r.task, r.alg, ts[r.task].tables(CONFIGS), r.plan, [1.0], None) for r in recs]
+    coef = np.array([20.0, 3.0, 2.0, 1.0, 0.5, 0.2, 0.3, 0.1, 0.4, 0.6])
+    y = sample_features(samples, models, 4096) @ coef
+    model = fit_runtime_model([replace(s, step_ms=[float(v)]) for s, v in zip(samples, y)], models, 2, 4096).model
+    timed = [replace(s, step_ms=[1.2 * float(v), 0.9 * float(v)]) for s, v in zip(samples, y)]
+    rows = [{"task": s.task, "alg": "anchor:" + s.alg, "plan": s.plan.to_json(), "step_ms": s.step_ms,
+             "table_ids": [t.table_id for t in s.tables], "dims": [t.dim for t in s.tables]} for s in timed[:2]]
+    anchors = read_samples(write_results(tmp_path / "round_anchors.json", rows), None, CONFIGS)
+    assert [a.tables for a in anchors] == [s.tables for s in timed[:2]]
+    cal = round_check(model, timed[2:], anchors, models)
+    assert [f["cost"] for f in cal.factors] == pytest.approx([1.2, 0.9])
+    assert cal.anchors == 2 and cal.measurements == 2 * len(timed[2:])
+    assert cal.mape == pytest.approx(0.0, abs=1e-6) and cal.raw_mape == pytest.approx((0.2 / 1.2 + 0.1 / 0.9) / 2)
+    assert cal.floor == pytest.approx(0.0, abs=1e-9) and cal.spearman == pytest.approx(1.0)
 
 
 def test_runtime_labels_and_merged_plan_files():

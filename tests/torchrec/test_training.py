@@ -24,6 +24,7 @@ from neuroshard.torchrec.training import (
     train_plans,
 )
 from neuroshard.torchrec.training_eval import (
+    anchor_records,
     export_plans,
     median_uncertainty,
     select_records,
@@ -259,6 +260,26 @@ def test_select_records_and_settings_errors(tiny):
         parse_layers("64,x", "--dense_arch")
 
 
+def test_anchors_are_the_first_plan_of_each_training_task(tiny, tmp_path):
+    _, configs, _, _ = tiny
+    plan = Plan((), ((0,), (1,))).to_json()
+    rows = [{"task": 3, "alg": "neuroshard", "plan": plan, "table_ids": [0, 1], "dims": [8, 8]},
+            {"task": 3, "alg": "random_split[0]", "plan": plan, "table_ids": [0, 1], "dims": [8, 8]},
+            {"task": 5, "alg": "torchrec", "plan": plan, "table_ids": [2, 3], "dims": [16, 8]}]
+    (tmp_path / "r.json").write_text(json.dumps(rows))
+    got = anchor_records(tmp_path / "r.json", configs, 4, 2)
+    assert [(a.task, a.alg, a.table_ids) for a in got] == [(3, "anchor:neuroshard", (0, 1)),
+                                                           (5, "anchor:torchrec", (2, 3))]
+    assert len(anchor_records(tmp_path / "r.json", configs, 1, 2)) == 1
+    for bad, match in (([{**rows[0], "table_ids": [0, 9]}], "record 0"), ([{"task": 3, "plan": plan}], "record 0"),
+                       ([], "no plan to train as an anchor"), ({"x": 1}, "expected a list")):
+        (tmp_path / "bad.json").write_text(json.dumps(bad))
+        with pytest.raises(InputError, match=match):
+            anchor_records(tmp_path / "bad.json", configs, 4, 2)
+    with pytest.raises(InputError, match="record 0: a plan for 2 devices, training on 4 ranks"):
+        anchor_records(tmp_path / "r.json", configs, 4, 4)
+
+
 def test_an_interrupted_run_trains_only_what_is_missing(tiny, tmp_path):
     """A rerun trains only the measurements its log lacks, plan records' and TorchRec's full planner's alike;
     the full planner's plans come out in torchrec_full.json and the summary, named for what they are."""
@@ -287,10 +308,16 @@ def test_an_interrupted_run_trains_only_what_is_missing(tiny, tmp_path):
         json.dumps([measurement_key(records[0], 0), made.to_json()]) + "\n"
         + json.dumps([measurement_key(full[0], 0), made_full.to_json()]) + "\n")
     cfg = TorchRecTrainConfig(problem=Problem(2), warmup=0, iters=2, repeats=1, timeout=60)
+    # a training task's plan (tables 3 and 0), trained in the round beside them as an anchor
+    (d / "train.json").write_text(json.dumps([{"task": 7, "alg": "neuroshard", "plan": Plan((), ((0,), (1,))).to_json(),
+                                               "table_ids": [3, 0], "dims": [8, 16], "step_ms": [9.0]}]))
+    anchors = anchor_records(d / "train.json", configs, 4, 2)
     summary = run_torchrec_eval(records, [task], configs, d / "ds", BATCH, cfg, out,
                                 ["table_wise", "column", "torchrec_full"], "table_wise", config={"test": 1},
-                                show=None, progress=False, full=full)
-    assert summary["measurements"] == 1 and not (out / ".partial").exists()
+                                show=None, progress=False, full=full, anchors=anchors)
+    assert summary["measurements"] == 2 and summary["round_anchors"] == 1 and not (out / ".partial").exists()
+    (anchor,) = json.loads((out / "round_anchors.json").read_text())
+    assert anchor["alg"] == "anchor:neuroshard" and anchor["table_ids"] == [3, 0] and anchor["step_ms"][0] > 0
     results = {r["alg"]: r for r in json.loads((out / "results.json").read_text())}
     assert set(results) == {"table_wise", "column"}  # plan records only: TorchRec's plans are no `Plan`
     assert results["table_wise"]["step_ms"] == [5.0] and results["column"]["step_ms"][0] > 0
