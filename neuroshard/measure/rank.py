@@ -10,7 +10,7 @@ and rank 0's spec is broadcast to every rank, so node 0's settings rule.
 The loop (`main`): record the pid (`start_rank`: the launcher kills by pid;
 the rank exits by itself if torchrun or the launcher disappears), join the
 process group (`init_group`: NCCL on GPUs, gloo on CPU), build the job's
-worker (`WORKERS`: the all-to-all samples of the comm collection, the
+worker (`WORKERS`: the all-to-all samples of the comm collection, the collectives of spread tables, the
 plans of the hardware evaluation, or the plans trained with TorchRec), then take the items block by block (rank
 0 reads them from the job dir and broadcasts each block) and measure each;
 the first rank of every node appends the record it gets to its node's
@@ -46,6 +46,7 @@ REMOTE_REPORT_WAIT_S = 3.0  # how long a rank that lost a peer waits for the cul
 MODULE = "neuroshard.measure.rank"
 # the job file's "worker" -> the class that measures its items (imported by name: the workers import this module)
 WORKERS = {"alltoall": "neuroshard.measure.alltoall_job:AllToAllWorker",
+           "collectives": "neuroshard.measure.collectives:CollectiveWorker",
            "plans": "neuroshard.measure.plan_job:PlanWorker",
            "torchrec_train": "neuroshard.torchrec.training:TorchRecTrainWorker"}
 

@@ -1,0 +1,166 @@
+"""The collectives of row-wise and data-parallel tables, timed on real ranks (gloo on CPU, NCCL on GPUs).
+
+A row-wise table (and a table-row-wise one, within a host) has every rank of
+its group look up its row block for the whole batch B: the B x dim partial
+sums are reduce-scattered forward (each rank keeps its B/k samples' sums) and
+the gradient's B/k x dim slices are all-gathered backward. A data-parallel
+table runs on each rank's own B/k samples; its gradient, rows x dim, is
+all-reduced backward. A collective's size `numel` is always the full tensor:
+B x dim for reduce-scatter and all-gather (each rank sends or receives numel /
+k), rows x dim for all-reduce; fp32.
+
+`run_collective` runs one, `bench_collective` times it on this rank (a
+barrier before every iteration, the median of the timed ones). The job that
+times many sizes on many ranks is `CollectiveJob` (`collect_collective_cost_data.py`,
+`planner.costs.collective_model` fits a model to what it measures); the plan job
+(`measure.plan_job`) runs the same collectives for the spread tables of a plan.
+
+Times in ms.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Sequence
+
+from neuroshard.measure.launch import DEFAULT_STARTUP_TIMEOUT_S, DEFAULT_TIMEOUT_S, LaunchConfig, TorchrunJob
+from neuroshard.measure.rank import RankContext, RankWorker
+from neuroshard.types.codec import Record, json_field
+from neuroshard.types.errors import ConfigError
+
+REDUCE_SCATTER, ALL_GATHER, ALL_REDUCE = "reduce_scatter", "all_gather", "all_reduce"
+COLLECTIVES = (REDUCE_SCATTER, ALL_GATHER, ALL_REDUCE)
+
+
+def check_sample(op: str, numel: int, k: int) -> None:
+    """ValueError unless `op` is a known collective and `numel` a positive multiple of the group's k ranks."""
+    if op not in COLLECTIVES:
+        raise ValueError(f"unknown collective {op!r} (known: {', '.join(COLLECTIVES)})")
+    if isinstance(numel, bool) or not isinstance(numel, int) or numel < 1 or numel % k:
+        raise ValueError(f"{op}: numel must be a positive multiple of the {k} ranks, got {numel!r}")
+
+
+def buffers(op: str, numel: int, k: int, device: str = "cpu"):
+    """(input, output) fp32 tensors of one collective over k ranks (output None: in place)."""
+    import torch
+
+    check_sample(op, numel, k)
+    if op == REDUCE_SCATTER:
+        return torch.rand(numel, device=device), torch.empty(numel // k, device=device)
+    if op == ALL_GATHER:
+        return torch.rand(numel // k, device=device), torch.empty(numel, device=device)
+    return torch.rand(numel, device=device), None
+
+
+def run_collective(op: str, inp, out, group=None) -> None:
+    """One `op` on the buffers of `buffers` over `group` (None: every rank)."""
+    import torch.distributed as dist
+
+    if op == REDUCE_SCATTER:
+        dist.reduce_scatter_tensor(out, inp, group=group)
+    elif op == ALL_GATHER:
+        dist.all_gather_into_tensor(out, inp, group=group)
+    else:
+        dist.all_reduce(inp, group=group)
+
+
+def bench_collective(op: str, numel: int, k: int, warmup: int, iters: int, device: str, group=None,
+                     state: dict | None = None) -> float:
+    """This rank's median ms of `op` on `numel` elements over `group` of k ranks (None: every rank), a
+    barrier on the group before every iteration."""
+    import torch.distributed as dist
+
+    from neuroshard.measure.timing import benchmark, median
+
+    inp, out = buffers(op, numel, k, device)
+
+    def before_each():
+        if state is not None:
+            state["phase"] = f"{op} barrier"
+        dist.barrier(group=group)
+
+    def once():
+        if state is not None:
+            state["phase"] = op
+        run_collective(op, inp, out, group)
+
+    return median(benchmark(once, warmup=warmup, iters=iters, device=device, before_each=before_each))
+
+
+# --------------------------------------------------------------------------- the job
+
+
+@dataclass(frozen=True)
+class CollectiveSpec(Record):
+    """The job's settings as the ranks read them: the samples ({"op", "numel"}, over every rank), untimed and
+    timed iterations of each."""
+
+    samples: list
+    warmup: int
+    iters: int
+
+
+@dataclass
+class CollectiveResult(Record):
+    """One sample's per-rank median ms."""
+
+    index: int = json_field(key="i")
+    op: str = json_field()
+    numel: int = json_field()
+    ms: list = json_field()
+
+
+class CollectiveWorker(RankWorker):
+    """One rank of the job: times each sample's collective over every rank; each node's first rank records
+    every rank's median."""
+
+    item = "sample"
+    first_phase = "before the collective"
+
+    def __init__(self, ctx: RankContext):
+        super().__init__(ctx)
+        self.spec = CollectiveSpec.from_json(ctx.spec)
+
+    def read_block(self, done: int) -> list:
+        return self.spec.samples[done:]
+
+    def measure(self, k: int, sample) -> dict | None:
+        from neuroshard.measure.rank import local_lead
+
+        ctx = self.ctx
+        ms = bench_collective(sample["op"], int(sample["numel"]), ctx.world, self.spec.warmup, self.spec.iters,
+                              ctx.device, state=ctx.state)
+        ctx.state["phase"] = "gathering medians"
+        every = ctx.gather(ms)
+        if not local_lead():
+            return None
+        return CollectiveResult(k, sample["op"], int(sample["numel"]), [float(x) for x in every]).to_json()
+
+
+class CollectiveJob(TorchrunJob):
+    """One torchrun job timing `samples` ({"op", "numel"}) over `ndevices` ranks; iterate `results()`."""
+
+    item: ClassVar[str] = "sample"
+    job_prefix: ClassVar[str] = "collective_job_"
+
+    def __init__(self, samples: Sequence[dict], ndevices: int, *, warmup: int = 3, iters: int = 7,
+                 device: str = "cpu", gpu_devices: str | None = None, timeout: float = DEFAULT_TIMEOUT_S,
+                 startup_timeout: float = DEFAULT_STARTUP_TIMEOUT_S, work_dir: str | None = None,
+                 launch: LaunchConfig | None = None, worker_module: str | None = None):
+        if ndevices < 2:
+            raise ConfigError("--ndevices", f"a collective needs at least 2 ranks, got {ndevices}")
+        samples = [{"op": s["op"], "numel": int(s["numel"])} for s in samples]
+        for i, s in enumerate(samples):
+            try:
+                check_sample(s["op"], s["numel"], ndevices)
+            except ValueError as e:
+                raise ConfigError("samples", f"sample {i}: {e}") from None
+        spec = CollectiveSpec(samples, warmup, iters)
+        super().__init__("collectives", spec, ndevices, len(samples), device=device, gpu_devices=gpu_devices,
+                         timeout=timeout, startup_timeout=startup_timeout, work_dir=work_dir, launch=launch,
+                         worker_module=worker_module)
+
+    def results(self):
+        """Each sample's `CollectiveResult`, in sample order, as rank 0 writes it."""
+        for rec in self.records():
+            yield CollectiveResult.from_json(rec)

@@ -1,0 +1,78 @@
+"""The collectives of spread tables (`measure.collectives`): their values on 2 real gloo ranks by hand, and
+the job that times them."""
+
+import json
+import os
+import time
+from datetime import timedelta
+
+import pytest
+
+from neuroshard.measure.collectives import (
+    ALL_GATHER,
+    ALL_REDUCE,
+    REDUCE_SCATTER,
+    CollectiveJob,
+    buffers,
+    check_sample,
+    run_collective,
+)
+from neuroshard.types.errors import ConfigError
+from tests.two_nodes import free_port
+
+
+def _rank(rank: int, world: int, port: int, out_dir: str) -> None:
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                            timeout=timedelta(seconds=60))
+    got = {}
+    for op in (REDUCE_SCATTER, ALL_GATHER, ALL_REDUCE):
+        inp, out = buffers(op, 4, world)
+        inp.copy_(torch.arange(inp.numel(), dtype=torch.float32) + 10 * (rank + 1))
+        run_collective(op, inp, out)
+        got[op] = (inp if out is None else out).tolist()
+    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as fh:
+        json.dump(got, fh)
+    dist.destroy_process_group()
+
+
+def test_each_collective_moves_what_its_spread_table_needs(tmp_path):
+    import torch.multiprocessing as mp
+
+    ctx = mp.spawn(_rank, args=(2, free_port(), str(tmp_path)), nprocs=2, join=False)
+    deadline = time.monotonic() + 60
+    while not ctx.join(timeout=5):
+        if time.monotonic() > deadline:
+            for p in ctx.processes:
+                p.kill()
+            pytest.fail("the ranks did not finish within 60 s")
+    r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2))
+    # reduce-scatter of 4 partial sums: rank 0 holds [10, 11, 12, 13], rank 1 [20, 21, 22, 23]; each keeps the
+    # sums of its 2 samples
+    assert r0[REDUCE_SCATTER] == [30.0, 32.0] and r1[REDUCE_SCATTER] == [34.0, 36.0]
+    # all-gather of the 2-element slices [10, 11] and [20, 21]: the whole on both
+    assert r0[ALL_GATHER] == r1[ALL_GATHER] == [10.0, 11.0, 20.0, 21.0]
+    # all-reduce of the 4-element gradients, in place
+    assert r0[ALL_REDUCE] == r1[ALL_REDUCE] == [30.0, 32.0, 34.0, 36.0]
+
+
+def test_the_job_times_every_sample_on_every_rank():
+    samples = [{"op": REDUCE_SCATTER, "numel": 4096}, {"op": ALL_GATHER, "numel": 64}, {"op": ALL_REDUCE, "numel": 10}]
+    with CollectiveJob(samples, 2, warmup=1, iters=2, timeout=60) as job:
+        got = list(job.results())
+    assert [(r.index, r.op, r.numel) for r in got] == [(0, REDUCE_SCATTER, 4096), (1, ALL_GATHER, 64),
+                                                       (2, ALL_REDUCE, 10)]
+    assert all(len(r.ms) == 2 and min(r.ms) > 0 for r in got)
+
+
+def test_bad_samples_are_refused_before_the_job_starts():
+    with pytest.raises(ValueError, match="unknown collective 'gather'"):
+        check_sample("gather", 8, 2)
+    with pytest.raises(ValueError, match="positive multiple of the 4 ranks, got 6"):
+        check_sample(REDUCE_SCATTER, 6, 4)
+    with pytest.raises(ConfigError, match="sample 1: all_reduce: numel must be a positive multiple"):
+        CollectiveJob([{"op": ALL_GATHER, "numel": 8}, {"op": ALL_REDUCE, "numel": 0}], 2)
+    with pytest.raises(ConfigError, match="at least 2 ranks"):
+        CollectiveJob([], 1)
