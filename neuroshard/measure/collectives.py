@@ -20,13 +20,17 @@ Times in ms.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import ClassVar, Sequence
+
+import numpy as np
 
 from neuroshard.measure.launch import DEFAULT_STARTUP_TIMEOUT_S, DEFAULT_TIMEOUT_S, LaunchConfig, TorchrunJob
 from neuroshard.measure.rank import RankContext, RankWorker
 from neuroshard.types.codec import Record, json_field
-from neuroshard.types.errors import ConfigError
+from neuroshard.types.errors import ConfigError, InputError
 
 REDUCE_SCATTER, ALL_GATHER, ALL_REDUCE = "reduce_scatter", "all_gather", "all_reduce"
 COLLECTIVES = (REDUCE_SCATTER, ALL_GATHER, ALL_REDUCE)
@@ -164,3 +168,87 @@ class CollectiveJob(TorchrunJob):
         """Each sample's `CollectiveResult`, in sample order, as rank 0 writes it."""
         for rec in self.records():
             yield CollectiveResult.from_json(rec)
+
+
+# --------------------------------------------------------------------------- the collection
+
+DATA_FILE, NOISE_FILE = "data.jsonl", "noise.jsonl"
+
+
+def draw_samples(num: int, ndevices: int, batch_size: int, max_dim: int, max_numel: int, seed: int) -> list[dict]:
+    """`num` seeded samples over what plans send: each collective in turn; a reduce-scatter or all-gather of
+    B x d elements (d a multiple of 4, log-uniform in [4, max_dim]: a row-wise group's dims), an all-reduce of
+    N elements log-uniform in [1,000, max_numel] (a data-parallel table's rows x dim), rounded to the ranks."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for k in range(num):
+        op = COLLECTIVES[k % len(COLLECTIVES)]
+        if op == ALL_REDUCE:
+            n = int(np.exp(rng.uniform(np.log(1000), np.log(max(max_numel, 1000)))))
+        else:
+            d = 4 * max(1, int(round(np.exp(rng.uniform(np.log(4), np.log(max(max_dim, 4)))) / 4)))
+            n = batch_size * d
+        out.append({"op": op, "numel": max(ndevices, n - n % ndevices)})
+    return out
+
+
+def collect(out_dir, samples: Sequence[dict], ndevices: int, *, warmup: int, iters: int, device: str = "cpu",
+            gpu_devices: str | None = None, timeout: float = DEFAULT_TIMEOUT_S, noise_samples: int = 0,
+            progress: bool = True) -> tuple[list[dict], list[tuple[str, float, float]]]:
+    """Time `samples` (those `out_dir/data.jsonl` does not hold yet, appended as they arrive: an interrupted
+    collection resumes), then the first `noise_samples` of them again (`noise.jsonl`, after all of data.jsonl,
+    so minutes apart); (every sample {"op", "numel", "ms": the ranks' mean, "ranks_ms"}, the re-measured
+    (op, ms, ms again)). One job per file."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    kw = dict(warmup=warmup, iters=iters, device=device, gpu_devices=gpu_devices, timeout=timeout, progress=progress)
+    rows = _resume(out / DATA_FILE, samples, ndevices, **kw)
+    again = _resume(out / NOISE_FILE, samples[:noise_samples], ndevices, **kw)
+    return rows, [(a["op"], rows[k]["ms"], a["ms"]) for k, a in enumerate(again)]
+
+
+def _resume(path: Path, samples: Sequence[dict], ndevices: int, progress: bool, **job) -> list[dict]:
+    """The rows of `samples` in the line file `path`: those it holds (checked to be the same samples), the others
+    timed in one job and appended as they arrive."""
+    from tqdm import tqdm
+
+    from neuroshard.formats.io import append_line, open_append
+
+    rows = _read_rows(path)[:len(samples)]
+    for k, row in enumerate(rows):
+        if (row["op"], int(row["numel"])) != (samples[k]["op"], samples[k]["numel"]):
+            raise InputError(path, f"line {k + 1}: {row['op']} of {row['numel']} elements, this collection draws "
+                                   f"{samples[k]['op']} of {samples[k]['numel']} (another --seed or sizes?)")
+    todo = samples[len(rows):]
+    if not todo:
+        return rows
+    bar = tqdm(total=len(todo), desc=f"collectives ({path.name})", unit="sample", disable=None if progress else True)
+    try:
+        with open_append(path, exclusive=True) as log, CollectiveJob(todo, ndevices, **job) as run:
+            for res in run.results():
+                row = {"op": res.op, "numel": res.numel, "ms": float(np.mean(res.ms)), "ranks_ms": res.ms}
+                append_line(log, json.dumps(row))
+                rows.append(row)
+                bar.update(1)
+    finally:
+        bar.close()
+    return rows
+
+
+def _read_rows(path: Path) -> list[dict]:
+    """The samples of a data.jsonl / noise.jsonl (none when missing); InputError naming the file and line."""
+    if not path.exists():
+        return []
+    rows = []
+    for k, line in enumerate(path.read_text().splitlines()):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            check_sample(row["op"], int(row["numel"]), 1)
+            if not float(row["ms"]) > 0:
+                raise ValueError(f"ms must be > 0, got {row['ms']}")
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+            raise InputError(path, f"line {k + 1}: {e}") from None
+        rows.append(row)
+    return rows

@@ -76,3 +76,32 @@ def test_bad_samples_are_refused_before_the_job_starts():
         CollectiveJob([{"op": ALL_GATHER, "numel": 8}, {"op": ALL_REDUCE, "numel": 0}], 2)
     with pytest.raises(ConfigError, match="at least 2 ranks"):
         CollectiveJob([], 1)
+
+
+def test_the_collection_writes_samples_and_a_model_and_resumes(tmp_path):
+    import runpy
+
+    from neuroshard.planner.costs.collective_model import CollectiveModel
+    from tests.test_bad_inputs import ROOT
+
+    main = runpy.run_path(str(ROOT / "collect_collective_cost_data.py"))["main"]
+    argv = ["--device", "cpu", "--ndevices", "2", "--data_size", "12", "--noise_samples", "3", "--batch_size", "8",
+            "--max_dim", "64", "--max_numel", "5000", "--warmup", "0", "--iters", "2", "--out_dir",
+            str(tmp_path / "data"), "--out_path", str(tmp_path / "collectives_2.json"), "--no_progress"]
+    assert main(argv) == 0
+    rows = [json.loads(x) for x in (tmp_path / "data" / "data.jsonl").read_text().splitlines()]
+    assert [r["op"] for r in rows] == [REDUCE_SCATTER, ALL_GATHER, ALL_REDUCE] * 4
+    assert all(r["numel"] % 2 == 0 and r["ms"] > 0 and len(r["ranks_ms"]) == 2 for r in rows)
+    assert all(r["numel"] % 8 == 0 for r in rows if r["op"] != ALL_REDUCE)  # B x d
+    assert len((tmp_path / "data" / "noise.jsonl").read_text().splitlines()) == 3
+    model = CollectiveModel.load(tmp_path / "collectives_2.json", 2)
+    assert set(model.fits) == {REDUCE_SCATTER, ALL_GATHER, ALL_REDUCE}
+    assert all(model.fit_of(op).noise_floor is not None for op in model.fits)  # the first 3: one of each
+    # a rerun measures nothing more; another seed draws other samples than those recorded
+    before = (tmp_path / "data" / "data.jsonl").read_text()
+    assert main(argv) == 0 and (tmp_path / "data" / "data.jsonl").read_text() == before
+    from neuroshard.types.errors import InputError
+
+    with pytest.raises(InputError, match=r"data.jsonl: line 1: reduce_scatter of \d+ elements, this collection "
+                                         r"draws .*another --seed"):
+        main(argv + ["--seed", "5"])

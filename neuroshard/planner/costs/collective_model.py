@@ -1,0 +1,155 @@
+"""The cost of the collectives of row-wise and data-parallel tables on the paper's runtime, fitted to measurements.
+
+A row-wise table's ranks reduce-scatter its B x dim partial sums forward and
+all-gather the gradient's slices backward; a data-parallel table's gradient,
+rows x dim, is all-reduced backward (`measure.collectives`). Each collective's
+time on `ndevices` ranks is a function of the full tensor's element count N,
+one of two forms per collective, whichever predicts the held-out samples
+better (`fit_collectives`, chosen by measurement):
+
+* "linear": ms = a + b N (a latency and a bandwidth);
+* "power":  ms = exp(c) N^p (a straight line in log-log).
+
+The samples come from `collect_collective_cost_data.py` (sizes drawn over
+what the plans of the problem can send), each the ranks' mean ms; the fit
+reports each form's MAPE on held-out samples beside the noise floor, the
+MAPE of the same samples measured again. Costs in ms; this module imports
+without torch.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from neuroshard.types.codec import Record
+from neuroshard.types.errors import ConfigError, InputError
+
+FORMAT = "neuroshard.collectives/1"
+FORMS = ("linear", "power")
+SCALE = 1e6  # N in millions of elements, so both coefficients of a linear fit are of order 1
+
+
+def default_path(models_dir, ndevices: int) -> Path:
+    """Where the pipeline keeps the collective model for `ndevices` ranks."""
+    return Path(models_dir) / f"collectives_{ndevices}.json"
+
+
+@dataclass
+class CollectiveFit(Record):
+    """One collective's fit: its `form`, coefficients ((a, b) of linear, (c, p) of power, N in millions), the
+    samples it was fitted on, each form's MAPE (%) on the held-out samples and the noise floor (%, None without
+    re-measured samples)."""
+
+    form: str
+    coef: list
+    samples: int
+    test_mape: dict = field(default_factory=dict)
+    noise_floor: float | None = None
+
+    def predict(self, numel) -> np.ndarray:
+        return _predict(self.form, self.coef, np.asarray(numel, dtype=np.float64))
+
+
+@dataclass
+class CollectiveModel(Record):
+    """Per collective (`measure.collectives.COLLECTIVES`) its `CollectiveFit`, on `ndevices` ranks."""
+
+    ndevices: int
+    fits: dict
+
+    def predict(self, op: str, numel) -> np.ndarray:
+        """ms of `op` on N = `numel` elements over the model's `ndevices` ranks (0 for N = 0)."""
+        fit = self.fit_of(op)
+        n = np.asarray(numel, dtype=np.float64)
+        return np.where(n > 0, fit.predict(np.maximum(n, 1.0)), 0.0)
+
+    def fit_of(self, op: str) -> CollectiveFit:
+        if op not in self.fits:
+            raise ConfigError("--collective_model", f"has no fit of {op} (it has {', '.join(self.fits)})")
+        fit = self.fits[op]
+        return fit if isinstance(fit, CollectiveFit) else CollectiveFit.from_json(fit)
+
+    def save(self, path) -> None:
+        from neuroshard.formats.io import write_json_atomic
+
+        write_json_atomic(path, {"format": FORMAT, "ndevices": self.ndevices,
+                                 "fits": {op: self.fit_of(op).to_json() for op in self.fits}})
+
+    @classmethod
+    def load(cls, path, ndevices: int) -> "CollectiveModel":
+        """The model at `path`; InputError naming it for another format, another rank count or a malformed fit."""
+        path = Path(path)
+        try:
+            raw = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise InputError(path, "no such file (collect_collective_cost_data.py fits one)") from None
+        except json.JSONDecodeError as e:
+            raise InputError(path, f"not JSON: {e}") from None
+        if not isinstance(raw, dict) or raw.get("format") != FORMAT:
+            raise InputError(path, f"not a collective model (expected format {FORMAT})")
+        if raw.get("ndevices") != ndevices:
+            raise InputError(path, f"a model for {raw.get('ndevices')} ranks, the plans have {ndevices}")
+        try:
+            fits = {op: CollectiveFit.from_json(f) for op, f in raw["fits"].items()}
+            for op, f in fits.items():
+                if f.form not in FORMS or len(f.coef) != 2 or not all(np.isfinite(f.coef)):
+                    raise ValueError(f"{op}: form {f.form!r}, coefficients {f.coef}")
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise InputError(path, f"malformed fit: {e}") from None
+        return cls(ndevices, fits)
+
+
+def _predict(form: str, coef: Sequence[float], numel: np.ndarray) -> np.ndarray:
+    x = numel / SCALE
+    if form == "linear":
+        return coef[0] + coef[1] * x
+    return np.exp(coef[0]) * x ** coef[1]
+
+
+def _fit(form: str, x: np.ndarray, y: np.ndarray) -> list[float]:
+    """Coefficients of `form` on N = x (millions) and ms y: linear by non-negative least squares of the
+    relative error, power by least squares in log-log."""
+    if form == "linear":
+        from neuroshard.torchrec.runtime_model import nnls
+
+        a = np.stack([np.ones_like(x), x], axis=1) / y[:, None]
+        return [float(c) for c in nnls(a, np.ones(len(y)))]
+    p, c = np.polyfit(np.log(x), np.log(y), 1)
+    return [float(c), float(p)]
+
+
+def mape(pred: np.ndarray, y: np.ndarray) -> float:
+    """Mean absolute percentage error (%)."""
+    return float(100 * np.mean(np.abs(pred - y) / y))
+
+
+def fit_collectives(samples: Sequence[dict], ndevices: int, test_share: float = 0.25, seed: int = 0,
+                    noise: Sequence[tuple[str, float, float]] = ()) -> CollectiveModel:
+    """Fit each collective of `samples` ({"op", "numel", "ms"}: the ranks' mean ms): each form on all but a
+    seeded `test_share` of that collective's samples, judged on the rest; the better form refitted on all.
+    `noise`: (op, ms, ms measured again) of re-measured samples, the noise floor. ValueError for a collective
+    with fewer than 4 samples or a non-positive time."""
+    rng = np.random.default_rng(seed)
+    fits = {}
+    for op in dict.fromkeys(s["op"] for s in samples):
+        mine = [s for s in samples if s["op"] == op]
+        x = np.array([s["numel"] for s in mine], dtype=np.float64) / SCALE
+        y = np.array([s["ms"] for s in mine], dtype=np.float64)
+        if len(mine) < 4:
+            raise ValueError(f"{op}: {len(mine)} samples, need at least 4")
+        if (y <= 0).any() or (x <= 0).any():
+            raise ValueError(f"{op}: every sample needs numel > 0 and ms > 0")
+        test = np.zeros(len(y), dtype=bool)
+        test[rng.permutation(len(y))[:max(1, int(round(test_share * len(y))))]] = True
+        scores = {form: mape(_predict(form, _fit(form, x[~test], y[~test]), x[test] * SCALE), y[test])
+                  for form in FORMS}
+        form = min(FORMS, key=lambda f: scores[f])
+        again = [(a, b) for o, a, b in noise if o == op and a > 0]
+        floor = mape(np.array([b for _, b in again]), np.array([a for a, _ in again])) if again else None
+        fits[op] = CollectiveFit(form, _fit(form, x, y), len(mine), scores, floor)
+    return CollectiveModel(ndevices, fits)

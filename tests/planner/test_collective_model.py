@@ -1,0 +1,54 @@
+"""The collectives' cost model (`planner.costs.collective_model`): each form recovered from times it made, the
+better form chosen on held-out samples, the noise floor, and the file read back (bad ones named)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from neuroshard.planner.costs.collective_model import CollectiveModel, fit_collectives
+from neuroshard.types.errors import ConfigError, InputError
+
+
+def samples(op, f, sizes):
+    return [{"op": op, "numel": int(n), "ms": float(f(n / 1e6))} for n in sizes]
+
+
+SIZES = np.geomspace(1e4, 1e7, 16).astype(int)
+
+
+def test_each_collective_gets_the_form_that_made_its_times():
+    data = samples("all_reduce", lambda x: 0.5 + 3.0 * x, SIZES) + \
+        samples("reduce_scatter", lambda x: 2.0 * x ** 0.7, SIZES)
+    noise = [("all_reduce", 10.0, 11.0), ("all_reduce", 4.0, 3.0)]  # |11 - 10| / 10 and |3 - 4| / 4: 17.5%
+    model = fit_collectives(data, 4, noise=noise)
+    ar, rs = model.fit_of("all_reduce"), model.fit_of("reduce_scatter")
+    assert ar.form == "linear" and ar.coef == pytest.approx([0.5, 3.0], rel=1e-6)
+    assert rs.form == "power" and rs.coef == pytest.approx([np.log(2.0), 0.7], rel=1e-6)
+    assert ar.test_mape["linear"] < 1e-6 < ar.test_mape["power"] and ar.samples == 16
+    assert ar.noise_floor == pytest.approx(17.5) and rs.noise_floor is None
+    # 2 M elements all-reduced: 0.5 + 3 x 2 ms; nothing sent costs nothing
+    assert model.predict("all_reduce", [2_000_000, 0]).tolist() == pytest.approx([6.5, 0.0])
+    with pytest.raises(ConfigError, match="no fit of all_gather"):
+        model.predict("all_gather", 100)
+    with pytest.raises(ValueError, match="all_gather: 3 samples, need at least 4"):
+        fit_collectives(samples("all_gather", lambda x: 1 + x, SIZES[:3]), 4)
+
+
+def test_the_model_file_reads_back_and_bad_ones_are_named(tmp_path):
+    model = fit_collectives(samples("all_gather", lambda x: 1.0 + x, SIZES), 2)
+    model.save(tmp_path / "c.json")
+    again = CollectiveModel.load(tmp_path / "c.json", 2)
+    assert again.predict("all_gather", 1_000_000) == pytest.approx(2.0)
+    with pytest.raises(InputError, match="a model for 2 ranks, the plans have 4"):
+        CollectiveModel.load(tmp_path / "c.json", 4)
+    raw = json.loads((tmp_path / "c.json").read_text())
+    raw["fits"]["all_gather"]["form"] = "cubic"
+    (tmp_path / "bad.json").write_text(json.dumps(raw))
+    with pytest.raises(InputError, match="malformed fit: all_gather: form 'cubic'"):
+        CollectiveModel.load(tmp_path / "bad.json", 2)
+    (tmp_path / "other.json").write_text("{}")
+    with pytest.raises(InputError, match="not a collective model"):
+        CollectiveModel.load(tmp_path / "other.json", 2)
+    with pytest.raises(InputError, match="collect_collective_cost_data.py"):
+        CollectiveModel.load(tmp_path / "missing.json", 2)
