@@ -6,12 +6,14 @@ from neuroshard.types.plan import (
     ColumnPiece,
     Plan,
     Spread,
+    SpreadCollective,
     apply_column_steps,
     column_offsets,
     merge_colocated_halves,
     plan_from_pieces,
     plan_pieces,
     row_blocks,
+    spread_collectives,
     table_devices,
 )
 from neuroshard.types.tables import (
@@ -199,6 +201,21 @@ def test_row_blocks_are_torchrecs_ceil_blocks():
     assert row_blocks(7, 1) == [7]
     assert Spread(0, "data_parallel", (0, 1, 2)).rows_on(10) == [10, 10, 10]
     assert Spread(0, "table_row_wise", (2, 3)).rows_on(7) == [4, 3]
+
+
+def test_spread_tables_run_one_collective_per_group_and_pass():
+    # batch 64; tables 0 and 2 row-wise over ranks 0, 1: 64 x (16 + 32) partial sums reduce-scattered forward,
+    # their gradient all-gathered backward; table 1 data-parallel: 200 x 8 all-reduced; table 3 table-row-wise
+    # over ranks 2, 3 (another host): its own pair, 64 x 4
+    spread = [Spread(0, "row_wise", (0, 1)), Spread(1, "data_parallel", (0, 1, 2, 3)), Spread(2, "row_wise", (0, 1)),
+              Spread(3, "table_row_wise", (2, 3))]
+    got = spread_collectives([16, 8, 32, 4], [100, 200, 300, 50], spread, 64)
+    assert got == [SpreadCollective("reduce_scatter", (0, 1), 3072, False),
+                   SpreadCollective("all_gather", (0, 1), 3072, True),
+                   SpreadCollective("all_reduce", (0, 1, 2, 3), 1600, True),
+                   SpreadCollective("reduce_scatter", (2, 3), 256, False),
+                   SpreadCollective("all_gather", (2, 3), 256, True)]
+    assert spread_collectives([16], [100], [], 64) == []
 
 
 def test_a_plan_with_spread_tables_round_trips_and_older_plans_read_the_same():

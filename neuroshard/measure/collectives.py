@@ -31,17 +31,18 @@ from neuroshard.measure.launch import DEFAULT_STARTUP_TIMEOUT_S, DEFAULT_TIMEOUT
 from neuroshard.measure.rank import RankContext, RankWorker
 from neuroshard.types.codec import Record, json_field
 from neuroshard.types.errors import ConfigError, InputError
-
-REDUCE_SCATTER, ALL_GATHER, ALL_REDUCE = "reduce_scatter", "all_gather", "all_reduce"
-COLLECTIVES = (REDUCE_SCATTER, ALL_GATHER, ALL_REDUCE)
+from neuroshard.types.plan import ALL_GATHER, ALL_REDUCE, COLLECTIVES, REDUCE_SCATTER
 
 
 def check_sample(op: str, numel: int, k: int) -> None:
-    """ValueError unless `op` is a known collective and `numel` a positive multiple of the group's k ranks."""
+    """ValueError unless `op` is a known collective and `numel` positive, for a reduce-scatter or an all-gather
+    a multiple of the group's k ranks."""
     if op not in COLLECTIVES:
         raise ValueError(f"unknown collective {op!r} (known: {', '.join(COLLECTIVES)})")
-    if isinstance(numel, bool) or not isinstance(numel, int) or numel < 1 or numel % k:
-        raise ValueError(f"{op}: numel must be a positive multiple of the {k} ranks, got {numel!r}")
+    if isinstance(numel, bool) or not isinstance(numel, int) or numel < 1:
+        raise ValueError(f"{op}: numel must be positive, got {numel!r}")
+    if op != ALL_REDUCE and numel % k:
+        raise ValueError(f"{op}: numel must be a multiple of the {k} ranks, got {numel}")
 
 
 def buffers(op: str, numel: int, k: int, device: str = "cpu"):
@@ -178,7 +179,7 @@ DATA_FILE, NOISE_FILE = "data.jsonl", "noise.jsonl"
 def draw_samples(num: int, ndevices: int, batch_size: int, max_dim: int, max_numel: int, seed: int) -> list[dict]:
     """`num` seeded samples over what plans send: each collective in turn; a reduce-scatter or all-gather of
     B x d elements (d a multiple of 4, log-uniform in [4, max_dim]: a row-wise group's dims), an all-reduce of
-    N elements log-uniform in [1,000, max_numel] (a data-parallel table's rows x dim), rounded to the ranks."""
+    N elements log-uniform in [1,000, max_numel] (a data-parallel table's rows x dim)."""
     rng = np.random.default_rng(seed)
     out = []
     for k in range(num):
@@ -188,7 +189,7 @@ def draw_samples(num: int, ndevices: int, batch_size: int, max_dim: int, max_num
         else:
             d = 4 * max(1, int(round(np.exp(rng.uniform(np.log(4), np.log(max(max_dim, 4)))) / 4)))
             n = batch_size * d
-        out.append({"op": op, "numel": max(ndevices, n - n % ndevices)})
+        out.append({"op": op, "numel": n if op == ALL_REDUCE else max(ndevices, n - n % ndevices)})
     return out
 
 

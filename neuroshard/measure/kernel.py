@@ -55,18 +55,47 @@ class IndexRangeError(NeuroShardError, ValueError):
     """
 
 
+ROWS, BAGS = "rows", "bags"  # what `BenchTable.part` keeps of a table's lookups
+
+
 @dataclass(frozen=True)
 class BenchTable:
-    """One table of a shard: `rows` x `dim` fp32 weights fed with the lookups of dataset table `table_id`."""
+    """One table of a shard: `rows` x `dim` fp32 weights fed with the lookups of dataset table `table_id`;
+    `part` None: all of them; ("rows", lo, hi): a row-wise block, the ids in [lo, hi) less lo, every sample
+    (`data.row_blocks.block_lookups`); ("bags", lo, hi): a data-parallel rank's local batch, the lookups of
+    samples [lo, hi) only (the others' bags left empty, so the op keeps the shard's batch)."""
 
     rows: int
     dim: int
     table_id: int
+    part: tuple | None = None
 
 
 def bench_tables(tables: Sequence[ShardTable]) -> list[BenchTable]:
     """BenchTables of (possibly column-split) task tables: a split half keeps its table's lookups."""
     return [BenchTable(t.config.row, t.dim, t.table_id) for t in tables]
+
+
+def spread_bench_tables(tables: Sequence[ShardTable], spread, rank: int, batch: int) -> list[BenchTable]:
+    """This rank's share of a plan's spread tables (`types.plan.Spread`), in spread order: of a row-wise or
+    table-row-wise table its row block (`data.row_blocks.block_range`; none where TorchRec leaves the block
+    empty), of a data-parallel one the whole table over its local batch (batch / k samples)."""
+    from neuroshard.data.row_blocks import block_range
+    from neuroshard.types.plan import DATA_PARALLEL
+
+    out = []
+    for s in spread:
+        if rank not in s.ranks:
+            continue
+        t, j, k = tables[s.table], s.ranks.index(rank), len(s.ranks)
+        if s.kind == DATA_PARALLEL:
+            b = batch // k
+            out.append(BenchTable(t.config.row, t.dim, t.table_id, (BAGS, j * b, (j + 1) * b)))
+            continue
+        lo, hi = block_range(t.config.row, k, j)
+        if hi > lo:
+            out.append(BenchTable(hi - lo, t.dim, t.table_id, (ROWS, lo, hi)))
+    return out
 
 
 @dataclass
@@ -158,17 +187,29 @@ class ShardBenchmark:
 
     # ------------------------------------------------------------------ inputs
 
-    def _table_lookups(self, table_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(indices as int64, offsets[1:] as int64) of a dataset table, cached."""
-        if table_id not in self._lookups:
+    def _table_lookups(self, table_id: int, part: tuple | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(indices as int64, offsets[1:] as int64) of a dataset table, or of the `part` of it a `BenchTable`
+        names, cached."""
+        key = table_id if part is None else (table_id, *part)
+        if key not in self._lookups:
             if not 0 <= table_id < len(self.dataset):
                 raise IndexRangeError(f"dataset table {table_id} does not exist "
                                       f"(the dataset has {len(self.dataset)} tables)")
             idx, off = self.dataset.lookups(table_id)
-            idx = idx.to(torch.int64).contiguous()
-            self._lookups[table_id] = (idx, off[1:].to(torch.int64))
-            self._index_range[table_id] = (int(idx.min()), int(idx.max())) if idx.numel() else (0, -1)
-        return self._lookups[table_id]
+            idx, off = idx.to(torch.int64), off.to(torch.int64)
+            if part is not None and part[0] == ROWS:
+                from neuroshard.data.row_blocks import block_lookups
+
+                idx, off = block_lookups(idx, off, part[1], part[2])
+            elif part is not None and part[0] == BAGS:
+                lo, hi = int(off[part[1]]), int(off[part[2]])
+                idx, off = idx[lo:hi], (off - lo).clamp(0, hi - lo)
+            elif part is not None:
+                raise ValueError(f"unknown part {part!r} of dataset table {table_id}")
+            idx = idx.contiguous()
+            self._lookups[key] = (idx, off[1:])
+            self._index_range[key] = (int(idx.min()), int(idx.max())) if idx.numel() else (0, -1)
+        return self._lookups[key]
 
     def validate(self, tables: Sequence[BenchTable]) -> None:
         """Raise IndexRangeError/ValueError if a table is malformed or would see an index outside its rows."""
@@ -176,8 +217,8 @@ class ShardBenchmark:
             if t.rows < 1 or t.dim < 4 or t.dim % 4:
                 raise ValueError(f"shard table {k}: need rows >= 1 and dim a positive multiple of 4, "
                                  f"got rows={t.rows} dim={t.dim}")
-            self._table_lookups(t.table_id)
-            lo, hi = self._index_range[t.table_id]
+            self._table_lookups(t.table_id, t.part)
+            lo, hi = self._index_range[t.table_id if t.part is None else (t.table_id, *t.part)]
             if lo < 0 or hi >= t.rows:
                 bad = lo if lo < 0 else hi
                 raise IndexRangeError(f"shard table {k} (dataset table {t.table_id}, {t.rows} rows): "
@@ -199,7 +240,7 @@ class ShardBenchmark:
         idx_parts, off_parts = [], [torch.zeros(1, dtype=torch.int64)]
         base = 0
         for t in tables:
-            idx, ends = self._table_lookups(t.table_id)
+            idx, ends = self._table_lookups(t.table_id, t.part)
             if b < self.batch_size:  # the first b bags: their ends, and the lookups before the last one
                 ends = ends[:b]
                 idx = idx[:int(ends[-1])]

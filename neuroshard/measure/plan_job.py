@@ -6,7 +6,10 @@ every rank the rank loop (`measure.rank`) runs `PlanWorker`. Per plan,
 every rank r:
 
 1. builds its shard's table-batched embedding op with the real lookups of
-   its tables (a column-split half reuses its table's lookups) and times
+   its tables (a column-split half reuses its table's lookups; of a
+   row-wise or table-row-wise table its row block, the ids in its range for
+   every sample; of a data-parallel table the whole table for its B/k
+   samples: `kernel.spread_bench_tables`) and times
    forward + backward with `kernel.ShardBenchmark`; the ranks take turns
    (a barrier between turns), so ranks sharing a host do not slow each
    other down (two ranks a turn share the cores and measure their compute
@@ -19,7 +22,11 @@ every rank r:
    exactly how the simulator (DESIGN §7) and the forward comm model's
    training data define the forward cost: a rank that is ready early pays
    for waiting on the late ones. The forward time without delays is recorded
-   too (`fw_comm_nosleep`); ``fw_sleep="none"`` makes it the one counted;
+   too (`fw_comm_nosleep`); ``fw_sleep="none"`` makes it the one counted.
+   The spread tables' collectives (`types.plan.spread_collectives`) are
+   timed each on its own (`measure.collectives`): the all-gathers and
+   all-reduces count in the backward exchange and in the skew, the
+   reduce-scatters in the forward one;
 3. optionally (`end_to_end`) times the real step sequence per iteration —
    forward compute -> forward all-to-all -> backward all-to-all -> backward
    compute — on all ranks at once, so straggler waits (and, on a shared CPU
@@ -61,7 +68,7 @@ from neuroshard.measure.timing import CLOCKS
 from neuroshard.problem import Problem
 from neuroshard.settings import Settings, common, setting
 from neuroshard.types.codec import Record
-from neuroshard.types.errors import ConfigError, InvalidPlanError
+from neuroshard.types.errors import ConfigError
 from neuroshard.types.plan import Plan, apply_column_steps
 from neuroshard.types.records import EndToEnd, PlanMeasurement, PlanRecord
 from neuroshard.types.tables import Task
@@ -146,15 +153,7 @@ class PlanJobSpec(Record):
 
 
 def runnable(records: Sequence[PlanRecord]) -> list[PlanRecord]:
-    """The plan records the job measures, in job order: those with a plan (others are reported only).
-    InvalidPlanError naming the task and table for a plan with row-wise, table-row-wise or data-parallel
-    tables: the job runs table-wise and column-wise shards (their reduce-scatter and all-reduce are not in
-    it); TorchRec training (eval_torchrec.py) runs those."""
-    for rec in records:
-        if rec.plan is not None and rec.plan.spread:
-            s = rec.plan.spread[0]
-            raise InvalidPlanError(f"task {rec.task} ({rec.alg}): table {s.table} is {s.kind}; the plan job runs "
-                                   "table-wise and column-wise shards only (train such plans with eval_torchrec.py)")
+    """The plan records the job measures, in job order: those with a plan (others are reported only)."""
     return [rec for rec in records if rec.plan is not None]
 
 
@@ -213,6 +212,7 @@ class PlanWorker(RankWorker):
         self.bench = ShardBenchmark(self.dataset, device=ctx.device, warmup=hw.warmup, iters=hw.iters,
                                     flush=hw.flush, seed=seed, clock=clock)
         self._gen = torch.Generator().manual_seed(seed)
+        self._groups: dict = {}  # rank tuple -> process group of the spread tables' collectives (`groups`)
 
     def read_block(self, done: int) -> list:
         return self.items[done:]  # rank 0 holds every plan from the start: one block
@@ -220,8 +220,9 @@ class PlanWorker(RankWorker):
     def measure(self, k: int, item: PlanRecord) -> dict | None:
         """Measure plan `k`; returns its `PlanMeasurement` record on the first rank of each node."""
         from neuroshard.measure.alltoall import bench_sample
-        from neuroshard.measure.kernel import bench_tables
+        from neuroshard.measure.kernel import bench_tables, spread_bench_tables
         from neuroshard.measure.rank import local_lead
+        from neuroshard.types.plan import spread_collectives
 
         ctx, hw, st = self.ctx, self.hw, self.ctx.state
         # a record that names its tables (a plan of another task file: the evaluation's per-round anchors)
@@ -232,7 +233,12 @@ class PlanWorker(RankWorker):
             raise ValueError(f"plan for task {item.task} ({item.alg}) has {item.plan.ndevices} "
                              f"devices, the job has {ctx.world} ranks")
         _, shards, dims = shard_layout(task, self.dataset.configs, item.plan)
-        mine = bench_tables(shards[ctx.rank])
+        tables = task.tables(self.dataset.configs)
+        spread = spread_bench_tables(tables, item.plan.spread, ctx.rank, self.batch)
+        mine = bench_tables(shards[ctx.rank]) + spread
+        collectives = spread_collectives([t.dim for t in tables], [t.config.row for t in tables], item.plan.spread,
+                                         self.batch)
+        groups = self.groups([c.ranks for c in collectives])
 
         # 1. compute, one rank at a time
         res = None
@@ -244,21 +250,28 @@ class PlanWorker(RankWorker):
         st["phase"] = "compute (closing barrier)"
         ctx.barrier()
 
-        # 2. backward all-to-all (and forward without delays), then forward with the skew
-        fw0, bw = bench_sample(dims, 0.0, ctx.rank, self.batch, hw.warmup, hw.iters, ctx.device, state=st)
+        # 2. backward all-to-all (and forward without delays) and the spread tables' backward collectives, then
+        # forward with the skew and the spread tables' reduce-scatters (no all-to-all when no rank holds a table
+        # in the shard lists)
+        exchanged = any(dims)
+        fw0, bw = bench_sample(dims, 0.0, ctx.rank, self.batch, hw.warmup, hw.iters, ctx.device, state=st) \
+            if exchanged else (0.0, 0.0)
+        spread_bw = self.time_collectives([c for c in collectives if c.backward], groups)
         st["phase"] = "gathering compute and backward times"
-        ready = [c + b for c, b in ctx.gather((res.median_ms, bw))]
+        ready = [c + b for c, b in ctx.gather((res.median_ms, bw + spread_bw))]
         skew = [t - min(ready) for t in ready]
-        if hw.fw_sleep == "skew":
+        if hw.fw_sleep == "skew" and exchanged:
             fw, _ = bench_sample(dims, skew[ctx.rank], ctx.rank, self.batch, hw.warmup, hw.iters, ctx.device,
                                  state=st, backward=False)
         else:
             fw = fw0
-        mine_rec = {"compute": res.median_ms, "compute_iters": res.times_ms, "bw": bw, "fw": fw, "fw_nosleep": fw0,
-                    "build_s": res.build_s, "compute_wall": res.wall_median_ms}
+        spread_fw = self.time_collectives([c for c in collectives if not c.backward], groups)
+        mine_rec = {"compute": res.median_ms, "compute_iters": res.times_ms, "bw": bw + spread_bw,
+                    "fw": fw + spread_fw, "fw_nosleep": fw0 + spread_fw, "build_s": res.build_s,
+                    "compute_wall": res.wall_median_ms, "collectives": [spread_fw, spread_bw]}
         # 3. the real step sequence, all ranks at once
         if hw.end_to_end:
-            mine_rec["e2e_iters"] = self.step_times(mine, dims)
+            mine_rec["e2e_iters"] = self.step_times(mine, dims, len(spread), collectives, groups)
 
         st["phase"] = "gathering results"
         every = ctx.gather(mine_rec)
@@ -274,18 +287,42 @@ class PlanWorker(RankWorker):
             compute=[e["compute"] for e in every], bw_comm=[e["bw"] for e in every], fw_comm=[e["fw"] for e in every],
             fw_comm_nosleep=[e["fw_nosleep"] for e in every], skew=skew,
             compute_iters=[e["compute_iters"] for e in every], build_s=[e["build_s"] for e in every],
-            e2e=e2e, compute_wall=[e["compute_wall"] for e in every]).to_json()
+            e2e=e2e, compute_wall=[e["compute_wall"] for e in every],
+            collectives=[e["collectives"] for e in every] if collectives else None).to_json()
 
-    def step_times(self, mine, dims: Sequence[int]) -> list[float]:
-        """Per-iteration ms of fwd compute -> fwd all-to-all -> bwd all-to-all -> bwd compute on this rank."""
+    def groups(self, ranks: Sequence[tuple[int, ...]]) -> dict:
+        """The process group of each rank tuple (None: every rank); made on every rank in the same order, as
+        torch.distributed needs, and kept for the next plans."""
+        import torch.distributed as dist
+
+        for r in ranks:
+            if r != tuple(range(self.ctx.world)) and r not in self._groups:
+                self._groups[r] = dist.new_group(list(r))
+        return {r: self._groups.get(r) for r in ranks}
+
+    def time_collectives(self, collectives, groups: dict) -> float:
+        """This rank's ms of the given spread collectives, each timed on its own (those of groups without
+        this rank cost it nothing)."""
+        from neuroshard.measure.collectives import bench_collective
+
+        ctx, hw = self.ctx, self.hw
+        return sum(bench_collective(c.op, c.numel, len(c.ranks), hw.warmup, hw.iters, ctx.device,
+                                    groups[c.ranks], ctx.state) for c in collectives if ctx.rank in c.ranks)
+
+    def step_times(self, mine, dims: Sequence[int], spread: int = 0, collectives=(), groups=None) -> list[float]:
+        """Per-iteration ms of fwd compute -> fwd all-to-all -> the spread tables' reduce-scatters -> bwd
+        all-to-all -> their all-gathers and all-reduces -> bwd compute on this rank. `mine`: this rank's shard
+        tables, the last `spread` of them its share of the spread tables (columns not exchanged all-to-all)."""
         import torch
 
         from neuroshard.measure.alltoall import exchange_backward, exchange_forward
+        from neuroshard.measure.collectives import buffers, run_collective
         from neuroshard.measure.timing import benchmark
 
         ctx, st = self.ctx, self.ctx.state
         st["phase"] = "end-to-end set-up"
         b, d = self.batch // ctx.world, dims[ctx.rank]
+        extra = sum(t.dim for t in mine[len(mine) - spread:]) if spread else 0
         op = indices = offsets = None
         if mine:
             op, indices, offsets, _ = self.bench.prepare(mine)
@@ -293,7 +330,10 @@ class PlanWorker(RankWorker):
         # the upstream gradient of this rank's [B/n, sum(dims)] slice, already in the packed send layout
         grad_out = torch.randn(b * sum(dims), generator=self._gen).to(ctx.device)
         grad_in = torch.empty(self.batch * d, device=ctx.device)
+        grad_spread = torch.randn(self.batch, extra, generator=self._gen).to(ctx.device)
         empty = torch.empty(self.batch, 0, device=ctx.device)
+        mine_coll = [(c, groups[c.ranks], *buffers(c.op, c.numel, len(c.ranks), ctx.device)) for c in collectives
+                     if ctx.rank in c.ranks]
 
         def before_each():
             st["phase"] = "end-to-end barrier"
@@ -302,10 +342,18 @@ class PlanWorker(RankWorker):
         def step():
             st["phase"] = "end-to-end step"
             y = op(indices, offsets) if op is not None else empty
-            exchange_forward(y.detach(), dims, ctx.rank, self.batch, out=recv)
-            exchange_backward(grad_out, dims, ctx.rank, self.batch, out=grad_in)
+            if any(dims):
+                exchange_forward(y[:, :d].detach().contiguous(), dims, ctx.rank, self.batch, out=recv)
+            for c, group, inp, out in mine_coll:
+                if not c.backward:
+                    run_collective(c.op, inp, out, group)
+            if any(dims):
+                exchange_backward(grad_out, dims, ctx.rank, self.batch, out=grad_in)
+            for c, group, inp, out in mine_coll:
+                if c.backward:
+                    run_collective(c.op, inp, out, group)
             if op is not None:
-                y.backward(grad_in.view(self.batch, d))
+                y.backward(torch.cat([grad_in.view(self.batch, d), grad_spread], dim=1))
 
         times = benchmark(step, warmup=self.hw.warmup, iters=self.hw.iters, device=ctx.device,
                           before_each=before_each, flush=self.bench.flush)

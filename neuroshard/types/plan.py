@@ -89,6 +89,42 @@ class Spread(Record):
         return row_blocks(rows, len(self.ranks))
 
 
+REDUCE_SCATTER, ALL_GATHER, ALL_REDUCE = "reduce_scatter", "all_gather", "all_reduce"
+COLLECTIVES = (REDUCE_SCATTER, ALL_GATHER, ALL_REDUCE)
+
+
+@dataclass(frozen=True)
+class SpreadCollective:
+    """One collective the spread tables of a plan run each step: `op` (one of `COLLECTIVES`) over `ranks` on
+    `numel` fp32 elements (the full tensor), in the forward (`backward` False) or backward pass."""
+
+    op: str
+    ranks: tuple[int, ...]
+    numel: int
+    backward: bool
+
+
+def spread_collectives(dims: Sequence[int], rows: Sequence[int], spread: Sequence[Spread],
+                       batch: int) -> list[SpreadCollective]:
+    """The collectives of `spread` tables (task tables of `dims` and `rows`) at global batch `batch`, per group
+    of ranks (in order of first appearance): the row-wise and table-row-wise tables of a group reduce-scatter
+    their B x (their dims) partial sums forward and all-gather the gradient backward; its data-parallel tables
+    all-reduce their (rows x dim) gradients backward, one collective for all of them."""
+    groups: dict[tuple[tuple[int, ...], bool], int] = {}
+    for s in spread:
+        rw = s.kind != DATA_PARALLEL
+        key = (tuple(s.ranks), rw)
+        groups[key] = groups.get(key, 0) + (batch * dims[s.table] if rw else rows[s.table] * dims[s.table])
+    out = []
+    for (ranks, rw), numel in groups.items():
+        if rw:
+            out += [SpreadCollective(REDUCE_SCATTER, ranks, numel, False), SpreadCollective(ALL_GATHER, ranks, numel,
+                                                                                            True)]
+        else:
+            out.append(SpreadCollective(ALL_REDUCE, ranks, numel, True))
+    return out
+
+
 @dataclass(frozen=True)
 class Plan(Record):
     """A sharding plan: column-wise splits, the (post-split) tables on each device, the spread tables."""

@@ -39,8 +39,11 @@ class PlanMeasurement(Record):
     `fw_comm_nosleep` (all ranks starting together), `compute_iters` (each
     timed iteration) in ms, `build_s` (the op's construction) in s; `e2e`:
     the real step sequence, when asked; `compute_wall`: the kernels' elapsed
-    ms (median) when compute is timed by the CPU clock. The plan's cost is
-    its breakdown's.
+    ms (median) when compute is timed by the CPU clock; `collectives`: per
+    rank the ms of the spread tables' forward (reduce-scatter) and backward
+    (all-gather, all-reduce) collectives, already in `fw_comm` and `bw_comm`
+    (None for a plan without spread tables). The plan's cost is its
+    breakdown's.
     """
 
     index: int = json_field(key="i")
@@ -57,6 +60,7 @@ class PlanMeasurement(Record):
     build_s: list[float] = json_field(default_factory=list)
     e2e: EndToEnd | None = json_field(None, omit_none=True)
     compute_wall: list[float] | None = json_field(None, omit_none=True)
+    collectives: list[list[float]] | None = json_field(None, omit_none=True)
 
     def parts(self) -> RepeatParts:
         return RepeatParts(self.compute, self.bw_comm, self.fw_comm, self.compute_iters, self.build_s,

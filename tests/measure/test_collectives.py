@@ -70,9 +70,9 @@ def test_the_job_times_every_sample_on_every_rank():
 def test_bad_samples_are_refused_before_the_job_starts():
     with pytest.raises(ValueError, match="unknown collective 'gather'"):
         check_sample("gather", 8, 2)
-    with pytest.raises(ValueError, match="positive multiple of the 4 ranks, got 6"):
+    with pytest.raises(ValueError, match="reduce_scatter: numel must be a multiple of the 4 ranks, got 6"):
         check_sample(REDUCE_SCATTER, 6, 4)
-    with pytest.raises(ConfigError, match="sample 1: all_reduce: numel must be a positive multiple"):
+    with pytest.raises(ConfigError, match="sample 1: all_reduce: numel must be positive, got 0"):
         CollectiveJob([{"op": ALL_GATHER, "numel": 8}, {"op": ALL_REDUCE, "numel": 0}], 2)
     with pytest.raises(ConfigError, match="at least 2 ranks"):
         CollectiveJob([], 1)

@@ -8,9 +8,10 @@ from neuroshard.measure.kernel import (
     IndexRangeError,
     ShardBenchmark,
     bench_tables,
+    spread_bench_tables,
 )
 from neuroshard.types.errors import NeuroShardError
-from neuroshard.types.plan import apply_column_steps
+from neuroshard.types.plan import Spread, apply_column_steps
 from neuroshard.types.tables import Task
 
 
@@ -115,3 +116,36 @@ def test_cpu_clock_counts_this_threads_cpu_time(dataset):
         torch.set_num_threads(old)
     with pytest.raises(ValueError, match="clock"):
         ShardBenchmark(dataset, "cpu", clock="sundial")
+
+
+def test_row_blocks_and_local_batches_add_up_to_the_whole_table(dataset, bench):
+    """Table 0 row-wise over 2 ranks: the two blocks' pooled outputs (each block's weights the rows it holds)
+    sum to the whole table's; data-parallel over 2 ranks: each rank pools its 16 samples and nothing else."""
+    task = Task((0, 2), (8, 8))
+    tables = task.tables(dataset.configs)
+    rows, B = dataset.configs[0].row, dataset.batch_size
+    gen = torch.Generator().manual_seed(0)
+    w = torch.randn(rows, 8, generator=gen)
+    full = torch.nn.functional.embedding_bag(dataset.indices[0].long(), w, dataset.offsets[0][:-1].long(),
+                                             mode="sum")
+
+    def pooled(part):
+        op = bench.build_op([part])
+        lo = part.part[1] if part.part[0] == "rows" else 0
+        with torch.no_grad():
+            op.split_embedding_weights()[0].copy_(w[lo:lo + part.rows])
+            return op(*bench.shard_inputs([part])[:2])
+
+    halves = [spread_bench_tables(tables, [Spread(0, "row_wise", (0, 1))], r, B) for r in (0, 1)]
+    half = -(-rows // 2)  # TorchRec's blocks: ceil(rows / 2) rows, the rest
+    assert [(h[0].rows, h[0].part) for h in halves] == [(half, ("rows", 0, half)), (rows - half, ("rows", half, rows))]
+    torch.testing.assert_close(pooled(halves[0][0]) + pooled(halves[1][0]), full)
+    for r in (0, 1):
+        [mine] = spread_bench_tables(tables, [Spread(0, "data_parallel", (0, 1))], r, B)
+        assert mine.rows == rows and mine.part == ("bags", 16 * r, 16 * (r + 1))
+        want = torch.zeros_like(full)
+        want[16 * r:16 * (r + 1)] = full[16 * r:16 * (r + 1)]
+        torch.testing.assert_close(pooled(mine), want)
+    # a rank outside the spread table's ranks holds none of it; a block and a share run beside a whole table
+    assert spread_bench_tables(tables, [Spread(0, "row_wise", (1,))], 0, B) == []
+    assert bench.measure(bench_tables(tables[1:]) + halves[0] + [mine]).median_ms > 0

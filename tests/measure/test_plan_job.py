@@ -20,7 +20,6 @@ from neuroshard.measure.launch import JobError
 from neuroshard.measure.plan_job import HardwareConfig, measure_plans, runnable, shard_layout
 from neuroshard.problem import Problem
 from neuroshard.types.costs import CostBreakdown
-from neuroshard.types.errors import InvalidPlanError
 from neuroshard.types.plan import Plan, Spread
 from neuroshard.types.records import PlanRecord
 from neuroshard.types.tables import Task
@@ -60,13 +59,38 @@ def test_shard_layout_applies_splits(tiny):
     assert dims == [32, 40]
 
 
-def test_the_job_refuses_plans_with_spread_tables_before_it_starts():
+def test_the_job_runs_every_plan_with_a_plan():
     plain = PlanRecord(0, "a", plan=Plan((), ((0,), (1,))))
-    assert runnable([plain, PlanRecord(1, "a", status="oom", message="x")]) == [plain]
     spread = PlanRecord(3, "torchrec_full", plan=Plan((), ((0,), ()), (Spread(1, "row_wise", (0, 1)),)))
-    with pytest.raises(InvalidPlanError, match=r"task 3 \(torchrec_full\): table 1 is row_wise; the plan job runs "
-                                               "table-wise and column-wise shards only"):
-        runnable([plain, spread])
+    assert runnable([plain, PlanRecord(1, "a", status="oom", message="x"), spread]) == [plain, spread]
+
+
+def test_row_wise_and_data_parallel_tables_run_with_their_collectives(tiny, tmp_path):
+    """Task 0 with table 0 row-wise and table 1 data-parallel over both ranks beside two table-wise tables; and
+    every table spread (no all-to-all: the exchanges are the collectives alone)."""
+    d, configs, tasks = tiny
+    every = (0, 1)
+    # tables 2 (dim 32) on rank 0 and 3 (dim 16) on rank 1; the spread tables are in no shard list
+    mixed = Plan((), ((2,), (3,)), (Spread(0, "row_wise", every), Spread(1, "data_parallel", every)))
+    spread = Plan((), ((), ()), (Spread(0, "row_wise", every), Spread(1, "data_parallel", every),
+                                 Spread(2, "table_row_wise", every), Spread(3, "row_wise", every)))
+    records = [PlanRecord(0, "mixed", plan=mixed), PlanRecord(0, "spread", plan=spread)]
+    write_plans(tmp_path / "plans.json", records)
+    cfg = HardwareConfig(problem=Problem(2), warmup=1, iters=2, end_to_end=True, timeout=30)
+    a, b = measure_plans(tmp_path / "plans.json", d / "ds", d / "tasks.txt", cfg)
+    # the all-to-all carries tables 2 (dim 32) and 3 (dim 16) only; every rank computes its blocks and replica
+    assert a.dims == [32, 16] and all(x > 0 for x in a.compute)
+    for rank in range(2):
+        fw, bw = a.collectives[rank]
+        assert fw > 0 and bw > 0  # reduce-scatter; all-gather + all-reduce
+        assert a.bw_comm[rank] > bw and a.fw_comm[rank] > fw  # with the all-to-all
+        assert b.bw_comm[rank] == pytest.approx(b.collectives[rank][1])  # no all-to-all at all
+        assert b.fw_comm[rank] == pytest.approx(b.collectives[rank][0])
+    assert b.dims == [0, 0] and all(x > 0 for x in b.compute) and a.e2e.cost > 0 and b.e2e.cost > 0
+    # a plan without spread tables records no collectives
+    [plain] = measure_plans(d / "plans.json", d / "ds", d / "tasks.txt",
+                            HardwareConfig(problem=Problem(2), warmup=0, iters=1, timeout=30))[:1]
+    assert plain.collectives is None
 
 
 def test_two_rank_job_measures_each_plan_and_reports_oom(tiny):
