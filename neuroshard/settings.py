@@ -81,6 +81,10 @@ FLAGS: dict[str, dict] = {
                                                "models/comm_<ndevices>_fw.pt)"},
     "bw_comm_model": {"default": None, "help": "backward comm cost model checkpoint (default: "
                                                "models/comm_<ndevices>_bw.pt)"},
+    "collective_model": {"default": None, "help": "the collectives of row-wise and data-parallel tables on the "
+                                                  "paper's runtime (collectives_<ndevices>.json; "
+                                                  "collect_collective_cost_data.py fits it; default: those tables are "
+                                                  "not priced there)"},
     "models_dir": {"default": None, "help": "cost models as the pipeline writes them: compute.pt, "
                                             "comm_<ndevices>_fw.pt, comm_<ndevices>_bw.pt (e.g. results/quick/models)"},
     "models": {"default": None, "help": "a folder of cost models as the pipeline writes them"},

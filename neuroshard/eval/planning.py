@@ -100,8 +100,9 @@ def add_input_args(parser, data_help: str = "dataset dir with table_configs.json
         "column-wise: random, dim_greedy, lookup_greedy, size_greedy, size_lookup_greedy; table-wise and "
         "column-wise: neuroshard, neuroshard_plus, neuroshard_fitted, torchrec, torchrec_fitted, torchrec_neural; "
         "also row-wise and data-parallel tables: neuroshard under --runtime torchrec (with a runtime model fitted "
-        "on them), torchrec_full (TorchRec's planner with every sharding type; its row-wise and data-parallel "
-        "plans are invalid on the paper runtime)"))
+        "on them) or with --collective_model on the paper runtime, torchrec_full (TorchRec's planner with every "
+        "sharding type; on the paper runtime its row-wise and data-parallel plans are priced with "
+        "--collective_model, else invalid)"))
     Problem.add_args(parser)
     add_flag(parser, "max_tasks", help="evaluate only the first N tasks")
 
@@ -113,6 +114,8 @@ def inputs_from_args(args, problem: Problem) -> EvalInputs:
     inputs = load_inputs(args.data_dir, args.task_path, compute, fw, bw, problem.ndevices,
                          getattr(args, "max_tasks", None))
     inputs = replace(inputs, fw_comm_model=str(fw), bw_comm_model=str(bw))
+    if getattr(args, "collective_model", None):
+        inputs = replace(inputs, models=inputs.models.with_collectives(args.collective_model))
     if getattr(args, "calibration", None):
         inputs = calibrate(inputs, args.calibration)
     if getattr(args, "plan_speed", None):

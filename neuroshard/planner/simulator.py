@@ -154,17 +154,72 @@ def validate_plan(tables: Sequence[ShardTable], plan: Plan, problem: Problem) ->
 # --------------------------------------------------------------------------- plan cost
 
 
-def score_placements(scorer: PlanScorer, compute: np.ndarray, dims: np.ndarray) -> tuple[np.ndarray, ...]:
+def score_placements(scorer: PlanScorer, compute: np.ndarray, dims: np.ndarray,
+                     collectives: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, ...]:
     """The plan-cost function for M placements at once (DESIGN §7).
 
     `compute` [M, n]: per-device compute ms (0 for empty devices); `dims`
-    [M, n]: per-device dim sums. Returns (bw, fw, total) [M, n] and cost [M]
-    = max over devices of total, all in ms.
+    [M, n]: per-device dim sums; `collectives`: the spread tables' (forward,
+    backward) collective ms per device [n] (`collective_parts`), added to the
+    exchanges (the backward ones also to when a device is ready for the
+    forward all-to-all). Returns (bw, fw, total) [M, n] and cost [M] = max
+    over devices of total, all in ms.
     """
     compute = np.asarray(compute, dtype=np.float64)
-    bw, fw = scorer.comm(dims, compute)
+    if collectives is None:
+        bw, fw = scorer.comm(dims, compute)
+    else:
+        bw, fw = scorer.comm(dims, compute + collectives[1])
+        bw, fw = bw + collectives[1], fw + collectives[0]
     total = compute + bw + fw
     return bw, fw, total, total.max(axis=1)
+
+
+def spread_configs(tables: Sequence[ShardTable], spread: Sequence[Spread],
+                   ndevices: int) -> tuple[list, list[list[int]]]:
+    """What each device's kernel runs of the spread tables on the paper's runtime, as the compute model takes
+    it: (table configs, each device's indices into them, in spread order as the plan job builds its op). A
+    row-wise or table-row-wise table's block on a rank: the block's rows with their share of the lookups
+    (`TableConfig.row_share`; none for an empty block); a data-parallel replica: the whole table over the rank's
+    B/k samples (`TableConfig.batch_share`)."""
+    configs, of_rank = [], [[] for _ in range(ndevices)]
+    for s in spread:
+        t = tables[s.table]
+        for r, rows in zip(s.ranks, s.rows_on(int(t.config.row))):
+            if s.kind == DATA_PARALLEL:
+                config = t.config.batch_share(len(s.ranks))
+            elif rows > 0:
+                config = t.config.row_share(rows)
+            else:
+                continue
+            of_rank[r].append(len(configs))
+            configs.append(config)
+    return configs, of_rank
+
+
+def collective_parts(models, tables: Sequence[ShardTable], spread: Sequence[Spread],
+                     ndevices: int) -> tuple[np.ndarray, np.ndarray]:
+    """The spread tables' (forward, backward) collective ms per device [n] from the collective model
+    (`planner.costs.collective_model`) at the models' global batch (`types.plan.spread_collectives`)."""
+    from neuroshard.types.plan import spread_collectives
+
+    fw, bw = np.zeros(ndevices), np.zeros(ndevices)
+    for c in spread_collectives([t.dim for t in tables], [int(t.config.row) for t in tables], spread,
+                                models.global_batch):
+        part = bw if c.backward else fw
+        part[list(c.ranks)] += float(models.collectives.predict(c.op, c.numel))
+    return fw, bw
+
+
+def _paper_parts(scorer, tables, split, plan: Plan, models):
+    """(embeddings, each device's kernel indices into them, dims [1, n], collective parts or None) of a valid
+    plan on the paper's runtime: its shards and, after them, its spread tables' shares (`spread_configs`)."""
+    extra, of_rank = spread_configs(tables, plan.spread, plan.ndevices)
+    emb = scorer.embed([t.config for t in split] + extra)
+    shards = [list(shard) + [len(split) + i for i in mine] for shard, mine in zip(plan.shards, of_rank)]
+    dims = np.array([[sum(split[i].dim for i in s) for s in plan.shards]], dtype=np.float64)
+    coll = collective_parts(models, tables, plan.spread, plan.ndevices) if plan.spread else None
+    return emb, shards, dims, coll
 
 
 def simulate(tables: Sequence[ShardTable], plan: Plan, models, problem: Problem) -> CostBreakdown:
@@ -201,11 +256,16 @@ def _simulate_runtime(scorer, tables, split, plan: Plan, runtime) -> CostBreakdo
         runtime=RuntimeEstimate("torchrec", cost, runtime.terms(x)))
 
 
-def _member_samples(scorer, emb, plan: Plan, dims: np.ndarray, noise) -> tuple[np.ndarray, np.ndarray]:
+def _member_samples(scorer, emb, shards, dims: np.ndarray, noise, coll=None) -> tuple[np.ndarray, np.ndarray]:
     """Each member's plan cost [K] and the plan's cost samples [1, J] (`uncertainty.cost_samples`: the
-    members' parts with the noise of one measurement; without the plan-level error)."""
-    mc = scorer.member_shard_costs(emb, plan.shards)[:, None, :]  # [K, 1, n]
-    mbw, mfw = scorer.comm_members(dims, mc)
+    members' parts with the noise of one measurement; without the plan-level error). `coll`: the spread
+    tables' (forward, backward) collective ms per device, the same for every member."""
+    mc = scorer.member_shard_costs(emb, shards)[:, None, :]  # [K, 1, n]
+    if coll is None:
+        mbw, mfw = scorer.comm_members(dims, mc)
+    else:
+        mbw, mfw = scorer.comm_members(dims, mc + coll[1])
+        mbw, mfw = mbw + coll[1], mfw + coll[0]
     return (mc + mbw + mfw).max(axis=-1)[:, 0], cost_samples(mc, mbw, mfw, noise)
 
 
@@ -213,28 +273,38 @@ def plan_cost_samples(tables: Sequence[ShardTable], plan: Plan, models, problem:
     """The cost samples [J] of a valid plan (`uncertainty.cost_samples`, without the plan-level error that
     `uncertainty.calibrate_plan_sd` calibrates from them); the point cost alone for one model and no noise."""
     with single_threaded_blas():
-        unpriced(plan, None)  # the members' spread is the paper runtime's
-        scorer = get_scorer(models)
+        paper = models.for_runtime("paper")  # the members' spread is the paper runtime's
+        unpriced(plan, paper)
+        scorer = get_scorer(paper)
         split = validate_plan(tables, plan, problem)
-        emb = scorer.embed([t.config for t in split])
-        dims = np.array([[sum(split[i].dim for i in s) for s in plan.shards]], dtype=np.float64)
-        return _member_samples(scorer, emb, plan, dims, models.noise_model)[1][0]
+        emb, shards, dims, coll = _paper_parts(scorer, tables, split, plan, paper)
+        return _member_samples(scorer, emb, shards, dims, paper.noise_model, coll)[1][0]
 
 
 def unpriced(plan: Plan, models) -> None:
     """InvalidPlanError naming the first spread table of `plan` that `models` cannot price (an evaluation records
-    the plan as invalid): the paper's runtime has no term for spread tables; TorchRec's runtime model prices the
-    kinds it was fitted on."""
+    the plan as invalid): on the paper's runtime the collective model (`CostModels.collectives`) prices the
+    collectives over every rank it was fitted on; TorchRec's runtime model prices the kinds it was fitted on."""
     if not plan.spread:
         return
     runtime = getattr(models, "runtime", None)
     if runtime is not None:
         runtime.check_types(plan)
         return
-    s = plan.spread[0]
-    raise InvalidPlanError(f"table {s.table} is {s.kind}: the paper runtime's cost models price table-wise and "
-                          "column-wise shards only; plan with --runtime torchrec (TorchRec's runtime model prices "
-                          "row-wise, table-row-wise and data-parallel tables)")
+    collectives = getattr(models, "collectives", None)
+    for s in plan.spread:
+        if collectives is None:
+            raise InvalidPlanError(f"table {s.table} is {s.kind}: the paper runtime's cost models price table-wise "
+                                   "and column-wise shards only without a collective model (--collective_model; "
+                                   "collect_collective_cost_data.py fits one)")
+        if len(s.ranks) != collectives.ndevices:
+            raise InvalidPlanError(f"table {s.table} is {s.kind} over ranks {list(s.ranks)}: the collective model "
+                                   f"prices collectives over all {collectives.ndevices} ranks only")
+        ops = ("all_reduce",) if s.kind == DATA_PARALLEL else ("reduce_scatter", "all_gather")
+        missing = [op for op in ops if op not in collectives.fits]
+        if missing:
+            raise InvalidPlanError(f"table {s.table} is {s.kind}: the collective model has no fit of "
+                                   f"{', '.join(missing)}")
 
 
 def _simulate(tables, plan, models, problem: Problem) -> CostBreakdown:
@@ -248,10 +318,9 @@ def _simulate(tables, plan, models, problem: Problem) -> CostBreakdown:
     split = validate_plan(tables, plan, problem)
     if models.runtime is not None:
         return _simulate_runtime(scorer, tables, split, plan, models.runtime)
-    emb = scorer.embed([t.config for t in split])
-    compute = scorer.shard_costs(emb, plan.shards)[None, :]
-    dims = np.array([[sum(split[i].dim for i in s) for s in plan.shards]], dtype=np.float64)
-    bw, fw, total, _ = score_placements(scorer, compute, dims)
+    emb, shards, dims, coll = _paper_parts(scorer, tables, split, plan, models)
+    compute = scorer.shard_costs(emb, shards)[None, :]
+    bw, fw, total, _ = score_placements(scorer, compute, dims, coll)
     if not np.isfinite(total).all():
         raise NeuroShardError(f"the cost models gave a non-finite plan cost (per device: {total[0].tolist()}); "
                               "check the model checkpoints")
@@ -260,7 +329,7 @@ def _simulate(tables, plan, models, problem: Problem) -> CostBreakdown:
     members, cost_spread = None, None
     noise = models.noise_model
     if scorer.members > 1 or not noise.zero or noise.plan:  # the distribution: members, noise, plan error
-        member_costs, samples = _member_samples(scorer, emb, plan, dims, noise)
+        member_costs, samples = _member_samples(scorer, emb, shards, dims, noise, coll)
         if scorer.members > 1:
             members = member_costs.tolist()
         [cost_spread] = spread(widen(samples, noise.plan))

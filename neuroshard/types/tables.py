@@ -77,6 +77,11 @@ class TableConfig:
     def with_dim(self, dim: int) -> "TableConfig":
         return replace(self, dim=dim)
 
+    def batch_share(self, k: int) -> "TableConfig":
+        """This table over 1/k of the samples (a data-parallel rank's local batch): the same rows and locality,
+        a k-th of the lookups per sample of the whole batch."""
+        return replace(self, pooling_factor=self.pooling_factor / k)
+
     def row_share(self, rows: int) -> "TableConfig":
         """`rows` of this table's rows (a row-wise block) with their share of its lookups and its locality:
         what a planner that has the statistics but not the ids assumes of a block."""

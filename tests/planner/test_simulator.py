@@ -1,3 +1,5 @@
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -20,7 +22,7 @@ from neuroshard.planner.simulator import (
 )
 from neuroshard.problem import Problem
 from neuroshard.types.errors import InvalidPlanError, NeuroShardError, OutOfMemoryError
-from neuroshard.types.plan import Plan
+from neuroshard.types.plan import Plan, Spread
 from neuroshard.types.tables import ShardTable, TableConfig
 
 BINS = tuple([1 / 17] * 17)
@@ -288,3 +290,48 @@ def test_spread_tables_break_whole_and_device_constraints_and_are_not_priced():
     with pytest.raises(NeuroShardError, match="table 1 is row_wise: the paper runtime's cost models price "
                                               "table-wise and column-wise shards only"):
         simulate(tables, plan, hand_models(2), Problem(2, 1.0))
+
+
+# --------------------------------------------------------------------------- spread tables on the paper's runtime
+
+
+def hand_collectives(n=2):
+    """Reduce-scatter 0.1 + 1 ms per M elements, all-gather 0.2 + 2, all-reduce 0.3 + 0.5."""
+    from neuroshard.planner.costs.collective_model import CollectiveFit, CollectiveModel
+
+    return CollectiveModel(n, {"reduce_scatter": CollectiveFit("linear", [0.1, 1.0], 10),
+                               "all_gather": CollectiveFit("linear", [0.2, 2.0], 10),
+                               "all_reduce": CollectiveFit("linear", [0.3, 0.5], 10)})
+
+
+def test_spread_tables_on_the_paper_runtime_by_hand():
+    from neuroshard.planner.simulator import spread_configs
+
+    tables = tables_of([16, 32, 8])
+    every = (0, 1)
+    plan = Plan((), ((0,), ()), (Spread(1, "row_wise", every), Spread(2, "data_parallel", every)))
+    m = replace(hand_models(2), collectives=hand_collectives()).at_batch(1000)
+    bd = simulate(tables, plan, m, Problem(2, 1.0))
+    # compute 0.5 + 0.01 x dims of the kernel: rank 0 table 0, its block of table 1 and table 2's replica
+    # (16 + 32 + 8), rank 1 the block and the replica (40)
+    np.testing.assert_allclose(bd.compute, [1.06, 0.90], rtol=1e-6)
+    # backward: the all-to-all of dims [16, 0] (0.02 x dims + 0.1), then table 1's all-gather of 1000 x 32
+    # (0.2 + 0.064) and table 2's all-reduce of 1000 x 8 (0.3 + 0.004) on both ranks
+    np.testing.assert_allclose(bd.bw_comm, [0.42 + 0.568, 0.1 + 0.568], rtol=1e-6)
+    # ready 2.048 and 1.568: skew 0.48 on rank 0; the forward all-to-all 0.01 x dims + 0.5 x skew + 0.2, then
+    # the reduce-scatter of 1000 x 32 (0.1 + 0.032)
+    np.testing.assert_allclose(bd.skew, [0.48, 0.0], atol=1e-6)
+    np.testing.assert_allclose(bd.fw_comm, [0.16 + 0.24 + 0.2 + 0.132, 0.2 + 0.132], rtol=1e-6)
+    assert bd.cost == pytest.approx(1.06 + 0.988 + 0.732, rel=1e-6)
+    # what the kernels run: a block's rows with their share of the lookups, a replica's local batch
+    configs, of_rank = spread_configs(tables, plan.spread, 2)
+    assert [(c.row, c.pooling_factor) for c in configs] == [(500, 0.5), (500, 0.5), (1000, 0.5), (1000, 0.5)]
+    assert of_rank == [[0, 2], [1, 3]]
+    # without a collective model, or over fewer ranks than it was fitted on, such a plan is not priced
+    with pytest.raises(InvalidPlanError, match="table 1 is row_wise: the paper runtime's cost models price "
+                                               "table-wise and column-wise shards only without a collective model"):
+        simulate(tables, plan, hand_models(2), Problem(2, 1.0))
+    one = Plan((), ((0,), ()), (Spread(1, "table_row_wise", (1,)),))
+    with pytest.raises(InvalidPlanError, match=r"table 1 is table_row_wise over ranks \[1\]: the collective "
+                                               "model prices collectives over all 2 ranks only"):
+        simulate(tables, one, m, Problem(2, 1.0))

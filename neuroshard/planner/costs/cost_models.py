@@ -42,6 +42,9 @@ class CostModels:
     runtime: Any = None
     batch: int | None = None  # the global batch plans are costed at (`at_batch`); None: the models' own
     analytic: Any = None  # an `analytic.AnalyticModel` pricing plans instead of the nets (`analytic_models`)
+    # a `collective_model.CollectiveModel`: on the paper's runtime, the collectives of row-wise and data-parallel
+    # tables (None: such tables are not priced there)
+    collectives: Any = None
 
     def __post_init__(self):
         for name, model, kind in (("fw", self.fw, "fw"), ("bw", self.bw, "bw")):
@@ -53,6 +56,28 @@ class CostModels:
         if self.runtime is not None and self.runtime.ndevices != self.ndevices:
             raise ConfigError("--runtime torchrec", f"the runtime model is for {self.runtime.ndevices} ranks, the "
                                                     f"comm models for {self.ndevices}")
+        if self.collectives is not None and self.collectives.ndevices != self.ndevices:
+            raise ConfigError("--collective_model", f"the collective model is for {self.collectives.ndevices} "
+                                                     f"ranks, the comm models for {self.ndevices}")
+
+    def with_collectives(self, path) -> "CostModels":
+        """These models with the collective model at `path` (`collective_model.CollectiveModel`; None: as
+        they are)."""
+        from dataclasses import replace
+
+        from neuroshard.planner.costs.collective_model import CollectiveModel
+
+        return self if path is None else replace(self, collectives=CollectiveModel.load(path, self.ndevices))
+
+    @property
+    def global_batch(self) -> int:
+        """The global batch plans are costed at: `batch`, else the one the compute model's data was measured
+        at. ConfigError when neither is known (the collectives of spread tables scale with it)."""
+        batch = self.batch if self.batch is not None else model_batches(self.compute)[0]
+        if batch is None:
+            raise ConfigError("batch_size", "the compute model does not record the batch of its data: give the "
+                                            "global batch the plans are for")
+        return int(batch)
 
     def for_runtime(self, runtime: str, path=None) -> "CostModels":
         """These models costing plans for `runtime`: "paper" (without a runtime model) or "torchrec" (the
@@ -151,12 +176,17 @@ class CostModels:
 
     @classmethod
     def load(cls, models_dir, ndevices: int) -> "CostModels":
-        """The pipeline's layout: `<dir>/compute.pt`, `<dir>/comm_<n>_fw.pt`, `<dir>/comm_<n>_bw.pt`."""
+        """The pipeline's layout: `<dir>/compute.pt`, `<dir>/comm_<n>_fw.pt`, `<dir>/comm_<n>_bw.pt`, and
+        `<dir>/collectives_<n>.json` when it is there (`collective_model.default_path`)."""
+        from neuroshard.planner.costs.collective_model import default_path
+
         d = Path(models_dir)
         if not d.is_dir():
             raise InputError(d, "models directory not found")
-        return cls.from_paths(d / "compute.pt", d / f"comm_{ndevices}_fw.pt", d / f"comm_{ndevices}_bw.pt",
-                              ndevices)
+        models = cls.from_paths(d / "compute.pt", d / f"comm_{ndevices}_fw.pt", d / f"comm_{ndevices}_bw.pt",
+                                ndevices)
+        coll = default_path(d, ndevices)
+        return models.with_collectives(coll if coll.exists() else None)
 
     @classmethod
     def from_paths(cls, compute, fw, bw, ndevices: int) -> "CostModels":
@@ -201,8 +231,9 @@ def default_comm_model_path(ndevices: int, kind: str) -> str:
 
 
 def add_model_flags(parser) -> None:
-    """--compute_model, --fw_comm_model, --bw_comm_model: the three cost models' checkpoints."""
-    for name in ("compute_model", "fw_comm_model", "bw_comm_model"):
+    """--compute_model, --fw_comm_model, --bw_comm_model: the three cost models' checkpoints; --collective_model:
+    the collectives of spread tables on the paper's runtime."""
+    for name in ("compute_model", "fw_comm_model", "bw_comm_model", "collective_model"):
         add_flag(parser, name)
 
 

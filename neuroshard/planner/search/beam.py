@@ -76,10 +76,11 @@ class SearchConfig(Settings):
     grid_max: float = setting(1.5, "largest dim-limit scale")
     dim_fallback: bool = setting(True, "if every scale fails only because of the dim limit, run the greedy once more "
                                        "without it (beyond the paper; 0 to turn off)")
-    spread_rounds: int = setting(8, "TorchRec's runtime, with a runtime model fitted on row-wise and data-parallel "
-                                    "plans: rounds of the greedy choice of tables made row-wise or data-parallel "
-                                    "(search.spread; 0: table-wise and column-wise only, but for tables that fit "
-                                    "no device)")
+    spread_rounds: int = setting(8, "where the models price row-wise and data-parallel tables (TorchRec's runtime "
+                                    "model fitted on them, or on the paper's runtime --collective_model): rounds of "
+                                    "the greedy choice of tables made row-wise or data-parallel "
+                                    "(search.sharding_types; 0: table-wise and column-wise only, but for tables "
+                                    "that fit no device)")
 
     def __post_init__(self):
         for name in ("beam_k", "beam_n", "grid_steps"):

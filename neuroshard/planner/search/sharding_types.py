@@ -1,13 +1,15 @@
-"""NeuroShard's sharders, over every sharding type under TorchRec's runtime: which tables go row-wise or
-data-parallel, then the beam + grid search (`search.beam`) over the others around them.
+"""NeuroShard's sharders, over every sharding type: which tables go row-wise or data-parallel, then the beam +
+grid search (`search.beam`) over the others around them.
 
 `neuroshard` (and `neuroshard_fitted`, the same search on the fitted
 estimator) are registered here.
 
 TorchRec's runtime model (`torchrec.runtime_model`) prices row-wise and
 data-parallel tables once it was fitted on plans that had them
-(`TorchRecRuntimeModel.types`). The choice of types is greedy, on top of
-NeuroShard's search:
+(`TorchRecRuntimeModel.types`); on the paper's runtime the simulator prices
+them with the collective model (`CostModels.collectives`: their row blocks
+and local-batch replicas in each device's kernel, their collectives in the
+exchanges). The choice of types is greedy, on top of NeuroShard's search:
 
 1. a table that fits no device even cut into its narrowest column shards is
    row-wise (when the model prices row-wise; else the task does not fit);
@@ -17,8 +19,10 @@ NeuroShard's search:
    and keeps the cheapest trial if it lowers the estimate; at most
    `SearchConfig.spread_rounds` rounds;
 4. with the chosen tables fixed, NeuroShard's search places the rest again
-   (their memory and cost parts known: `SearchSpace.spread_parts`); the
-   cheaper of the patched and the re-searched plan is kept.
+   (their memory and, under the runtime model, their cost parts known:
+   `SearchSpace.spread_parts`; on the paper's runtime the rest is placed as
+   if they were not there and the whole plan is simulated); the cheaper of
+   the patched and the re-searched plan is kept.
 
 Candidates: tables the constraints leave free (not kept whole, not limited to
 some ranks, not co-located; data-parallel only for small tables,
@@ -63,9 +67,14 @@ def by_table(spread: Sequence[Spread]) -> tuple[Spread, ...]:
 
 
 def spread_kinds(models) -> tuple[str, ...]:
-    """The kinds the search may choose: those the runtime model was fitted on (none on the paper's runtime)."""
+    """The kinds the search may choose: those the runtime model was fitted on; on the paper's runtime, those
+    whose collectives the collective model prices (none without one)."""
     runtime = getattr(models, "runtime", None)
-    return tuple(k for k in (ROW_WISE, DATA_PARALLEL) if runtime is not None and k in runtime.types)
+    if runtime is not None:
+        return tuple(k for k in (ROW_WISE, DATA_PARALLEL) if k in runtime.types)
+    fits = getattr(getattr(models, "collectives", None), "fits", None) or {}
+    needs = {ROW_WISE: ("reduce_scatter", "all_gather"), DATA_PARALLEL: ("all_reduce",)}
+    return tuple(k for k in (ROW_WISE, DATA_PARALLEL) if all(op in fits for op in needs[k]))
 
 
 def narrowest_elements(table: ShardTable) -> int:
@@ -133,6 +142,12 @@ def place_around(tables: Sequence[ShardTable], spread: Sequence[Spread], problem
     keep, sub, room = sub_problem(tables, spread, problem)
     if not sub:  # every table spread: nothing left to place
         plan = Plan((), ((),) * problem.ndevices, by_table(spread))
+        return plan, simulate(tables, plan, models, problem).cost
+    if spread and models.runtime is None:
+        # the paper's runtime: a spread table's share is about the same on every rank, so the rest is placed
+        # as if it were not there, and the whole plan is priced by the simulator
+        res = beam_search(make_space(sub, room, models, config))
+        plan = lift(tables, keep, sub, res.plan, spread)
         return plan, simulate(tables, plan, models, problem).cost
     parts = None
     if spread:

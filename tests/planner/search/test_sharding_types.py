@@ -84,3 +84,41 @@ def test_a_table_that_fits_no_device_is_row_wise_and_the_rest_placed_around_it()
     assert bd.cost == pytest.approx(cost, rel=1e-9) and max(bd.mem_gb) <= mb
     with pytest.raises(OutOfMemoryError):  # a model that cannot price row-wise has no plan for it
         spread_search(tables, problem, models(types=("data_parallel",), compute_max=1.0))
+
+
+def paper_models(rs=(0.1, 1000.0), ag=(0.1, 1000.0), ar=(0.01, 100.0), n=4):
+    """The paper's runtime: kernels as `models`, no all-to-all cost, the collectives linear in M elements, at a
+    global batch of 4096."""
+    from neuroshard.planner.costs.collective_model import CollectiveFit, CollectiveModel
+
+    base = CostModels(linear_compute_model(0.001, 0.1, 0.01), diagonal_comm_model("fw", n, 0.0, 0.0),
+                      diagonal_comm_model("bw", n, 0.0, 0.0))
+    fits = {op: CollectiveFit("linear", list(c), 10) for op, c in (("reduce_scatter", rs), ("all_gather", ag),
+                                                                   ("all_reduce", ar))}
+    return replace(base, collectives=CollectiveModel(n, fits)).at_batch(4096)
+
+
+def test_on_the_paper_runtime_the_collective_model_prices_the_same_choices():
+    # the hot table data-parallel: each rank's kernel runs it over a quarter of the batch (pooling 50: 0.004 +
+    # 2 ms), its 400 elements all-reduced (0.01 + 0.04 ms); row-wise would reduce-scatter and all-gather 4096 x 4
+    # (16 ms each); the cold tables' 7 x 16 dims split and balanced, 28 a rank (0.001 x 28 + 0.01 x 28)
+    m = paper_models()
+    tables, problem = hot_task(), Problem(4, 1.0)
+    plan, cost = spread_search(tables, problem, m)
+    assert plan.spread == (Spread(0, "data_parallel", EVERY),)
+    assert cost == pytest.approx(simulate(tables, plan, m, problem).cost, rel=1e-9)
+    assert cost == pytest.approx(0.1 + 2.004 + 0.028 + 0.28 + 0.05, rel=1e-6)
+    assert search(tables, problem, m).cost >= 0.1 + 0.004 + 8.0
+    assert ns.shard(tables, problem, models=m, alg="neuroshard").plan == plan
+    # without the all-reduce's fit data-parallel is not priced, and row-wise does not pay here
+    rw = replace(m, collectives=replace(m.collectives, fits={k: v for k, v in m.collectives.fits.items()
+                                                             if k != "all_reduce"}))
+    assert spread_search(tables, problem, rw)[0].spread == ()
+    # a table larger than every device even at its narrowest shard goes row-wise; without the model, no plan
+    mb = 2**20 / 2**30
+    big = [ShardTable(0, 0, TableConfig(100_000, 1.0, BINS, 8))] + [
+        ShardTable(i, i, TableConfig(1000, 1.0, BINS, 32)) for i in range(1, 6)]
+    plan, _ = spread_search(big, Problem(4, mb), m, SearchConfig(spread_rounds=0))
+    assert plan.spread == (Spread(0, "row_wise", EVERY),)
+    with pytest.raises(OutOfMemoryError):
+        ns.shard(big, Problem(4, mb), models=replace(m, collectives=None), alg="neuroshard")
