@@ -57,12 +57,11 @@ def parse_args(argv=None) -> argparse.Namespace:
 
     p = argparse.ArgumentParser(description="Benchmark sharding plans on hardware (measured costs).")
     add_input_args(p, data_help="dataset dir with table_configs.json and data.pt (the lookups the kernels run)")
-    p.add_argument("--round_anchors", default=None,
-                   help="plans of TRAINING tasks (collect_plan_cost_data.py's hw/plans.json) measured in every round "
-                        "of the evaluation: each round's speed against the models, by which that round's "
-                        "measurements are compared (round_calibration.json; the estimates are not changed)")
-    p.add_argument("--anchors_per_round", type=int, default=4,
-                   help="how many of --round_anchors' plans each round measures (default: 4)")
+    add_flag(p, "round_anchors", help="plans of TRAINING tasks (collect_plan_cost_data.py's hw/plans.json) measured "
+                                      "in every round of the evaluation: each round's speed against the models, by "
+                                      "which that round's measurements are compared (round_calibration.json; the "
+                                      "estimates are not changed)")
+    add_flag(p, "anchors_per_round")
     p.add_argument("--plan_speed", default=None,
                    help="an eval.py --out_dir of other plans (e.g. training tasks' on-policy plans) measured just "
                         "before this run under the same --calibration: the models are scaled further by their "

@@ -55,13 +55,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--reference", default="neuroshard",
                    help="the algorithm the others are compared with (default: neuroshard)")
     add_flag(p, "max_tasks", help="train the plans of the first N tasks only")
-    p.add_argument("--round_anchors", default=None,
-                   help="per-round calibration: collect_torchrec_cost_data.py's results.json (plans of TRAINING "
-                        "tasks); the first plan of each of its first --anchors_per_round tasks is trained in every "
-                        "round, spread over it (round_anchors.json: the rounds' speed for "
-                        "train_torchrec_cost_model.py --check_results)")
-    p.add_argument("--anchors_per_round", type=int, default=4,
-                   help="how many of --round_anchors' plans each round trains (default: 4)")
+    add_flag(p, "round_anchors", help="per-round calibration: collect_torchrec_cost_data.py's results.json (plans "
+                                      "of TRAINING tasks); the first plan of each of its first --anchors_per_round "
+                                      "tasks is trained in every round, spread over it (round_anchors.json: the "
+                                      "rounds' speed for train_torchrec_cost_model.py --check_results)")
+    add_flag(p, "anchors_per_round")
     # the plans' memory was their planner's business; only torchrec_full is planned here
     Problem.add_args(p, defaults={"max_mem": None},
                      helps={"max_mem": "memory per rank in GB (TorchRec's HBM per GPU) that torchrec_full is planned "

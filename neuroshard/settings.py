@@ -100,6 +100,10 @@ FLAGS: dict[str, dict] = {
     "test_share": {"default": 0.25, "type": float, "help": "share of the samples held out to measure the fit's "
                                                            "error on unseen ones"},
     "results": {"default": None, "help": "an evaluation's results.json (measured plans)"},
+    "round_anchors": {"default": None, "help": "per-round calibration: plans of TRAINING tasks measured again in "
+                                               "every round, spread over it: each round's speed against the models"},
+    "anchors_per_round": {"default": 4, "type": int, "help": "how many of --round_anchors' plans each round "
+                                                             "measures"},
     "tables": {"default": None, "help": "the user's table list: CSV (with header) or JSON list: name, rows, dim, "
                                         "pooling_factor[, bin_0..bin_16]"},
     "alg": {"default": "neuroshard", "help": "sharding algorithm (any registered name)"},

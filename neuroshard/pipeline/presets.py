@@ -107,6 +107,11 @@ class Preset:
     oversize_large: int = 8
     oversize_hot: int = 8
     large_rows: int = 4_000_000
+    # the collectives of row-wise and data-parallel tables on the paper's runtime (step 3e): samples timed (the
+    # three collectives in turn) and re-timed for the noise floor; their model lets NeuroShard choose those types
+    # there and prices the plans that have them (0: off, table-wise and column-wise only)
+    collective_samples: int = 0
+    collective_noise: int = 0
 
 
 PRESETS = {
@@ -121,7 +126,8 @@ PRESETS = {
                                    "--num_cost_updates", "2", "--cost_batch_size", "32"),
                    eval_tasks=2, eval_warmup=1, eval_iters=2, eval_repeats=2, drift_samples=4, ensemble=2,
                    onpolicy_tasks=2, plus_lambdas="0,1", torchrec_tasks=2, torchrec_warmup=1, torchrec_iters=3,
-                   torchrec_repeats=2, refine=2, refine_repeats=1, ablation=True),
+                   torchrec_repeats=2, refine=2, refine_repeats=1, ablation=True, collective_samples=12,
+                   collective_noise=3),
     # `make demo`: the whole pipeline on CPU within 15 minutes, install included, on the default synthetic
     # dataset of gen_dlrm_data.py. The comm batch equals the dataset's, as eval.py uses it. 600 tables, not
     # fewer: the compute model generalises to unseen tables with the number of distinct tables it trains on,
@@ -134,7 +140,7 @@ PRESETS = {
                     autoshard_args=(), eval_tasks=10, eval_warmup=3, eval_iters=5, eval_repeats=2, drift_samples=20,
                     ensemble=3, onpolicy_tasks=2, spread_dist="log", unmeasured_tasks=40,
                     algs="neuroshard,neuroshard_plus,size_lookup_greedy,torchrec,dreamshard,autoshard", ablation=True,
-                    oversize_tasks=6),
+                    oversize_tasks=6, collective_samples=90, collective_noise=15),
     # The paper's setting on the public dataset and GPUs (DESIGN §2 defaults: 4 GB per GPU, T from 10 to 60,
     # 100 tasks, batch 65536); run once with 4 and once with 8 GPUs.
     "paper": Preset("paper", Problem(ndevices=4, max_mem=4.0), max_dim=128, num_tables=856, batch_size=65536,
@@ -153,4 +159,4 @@ PRESETS = {
 PRESETS["study"] = replace(PRESETS["quick"], name="study", num_tasks=220, eval_tasks=220, eval_repeats=2,
                            eval_iters=7, compute_samples=3000, comm_samples=500, noise_samples=100, drift_samples=50,
                            onpolicy_tasks=6, algs="neuroshard,neuroshard_plus,torchrec,autoshard",
-                           unmeasured_tasks=440)
+                           unmeasured_tasks=440, collective_samples=240, collective_noise=30)

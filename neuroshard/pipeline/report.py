@@ -550,12 +550,14 @@ def oversize_lines(out: Path) -> tuple[list[str], dict | None]:
              "128 larger than one device) and "
              f"{data.get('hot_tables', '?')} small hot ones (pooling factor up to {data.get('hot_pooling', '?')}). "
              "Every task has at least one table larger than a device and one hot table (`gen_tasks.py --oversize 1 "
-             "--hot 1`). On the paper's runtime the plans are table-wise and column-wise: NeuroShard splits the "
-             "large tables in its search, the greedy baselines halve a table until its pieces fit a device, "
+             "--hot 1`). On the paper's runtime NeuroShard splits the large tables in its search and, with the "
+             "collective model of step 3e, may make tables row-wise or data-parallel; the others plan table-wise and "
+             "column-wise: the greedy baselines halve a table until its pieces fit a device, "
              "DreamShard and AutoShard place whole tables only"
              + (f" (so {', '.join(none)} planned none of these tasks)" if none else "") + ". The means are over "
              "the tasks valid for every algorithm that planned any.", "", table]
     lines += verdict_lines(verdicts)
+    lines += spread_choices(records)
     for rival, tasks in missed.items():
         lines.append(f"- Tasks {rival} planned and NeuroShard did not: {len(tasks)}"
                      + (f" ({', '.join(map(str, tasks))})" if tasks else "") + ".")
@@ -623,6 +625,7 @@ def model_table(out: Path) -> tuple[str, list[dict]]:
                      f"{pct(r['noise_floor'])} ({pct(r['noise_floor_median'])}) | {ratio} |")
     lines += ["", "The noise floor is |re-measured - recorded| / recorded over re-measured samples: its mean is the "
                   "MAPE a model that predicted the re-measurement exactly would score."]
+    lines += collective_lines(out / "models", rows)
     held = _load(out / "models" / "compute_heldout.json")
     if held:
         m = held["mape"]
@@ -721,6 +724,45 @@ def ablation_lines(out: Path, records: list[PlanRecord] | None) -> tuple[list[st
     return lines, {**result.to_json(), "fit": fit}
 
 
+def collective_lines(models_dir: Path, rows: list[dict]) -> list[str]:
+    """Markdown on the collective model of step 3e (the paper runtime's row-wise and data-parallel tables): per
+    collective its form and held-out MAPE beside the noise floor, appended to `rows`; nothing without one."""
+    lines = []
+    for path in sorted(models_dir.glob("collectives_*.json")):
+        raw = _load(path) or {}
+        for op, fit in (raw.get("fits") or {}).items():
+            mape, floor = fit["test_mape"][fit["form"]], fit.get("noise_floor")
+            rows.append({"model": f"{op} ({raw.get('ndevices')} ranks)", "form": fit["form"], "samples": fit["samples"],
+                         "mape": mape / 100, "noise_floor": None if floor is None else floor / 100})
+            ratio = f"{mape / floor:.2f}" if floor else "-"
+            lines.append(f"| {op} ({raw.get('ndevices')} ranks, {fit['form']}) | {fit['samples']} | - | "
+                         f"{mape:.1f}% | - | {'-' if floor is None else f'{floor:.1f}%'} | {ratio} |")
+    if not lines:
+        return []
+    return ["", "The collectives of row-wise and data-parallel tables on the paper's runtime (step 3e, "
+                "`collect_collective_cost_data.py`: each a linear or power law of the elements it moves, whichever "
+                "predicted held-out samples better):", "",
+            "| collective | samples | - | held-out MAPE | - | noise floor | MAPE / noise floor |",
+            "|---|---|---|---|---|---|---|", *lines]
+
+
+def spread_choices(records: list[PlanRecord] | None) -> list[str]:
+    """One line: how many of each algorithm's plans have row-wise, table-row-wise or data-parallel tables, and
+    how many such tables (nothing when no plan has one)."""
+    from collections import Counter
+
+    plans, kinds = Counter(), {}
+    for r in records or []:
+        if r.plan is not None and r.plan.spread:
+            plans[r.alg] += 1
+            kinds.setdefault(r.alg, Counter()).update(s.kind for s in r.plan.spread)
+    if not plans:
+        return []
+    parts = [f"{alg} in {n} plans ({', '.join(f'{c} {k}' for k, c in sorted(kinds[alg].items()))})"
+             for alg, n in plans.items()]
+    return [f"- Row-wise and data-parallel tables: {'; '.join(parts)}."]
+
+
 def write_report(out, preset, steps: list[dict], seconds: float, study: tuple[int, int] | None = None) -> Path:
     """Write report.md, plots/*.png and config.json into `out`; returns the report's path. `study`: the
     study preset's tasks x repeats, named beside the power line."""
@@ -748,6 +790,8 @@ def write_report(out, preset, steps: list[dict], seconds: float, study: tuple[in
     drift = anchors = rounds = None
     results = out / "hw" / "results.json"
     records = read_plans(results) if results.exists() else None  # the evaluation's plans, read once
+    planned = out / "sim" / "plans.json"
+    text += spread_choices(read_plans(planned) if planned.exists() else None)
     if hw and hw.simulator_accuracy:
         text += ["", "## Simulator vs hardware", "", accuracy_table(hw.simulator_accuracy)]
         lines, drift = drift_lines(out / "hw", records)

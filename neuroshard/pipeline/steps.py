@@ -48,7 +48,8 @@ class Layout:
 
 
 _DIRS = {"dataset": "dataset", "tasks": "tasks", "unmeasured_tasks": "tasks_unmeasured", "train_tasks": "train_tasks",
-         "compute_data": "compute_data", "comm_data": "comm_data", "models": "models",
+         "compute_data": "compute_data", "comm_data": "comm_data", "collective_data": "collective_data",
+         "models": "models",
          "onpolicy_models": "models/onpolicy", "plan_data": "plan_data", "calibration": "calibration", "sim": "sim",
          "unmeasured_sim": "sim_unmeasured", "hw": "hw", "torchrec_data": "torchrec_data",
          "sim_torchrec": "sim_torchrec", "torchrec": "torchrec", "oversize_dataset": "oversize/dataset",
@@ -188,6 +189,8 @@ def evaluation_flags(run: Run, task_dir: Path, count: int, dataset: Path | None 
         have = algs.split(",")
         algs = ",".join([*have, *(a for a in ABLATION_ALGS if a not in have)])
         extra = {"torchrec_estimator": _estimator(run)}
+    if _collectives(run):
+        extra["collective_model"] = _collective_model(run)
     flags = {"data_dir": dataset or lay.dataset, "task_path": task_dir / "data.txt", **run.models(), "alg": algs,
              **run.problem_flags(), "max_tasks": count, "calibration": lay.calibration, **extra}
     return flags | {f"{a}_policy": lay.models / f"{a}.pt" for a in run.learned}
@@ -311,6 +314,13 @@ STEPS: list[StepSpec] = [
     StepSpec("3d", "comm noise floor", "collect_comm_cost_data.py", lambda r: [r.layout.comm_data],
              lambda r: [r.layout.comm_data / "noise_floor.json"],
              lambda r: {"out_dir": r.layout.comm_data, "noise_floor": r.preset.noise_samples, **comm_flags(r)}),
+    StepSpec("3e", "collective cost data and model", "collect_collective_cost_data.py", lambda r: [],
+             lambda r: [_collective_model(r)],
+             lambda r: {"out_dir": r.layout.collective_data, "out_path": _collective_model(r),
+                        "data_size": r.preset.collective_samples, "noise_samples": r.preset.collective_noise,
+                        "batch_size": r.preset.batch_size, "warmup": r.preset.warmup, "iters": r.preset.iters,
+                        "seed": r.problem.seed, **r.ranks(), "no_progress": True},
+             when=lambda r: _collectives(r)),
     # 4: cost models, first on the random cost data
     StepSpec("4a", "compute cost model", "train_compute_cost_model.py", lambda r: [r.layout.compute_data],
              lambda r: [r.models(final=False)["compute_model"]],
@@ -519,6 +529,18 @@ def _powered(run: Run) -> dict:
         return {}
     return {"unmeasured_plans": run.layout.unmeasured_sim / "plans.json",
             "unmeasured_task_path": run.layout.unmeasured_tasks / "data.txt"}
+
+
+def _collectives(run: Run) -> bool:
+    """The run times the collectives of row-wise and data-parallel tables (step 3e): a preset that asks, on
+    more than one rank."""
+    return run.preset.collective_samples > 0 and run.problem.ndevices > 1
+
+
+def _collective_model(run: Run) -> Path:
+    from neuroshard.planner.costs.collective_model import default_path
+
+    return default_path(run.layout.models, run.problem.ndevices)
 
 
 def _torchrec_anchors(run: Run) -> dict:

@@ -221,3 +221,27 @@ def test_oversize_section_compares_the_algorithms_that_planned_and_counts_what_n
     text = "\n".join(lines)
     assert "trained with TorchRec (step 7g)" in text and "| torchrec_full" in text and "1.500 [1.500, 1.500]" in text
     assert fig["torchrec_train"]["reference"] == "neuroshard[torchrec]"
+
+
+def test_collective_model_rows_and_the_spread_tables_chosen(tmp_path):
+    from neuroshard.pipeline.report import collective_lines, spread_choices
+    from neuroshard.planner.costs.collective_model import CollectiveFit, CollectiveModel
+    from neuroshard.types.plan import Plan, Spread
+    from neuroshard.types.records import PlanRecord
+
+    assert collective_lines(tmp_path, []) == []
+    CollectiveModel(4, {"all_reduce": CollectiveFit("power", [0.0, 1.0], 80, {"linear": 12.0, "power": 6.0},
+                                                    4.0)}).save(tmp_path / "collectives_4.json")
+    rows = []
+    text = "\n".join(collective_lines(tmp_path, rows))
+    assert "| all_reduce (4 ranks, power) | 80 | - | 6.0% | - | 4.0% | 1.50 |" in text
+    assert rows == [{"model": "all_reduce (4 ranks)", "form": "power", "samples": 80, "mape": 0.06,
+                     "noise_floor": 0.04}]
+    every = (0, 1)
+    recs = [PlanRecord(0, "neuroshard", plan=Plan((), ((0,), ()), (Spread(1, "row_wise", every),
+                                                                  Spread(2, "data_parallel", every)))),
+            PlanRecord(1, "neuroshard", plan=Plan((), ((0,), ()), (Spread(1, "row_wise", every),))),
+            PlanRecord(0, "torchrec", plan=Plan((), ((0,), (1,))))]
+    assert spread_choices(recs) == ["- Row-wise and data-parallel tables: neuroshard in 2 plans (1 data_parallel, "
+                                    "2 row_wise)."]
+    assert spread_choices(recs[2:]) == [] and spread_choices(None) == []

@@ -66,11 +66,16 @@ def test_tiny_pipeline_writes_every_artifact_and_skips_on_rerun(tmp_path):
     measured = [r for r in hw if r.get("measured")]
     assert measured and all(r["measured"]["cost"] > 0 for r in measured)
     assert all(len(r["repeat_costs"]) == 2 for r in measured)  # the tiny preset measures every plan twice
+    # step 3e: the collectives of spread tables timed on the 2 ranks and their model, which steps 5 and 6 price with
+    collectives = json.loads((out / "models" / "collectives_2.json").read_text())
+    assert set(collectives["fits"]) == {"reduce_scatter", "all_gather", "all_reduce"}
+    assert json.loads((out / "sim" / "config.json").read_text())["collective_model"].endswith("collectives_2.json")
     held = json.loads((out / "models" / "compute_heldout.json").read_text())
     assert set(held["mape"]) == {"in_distribution", "unseen_tables", "mixed"}
     report = (out / "report.md").read_text()
     assert "| neuroshard |" in report and "## Cost models" in report and "## Simulator vs hardware" in report
     assert "Held-out-table check" in report and "[95% CI]" in report
+    assert "The collectives of row-wise and data-parallel tables on the paper's runtime (step 3e" in report
     assert "| dreamshard |" in report and "## Learned baselines" in report
     estimator = json.loads((out / "models" / "onpolicy" / "torchrec_estimator_2.json").read_text())
     assert estimator["format"] == "neuroshard.torchrec_estimator.v1" and estimator["fit"]["compute"]["test_samples"]
@@ -156,7 +161,7 @@ def test_tiny_pipeline_writes_every_artifact_and_skips_on_rerun(tmp_path):
 
     again = _driver(out)
     assert again.returncode == 0, again.stderr[-2000:]
-    assert again.stdout.count("up to date, skipped") == 26  # every step of the tiny run, step 4j among them
+    assert again.stdout.count("up to date, skipped") == 27  # every step of the tiny run, steps 3e and 4j among them
 
 
 def test_changed_step_reruns_itself_and_everything_after(tmp_path, capsys):
