@@ -41,7 +41,9 @@ Parts (--parts, comma list):
   of each task; mean search times.
 * spread: under TorchRec's runtime model (`--runtime_model`, a fitted
   `torchrec_runtime_<n>.json` for --scale_devices ranks; else synthetic
-  coefficients that price row-wise and data-parallel tables), on the scale
+  coefficients that price row-wise and data-parallel tables) and on the
+  paper's runtime with the collective model (`--collective_model`, else
+  synthetic; `--spread_runtimes` picks), on the scale
   task(s): NeuroShard's table-wise + column-wise search against the search
   over every type (`search.sharding_types`), alternating, `--spread_reps`
   times each; wall times, their ratio (target <= 2 at 1,000 x 128), costs
@@ -353,20 +355,38 @@ def part_scale(args, out: dict) -> None:
 SYNTHETIC_RUNTIME = (20.0, 0.5, 1.0, 0.5, 0.1, 0.1, 0.05, 0.05, 0.05, 0.5)
 
 
-def part_spread(args, out: dict) -> None:
+# synthetic collective coefficients (a + b x M elements, ms): a reduce-scatter or all-gather of 65536 x 64 is ~2 ms
+SYNTHETIC_COLLECTIVES = {"reduce_scatter": (0.05, 0.5), "all_gather": (0.05, 0.5), "all_reduce": (0.05, 0.2)}
+
+
+def spread_models(args, n: int, runtime: str):
+    """The models of the spread part for `n` devices: under TorchRec's runtime with its runtime model, or on the
+    paper's with the collective model (`--runtime_model`, `--collective_model`, else synthetic coefficients)."""
     from dataclasses import replace
 
-    from neuroshard.planner.search.sharding_types import spread_search
+    from neuroshard.planner.costs.collective_model import CollectiveFit, CollectiveModel
     from neuroshard.torchrec.runtime_model import TorchRecRuntimeModel
 
+    models = load_models(args, n, args.seed).at_batch(65536)
+    if runtime == "paper":
+        if args.collective_model:
+            return models.with_collectives(args.collective_model)
+        fits = {op: CollectiveFit("linear", list(c), 0) for op, c in SYNTHETIC_COLLECTIVES.items()}
+        return replace(models, collectives=CollectiveModel(n, fits))
+    if args.runtime_model:
+        return replace(models, runtime=TorchRecRuntimeModel.load(args.runtime_model, n))
+    return replace(models, runtime=TorchRecRuntimeModel(n, 65536, SYNTHETIC_RUNTIME, types=("row_wise",
+                                                                                          "data_parallel")))
+
+
+def part_spread(args, out: dict) -> None:
+    from neuroshard.planner.search.sharding_types import spread_search
+
     out["spread"] = []
-    for T, n in scale_sizes(args.scale_tables, args.scale_devices):
-        print(f"== spread: {T} tables on {n} devices ==")
-        if args.runtime_model:
-            runtime = TorchRecRuntimeModel.load(args.runtime_model, n)
-        else:
-            runtime = TorchRecRuntimeModel(n, 65536, SYNTHETIC_RUNTIME, types=("row_wise", "data_parallel"))
-        models = replace(load_models(args, n, args.seed), runtime=runtime)
+    for (T, n), runtime in ((size, r) for size in scale_sizes(args.scale_tables, args.scale_devices)
+                            for r in args.spread_runtimes.split(",")):
+        print(f"== spread: {T} tables on {n} devices, {runtime} runtime ==")
+        models = spread_models(args, n, runtime)
         tables = random_task(np.random.default_rng(args.seed + 1000), T)
         total = sum(t.size_gb for t in tables)
         problem = Problem(n, max(1.3 * total / n, 1.05 * max(t.size_gb for t in tables)))
@@ -386,9 +406,10 @@ def part_spread(args, out: dict) -> None:
               f"{np.median(walls['all_types']):.2f} s (ratio {ratio:.2f}{target}); cost {base.cost:.3f} -> "
               f"{cost:.3f} ms; {kinds.count('row_wise')} row-wise, {kinds.count('data_parallel')} data-parallel "
               f"tables", flush=True)
-        out["spread"].append({"tables": T, "devices": n, "walls_s": walls, "ratio": ratio, "cost_tw_cw": base.cost,
-                              "cost_all_types": cost, "spread": kinds,
-                              "runtime_model": args.runtime_model or "synthetic"})
+        out["spread"].append({"tables": T, "devices": n, "runtime": runtime, "walls_s": walls, "ratio": ratio,
+                              "cost_tw_cw": base.cost, "cost_all_types": cost, "spread": kinds,
+                              "model": (args.runtime_model if runtime == "torchrec" else args.collective_model)
+                              or "synthetic"})
 
 
 def scale_sizes(tables_text: str, devices_text: str) -> list[tuple[int, int]]:
@@ -638,6 +659,10 @@ def main(argv=None) -> int:
     p.add_argument("--scale_devices", default="128", help="scale: devices (comma list) (default: 128)")
     add_flag(p, "runtime_model", help="spread: a fitted TorchRec runtime model for --scale_devices ranks "
                                       "(default: synthetic coefficients)")
+    add_flag(p, "collective_model", help="spread, paper runtime: a fitted collective model for --scale_devices "
+                                         "ranks (default: synthetic coefficients)")
+    p.add_argument("--spread_runtimes", default="torchrec,paper",
+                   help="spread: the runtimes whose every-type search is timed (default: torchrec,paper)")
     p.add_argument("--spread_reps", type=int, default=2, help="spread: timings of each search (default: 2)")
     p.add_argument("--exhaustive_tasks", type=int, default=60, help="per device count (default: 60)")
     p.add_argument("--baseline_tasks", type=int, default=20, help="per device count (default: 20)")
@@ -653,6 +678,9 @@ def main(argv=None) -> int:
     bad = [x for x in parts if x not in known]
     if bad:
         raise NeuroShardError(f"--parts: unknown {', '.join(bad)}; choose from {', '.join(known)}")
+    wrong = [r for r in args.spread_runtimes.split(",") if r not in ("torchrec", "paper")]
+    if wrong:
+        raise NeuroShardError(f"--spread_runtimes: expected torchrec and/or paper, got {', '.join(wrong)}")
     if not args.noise.zero and (args.ensemble < 2 or "speed" not in parts):
         raise NeuroShardError(f"--noise: only the speed part's NeuroShard+ with --ensemble 2 or more samples it "
                               f"(got --parts {args.parts}, --ensemble {args.ensemble})")
