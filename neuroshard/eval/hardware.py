@@ -41,7 +41,7 @@ _FREE_SETTINGS = ("quiet", "no_progress", "out_dir", "timeout", "startup_timeout
 
 def merged_breakdown(measurements: Sequence[PlanMeasurement]) -> CostBreakdown:
     """One plan's repeated measurements as one breakdown: the per-rank mean of each part (total = sum of
-    parts), the mean skew and forward time without delays, and each repeat's parts in `repeats`."""
+    parts), the mean skew, forward time without delays and collectives, and each repeat's parts in `repeats`."""
     ms = list(measurements)
 
     def mean(part: str) -> list[float]:
@@ -49,7 +49,8 @@ def merged_breakdown(measurements: Sequence[PlanMeasurement]) -> CostBreakdown:
 
     return CostBreakdown(mean("compute"), mean("bw_comm"), mean("fw_comm"), dims=ms[0].dims, skew=mean("skew"),
                          ntables=ms[0].ntables, fw_comm_nosleep=mean("fw_comm_nosleep"),
-                         repeats=[m.parts() for m in ms])
+                         repeats=[m.parts() for m in ms],
+                         collectives=mean("collectives") if ms[0].collectives is not None else None)
 
 
 def merge_results(records: Sequence[PlanRecord], measured: Sequence[Sequence[PlanMeasurement]]) -> list[PlanRecord]:

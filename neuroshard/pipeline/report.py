@@ -558,6 +558,8 @@ def oversize_lines(out: Path) -> tuple[list[str], dict | None]:
              "the tasks valid for every algorithm that planned any.", "", table]
     lines += verdict_lines(verdicts)
     lines += spread_choices(records)
+    measured = out / "oversize" / "hw" / "results.json"
+    lines += collective_check(read_plans(measured) if measured.exists() else None)
     for rival, tasks in missed.items():
         lines.append(f"- Tasks {rival} planned and NeuroShard did not: {len(tasks)}"
                      + (f" ({', '.join(map(str, tasks))})" if tasks else "") + ".")
@@ -763,6 +765,21 @@ def spread_choices(records: list[PlanRecord] | None) -> list[str]:
     return [f"- Row-wise and data-parallel tables: {'; '.join(parts)}."]
 
 
+def collective_check(records: list[PlanRecord] | None) -> list[str]:
+    """One line: the collective model against the measured collectives of the plans with row-wise or
+    data-parallel tables (each rank's forward + backward collectives; nothing without such plans)."""
+    pairs = [(sum(e), sum(m)) for r in records or [] if r.estimate is not None and r.measured is not None
+             and r.estimate.collectives and r.measured.collectives
+             for e, m in zip(r.estimate.collectives, r.measured.collectives) if sum(m) > 0]
+    if not pairs:
+        return []
+    est, got = np.array(pairs).T
+    plans = sum(1 for r in records if r.measured is not None and r.measured.collectives)
+    err = 100 * np.mean(np.abs(est - got) / got)
+    return [f"- The collectives of those plans ({plans} measured, {len(pairs)} ranks): estimated "
+            f"{est.mean():.2f} ms a rank, measured {got.mean():.2f} ms (MAPE {err:.1f}%)."]
+
+
 def write_report(out, preset, steps: list[dict], seconds: float, study: tuple[int, int] | None = None) -> Path:
     """Write report.md, plots/*.png and config.json into `out`; returns the report's path. `study`: the
     study preset's tasks x repeats, named beside the power line."""
@@ -792,6 +809,7 @@ def write_report(out, preset, steps: list[dict], seconds: float, study: tuple[in
     records = read_plans(results) if results.exists() else None  # the evaluation's plans, read once
     planned = out / "sim" / "plans.json"
     text += spread_choices(read_plans(planned) if planned.exists() else None)
+    text += collective_check(records)
     if hw and hw.simulator_accuracy:
         text += ["", "## Simulator vs hardware", "", accuracy_table(hw.simulator_accuracy)]
         lines, drift = drift_lines(out / "hw", records)

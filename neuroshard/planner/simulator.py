@@ -336,4 +336,4 @@ def _simulate(tables, plan, models, problem: Problem) -> CostBreakdown:
     return CostBreakdown(
         compute=compute[0].tolist(), bw_comm=bw[0].tolist(), fw_comm=fw[0].tolist(),
         dims=[int(d) for d in dims[0]], skew=(ready - ready.min()).tolist(), mem_gb=mem, member_costs=members,
-        spread=cost_spread)
+        spread=cost_spread, collectives=None if coll is None else np.stack(coll, axis=1).tolist())

@@ -163,7 +163,9 @@ class CostBreakdown(Record):
     cost is `cost`, the largest per-device total: computed here and nowhere
     else; or, simulated under another runtime (`runtime`, e.g. TorchRec's,
     where `compute` is each device's kernels and the exchanges are in the
-    runtime's terms), that runtime's estimate.
+    runtime's terms), that runtime's estimate. `collectives`: per device the
+    (forward, backward) ms of a plan's row-wise and data-parallel tables'
+    collectives, already in `fw_comm` and `bw_comm` (None without them).
     """
 
     compute: list[float]
@@ -178,6 +180,7 @@ class CostBreakdown(Record):
     member_costs: list[float] | None = json_field(None, omit_none=True)
     spread: CostSpread | None = json_field(None, omit_none=True)
     runtime: RuntimeEstimate | None = json_field(None, omit_none=True)
+    collectives: list[list[float]] | None = json_field(None, omit_none=True)
 
     @property
     def cost_sd(self) -> float | None:

@@ -87,6 +87,9 @@ def test_row_wise_and_data_parallel_tables_run_with_their_collectives(tiny, tmp_
         assert b.bw_comm[rank] == pytest.approx(b.collectives[rank][1])  # no all-to-all at all
         assert b.fw_comm[rank] == pytest.approx(b.collectives[rank][0])
     assert b.dims == [0, 0] and all(x > 0 for x in b.compute) and a.e2e.cost > 0 and b.e2e.cost > 0
+    # merged into a result, the collectives are kept per rank
+    [merged] = merge_results(records[:1], [[a]])
+    assert merged.measured.collectives == a.collectives
     # a plan without spread tables records no collectives
     [plain] = measure_plans(d / "plans.json", d / "ds", d / "tasks.txt",
                             HardwareConfig(problem=Problem(2), warmup=0, iters=1, timeout=30))[:1]

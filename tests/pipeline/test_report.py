@@ -224,8 +224,13 @@ def test_oversize_section_compares_the_algorithms_that_planned_and_counts_what_n
 
 
 def test_collective_model_rows_and_the_spread_tables_chosen(tmp_path):
-    from neuroshard.pipeline.report import collective_lines, spread_choices
+    from neuroshard.pipeline.report import (
+        collective_check,
+        collective_lines,
+        spread_choices,
+    )
     from neuroshard.planner.costs.collective_model import CollectiveFit, CollectiveModel
+    from neuroshard.types.costs import CostBreakdown
     from neuroshard.types.plan import Plan, Spread
     from neuroshard.types.records import PlanRecord
 
@@ -245,3 +250,11 @@ def test_collective_model_rows_and_the_spread_tables_chosen(tmp_path):
     assert spread_choices(recs) == ["- Row-wise and data-parallel tables: neuroshard in 2 plans (1 data_parallel, "
                                     "2 row_wise)."]
     assert spread_choices(recs[2:]) == [] and spread_choices(None) == []
+    # the collective model on the measured plans: per rank forward + backward, estimated 3 and 5 against 4 and 4
+    two = [1.0, 1.0]
+    rec = PlanRecord(0, "neuroshard", plan=recs[0].plan,
+                     estimate=CostBreakdown(two, two, two, collectives=[[1.0, 2.0], [2.0, 3.0]]),
+                     measured=CostBreakdown(two, two, two, collectives=[[1.0, 3.0], [1.0, 3.0]]))
+    assert collective_check([rec, recs[2]]) == ["- The collectives of those plans (1 measured, 2 ranks): estimated "
+                                                "4.00 ms a rank, measured 4.00 ms (MAPE 25.0%)."]
+    assert collective_check(recs) == []

@@ -323,6 +323,7 @@ def test_spread_tables_on_the_paper_runtime_by_hand():
     np.testing.assert_allclose(bd.skew, [0.48, 0.0], atol=1e-6)
     np.testing.assert_allclose(bd.fw_comm, [0.16 + 0.24 + 0.2 + 0.132, 0.2 + 0.132], rtol=1e-6)
     assert bd.cost == pytest.approx(1.06 + 0.988 + 0.732, rel=1e-6)
+    np.testing.assert_allclose(bd.collectives, [[0.132, 0.568], [0.132, 0.568]], rtol=1e-6)
     # what the kernels run: a block's rows with their share of the lookups, a replica's local batch
     configs, of_rank = spread_configs(tables, plan.spread, 2)
     assert [(c.row, c.pooling_factor) for c in configs] == [(500, 0.5), (500, 0.5), (1000, 0.5), (1000, 0.5)]
