@@ -101,6 +101,19 @@ def test_cost_models_load_checks_the_device_count(tmp_path):
         ns.CostModels.load(tmp_path, ndevices=4)
     with pytest.raises(ns.ConfigError, match="forward model is for 2 devices, backward for 3"):
         ns.CostModels(models.compute, models.fw, linear_comm_model("bw", 3, np.eye(3), np.zeros(3)))
+    # the collective model beside them is loaded with them; one for other ranks is refused
+    from neuroshard.planner.costs.collective_model import CollectiveFit, CollectiveModel
+
+    assert ns.CostModels.load(tmp_path, ndevices=2).collectives is None
+    CollectiveModel(2, {"all_reduce": CollectiveFit("linear", [0.1, 1.0], 8)}).save(tmp_path / "collectives_2.json")
+    loaded = ns.CostModels.load(tmp_path, ndevices=2)
+    assert loaded.collectives.predict("all_reduce", 2_000_000) == pytest.approx(2.1)
+    with pytest.raises(ns.ConfigError, match="the collective model is for 3 ranks, the comm models for 2"):
+        ns.CostModels(models.compute, models.fw, models.bw, collectives=CollectiveModel(3, {}))
+    # the batch the collectives are priced at: the planning batch, else the compute data's, else an error
+    assert loaded.at_batch(512).global_batch == 512
+    with pytest.raises(ns.ConfigError, match="the compute model does not record the batch of its data"):
+        loaded.global_batch
 
 
 def test_an_empty_table_list_is_a_zero_cost_plan():

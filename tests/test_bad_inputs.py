@@ -133,6 +133,9 @@ def ws(tmp_path_factory):
     (d / "trres_empty.json").write_text("[]\n")
     raw_t = TorchRecRuntimeModel(2, 64, coef).to_json()
     (d / "trmodel_zero.json").write_text(json.dumps({**raw_t, "coef": [0.0] * len(coef)}))
+    from neuroshard.planner.costs.collective_model import CollectiveFit, CollectiveModel
+
+    CollectiveModel(4, {"all_reduce": CollectiveFit("linear", [0.1, 1.0], 8)}).save(d / "collectives_4.json")
     # issue 24: plans against other tables (same dims, other dims), old plans files without the task's identity
     write_tasks(d / "tasks_same_dims.txt", [Task((3, 4, 5), (16, 8, 32)), Task((0, 1), (8, 16))])
     # three tables of 0.6 device each on 2 devices: each fits, all fit by size, no placement fits
@@ -580,6 +583,21 @@ CASES = [
     ("trec model empty check", "train_torchrec_cost_model.py",
      _replace(_replace(TRCHECK, "--check_results", "trres_empty.json"), "--check_task_path", "tasks_other.txt"),
      "no plans to check"),
+    ("sim collective model ranks", "eval_simulator.py", SIM + ["--collective_model", "collectives_4.json"],
+     "collectives_4.json: a model for 4 ranks, the plans have 2"),
+    ("sim collective model missing", "eval_simulator.py", SIM + ["--collective_model", "nowhere.json"],
+     "nowhere.json: no such file (collect_collective_cost_data.py fits one)"),
+    ("collectives one rank", "collect_collective_cost_data.py", ["--device", "cpu", "--ndevices", "1", "--out_dir",
+                                                                 "cd", "--out_path", "cd.json"],
+     "--ndevices: a collective needs at least 2 ranks, got 1"),
+    ("collectives noise over data", "collect_collective_cost_data.py",
+     ["--device", "cpu", "--ndevices", "2", "--data_size", "12", "--noise_samples", "13", "--out_dir", "cd",
+      "--out_path", "cd.json"], "--noise_samples"),
+    ("collectives too few", "collect_collective_cost_data.py",
+     ["--device", "cpu", "--ndevices", "2", "--data_size", "5", "--out_dir", "cd", "--out_path", "cd.json"],
+     "--data_size"),
+    ("collectives out_path dir", "collect_collective_cost_data.py",
+     ["--device", "cpu", "--ndevices", "2", "--out_dir", "cd", "--out_path", "a_dir"], "--out_path"),
     ("trec anchors missing", "eval_torchrec.py", TREC + ["--round_anchors", "nowhere.json"], "nowhere.json"),
     ("trec anchors 0", "eval_torchrec.py", TREC + ["--round_anchors", "plans.json", "--anchors_per_round", "0"],
      "--anchors_per_round: must be >= 1"),
@@ -629,7 +647,7 @@ def test_bad_input_is_a_one_line_error(ws, capsys, name, script, argv, fragment)
 def test_the_count_of_cases():
     # the closing note of issue 12 quotes this number
     assert len(CASES) >= 100
-    assert len(CASES) == 203  # issue 51 added 2, 50 7, 52 15, 24 31, 23 (eval_torchrec.py) 9 (138 before)
+    assert len(CASES) == 209  # issue 50 added 6 more, 51 2, 50 7, 52 15, 24 31, 23 (eval_torchrec.py) 9 (138 before)
 
 
 def test_a_second_compute_collection_into_the_same_dir_is_refused(ws):
