@@ -538,9 +538,9 @@ def _collectives(run: Run) -> bool:
 
 
 def _collective_model(run: Run) -> Path:
-    from neuroshard.planner.costs.collective_model import default_path
-
-    return default_path(run.layout.models, run.problem.ndevices)
+    """Where step 3e writes the collective model: beside the random data's models, where `CostModels.load`
+    finds it too."""
+    return run.layout.models / f"collectives_{run.problem.ndevices}.json"
 
 
 def _torchrec_anchors(run: Run) -> dict:
