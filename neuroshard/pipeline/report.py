@@ -554,8 +554,10 @@ def oversize_lines(out: Path) -> tuple[list[str], dict | None]:
              "collective model of step 3e, may make tables row-wise or data-parallel; the others plan table-wise and "
              "column-wise: the greedy baselines halve a table until its pieces fit a device, "
              "DreamShard and AutoShard place whole tables only"
-             + (f" (so {', '.join(none)} planned none of these tasks)" if none else "") + ". The means are over "
-             "the tasks valid for every algorithm that planned any.", "", table]
+             + (f" (so {', '.join(none)} planned none of these tasks)" if none else "") + "; `torchrec_full` is "
+             "TorchRec's planner as users get it, every sharding type (its row-wise and data-parallel tables priced by "
+             "the collective model, when the run has one). The means are over the tasks valid for every algorithm "
+             "that planned any.", "", table]
     lines += verdict_lines(verdicts)
     lines += spread_choices(records)
     measured = out / "oversize" / "hw" / "results.json"

@@ -23,6 +23,7 @@ from neuroshard.eval.drift import ANCHORS, DRIFT_COMM, DRIFT_COMPUTE
 from neuroshard.eval.onpolicy import LAMBDA_JSON
 from neuroshard.pipeline.presets import Preset
 from neuroshard.problem import Problem
+from neuroshard.torchrec.full_planner import FULL_ALG
 from neuroshard.types.errors import NeuroShardError
 
 # the task generator's seeds: the evaluation's tasks, the learned baselines' training tasks, and the unmeasured
@@ -197,8 +198,13 @@ def evaluation_flags(run: Run, task_dir: Path, count: int, dataset: Path | None 
 
 
 def oversize_evaluation(run: Run) -> dict:
-    """`evaluation_flags` for the tasks beyond the paper's plan space: all of them, over their own dataset."""
-    return evaluation_flags(run, run.layout.oversize_tasks, run.preset.oversize_tasks, run.layout.oversize_dataset)
+    """`evaluation_flags` for the tasks beyond the paper's plan space: all of them, over their own dataset; with
+    the collective model (step 3e) TorchRec's full planner too, whose row-wise and data-parallel plans it
+    prices."""
+    flags = evaluation_flags(run, run.layout.oversize_tasks, run.preset.oversize_tasks, run.layout.oversize_dataset)
+    if _collectives(run):
+        flags["alg"] += f",{FULL_ALG}"
+    return flags
 
 
 def chosen_lambda(run: Run) -> dict:
