@@ -22,6 +22,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def spawn_ranks(fn, *args, seconds: float, what: str, world: int = 2) -> None:
+    """Run `fn(rank, world, port, *args)` in `world` spawned processes (torch.multiprocessing) that share a free
+    127.0.0.1 port for their process group; kill them and fail the test naming `what` when they are not done
+    within `seconds`."""
+    import pytest
+    import torch.multiprocessing as mp
+
+    ctx = mp.spawn(fn, args=(world, free_port(), *args), nprocs=world, join=False)
+    deadline = time.monotonic() + seconds
+    while not ctx.join(timeout=5):
+        if time.monotonic() > deadline:
+            for p in ctx.processes:
+                p.kill()
+            pytest.fail(f"{what} did not finish within {seconds:g} s")
+
+
 def launch_flags(port: int, node_rank: int, nnodes: int = 2, nproc: int = 2, join_timeout: float = 90) -> list[str]:
     return ["--nnodes", str(nnodes), "--node_rank", str(node_rank), "--nproc_per_node", str(nproc),
             "--rdzv_endpoint", f"127.0.0.1:{port}", "--join_timeout", str(join_timeout)]

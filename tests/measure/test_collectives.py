@@ -3,7 +3,6 @@ the job that times them."""
 
 import json
 import os
-import time
 from datetime import timedelta
 
 import pytest
@@ -18,7 +17,7 @@ from neuroshard.measure.collectives import (
     run_collective,
 )
 from neuroshard.types.errors import ConfigError
-from tests.two_nodes import free_port
+from tests.two_nodes import spawn_ranks
 
 
 def _rank(rank: int, world: int, port: int, out_dir: str) -> None:
@@ -39,15 +38,7 @@ def _rank(rank: int, world: int, port: int, out_dir: str) -> None:
 
 
 def test_each_collective_moves_what_its_spread_table_needs(tmp_path):
-    import torch.multiprocessing as mp
-
-    ctx = mp.spawn(_rank, args=(2, free_port(), str(tmp_path)), nprocs=2, join=False)
-    deadline = time.monotonic() + 60
-    while not ctx.join(timeout=5):
-        if time.monotonic() > deadline:
-            for p in ctx.processes:
-                p.kill()
-            pytest.fail("the ranks did not finish within 60 s")
+    spawn_ranks(_rank, str(tmp_path), seconds=60, what="the ranks")
     r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2))
     # reduce-scatter of 4 partial sums: rank 0 holds [10, 11, 12, 13], rank 1 [20, 21, 22, 23]; each keeps the
     # sums of its 2 samples

@@ -4,8 +4,6 @@ with an exported plan and pools exactly what the unsharded module pools."""
 
 import json
 import os
-import socket
-import time
 from datetime import timedelta
 
 import pytest
@@ -22,6 +20,7 @@ from neuroshard.torchrec.sharding_file import read_torchrec_plan
 from neuroshard.types.errors import InvalidPlanError
 from neuroshard.types.plan import ColumnPiece, Plan, Spread, plan_pieces, row_blocks
 from tests.torchrec.test_sharder import GB_ROWS, tables_of, torchrec_shards
+from tests.two_nodes import spawn_ranks
 
 pytest.importorskip("torchrec")
 
@@ -105,12 +104,6 @@ DMP_NAMES = ["user_id", "item", "ad"]
 DMP_PLAN = Plan((2, 3, 1), ((1, 2, 4), (0, 3, 5)))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _dmp_rank(rank: int, world: int, port: int, plan_path: str, out_dir: str) -> None:
     """One gloo rank: shard the EmbeddingBagCollection with the exported plan, give every shard the
     unsharded module's weights, and compare the pooled embeddings of this rank's batch."""
@@ -156,17 +149,9 @@ def _dmp_rank(rank: int, world: int, port: int, plan_path: str, out_dir: str) ->
 
 
 def test_distributed_model_parallel_accepts_the_exported_plan(tmp_path):
-    import torch.multiprocessing as mp
-
     tables = tables_of(*DMP_TABLES)
     pt, _ = export_torchrec_plan(tmp_path / "plan.pt", tables, DMP_PLAN, DMP_NAMES, device_type="cpu")
-    ctx = mp.spawn(_dmp_rank, args=(2, _free_port(), str(pt), str(tmp_path)), nprocs=2, join=False)
-    deadline = time.monotonic() + 120
-    while not ctx.join(timeout=5):
-        if time.monotonic() > deadline:
-            for p in ctx.processes:
-                p.kill()
-            pytest.fail("DistributedModelParallel ranks did not finish within 120 s")
+    spawn_ranks(_dmp_rank, str(pt), str(tmp_path), seconds=120, what="DistributedModelParallel ranks")
     results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     for res in results:
         assert res["shape"] == [4, 16 + 32 + 32] and res["norm"] > 0

@@ -4,7 +4,6 @@ DistributedModelParallel on 2 gloo ranks with the planner's plan, losses equal t
 
 import json
 import os
-import time
 from datetime import timedelta
 
 import pytest
@@ -25,7 +24,7 @@ from neuroshard.types.errors import (
     InputError,  # noqa: E402
 )
 from tests.planner.search.test_beam import random_models  # noqa: E402
-from tests.torchrec.test_export import _free_port  # noqa: E402
+from tests.two_nodes import spawn_ranks  # noqa: E402
 
 A_TABLES = [(60, 16), (50, 32), (40, 8)]  # (rows, dim) of sparse.ebc_a's a0, a1, a2
 B_TABLES = [(70, 32), (30, 16)]  # ebc_b's b0, b1
@@ -226,15 +225,7 @@ def _reference_losses(world: int) -> list[list[float]]:
 
 
 def _train(tmp_path, wide: bool) -> list[dict]:
-    import torch.multiprocessing as mp
-
-    ctx = mp.spawn(_dmp_rank, args=(2, _free_port(), str(tmp_path), wide), nprocs=2, join=False)
-    deadline = time.monotonic() + 180
-    while not ctx.join(timeout=5):
-        if time.monotonic() > deadline:
-            for p in ctx.processes:
-                p.kill()
-            pytest.fail("DistributedModelParallel ranks did not finish within 180 s")
+    spawn_ranks(_dmp_rank, str(tmp_path), wide, seconds=180, what="DistributedModelParallel ranks")
     results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     assert results[0]["kinds"] == results[1]["kinds"] and results[0]["ranks"] == results[1]["ranks"]
     assert results[0]["paths"] == ["ebc_b", "sparse.ebc_a"]
