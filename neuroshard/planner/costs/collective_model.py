@@ -19,7 +19,6 @@ without torch.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -27,7 +26,7 @@ from typing import Sequence
 import numpy as np
 
 from neuroshard.types.codec import Record
-from neuroshard.types.errors import ConfigError, InputError
+from neuroshard.types.errors import ConfigError
 
 FORMAT = "neuroshard.collectives/1"
 FORMS = ("linear", "power")
@@ -46,9 +45,9 @@ class CollectiveFit(Record):
     re-measured samples)."""
 
     form: str
-    coef: list
+    coef: list[float]
     samples: int
-    test_mape: dict = field(default_factory=dict)
+    test_mape: dict[str, float] = field(default_factory=dict)
     noise_floor: float | None = None
 
     def predict(self, numel) -> np.ndarray:
@@ -60,7 +59,7 @@ class CollectiveModel(Record):
     """Per collective (`measure.collectives.COLLECTIVES`) its `CollectiveFit`, on `ndevices` ranks."""
 
     ndevices: int
-    fits: dict
+    fits: dict[str, CollectiveFit]
 
     def predict(self, op: str, numel) -> np.ndarray:
         """ms of `op` on N = `numel` elements over the model's `ndevices` ranks (0 for N = 0)."""
@@ -71,37 +70,35 @@ class CollectiveModel(Record):
     def fit_of(self, op: str) -> CollectiveFit:
         if op not in self.fits:
             raise ConfigError("--collective_model", f"has no fit of {op} (it has {', '.join(self.fits)})")
-        fit = self.fits[op]
-        return fit if isinstance(fit, CollectiveFit) else CollectiveFit.from_json(fit)
+        return self.fits[op]
+
+    def json_extra(self) -> dict:
+        return {"format": FORMAT}  # what a reader checks first
+
+    @classmethod
+    def from_json(cls, d: dict) -> "CollectiveModel":
+        """The codec's record, once the file says it is this format and each fit is one of `FORMS` with two
+        finite coefficients; ValueError / KeyError / TypeError on a malformed record."""
+        if d.get("format") != FORMAT:
+            raise ValueError(f"format {d.get('format')!r}, expected {FORMAT!r}")
+        model = super().from_json(d)
+        for op, f in model.fits.items():
+            if f.form not in FORMS or len(f.coef) != 2 or not all(np.isfinite(f.coef)):
+                raise ValueError(f"{op}: form {f.form!r}, coefficients {f.coef}")
+        return model
 
     def save(self, path) -> None:
-        from neuroshard.formats.io import write_json_atomic
+        from neuroshard.formats.io import write_model_file
 
-        write_json_atomic(path, {"format": FORMAT, "ndevices": self.ndevices,
-                                 "fits": {op: self.fit_of(op).to_json() for op in self.fits}})
+        write_model_file(path, self)
 
     @classmethod
     def load(cls, path, ndevices: int) -> "CollectiveModel":
-        """The model at `path`; InputError naming it for another format, another rank count or a malformed fit."""
-        path = Path(path)
-        try:
-            raw = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise InputError(path, "no such file (collect_collective_cost_data.py fits one)") from None
-        except json.JSONDecodeError as e:
-            raise InputError(path, f"not JSON: {e}") from None
-        if not isinstance(raw, dict) or raw.get("format") != FORMAT:
-            raise InputError(path, f"not a collective model (expected format {FORMAT})")
-        if raw.get("ndevices") != ndevices:
-            raise InputError(path, f"a model for {raw.get('ndevices')} ranks, the plans have {ndevices}")
-        try:
-            fits = {op: CollectiveFit.from_json(f) for op, f in raw["fits"].items()}
-            for op, f in fits.items():
-                if f.form not in FORMS or len(f.coef) != 2 or not all(np.isfinite(f.coef)):
-                    raise ValueError(f"{op}: form {f.form!r}, coefficients {f.coef}")
-        except (KeyError, TypeError, ValueError, AttributeError) as e:
-            raise InputError(path, f"malformed fit: {e}") from None
-        return cls(ndevices, fits)
+        """The model at `path` (`formats.io.read_model_file`): InputError naming it when missing, malformed or
+        fitted for other ranks than `ndevices`."""
+        from neuroshard.formats.io import read_model_file
+
+        return read_model_file(path, cls, "collective model", "collect_collective_cost_data.py fits one", ndevices)
 
 
 def _predict(form: str, coef: Sequence[float], numel: np.ndarray) -> np.ndarray:
