@@ -103,7 +103,7 @@ FLAGS: dict[str, dict] = {
     "round_anchors": {"default": None, "help": "per-round calibration: plans of TRAINING tasks measured again in "
                                                "every round, spread over it: each round's speed against the models"},
     "anchors_per_round": {"default": 4, "type": int, "help": "how many of --round_anchors' plans each round "
-                                                             "measures"},
+                                                             "measures (taken over its tasks and algorithms)"},
     "tables": {"default": None, "help": "the user's table list: CSV (with header) or JSON list: name, rows, dim, "
                                         "pooling_factor[, bin_0..bin_16]"},
     "alg": {"default": "neuroshard", "help": "sharding algorithm (any registered name)"},

@@ -3,8 +3,9 @@
 The calibration before planning (steps 5a, 5b) times collected kernels and all-to-alls minutes before the
 plan job runs, outside it; on shared cores the job's own speed moves apart from theirs, and the plan-cost
 error the report gives then mixes the models' error with the machine's speed at another hour. So `eval.py
---round_anchors` measures a few plans of TRAINING tasks (the on-policy step's: never the evaluation's) in
-every round of the evaluation, spread over the round (`anchor_order`), and each round's speed is their
+--round_anchors` measures a few plans of TRAINING tasks (the on-policy step's: never the evaluation's, taken
+over its tasks and algorithms: `spread_choice`; one task's plans share that task's model error, as large as the
+drift) in every round of the evaluation, spread over the round (`anchor_order`), and each round's speed is their
 median measured / estimated, per part (`round_factors`): compute, backward and forward exchange, and the
 plan cost. Each measurement of an evaluation plan is then compared with its estimate whose per-rank parts
 are multiplied by the factors of the round it ran in (`calibrated_accuracy`): the MAPE per measurement and
@@ -183,19 +184,35 @@ def _scored(out: RoundCalibration, errs, raw, means_est, means_meas, costs) -> R
     return out
 
 
+def spread_choice(tasks: Sequence[int], k: int) -> list[int]:
+    """Indices of `k` records (their task ids in file order) spread over tasks and algorithms: the first anchor
+    of every task, then the second, and so on, the n-th task's plans taken from its n-th on (a task's plans are
+    one per algorithm, in the same order in every task), so that no one task's tables, nor one algorithm's
+    plans, set the round's speed."""
+    groups: dict[int, list[int]] = {}
+    for i, t in enumerate(tasks):
+        groups.setdefault(t, []).append(i)
+    rotated = [g[n % len(g):] + g[:n % len(g)] for n, g in enumerate(groups.values())]
+    out = []
+    for j in range(max((len(g) for g in rotated), default=0)):
+        out += [g[j] for g in rotated if j < len(g)]
+    return out[:k]
+
+
 def anchor_plans(path, configs, models, problem, k: int) -> list[PlanRecord]:
-    """The first `k` plans of the plans file `path` (plans of training tasks that name their tables,
-    `collect_plan_cost_data.py`'s hw/plans.json), estimated under the evaluation's `models` and `problem`.
-    InputError naming the file for a plan without its tables, one that does not fit, or no plan at all."""
+    """`k` plans of the plans file `path` (plans of training tasks that name their tables,
+    `collect_plan_cost_data.py`'s hw/plans.json) spread over its tasks and algorithms (`spread_choice`),
+    estimated under the evaluation's `models` and `problem`. InputError naming the file for a plan without its
+    tables, one that does not fit, or no plan at all."""
     from neuroshard.formats.plan_file import read_plans
     from neuroshard.planner.simulator import simulate
     from neuroshard.types.errors import InputError, NeuroShardError
     from neuroshard.types.tables import Task
 
+    planned = [rec for rec in read_plans(path) if rec.plan is not None]
     out = []
-    for rec in read_plans(path):
-        if rec.plan is None:
-            continue
+    for i in spread_choice([rec.task for rec in planned], k):
+        rec = planned[i]
         if rec.table_ids is None or rec.dims is None:
             raise InputError(path, f"task {rec.task} [{rec.alg}]: no table_ids and dims: an anchor is measured on "
                                    "the tables its record names (a plans file written before they were recorded?)")
@@ -206,8 +223,6 @@ def anchor_plans(path, configs, models, problem, k: int) -> list[PlanRecord]:
         except (NeuroShardError, IndexError) as e:
             raise InputError(path, f"task {rec.task} [{rec.alg}]: not a plan of this dataset and problem: {e}") \
                 from None
-        if len(out) == k:
-            break
     if not out:
         raise InputError(path, "no plan to measure as an anchor")
     return out

@@ -159,4 +159,4 @@ PRESETS = {
 PRESETS["study"] = replace(PRESETS["quick"], name="study", num_tasks=220, eval_tasks=220, eval_repeats=2,
                            eval_iters=7, compute_samples=3000, comm_samples=500, noise_samples=100, drift_samples=50,
                            onpolicy_tasks=6, algs="neuroshard,neuroshard_plus,torchrec,autoshard",
-                           unmeasured_tasks=440, collective_samples=240, collective_noise=30)
+                           unmeasured_tasks=440, collective_samples=240, collective_noise=30, round_anchors=12)

@@ -10,6 +10,7 @@ from neuroshard.eval.round_calibration import (
     calibrated_accuracy,
     round_factors,
     round_floors,
+    spread_choice,
     step_accuracy,
 )
 from neuroshard.formats.plan_file import write_plans
@@ -112,3 +113,13 @@ def test_anchor_plans_are_estimated_on_the_tables_they_name(tmp_path):
     write_plans(tmp_path / "none.json", [PlanRecord(6, "x", plan=None, status="oom")])
     with pytest.raises(InputError, match="no plan to measure as an anchor"):
         anchor_plans(tmp_path / "none.json", configs, models, Problem(2, 1.0), 3)
+
+
+def test_anchors_are_taken_over_tasks_and_algorithms():
+    # three tasks of three algorithms each, in file order: task n's plans are taken from its n-th on
+    tasks = [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    assert spread_choice(tasks, 3) == [0, 4, 8]
+    assert spread_choice(tasks, 6) == [0, 4, 8, 1, 5, 6]
+    assert sorted(spread_choice(tasks, 20)) == list(range(9))
+    assert spread_choice([4, 4, 7], 2) == [0, 2]
+    assert spread_choice([], 3) == []
