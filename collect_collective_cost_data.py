@@ -11,9 +11,10 @@ send (B x d for d up to --max_dim; up to --max_numel elements all-reduced),
 and are timed on --ndevices ranks in one torchrun job (each sample: the ranks'
 mean ms), appended to OUT_DIR/data.jsonl as they arrive; the first
 --noise_samples are timed again afterwards (noise.jsonl: the noise floor).
-Then each collective's model, linear (a + b N) or power (c N^p), whichever
-predicts held-out samples better, is written to --out_path with each form's
-held-out MAPE beside the noise floor (neuroshard/planner/costs/collective_model.py).
+Then each collective's model, linear (a + b N), power (c N^p) or hinge (a
+bandwidth that drops past a size), whichever predicts held-out samples better
+(--folds cross-validation), is written to --out_path with each form's held-out
+MAPE beside the noise floor (neuroshard/planner/costs/collective_model.py).
 
 Interrupted? Rerun the same command: the samples already in OUT_DIR are kept.
 """
@@ -45,7 +46,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "default 2^24, 1/16 of a 1 GB device)")
     add_flag(p, "warmup", 3)
     add_flag(p, "iters", 7)
-    add_flag(p, "test_share")
+    p.add_argument("--folds", type=int, default=4,
+                   help="cross-validation folds: each form judged on every sample by a fit without it (default: 4)")
     add_flag(p, "out_dir", required=True, help="where the samples go (data.jsonl, noise.jsonl)")
     add_flag(p, "out_path", required=True, help="the fitted model (collectives_<ndevices>.json)")
     add_progress_arg(p)
@@ -54,11 +56,11 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from neuroshard.checks import check_float, check_int, check_output_file
+    from neuroshard.checks import check_int, check_output_file
     from neuroshard.cli import resolve_devices, resolve_ranks
     from neuroshard.formats.io import write_json_atomic
     from neuroshard.measure import collectives
-    from neuroshard.planner.costs.collective_model import fit_collectives
+    from neuroshard.planner.costs.collective_model import FORMS, fit_collectives
     from neuroshard.types.errors import ConfigError, InputError
 
     device, ndevices = resolve_ranks(resolve_devices(args.device, args.gpu_devices), args.ndevices, args.gpu_devices)
@@ -72,7 +74,7 @@ def main(argv=None) -> int:
     check_int("--max_numel", args.max_numel, 1000)
     check_int("--warmup", args.warmup, 0)
     check_int("--iters", args.iters, 1)
-    check_float("--test_share", args.test_share, 0.05, 0.9)
+    check_int("--folds", args.folds, 2, args.data_size)
     check_output_file("--out_path", args.out_path)
     samples = collectives.draw_samples(args.data_size, ndevices, args.batch_size, args.max_dim, args.max_numel,
                                        problem.seed)
@@ -82,14 +84,15 @@ def main(argv=None) -> int:
                                       device=device, gpu_devices=args.gpu_devices, noise_samples=args.noise_samples,
                                       progress=not args.no_progress)
     try:
-        model = fit_collectives(rows, ndevices, args.test_share, problem.seed, again)
+        model = fit_collectives(rows, ndevices, args.folds, problem.seed, again)
     except ValueError as e:
         raise InputError(f"{args.out_dir}/{collectives.DATA_FILE}", str(e)) from None
     model.save(args.out_path)
-    print("| collective | form | samples | held-out MAPE linear | power | noise floor |\n|---|---|---|---|---|---|")
+    print(f"| collective | form | samples | {' | '.join(f'held-out MAPE {f}' for f in FORMS)} | noise floor |\n"
+          f"|---|---|---|{'---|' * len(FORMS)}---|")
     for op, fit in model.fits.items():
         floor = "-" if fit.noise_floor is None else f"{fit.noise_floor:.1f}%"
-        print(f"| {op} | {fit.form} | {fit.samples} | {fit.test_mape['linear']:.1f}% | {fit.test_mape['power']:.1f}% "
+        print(f"| {op} | {fit.form} | {fit.samples} | {' | '.join(f'{fit.test_mape[f]:.1f}%' for f in FORMS)} "
               f"| {floor} |")
     print(f"wrote {args.out_path}", file=sys.stderr)
     return 0

@@ -596,6 +596,8 @@ CASES = [
     ("collectives too few", "collect_collective_cost_data.py",
      ["--device", "cpu", "--ndevices", "2", "--data_size", "5", "--out_dir", "cd", "--out_path", "cd.json"],
      "--data_size"),
+    ("collectives one fold", "collect_collective_cost_data.py",
+     ["--device", "cpu", "--ndevices", "2", "--folds", "1", "--out_dir", "cd", "--out_path", "cd.json"], "--folds"),
     ("collectives out_path dir", "collect_collective_cost_data.py",
      ["--device", "cpu", "--ndevices", "2", "--out_dir", "cd", "--out_path", "a_dir"], "--out_path"),
     ("trec anchors missing", "eval_torchrec.py", TREC + ["--round_anchors", "nowhere.json"], "nowhere.json"),
@@ -647,7 +649,7 @@ def test_bad_input_is_a_one_line_error(ws, capsys, name, script, argv, fragment)
 def test_the_count_of_cases():
     # the closing note of issue 12 quotes this number
     assert len(CASES) >= 100
-    assert len(CASES) == 209  # issue 50 added 6 more, 51 2, 50 7, 52 15, 24 31, 23 (eval_torchrec.py) 9 (138 before)
+    assert len(CASES) == 210  # issue 50 added 1 more, 6, 51 2, 50 7, 52 15, 24 31, 23 (eval_torchrec.py) 9 (138 before)
 
 
 def test_a_second_compute_collection_into_the_same_dir_is_refused(ws):

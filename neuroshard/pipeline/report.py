@@ -744,8 +744,8 @@ def collective_lines(models_dir: Path, rows: list[dict]) -> list[str]:
     if not lines:
         return []
     return ["", "The collectives of row-wise and data-parallel tables on the paper's runtime (step 3e, "
-                "`collect_collective_cost_data.py`: each a linear or power law of the elements it moves, whichever "
-                "predicted held-out samples better):", "",
+                "`collect_collective_cost_data.py`: each a linear, power or hinge law of the elements it moves, "
+                "whichever predicted held-out samples best):", "",
             "| collective | samples | - | held-out MAPE | - | noise floor | MAPE / noise floor |",
             "|---|---|---|---|---|---|---|", *lines]
 

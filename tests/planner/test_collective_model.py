@@ -1,5 +1,5 @@
 """The collectives' cost model (`planner.costs.collective_model`): each form recovered from times it made, the
-better form chosen on held-out samples, the noise floor, and the file read back (bad ones named)."""
+best form chosen on held-out samples (ties to the simpler), the noise floor, and the file read back (bad ones named)."""
 
 import json
 
@@ -33,6 +33,19 @@ def test_each_collective_gets_the_form_that_made_its_times():
         model.predict("all_gather", 100)
     with pytest.raises(ValueError, match="all_gather: 3 samples, need at least 4"):
         fit_collectives(samples("all_gather", lambda x: 1 + x, SIZES[:3]), 4)
+
+
+def test_a_bandwidth_that_drops_past_a_size_gets_the_hinge():
+    # 1 ms + 0.5 ms/M, and 4 ms/M more past the median size (a knee the fit tries): no line fits it, the hinge
+    # does exactly, and every sample is judged by a fit that never saw it
+    x = SIZES / 1e6
+    knee = float(np.quantile(x, 0.5))
+    model = fit_collectives(samples("all_reduce", lambda v: 1.0 + 0.5 * v + 4.0 * max(0.0, v - knee), SIZES), 4)
+    fit = model.fit_of("all_reduce")
+    assert fit.form == "hinge" and fit.coef == pytest.approx([1.0, 0.5, 4.0, knee], rel=1e-6)
+    assert fit.test_mape["hinge"] < fit.test_mape["linear"] and fit.test_mape["linear"] > 1.0
+    # 10 M elements: 1 + 0.5 x 10 + 4 x (10 - knee)
+    assert model.predict("all_reduce", 10_000_000) == pytest.approx(6.0 + 4.0 * (10.0 - knee))
 
 
 def test_the_model_file_reads_back_and_bad_ones_are_named(tmp_path):

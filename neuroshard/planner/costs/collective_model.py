@@ -4,11 +4,14 @@ A row-wise table's ranks reduce-scatter its B x dim partial sums forward and
 all-gather the gradient's slices backward; a data-parallel table's gradient,
 rows x dim, is all-reduced backward (`measure.collectives`). Each collective's
 time on `ndevices` ranks is a function of the full tensor's element count N,
-one of two forms per collective, whichever predicts the held-out samples
-better (`fit_collectives`, chosen by measurement):
+one of three forms per collective, whichever predicts held-out samples
+better (`fit_collectives`, chosen by measurement, k-fold: every sample is
+held out once):
 
 * "linear": ms = a + b N (a latency and a bandwidth);
-* "power":  ms = exp(c) N^p (a straight line in log-log).
+* "power":  ms = exp(c) N^p (a straight line in log-log);
+* "hinge":  ms = a + b N + c max(0, N - k) (the bandwidth drops past a size
+  k, where the tensors outgrow the caches: gloo's all-reduce on CPU does).
 
 The samples come from `collect_collective_cost_data.py` (sizes drawn over
 what the plans of the problem can send), each the ranks' mean ms; the fit
@@ -29,7 +32,10 @@ from neuroshard.types.codec import Record
 from neuroshard.types.errors import ConfigError
 
 FORMAT = "neuroshard.collectives/1"
-FORMS = ("linear", "power")
+FORMS = ("linear", "power", "hinge")  # simplest first: a tie (within TIE points) goes to the simpler
+NCOEF = {"linear": 2, "power": 2, "hinge": 4}
+TIE = 0.1  # percentage points of held-out MAPE
+KNEES = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)  # the quantiles of the samples' sizes a hinge's knee is tried at
 SCALE = 1e6  # N in millions of elements, so both coefficients of a linear fit are of order 1
 
 
@@ -40,9 +46,9 @@ def default_path(models_dir, ndevices: int) -> Path:
 
 @dataclass
 class CollectiveFit(Record):
-    """One collective's fit: its `form`, coefficients ((a, b) of linear, (c, p) of power, N in millions), the
-    samples it was fitted on, each form's MAPE (%) on the held-out samples and the noise floor (%, None without
-    re-measured samples)."""
+    """One collective's fit: its `form`, coefficients ((a, b) of linear, (c, p) of power, (a, b, c, k) of
+    hinge; N in millions), the samples it was fitted on, each form's MAPE (%) on the held-out samples and the
+    noise floor (%, None without re-measured samples)."""
 
     form: str
     coef: list[float]
@@ -77,13 +83,13 @@ class CollectiveModel(Record):
 
     @classmethod
     def from_json(cls, d: dict) -> "CollectiveModel":
-        """The codec's record, once the file says it is this format and each fit is one of `FORMS` with two
-        finite coefficients; ValueError / KeyError / TypeError on a malformed record."""
+        """The codec's record, once the file says it is this format and each fit is one of `FORMS` with its
+        number of finite coefficients; ValueError / KeyError / TypeError on a malformed record."""
         if d.get("format") != FORMAT:
             raise ValueError(f"format {d.get('format')!r}, expected {FORMAT!r}")
         model = super().from_json(d)
         for op, f in model.fits.items():
-            if f.form not in FORMS or len(f.coef) != 2 or not all(np.isfinite(f.coef)):
+            if f.form not in FORMS or len(f.coef) != NCOEF[f.form] or not all(np.isfinite(f.coef)):
                 raise ValueError(f"{op}: form {f.form!r}, coefficients {f.coef}")
         return model
 
@@ -105,17 +111,28 @@ def _predict(form: str, coef: Sequence[float], numel: np.ndarray) -> np.ndarray:
     x = numel / SCALE
     if form == "linear":
         return coef[0] + coef[1] * x
+    if form == "hinge":
+        return coef[0] + coef[1] * x + coef[2] * np.maximum(0.0, x - coef[3])
     return np.exp(coef[0]) * x ** coef[1]
 
 
 def _fit(form: str, x: np.ndarray, y: np.ndarray) -> list[float]:
-    """Coefficients of `form` on N = x (millions) and ms y: linear by non-negative least squares of the
-    relative error, power by least squares in log-log."""
-    if form == "linear":
-        from neuroshard.torchrec.runtime_model import nnls
+    """Coefficients of `form` on N = x (millions) and ms y: linear and hinge by non-negative least squares of
+    the relative error (the hinge's knee the best of `KNEES`), power by least squares in log-log."""
+    from neuroshard.torchrec.runtime_model import nnls
 
+    if form == "linear":
         a = np.stack([np.ones_like(x), x], axis=1) / y[:, None]
         return [float(c) for c in nnls(a, np.ones(len(y)))]
+    if form == "hinge":
+        best = None
+        for k in np.unique(np.quantile(x, KNEES)):
+            a = np.stack([np.ones_like(x), x, np.maximum(0.0, x - k)], axis=1) / y[:, None]
+            coef = nnls(a, np.ones(len(y)))
+            err = float(np.sum((a @ coef - 1.0) ** 2))
+            if best is None or err < best[0]:
+                best = (err, [float(c) for c in coef] + [float(k)])
+        return best[1]
     p, c = np.polyfit(np.log(x), np.log(y), 1)
     return [float(c), float(p)]
 
@@ -125,12 +142,13 @@ def mape(pred: np.ndarray, y: np.ndarray) -> float:
     return float(100 * np.mean(np.abs(pred - y) / y))
 
 
-def fit_collectives(samples: Sequence[dict], ndevices: int, test_share: float = 0.25, seed: int = 0,
+def fit_collectives(samples: Sequence[dict], ndevices: int, folds: int = 4, seed: int = 0,
                     noise: Sequence[tuple[str, float, float]] = ()) -> CollectiveModel:
-    """Fit each collective of `samples` ({"op", "numel", "ms"}: the ranks' mean ms): each form on all but a
-    seeded `test_share` of that collective's samples, judged on the rest; the better form refitted on all.
-    `noise`: (op, ms, ms measured again) of re-measured samples, the noise floor. ValueError for a collective
-    with fewer than 4 samples or a non-positive time."""
+    """Fit each collective of `samples` ({"op", "numel", "ms"}: the ranks' mean ms): its samples cut into
+    `folds` seeded folds, each form fitted without each fold and judged on it (the MAPE over every sample,
+    each predicted by a fit that never saw it); the best form (a tie within TIE points to the simpler) refitted
+    on all. `noise`: (op, ms, ms measured again) of re-measured samples, the noise floor. ValueError for a
+    collective with fewer than 4 samples or a non-positive time."""
     rng = np.random.default_rng(seed)
     fits = {}
     for op in dict.fromkeys(s["op"] for s in samples):
@@ -141,11 +159,16 @@ def fit_collectives(samples: Sequence[dict], ndevices: int, test_share: float = 
             raise ValueError(f"{op}: {len(mine)} samples, need at least 4")
         if (y <= 0).any() or (x <= 0).any():
             raise ValueError(f"{op}: every sample needs numel > 0 and ms > 0")
-        test = np.zeros(len(y), dtype=bool)
-        test[rng.permutation(len(y))[:max(1, int(round(test_share * len(y))))]] = True
-        scores = {form: mape(_predict(form, _fit(form, x[~test], y[~test]), x[test] * SCALE), y[test])
-                  for form in FORMS}
-        form = min(FORMS, key=lambda f: scores[f])
+        fold = rng.permutation(len(y)) % min(folds, len(y))
+        scores = {}
+        for form in FORMS:
+            pred = np.empty(len(y))
+            for f in np.unique(fold):
+                test = fold == f
+                pred[test] = _predict(form, _fit(form, x[~test], y[~test]), x[test] * SCALE)
+            scores[form] = mape(pred, y)
+        best = min(scores.values())
+        form = next(f for f in FORMS if scores[f] <= best + TIE)
         again = [(a, b) for o, a, b in noise if o == op and a > 0]
         floor = mape(np.array([b for _, b in again]), np.array([a for a, _ in again])) if again else None
         fits[op] = CollectiveFit(form, _fit(form, x, y), len(mine), scores, floor)
