@@ -3,24 +3,25 @@
     python calibrate_band.py --data_dir results/quick/dataset \\
         --task_path results/quick/train_tasks/data.txt --eval_task_path results/quick/tasks/data.txt \\
         --results results/quick/plan_data/hw/results.json --models results/quick/models/onpolicy \\
-        --rank_error_models results/quick/models --ndevices 4 --max_mem 1
+        --heldout_models results/quick/models --ndevices 4 --max_mem 1
 
 The plans that collect_plan_cost_data.py measured on TRAINING tasks (its
-hw/results.json) are re-simulated under the models of --models (a folder with
-compute.pt, comm_<n>_fw.pt and comm_<n>_bw.pt): each plan's cost samples (the
-ensemble's members with the noise of one measurement, planner/costs/uncertainty.py)
-against its measured costs. The machine's speed at the time (the median of
-measured / expected cost) is divided out, then the smallest plan-level error
-sd that puts 80% of the measurements inside the band is found
-(eval/onpolicy.py plan_error), after measuring the compute model's per-rank
-error that a plan's ranks do not share (eval/onpolicy.py rank_error; with
---rank_error_models, that of models never trained on these plans' shards: out
-of sample; net of the ranks' own measurement noise, which the spread draws
-apart, from the plans measured twice), which the predicted spread draws for
+hw/results.json) are re-simulated under models never trained on their shards
+(--heldout_models, the random data's; without it under --models itself, in
+sample, which fits these plans far better than it will fit the evaluation's,
+and the band then holds too few of the evaluation's measurements): each plan's
+cost samples (the ensemble's members with the noise of one measurement,
+planner/costs/uncertainty.py) against its measured costs. The machine's speed
+at the time (the median of measured / expected cost) is divided out, then the
+smallest plan-level error sd that puts 80% of the measurements inside the band
+is found (eval/onpolicy.py plan_error), after measuring the compute model's
+per-rank error that a plan's ranks do not share (eval/onpolicy.py rank_error;
+net of the ranks' own measurement noise, which the spread draws apart, from
+the plans measured twice), which the predicted spread draws for
 every rank. The plan job's own noise of one compute measurement, from the
 same plans measured twice, is printed beside the collection's noise floor
 that the spread draws. Both errors are written into the forward
-comm checkpoint ("plan_error"): simulations with these models widen their
+comm checkpoint of --models ("plan_error"): simulations with these models widen their
 reported band by the plan-level term (the same relative size for every plan,
 so the search's objective leaves it out), and the per-rank error raises the
 expected cost of plans whose ranks finish together (NeuroShard+'s robust
@@ -53,9 +54,10 @@ def parse_args(argv=None):
     add_flag(p, "results", required=True, help="collect_plan_cost_data.py's hw/results.json (measured plans)")
     add_flag(p, "models", required=True, help="folder with compute.pt, comm_<n>_fw.pt, comm_<n>_bw.pt (its forward "
                                               "checkpoint gets the \"plan_error\")")
-    p.add_argument("--rank_error_models", default=None,
-                   help="folder of models NOT trained on these plans' shards (the random data's), whose per-rank "
-                        "compute error on them is the out-of-sample estimate (default: --models, in sample)")
+    p.add_argument("--heldout_models", "--rank_error_models", dest="heldout_models", default=None,
+                   help="folder of models NOT trained on these plans' shards (the random data's), whose plan-level "
+                        "and per-rank error on them are the out-of-sample estimates written into --models "
+                        "(default: --models itself, in sample, which fits these plans too well)")
     Problem.add_args(p, skip=("seed",), helps={"ndevices": "devices of the plans", "max_mem": "memory per device in "
                                                "GB the plans were made for"})
     add_flag(p, "out_path", help="JSON report (default: <models>/plan_error_<n>.json)")
@@ -88,13 +90,13 @@ def main(argv=None) -> int:
                        args.eval_task_path)
     records = read_measured_plans(args.results, tasks, configs, args.task_path)
     models = replace(models, noise=replace(models.noise_model, plan=0.0, rank=0.0))  # afresh, not on top
-    rank_models = CostModels.load(args.rank_error_models, n) if args.rank_error_models else None
-    error = plan_error(records, tasks, configs, models, problem, rank_models)
+    heldout = CostModels.load(args.heldout_models, n) if args.heldout_models else None
+    error = plan_error(records, tasks, configs, models, problem, heldout)
     if error is None:
         raise InputError(args.results, "no measured plan to calibrate the band on")
     save_model(models.fw, paths[1], extra={**models.fw.checkpoint_extra, "plan_error": error.to_json()})
     write_side_file(out_path, PlanErrorReport(str(args.results), str(args.task_path), [str(x) for x in paths],
-                                              args.rank_error_models, error))
+                                              args.heldout_models, error, args.heldout_models is not None))
     floor = noise_floor_sd(models.compute)
     drawn = f"one compute measurement drawn from the collection's floor {100 * floor:.1f}%"
     if error.compute_sd is not None:

@@ -11,6 +11,7 @@ import importlib.util
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -241,6 +242,13 @@ def test_calibrate_band_records_the_plan_error_in_the_forward_checkpoint(tmp_pat
     # run again: calibrated afresh (not on top of the recorded error), the same figure
     assert load_tool("calibrate_band").main([str(a) for a in argv]) == 0
     assert json.loads((models_dir / "plan_error_2.json").read_text())["plan_error"] == report
+    # taken under held-out models (a copy of the same here: the same figure), written into --models, and said
+    shutil.copytree(models_dir, tmp_path / "heldout")
+    assert load_tool("calibrate_band").main([str(a) for a in argv + ["--heldout_models", tmp_path / "heldout"]]) == 0
+    side = json.loads((models_dir / "plan_error_2.json").read_text())
+    assert side["plan_error"] == report and side["plan_level_heldout"] is True
+    assert side["rank_error_models"] == str(tmp_path / "heldout")
+    assert CostModels.load(models_dir, 2).fw.checkpoint_extra["plan_error"] == report
     # an evaluation task among the training tasks, and a malformed recorded error, are one-line errors
     write_tasks(tmp_path / "eval.txt", [tasks[1]])
     assert_raises_one_line("calibrate_band", argv, "evaluation tasks", "lines [2]")

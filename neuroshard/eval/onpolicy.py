@@ -159,13 +159,14 @@ def rank_error(records: Sequence[PlanRecord], tasks: Sequence[Task], configs: Se
 
 
 def plan_error(records: Sequence[PlanRecord], tasks: Sequence[Task], configs: Sequence[TableConfig], models,
-               problem: Problem, rank_models=None) -> PlanError | None:
-    """The models' plan-level and per-rank error on measured plans of training tasks (`types.PlanError`).
-    First the per-rank compute error (`rank_error`) of `rank_models` (default `models`): models that were
-    not trained on these plans' shards estimate it out of sample (models trained on a plan's shards fit them
-    far better than they fit other plans' shards); the predicted spread then draws it for every rank;
-    then every plan's cost samples under `models` with it (`simulator.plan_cost_samples`: members, the
-    noise of one measurement and the per-rank error; no plan-level error) against its measured costs (each
+               problem: Problem, heldout=None) -> PlanError | None:
+    """The models' plan-level and per-rank error on measured plans of training tasks (`types.PlanError`), both
+    taken under `heldout` (default `models`): models that were not trained on these plans' shards estimate
+    them out of sample, as the evaluation's plans will see them (models trained on a plan's shards fit it far
+    better than they fit other plans': in sample, the band needs no plan-level term and then holds too few of
+    the evaluation's measurements). First the per-rank compute error (`rank_error`); the predicted spread then
+    draws it for every rank; then every plan's cost samples with it (`simulator.plan_cost_samples`: members,
+    the noise of one measurement and the per-rank error; no plan-level error) against its measured costs (each
     repeat). The noise of one measurement drawn is the collection's noise floor's; the plan job's own compute
     noise, split into the rank's own and the plan's shared part (`rank_error`), is recorded beside it
     (`PlanError.compute_sd`) but not drawn: from two repeats minutes apart, it is narrower than what an
@@ -178,10 +179,10 @@ def plan_error(records: Sequence[PlanRecord], tasks: Sequence[Task], configs: Se
     from neuroshard.planner.costs.uncertainty import calibrate_plan_sd
     from neuroshard.planner.simulator import plan_cost_samples
 
-    rank, ranks, noise = rank_error(records, tasks, configs, models if rank_models is None else rank_models,
-                                    problem)
+    models = models if heldout is None else heldout
+    rank, ranks, noise = rank_error(records, tasks, configs, models, problem)
     own, common = (noise.independent_sd, noise.common_sd) if noise is not None else (0.0, None)
-    models = replace(models, noise=replace(models.noise_model, rank=rank))
+    models = replace(models, noise=replace(models.noise_model, plan=0.0, rank=rank))
     samples, measured = [], []
     for r in records:
         if r.measured is None or r.plan is None:

@@ -63,14 +63,17 @@ class ModelErrorReport(Record):
 @dataclass
 class PlanErrorReport(Record):
     """The band calibrated on the on-policy plans: the measured plans it used (`results`, `task_path`), the
-    models it calibrated, the models whose per-rank error it took out of sample (None: in sample), and the
-    record written into the forward checkpoint."""
+    models it calibrated, the models whose plan-level and per-rank errors it took out of sample (None: in
+    sample; the field keeps the name of the release that took only the per-rank one there, and
+    `plan_level_heldout` says which: False in that release's files), and the record written into the forward
+    checkpoint."""
 
     results: str
     task_path: str
     models: list[str]
     rank_error_models: str | None
     plan_error: PlanError
+    plan_level_heldout: bool = False
 
 
 def write_side_file(path, record: Record) -> None:

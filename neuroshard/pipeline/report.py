@@ -281,8 +281,11 @@ def onpolicy_lines(out: Path) -> tuple[list[str], dict | None]:
         calibration = read_side_file(path, PlanErrorReport)
         pe = calibration.plan_error
         sample = "out of sample: the random data's models" if calibration.rank_error_models else "in sample"
-        lines.append(f"- The predicted 80% band calibrated on these plans under the retrained models (step 4g, "
-                     f"calibrate_band.py; in-sample: the models were trained on their shards): machine "
+        under = ("the random data's models (out of sample: never trained on their shards), for the retrained "
+                 "models" if calibration.plan_level_heldout else
+                 "the retrained models (in sample: the models were trained on their shards)")
+        lines.append(f"- The predicted 80% band calibrated on these plans under {under} (step 4g, "
+                     f"calibrate_band.py): machine "
                      f"speed then {pe.speed:.3f}x the models' (divided out), plan-level error sd "
                      f"**{pct(pe.sd)}**, in the band {pct(pe.coverage_before)} -> "
                      f"{pct(pe.coverage_after)} of {pe.measurements} measurements"

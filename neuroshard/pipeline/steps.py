@@ -378,7 +378,7 @@ STEPS: list[StepSpec] = [
              lambda r: {"data_dir": r.layout.dataset, "task_path": r.layout.train_tasks / "data.txt",
                         "eval_task_path": r.layout.tasks / "data.txt",
                         "results": r.layout.plan_data / "hw" / "results.json", "models": r.layout.onpolicy_models,
-                        "rank_error_models": r.layout.models, **r.problem_flags("seed")},
+                        "heldout_models": r.layout.models, **r.problem_flags("seed")},
              when=_onpolicy),
     # the learned baselines train against the simulator of the models the evaluation plans with
     StepSpec("4h", "DreamShard policy", "train_dreamshard.py", lambda r: [r.layout.train_tasks / "data.txt"],

@@ -116,6 +116,34 @@ def test_plan_error_divides_out_the_machine_speed_then_calibrates():
     assert pe.sd == pytest.approx(math.ceil(0.1 / q90 / 0.0025 - 1e-9) * 0.0025)
 
 
+def test_plan_error_is_taken_under_the_heldout_models_when_given():
+    from dataclasses import replace
+
+    from neuroshard.eval.onpolicy import plan_error, rank_error
+    from neuroshard.planner.costs.nets import linear_compute_model
+    from neuroshard.planner.simulator import simulate
+    from tests.planner.test_simulator import hand_models
+
+    tasks = [Task((0, 1), (8, 16)), Task((2, 3, 4), (8, 8, 16))]
+    plans = [Plan((), ((0,), (1,))), Plan((), ((0, 1), (2,)))]
+    fitted = hand_models()  # measured exactly as it says: in sample, no error of any kind
+    bds = [simulate(t.tables(CONFIGS), p, fitted, Problem(2, 1.0)) for t, p in zip(tasks, plans)]
+    records = [PlanRecord(i, "neuroshard", plan=p, repeat_costs=[bd.cost, bd.cost],
+                          measured=_measured([bd.compute, bd.compute], [[0.0, 0.0]] * 2, [8, 8]))
+               for i, (p, bd) in enumerate(zip(plans, bds))]
+    inside = plan_error(records, tasks, CONFIGS, fitted, Problem(2, 1.0))
+    assert inside.speed == pytest.approx(1.0) and inside.sd == 0.0 and inside.rank == pytest.approx(0.0, abs=1e-9)
+    # models never trained on these plans price compute at 0.5 + 0.03 x dims: their ranks' compute is off by
+    # different ratios (a per-rank error), and the plans' costs by a speed of their own
+    other = replace(fitted, compute=linear_compute_model(0.03, 0.5))
+    out = plan_error(records, tasks, CONFIGS, fitted, Problem(2, 1.0), heldout=other)
+    assert out.rank == pytest.approx(rank_error(records, tasks, CONFIGS, other, Problem(2, 1.0))[0])
+    assert out.rank > 0.01 and abs(out.speed - 1.0) > 0.1
+    # the held-out models' error, not that of the models it is written into
+    back = plan_error(records, tasks, CONFIGS, other, Problem(2, 1.0), heldout=fitted)
+    assert (back.sd, back.speed) == (0.0, pytest.approx(1.0)) and back.rank == pytest.approx(0.0, abs=1e-9)
+
+
 def test_rank_error_pools_what_a_plans_ranks_do_not_share():
     from neuroshard.eval.onpolicy import rank_error
     from neuroshard.planner.simulator import simulate
