@@ -54,7 +54,7 @@ import numpy as np
 from neuroshard.eval.hardware import PARTIAL_DIR, measurement_order, plan_identity
 from neuroshard.eval.intervals import mean_interval, verdict
 from neuroshard.eval.power import components, plan_repeat_noise
-from neuroshard.eval.round_calibration import ANCHOR_PREFIX, anchor_order
+from neuroshard.eval.round_calibration import ANCHOR_PREFIX, anchor_order, spread_choice
 from neuroshard.torchrec.full_planner import FULL_ALG, FULL_TITLE
 from neuroshard.torchrec.training import MODULE_PATH, TorchRecStep, TorchRecTrainConfig
 from neuroshard.types.errors import InputError, OutOfMemoryError
@@ -128,9 +128,10 @@ def select_records(records: Sequence[PlanRecord], tasks: Sequence[Task], configs
 
 def anchor_records(path, configs: Sequence[TableConfig], k: int, ndevices: int) -> list[PlanRecord]:
     """The anchors of per-round calibration: from a results.json of TRAINING tasks' plans trained in TorchRec
-    (collect_torchrec_cost_data.py's), the first plan of each of its first `k` tasks, labelled
-    `ANCHOR_PREFIX` + algorithm, on the tables its row names. InputError naming the file and record for a
-    malformed row, a plan for another device count, or no plan at all."""
+    (collect_torchrec_cost_data.py's), `k` plans taken over its tasks and algorithms (`spread_choice`: one
+    plan of each task first, each task's from another algorithm), labelled `ANCHOR_PREFIX` + algorithm, on
+    the tables its row names. InputError naming the file and record for a malformed row, a plan for another
+    device count, or no plan at all."""
     from neuroshard.formats.io import read_json
     from neuroshard.planner.simulator import validate_plan
     from neuroshard.problem import Problem
@@ -140,12 +141,16 @@ def anchor_records(path, configs: Sequence[TableConfig], k: int, ndevices: int) 
     rows = read_json(path)
     if not isinstance(rows, list):
         raise InputError(path, "expected a list of plan results (collect_torchrec_cost_data.py's results.json)")
-    out, seen = [], set()
+    tasks = []
     for n, row in enumerate(rows):
         try:
-            task = int(row["task"])
-            if task in seen:
-                continue
+            tasks.append(int(row["task"]))
+        except (KeyError, TypeError, ValueError) as e:
+            raise InputError(path, f"record {n}: {e}") from None
+    out = []
+    for n in spread_choice(tasks, k):
+        row = rows[n]
+        try:
             ids, dims = tuple(int(x) for x in row["table_ids"]), tuple(int(x) for x in row["dims"])
             tables = Task(ids, dims).tables(configs)
             plan = Plan.from_json(row["plan"])
@@ -154,11 +159,8 @@ def anchor_records(path, configs: Sequence[TableConfig], k: int, ndevices: int) 
             raise InputError(path, f"record {n}: {e}") from None
         if plan.ndevices != ndevices:
             raise InputError(path, f"record {n}: a plan for {plan.ndevices} devices, training on {ndevices} ranks")
-        seen.add(task)
-        out.append(PlanRecord(task, ANCHOR_PREFIX + str(row["alg"]), plan=plan, num_tables=len(tables),
+        out.append(PlanRecord(tasks[n], ANCHOR_PREFIX + str(row["alg"]), plan=plan, num_tables=len(tables),
                               table_ids=ids, dims=dims))
-        if len(out) == k:
-            break
     if not out:
         raise InputError(path, "no plan to train as an anchor")
     return out

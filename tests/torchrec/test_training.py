@@ -260,7 +260,7 @@ def test_select_records_and_settings_errors(tiny):
         parse_layers("64,x", "--dense_arch")
 
 
-def test_anchors_are_the_first_plan_of_each_training_task(tiny, tmp_path):
+def test_anchors_are_taken_over_the_training_tasks_then_their_other_plans(tiny, tmp_path):
     _, configs, _, _ = tiny
     plan = Plan((), ((0,), (1,))).to_json()
     rows = [{"task": 3, "alg": "neuroshard", "plan": plan, "table_ids": [0, 1], "dims": [8, 8]},
@@ -268,8 +268,10 @@ def test_anchors_are_the_first_plan_of_each_training_task(tiny, tmp_path):
             {"task": 5, "alg": "torchrec", "plan": plan, "table_ids": [2, 3], "dims": [16, 8]}]
     (tmp_path / "r.json").write_text(json.dumps(rows))
     got = anchor_records(tmp_path / "r.json", configs, 4, 2)
+    # one plan of each task first (task 5's from its own first on), then task 3's second
     assert [(a.task, a.alg, a.table_ids) for a in got] == [(3, "anchor:neuroshard", (0, 1)),
-                                                           (5, "anchor:torchrec", (2, 3))]
+                                                           (5, "anchor:torchrec", (2, 3)),
+                                                           (3, "anchor:random_split[0]", (0, 1))]
     assert len(anchor_records(tmp_path / "r.json", configs, 1, 2)) == 1
     for bad, match in (([{**rows[0], "table_ids": [0, 9]}], "record 0"), ([{"task": 3, "plan": plan}], "record 0"),
                        ([], "no plan to train as an anchor"), ({"x": 1}, "expected a list")):
