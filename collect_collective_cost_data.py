@@ -46,8 +46,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "default 2^24, 1/16 of a 1 GB device)")
     add_flag(p, "warmup", 3)
     add_flag(p, "iters", 7)
-    p.add_argument("--folds", type=int, default=4,
-                   help="cross-validation folds: each form judged on every sample by a fit without it (default: 4)")
+    add_flag(p, "folds", 4, help="cross-validation folds: each form judged on every sample by a fit without it")
     add_flag(p, "out_dir", required=True, help="where the samples go (data.jsonl, noise.jsonl)")
     add_flag(p, "out_path", required=True, help="the fitted model (collectives_<ndevices>.json)")
     add_progress_arg(p)

@@ -28,7 +28,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_flag(p, "data_dir", "data/cost_data/compute", help="compute cost data (with --half_share)")
     add_flag(p, "out_path", help="write the result as JSON here")
-    p.add_argument("--folds", type=int, default=5, help="folds over the seen half's shards (default: 5)")
+    add_flag(p, "folds", help="folds over the seen half's shards")
     p.add_argument("--heldout_batch", type=int, default=None,
                    help="instead: train on every batch of the data but this one, test on its shards")
     TrainConfig.add_args(p)

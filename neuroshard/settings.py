@@ -99,6 +99,7 @@ FLAGS: dict[str, dict] = {
     "plans": {"default": None, "help": "a plans file (eval_simulator.py's plans.json)"},
     "test_share": {"default": 0.25, "type": float, "help": "share of the samples held out to measure the fit's "
                                                            "error on unseen ones"},
+    "folds": {"default": 5, "type": int, "help": "cross-validation folds: each sample judged by a fit without it"},
     "results": {"default": None, "help": "an evaluation's results.json (measured plans)"},
     "round_anchors": {"default": None, "help": "per-round calibration: plans of TRAINING tasks measured again in "
                                                "every round, spread over it: each round's speed against the models"},
