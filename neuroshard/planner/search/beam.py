@@ -48,7 +48,7 @@ import numpy as np
 
 from neuroshard.checks import check_float, check_int
 from neuroshard.planner.costs.scorer import PlanScorer, get_scorer, single_threaded_blas
-from neuroshard.planner.search.placement import NO_LIMIT, run_greedy, state_bytes
+from neuroshard.planner.search.placement import NO_LIMIT, pack_by_size, run_greedy, size_order, state_bytes
 from neuroshard.planner.simulator import device_caps, score_placements
 from neuroshard.problem import Problem
 from neuroshard.settings import Settings, setting
@@ -75,7 +75,9 @@ class SearchConfig(Settings):
     grid_min: float = setting(1.0, "smallest dim-limit scale (a device may hold up to scale x the mean dim sum)")
     grid_max: float = setting(1.5, "largest dim-limit scale")
     dim_fallback: bool = setting(True, "if every scale fails only because of the dim limit, run the greedy once more "
-                                       "without it (beyond the paper; 0 to turn off)")
+                                       "without it, and if memory still fails, place by size alone (largest first, "
+                                       "onto the most memory left or the tightest fit) (beyond the paper; 0 to turn "
+                                       "off)")
     spread_rounds: int = setting(8, "where the models price row-wise and data-parallel tables (TorchRec's runtime "
                                     "model fitted on them, or on the paper's runtime --collective_model): rounds of "
                                     "the greedy choice of tables made row-wise or data-parallel "
@@ -268,14 +270,7 @@ class SearchSpace:
         gid_order = np.take_along_axis(gids, order, axis=1)
         res = run_greedy(gid_order, self.limits, self.n, self.cap, self.size, self.dim, self.proj,
                          self.scorer.acc0, self.scorer.cost_from_acc, self.allow)
-        row_cost = np.full(len(res.compute) + 1, np.inf)  # the extra last entry: failed (row -1)
-        if len(res.compute) and self.runtime is not None:
-            row_cost[:-1] = self._runtime_costs(gid_order, res)
-        elif len(res.compute):
-            uniq, inv = _distinct_rows(np.concatenate([res.compute.astype(np.float64),
-                                                       res.dims.astype(np.float64)], axis=1))
-            row_cost[:-1] = score_placements(self.scorer, uniq[:, :self.n], uniq[:, self.n:])[3][inv]
-        costs = row_cost[res.row_of]
+        costs = self._row_costs(gid_order, res)[res.row_of]
         out = []
         for s in range(S):
             c = costs[s, :G]
@@ -288,7 +283,29 @@ class SearchSpace:
             scale = float(self.scales[r]) if r < G else math.inf
             out.append(_Scored(float(costs[s, r]), scale, order[s].copy(),
                                res.devices[:, res.row_of[s, r]].copy()))
+        failed = [s for s in range(S) if not math.isfinite(out[s].cost)] if self.cfg.dim_fallback else []
+        if failed:  # too full for the greedy by compute: by memory alone, largest first, scored by the models
+            packed = pack_by_size(gids[failed], self.n, self.cap, self.size, self.dim, self.proj, self.scorer.acc0,
+                                  self.scorer.cost_from_acc, self.allow)
+            order = size_order(gids[failed], self.size)
+            costs = self._row_costs(np.take_along_axis(gids[failed], order, axis=1), packed)[packed.row_of]
+            for k, s in enumerate(failed):
+                r = int(np.argmin(costs[k]))
+                if np.isfinite(costs[k, r]):
+                    out[s] = _Scored(float(costs[k, r]), math.inf, order[k].copy(),
+                                     packed.devices[:, packed.row_of[k, r]].copy())
         return out
+
+    def _row_costs(self, gid_order: np.ndarray, res) -> np.ndarray:
+        """Each live row's plan cost of `res` (a `GreedyResult` of states `gid_order`), then inf (for row -1)."""
+        row_cost = np.full(len(res.compute) + 1, np.inf)
+        if len(res.compute) and self.runtime is not None:
+            row_cost[:-1] = self._runtime_costs(gid_order, res)
+        elif len(res.compute):
+            uniq, inv = _distinct_rows(np.concatenate([res.compute.astype(np.float64),
+                                                       res.dims.astype(np.float64)], axis=1))
+            row_cost[:-1] = score_placements(self.scorer, uniq[:, :self.n], uniq[:, self.n:])[3][inv]
+        return row_cost
 
     def _runtime_costs(self, gid_order: np.ndarray, res) -> np.ndarray:
         """Each placement's cost under the runtime model (`torchrec.runtime_model`): its pieces' groups

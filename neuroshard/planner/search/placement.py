@@ -78,6 +78,46 @@ def run_greedy(gid_order: np.ndarray, limits: np.ndarray, ndevices: int, cap, si
     return _Greedy(gid_order, limits, ndevices, cap, size, dim, proj, acc0, cost_from_acc, allow).run()
 
 
+def pack_by_size(gids: np.ndarray, ndevices: int, cap, size: np.ndarray, dim: np.ndarray, proj: np.ndarray,
+                 acc0: np.ndarray, cost_from_acc, allow: np.ndarray | None = None) -> GreedyResult:
+    """Placements by memory alone for S states (rows of `gids` [S, P]) that the greedy could not place: each
+    state's tables largest first, each on the device with the most memory left ("spread") and, as a second
+    row, with the least that still holds it ("tight", the tighter packing); a row that still fails is
+    dropped. `devices` follow each state's size order (`size_order`); `row_of` [S, 2]. The other arguments
+    as `run_greedy`'s."""
+    caps = np.broadcast_to(np.asarray(cap, dtype=np.int64), (ndevices,))
+    order = size_order(gids, size)
+    devices, compute, dims, row_of = [], [], [], np.full((len(gids), 2), -1, dtype=np.int64)
+    for s, state in enumerate(np.take_along_axis(gids, order, axis=1)):
+        for r, tight in enumerate((False, True)):
+            room, dev = caps.copy(), np.empty(len(state), dtype=np.int64)
+            for j, g in enumerate(state.tolist()):
+                fits = room >= size[g]
+                if allow is not None:
+                    fits &= allow[g]
+                if not fits.any():
+                    break
+                left = np.where(fits, room - size[g], -1 if not tight else NO_LIMIT)
+                dev[j] = int(np.argmin(left)) if tight else int(np.argmax(left))
+                room[dev[j]] -= size[g]
+            else:
+                acc = np.tile(acc0, (ndevices, 1))
+                np.add.at(acc, dev, proj[state])
+                used = np.bincount(dev, minlength=ndevices) > 0
+                compute.append(np.where(used, cost_from_acc(acc), 0.0).astype(ACC_DTYPE))
+                dims.append(np.bincount(dev, weights=dim[state], minlength=ndevices).astype(np.int64))
+                row_of[s, r] = len(devices)
+                devices.append(dev)
+    return GreedyResult(devices=np.array(devices, dtype=np.int64).T.reshape(gids.shape[1], len(devices)),
+                        compute=np.array(compute, dtype=ACC_DTYPE).reshape(len(devices), ndevices),
+                        dims=np.array(dims, dtype=np.int64).reshape(len(devices), ndevices), row_of=row_of)
+
+
+def size_order(gids: np.ndarray, size: np.ndarray) -> np.ndarray:
+    """Each state's positions largest table first, ties by position [S, P]."""
+    return np.argsort(-size[gids], axis=1, kind="stable")
+
+
 def _first(cost: np.ndarray, rows: np.ndarray, mroom_of) -> tuple[np.ndarray, np.ndarray]:
     """(column, value) of the first entry of each row of `cost` [B, n] in the order (cost, most memory
     left, column). `rows` is arange(B); `mroom_of(rows)`: memory left of those rows, fetched only on ties."""

@@ -412,3 +412,20 @@ def test_the_beam_splits_toward_a_packing_while_nothing_fits():
     pieces = apply_column_steps(tables, res.plan.column_steps)
     assert len(res.plan.column_steps) == 3 and sorted(t.dim for t in pieces if t.config.row == 10) == [8, 8, 8, 8]
     validate_plan(tables, res.plan, problem)
+
+
+def test_a_task_too_full_for_the_greedy_is_packed_by_size():
+    # two devices that five unsplittable tables (dim 4) of sizes 4, 4, 3, 3, 2 fill exactly. The greedy places
+    # by compute, each table onto the device holding fewer (the first tie to the most memory left): 4 | 4, 3 | 3,
+    # and the last 2 fits neither. Largest first onto the tightest fit packs 4 + 4 | 3 + 3 + 2
+    bins = (0.0,) * 17
+    tables = [ShardTable(i, i, TableConfig(r * 2**16, 1.0, bins, 4)) for i, r in enumerate((4, 4, 3, 3, 2))]
+    problem = Problem(2, sum(t.size_gb for t in tables) / 2)
+    models = linear_models(2)
+    with pytest.raises(OutOfMemoryError):
+        grid_search(tables, problem, models, SearchConfig(dim_fallback=False))
+    plan, cost = grid_search(tables, problem, models)
+    assert sorted(sorted(s) for s in plan.shards) == [[0, 1], [2, 3, 4]]
+    validate_plan(tables, plan, problem)
+    assert cost == pytest.approx(simulate(tables, plan, models, problem).cost)
+    assert search(tables, problem, models).plan == plan

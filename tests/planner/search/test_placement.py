@@ -6,7 +6,7 @@ import pytest
 
 from neuroshard.planner.costs.scorer import get_scorer
 from neuroshard.planner.search.beam import SearchConfig, make_space
-from neuroshard.planner.search.placement import NO_LIMIT, run_greedy
+from neuroshard.planner.search.placement import NO_LIMIT, pack_by_size, run_greedy, size_order
 from neuroshard.problem import Problem
 from tests.planner.search.test_beam import linear_models, random_models, random_task
 
@@ -132,3 +132,27 @@ def test_batched_greedy_matches_the_plain_greedy_on_unequal_devices_with_allowed
             assert ds is None or int(res.devices[j, row]) in ds
         placed += 1
     assert placed >= 1
+
+
+def _count_head(acc, overwrite=False):
+    return acc[:, 0].astype(np.float32)  # a device's compute: how many tables it holds
+
+
+def test_packing_by_size_spreads_then_packs_tight():
+    # two devices of 8; sizes 4, 4, 3, 3, 2 fill them exactly. Largest first onto the most room left:
+    # 4 -> d0, 4 -> d1, 3 -> d0 (tie, first), 3 -> d1, and the 2 fits nowhere (1 left on each).
+    # Onto the least room that still holds it: 4 -> d0, 4 -> d0, 3 -> d1, 3 -> d1, 2 -> d1.
+    size, dim = np.array([3, 4, 2, 4, 3]), np.array([8, 16, 4, 16, 8])
+    proj = np.ones((5, 1), dtype=np.float32)
+    res = pack_by_size(np.array([[0, 1, 2, 3, 4]]), 2, 8, size, dim, proj, np.zeros(1, np.float32), _count_head)
+    assert res.row_of.tolist() == [[-1, 0]]
+    # size order: positions 1, 3 (the 4s), 0, 4 (the 3s), 2
+    assert size_order(np.array([[0, 1, 2, 3, 4]]), size).tolist() == [[1, 3, 0, 4, 2]]
+    assert res.devices[:, 0].tolist() == [0, 0, 1, 1, 1]
+    assert res.compute.tolist() == [[2.0, 3.0]] and res.dims.tolist() == [[32, 20]]
+    # room to spare: both rows place. Table 1 (the 4) may use d1 only; then the 3 goes where most is left (d0)
+    # or least (d1)
+    allow = np.ones((5, 2), dtype=bool)
+    allow[1] = [False, True]
+    res = pack_by_size(np.array([[0, 1]]), 2, 8, size, dim, proj, np.zeros(1, np.float32), _count_head, allow)
+    assert res.row_of.tolist() == [[0, 1]] and res.devices.T.tolist() == [[1, 0], [1, 1]]
