@@ -31,7 +31,6 @@ default <models>/plan_error_<n>.json) and prints one line.
 
 import argparse
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 from neuroshard.checks import check_output_file
@@ -89,7 +88,6 @@ def main(argv=None) -> int:
         check_disjoint(tasks, read_tasks(args.eval_task_path, num_tables=len(configs)), args.task_path,
                        args.eval_task_path)
     records = read_measured_plans(args.results, tasks, configs, args.task_path)
-    models = replace(models, noise=replace(models.noise_model, plan=0.0, rank=0.0))  # afresh, not on top
     heldout = CostModels.load(args.heldout_models, n) if args.heldout_models else None
     error = plan_error(records, tasks, configs, models, problem, heldout)
     if error is None:

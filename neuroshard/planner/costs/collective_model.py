@@ -137,11 +137,6 @@ def _fit(form: str, x: np.ndarray, y: np.ndarray) -> list[float]:
     return [float(c), float(p)]
 
 
-def mape(pred: np.ndarray, y: np.ndarray) -> float:
-    """Mean absolute percentage error (%)."""
-    return float(100 * np.mean(np.abs(pred - y) / y))
-
-
 def fit_collectives(samples: Sequence[dict], ndevices: int, folds: int = 4, seed: int = 0,
                     noise: Sequence[tuple[str, float, float]] = ()) -> CollectiveModel:
     """Fit each collective of `samples` ({"op", "numel", "ms"}: the ranks' mean ms): its samples cut into
@@ -149,6 +144,8 @@ def fit_collectives(samples: Sequence[dict], ndevices: int, folds: int = 4, seed
     each predicted by a fit that never saw it); the best form (a tie within TIE points to the simpler) refitted
     on all. `noise`: (op, ms, ms measured again) of re-measured samples, the noise floor. ValueError for a
     collective with fewer than 4 samples or a non-positive time."""
+    from neuroshard.torchrec.runtime_model import mape
+
     rng = np.random.default_rng(seed)
     fits = {}
     for op in dict.fromkeys(s["op"] for s in samples):

@@ -285,10 +285,11 @@ class SearchSpace:
                                res.devices[:, res.row_of[s, r]].copy()))
         failed = [s for s in range(S) if not math.isfinite(out[s].cost)] if self.cfg.dim_fallback else []
         if failed:  # too full for the greedy by compute: by memory alone, largest first, scored by the models
-            packed = pack_by_size(gids[failed], self.n, self.cap, self.size, self.dim, self.proj, self.scorer.acc0,
-                                  self.scorer.cost_from_acc, self.allow)
             order = size_order(gids[failed], self.size)
-            costs = self._row_costs(np.take_along_axis(gids[failed], order, axis=1), packed)[packed.row_of]
+            by_size = np.take_along_axis(gids[failed], order, axis=1)
+            packed = pack_by_size(by_size, self.n, self.cap, self.size, self.dim, self.proj, self.scorer.acc0,
+                                  self.scorer.cost_from_acc, self.allow)
+            costs = self._row_costs(by_size, packed)[packed.row_of]
             for k, s in enumerate(failed):
                 r = int(np.argmin(costs[k]))
                 if np.isfinite(costs[k, r]):

@@ -78,17 +78,15 @@ def run_greedy(gid_order: np.ndarray, limits: np.ndarray, ndevices: int, cap, si
     return _Greedy(gid_order, limits, ndevices, cap, size, dim, proj, acc0, cost_from_acc, allow).run()
 
 
-def pack_by_size(gids: np.ndarray, ndevices: int, cap, size: np.ndarray, dim: np.ndarray, proj: np.ndarray,
+def pack_by_size(gid_order: np.ndarray, ndevices: int, cap, size: np.ndarray, dim: np.ndarray, proj: np.ndarray,
                  acc0: np.ndarray, cost_from_acc, allow: np.ndarray | None = None) -> GreedyResult:
-    """Placements by memory alone for S states (rows of `gids` [S, P]) that the greedy could not place: each
-    state's tables largest first, each on the device with the most memory left ("spread") and, as a second
-    row, with the least that still holds it ("tight", the tighter packing); a row that still fails is
-    dropped. `devices` follow each state's size order (`size_order`); `row_of` [S, 2]. The other arguments
-    as `run_greedy`'s."""
+    """Placements by memory alone for S states that the greedy could not place (rows of `gid_order` [S, P],
+    each state's tables largest first: `size_order`): each table on the device with the most memory left
+    ("spread") and, as a second row, with the least that still holds it ("tight", the tighter packing); a row
+    that still fails is dropped. `row_of` [S, 2]. The other arguments as `run_greedy`'s."""
     caps = np.broadcast_to(np.asarray(cap, dtype=np.int64), (ndevices,))
-    order = size_order(gids, size)
-    devices, compute, dims, row_of = [], [], [], np.full((len(gids), 2), -1, dtype=np.int64)
-    for s, state in enumerate(np.take_along_axis(gids, order, axis=1)):
+    devices, compute, dims, row_of = [], [], [], np.full((len(gid_order), 2), -1, dtype=np.int64)
+    for s, state in enumerate(gid_order):
         for r, tight in enumerate((False, True)):
             room, dev = caps.copy(), np.empty(len(state), dtype=np.int64)
             for j, g in enumerate(state.tolist()):
@@ -108,7 +106,7 @@ def pack_by_size(gids: np.ndarray, ndevices: int, cap, size: np.ndarray, dim: np
                 dims.append(np.bincount(dev, weights=dim[state], minlength=ndevices).astype(np.int64))
                 row_of[s, r] = len(devices)
                 devices.append(dev)
-    return GreedyResult(devices=np.array(devices, dtype=np.int64).T.reshape(gids.shape[1], len(devices)),
+    return GreedyResult(devices=np.array(devices, dtype=np.int64).T.reshape(gid_order.shape[1], len(devices)),
                         compute=np.array(compute, dtype=ACC_DTYPE).reshape(len(devices), ndevices),
                         dims=np.array(dims, dtype=np.int64).reshape(len(devices), ndevices), row_of=row_of)
 

@@ -144,15 +144,15 @@ def test_packing_by_size_spreads_then_packs_tight():
     # Onto the least room that still holds it: 4 -> d0, 4 -> d0, 3 -> d1, 3 -> d1, 2 -> d1.
     size, dim = np.array([3, 4, 2, 4, 3]), np.array([8, 16, 4, 16, 8])
     proj = np.ones((5, 1), dtype=np.float32)
-    res = pack_by_size(np.array([[0, 1, 2, 3, 4]]), 2, 8, size, dim, proj, np.zeros(1, np.float32), _count_head)
-    assert res.row_of.tolist() == [[-1, 0]]
     # size order: positions 1, 3 (the 4s), 0, 4 (the 3s), 2
     assert size_order(np.array([[0, 1, 2, 3, 4]]), size).tolist() == [[1, 3, 0, 4, 2]]
+    res = pack_by_size(np.array([[1, 3, 0, 4, 2]]), 2, 8, size, dim, proj, np.zeros(1, np.float32), _count_head)
+    assert res.row_of.tolist() == [[-1, 0]]
     assert res.devices[:, 0].tolist() == [0, 0, 1, 1, 1]
     assert res.compute.tolist() == [[2.0, 3.0]] and res.dims.tolist() == [[32, 20]]
     # room to spare: both rows place. Table 1 (the 4) may use d1 only; then the 3 goes where most is left (d0)
     # or least (d1)
     allow = np.ones((5, 2), dtype=bool)
     allow[1] = [False, True]
-    res = pack_by_size(np.array([[0, 1]]), 2, 8, size, dim, proj, np.zeros(1, np.float32), _count_head, allow)
+    res = pack_by_size(np.array([[1, 0]]), 2, 8, size, dim, proj, np.zeros(1, np.float32), _count_head, allow)
     assert res.row_of.tolist() == [[0, 1]] and res.devices.T.tolist() == [[1, 0], [1, 1]]
