@@ -26,6 +26,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--comm_data_dir", required=True, help="comm cost data (collect_comm_cost_data.py's out_dir)")
     add_flag(p, "plan_data_dir", help="on-policy cost data (collect_plan_cost_data.py's out_dir: its compute/ "
                                       "and comm/ join the fit)")
+    add_flag(p, "extra_data_dirs")
     add_flag(p, "out_path", required=True, help="the fitted estimator (JSON; torchrec_estimator_<n>.json)")
     add_flag(p, "test_share", 0.2, help="share of the compute samples held out to report the fit's error")
     add_flag(p, "seed", help="the held-out split")
@@ -34,13 +35,14 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from neuroshard.checks import check_float, check_output_file
+    from neuroshard.checks import check_float, check_output_file, parse_path_list
     from neuroshard.planner.costs.analytic import TERMS
     from neuroshard.train.torchrec_estimator import fit_from_data
 
     check_float("--test_share", args.test_share, 0.05, 0.9)
     check_output_file("--out_path", args.out_path)
-    model = fit_from_data(args.data_dir, args.comm_data_dir, args.plan_data_dir, args.test_share, args.seed)
+    model = fit_from_data(args.data_dir, args.comm_data_dir, args.plan_data_dir, args.test_share, args.seed,
+                          parse_path_list(args.extra_data_dirs, "--extra_data_dirs"))
     c, m = model.fit["compute"], model.fit["comm"]
     print("| term | forward coefficient |\n|---|---|")
     for name, value in zip(TERMS, model.coef):

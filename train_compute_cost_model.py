@@ -11,6 +11,7 @@ to it: no model can beat the measurement noise.
 
 import argparse
 
+from neuroshard.checks import parse_path_list
 from neuroshard.cli import add_progress_arg, run_main
 from neuroshard.settings import add_flag
 from neuroshard.train.compute_model import train_compute_model
@@ -23,13 +24,15 @@ def main(argv=None):
     add_flag(p, "data_dir", "data/cost_data/compute/", help="compute cost data dir (collect_compute_cost_data.py)")
     add_flag(p, "out_path", "models/compute.pt", help="checkpoint to write")
     add_flag(p, "plan_data_dir")
+    add_flag(p, "extra_data_dirs")
     TrainConfig.add_args(p)
     add_progress_arg(p)
     args = p.parse_args(argv)
 
     cfg = TrainConfig.from_args(args)
     result = train_compute_model(args.data_dir, cfg, args.out_path, progress=not args.no_progress,
-                                 plan_data_dir=args.plan_data_dir)
+                                 plan_data_dir=args.plan_data_dir,
+                                 extra_data_dirs=parse_path_list(args.extra_data_dirs, "--extra_data_dirs"))
     print(format_metrics(result["metrics"]))
     print(f"best epoch {result['best_epoch']}; model {args.out_path}; scatter {result['scatter']}; "
           f"metrics {result['metrics_path']}")

@@ -78,6 +78,17 @@ def parse_float_list(text: str, name: str, lo: float | None = None) -> list[floa
     return [check_float(name, v, lo) for v in values]
 
 
+def parse_path_list(text: str | None, name: str) -> list[str]:
+    """Parse 'a,b' (a flag value naming paths) into its paths (none for None); an empty entry is a one-line
+    error naming the flag. Whether each path exists is for its reader to say (it names the path)."""
+    if text is None:
+        return []
+    paths = [x.strip() for x in str(text).split(",")]
+    if any(not x for x in paths):
+        raise ConfigError(name, f"expected a comma list of paths, got {text!r}")
+    return paths
+
+
 def parse_range(text: str, name: str, cast=int) -> tuple:
     """Parse 'lo,hi' into a (lo, hi) pair with lo <= hi."""
     parts = text.split(",")

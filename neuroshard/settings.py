@@ -96,6 +96,9 @@ FLAGS: dict[str, dict] = {
                                              "recorded (default: unscaled)"},
     "plan_data_dir": {"default": None, "help": "on-policy cost data (collect_plan_cost_data.py's out_dir/compute "
                                                "or /comm) to train on as well"},
+    "extra_data_dirs": {"default": None, "help": "compute cost data collected on other datasets "
+                                                 "(collect_compute_cost_data.py out_dirs, comma-separated) to train "
+                                                 "on as well, their tables beside --data_dir's", "metavar": "DIR,.."},
     "plans": {"default": None, "help": "a plans file (eval_simulator.py's plans.json)"},
     "test_share": {"default": 0.25, "type": float, "help": "share of the samples held out to measure the fit's "
                                                            "error on unseen ones"},

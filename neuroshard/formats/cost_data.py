@@ -111,6 +111,58 @@ def collection_batch(data_dir) -> int | None:
     return batch
 
 
+class ComputeSources(NamedTuple):
+    """Compute samples read from several data dirs over one augmented table list (`read_compute_sources`)."""
+
+    configs: list[TableConfig]
+    samples: list[ComputeSample]
+    plan_samples: int
+    extra_samples: int
+
+
+def _measured_on(data_dir) -> dict:
+    """What a compute data dir's samples were timed on (`device` and `clock` of its config.json)."""
+    path = Path(data_dir) / "config.json"
+    config = load_json(path) if path.exists() else {}
+    return {k: config.get(k) for k in ("device", "clock")} if isinstance(config, dict) else {}
+
+
+def read_compute_sources(data_dir, plan_data_dir=None, extra_dirs: Sequence = ()) -> ComputeSources:
+    """The samples of a compute data dir, of its on-policy data (`plan_data_dir`: collected on the same
+    dataset, so over the same augmented table list) and of compute data collected on other datasets
+    (`extra_dirs`: their tables appended to the list, their samples' indices moved past the tables before
+    them), each sample with the batch it was measured at (its own, else its dir's `batch_size`, else
+    `data_dir`'s; None when no dir says). InputError naming the file for an on-policy table list that
+    differs, or an extra dir timed on another device or clock."""
+    configs, samples = read_compute_data(data_dir)
+    ref = collection_batch(data_dir)
+
+    def at(batch, got):
+        return [s if s.batch is not None or batch is None else s._replace(batch=batch) for s in got]
+
+    samples = at(ref, samples)
+    plan_samples = []
+    if plan_data_dir is not None:
+        plan_configs, plan_samples = read_compute_data(plan_data_dir)
+        if plan_configs != configs:
+            raise InputError(Path(plan_data_dir) / TABLE_CONFIGS,
+                             f"augmented table list differs from {data_dir}'s: on-policy data must be collected "
+                             "on the same dataset with the same --max_dim")
+        plan_samples = at(collection_batch(plan_data_dir) or ref, plan_samples)
+    timed = _measured_on(data_dir)
+    extra = []
+    configs = list(configs)
+    for d in extra_dirs:
+        more_configs, more = read_compute_data(d)
+        if _measured_on(d) != timed:
+            raise InputError(Path(d) / "config.json", f"timed on {_measured_on(d)}, {data_dir} on {timed}: "
+                                                      "compute data trained on together must be timed alike")
+        offset = len(configs)
+        configs += more_configs
+        extra += [s._replace(ids=tuple(offset + i for i in s.ids)) for s in at(collection_batch(d) or ref, more)]
+    return ComputeSources(configs, samples + plan_samples + extra, len(plan_samples), len(extra))
+
+
 def write_compute_data(data_dir, configs: Sequence[TableConfig], samples: Sequence) -> None:
     """Write a whole compute cost data dir (atomic per file); collection appends instead. `samples`:
     `ComputeSample`s or (ids, cost) pairs."""

@@ -107,6 +107,10 @@ class Preset:
     oversize_large: int = 8
     oversize_hot: int = 8
     large_rows: int = 4_000_000
+    # compute samples timed on the second dataset's tables (step 3f), trained on beside the first's: without
+    # them the compute model never sees a table of more rows than `max_rows` or a hot one, and prices the new
+    # set's shards by extrapolation
+    oversize_compute_samples: int = 0
     # the collectives of row-wise and data-parallel tables on the paper's runtime (step 3e): samples timed (the
     # three collectives in turn) and re-timed for the noise floor; their model lets NeuroShard choose those types
     # there and prices the plans that have them (0: off, table-wise and column-wise only)
@@ -140,7 +144,7 @@ PRESETS = {
                     autoshard_args=(), eval_tasks=10, eval_warmup=3, eval_iters=5, eval_repeats=2, drift_samples=20,
                     ensemble=3, onpolicy_tasks=2, spread_dist="log", unmeasured_tasks=40,
                     algs="neuroshard,neuroshard_plus,size_lookup_greedy,torchrec,dreamshard,autoshard", ablation=True,
-                    oversize_tasks=6, collective_samples=90, collective_noise=15),
+                    oversize_tasks=6, oversize_compute_samples=150, collective_samples=90, collective_noise=15),
     # The paper's setting on the public dataset and GPUs (DESIGN §2 defaults: 4 GB per GPU, T from 10 to 60,
     # 100 tasks, batch 65536); run once with 4 and once with 8 GPUs.
     "paper": Preset("paper", Problem(ndevices=4, max_mem=4.0), max_dim=128, num_tables=856, batch_size=65536,
@@ -159,4 +163,5 @@ PRESETS = {
 PRESETS["study"] = replace(PRESETS["quick"], name="study", num_tasks=220, eval_tasks=220, eval_repeats=2,
                            eval_iters=7, compute_samples=3000, comm_samples=500, noise_samples=100, drift_samples=50,
                            onpolicy_tasks=6, algs="neuroshard,neuroshard_plus,torchrec,autoshard",
-                           unmeasured_tasks=440, collective_samples=240, collective_noise=30, round_anchors=12)
+                           unmeasured_tasks=440, collective_samples=240, collective_noise=30, round_anchors=12,
+                           oversize_compute_samples=600)

@@ -54,6 +54,7 @@ _DIRS = {"dataset": "dataset", "tasks": "tasks", "unmeasured_tasks": "tasks_unme
          "onpolicy_models": "models/onpolicy", "plan_data": "plan_data", "calibration": "calibration", "sim": "sim",
          "unmeasured_sim": "sim_unmeasured", "hw": "hw", "torchrec_data": "torchrec_data",
          "sim_torchrec": "sim_torchrec", "torchrec": "torchrec", "oversize_dataset": "oversize/dataset",
+         "oversize_compute_data": "oversize/compute_data",
          "oversize_tasks": "oversize/tasks", "oversize_sim": "oversize/sim", "oversize_hw": "oversize/hw",
          "oversize_sim_torchrec": "oversize/sim_torchrec", "oversize_torchrec": "oversize/torchrec"}
 
@@ -84,6 +85,11 @@ class Run:
     def oversize(self) -> bool:
         """Tasks beyond the paper's plan space (on the synthetic data: its second dataset has their tables)."""
         return self.preset.oversize_tasks > 0 and self.data is None
+
+    @property
+    def oversize_compute(self) -> bool:
+        """The compute model also trains on shards of the second dataset's tables (step 3f)."""
+        return self.oversize and self.preset.oversize_compute_samples > 0
 
     @property
     def learned(self) -> list[str]:
@@ -306,10 +312,7 @@ STEPS: list[StepSpec] = [
     # 3: cost data
     StepSpec("3a", "compute cost data", "collect_compute_cost_data.py", lambda r: [r.layout.dataset],
              lambda r: [r.layout.compute_data / "data.txt"],
-             lambda r: {"dataset_dir": r.layout.dataset, "out_dir": r.layout.compute_data,
-                        "data_size": r.preset.compute_samples, "max_tables": r.preset.max_tables,
-                        **r.problem_flags("ndevices"), "max_dim": r.preset.max_dim, "warmup": r.preset.warmup,
-                        "iters": r.preset.iters, "half_share": r.preset.half_share, **r.device(), **r.workers()}),
+             lambda r: compute_collection(r, r.layout.dataset, r.layout.compute_data, r.preset.compute_samples)),
     StepSpec("3b", "compute noise floor", "compute_noise_floor.py", lambda r: [r.layout.compute_data],
              lambda r: [r.layout.compute_data / "noise_floor.json"],
              lambda r: {"data_dir": r.layout.compute_data, "dataset_dir": r.layout.dataset,
@@ -327,10 +330,16 @@ STEPS: list[StepSpec] = [
                         "batch_size": r.preset.batch_size, "warmup": r.preset.warmup, "iters": r.preset.iters,
                         "seed": r.problem.seed, **r.ranks(), "no_progress": True},
              when=lambda r: _collectives(r)),
+    StepSpec("3f", "compute cost data on the second dataset's tables", "collect_compute_cost_data.py",
+             lambda r: [r.layout.oversize_dataset], lambda r: [r.layout.oversize_compute_data / "data.txt"],
+             lambda r: compute_collection(r, r.layout.oversize_dataset, r.layout.oversize_compute_data,
+                                          r.preset.oversize_compute_samples),
+             when=lambda r: r.oversize_compute),
     # 4: cost models, first on the random cost data
-    StepSpec("4a", "compute cost model", "train_compute_cost_model.py", lambda r: [r.layout.compute_data],
+    StepSpec("4a", "compute cost model", "train_compute_cost_model.py",
+             lambda r: [r.layout.compute_data, *_extra_compute(r).values()],
              lambda r: [r.models(final=False)["compute_model"]],
-             lambda r: {"data_dir": r.layout.compute_data, "epochs": r.preset.epochs,
+             lambda r: {"data_dir": r.layout.compute_data, **_extra_compute(r), "epochs": r.preset.epochs,
                         "out_path": r.models(final=False)["compute_model"], **_ensemble(r), "seed": r.problem.seed}),
     StepSpec("4b", "compute model on unseen tables", "heldout_check.py", lambda r: [r.layout.compute_data],
              lambda r: [r.layout.models / "compute_heldout.json"],
@@ -356,10 +365,11 @@ STEPS: list[StepSpec] = [
                         "repeats": r.preset.onpolicy_repeats, **r.device(), "quiet": True, "no_progress": True},
              when=_onpolicy),
     StepSpec("4e", "compute cost model, random + on-policy data", "train_compute_cost_model.py",
-             lambda r: [r.layout.compute_data, r.layout.plan_data / "compute"], lambda r: [r.models()["compute_model"]],
+             lambda r: [r.layout.compute_data, r.layout.plan_data / "compute", *_extra_compute(r).values()],
+             lambda r: [r.models()["compute_model"]],
              lambda r: {"data_dir": r.layout.compute_data, "plan_data_dir": r.layout.plan_data / "compute",
-                        "epochs": r.preset.epochs, "out_path": r.models()["compute_model"], **_ensemble(r),
-                        "seed": r.problem.seed},
+                        **_extra_compute(r), "epochs": r.preset.epochs, "out_path": r.models()["compute_model"],
+                        **_ensemble(r), "seed": r.problem.seed},
              when=_onpolicy),
     StepSpec("4f", "comm cost models, random + on-policy data", "train_comm_cost_model.py",
              lambda r: [r.layout.comm_data, r.layout.plan_data / "comm"],
@@ -390,10 +400,12 @@ STEPS: list[StepSpec] = [
     # TorchRec's estimator fitted to the same cost data as the models the evaluation plans with: the analytic
     # rival of the cost-model ablation
     StepSpec("4j", "TorchRec's estimator fitted to the same cost data", "fit_torchrec_estimator.py",
-             lambda r: [r.layout.compute_data, r.layout.comm_data] + ([r.layout.plan_data] if r.onpolicy else []),
+             lambda r: [r.layout.compute_data, r.layout.comm_data, *_extra_compute(r).values()]
+             + ([r.layout.plan_data] if r.onpolicy else []),
              lambda r: [_estimator(r)],
              lambda r: {"data_dir": r.layout.compute_data, "comm_data_dir": r.layout.comm_data,
-                        "plan_data_dir": r.layout.plan_data if r.onpolicy else None, "out_path": _estimator(r),
+                        "plan_data_dir": r.layout.plan_data if r.onpolicy else None, **_extra_compute(r),
+                        "out_path": _estimator(r),
                         "seed": r.problem.seed},
              when=lambda r: r.preset.ablation),
     # 5: planning. Just before it, the machine's speed now: the planning and measuring steps scale the models by
@@ -507,6 +519,19 @@ STEPS: list[StepSpec] = [
                         "no_progress": True},
              when=lambda r: _torchrec(r) and r.oversize),
 ]
+
+
+def compute_collection(run: Run, dataset: Path, out_dir: Path, samples: int) -> dict:
+    """The flags of a compute cost data collection: `samples` random shards of `dataset`'s tables."""
+    p = run.preset
+    return {"dataset_dir": dataset, "out_dir": out_dir, "data_size": samples, "max_tables": p.max_tables,
+            **run.problem_flags("ndevices"), "max_dim": p.max_dim, "warmup": p.warmup, "iters": p.iters,
+            "half_share": p.half_share, **run.device(), **run.workers()}
+
+
+def _extra_compute(run: Run) -> dict:
+    """The compute models' (and the fitted estimator's) second source of compute data, when the run has one."""
+    return {"extra_data_dirs": run.layout.oversize_compute_data} if run.oversize_compute else {}
 
 
 def _ensemble(run: Run) -> dict:

@@ -13,7 +13,7 @@ from typing import Sequence
 import torch
 
 from neuroshard.checks import check_output_file
-from neuroshard.formats.cost_data import ComputeSample, collection_batch, read_compute_data, read_noise_floor
+from neuroshard.formats.cost_data import ComputeSample, collection_batch, read_compute_sources, read_noise_floor
 from neuroshard.planner.costs.extrapolation import compute_ranges
 from neuroshard.planner.costs.features import batch_scaled
 from neuroshard.planner.costs.nets import (
@@ -63,34 +63,27 @@ def sample_tensors(configs: Sequence[TableConfig], samples: Sequence[ComputeSamp
     return x, mask, y, tables, shards
 
 
-def train_compute_model(data_dir, cfg: TrainConfig, out_path, progress: bool = True, plan_data_dir=None) -> dict:
-    """Train on `data_dir` (and the on-policy samples of `plan_data_dir`, `eval.onpolicy`, over the same
-    augmented table list), write the checkpoint and its companions; return metrics and paths. The reference
+def train_compute_model(data_dir, cfg: TrainConfig, out_path, progress: bool = True, plan_data_dir=None,
+                        extra_data_dirs: Sequence = ()) -> dict:
+    """Train on `data_dir`, the on-policy samples of `plan_data_dir` (`eval.onpolicy`, over the same augmented
+    table list) and the compute data of other datasets in `extra_data_dirs` (`formats.cost_data.
+    read_compute_sources`); write the checkpoint and its companions; return metrics and paths. The reference
     batch is `data_dir`'s (its config.json); samples at other batches are read at their lookup volume."""
     check_output_file("--out_path", out_path)
-    configs, samples = read_compute_data(data_dir)
+    src = read_compute_sources(data_dir, plan_data_dir, extra_data_dirs)
     ref = collection_batch(data_dir)
-    samples = [s if s.batch is not None or ref is None else s._replace(batch=ref) for s in samples]
-    plan_samples = []
-    if plan_data_dir is not None:
-        plan_configs, plan_samples = read_compute_data(plan_data_dir)
-        if plan_configs != configs:
-            raise InputError(Path(plan_data_dir) / "table_configs.json",
-                             f"augmented table list differs from {data_dir}'s: on-policy data must be collected "
-                             "on the same dataset with the same --max_dim")
-        plan_batch = collection_batch(plan_data_dir) or ref
-        plan_samples = [s if s.batch is not None else s._replace(batch=plan_batch) for s in plan_samples]
-        samples = samples + plan_samples
-    if len(samples) < 3:
-        raise InputError(Path(data_dir) / "data.txt", f"need at least 3 samples to train, found {len(samples)}")
-    x, mask, y, tables, shards = sample_tensors(configs, samples, ref)
-    model, report = train_ensemble(lambda: build_model(configs), (x, mask), y, cfg, desc="compute model",
+    if len(src.samples) < 3:
+        raise InputError(Path(data_dir) / "data.txt", f"need at least 3 samples to train, found {len(src.samples)}")
+    x, mask, y, tables, shards = sample_tensors(src.configs, src.samples, ref)
+    model, report = train_ensemble(lambda: build_model(src.configs), (x, mask), y, cfg, desc="compute model",
                                    progress=progress)
-    result = {"data_dir": str(data_dir), "num_samples": len(samples), "ranges": compute_ranges(tables, shards)}
+    result = {"data_dir": str(data_dir), "num_samples": len(src.samples), "ranges": compute_ranges(tables, shards)}
     if ref is not None:
-        result["batch"] = {"ref": ref, "sizes": sorted({s.batch for s in samples if s.batch is not None})}
+        result["batch"] = {"ref": ref, "sizes": sorted({s.batch for s in src.samples if s.batch is not None})}
     if plan_data_dir is not None:
-        result.update(plan_data_dir=str(plan_data_dir), plan_samples=len(plan_samples))
+        result.update(plan_data_dir=str(plan_data_dir), plan_samples=src.plan_samples)
+    if extra_data_dirs:
+        result.update(extra_data_dirs=[str(d) for d in extra_data_dirs], extra_samples=src.extra_samples)
     noise = read_noise_floor(data_dir, "cost")
     if noise is not None:
         result["noise_floor"] = noise

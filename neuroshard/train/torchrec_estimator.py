@@ -12,7 +12,7 @@ from typing import Sequence
 
 import numpy as np
 
-from neuroshard.formats.cost_data import collection_batch, read_comm_data, read_compute_data
+from neuroshard.formats.cost_data import collection_batch, read_comm_data, read_compute_sources
 from neuroshard.planner.costs.analytic import TERMS, AnalyticModel, table_terms
 from neuroshard.torchrec.runtime_model import nnls
 from neuroshard.train.metrics import regression_metrics
@@ -88,33 +88,31 @@ def fit_analytic(configs: Sequence[TableConfig], compute_samples, ref_batch: int
 
 
 def fit_from_data(compute_dir, comm_dir, plan_data_dir=None, test_share: float = 0.2,
-                  seed: int = 0) -> AnalyticModel:
-    """The fitted estimator of the data dirs (module doc); InputError naming a dir without its batch or with
-    too few samples."""
-    configs, samples = read_compute_data(compute_dir)
+                  seed: int = 0, extra_data_dirs: Sequence = ()) -> AnalyticModel:
+    """The fitted estimator of the data dirs (module doc; the compute samples read as the compute model reads
+    them, `formats.cost_data.read_compute_sources`); InputError naming a dir without its batch or with too few
+    samples."""
     ref = collection_batch(compute_dir)
     comm_batch = collection_batch(comm_dir)
     for d, b in ((compute_dir, ref), (comm_dir, comm_batch)):
         if b is None:
             raise InputError(Path(d) / "config.json", "no batch_size: the batch its samples were measured at is "
                                                       "unknown, and the estimator's terms need it")
+    src = read_compute_sources(compute_dir, Path(plan_data_dir) / "compute" if plan_data_dir is not None else None,
+                               extra_data_dirs)
     comm = read_comm_data(comm_dir)
-    source = {"compute_data": str(compute_dir), "comm_data": str(comm_dir), "compute_samples": len(samples),
-              "comm_samples": len(comm)}
+    source = {"compute_data": str(compute_dir), "comm_data": str(comm_dir),
+              "compute_samples": len(src.samples) - src.plan_samples - src.extra_samples, "comm_samples": len(comm)}
+    groups = [(comm, comm_batch)]
     if plan_data_dir is not None:
-        plan_configs, plan_samples = read_compute_data(Path(plan_data_dir) / "compute")
-        if plan_configs != configs:
-            raise InputError(Path(plan_data_dir) / "compute" / "table_configs.json",
-                             f"augmented table list differs from {compute_dir}'s: on-policy data must be collected "
-                             "on the same dataset with the same --max_dim")
         plan_batch = collection_batch(Path(plan_data_dir) / "compute") or ref
-        samples = samples + [s if s.batch is not None else s._replace(batch=plan_batch) for s in plan_samples]
         plan_comm = read_comm_data(Path(plan_data_dir) / "comm", comm[0].ndevices if comm else None)
-        source.update(plan_data=str(plan_data_dir), plan_compute_samples=len(plan_samples),
+        source.update(plan_data=str(plan_data_dir), plan_compute_samples=src.plan_samples,
                       plan_comm_samples=len(plan_comm))
-        groups = [(comm, comm_batch), (plan_comm, collection_batch(Path(plan_data_dir) / "comm") or plan_batch)]
-    else:
-        groups = [(comm, comm_batch)]
+        groups.append((plan_comm, collection_batch(Path(plan_data_dir) / "comm") or plan_batch))
+    if extra_data_dirs:
+        source.update(extra_data_dirs=[str(d) for d in extra_data_dirs], extra_compute_samples=src.extra_samples)
+    configs, samples = src.configs, src.samples
     if not comm:
         raise InputError(Path(comm_dir) / "data.txt", "no comm samples to fit the all-to-all bandwidth on")
     try:

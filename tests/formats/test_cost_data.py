@@ -9,11 +9,12 @@ from neuroshard.formats.cost_data import (
     format_compute_sample,
     read_comm_data,
     read_compute_data,
+    read_compute_sources,
     write_comm_data,
     write_compute_data,
 )
 from neuroshard.formats.dataset import write_table_configs
-from neuroshard.formats.io import append_line, open_append
+from neuroshard.formats.io import append_line, open_append, write_json_atomic
 from tests.formats import cfg, expect_error
 
 
@@ -26,6 +27,30 @@ def test_compute_data_round_trip(tmp_path):
     assert format_compute_sample([2, 3], 0.1 + 0.2) == "2,3 0.30000000000000004"
     write_compute_data(tmp_path, configs, [((0,), 0.5)])  # (ids, cost) pairs: the collection's batch
     assert read_compute_data(tmp_path)[1] == [ComputeSample((0,), 0.5, None)]
+
+
+def test_compute_sources_join_on_policy_and_other_datasets_data_over_one_table_list(tmp_path):
+    main, plan, other = tmp_path / "main", tmp_path / "plan", tmp_path / "other"
+    configs = [cfg(100, 1.0, dim=4), cfg(2000, 3.25, dim=8)]
+    write_compute_data(main, configs, [ComputeSample((0, 1), 2.0), ComputeSample((1,), 1.0, 256)])
+    write_compute_data(plan, configs, [ComputeSample((1,), 1.5)])
+    more = [cfg(4_000_000, 2.0, dim=32), cfg(300, 150.0, dim=4), cfg(100, 1.0, dim=4)]
+    write_compute_data(other, more, [ComputeSample((0, 2), 9.0), ComputeSample((1,), 3.0, 1024)])
+    for d, batch in ((main, 512), (plan, None), (other, 2048)):
+        write_json_atomic(d / "config.json", {"device": "cpu", "clock": "cpu", "batch_size": batch})
+    src = read_compute_sources(main, plan, [other])
+    assert src.configs == configs + more  # the other dataset's tables after the first's, even a twin (index 4)
+    assert src.samples == [ComputeSample((0, 1), 2.0, 512), ComputeSample((1,), 1.0, 256),
+                           ComputeSample((1,), 1.5, 512),  # the plan dir says no batch: the first dir's
+                           ComputeSample((2, 4), 9.0, 2048), ComputeSample((3,), 3.0, 1024)]
+    assert (src.plan_samples, src.extra_samples) == (1, 2)
+    assert read_compute_sources(main).samples == src.samples[:2]
+    write_json_atomic(other / "config.json", {"device": "cpu", "clock": "wall", "batch_size": 2048})
+    expect_error(lambda: read_compute_sources(main, extra_dirs=[other]), other / "config.json", "timed on",
+                 "'clock': 'wall'")
+    write_compute_data(plan, more, [])
+    expect_error(lambda: read_compute_sources(main, plan), plan / "table_configs.json", "augmented table list")
+    expect_error(lambda: read_compute_sources(main, extra_dirs=[tmp_path / "none"]), tmp_path / "none")
 
 
 def test_compute_data_append_and_torn_line(tmp_path, capsys):

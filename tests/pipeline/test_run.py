@@ -255,6 +255,28 @@ def test_tasks_beyond_the_paper_space_get_their_dataset_tasks_and_evaluation():
                                            | steps_of("--preset", "quick", "--data", "x.pt").keys())
 
 
+def test_the_compute_models_and_the_fitted_estimator_also_train_on_the_second_datasets_tables():
+    steps = steps_of("--preset", "quick")
+
+    def flag(step, name):
+        return step.argv[step.argv.index(name) + 1]
+
+    data = str(Path("r") / "oversize" / "compute_data")
+    collect = steps["3f"]
+    assert flag(collect, "--dataset_dir") == flag(steps["1b"], "--out_dir") and flag(collect, "--out_dir") == data
+    assert flag(collect, "--data_size") == "150"
+    # timed as the first dataset's shards are: every other collection flag is step 3a's
+    first = dict(zip(steps["3a"].argv[1::2], steps["3a"].argv[2::2]))
+    second = dict(zip(collect.argv[1::2], collect.argv[2::2]))
+    assert {k: v for k, v in first.items() if k not in ("--dataset_dir", "--out_dir", "--data_size")} == \
+        {k: v for k, v in second.items() if k not in ("--dataset_dir", "--out_dir", "--data_size")}
+    for key in ("4a", "4e", "4j"):
+        assert flag(steps[key], "--extra_data_dirs") == data and Path(data) in steps[key].inputs
+    assert "--extra_data_dirs" not in steps["4b"].argv  # unseen tables are the first dataset's
+    tiny = steps_of("--preset", "tiny")
+    assert "3f" not in tiny and "--extra_data_dirs" not in tiny["4a"].argv
+
+
 def test_refine_flag_puts_neuroshard_plus_refinement_into_the_planning_step():
     def planning(*argv):
         return steps_of(*argv)["5c"].argv

@@ -122,6 +122,25 @@ def test_train_script_end_to_end(tmp_path):
     assert out.exists() and all(p.exists() for p in companion_paths(out))
 
 
+def test_the_script_trains_on_another_datasets_compute_data_beside_the_first(tmp_path):
+    tables, sets, costs = additive_data(200, seed=5)
+    write_compute_data(tmp_path / "data", tables, list(zip(sets, costs)))
+    big = [TableConfig(4_000_000, 2.0, tables[0].bins, 32), TableConfig(300, 150.0, tables[0].bins, 4)]
+    write_compute_data(tmp_path / "other", big, [((0,), 30.0), ((1,), 5.0), ((0, 1), 35.0)])
+    out = tmp_path / "m" / "compute.pt"
+    r = subprocess.run([sys.executable, str(ROOT / "train_compute_cost_model.py"), "--data_dir",
+                        str(tmp_path / "data"), "--extra_data_dirs", str(tmp_path / "other"), "--epochs", "3",
+                        "--out_path", str(out), "--seed", "1"], capture_output=True, text=True, env=ENV)
+    assert r.returncode == 0, r.stderr
+    metrics = json.loads(companion_paths(out)[1].read_text())
+    assert metrics["num_samples"] == 203 and metrics["extra_samples"] == 3
+    assert metrics["ranges"]["rows"][1] == 4_000_000 and metrics["ranges"]["pooling"][1] == 150.0
+    r = subprocess.run([sys.executable, str(ROOT / "train_compute_cost_model.py"), "--data_dir",
+                        str(tmp_path / "data"), "--extra_data_dirs", f"{tmp_path / 'other'},", "--epochs", "3",
+                        "--out_path", str(out)], capture_output=True, text=True, env=ENV)
+    assert r.returncode != 0 and "--extra_data_dirs" in r.stderr and "Traceback" not in r.stderr
+
+
 def test_missing_or_tiny_data_is_an_input_error(tmp_path):
     with pytest.raises(InputError, match="directory not found"):
         train_compute_model(tmp_path / "nope", TrainConfig(), tmp_path / "m.pt")
