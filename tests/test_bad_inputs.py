@@ -101,6 +101,8 @@ def ws(tmp_path_factory):
     write_compute_data(d / "cdata", aug, samples)
     write_compute_data(d / "cdata_neg", aug, samples[:5] + [((0, 1), -2.0)])
     write_compute_data(d / "cdata_few", aug, samples[:2])
+    write_compute_data(d / "cdata_wall", aug, samples[:5])  # timed on the wall clock, cdata on no stated one
+    (d / "cdata_wall" / "config.json").write_text(json.dumps({"clock": "wall"}))
     comm = [CommSample([8, 16], [0.0, 1.0], [1.0, 2.0], [0.5, 0.7]) for _ in range(10)]
     write_comm_data(d / "mdata", comm)
     write_comm_data(d / "mdata_neg", comm + [CommSample([8, 16], [0.0, 1.0], [1.0, -2.0], [0.5, 0.7])])
@@ -374,6 +376,12 @@ CASES = [
      "a_file is a file"),
     ("train missing data", "train_compute_cost_model.py", _replace(TRAIN_C, "--data_dir", "nowhere"),
      "nowhere: directory not found"),
+    ("train extra missing", "train_compute_cost_model.py", TRAIN_C + ["--extra_data_dirs", "nowhere"],
+     "nowhere: directory not found"),
+    ("train extra empty entry", "train_compute_cost_model.py", TRAIN_C + ["--extra_data_dirs", "cdata_few,"],
+     "--extra_data_dirs: expected a comma list of paths"),
+    ("train extra timed apart", "train_compute_cost_model.py", TRAIN_C + ["--extra_data_dirs", "cdata_wall"],
+     "config.json: timed on {'device': None, 'clock': 'wall'}"),
     ("train negative cost", "train_compute_cost_model.py", _replace(TRAIN_C, "--data_dir", "cdata_neg"),
      "negative cost_ms"),
     ("train too few", "train_compute_cost_model.py", _replace(TRAIN_C, "--data_dir", "cdata_few"),
@@ -649,7 +657,7 @@ def test_bad_input_is_a_one_line_error(ws, capsys, name, script, argv, fragment)
 def test_the_count_of_cases():
     # the closing note of issue 12 quotes this number
     assert len(CASES) >= 100
-    assert len(CASES) == 210  # issue 50 added 1 more, 6, 51 2, 50 7, 52 15, 24 31, 23 (eval_torchrec.py) 9 (138 before)
+    assert len(CASES) == 213  # issue 50 added 3 more, 1, 6, 51 2, 50 7, 52 15, 24 31, 23 (eval_torchrec.py) 9 (138 before)
 
 
 def test_a_second_compute_collection_into_the_same_dir_is_refused(ws):

@@ -22,7 +22,7 @@ import numpy as np
 
 from neuroshard.eval.round_calibration import ANCHOR_PREFIX, anchor_order, calibrated_accuracy
 from neuroshard.eval.summary import HardwareRun, Summary, hardware_summary
-from neuroshard.formats.side_files import ROUND_CALIBRATION_JSON, write_side_file
+from neuroshard.formats.side_files import ROUND_ANCHORS_JSON, ROUND_CALIBRATION_JSON, write_side_file
 from neuroshard.measure import plan_job
 from neuroshard.measure.plan_job import HardwareConfig, runnable
 from neuroshard.types.costs import CostBreakdown
@@ -195,6 +195,7 @@ def run_evaluation(records: Sequence[PlanRecord], data_dir, task_path, cfg: Hard
         if anchor_items:
             measured_anchors = merge_results(anchor_items, [[done[plan_identity(a, r)] for r in range(cfg.repeats)]
                                                             for a in anchor_items])
+            write_plans(out / ROUND_ANCHORS_JSON, measured_anchors)  # the rounds' speed can be read again
             write_side_file(out / ROUND_CALIBRATION_JSON, calibrated_accuracy(results, measured_anchors,
                                                                                 cfg.repeats))
         # wall time: the whole job (start-up included) and per plan (time between results after the first)

@@ -124,7 +124,7 @@ def _measured_on(data_dir) -> dict:
     """What a compute data dir's samples were timed on (`device` and `clock` of its config.json)."""
     path = Path(data_dir) / "config.json"
     config = load_json(path) if path.exists() else {}
-    return {k: config.get(k) for k in ("device", "clock")} if isinstance(config, dict) else {}
+    return {k: config.get(k) if isinstance(config, dict) else None for k in ("device", "clock")}
 
 
 def read_compute_sources(data_dir, plan_data_dir=None, extra_dirs: Sequence = ()) -> ComputeSources:

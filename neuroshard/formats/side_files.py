@@ -28,6 +28,7 @@ from neuroshard.types.errors import InputError
 LAMBDA_JSON = "lambda.json"
 MODEL_ERROR_JSON = "model_error.json"
 ROUND_CALIBRATION_JSON = "round_calibration.json"  # eval.round_calibration.RoundCalibration, beside results.json
+ROUND_ANCHORS_JSON = "round_anchors.json"  # the per-round anchors' measurements, beside results.json
 
 
 def plan_error_json(ndevices: int) -> str:

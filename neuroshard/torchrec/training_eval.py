@@ -55,6 +55,7 @@ from neuroshard.eval.hardware import PARTIAL_DIR, measurement_order, plan_identi
 from neuroshard.eval.intervals import mean_interval, verdict
 from neuroshard.eval.power import components, plan_repeat_noise
 from neuroshard.eval.round_calibration import ANCHOR_PREFIX, anchor_order, spread_choice
+from neuroshard.formats.side_files import ROUND_ANCHORS_JSON
 from neuroshard.torchrec.full_planner import FULL_ALG, FULL_TITLE
 from neuroshard.torchrec.training import MODULE_PATH, TorchRecStep, TorchRecTrainConfig
 from neuroshard.types.errors import InputError, OutOfMemoryError
@@ -65,7 +66,6 @@ MEASUREMENTS = "measurements.jsonl"
 PLANS_DIR = "torchrec_plans"
 RESULTS_JSON, SUMMARY_JSON, SUMMARY_MD = "results.json", "summary.json", "summary.md"
 FULL_JSON = "torchrec_full.json"
-ANCHORS_JSON = "round_anchors.json"  # the anchors' step times by round, beside results.json
 TITLES = {FULL_ALG: FULL_TITLE}  # what an algorithm is, where its name alone does not say
 # one sentence for every report: why the numbers on this machine are noisy
 NOISE_NOTE = ("On a CPU machine the ranks are processes that run at once on the same cores: with more ranks than "
@@ -453,7 +453,7 @@ def run_torchrec_eval(records: Sequence[PlanRecord], tasks: Sequence[Task], conf
     """Train every record's plan, and every plan of TorchRec's full planner in `full` (`plan_full`; those without
     a plan are only recorded), `cfg.repeats` times in shuffled rounds in one job; write and return the summary.
     `anchors` (`anchor_records`): plans of training tasks trained once in every round, spread over it
-    (`round_calibration.anchor_order`), their step times written to `ANCHORS_JSON` for the rounds' speed.
+    (`round_calibration.anchor_order`), their step times written to `ROUND_ANCHORS_JSON` for the rounds' speed.
 
     Resumable (module doc); `config` (the run's settings) must match an interrupted run's.
     """
@@ -527,7 +527,7 @@ def run_torchrec_eval(records: Sequence[PlanRecord], tasks: Sequence[Task], conf
                    for rec in records]
         write_json_atomic(out / RESULTS_JSON, results)
         if anchors:
-            write_json_atomic(out / ANCHORS_JSON, [
+            write_json_atomic(out / ROUND_ANCHORS_JSON, [
                 {"task": a.task, "alg": a.alg, "plan": a.plan.to_json(), "table_ids": list(a.table_ids),
                  "dims": list(a.dims), "step_ms": [done[plan_identity(a, r)].cost for r in range(cfg.repeats)],
                  "rounds": [done[plan_identity(a, r)].to_json() for r in range(cfg.repeats)]} for a in anchors])

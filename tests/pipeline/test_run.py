@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from neuroshard.eval.round_calibration import round_factors
 from neuroshard.formats.cost_data import read_comm_data, read_compute_data
 from neuroshard.formats.dataset import read_dataset
 from neuroshard.formats.plan_file import read_plans
@@ -101,6 +102,10 @@ def test_tiny_pipeline_writes_every_artifact_and_skips_on_rerun(tmp_path):
     # and 4 of them measured in every round of step 6b: the rounds' speed, each measurement against it
     rounds = json.loads((out / "hw" / "round_calibration.json").read_text())
     assert rounds["anchors"] == 4 and len(rounds["factors"]) == 2 and rounds["measurements"] == 2 * len(measured)
+    anchors = read_plans(out / "hw" / "round_anchors.json")  # their measurements, to read the speed again from
+    assert len(anchors) == 4 and all(len(a.repeat_costs) == 2 for a in anchors)
+    for got, want in zip(round_factors(anchors, 2), rounds["factors"], strict=True):
+        assert got == pytest.approx(want)
     assert "Per-round calibration: 4 plans of training tasks" in report
     # step 6's estimates are not scaled by the anchors before it (--plan_speed is eval.py's option, off here)
     assert json.loads((out / "hw" / "config.json").read_text())["plan_speed_factors"] is None
