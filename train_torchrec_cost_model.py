@@ -77,8 +77,9 @@ def main(argv=None) -> int:
     def check(model) -> dict | None:  # the model's error on --check_results' plans, printed; None without it
         if not args.check_results:
             return None
+        from neuroshard.formats.side_files import ROUND_ANCHORS_JSON
         from neuroshard.formats.task_file import read_tasks
-        from neuroshard.torchrec.training_eval import ANCHORS_JSON, FULL_JSON
+        from neuroshard.torchrec.training_eval import FULL_JSON
 
         fitted = model.source  # what the model was fitted on: its plans and their tasks are no check
         same = [f"{flag} {mine}" for key, flag, mine in (("samples", "--check_results", args.check_results),
@@ -104,7 +105,7 @@ def main(argv=None) -> int:
               f"mean predicted / measured {c['ratio']:.3f}")
         for alg, row in c["by_alg"].items():
             print(f"  {alg}: {row['plans']} plans, MAPE {row['mape']:.1f}%, predicted / measured {row['ratio']:.3f}")
-        anchored = Path(args.check_results).with_name(ANCHORS_JSON)  # eval_torchrec.py --round_anchors' plans
+        anchored = Path(args.check_results).with_name(ROUND_ANCHORS_JSON)  # eval_torchrec.py --round_anchors' plans
         if anchored.exists():
             cal = runtime_data.round_check(model, samples, runtime_data.read_samples(anchored, None, inputs.configs),
                                            inputs.models)
