@@ -657,7 +657,8 @@ def test_bad_input_is_a_one_line_error(ws, capsys, name, script, argv, fragment)
 def test_the_count_of_cases():
     # the closing note of issue 12 quotes this number
     assert len(CASES) >= 100
-    assert len(CASES) == 213  # issue 50 added 3 more, 1, 6, 51 2, 50 7, 52 15, 24 31, 23 (eval_torchrec.py) 9 (138 before)
+    # issue 50 added 3 more, 1, 6; 51 2, 50 7, 52 15, 24 31, 23 (eval_torchrec.py) 9 (138 before)
+    assert len(CASES) == 213
 
 
 def test_a_second_compute_collection_into_the_same_dir_is_refused(ws):
