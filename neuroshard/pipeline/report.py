@@ -412,9 +412,10 @@ def anchor_lines(hw_dir: Path, records: list[PlanRecord] | None) -> tuple[list[s
                    "scaled_spearman": scaled["spearman"]}
 
 
-def round_lines(hw_dir: Path) -> tuple[list[str], dict | None]:
-    """Markdown on the per-round calibration of step 6b (`eval.round_calibration`: plans of training tasks
-    measured in every round) and its figures; nothing when the evaluation had no anchors."""
+def round_lines(hw_dir: Path, step: str = "6b", anchors: str = "plans of training tasks (step 4d's, never the "
+                "evaluation's)") -> tuple[list[str], dict | None]:
+    """Markdown on the per-round calibration of a hardware step (`eval.round_calibration`: `anchors` measured in
+    every round of `step`) and its figures; nothing when the evaluation had no anchors."""
     from neuroshard.eval.round_calibration import RoundCalibration
 
     cal = _side_file(hw_dir / ROUND_CALIBRATION_JSON, RoundCalibration)
@@ -423,10 +424,10 @@ def round_lines(hw_dir: Path) -> tuple[list[str], dict | None]:
     pct = lambda v: "-" if v is None else f"{100 * v:.1f}%"  # noqa: E731
     speeds = ", ".join(f"{f['cost']:.3f}x" for f in cal.factors)
     times = lambda v, f: f" (a perfect model moved the same way: {pct(f)}, {v / f:.2f}x)" if f else ""  # noqa: E731
-    line = (f"Per-round calibration: {cal.anchors} plans of training tasks (step 4d's, never the evaluation's) were "
-            f"measured in each of the {len(cal.factors)} rounds of step 6b, spread over it; the plan job ran them at "
-            f"{speeds} their estimates (plan cost, by round). Each of the {cal.measurements} measurements compared "
-            f"with its estimate moved by its round's per-part factors: plan-cost MAPE **{pct(cal.mape)}** per "
+    line = (f"Per-round calibration: {cal.anchors} {anchors} were measured in each of the {len(cal.factors)} "
+            f"rounds of step {step}, spread over it; the plan job ran them at {speeds} their estimates (plan cost, "
+            f"by round). Each of the {cal.measurements} measurements compared with its estimate moved by its "
+            f"round's per-part factors: plan-cost MAPE **{pct(cal.mape)}** per "
             f"measurement{times(cal.mape, cal.floor)}, {pct(cal.raw_mape)} unmoved; **{pct(cal.mape_mean)}** for the "
             f"plans' means{times(cal.mape_mean, cal.floor_mean)}"
             + (f", Spearman {cal.spearman:.3f}" if cal.spearman is not None else "")
@@ -565,6 +566,9 @@ def oversize_lines(out: Path) -> tuple[list[str], dict | None]:
     lines += spread_choices(records)
     measured = out / "oversize" / "hw" / "results.json"
     lines += collective_check(read_plans(measured) if measured.exists() else None)
+    rounds_md, rounds = round_lines(out / "oversize" / "hw", "6h", "plans of the second dataset's anchor tasks "
+                                    "(step 5e's, never the evaluation's)")
+    lines += [f"- {line}" for line in rounds_md]
     for rival, tasks in missed.items():
         lines.append(f"- Tasks {rival} planned and NeuroShard did not: {len(tasks)}"
                      + (f" ({', '.join(map(str, tasks))})" if tasks else "") + ".")
@@ -574,7 +578,7 @@ def oversize_lines(out: Path) -> tuple[list[str], dict | None]:
                       "row-wise and data-parallel: neuroshard[torchrec] searches every sharding type its runtime "
                       "model was fitted on, torchrec_full is TorchRec's planner as users get it.", "", trec_md]
     return lines, {"verdicts": verdicts, "planned_none": none, "unplanned_by_neuroshard": missed,
-                   "torchrec_train": trec}
+                   "round_calibration": rounds, "torchrec_train": trec}
 
 
 LEARNED = ("dreamshard", "autoshard")

@@ -54,7 +54,8 @@ _DIRS = {"dataset": "dataset", "tasks": "tasks", "unmeasured_tasks": "tasks_unme
          "onpolicy_models": "models/onpolicy", "plan_data": "plan_data", "calibration": "calibration", "sim": "sim",
          "unmeasured_sim": "sim_unmeasured", "hw": "hw", "torchrec_data": "torchrec_data",
          "sim_torchrec": "sim_torchrec", "torchrec": "torchrec", "oversize_dataset": "oversize/dataset",
-         "oversize_compute_data": "oversize/compute_data",
+         "oversize_compute_data": "oversize/compute_data", "oversize_anchor_tasks": "oversize/anchor_tasks",
+         "oversize_anchor_sim": "oversize/anchor_sim",
          "oversize_tasks": "oversize/tasks", "oversize_sim": "oversize/sim", "oversize_hw": "oversize/hw",
          "oversize_sim_torchrec": "oversize/sim_torchrec", "oversize_torchrec": "oversize/torchrec"}
 
@@ -90,6 +91,11 @@ class Run:
     def oversize_compute(self) -> bool:
         """The compute model also trains on shards of the second dataset's tables (step 3f)."""
         return self.oversize and self.preset.oversize_compute_samples > 0
+
+    @property
+    def oversize_anchors(self) -> bool:
+        """The new set's hardware step measures plans of other tasks over its dataset in every round (2e, 5e)."""
+        return self.oversize and self.preset.round_anchors > 0
 
     @property
     def learned(self) -> list[str]:
@@ -309,6 +315,12 @@ STEPS: list[StepSpec] = [
              lambda r: task_flags(r, r.layout.oversize_tasks, r.preset.oversize_tasks, EVAL_TASK_SEED)
              | {"data_dir": r.layout.oversize_dataset, "oversize": 1, "hot": 1},
              when=lambda r: r.oversize),
+    # the new set's per-round anchors: tasks of their own over its dataset (no training tasks exist there)
+    StepSpec("2e", "anchor tasks over the second dataset", "gen_tasks.py",
+             lambda r: [r.layout.oversize_dataset], lambda r: [r.layout.oversize_anchor_tasks / "data.txt"],
+             lambda r: task_flags(r, r.layout.oversize_anchor_tasks, r.preset.round_anchors, TRAIN_TASK_SEED)
+             | {"data_dir": r.layout.oversize_dataset, "oversize": 1, "hot": 1},
+             when=lambda r: r.oversize_anchors),
     # 3: cost data
     StepSpec("3a", "compute cost data", "collect_compute_cost_data.py", lambda r: [r.layout.dataset],
              lambda r: [r.layout.compute_data / "data.txt"],
@@ -421,6 +433,13 @@ STEPS: list[StepSpec] = [
              lambda r: {**evaluation_flags(r, r.layout.unmeasured_tasks, r.preset.unmeasured_tasks),
                         "out_dir": r.layout.unmeasured_sim, "quiet": True},
              when=lambda r: r.unmeasured, late=lambda r: chosen_lambda(r) if r.onpolicy else {}),
+    StepSpec("5e", "plans of the second dataset's anchor tasks", "eval_simulator.py",
+             lambda r: [r.layout.oversize_anchor_tasks / "data.txt"],
+             lambda r: [r.layout.oversize_anchor_sim / "plans.json"],
+             lambda r: oversize_evaluation(r)
+             | {"task_path": r.layout.oversize_anchor_tasks / "data.txt", "max_tasks": r.preset.round_anchors,
+                "out_dir": r.layout.oversize_anchor_sim, "quiet": True, "no_progress": True},
+             when=lambda r: r.oversize_anchors, late=lambda r: chosen_lambda(r) if r.onpolicy else {}),
     # 6: measuring the plans eval_simulator.py made (planned once, by the same code), with the plan job's speed
     # measured on training tasks' plans just before and after it, and the machine's drift right after it
     anchors("6a", "before"),
@@ -448,11 +467,13 @@ STEPS: list[StepSpec] = [
              | {"out_dir": r.layout.oversize_sim, "quiet": True, "no_progress": True},
              when=lambda r: r.oversize, late=lambda r: chosen_lambda(r) if r.onpolicy else {}),
     StepSpec("6h", "hardware on tasks with a table larger than a device", "eval.py",
-             lambda r: [r.layout.oversize_sim / "plans.json"], lambda r: [r.layout.oversize_hw / "summary.json"],
+             lambda r: [r.layout.oversize_sim / "plans.json"]
+             + ([r.layout.oversize_anchor_sim / "plans.json"] if r.oversize_anchors else []),
+             lambda r: [r.layout.oversize_hw / "summary.json"],
              lambda r: oversize_evaluation(r)
              | {"plans": r.layout.oversize_sim / "plans.json", "out_dir": r.layout.oversize_hw,
                 "warmup": r.preset.eval_warmup, "iters": r.preset.eval_iters, "repeats": r.preset.eval_repeats,
-                **r.device(), "quiet": True, "no_progress": True},
+                **r.device(), **_oversize_anchors(r), "quiet": True, "no_progress": True},
              when=lambda r: r.oversize),
     # 7 (--torchrec_train): TorchRec's runtime. Plans of training tasks trained in TorchRec, a cost model fitted to
     # them, NeuroShard planned for it (labelled neuroshard[torchrec]); the evaluation's plans trained with
@@ -580,6 +601,14 @@ def _torchrec_anchors(run: Run) -> dict:
     if run.preset.round_anchors < 1:
         return {}
     return {"round_anchors": run.layout.torchrec_data / "results.json", "anchors_per_round": run.preset.round_anchors}
+
+
+def _oversize_anchors(run: Run) -> dict:
+    """The new set's round anchors (step 5e's plans of its own anchor tasks): none without them."""
+    if not run.oversize_anchors:
+        return {}
+    return {"round_anchors": run.layout.oversize_anchor_sim / "plans.json",
+            "anchors_per_round": run.preset.round_anchors}
 
 
 def _round_anchors(run: Run) -> dict:

@@ -208,7 +208,20 @@ def test_oversize_section_compares_the_algorithms_that_planned_and_counts_what_n
     assert "| torchrec | 17.00 [" in text and "| dreamshard | - |" in text and "| 0 / 3 | - |" in text
     assert "- Tasks torchrec planned and NeuroShard did not: 1 (2)." in text
     assert fig["planned_none"] == ["dreamshard"] and fig["unplanned_by_neuroshard"] == {"torchrec": [2]}
-    assert fig["torchrec_train"] is None and "step 7g" not in text
+    assert fig["torchrec_train"] is None and "step 7g" not in text and fig["round_calibration"] is None
+    # with the new set's own anchors measured in every round of step 6h: the rounds' speed and the moved error
+    from neuroshard.eval.round_calibration import RoundCalibration
+    from neuroshard.formats.side_files import write_side_file
+
+    (tmp_path / "oversize" / "hw").mkdir()
+    write_side_file(tmp_path / "oversize" / "hw" / "round_calibration.json",
+                    RoundCalibration(4, [{"cost": 0.9}, {"cost": 0.8}], 12, mape=0.1, raw_mape=0.2, floor=0.08))
+    lines, fig = oversize_lines(tmp_path)
+    text = "\n".join(lines)
+    assert ("- Per-round calibration: 4 plans of the second dataset's anchor tasks (step 5e's, never the "
+            "evaluation's) were measured in each of the 2 rounds of step 6h") in text
+    assert "ran them at 0.900x, 0.800x their estimates" in text and "MAPE **10.0%** per measurement" in text
+    assert fig["round_calibration"]["anchors"] == 4
     # with phase 7: the tasks trained in TorchRec, neuroshard[torchrec] against TorchRec's full planner
     from neuroshard.torchrec.training_eval import summarize as training_summary
 

@@ -251,12 +251,22 @@ def test_tasks_beyond_the_paper_space_get_their_dataset_tasks_and_evaluation():
         assert flag(step, "--task_path") == str(Path("r") / "oversize" / "tasks" / "data.txt")
     assert flag(hw, "--plans") == str(Path("r") / "oversize" / "sim" / "plans.json")
     assert flag(hw, "--repeats") == "2" and sim.late is not None
+    # their own anchors in every round of 6h: plans of other tasks over the same dataset (training-task seed)
+    anchor_tasks, anchor_sim = steps["2e"], steps["5e"]
+    assert flag(anchor_tasks, "--data_dir") == flag(data, "--out_dir") and flag(anchor_tasks, "--data_size") == "4"
+    assert flag(anchor_tasks, "--seed") == "1" and flag(tasks, "--seed") == "0" and flag(anchor_tasks, "--hot") == "1"
+    assert flag(anchor_sim, "--task_path") == str(Path("r") / "oversize" / "anchor_tasks" / "data.txt")
+    assert flag(anchor_sim, "--alg") == flag(sim, "--alg") and flag(anchor_sim, "--max_tasks") == "4"
+    anchored = str(Path("r") / "oversize" / "anchor_sim" / "plans.json")
+    assert flag(hw, "--round_anchors") == anchored and flag(hw, "--anchors_per_round") == "4"
+    assert Path(anchored) in hw.inputs and "--round_anchors" not in sim.argv
+    oversize += [anchor_tasks, anchor_sim]
     oversize += [steps_of("--preset", "quick", "--torchrec_train")[k] for k in ("7f", "7g")]
     options = parsed_options(sorted({ROOT / s.argv[0] for s in oversize}))
     for step in oversize:
         assert not [a for a in step.argv if a.startswith("--") and a not in options[step.argv[0]]]
     # off in the smoke preset, and on a public dataset (whose own tables would have to be larger than a device)
-    assert not {"1b", "2d", "6g", "6h"} & (steps_of("--preset", "tiny").keys()
+    assert not {"1b", "2d", "2e", "5e", "6g", "6h"} & (steps_of("--preset", "tiny").keys()
                                            | steps_of("--preset", "quick", "--data", "x.pt").keys())
 
 
@@ -352,7 +362,7 @@ def test_only_takes_steps_and_phases_and_list_prints_the_table(capsys):
 
     steps = build_steps(run_of(parse_args(["--preset", "quick"]), Path("r")))
     assert select(steps, "5c,6b") == {"5c", "6b"}
-    assert select(steps, "5") == {"5a", "5b", "5c", "5d"} and select(steps, "1") == {"1", "1b"}
+    assert select(steps, "5") == {"5a", "5b", "5c", "5d", "5e"} and select(steps, "1") == {"1", "1b"}
     with pytest.raises(ConfigError, match="unknown step 9"):
         select(steps, "9")
     assert main(["--preset", "tiny", "--list", "--out_dir", "r"]) == 0
