@@ -16,7 +16,11 @@ exchanges). The choice of types is greedy, on top of NeuroShard's search:
 2. NeuroShard's search places the others around it;
 3. each round tries every candidate table as each kind the model prices,
    patched into the best plan so far (its pieces taken off their devices),
-   and keeps the cheapest trial if it lowers the estimate; at most
+   and, per kind, the first 2, 4, 8, ... tables together, by their single
+   trials' cost and by lookups (a kind's tables share one collective, or
+   under TorchRec's runtime one group, whose fixed latency one table alone
+   may not repay: `_bundles`);
+   it keeps the cheapest trial if it lowers the estimate; at most
    `SearchConfig.spread_rounds` rounds;
 4. with the chosen tables fixed, NeuroShard's search places the rest again
    (their memory and, under the runtime model, their cost parts known:
@@ -156,6 +160,44 @@ def place_around(tables: Sequence[ShardTable], spread: Sequence[Spread], problem
     return lift(tables, keep, sub, res.plan, spread), res.cost
 
 
+def _tried(tables: Sequence[ShardTable], plan: Plan, trial: list[Spread], models,
+           problem: Problem) -> tuple[float, list[Spread], Plan] | None:
+    """(estimated ms, `trial`, the plan) of `plan` patched with the spread tables of `trial`; None when that
+    does not fit or is not a valid plan."""
+    try:
+        trial_plan = patched(tables, plan, trial)
+        return simulate(tables, trial_plan, models, problem).cost, trial, trial_plan
+    except (OutOfMemoryError, InvalidPlanError):
+        return None
+
+
+def _bundles(tables: Sequence[ShardTable], plan: Plan, chosen: list[Spread], singles: Sequence[tuple],
+             models, problem: Problem) -> list[tuple[float, list[Spread], Plan]]:
+    """Trials that spread several tables of one kind at once: per kind, the first 2, 4, 8, ... of its single
+    trials (`singles`, from `_tried`) patched into `plan` together, in two orders: the cheapest single trials
+    first, and the most looked-up tables (lookups x dim) first. The tables of a kind share one collective
+    (`types.plan.spread_collectives`) and, in TorchRec's runtime, one group, whose fixed latency the first table
+    of the kind pays alone: several tables can pay together where none pays by itself. A single trial's cost
+    hides that: while another table keeps its device the slowest, taking one hot table off its device saves
+    nothing, so the hot tables' single trials are not the cheapest; hence the second order."""
+    out, seen = [], set()
+    for kind in sorted({trial[-1].kind for _, trial, _ in singles}):
+        mine = [x[1][-1] for x in sorted((x for x in singles if x[1][-1].kind == kind),
+                                         key=lambda x: (x[0], x[1][-1].table))]
+        hot = sorted(mine, key=lambda s: (-tables[s.table].config.pooling_factor * tables[s.table].dim, s.table))
+        for ranked in (mine, hot):
+            m = 2
+            while m <= len(ranked):
+                key = (kind, frozenset(s.table for s in ranked[:m]))
+                if key not in seen:
+                    seen.add(key)
+                    trial = _tried(tables, plan, chosen + ranked[:m], models, problem)
+                    if trial is not None:
+                        out.append(trial)
+                m *= 2
+    return out
+
+
 def spread_search(tables: Sequence[ShardTable], problem: Problem, models,
                   config: SearchConfig | None = None) -> tuple[Plan, float]:
     """NeuroShard with row-wise and data-parallel tables (module doc): (plan, estimated ms). OutOfMemoryError
@@ -178,20 +220,17 @@ def spread_search(tables: Sequence[ShardTable], problem: Problem, models,
             return plan, cost
         pool = candidates(tables, sorted({t for ts in free.values() for t in ts}))
         for _ in range(config.spread_rounds):
-            best = None
             taken = {s.table for s in chosen}
+            singles = []
             for t in pool:
                 if t in taken:
                     continue
                 for kind in (k for k in kinds if t in free[k]):
-                    trial = chosen + [Spread(t, kind, every)]
-                    try:
-                        trial_plan = patched(tables, plan, trial)
-                        trial_cost = simulate(tables, trial_plan, models, problem).cost
-                    except (OutOfMemoryError, InvalidPlanError):
-                        continue
-                    if best is None or trial_cost < best[0]:
-                        best = (trial_cost, trial, trial_plan)
+                    trial = _tried(tables, plan, chosen + [Spread(t, kind, every)], models, problem)
+                    if trial is not None:
+                        singles.append(trial)
+            best = min(singles + _bundles(tables, plan, chosen, singles, models, problem),
+                       key=lambda x: x[0], default=None)
             if best is None or not best[0] < cost:
                 break
             cost, chosen, plan = best

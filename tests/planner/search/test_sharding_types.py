@@ -70,6 +70,30 @@ def test_a_hot_small_table_goes_data_parallel_when_the_model_says_it_pays():
     assert spread_search(tables, problem, m, SearchConfig(spread_rounds=0))[0].spread == ()
 
 
+def test_two_hot_tables_go_data_parallel_together_where_neither_pays_alone():
+    # each sharding-type group costs 3 ms more (its input distribution and exchanges); two hot tables, each
+    # 8.104 ms whole on a rank, and 6 cold ones (0.276 ms each alone)
+    m = models(compute_max=1.0, allreduce=100.0, reduce=1.0, groups=3.0)
+    tables = [ShardTable(i, i, TableConfig(100, 200.0, BINS, 4)) for i in range(2)] + [
+        ShardTable(i, i, TableConfig(1000, 1.0, BINS, 16)) for i in range(2, 8)]
+    problem = Problem(4, 1.0)
+    plain = search(tables, problem, m)
+    # table-wise only: one group, its busiest rank a hot table's (the search puts a cold one beside it: 8.28)
+    assert plain.cost == pytest.approx(3.0 + 8.104 + 0.176, rel=1e-6)
+    # one hot table data-parallel does not pay: the other still sets the table-wise group's time, and the
+    # data-parallel group adds its 3 ms, its kernel (0.1 + 0.004 + 2) and all-reduce (400 elements: 0.04)
+    one = simulate(tables, ns.Plan(plain.plan.column_steps, tuple(tuple(s for s in d if s != 0) for d in
+                                                                  plain.plan.shards), (Spread(0, "data_parallel",
+                                                                                              EVERY),)), m, problem)
+    assert one.cost == pytest.approx(2 * 3.0 + 8.28 + 2.104 + 0.04, rel=1e-6) and one.cost > plain.cost
+    # both do: 2 groups, the data-parallel kernel 0.1 + 0.008 + 4 and all-reduce 0.08, the cold tables two a
+    # rank (0.1 + 0.032 + 0.32)
+    plan, cost = spread_search(tables, problem, m)
+    assert plan.spread == (Spread(0, "data_parallel", EVERY), Spread(1, "data_parallel", EVERY))
+    assert cost == pytest.approx(2 * 3.0 + 4.108 + 0.08 + 0.452, rel=1e-6)
+    assert cost == pytest.approx(simulate(tables, plan, m, problem).cost, rel=1e-9)
+
+
 def test_a_table_that_fits_no_device_is_row_wise_and_the_rest_placed_around_it():
     # 1 MB devices; table 0: 100,000 rows x 8, 400 KB even at its narrowest shard (dim 4) x ... = 1.6 MB
     mb = 2**20 / 2**30
