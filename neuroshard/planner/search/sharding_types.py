@@ -94,10 +94,15 @@ def free_tables(tables: Sequence[ShardTable], cons: TableConstraints, ndevices: 
     return [t for t in range(len(tables)) if cons.may_spread(t, kind, ndevices)]
 
 
+def lookup_weight(table: ShardTable) -> float:
+    """How much a table is looked up, by the elements its lookups read: pooling factor x dim."""
+    return table.config.pooling_factor * table.dim
+
+
 def candidates(tables: Sequence[ShardTable], free: Sequence[int]) -> list[int]:
     """At most 2 x `CANDIDATES` free tables: the largest, then the most looked up (lookups x dim)."""
     by_size = sorted(free, key=lambda t: (-tables[t].size_gb, t))[:CANDIDATES]
-    by_lookups = sorted(free, key=lambda t: (-tables[t].config.pooling_factor * tables[t].dim, t))[:CANDIDATES]
+    by_lookups = sorted(free, key=lambda t: (-lookup_weight(tables[t]), t))[:CANDIDATES]
     return sorted(set(by_size) | set(by_lookups))
 
 
@@ -180,12 +185,12 @@ def _bundles(tables: Sequence[ShardTable], plan: Plan, chosen: list[Spread], sin
     of the kind pays alone: several tables can pay together where none pays by itself. A single trial's cost
     hides that: while another table keeps its device the slowest, taking one hot table off its device saves
     nothing, so the hot tables' single trials are not the cheapest; hence the second order."""
+    added = [(cost, trial[-1]) for cost, trial, _ in singles]  # each single trial's own table
     out, seen = [], set()
-    for kind in sorted({trial[-1].kind for _, trial, _ in singles}):
-        mine = [x[1][-1] for x in sorted((x for x in singles if x[1][-1].kind == kind),
-                                         key=lambda x: (x[0], x[1][-1].table))]
-        hot = sorted(mine, key=lambda s: (-tables[s.table].config.pooling_factor * tables[s.table].dim, s.table))
-        for ranked in (mine, hot):
+    for kind in sorted({s.kind for _, s in added}):
+        cheapest = [s for _, s in sorted(added, key=lambda x: (x[0], x[1].table)) if s.kind == kind]
+        hot = sorted(cheapest, key=lambda s: (-lookup_weight(tables[s.table]), s.table))
+        for ranked in (cheapest, hot):
             m = 2
             while m <= len(ranked):
                 key = (kind, frozenset(s.table for s in ranked[:m]))

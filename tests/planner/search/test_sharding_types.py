@@ -9,7 +9,7 @@ import neuroshard as ns
 from neuroshard.planner.costs.cost_models import CostModels
 from neuroshard.planner.costs.nets import linear_compute_model
 from neuroshard.planner.search.beam import SearchConfig, search
-from neuroshard.planner.search.sharding_types import narrowest_elements, spread_search
+from neuroshard.planner.search.sharding_types import narrowest_elements, patched, spread_search
 from neuroshard.planner.simulator import simulate
 from neuroshard.problem import Problem
 from neuroshard.torchrec.runtime_model import FEATURES, TorchRecRuntimeModel
@@ -82,9 +82,7 @@ def test_two_hot_tables_go_data_parallel_together_where_neither_pays_alone():
     assert plain.cost == pytest.approx(3.0 + 8.104 + 0.176, rel=1e-6)
     # one hot table data-parallel does not pay: the other still sets the table-wise group's time, and the
     # data-parallel group adds its 3 ms, its kernel (0.1 + 0.004 + 2) and all-reduce (400 elements: 0.04)
-    one = simulate(tables, ns.Plan(plain.plan.column_steps, tuple(tuple(s for s in d if s != 0) for d in
-                                                                  plain.plan.shards), (Spread(0, "data_parallel",
-                                                                                              EVERY),)), m, problem)
+    one = simulate(tables, patched(tables, plain.plan, [Spread(0, "data_parallel", EVERY)]), m, problem)
     assert one.cost == pytest.approx(2 * 3.0 + 8.28 + 2.104 + 0.04, rel=1e-6) and one.cost > plain.cost
     # both do: 2 groups, the data-parallel kernel 0.1 + 0.008 + 4 and all-reduce 0.08, the cold tables two a
     # rank (0.1 + 0.032 + 0.32)
