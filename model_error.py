@@ -2,11 +2,13 @@
 
     python model_error.py --data_dir results/quick/dataset --task_path results/quick/tasks/data.txt \\
         --results results/quick/hw/results.json --ndevices 4 --max_mem 1 \\
-        --model_set random=results/quick/models --model_set onpolicy=results/quick/models/onpolicy
+        --model_set random=results/quick/models --model_set onpolicy=results/quick/models/onpolicy \\
+        --collective_model results/quick/models/collectives_4.json
 
 Every plan that eval.py measured (its results.json) is re-simulated under each
-set of models (a folder with compute.pt, comm_<n>_fw.pt and comm_<n>_bw.pt)
-and compared with its measurements: plan-cost MAPE and Spearman, the per-rank
+set of models (a folder with compute.pt, comm_<n>_fw.pt and comm_<n>_bw.pt,
+with --collective_model pricing the collectives of row-wise and data-parallel
+tables under every set) and compared with its measurements: plan-cost MAPE and Spearman, the per-rank
 compute / backward / forward comm errors, and the share of measurements inside
 the predicted 80% band. Writes --out_path (JSON) and prints a table.
 """
@@ -37,6 +39,8 @@ def parse_args(argv=None):
     p.add_argument("--model_set", action="append", required=True, metavar="LABEL=DIR|FILE.json",
                    help="a set of cost models: a folder with compute.pt and comm_<n>_fw.pt / _bw.pt, or a fitted "
                         "TorchRec estimator (fit_torchrec_estimator.py's JSON) (repeatable)")
+    add_flag(p, "collective_model", help="the collective model pricing row-wise and data-parallel tables under every "
+                                         "set (the one the plans were made with; without it such plans are errors)")
     add_flag(p, "out_path", help="JSON output (default: model_error.json beside --results)")
     return p.parse_args(argv)
 
@@ -81,8 +85,9 @@ def main(argv=None) -> int:
     configs = read_table_configs(Path(args.data_dir) / "table_configs.json")
     tasks = read_tasks(args.task_path, num_tables=len(configs))
     records = read_measured_plans(args.results, tasks, configs, args.task_path)
-    models = {label: CostModels.analytic_models(AnalyticModel.load(paths[0], problem.ndevices)) if len(paths) == 1
-              else CostModels.from_paths(*paths, problem.ndevices) for label, paths in sets.items()}
+    models = {label: (CostModels.analytic_models(AnalyticModel.load(paths[0], problem.ndevices)) if len(paths) == 1
+                      else CostModels.from_paths(*paths, problem.ndevices)).with_collectives(args.collective_model)
+              for label, paths in sets.items()}
     errors = model_error(records, tasks, configs, models, problem)
     pct = lambda x: "-" if x is None else f"{100 * x:.1f}%"  # noqa: E731
     print("| models | plans | plan MAPE | expected | compute | bw comm | fw comm | ready spread est / hw (ms) | "

@@ -458,6 +458,7 @@ STEPS: list[StepSpec] = [
                         "results": r.layout.hw / "results.json", **r.problem_flags("seed"),
                         "model_set": [f"random={r.layout.models}", f"onpolicy={r.layout.onpolicy_models}",
                                       *([f"fitted={_estimator(r)}"] if r.preset.ablation else [])],
+                        **({"collective_model": _collective_model(r)} if _collectives(r) else {}),
                         "out_path": r.layout.hw / "model_error.json"},
              when=_onpolicy),
     # the tasks beyond the paper's plan space, planned by every algorithm and measured as the evaluation's

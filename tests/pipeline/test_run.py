@@ -71,6 +71,9 @@ def test_tiny_pipeline_writes_every_artifact_and_skips_on_rerun(tmp_path):
     collectives = json.loads((out / "models" / "collectives_2.json").read_text())
     assert set(collectives["fits"]) == {"reduce_scatter", "all_gather", "all_reduce"}
     assert json.loads((out / "sim" / "config.json").read_text())["collective_model"].endswith("collectives_2.json")
+    # and step 6f re-prices the measured plans with it: a NeuroShard plan may make a table row-wise there
+    assert "model_error.py" in r.stdout and f"--collective_model {out / 'models' / 'collectives_2.json'}" in \
+        r.stdout.split("$ python model_error.py", 1)[1].splitlines()[0]
     held = json.loads((out / "models" / "compute_heldout.json").read_text())
     assert set(held["mape"]) == {"in_distribution", "unseen_tables", "mixed"}
     report = (out / "report.md").read_text()

@@ -72,8 +72,14 @@ class CostModels:
     @property
     def global_batch(self) -> int:
         """The global batch plans are costed at: `batch`, else the one the compute model's data was measured
-        at. ConfigError when neither is known (the collectives of spread tables scale with it)."""
-        batch = self.batch if self.batch is not None else model_batches(self.compute)[0]
+        at (a fitted estimator's own). ConfigError when neither is known (the collectives of spread tables scale
+        with it)."""
+        if self.batch is not None:
+            batch = self.batch
+        elif self.analytic is not None:
+            batch = self.analytic.batch
+        else:
+            batch = model_batches(self.compute)[0]
         if batch is None:
             raise ConfigError("batch_size", "the compute model does not record the batch of its data: give the "
                                             "global batch the plans are for")

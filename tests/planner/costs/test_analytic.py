@@ -52,3 +52,23 @@ def test_the_scorer_prices_plans_with_the_model(tmp_path):
                                        '"coef": [0, 0, 0, 0], "a2a_bw": 1, "batch": 1}')
     with pytest.raises(InputError, match="every coefficient is 0"):
         AnalyticModel.load(tmp_path / "bad.json")
+
+
+def test_a_collective_model_prices_the_spread_tables_at_the_estimators_batch():
+    from dataclasses import replace
+
+    from neuroshard.types.errors import InvalidPlanError
+    from neuroshard.types.plan import Spread
+    from tests.planner.test_simulator import hand_collectives
+
+    model = AnalyticModel(2, (0.002, 0.05, 0.1, 0.3), 2.0e6, 1000)
+    tables = [ShardTable(0, 0, TableConfig(1000, 2.0, BINS, dim=64)),
+              ShardTable(1, 1, TableConfig(5000, 4.0, BINS, dim=32))]
+    plan = Plan((), ((0,), ()), (Spread(1, "row_wise", (0, 1)),))
+    with pytest.raises(InvalidPlanError, match="table 1 is row_wise: the paper runtime's cost models price"):
+        simulate(tables, plan, CostModels.analytic_models(model), Problem(2, 1.0))
+    # table 1's 1000 x 32 pooled outputs (the estimator's batch): reduce-scattered forward (0.1 + 0.032 ms), its
+    # gradients all-gathered backward (0.2 + 0.064 ms), on both ranks
+    bd = simulate(tables, plan, replace(CostModels.analytic_models(model), collectives=hand_collectives()),
+                  Problem(2, 1.0))
+    np.testing.assert_allclose(bd.collectives, [[0.132, 0.264], [0.132, 0.264]], rtol=1e-6)
