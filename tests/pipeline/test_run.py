@@ -246,10 +246,10 @@ def test_tasks_beyond_the_paper_space_get_their_dataset_tasks_and_evaluation():
     assert flag(data, "--large_tables") == "8" and flag(data, "--hot_tables") == "8"
     assert flag(data, "--out_dir") == str(Path("r") / "oversize" / "dataset")
     assert flag(tasks, "--oversize") == "1" and flag(tasks, "--hot") == "1"
-    assert flag(tasks, "--data_dir") == flag(data, "--out_dir") and flag(tasks, "--data_size") == "6"
+    assert flag(tasks, "--data_dir") == flag(data, "--out_dir") and flag(tasks, "--data_size") == "4"
     for step in (sim, hw):  # every algorithm of the evaluation and TorchRec's full planner, on the second dataset's
         assert flag(step, "--alg") == flag(steps["5c"], "--alg") + ",torchrec_full"  # (priced by step 3e's model)
-        assert flag(step, "--max_tasks") == "6" and flag(step, "--collective_model").endswith("collectives_4.json")
+        assert flag(step, "--max_tasks") == "4" and flag(step, "--collective_model").endswith("collectives_4.json")
         assert flag(step, "--data_dir") == flag(data, "--out_dir")
         assert flag(step, "--task_path") == str(Path("r") / "oversize" / "tasks" / "data.txt")
     assert flag(hw, "--plans") == str(Path("r") / "oversize" / "sim" / "plans.json")
