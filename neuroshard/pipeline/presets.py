@@ -136,16 +136,17 @@ PRESETS = {
     # dataset of gen_dlrm_data.py. The comm batch equals the dataset's, as eval.py uses it. 600 tables, not
     # fewer: the compute model generalises to unseen tables with the number of distinct tables it trains on,
     # not with the number of shards. The strongest baselines only (`--preset paper` and `--alg all` keep the
-    # others, which lose to NeuroShard by far on hardware). The unmeasured tasks and the new set's tasks are as
-    # few as keep the demo inside its 15 minutes on a slow day; the study preset has the power.
+    # others, which lose to NeuroShard by far on hardware). The tasks, the noise samples, the collectives' samples
+    # and the warm-up iterations are as few as keep the demo inside its 15 minutes on a slow day; the study
+    # preset has the power.
     "quick": Preset("quick", Problem(ndevices=4, max_mem=1.0), max_dim=128, num_tables=600, batch_size=4096,
                     max_rows=1_000_000, num_tasks=20, t_range="10,30", compute_samples=650, max_tables=10,
                     comm_samples=300, comm_t_range="10,30", sleep_range="0,50", comm_batch_size=4096, warmup=3,
-                    iters=7, noise_samples=40, epochs=1000, policy_tasks=50, dreamshard_args=(),
-                    autoshard_args=(), eval_tasks=10, eval_warmup=3, eval_iters=5, eval_repeats=2, drift_samples=20,
+                    iters=7, noise_samples=30, epochs=1000, policy_tasks=50, dreamshard_args=(),
+                    autoshard_args=(), eval_tasks=8, eval_warmup=2, eval_iters=5, eval_repeats=2, drift_samples=20,
                     ensemble=3, onpolicy_tasks=2, spread_dist="log", unmeasured_tasks=20,
                     algs="neuroshard,neuroshard_plus,size_lookup_greedy,torchrec,dreamshard,autoshard", ablation=True,
-                    oversize_tasks=4, oversize_compute_samples=150, collective_samples=90, collective_noise=15),
+                    oversize_tasks=4, oversize_compute_samples=150, collective_samples=60, collective_noise=10),
     # The paper's setting on the public dataset and GPUs (DESIGN §2 defaults: 4 GB per GPU, T from 10 to 60,
     # 100 tasks, batch 65536); run once with 4 and once with 8 GPUs.
     "paper": Preset("paper", Problem(ndevices=4, max_mem=4.0), max_dim=128, num_tables=856, batch_size=65536,
@@ -162,7 +163,7 @@ PRESETS = {
 # are the fewest the intervals, the repeat noise and the cross-fitted headroom need. 3,000 compute samples: the
 # compute model is data-starved at 1,000.
 PRESETS["study"] = replace(PRESETS["quick"], name="study", num_tasks=220, eval_tasks=220, eval_repeats=2,
-                           eval_iters=7, compute_samples=3000, comm_samples=500, noise_samples=100, drift_samples=50,
+                           eval_warmup=3, eval_iters=7, compute_samples=3000, comm_samples=500, noise_samples=100, drift_samples=50,
                            onpolicy_tasks=6, algs="neuroshard,neuroshard_plus,torchrec,autoshard",
                            unmeasured_tasks=440, collective_samples=240, collective_noise=30, round_anchors=12,
                            oversize_tasks=6, oversize_compute_samples=600)
