@@ -6,11 +6,12 @@
         --collective_model results/quick/models/collectives_4.json
 
 Every plan that eval.py measured (its results.json) is re-simulated under each
-set of models (a folder with compute.pt, comm_<n>_fw.pt and comm_<n>_bw.pt,
-with --collective_model pricing the collectives of row-wise and data-parallel
-tables under every set) and compared with its measurements: plan-cost MAPE and Spearman, the per-rank
-compute / backward / forward comm errors, and the share of measurements inside
-the predicted 80% band. Writes --out_path (JSON) and prints a table.
+set of models (a folder with compute.pt, comm_<n>_fw.pt and comm_<n>_bw.pt;
+--collective_model prices the collectives of row-wise and data-parallel tables
+under every set) and compared with its measurements: plan-cost MAPE and
+Spearman, the per-rank compute / backward / forward comm errors, and the share
+of measurements inside the predicted 80% band. Writes --out_path (JSON) and
+prints a table.
 """
 
 import argparse

@@ -163,7 +163,7 @@ PRESETS = {
 # are the fewest the intervals, the repeat noise and the cross-fitted headroom need. 3,000 compute samples: the
 # compute model is data-starved at 1,000.
 PRESETS["study"] = replace(PRESETS["quick"], name="study", num_tasks=220, eval_tasks=220, eval_repeats=2,
-                           eval_warmup=3, eval_iters=7, compute_samples=3000, comm_samples=500, noise_samples=100, drift_samples=50,
-                           onpolicy_tasks=6, algs="neuroshard,neuroshard_plus,torchrec,autoshard",
+                           eval_warmup=3, eval_iters=7, compute_samples=3000, comm_samples=500, noise_samples=100,
+                           drift_samples=50, onpolicy_tasks=6, algs="neuroshard,neuroshard_plus,torchrec,autoshard",
                            unmeasured_tasks=440, collective_samples=240, collective_noise=30, round_anchors=12,
                            oversize_tasks=6, oversize_compute_samples=600)
