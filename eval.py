@@ -57,10 +57,11 @@ def parse_args(argv=None) -> argparse.Namespace:
 
     p = argparse.ArgumentParser(description="Benchmark sharding plans on hardware (measured costs).")
     add_input_args(p, data_help="dataset dir with table_configs.json and data.pt (the lookups the kernels run)")
-    add_flag(p, "round_anchors", help="plans of TRAINING tasks (collect_plan_cost_data.py's hw/plans.json) measured "
-                                      "in every round of the evaluation: each round's speed against the models, by "
-                                      "which that round's measurements are compared (round_calibration.json; the "
-                                      "estimates are not changed)")
+    add_flag(p, "round_anchors", help="plans of tasks that are not evaluated (a plans.json naming its tables: the "
+                                      "pipeline's step 5f plans tasks no model trained on) measured in every round "
+                                      "of the evaluation: each round's speed against the models, by which that "
+                                      "round's measurements are compared (round_calibration.json; the estimates are "
+                                      "not changed)")
     add_flag(p, "anchors_per_round")
     p.add_argument("--plan_speed", default=None,
                    help="an eval.py --out_dir of other plans (e.g. training tasks' on-policy plans) measured just "

@@ -104,8 +104,9 @@ FLAGS: dict[str, dict] = {
                                                            "error on unseen ones"},
     "folds": {"default": 5, "type": int, "help": "cross-validation folds: each sample judged by a fit without it"},
     "results": {"default": None, "help": "an evaluation's results.json (measured plans)"},
-    "round_anchors": {"default": None, "help": "per-round calibration: plans of TRAINING tasks measured again in "
-                                               "every round, spread over it: each round's speed against the models"},
+    "round_anchors": {"default": None, "help": "per-round calibration: plans of tasks that are not evaluated, "
+                                               "measured in every round, spread over it: each round's speed against "
+                                               "the models"},
     "anchors_per_round": {"default": 4, "type": int, "help": "how many of --round_anchors' plans each round "
                                                              "measures (taken over its tasks and algorithms)"},
     "tables": {"default": None, "help": "the user's table list: CSV (with header) or JSON list: name, rows, dim, "

@@ -3,11 +3,14 @@
 The calibration before planning (steps 5a, 5b) times collected kernels and all-to-alls minutes before the
 plan job runs, outside it; on shared cores the job's own speed moves apart from theirs, and the plan-cost
 error the report gives then mixes the models' error with the machine's speed at another hour. So `eval.py
---round_anchors` measures a few plans of TRAINING tasks (the on-policy step's: never the evaluation's, taken
-over its tasks and algorithms: `spread_choice`; one task's plans share that task's model error, as large as the
-drift) in every round of the evaluation, spread over the round (`anchor_order`), and each round's speed is their
-median measured / estimated, per part (`round_factors`): compute, backward and forward exchange, and the
-plan cost. Each measurement of an evaluation plan is then compared with its estimate whose per-rank parts
+--round_anchors` measures a few plans of other tasks in every round of the evaluation, spread over the round
+(`anchor_order`), and each round's speed is their median measured / estimated, per part (`round_factors`):
+compute, backward and forward exchange, and the plan cost. The pipeline's anchors are plans of tasks that nothing
+trained on (steps 2f, 5f), made by the evaluation's algorithms, one plan a task with the algorithms rotated
+(`spread_choice`: one task's plans share that task's model error, as large as the drift). Plans whose shards the
+models were retrained on (the on-policy step's) are a biased gauge: the models reproduce what those plans cost at
+the hour they were measured, not how they price plans they never saw, and the two levels can differ by more than
+a round's drift. Each measurement of an evaluation plan is then compared with its estimate whose per-rank parts
 are multiplied by the factors of the round it ran in (`calibrated_accuracy`): the MAPE per measurement and
 of the plans' means, the rank correlation, and the share of measurements inside the predicted 80% band
 moved by the same factors. The estimates written to the results are not changed.
@@ -200,8 +203,8 @@ def spread_choice(tasks: Sequence[int], k: int) -> list[int]:
 
 
 def anchor_plans(path, configs, models, problem, k: int) -> list[PlanRecord]:
-    """`k` plans of the plans file `path` (plans of training tasks that name their tables,
-    `collect_plan_cost_data.py`'s hw/plans.json) spread over its tasks and algorithms (`spread_choice`),
+    """`k` plans of the plans file `path` (plans that name their tables: eval_simulator.py's or
+    `collect_plan_cost_data.py`'s plans.json) spread over its tasks and algorithms (`spread_choice`),
     estimated under the evaluation's `models` and `problem`. InputError naming the file for a plan without its
     tables, one that does not fit, or no plan at all."""
     from neuroshard.formats.plan_file import read_plans

@@ -81,9 +81,9 @@ class Preset:
     # model planned and measured: NeuroShard's search on it (neuroshard_fitted), TorchRec's planner on it
     # (torchrec_fitted) and on the neural models (torchrec_neural), beside neuroshard and torchrec
     ablation: bool = False
-    # with on-policy data: this many of its plans of training tasks measured in every round of step 6b, each
-    # round's speed against the models (eval/round_calibration.py; 0: off); with --torchrec_train as many of step
-    # 7a's trained again in every round of step 7d, against the runtime model
+    # this many tasks that nothing trains on (step 2f), one plan of each measured in every round of step 6b
+    # (and of 2e's in 6h), each round's speed against the models (eval/round_calibration.py; 0: off); with
+    # --torchrec_train as many of step 7a's plans trained again in every round of step 7d, against the runtime model
     round_anchors: int = 4
     # phase 7 (opt-in, --torchrec_train): the plans of the first tasks trained with TorchRec. Rounds rather than
     # iterations: on 2 shared cores two rounds of a plan differ more than the median of its iterations is uncertain

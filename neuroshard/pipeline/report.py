@@ -412,8 +412,8 @@ def anchor_lines(hw_dir: Path, records: list[PlanRecord] | None) -> tuple[list[s
                    "scaled_spearman": scaled["spearman"]}
 
 
-def round_lines(hw_dir: Path, step: str = "6b", anchors: str = "plans of training tasks (step 4d's, never the "
-                "evaluation's)") -> tuple[list[str], dict | None]:
+def round_lines(hw_dir: Path, step: str = "6b", anchors: str = "plans of anchor tasks (step 5f's: tasks never "
+                "evaluated nor trained on)") -> tuple[list[str], dict | None]:
     """Markdown on the per-round calibration of a hardware step (`eval.round_calibration`: `anchors` measured in
     every round of `step`) and its figures; nothing when the evaluation had no anchors."""
     from neuroshard.eval.round_calibration import RoundCalibration

@@ -26,9 +26,10 @@ from neuroshard.problem import Problem
 from neuroshard.torchrec.full_planner import FULL_ALG
 from neuroshard.types.errors import NeuroShardError
 
-# the task generator's seeds: the evaluation's tasks, the learned baselines' training tasks, and the unmeasured
-# tasks of prediction-powered verdicts (none of them the run's --seed, so runs of several seeds share them)
-EVAL_TASK_SEED, TRAIN_TASK_SEED, UNMEASURED_SEED = 0, 1, 1000
+# the task generator's seeds: the evaluation's tasks, the learned baselines' training tasks, the unmeasured
+# tasks of prediction-powered verdicts, and the per-round anchors' tasks (none of them the run's --seed, so runs
+# of several seeds share them)
+EVAL_TASK_SEED, TRAIN_TASK_SEED, UNMEASURED_SEED, ANCHOR_TASK_SEED = 0, 1, 1000, 2000
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,7 @@ class Layout:
 
 _DIRS = {"dataset": "dataset", "tasks": "tasks", "unmeasured_tasks": "tasks_unmeasured", "train_tasks": "train_tasks",
          "compute_data": "compute_data", "comm_data": "comm_data", "collective_data": "collective_data",
-         "models": "models",
+         "models": "models", "anchor_tasks": "anchor_tasks", "anchor_sim": "anchor_sim",
          "onpolicy_models": "models/onpolicy", "plan_data": "plan_data", "calibration": "calibration", "sim": "sim",
          "unmeasured_sim": "sim_unmeasured", "hw": "hw", "torchrec_data": "torchrec_data",
          "sim_torchrec": "sim_torchrec", "torchrec": "torchrec", "oversize_dataset": "oversize/dataset",
@@ -93,9 +94,14 @@ class Run:
         return self.oversize and self.preset.oversize_compute_samples > 0
 
     @property
+    def anchors(self) -> bool:
+        """The hardware steps measure plans of anchor tasks in every round (2f, 5f; eval/round_calibration.py)."""
+        return self.preset.round_anchors > 0
+
+    @property
     def oversize_anchors(self) -> bool:
         """The new set's hardware step measures plans of other tasks over its dataset in every round (2e, 5e)."""
-        return self.oversize and self.preset.round_anchors > 0
+        return self.oversize and self.anchors
 
     @property
     def learned(self) -> list[str]:
@@ -315,12 +321,19 @@ STEPS: list[StepSpec] = [
              lambda r: task_flags(r, r.layout.oversize_tasks, r.preset.oversize_tasks, EVAL_TASK_SEED)
              | {"data_dir": r.layout.oversize_dataset, "oversize": 1, "hot": 1},
              when=lambda r: r.oversize),
-    # the new set's per-round anchors: tasks of their own over its dataset (no training tasks exist there)
+    # the new set's per-round anchors: tasks of their own over its dataset
     StepSpec("2e", "anchor tasks over the second dataset", "gen_tasks.py",
              lambda r: [r.layout.oversize_dataset], lambda r: [r.layout.oversize_anchor_tasks / "data.txt"],
-             lambda r: task_flags(r, r.layout.oversize_anchor_tasks, r.preset.round_anchors, TRAIN_TASK_SEED)
+             lambda r: task_flags(r, r.layout.oversize_anchor_tasks, r.preset.round_anchors, ANCHOR_TASK_SEED)
              | {"data_dir": r.layout.oversize_dataset, "oversize": 1, "hot": 1},
              when=lambda r: r.oversize_anchors),
+    # step 6b's per-round anchors: tasks no model, policy or estimator ever trained on, so that the models price
+    # their plans as they price the evaluation's (the on-policy step's plans, which the retrained models fit,
+    # are priced at the speed of the hour they were measured in)
+    StepSpec("2f", "anchor tasks", "gen_tasks.py", lambda r: [r.layout.dataset],
+             lambda r: [r.layout.anchor_tasks / "data.txt"],
+             lambda r: task_flags(r, r.layout.anchor_tasks, r.preset.round_anchors, ANCHOR_TASK_SEED),
+             when=lambda r: r.anchors),
     # 3: cost data
     StepSpec("3a", "compute cost data", "collect_compute_cost_data.py", lambda r: [r.layout.dataset],
              lambda r: [r.layout.compute_data / "data.txt"],
@@ -440,10 +453,16 @@ STEPS: list[StepSpec] = [
              | {"task_path": r.layout.oversize_anchor_tasks / "data.txt", "max_tasks": r.preset.round_anchors,
                 "out_dir": r.layout.oversize_anchor_sim, "quiet": True, "no_progress": True},
              when=lambda r: r.oversize_anchors, late=lambda r: chosen_lambda(r) if r.onpolicy else {}),
+    StepSpec("5f", "plans of the anchor tasks", "eval_simulator.py", lambda r: [r.layout.anchor_tasks / "data.txt"],
+             lambda r: [r.layout.anchor_sim / "plans.json"],
+             lambda r: {**evaluation_flags(r, r.layout.anchor_tasks, r.preset.round_anchors),
+                        "out_dir": r.layout.anchor_sim, "quiet": True, "no_progress": True},
+             when=lambda r: r.anchors, late=lambda r: chosen_lambda(r) if r.onpolicy else {}),
     # 6: measuring the plans eval_simulator.py made (planned once, by the same code), with the plan job's speed
     # measured on training tasks' plans just before and after it, and the machine's drift right after it
     anchors("6a", "before"),
-    StepSpec("6b", "hardware evaluation", "eval.py", lambda r: [r.layout.sim / "plans.json"],
+    StepSpec("6b", "hardware evaluation", "eval.py",
+             lambda r: [r.layout.sim / "plans.json"] + ([r.layout.anchor_sim / "plans.json"] if r.anchors else []),
              lambda r: [r.layout.hw / "summary.json"],
              lambda r: {**evaluation_flags(r, r.layout.tasks, r.preset.eval_tasks),
                         "plans": r.layout.sim / "plans.json",
@@ -613,12 +632,11 @@ def _oversize_anchors(run: Run) -> dict:
 
 
 def _round_anchors(run: Run) -> dict:
-    """With on-policy data: its plans of training tasks measured in every round of the evaluation, the
-    rounds' speed (eval/round_calibration.py)."""
-    if not run.onpolicy or run.preset.round_anchors < 1:
+    """Step 5f's plans of the anchor tasks measured in every round of the evaluation, the rounds' speed
+    (eval/round_calibration.py): none with round_anchors 0."""
+    if not run.anchors:
         return {}
-    return {"round_anchors": run.layout.plan_data / "hw" / "plans.json",
-            "anchors_per_round": run.preset.round_anchors}
+    return {"round_anchors": run.layout.anchor_sim / "plans.json", "anchors_per_round": run.preset.round_anchors}
 
 
 def _training(run: Run) -> dict:

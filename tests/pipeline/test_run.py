@@ -102,14 +102,17 @@ def test_tiny_pipeline_writes_every_artifact_and_skips_on_rerun(tmp_path):
         anchored = read_plans(out / "hw" / f"anchors_{when}" / "results.json")
         assert anchored and all(len(a.repeat_costs) == 1 and a.task < 2 for a in anchored if a.measured)
     assert "Plan-level speed: the " in report
-    # and 4 of them measured in every round of step 6b: the rounds' speed, each measurement against it
+    # and one plan of each of step 2f's 4 anchor tasks (step 5f's, the algorithms rotated over the tasks) measured
+    # in every round of step 6b: the rounds' speed, each measurement against it
     rounds = json.loads((out / "hw" / "round_calibration.json").read_text())
     assert rounds["anchors"] == 4 and len(rounds["factors"]) == 2 and rounds["measurements"] == 2 * len(measured)
     anchors = read_plans(out / "hw" / "round_anchors.json")  # their measurements, to read the speed again from
     assert len(anchors) == 4 and all(len(a.repeat_costs) == 2 for a in anchors)
+    assert sorted(a.task for a in anchors) == [0, 1, 2, 3] and len({a.alg for a in anchors}) > 1
+    assert len(read_plans(out / "anchor_sim" / "plans.json")) > 4
     for got, want in zip(round_factors(anchors, 2), rounds["factors"], strict=True):
         assert got == pytest.approx(want)
-    assert "Per-round calibration: 4 plans of training tasks" in report
+    assert "Per-round calibration: 4 plans of anchor tasks (step 5f's" in report
     # step 6's estimates are not scaled by the anchors before it (--plan_speed is eval.py's option, off here)
     assert json.loads((out / "hw" / "config.json").read_text())["plan_speed_factors"] is None
     assert "--plan_speed" not in report
@@ -169,7 +172,8 @@ def test_tiny_pipeline_writes_every_artifact_and_skips_on_rerun(tmp_path):
 
     again = _driver(out)
     assert again.returncode == 0, again.stderr[-2000:]
-    assert again.stdout.count("up to date, skipped") == 27  # every step of the tiny run, steps 3e and 4j among them
+    # every step of the tiny run, steps 2f, 3e, 4j and 5f among them
+    assert again.stdout.count("up to date, skipped") == 29
 
 
 def test_changed_step_reruns_itself_and_everything_after(tmp_path, capsys):
@@ -254,10 +258,11 @@ def test_tasks_beyond_the_paper_space_get_their_dataset_tasks_and_evaluation():
         assert flag(step, "--task_path") == str(Path("r") / "oversize" / "tasks" / "data.txt")
     assert flag(hw, "--plans") == str(Path("r") / "oversize" / "sim" / "plans.json")
     assert flag(hw, "--repeats") == "2" and sim.late is not None
-    # their own anchors in every round of 6h: plans of other tasks over the same dataset (training-task seed)
+    # their own anchors in every round of 6h: plans of other tasks over the same dataset (the anchor tasks' seed)
     anchor_tasks, anchor_sim = steps["2e"], steps["5e"]
     assert flag(anchor_tasks, "--data_dir") == flag(data, "--out_dir") and flag(anchor_tasks, "--data_size") == "4"
-    assert flag(anchor_tasks, "--seed") == "1" and flag(tasks, "--seed") == "0" and flag(anchor_tasks, "--hot") == "1"
+    assert flag(anchor_tasks, "--seed") == "2000" and flag(tasks, "--seed") == "0"
+    assert flag(anchor_tasks, "--hot") == "1"
     assert flag(anchor_sim, "--task_path") == str(Path("r") / "oversize" / "anchor_tasks" / "data.txt")
     assert flag(anchor_sim, "--alg") == flag(sim, "--alg") and flag(anchor_sim, "--max_tasks") == "4"
     anchored = str(Path("r") / "oversize" / "anchor_sim" / "plans.json")
@@ -334,6 +339,27 @@ def test_prediction_powered_verdicts_plan_unmeasured_tasks_as_the_measured_are_p
     assert "5d" in steps_of("--preset", "quick") and "5d" not in steps_of("--preset", "tiny")
 
 
+def test_the_evaluations_round_anchors_are_plans_of_tasks_nothing_trained_on():
+    from neuroshard.pipeline.steps import ANCHOR_TASK_SEED, EVAL_TASK_SEED, TRAIN_TASK_SEED, UNMEASURED_SEED
+
+    study = steps_of("--preset", "study")
+    gen = flags_of(study["2f"])
+    assert gen["--data_size"] == "12" and gen["--out_dir"] == str(Path("r") / "anchor_tasks")
+    assert gen["--seed"] == str(ANCHOR_TASK_SEED) and ANCHOR_TASK_SEED not in (EVAL_TASK_SEED, TRAIN_TASK_SEED,
+                                                                                UNMEASURED_SEED)
+    assert flags_of(study["2e"])["--seed"] == gen["--seed"]  # the new set's anchor tasks: the same seed
+    # planned as the evaluation's tasks are (models, calibration, algorithms, policies, NeuroShard+'s lambda)
+    evaluated, anchored = flags_of(study["5c"]), flags_of(study["5f"])
+    differ = {k for k in evaluated.keys() | anchored.keys() if evaluated.get(k) != anchored.get(k)}
+    assert differ == {"--task_path", "--max_tasks", "--out_dir", "--quiet"} and study["5f"].late is not None
+    assert anchored["--task_path"] == gen["--out_dir"] + "/data.txt" and anchored["--max_tasks"] == "12"
+    # and step 6b measures one plan of each in every round: no on-policy plan, which the models were refitted to
+    hw = flags_of(study["6b"])
+    plans = Path("r") / "anchor_sim" / "plans.json"
+    assert hw["--round_anchors"] == str(plans) and hw["--anchors_per_round"] == "12" and plans in study["6b"].inputs
+    assert "--round_anchors" not in study["6a"].argv and "--round_anchors" not in study["5c"].argv
+
+
 def test_steps_are_numbered_in_the_order_they_run_and_each_script_is_a_step_script_at_the_root():
     from neuroshard.pipeline.steps import STEPS
 
@@ -365,7 +391,7 @@ def test_only_takes_steps_and_phases_and_list_prints_the_table(capsys):
 
     steps = build_steps(run_of(parse_args(["--preset", "quick"]), Path("r")))
     assert select(steps, "5c,6b") == {"5c", "6b"}
-    assert select(steps, "5") == {"5a", "5b", "5c", "5d", "5e"} and select(steps, "1") == {"1", "1b"}
+    assert select(steps, "5") == {"5a", "5b", "5c", "5d", "5e", "5f"} and select(steps, "1") == {"1", "1b"}
     with pytest.raises(ConfigError, match="unknown step 9"):
         select(steps, "9")
     assert main(["--preset", "tiny", "--list", "--out_dir", "r"]) == 0
