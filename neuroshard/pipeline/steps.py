@@ -522,8 +522,8 @@ STEPS: list[StepSpec] = [
     # beside the plans of both runtimes, TorchRec's planner as users get it (every sharding type), planned by
     # eval_torchrec.py itself within the run's memory
     StepSpec("7d", "TorchRec training", "eval_torchrec.py",
-             lambda r: [r.layout.sim_torchrec / "plans.json", r.layout.sim / "plans.json",
-                        r.layout.torchrec_data / "results.json"],
+             lambda r: [r.layout.sim_torchrec / "plans.json", r.layout.sim / "plans.json"]
+             + ([r.layout.anchor_sim / "plans.json"] if r.anchors else []),
              lambda r: [r.layout.torchrec / "summary.json"],
              lambda r: {"data_dir": r.layout.dataset, "task_path": r.layout.tasks / "data.txt",
                         "plans": f"{r.layout.sim_torchrec / 'plans.json'},{r.layout.sim / 'plans.json'}",
@@ -616,11 +616,12 @@ def _collective_model(run: Run) -> Path:
 
 
 def _torchrec_anchors(run: Run) -> dict:
-    """eval_torchrec.py's flags for per-round calibration: plans of training tasks step 7a trained, some of them
-    trained again in every round of step 7d (`torchrec.training_eval`); none with round_anchors 0."""
-    if run.preset.round_anchors < 1:
+    """eval_torchrec.py's flags for per-round calibration: step 5f's plans of the anchor tasks, one of each trained
+    in every round of step 7d (`torchrec.training_eval`); not step 7a's, which the runtime model is fitted to;
+    none with round_anchors 0."""
+    if not run.anchors:
         return {}
-    return {"round_anchors": run.layout.torchrec_data / "results.json", "anchors_per_round": run.preset.round_anchors}
+    return {"round_anchors": run.layout.anchor_sim / "plans.json", "anchors_per_round": run.preset.round_anchors}
 
 
 def _oversize_anchors(run: Run) -> dict:

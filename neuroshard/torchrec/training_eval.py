@@ -24,9 +24,11 @@ read from it, and the smallest difference the run can detect (`eval.power`).
 The noise floor is the same plan measured in two rounds (`power.plan_repeat_noise`)
 and the spread of iterations within one measurement.
 
-Per-round calibration (`anchors`): a few plans of TRAINING tasks, trained
-in TorchRec for the runtime model's data, are trained again once in every
-round, spread over it; `round_anchors.json` holds their step times by round,
+Per-round calibration (`anchors`): a few plans of tasks that are not
+evaluated (in the pipeline, step 5f's plans of tasks nothing trained on: plans
+the runtime model was fitted to would gauge the speed of the hour they were
+trained in, not how the model prices plans it never saw) are trained once in
+every round, spread over it; `round_anchors.json` holds their step times by round,
 from which train_torchrec_cost_model.py --check_results reads each round's
 speed against the runtime model (`round_calibration.step_accuracy`).
 
@@ -127,11 +129,12 @@ def select_records(records: Sequence[PlanRecord], tasks: Sequence[Task], configs
 
 
 def anchor_records(path, configs: Sequence[TableConfig], k: int, ndevices: int) -> list[PlanRecord]:
-    """The anchors of per-round calibration: from a results.json of TRAINING tasks' plans trained in TorchRec
-    (collect_torchrec_cost_data.py's), `k` plans taken over its tasks and algorithms (`spread_choice`: one
-    plan of each task first, each task's from another algorithm), labelled `ANCHOR_PREFIX` + algorithm, on
-    the tables its row names. InputError naming the file and record for a malformed row, a plan for another
-    device count, or no plan at all."""
+    """The anchors of per-round calibration: from a list of plan records that name their tables (the pipeline's
+    step 5f plans.json, of tasks nothing trained on; or collect_torchrec_cost_data.py's results.json), `k`
+    plans taken over its tasks and algorithms (`spread_choice`: one plan of each task first, each task's from
+    another algorithm), labelled `ANCHOR_PREFIX` + algorithm, on the tables its row names; a record without a
+    plan (a planner that failed) is passed over. InputError naming the file and record for a malformed row, a
+    plan for another device count, or no plan at all."""
     from neuroshard.formats.io import read_json
     from neuroshard.planner.simulator import validate_plan
     from neuroshard.problem import Problem
@@ -140,15 +143,19 @@ def anchor_records(path, configs: Sequence[TableConfig], k: int, ndevices: int) 
 
     rows = read_json(path)
     if not isinstance(rows, list):
-        raise InputError(path, "expected a list of plan results (collect_torchrec_cost_data.py's results.json)")
-    tasks = []
+        raise InputError(path, "expected a list of plan records (a plans.json or collect_torchrec_cost_data.py's "
+                               "results.json)")
+    tasks, planned = [], []
     for n, row in enumerate(rows):
         try:
-            tasks.append(int(row["task"]))
+            task = int(row["task"])
         except (KeyError, TypeError, ValueError) as e:
             raise InputError(path, f"record {n}: {e}") from None
+        if row.get("plan") is not None or "plan" not in row:  # a missing key is malformed, a null plan a failure
+            tasks.append(task)
+            planned.append(n)
     out = []
-    for n in spread_choice(tasks, k):
+    for n in (planned[i] for i in spread_choice(tasks, k)):
         row = rows[n]
         try:
             ids, dims = tuple(int(x) for x in row["table_ids"]), tuple(int(x) for x in row["dims"])
@@ -452,7 +459,7 @@ def run_torchrec_eval(records: Sequence[PlanRecord], tasks: Sequence[Task], conf
                       anchors: Sequence[PlanRecord] = ()) -> dict:
     """Train every record's plan, and every plan of TorchRec's full planner in `full` (`plan_full`; those without
     a plan are only recorded), `cfg.repeats` times in shuffled rounds in one job; write and return the summary.
-    `anchors` (`anchor_records`): plans of training tasks trained once in every round, spread over it
+    `anchors` (`anchor_records`): plans of other tasks trained once in every round, spread over it
     (`round_calibration.anchor_order`), their step times written to `ROUND_ANCHORS_JSON` for the rounds' speed.
 
     Resumable (module doc); `config` (the run's settings) must match an interrupted run's.
