@@ -166,7 +166,7 @@ def anchor_records(path, configs: Sequence[TableConfig], k: int, ndevices: int) 
             raise InputError(path, f"record {n}: {e}") from None
         if plan.ndevices != ndevices:
             raise InputError(path, f"record {n}: a plan for {plan.ndevices} devices, training on {ndevices} ranks")
-        out.append(PlanRecord(tasks[n], ANCHOR_PREFIX + str(row["alg"]), plan=plan, num_tables=len(tables),
+        out.append(PlanRecord(int(row["task"]), ANCHOR_PREFIX + str(row["alg"]), plan=plan, num_tables=len(tables),
                               table_ids=ids, dims=dims))
     if not out:
         raise InputError(path, "no plan to train as an anchor")
