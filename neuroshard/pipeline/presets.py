@@ -83,7 +83,7 @@ class Preset:
     ablation: bool = False
     # this many tasks that nothing trains on (step 2f), one plan of each measured in every round of step 6b
     # (and of 2e's in 6h), each round's speed against the models (eval/round_calibration.py; 0: off); with
-    # --torchrec_train as many of step 7a's plans trained again in every round of step 7d, against the runtime model
+    # --torchrec_train the same plans trained in every round of step 7d, against the runtime model
     round_anchors: int = 4
     # phase 7 (opt-in, --torchrec_train): the plans of the first tasks trained with TorchRec. Rounds rather than
     # iterations: on 2 shared cores two rounds of a plan differ more than the median of its iterations is uncertain

@@ -155,8 +155,8 @@ def anchor_records(path, configs: Sequence[TableConfig], k: int, ndevices: int) 
             tasks.append(task)
             planned.append(n)
     out = []
-    for n in (planned[i] for i in spread_choice(tasks, k)):
-        row = rows[n]
+    for i in spread_choice(tasks, k):
+        n, row = planned[i], rows[planned[i]]
         try:
             ids, dims = tuple(int(x) for x in row["table_ids"]), tuple(int(x) for x in row["dims"])
             tables = Task(ids, dims).tables(configs)
@@ -166,7 +166,7 @@ def anchor_records(path, configs: Sequence[TableConfig], k: int, ndevices: int) 
             raise InputError(path, f"record {n}: {e}") from None
         if plan.ndevices != ndevices:
             raise InputError(path, f"record {n}: a plan for {plan.ndevices} devices, training on {ndevices} ranks")
-        out.append(PlanRecord(int(row["task"]), ANCHOR_PREFIX + str(row["alg"]), plan=plan, num_tables=len(tables),
+        out.append(PlanRecord(tasks[i], ANCHOR_PREFIX + str(row["alg"]), plan=plan, num_tables=len(tables),
                               table_ids=ids, dims=dims))
     if not out:
         raise InputError(path, "no plan to train as an anchor")
