@@ -202,30 +202,49 @@ def spread_choice(tasks: Sequence[int], k: int) -> list[int]:
     return out[:k]
 
 
-def anchor_plans(path, configs, models, problem, k: int) -> list[PlanRecord]:
-    """`k` plans of the plans file `path` (plans that name their tables: eval_simulator.py's or
-    `collect_plan_cost_data.py`'s plans.json) spread over its tasks and algorithms (`spread_choice`),
-    estimated under the evaluation's `models` and `problem`. InputError naming the file for a plan without its
-    tables, one that does not fit, or no plan at all."""
+def pick_anchors(path, configs, k: int) -> list[tuple[PlanRecord, list]]:
+    """`k` plans of the plans file `path` (records that name their tables: step 5f's or eval_simulator.py's
+    plans.json, or collect_torchrec_cost_data.py's results.json) spread over its tasks and algorithms
+    (`spread_choice`), each with the tables its record names. A record without a plan (a planner that failed)
+    is passed over. InputError naming the file and record for a plan without its tables, one that does not fit
+    them, or no plan at all."""
     from neuroshard.formats.plan_file import read_plans
-    from neuroshard.planner.simulator import simulate
+    from neuroshard.planner.simulator import validate_plan
+    from neuroshard.problem import Problem
     from neuroshard.types.errors import InputError, NeuroShardError
     from neuroshard.types.tables import Task
 
-    planned = [rec for rec in read_plans(path) if rec.plan is not None]
+    planned = [(n, rec) for n, rec in enumerate(read_plans(path)) if rec.plan is not None]
     out = []
-    for i in spread_choice([rec.task for rec in planned], k):
-        rec = planned[i]
+    for i in spread_choice([rec.task for _, rec in planned], k):
+        n, rec = planned[i]
+        where = f"record {n} (task {rec.task}, {rec.alg})"
         if rec.table_ids is None or rec.dims is None:
-            raise InputError(path, f"task {rec.task} [{rec.alg}]: no table_ids and dims: an anchor is measured on "
-                                   "the tables its record names (a plans file written before they were recorded?)")
+            raise InputError(path, f"{where}: no table_ids and dims: an anchor runs on the tables its record "
+                                   "names (a plans file written before they were recorded?)")
         try:
-            tables = Task(tuple(rec.table_ids), tuple(rec.dims)).tables(configs)
-            out.append(replace(rec, estimate=simulate(tables, rec.plan, models, problem), measured=None,
-                               repeat_costs=None))
+            tables = Task(rec.table_ids, rec.dims).tables(configs)
+            validate_plan(tables, rec.plan, Problem(ndevices=rec.plan.ndevices, max_mem=1e9))
         except (NeuroShardError, IndexError) as e:
-            raise InputError(path, f"task {rec.task} [{rec.alg}]: not a plan of this dataset and problem: {e}") \
-                from None
+            raise InputError(path, f"{where}: not a plan of this dataset's tables: {e}") from None
+        out.append((rec, tables))
     if not out:
-        raise InputError(path, "no plan to measure as an anchor")
+        raise InputError(path, "no plan to take as an anchor")
+    return out
+
+
+def anchor_plans(path, configs, models, problem, k: int) -> list[PlanRecord]:
+    """The anchors of `eval.py --round_anchors`: `pick_anchors`' plans estimated under the evaluation's `models`
+    and `problem`. InputError naming the file and record for one that does not fit the problem."""
+    from neuroshard.planner.simulator import simulate
+    from neuroshard.types.errors import InputError, NeuroShardError
+
+    out = []
+    for rec, tables in pick_anchors(path, configs, k):
+        try:
+            estimate = simulate(tables, rec.plan, models, problem)
+        except NeuroShardError as e:
+            raise InputError(path, f"task {rec.task} [{rec.alg}]: does not fit the evaluation's problem: {e}") \
+                from None
+        out.append(replace(rec, estimate=estimate, measured=None, repeat_costs=None))
     return out

@@ -56,7 +56,7 @@ import numpy as np
 from neuroshard.eval.hardware import PARTIAL_DIR, measurement_order, plan_identity
 from neuroshard.eval.intervals import mean_interval, verdict
 from neuroshard.eval.power import components, plan_repeat_noise
-from neuroshard.eval.round_calibration import ANCHOR_PREFIX, anchor_order, spread_choice
+from neuroshard.eval.round_calibration import ANCHOR_PREFIX, anchor_order, pick_anchors
 from neuroshard.formats.side_files import ROUND_ANCHORS_JSON
 from neuroshard.torchrec.full_planner import FULL_ALG, FULL_TITLE
 from neuroshard.torchrec.training import MODULE_PATH, TorchRecStep, TorchRecTrainConfig
@@ -129,47 +129,16 @@ def select_records(records: Sequence[PlanRecord], tasks: Sequence[Task], configs
 
 
 def anchor_records(path, configs: Sequence[TableConfig], k: int, ndevices: int) -> list[PlanRecord]:
-    """The anchors of per-round calibration: from a list of plan records that name their tables (the pipeline's
-    step 5f plans.json, of tasks nothing trained on; or collect_torchrec_cost_data.py's results.json), `k`
-    plans taken over its tasks and algorithms (`spread_choice`: one plan of each task first, each task's from
-    another algorithm), labelled `ANCHOR_PREFIX` + algorithm, on the tables its row names; a record without a
-    plan (a planner that failed) is passed over. InputError naming the file and record for a malformed row, a
-    plan for another device count, or no plan at all."""
-    from neuroshard.formats.io import read_json
-    from neuroshard.planner.simulator import validate_plan
-    from neuroshard.problem import Problem
-    from neuroshard.types.errors import InvalidPlanError
-    from neuroshard.types.plan import Plan
-
-    rows = read_json(path)
-    if not isinstance(rows, list):
-        raise InputError(path, "expected a list of plan records (a plans.json or collect_torchrec_cost_data.py's "
-                               "results.json)")
-    tasks, planned = [], []
-    for n, row in enumerate(rows):
-        try:
-            task = int(row["task"])
-        except (KeyError, TypeError, ValueError) as e:
-            raise InputError(path, f"record {n}: {e}") from None
-        if row.get("plan") is not None or "plan" not in row:  # a missing key is malformed, a null plan a failure
-            tasks.append(task)
-            planned.append(n)
+    """The anchors of per-round calibration in training: `pick_anchors`' plans (the pipeline's step 5f
+    plans.json, of tasks nothing trained on), labelled `ANCHOR_PREFIX` + algorithm, on the tables their records
+    name. InputError naming the file and record for a plan for another device count."""
     out = []
-    for i in spread_choice(tasks, k):
-        n, row = planned[i], rows[planned[i]]
-        try:
-            ids, dims = tuple(int(x) for x in row["table_ids"]), tuple(int(x) for x in row["dims"])
-            tables = Task(ids, dims).tables(configs)
-            plan = Plan.from_json(row["plan"])
-            validate_plan(tables, plan, Problem(ndevices=plan.ndevices, max_mem=1e9))
-        except (KeyError, TypeError, ValueError, IndexError, InvalidPlanError) as e:
-            raise InputError(path, f"record {n}: {e}") from None
-        if plan.ndevices != ndevices:
-            raise InputError(path, f"record {n}: a plan for {plan.ndevices} devices, training on {ndevices} ranks")
-        out.append(PlanRecord(tasks[i], ANCHOR_PREFIX + str(row["alg"]), plan=plan, num_tables=len(tables),
-                              table_ids=ids, dims=dims))
-    if not out:
-        raise InputError(path, "no plan to train as an anchor")
+    for rec, tables in pick_anchors(path, configs, k):
+        if rec.plan.ndevices != ndevices:
+            raise InputError(path, f"task {rec.task} [{rec.alg}]: a plan for {rec.plan.ndevices} devices, "
+                                   f"training on {ndevices} ranks")
+        out.append(PlanRecord(rec.task, ANCHOR_PREFIX + rec.alg, plan=rec.plan, num_tables=len(tables),
+                              table_ids=rec.table_ids, dims=rec.dims))
     return out
 
 

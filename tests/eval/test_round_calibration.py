@@ -111,7 +111,7 @@ def test_anchor_plans_are_estimated_on_the_tables_they_name(tmp_path):
     with pytest.raises(InputError, match="no table_ids and dims"):
         anchor_plans(tmp_path / "old.json", configs, models, Problem(2, 1.0), 3)
     write_plans(tmp_path / "none.json", [PlanRecord(6, "x", plan=None, status="oom")])
-    with pytest.raises(InputError, match="no plan to measure as an anchor"):
+    with pytest.raises(InputError, match="no plan to take as an anchor"):
         anchor_plans(tmp_path / "none.json", configs, models, Problem(2, 1.0), 3)
 
 

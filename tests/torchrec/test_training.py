@@ -274,16 +274,16 @@ def test_anchors_are_taken_over_the_training_tasks_then_their_other_plans(tiny, 
                                                            (3, "anchor:random_split[0]", (0, 1))]
     assert len(anchor_records(tmp_path / "r.json", configs, 1, 2)) == 1
     # a plans.json's failed plan (no plan) is passed over: task 5, second in order, would take its second record
-    failed = {"task": 5, "alg": "autoshard", "status": "infeasible", "plan": None, "table_ids": [2, 3], "dims": [16, 8]}
+    failed = {"task": 5, "alg": "autoshard", "status": "oom", "plan": None, "table_ids": [2, 3], "dims": [16, 8]}
     (tmp_path / "p.json").write_text(json.dumps([rows[0], rows[2], failed, rows[1]]))
     assert [(a.task, a.alg) for a in anchor_records(tmp_path / "p.json", configs, 3, 2)] == \
         [(3, "anchor:neuroshard"), (5, "anchor:torchrec"), (3, "anchor:random_split[0]")]
     for bad, match in (([{**rows[0], "table_ids": [0, 9]}], "record 0"), ([{"task": 3, "plan": plan}], "record 0"),
-                       ([], "no plan to train as an anchor"), ({"x": 1}, "expected a list")):
+                       ([], "no plan to take as an anchor"), ({"x": 1}, "expected a JSON list")):
         (tmp_path / "bad.json").write_text(json.dumps(bad))
         with pytest.raises(InputError, match=match):
             anchor_records(tmp_path / "bad.json", configs, 4, 2)
-    with pytest.raises(InputError, match="record 0: a plan for 2 devices, training on 4 ranks"):
+    with pytest.raises(InputError, match=r"task 3 \[neuroshard\]: a plan for 2 devices, training on 4 ranks"):
         anchor_records(tmp_path / "r.json", configs, 4, 4)
 
 
