@@ -202,12 +202,13 @@ def spread_choice(tasks: Sequence[int], k: int) -> list[int]:
     return out[:k]
 
 
-def pick_anchors(path, configs, k: int) -> list[tuple[PlanRecord, list]]:
+def pick_anchors(path, configs, k: int) -> list[tuple[str, PlanRecord, list]]:
     """`k` plans of the plans file `path` (records that name their tables: step 5f's or eval_simulator.py's
     plans.json, or collect_torchrec_cost_data.py's results.json) spread over its tasks and algorithms
-    (`spread_choice`), each with the tables its record names. A record without a plan (a planner that failed)
-    is passed over. InputError naming the file and record for a plan without its tables, one that does not fit
-    them, or no plan at all."""
+    (`spread_choice`), each as (where: "record N (task T, alg)", the record, the tables it names), so that the
+    callers' errors name the record as these do. A record without a plan (a planner that failed) is passed
+    over. InputError naming the file and record for a plan without its tables, one that does not fit them, or
+    no plan at all."""
     from neuroshard.formats.plan_file import read_plans
     from neuroshard.planner.simulator import validate_plan
     from neuroshard.problem import Problem
@@ -227,7 +228,7 @@ def pick_anchors(path, configs, k: int) -> list[tuple[PlanRecord, list]]:
             validate_plan(tables, rec.plan, Problem(ndevices=rec.plan.ndevices, max_mem=1e9))
         except (NeuroShardError, IndexError) as e:
             raise InputError(path, f"{where}: not a plan of this dataset's tables: {e}") from None
-        out.append((rec, tables))
+        out.append((where, rec, tables))
     if not out:
         raise InputError(path, "no plan to take as an anchor")
     return out
@@ -240,11 +241,10 @@ def anchor_plans(path, configs, models, problem, k: int) -> list[PlanRecord]:
     from neuroshard.types.errors import InputError, NeuroShardError
 
     out = []
-    for rec, tables in pick_anchors(path, configs, k):
+    for where, rec, tables in pick_anchors(path, configs, k):
         try:
             estimate = simulate(tables, rec.plan, models, problem)
         except NeuroShardError as e:
-            raise InputError(path, f"task {rec.task} [{rec.alg}]: does not fit the evaluation's problem: {e}") \
-                from None
+            raise InputError(path, f"{where}: does not fit the evaluation's problem: {e}") from None
         out.append(replace(rec, estimate=estimate, measured=None, repeat_costs=None))
     return out

@@ -133,10 +133,9 @@ def anchor_records(path, configs: Sequence[TableConfig], k: int, ndevices: int) 
     plans.json, of tasks nothing trained on), labelled `ANCHOR_PREFIX` + algorithm, on the tables their records
     name. InputError naming the file and record for a plan for another device count."""
     out = []
-    for rec, tables in pick_anchors(path, configs, k):
+    for where, rec, tables in pick_anchors(path, configs, k):
         if rec.plan.ndevices != ndevices:
-            raise InputError(path, f"task {rec.task} [{rec.alg}]: a plan for {rec.plan.ndevices} devices, "
-                                   f"training on {ndevices} ranks")
+            raise InputError(path, f"{where}: a plan for {rec.plan.ndevices} devices, training on {ndevices} ranks")
         out.append(PlanRecord(rec.task, ANCHOR_PREFIX + rec.alg, plan=rec.plan, num_tables=len(tables),
                               table_ids=rec.table_ids, dims=rec.dims))
     return out

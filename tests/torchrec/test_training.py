@@ -260,7 +260,7 @@ def test_select_records_and_settings_errors(tiny):
         parse_layers("64,x", "--dense_arch")
 
 
-def test_anchors_are_taken_over_the_training_tasks_then_their_other_plans(tiny, tmp_path):
+def test_anchors_are_taken_over_the_tasks_then_their_other_plans(tiny, tmp_path):
     _, configs, _, _ = tiny
     plan = Plan((), ((0,), (1,))).to_json()
     rows = [{"task": 3, "alg": "neuroshard", "plan": plan, "table_ids": [0, 1], "dims": [8, 8]},
@@ -283,7 +283,7 @@ def test_anchors_are_taken_over_the_training_tasks_then_their_other_plans(tiny, 
         (tmp_path / "bad.json").write_text(json.dumps(bad))
         with pytest.raises(InputError, match=match):
             anchor_records(tmp_path / "bad.json", configs, 4, 2)
-    with pytest.raises(InputError, match=r"task 3 \[neuroshard\]: a plan for 2 devices, training on 4 ranks"):
+    with pytest.raises(InputError, match=r"record 0 \(task 3, neuroshard\): a plan for 2 devices, training on 4 ranks"):
         anchor_records(tmp_path / "r.json", configs, 4, 4)
 
 
