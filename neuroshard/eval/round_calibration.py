@@ -20,6 +20,10 @@ measurements divided by their round's plan-cost factor, d = the mean |z1 - z2| /
 first two rounds, a measurement is off its plan's true cost by about d / sqrt(2) and a mean of R rounds by
 d / sqrt(2 R) (normal noise; `power.plan_repeat_noise` is the same without the rounds' speed taken out). A
 per-measurement MAPE is read against the first, the plans' means against the second.
+
+Which anchors were measured moves the factors, and so the ratio of the MAPE to its floor: `anchor_spread`
+resamples the anchors with replacement and gives that ratio's 10th and 90th percentiles, each draw with its own
+factors and floor, so a reader can tell a ratio the anchors settle from one they leave open.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from neuroshard.types.records import PlanRecord
 
 PARTS = ("compute", "bw_comm", "fw_comm")
 ANCHOR_PREFIX = "anchor:"  # the label of an anchor's record among the evaluation's measurements
+ANCHOR_DRAWS = 200  # resamples of the anchors for the spread of the calibrated ratio (`anchor_spread`)
 
 
 @dataclass
@@ -58,6 +63,7 @@ class RoundCalibration(Record):
     raw_mape: float | None = None
     floor: float | None = None
     floor_mean: float | None = None
+    ratio_spread: list[float] | None = None  # mape / floor with the anchors resampled: 10th, 90th percentile
 
 
 def anchor_order(rounds: Sequence[tuple[PlanRecord, int]], anchors: Sequence[PlanRecord],
@@ -121,8 +127,29 @@ def round_floors(costs: Sequence[Sequence[float]], speeds: Sequence[float]) -> t
 def calibrated_accuracy(records: Sequence[PlanRecord], anchors: Sequence[PlanRecord],
                         repeats: int) -> RoundCalibration:
     """The evaluation's measured plans (`records`) against their estimates moved by each round's anchors'
-    factors (module doc)."""
-    return accuracy_at(records, round_factors(anchors, repeats), len(anchors))
+    factors (module doc), with the spread of the ratio to the floor over resampled anchors."""
+    out = accuracy_at(records, round_factors(anchors, repeats), len(anchors))
+    out.ratio_spread = anchor_spread(records, anchors, repeats)
+    return out
+
+
+def anchor_spread(records: Sequence[PlanRecord], anchors: Sequence[PlanRecord], repeats: int,
+                  draws: int = ANCHOR_DRAWS, seed: int = 0) -> list[float] | None:
+    """The 10th and 90th percentiles of the per-measurement MAPE over its floor with the anchors resampled with
+    replacement (`draws` times, each draw's factors and floor its own; module doc); None with fewer than two
+    anchors or without a floor."""
+    if len(anchors) < 2:
+        return None
+    rng = np.random.default_rng(seed)
+    ratios = []
+    for _ in range(draws):
+        pick = [anchors[i] for i in rng.integers(0, len(anchors), len(anchors))]
+        got = accuracy_at(records, round_factors(pick, repeats), len(pick))
+        if got.mape is not None and got.floor:
+            ratios.append(got.mape / got.floor)
+    if not ratios:
+        return None
+    return [float(np.percentile(ratios, 10)), float(np.percentile(ratios, 90))]
 
 
 def accuracy_at(records: Sequence[PlanRecord], factors: Sequence[dict], anchors: int) -> RoundCalibration:

@@ -423,13 +423,18 @@ def round_lines(hw_dir: Path, step: str = "6b", anchors: str = "plans of anchor 
         return [], None
     pct = lambda v: "-" if v is None else f"{100 * v:.1f}%"  # noqa: E731
     speeds = ", ".join(f"{f['cost']:.3f}x" for f in cal.factors)
-    times = lambda v, f: f" (a perfect model moved the same way: {pct(f)}, {v / f:.2f}x)" if f else ""  # noqa: E731
+
+    def times(v, f, more=""):
+        return f" (a perfect model moved the same way: {pct(f)}, {v / f:.2f}x{more})" if f else ""
+
+    resampled = (f"; {cal.ratio_spread[0]:.2f}-{cal.ratio_spread[1]:.2f}x with the anchors resampled, 10th-90th "
+                 f"percentile" if cal.ratio_spread else "")
     line = (f"Per-round calibration: {cal.anchors} {anchors} were measured in each of the {len(cal.factors)} "
             f"rounds of step {step}, spread over it; the plan job ran them at {speeds} their estimates (plan cost, "
             f"by round). Each of the {cal.measurements} measurements compared with its estimate moved by its "
             f"round's per-part factors: plan-cost MAPE **{pct(cal.mape)}** per "
-            f"measurement{times(cal.mape, cal.floor)}, {pct(cal.raw_mape)} unmoved; **{pct(cal.mape_mean)}** for the "
-            f"plans' means{times(cal.mape_mean, cal.floor_mean)}"
+            f"measurement{times(cal.mape, cal.floor, resampled)}, {pct(cal.raw_mape)} unmoved; "
+            f"**{pct(cal.mape_mean)}** for the plans' means{times(cal.mape_mean, cal.floor_mean)}"
             + (f", Spearman {cal.spearman:.3f}" if cal.spearman is not None else "")
             + (f"; the moved 80% band holds **{pct(cal.coverage)}** of the measurements" if cal.coverage is not None
                else "") + ".")

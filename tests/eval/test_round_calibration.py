@@ -6,6 +6,7 @@ import pytest
 from neuroshard.eval.round_calibration import (
     accuracy_at,
     anchor_order,
+    anchor_spread,
     anchor_plans,
     calibrated_accuracy,
     round_factors,
@@ -73,6 +74,33 @@ def test_each_round_is_compared_with_its_own_speed():
     # the same from the factors read back (a round_calibration.json's)
     again = accuracy_at([plan], cal.factors, cal.anchors)
     assert again.to_json() == cal.to_json()
+
+
+def test_the_ratio_to_the_floor_is_read_again_with_the_anchors_resampled():
+    # anchor a measured at 1.2x its estimate in round 0 and 1.0x in round 1, anchor b at 1.0x in both; the plan
+    # (estimate 3.0) measured at 3.96 and 3.0. A resample's round-0 factor is 1.2 (a, a), 1.1 (a, b) or 1.0
+    # (b, b), its round-1 factor 1.0. With factor f the moved estimates are 3 f and 3.0: MAPE |3 f - 3.96| / 3.96
+    # / 2; the floor from 3.96 / f and 3.0: d / sqrt(2), d = |3.96 / f - 3| / ((3.96 / f + 3) / 2)
+    est = ((1.0, 1.0), (0.5, 0.5), (0.5, 0.5))
+    a = _measured(7, "anchor:a", est, [((1.2, 1.2), (0.6, 0.6), (0.6, 0.6)), est])
+    b = _measured(8, "anchor:b", est, [est, est])
+    plan = _measured(0, "neuroshard", ((2.0, 1.0), (0.5, 0.5), (0.5, 0.5)),
+                     [((2.64, 1.32), (0.66, 0.66), (0.66, 0.66)), ((2.0, 1.0), (0.5, 0.5), (0.5, 0.5))])
+
+    def ratio(f):
+        z = 3.96 / f
+        return (abs(3 * f - 3.96) / 3.96 / 2) / (abs(z - 3) / ((z + 3) / 2) / 2 ** 0.5)
+
+    assert ratio(1.2) == pytest.approx(0.675, abs=1e-3) and ratio(1.0) == pytest.approx(0.6214, abs=1e-3)
+    # the same anchor twice: every draw is the measured ratio
+    assert anchor_spread([plan], [a, a], 2) == pytest.approx([ratio(1.2), ratio(1.2)])
+    # a and b: a quarter of the draws are (b, b), a quarter (a, a), the lowest and highest ratios
+    assert anchor_spread([plan], [a, b], 2) == pytest.approx([ratio(1.0), ratio(1.2)])
+    cal = calibrated_accuracy([plan], [a, b], 2)
+    assert cal.ratio_spread == pytest.approx([ratio(1.0), ratio(1.2)])
+    assert cal.mape / cal.floor == pytest.approx(ratio(1.1))
+    # one anchor: nothing to resample
+    assert anchor_spread([plan], [a], 2) is None and calibrated_accuracy([plan], [a], 2).ratio_spread is None
 
 
 def test_floors_take_the_rounds_speed_out_first():

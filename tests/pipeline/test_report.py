@@ -215,9 +215,13 @@ def test_oversize_section_compares_the_algorithms_that_planned_and_counts_what_n
 
     (tmp_path / "oversize" / "hw").mkdir()
     write_side_file(tmp_path / "oversize" / "hw" / "round_calibration.json",
-                    RoundCalibration(4, [{"cost": 0.9}, {"cost": 0.8}], 12, mape=0.1, raw_mape=0.2, floor=0.08))
+                    RoundCalibration(4, [{"cost": 0.9}, {"cost": 0.8}], 12, mape=0.1, raw_mape=0.2, floor=0.08,
+                                     ratio_spread=[1.1, 1.6]))
     lines, fig = oversize_lines(tmp_path)
     text = "\n".join(lines)
+    # the ratio 0.1 / 0.08 and its spread with the anchors resampled
+    assert ("per measurement (a perfect model moved the same way: 8.0%, 1.25x; 1.10-1.60x with the anchors "
+            "resampled, 10th-90th percentile), 20.0% unmoved") in text
     assert ("- Per-round calibration: 4 plans of the second dataset's anchor tasks (step 5e's, never the "
             "evaluation's) were measured in each of the 2 rounds of step 6h") in text
     assert "ran them at 0.900x, 0.800x their estimates" in text and "MAPE **10.0%** per measurement" in text
