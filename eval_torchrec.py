@@ -51,7 +51,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                                              "file is skipped)")
     add_flag(p, "alg", "all", help="comma list of algorithms to train; 'all': every algorithm of --plans; "
                                    "'torchrec_full': TorchRec's planner with every sharding type, planned here per "
-                                   "task (needs --max_mem), e.g. all,torchrec_full")
+                                   "task (needs --max_mem), e.g. all,torchrec_full; with it, plans labelled "
+                                   "torchrec_full in --plans are left out")
     p.add_argument("--reference", default="neuroshard",
                    help="the algorithm the others are compared with (default: neuroshard)")
     add_flag(p, "max_tasks", help="train the plans of the first N tasks only")
@@ -110,13 +111,15 @@ def main(argv=None) -> int:
     records = [] if algs == [] else tt.select_records(
         tt.merge_plan_files([read_plans(p) for p in args.plans.split(",")]), tasks, dataset.configs,
         None if algs is None else algs, args.max_tasks, ndevices, args.plans)
+    if with_full and any(r.alg == FULL_ALG for r in records):
+        # "all" took the files' plans of that name too (the paper runtime's evaluation plans it beside the others);
+        # TorchRec's full planner plans here, for this runtime, and its plans take their place
+        print(f"{FULL_ALG}: its plans in --plans are left out; TorchRec's full planner plans here", file=sys.stderr)
+        records = [r for r in records if r.alg != FULL_ALG]
     algs = list(dict.fromkeys(r.alg for r in records)) if algs is None else [a for a in algs
                                                                              if any(r.alg == a for r in records)]
     full = []
     if with_full:
-        if FULL_ALG in {r.alg for r in records}:
-            raise InputError(args.plans, f"has plans labelled {FULL_ALG}, the name of TorchRec's full planner "
-                                         "that is planned here")
         n = len(tasks) if args.max_tasks is None else min(args.max_tasks, len(tasks))
         task_ids = sorted({r.task for r in records}) if records else list(range(n))
         full = tt.plan_full(task_ids, tasks, dataset.configs, problem, batch)

@@ -151,6 +151,26 @@ def test_eval_torchrec_bad_input_is_one_line(inputs, capsys, tmp_path, extra, fr
     assert not (tmp_path / "out" / "summary.json").exists()
 
 
+def test_the_files_torchrec_full_plans_give_way_to_the_ones_planned_here(inputs, capsys, tmp_path):
+    # the new set's paper-runtime plans (step 6g) hold torchrec_full's plans too; step 7g passes them with
+    # all,torchrec_full: they are left out, and TorchRec's full planner plans here (with no memory to plan in,
+    # it then finds no plan: the error is that one, not one about the file)
+    from neuroshard.formats.plan_file import write_plans
+    from neuroshard.types.plan import Plan
+    from neuroshard.types.records import PlanRecord
+
+    d = inputs
+    write_plans(tmp_path / "plans.json", [PlanRecord(0, "neuroshard", plan=Plan((), ((0, 1), (2,))), num_tables=3),
+                                          PlanRecord(0, "torchrec_full", plan=Plan((), ((0,), (1, 2))),
+                                                     num_tables=3)])
+    code, err = run_eval_torchrec(["--data_dir", str(d / "ds"), "--task_path", str(d / "tasks.txt"), "--plans",
+                                   str(tmp_path / "plans.json"), "--ndevices", "2", "--device", "cpu", "--alg",
+                                   "all,torchrec_full", "--max_mem", "0.000001", "--out_dir", str(tmp_path / "out")],
+                                  capsys)
+    assert code != 0 and "torchrec_full: its plans in --plans are left out" in err
+    assert "TorchRec found no plan within 1e-06 GB per rank for any of tasks 0" in err.strip().splitlines()[-1]
+
+
 def test_eval_torchrec_help_says_what_torchrec_full_is(capsys):
     main = runpy.run_path(str(ROOT / "eval_torchrec.py"))["main"]
     with pytest.raises(SystemExit):
