@@ -6,8 +6,8 @@ import pytest
 from neuroshard.eval.round_calibration import (
     accuracy_at,
     anchor_order,
-    anchor_spread,
     anchor_plans,
+    anchor_spread,
     calibrated_accuracy,
     round_factors,
     round_floors,
