@@ -303,6 +303,30 @@ def test_combine_runs_bad_inputs(tmp_path):
         assert_raises_one_line("combine_runs", argv, *fragments)
 
 
+def test_combine_runs_pools_torchrec_training_runs(tmp_path):
+    from tests.eval.test_pooling import training_summary
+
+    runs = []
+    for name, seed, gain in (("a", 0, 0.04), ("b", 1, 0.02)):
+        path = tmp_path / name / "torchrec"
+        path.mkdir(parents=True)
+        (path / "summary.json").write_text(json.dumps(training_summary({"torchrec_full": (gain, 0.01)})))
+        (path / "config.json").write_text(json.dumps({"seed": seed, "repeats": 4}))
+        runs.append(path)
+    res = run("combine_runs.py", *runs, "--out_path", tmp_path / "pooled.json")
+    assert res.returncode == 0, res.stderr
+    assert "step time over neuroshard[torchrec]'s, less 1" in res.stdout
+    assert "| neuroshard[torchrec] vs |" in res.stdout
+    [line] = [x for x in res.stdout.splitlines() if x.startswith("| torchrec_full")]
+    # ratios 1.04 and 1.02 with se 0.01: +3.0% [+1.0%, +5.0%] (as the evaluations' pooling)
+    assert "+3.0% [+1.0%, +5.0%]" in line and "**beats**" in line
+    out = json.loads((tmp_path / "pooled.json").read_text())
+    assert out["training"] is True and out["reference"] == "neuroshard[torchrec]" and out["ablation"] == []
+    assert [r["repeats"] for r in out["rows"][0]["runs"]] == [4, 4]
+    evaluation = write_summary(tmp_path / "e", {"torchrec_full": (0.04, 0.01)})
+    assert_raises_one_line("combine_runs", [runs[0], evaluation], "is a plan evaluation", "do not compare the same")
+
+
 def test_combine_runs_warns_about_runs_of_one_seed(tmp_path, capsys):
     runs = [write_summary(tmp_path / n, {"autoshard": (g, 0.01)}) for n, g in (("a", 0.04), ("b", 0.02))]
     for r in runs:

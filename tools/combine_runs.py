@@ -14,6 +14,14 @@ difference the pooled comparison detects (95%, 80% power). Pipeline runs
 with the cost-model ablation also get its effects pooled (model against
 search, `eval.ablation`). Prints markdown tables; --out_path writes them as
 JSON with the runs it read.
+
+TorchRec training is pooled from its own folders, e.g. a pipeline run's
+R/torchrec (step 7d) or R/oversize/torchrec (7g):
+
+    python tools/combine_runs.py R0/torchrec R1/torchrec R2/torchrec
+
+There each algorithm's figure is its step time relative to the reference's
+(the summary's ratio - 1): positive where the reference trains faster.
 """
 
 import argparse
@@ -51,13 +59,19 @@ def summary_path(run: str, sim: bool) -> Path:
     raise InputError(path, f"no {'sim' if sim else 'hw'}/summary.json or summary.json in this folder")
 
 
-def _seed(summary: Path):
-    """The seed in the config.json beside a summary (the evaluation's settings), or None."""
+def _setting(summary: Path, key: str):
+    """An integer setting (seed, repeats) in the config.json beside a summary (the evaluation's), or None."""
     try:
-        seed = json.loads((summary.parent / "config.json").read_text()).get("seed")
+        value = json.loads((summary.parent / "config.json").read_text()).get(key)
     except (OSError, ValueError, AttributeError):
         return None
-    return seed if isinstance(seed, int) else None
+    return value if isinstance(value, int) else None
+
+
+def is_training(data) -> bool:
+    """Whether a summary.json is a TorchRec training run's (`eval_torchrec.py`: its common tasks listed, not
+    counted as an evaluation's are)."""
+    return isinstance(data, dict) and isinstance(data.get("common_tasks"), list)
 
 
 def _ablation(summary: Path) -> dict | None:
@@ -75,11 +89,11 @@ def _pct(x) -> str:
     return "-" if x is None else f"{100 * x:+.1f}%"
 
 
-def table(rows, names) -> str:
+def table(rows, names, reference: str) -> str:
     from neuroshard.eval.pooling import z_level
 
     z = z_level()
-    head = ["NeuroShard vs", *names, "pooled (fixed)", "heterogeneity", "pooled (random effects)", "verdict",
+    head = [f"{reference} vs", *names, "pooled (fixed)", "heterogeneity", "pooled (random effects)", "verdict",
             "detectable"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
@@ -95,7 +109,7 @@ def table(rows, names) -> str:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from neuroshard.eval.pooling import pool_ablations, pool_runs
+    from neuroshard.eval.pooling import pool_ablations, pool_runs, pool_training_runs
     from neuroshard.eval.summary import Summary
     from neuroshard.formats.io import read_json, warn, write_json_atomic
 
@@ -103,7 +117,7 @@ def main(argv=None) -> int:
         raise ConfigError("RUN", f"pooling needs two or more runs, got {len(args.runs)}")
     if args.out_path:
         check_output_file("--out_path", args.out_path)
-    named, paths, seen, seeds = [], [], {}, {}
+    named, paths, seen, seeds, kinds = [], [], {}, {}, set()
     for run in args.runs:
         path = summary_path(run, args.sim)
         data = read_json(path)
@@ -112,25 +126,43 @@ def main(argv=None) -> int:
             raise InputError(path, f"the same evaluation as {seen[digest]} (a run given twice counts twice)")
         seen[digest] = path
         paths.append(path)
+        kinds.add(is_training(data))
+        if len(kinds) > 1:
+            raise ConfigError("RUN", f"{run} is a {'TorchRec training' if is_training(data) else 'plan evaluation'}"
+                                     f" and {args.runs[0]} is not: these runs do not compare the same thing")
         try:
-            summary = Summary.from_json(data)
+            if is_training(data):
+                if not isinstance(data["reference"], str) or not isinstance(data["algorithms"], list):
+                    raise TypeError("no reference and algorithms")
+                summary = data
+            else:
+                summary = Summary.from_json(data)
         except (KeyError, TypeError, AttributeError) as e:
             raise InputError(path, f"not an evaluation summary ({type(e).__name__}: {e})") from None
         named.append((run, summary))
-        seed = _seed(path)
+        seed = _setting(path, "seed")
         if seed is not None and seed in seeds:
             warn(f"{run} and {seeds[seed]} were both made with seed {seed}: their datasets and tasks are likely "
                  "the same, and pooling counts them as independent runs")
         seeds.setdefault(seed, run)
+    training = kinds == {True}
     try:
-        rows = pool_runs(named)
-    except ValueError as e:  # runs that do not compare the same thing
+        if training:
+            rows = pool_training_runs([(n, s, _setting(p, "repeats") or 0) for (n, s), p in zip(named, paths)])
+        else:
+            rows = pool_runs(named)
+    except ValueError as e:  # runs that do not compare the same thing, a training row without its ratio
         raise ConfigError("RUN", str(e)) from None
     if not rows:
         raise InputError(args.runs[0], "no algorithm compared with the reference in these runs")
     names = [n for n, _ in named]
-    print(table(rows, names))
-    ablations = [] if args.sim else pool_ablations([(n, _ablation(p)) for (n, _), p in zip(named, paths)])
+    reference = named[0][1]["reference"] if training else named[0][1].reference
+    if training:
+        print(f"TorchRec training: each algorithm's step time over {reference}'s, less 1 (+: {reference} trains "
+              "faster)\n")
+    print(table(rows, names, reference))
+    ablations = [] if args.sim or training else \
+        pool_ablations([(n, _ablation(p)) for (n, _), p in zip(named, paths)])
     if ablations:
         print("\nThe cost-model ablation's effects (the first's gain over the second's, paired), pooled:\n")
         print("| effect | " + " | ".join(names) + " | pooled (random effects) | verdict |")
@@ -142,7 +174,8 @@ def main(argv=None) -> int:
                   + f" | {_pct(p['mean'])} [{_pct(p['lo'])}, {_pct(p['hi'])}] | **{e['verdict']}** |")
     if args.out_path:
         write_json_atomic(args.out_path, {"runs": [str(p) for p in paths], "sim": args.sim,
-                                          "reference": named[0][1].reference, "cost": named[0][1].cost,
+                                          "training": training, "reference": reference,
+                                          "cost": "step_ms" if training else named[0][1].cost,
                                           "rows": [r.to_json() for r in rows], "ablation": ablations})
         print(f"wrote {args.out_path}", file=sys.stderr)
     return 0

@@ -22,6 +22,12 @@ DerSimonian-Laird ``tau² = (Q - (k - 1)) / (sum(w) - sum(w²) / sum(w))``
 the fixed-effect one when tau² is 0), so a pooled "beats" claims a margin
 that holds from seed to seed, not only on average over these runs. With few
 runs tau² is itself uncertain: the report shows Q's p-value beside it.
+
+TorchRec training runs (`eval_torchrec.py`'s summary.json) are pooled the
+same way on what they report: per algorithm its step time relative to the
+reference's, paired by task and round, ``ratio - 1 = mean((alg - ref) / ref)``
+with its 95% interval (`training_gains`); positive, as above, when the
+reference trains faster.
 """
 
 from __future__ import annotations
@@ -145,19 +151,59 @@ def run_gains(name: str, summary: Summary) -> dict[str, RunGain]:
     return out
 
 
-def pool_runs(named: Sequence[tuple[str, Summary]]) -> list[PooledRow]:
-    """The reference against each algorithm, pooled over the named runs' summaries (in the first run's
-    algorithm order; an algorithm enters with the runs that compared it). The runs must share the
-    reference and the compared cost (ValueError naming the run that differs)."""
+def training_gains(name: str, summary: dict, repeats: int) -> dict[str, RunGain]:
+    """Per algorithm compared with the reference in a TorchRec training summary (`eval_torchrec.py`'s
+    summary.json, `torchrec.training_eval.summarize`, of `repeats` rounds), the run's `RunGain`: its ratio - 1
+    with the ratio's interval less 1 (module doc). ValueError naming the run for a row without them or with
+    one that is not a number."""
+    z = z_level()
+    out = {}
+    for i, row in enumerate(summary["algorithms"]):
+        if not isinstance(row, dict) or row.get("ratio") is None:
+            continue
+        try:
+            alg, gain, tasks = str(row["alg"]), float(row["ratio"]) - 1, int(row["tasks"])
+            lo, hi = (float(x) - 1 for x in row["ratio_ci"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"{name}: algorithm row {i} ({row.get('alg')}): no alg, ratio, ratio_ci [lo, hi] and "
+                             f"tasks ({type(e).__name__}: {e})") from None
+        if not all(math.isfinite(x) for x in (gain, lo, hi)):
+            raise ValueError(f"{name}: {alg}'s ratio {row['ratio']} {row['ratio_ci']} is not a number: "
+                             "a run with a NaN or infinite interval cannot be pooled")
+        out[alg] = RunGain(name, gain, lo, hi, (hi - lo) / (2 * z), tasks, repeats, row.get("verdict") or "-",
+                           row.get("mdd"))
+    return out
+
+
+def _same(named: Sequence[tuple[str, object]], what: Sequence[str], get) -> None:
+    """ValueError naming the first run whose `what` (read by `get`) differs from the first run's."""
     if not named:
         raise ValueError("no runs to pool")
     first_name, first = named[0]
     for name, s in named[1:]:
-        for what in ("reference", "cost"):
-            if getattr(s, what) != getattr(first, what):
-                raise ValueError(f"{name}: its {what} is {getattr(s, what)!r}, but {first_name}'s is "
-                                 f"{getattr(first, what)!r}: these runs do not compare the same thing")
-    gains = [run_gains(name, s) for name, s in named]
+        for w in what:
+            if get(s, w) != get(first, w):
+                raise ValueError(f"{name}: its {w} is {get(s, w)!r}, but {first_name}'s is "
+                                 f"{get(first, w)!r}: these runs do not compare the same thing")
+
+
+def pool_runs(named: Sequence[tuple[str, Summary]]) -> list[PooledRow]:
+    """The reference against each algorithm, pooled over the named runs' summaries (in the first run's
+    algorithm order; an algorithm enters with the runs that compared it). The runs must share the
+    reference and the compared cost (ValueError naming the run that differs)."""
+    _same(named, ("reference", "cost"), getattr)
+    return pool_gains([run_gains(name, s) for name, s in named])
+
+
+def pool_training_runs(named: Sequence[tuple[str, dict, int]]) -> list[PooledRow]:
+    """`pool_runs` for TorchRec training summaries, each named with its rounds (`training_gains`); the runs
+    must share the reference."""
+    _same([(name, s) for name, s, _ in named], ("reference",), dict.get)
+    return pool_gains([training_gains(name, s, repeats) for name, s, repeats in named])
+
+
+def pool_gains(gains: Sequence[dict[str, RunGain]]) -> list[PooledRow]:
+    """Per algorithm (in the order first met), the random-effects pool of its runs' gains with its verdict."""
     algs = list(dict.fromkeys(a for g in gains for a in g))
     rows = []
     for alg in algs:

@@ -1,6 +1,7 @@
 """Pooling verdicts over runs (`eval.pooling`) by hand: the chi-square tail, fixed and random effects
 (DerSimonian-Laird), and the per-algorithm rows read from evaluation summaries."""
 
+import json
 import math
 
 import pytest
@@ -107,3 +108,52 @@ def test_the_ablations_effects_are_pooled_by_name():
     assert [r["run"] for r in e["runs"]] == ["r0", "r1"] and e["pooled"]["mean"] == pytest.approx(0.03)
     assert e["pooled"]["tau2"] == pytest.approx(1e-4) and e["verdict"] == "beats"
     assert pool_ablations([("r0", run(0.04, 0.01))]) == []
+
+
+def training_summary(ratios: dict[str, tuple[float, float]], reference="neuroshard[torchrec]", tasks=3) -> dict:
+    """An eval_torchrec.py summary whose algorithms train `gain` slower than the reference (ratio 1 + gain)
+    with standard error `se` (a symmetric 95% interval)."""
+    rows = [{"alg": reference, "plans": tasks, "tasks": tasks, "mean_ms": 100.0, "ci": [90.0, 110.0]}]
+    for alg, (gain, se) in ratios.items():
+        rows.append({**rows[0], "alg": alg, "mean_ms": 100.0 * (1 + gain), "ratio": 1 + gain,
+                     "ratio_ci": [1 + gain - Z * se, 1 + gain + Z * se], "verdict": None, "mdd": 0.05})
+    return {"reference": reference, "common_tasks": list(range(tasks)), "algorithms": rows,
+            "noise": {"repeat": 0.02, "iteration_spread": None, "median_se": None}}
+
+
+def test_training_summaries_pool_their_step_time_ratios():
+    from neuroshard.eval.pooling import pool_training_runs
+
+    a = training_summary({"torchrec_full": (0.04, 0.01), "autoshard": (0.01, 0.01)})
+    b = training_summary({"torchrec_full": (0.02, 0.01)}, tasks=4)
+    rows = {r.alg: r for r in pool_training_runs([("a", a, 4), ("b", b, 4)])}
+    full = rows["torchrec_full"]
+    # as test_pool_runs_by_algorithm: ratios 1.04 and 1.02 with se 0.01 pool to +3.0%, tau2 1e-4, se 0.01
+    assert [(r.run, r.tasks, r.repeats) for r in full.runs] == [("a", 3, 4), ("b", 4, 4)]
+    assert full.runs[0].lo == pytest.approx(0.04 - Z * 0.01) and full.runs[0].se == pytest.approx(0.01)
+    assert full.pooled.mean == pytest.approx(0.03) and full.pooled.tau2 == pytest.approx(1e-4)
+    assert full.verdict == "beats"
+    assert [r.run for r in rows["autoshard"].runs] == ["a"] and rows["autoshard"].verdict == "no significant difference"
+    with pytest.raises(ValueError, match="b: its reference is 'neuroshard'"):
+        pool_training_runs([("a", a, 4), ("b", training_summary({"x": (0.0, 0.01)}, reference="neuroshard"), 4)])
+    broken = training_summary({"x": (0.0, 0.01)})
+    del broken["algorithms"][1]["ratio_ci"]
+    with pytest.raises(ValueError, match=r"b: algorithm row 1 \(x\): no alg, ratio, ratio_ci"):
+        pool_training_runs([("a", a, 4), ("b", broken, 4)])
+
+
+def test_a_real_training_summary_pools_as_its_ratios_say():
+    """`training_eval.summarize`'s own output: a run's gain is its ratio - 1, its interval the ratio's less 1."""
+    from neuroshard.eval.pooling import training_gains
+    from neuroshard.torchrec.training_eval import summarize
+
+    costs = {(0, "ref"): [100.0, 100.0], (1, "ref"): [50.0, 50.0],
+             (0, "x"): [110.0, 104.0], (1, "x"): [52.0, 56.0]}
+    s = summarize(costs, "ref", ["ref", "x"])
+    [row] = [r for r in s["algorithms"] if r["alg"] == "x"]
+    # (alg - ref) / ref: 0.10, 0.04, 0.04, 0.12 -> mean 0.075
+    assert row["ratio"] == pytest.approx(1.075)
+    g = training_gains("r", json.loads(json.dumps(s)), 2)["x"]
+    assert g.gain == pytest.approx(0.075) and (g.lo, g.hi) == (pytest.approx(row["ratio_ci"][0] - 1),
+                                                                pytest.approx(row["ratio_ci"][1] - 1))
+    assert (g.tasks, g.repeats) == (2, 2) and "ref" not in training_gains("r", s, 2)
