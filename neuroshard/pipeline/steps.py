@@ -523,7 +523,7 @@ STEPS: list[StepSpec] = [
     # eval_torchrec.py itself within the run's memory
     StepSpec("7d", "TorchRec training", "eval_torchrec.py",
              lambda r: [r.layout.sim_torchrec / "plans.json", r.layout.sim / "plans.json"]
-             + ([r.layout.anchor_sim / "plans.json"] if r.anchors else []),
+             + ([r.layout.torchrec_data / "results.json"] if r.anchors else []),
              lambda r: [r.layout.torchrec / "summary.json"],
              lambda r: {"data_dir": r.layout.dataset, "task_path": r.layout.tasks / "data.txt",
                         "plans": f"{r.layout.sim_torchrec / 'plans.json'},{r.layout.sim / 'plans.json'}",
@@ -616,12 +616,15 @@ def _collective_model(run: Run) -> Path:
 
 
 def _torchrec_anchors(run: Run) -> dict:
-    """eval_torchrec.py's flags for per-round calibration: step 5f's plans of the anchor tasks, one of each trained
-    in every round of step 7d (`torchrec.training_eval`); not step 7a's, which the runtime model is fitted to;
-    none with round_anchors 0."""
+    """eval_torchrec.py's flags for per-round calibration: step 7a's plans, which the runtime model is fitted to,
+    one of each of `round_anchors` of them trained again in every round of step 7d (`torchrec.training_eval`);
+    none with round_anchors 0. The model prices them at the speed of the hour 7a trained them, so their ratio in
+    a round is the machine's speed against that hour alone, and what the evaluation's plans are off after the
+    move is the model's error on plans it never saw. Plans of unseen tasks as anchors (as step 6b's, whose
+    models no one job was fitted to) would move the rounds by the model's error on those few tasks as well."""
     if not run.anchors:
         return {}
-    return {"round_anchors": run.layout.anchor_sim / "plans.json", "anchors_per_round": run.preset.round_anchors}
+    return {"round_anchors": run.layout.torchrec_data / "results.json", "anchors_per_round": run.preset.round_anchors}
 
 
 def _oversize_anchors(run: Run) -> dict:

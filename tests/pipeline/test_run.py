@@ -221,10 +221,10 @@ def test_torchrec_training_is_an_opt_in_last_phase():
     assert flags["--plans"] == f"{out / 'sim_torchrec' / 'plans.json'},{out / 'sim' / 'plans.json'}"
     assert flags["--ndevices"] == "4" and flags["--max_tasks"] == "3" and flags["--repeats"] == "4"
     assert flags["--seed"] == "2" and train.outputs == [out / "torchrec" / "summary.json"]
-    # per-round calibration: one plan of each of step 2f's 4 anchor tasks (step 5f's) trained in every round, not
-    # step 7a's plans, which the runtime model is fitted to
-    assert flags["--round_anchors"] == str(out / "anchor_sim" / "plans.json")
-    assert flags["--anchors_per_round"] == "4" and out / "anchor_sim" / "plans.json" in train.inputs
+    # per-round calibration: 4 of step 7a's plans, which the runtime model is fitted to, trained again in every
+    # round: the machine's speed against the hour the model was fitted at
+    assert flags["--round_anchors"] == str(out / "torchrec_data" / "results.json")
+    assert flags["--anchors_per_round"] == "4" and out / "torchrec_data" / "results.json" in train.inputs
     flags = flags_of(check)
     assert flags["--model"] == str(model) and flags["--check_results"] == str(out / "torchrec" / "results.json")
     assert "--results" not in flags
