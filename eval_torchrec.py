@@ -57,8 +57,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="the algorithm the others are compared with (default: neuroshard)")
     add_flag(p, "max_tasks", help="train the plans of the first N tasks only")
     add_flag(p, "round_anchors", help="per-round calibration: plans of tasks that are not evaluated, naming their "
-                                      "tables (the pipeline's anchor_sim/plans.json, or "
-                                      "collect_torchrec_cost_data.py's results.json); --anchors_per_round of them, "
+                                      "tables (collect_torchrec_cost_data.py's results.json, as "
+                                      "the pipeline gives, or an anchor_sim/plans.json); --anchors_per_round of them, "
                                       "taken over its tasks and algorithms, are trained in every round, spread over "
                                       "it (round_anchors.json: the rounds' speed for train_torchrec_cost_model.py "
                                       "--check_results)")

@@ -25,10 +25,10 @@ The noise floor is the same plan measured in two rounds (`power.plan_repeat_nois
 and the spread of iterations within one measurement.
 
 Per-round calibration (`anchors`): a few plans of tasks that are not
-evaluated (in the pipeline, step 5f's plans of tasks nothing trained on: plans
-the runtime model was fitted to would gauge the speed of the hour they were
-trained in, not how the model prices plans it never saw) are trained once in
-every round, spread over it; `round_anchors.json` holds their step times by round,
+evaluated (in the pipeline, step 7a's plans, which the runtime model was fitted
+to: against them a round's ratio is the machine's speed against the hour of the
+fit alone, and the evaluation's plans keep the model's own error) are trained
+once in every round, spread over it; `round_anchors.json` holds their step times by round,
 from which train_torchrec_cost_model.py --check_results reads each round's
 speed against the runtime model (`round_calibration.step_accuracy`).
 
