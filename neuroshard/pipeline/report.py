@@ -527,7 +527,8 @@ def runtime_check_lines(path: Path) -> list[str]:
         speeds = ", ".join(f"{f['cost']:.3f}x" for f in cal["factors"])
         line += (f" Per-round calibration: {cal['anchors']} of the plans the runtime model was fitted to (step "
                  f"7a's), trained again in every round, ran at {speeds} the model's steps; each measurement "
-                 f"against the model times its round's factor: MAPE **{pct(cal['mape'])}** per measurement{times(cal['mape'], cal.get('floor'))}, "
+                 f"against the model times its round's factor: MAPE **{pct(cal['mape'])}** per measurement"
+                 f"{times(cal['mape'], cal.get('floor'))}, "
                  f"{pct(cal['raw_mape'])} unmoved; **{pct(cal['mape_mean'])}** for the plans' means"
                  f"{times(cal['mape_mean'], cal.get('floor_mean'))}.")
     return ["", line]
