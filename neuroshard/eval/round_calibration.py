@@ -138,13 +138,20 @@ def anchor_spread(records: Sequence[PlanRecord], anchors: Sequence[PlanRecord], 
     """The 10th and 90th percentiles of the per-measurement MAPE over its floor with the anchors resampled with
     replacement (`draws` times, each draw's factors and floor its own; module doc); None with fewer than two
     anchors or without a floor."""
-    if len(anchors) < 2:
+    return _resampled(len(anchors), lambda pick: accuracy_at(records, round_factors([anchors[i] for i in pick],
+                                                                                   repeats), len(pick)),
+                      draws, seed)
+
+
+def _resampled(n: int, score, draws: int, seed: int) -> list[float] | None:
+    """The 10th and 90th percentiles of mape / floor of `score(indices)` over `draws` resamples with replacement of
+    n anchors' indices (draws without a floor left out); None with fewer than two anchors or no floor."""
+    if n < 2:
         return None
     rng = np.random.default_rng(seed)
     ratios = []
     for _ in range(draws):
-        pick = [anchors[i] for i in rng.integers(0, len(anchors), len(anchors))]
-        got = accuracy_at(records, round_factors(pick, repeats), len(pick))
+        got = score(rng.integers(0, n, n))
         if got.mape is not None and got.floor:
             ratios.append(got.mape / got.floor)
     if not ratios:
@@ -186,7 +193,17 @@ def step_accuracy(predicted: Sequence[float], costs: Sequence[Sequence[float]], 
     """Per-round calibration of one number per plan (e.g. a TorchRec training step's ms, `torchrec.runtime_model`):
     `predicted[i]` and the measured `costs[i][round]` of the evaluation's plans, the same of the anchors. A
     round's factor ({"cost": f}) is the median over the anchors measured in it of measured / predicted (1.0
-    without one); each measurement is compared with its prediction times its round's factor."""
+    without one); each measurement is compared with its prediction times its round's factor. `ratio_spread`:
+    the MAPE over its floor with the anchors resampled, as `anchor_spread`."""
+    out = _step_scored(predicted, costs, anchor_predicted, anchor_costs)
+    out.ratio_spread = _resampled(
+        len(anchor_costs), lambda pick: _step_scored(predicted, costs, [anchor_predicted[i] for i in pick],
+                                                     [anchor_costs[i] for i in pick]), ANCHOR_DRAWS, 0)
+    return out
+
+
+def _step_scored(predicted, costs, anchor_predicted, anchor_costs) -> RoundCalibration:
+    """`step_accuracy` without the resampled spread."""
     repeats = max((len(c) for c in costs), default=0)
     factors = []
     for r in range(repeats):

@@ -525,10 +525,13 @@ def runtime_check_lines(path: Path) -> list[str]:
     if cal and cal.get("mape") is not None:
         times = lambda v, f: f" (a perfect model: {pct(f)}, {v / f:.2f}x)" if f else ""  # noqa: E731
         speeds = ", ".join(f"{f['cost']:.3f}x" for f in cal["factors"])
+        spread = cal.get("ratio_spread")
+        spread = f"; {spread[0]:.2f}-{spread[1]:.2f}x with the anchors resampled, 10th-90th percentile" \
+            if spread else ""
         line += (f" Per-round calibration: {cal['anchors']} of the plans the runtime model was fitted to (step "
                  f"7a's), trained again in every round, ran at {speeds} the model's steps; each measurement "
                  f"against the model times its round's factor: MAPE **{pct(cal['mape'])}** per measurement"
-                 f"{times(cal['mape'], cal.get('floor'))}, "
+                 f"{times(cal['mape'], cal.get('floor'))}{spread}, "
                  f"{pct(cal['raw_mape'])} unmoved; **{pct(cal['mape_mean'])}** for the plans' means"
                  f"{times(cal['mape_mean'], cal.get('floor_mean'))}.")
     return ["", line]

@@ -127,6 +127,23 @@ def test_one_number_per_plan_against_its_rounds_speed():
     assert step_accuracy([10.0], [[12.0, 10.0]], [5.0], [[6.0]]).factors[1] == {"cost": 1.0}
 
 
+def test_one_number_per_plans_ratio_is_read_again_with_the_anchors_resampled():
+    # the anchors above: (a, a) moves round 1 by 0.9, (b, b) by 1.0, (a, b) by 0.95 (round 0 by 1.2 in all);
+    # the plan, 12 and 10, then errs 0 and |x - 1| (mape |x - 1| / 2) against a floor from 10 and 10 / x
+    def ratio(x):
+        d = abs(10 - 10 / x) / ((10 + 10 / x) / 2)
+        return (abs(x - 1) / 2) / (d / 2 ** 0.5)
+
+    a, b = (5.0, [6.0, 4.5]), (10.0, [12.0, 10.0])
+    cal = step_accuracy([10.0], [[12.0, 10.0]], [a[0], b[0]], [a[1], b[1]])
+    assert cal.mape / cal.floor == pytest.approx(ratio(0.95))
+    # (b, b) leaves no floor and is left out: of the rest a third are (a, a), the 10th percentile, and two thirds
+    # (a, b), the 90th
+    assert cal.ratio_spread == pytest.approx([ratio(0.9), ratio(0.95)])
+    assert ratio(0.9) < ratio(0.95)
+    assert step_accuracy([10.0], [[12.0, 10.0]], [a[0]], [a[1]]).ratio_spread is None
+
+
 def test_anchor_plans_are_estimated_on_the_tables_they_name(tmp_path):
     configs = [TableConfig(100 + i, 1.0, (1.0,) + (0.0,) * 16) for i in range(3)]
     models = _hand_models(2)

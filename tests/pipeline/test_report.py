@@ -70,6 +70,11 @@ def test_torchrec_section_reads_step_7_and_says_how_noisy_it_is(tmp_path):
     assert "ran at 1.050x, 0.950x the model's steps" in text
     assert "MAPE **6.0%** per measurement (a perfect model: 5.0%, 1.20x), 9.0% unmoved" in text
     assert "**4.0%** for the plans' means (a perfect model: 2.5%, 1.60x)" in text
+    check["rounds"]["ratio_spread"] = [0.9, 1.5]  # and how firm the ratio is over the anchors resampled
+    (tmp_path / "torchrec" / "runtime_model_error.json").write_text(json.dumps({"model": "m.json", "check": check}))
+    text = "\n".join(torchrec_lines(tmp_path)[0])
+    assert "(a perfect model: 5.0%, 1.20x); 0.90-1.50x with the anchors resampled, 10th-90th percentile, 9.0% " \
+        "unmoved" in text
 
 
 def test_power_line_from_the_median_noise_of_the_comparisons():
