@@ -126,12 +126,13 @@ def main(argv=None) -> int:
             raise InputError(path, f"the same evaluation as {seen[digest]} (a run given twice counts twice)")
         seen[digest] = path
         paths.append(path)
-        kinds.add(is_training(data))
+        trained = is_training(data)
+        kinds.add(trained)
         if len(kinds) > 1:
-            raise ConfigError("RUN", f"{run} is a {'TorchRec training' if is_training(data) else 'plan evaluation'}"
+            raise ConfigError("RUN", f"{run} is a {'TorchRec training' if trained else 'plan evaluation'}"
                                      f" and {args.runs[0]} is not: these runs do not compare the same thing")
         try:
-            if is_training(data):
+            if trained:
                 if not isinstance(data["reference"], str) or not isinstance(data["algorithms"], list):
                     raise TypeError("no reference and algorithms")
                 summary = data

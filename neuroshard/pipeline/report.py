@@ -412,6 +412,11 @@ def anchor_lines(hw_dir: Path, records: list[PlanRecord] | None) -> tuple[list[s
                    "scaled_spearman": scaled["spearman"]}
 
 
+def resampled_phrase(spread) -> str:
+    """The phrase for a per-round calibration's ratio to its floor over the anchors resampled ("" without it)."""
+    return f"; {spread[0]:.2f}-{spread[1]:.2f}x with the anchors resampled, 10th-90th percentile" if spread else ""
+
+
 def round_lines(hw_dir: Path, step: str = "6b", anchors: str = "plans of anchor tasks (step 5f's: tasks never "
                 "evaluated nor trained on)") -> tuple[list[str], dict | None]:
     """Markdown on the per-round calibration of a hardware step (`eval.round_calibration`: `anchors` measured in
@@ -427,13 +432,12 @@ def round_lines(hw_dir: Path, step: str = "6b", anchors: str = "plans of anchor 
     def times(v, f, more=""):
         return f" (a perfect model moved the same way: {pct(f)}, {v / f:.2f}x{more})" if f else ""
 
-    resampled = (f"; {cal.ratio_spread[0]:.2f}-{cal.ratio_spread[1]:.2f}x with the anchors resampled, 10th-90th "
-                 f"percentile" if cal.ratio_spread else "")
     line = (f"Per-round calibration: {cal.anchors} {anchors} were measured in each of the {len(cal.factors)} "
             f"rounds of step {step}, spread over it; the plan job ran them at {speeds} their estimates (plan cost, "
             f"by round). Each of the {cal.measurements} measurements compared with its estimate moved by its "
             f"round's per-part factors: plan-cost MAPE **{pct(cal.mape)}** per "
-            f"measurement{times(cal.mape, cal.floor, resampled)}, {pct(cal.raw_mape)} unmoved; "
+            f"measurement{times(cal.mape, cal.floor, resampled_phrase(cal.ratio_spread))}, "
+            f"{pct(cal.raw_mape)} unmoved; "
             f"**{pct(cal.mape_mean)}** for the plans' means{times(cal.mape_mean, cal.floor_mean)}"
             + (f", Spearman {cal.spearman:.3f}" if cal.spearman is not None else "")
             + (f"; the moved 80% band holds **{pct(cal.coverage)}** of the measurements" if cal.coverage is not None
@@ -525,13 +529,10 @@ def runtime_check_lines(path: Path) -> list[str]:
     if cal and cal.get("mape") is not None:
         times = lambda v, f: f" (a perfect model: {pct(f)}, {v / f:.2f}x)" if f else ""  # noqa: E731
         speeds = ", ".join(f"{f['cost']:.3f}x" for f in cal["factors"])
-        spread = cal.get("ratio_spread")
-        spread = f"; {spread[0]:.2f}-{spread[1]:.2f}x with the anchors resampled, 10th-90th percentile" \
-            if spread else ""
         line += (f" Per-round calibration: {cal['anchors']} of the plans the runtime model was fitted to (step "
                  f"7a's), trained again in every round, ran at {speeds} the model's steps; each measurement "
                  f"against the model times its round's factor: MAPE **{pct(cal['mape'])}** per measurement"
-                 f"{times(cal['mape'], cal.get('floor'))}{spread}, "
+                 f"{times(cal['mape'], cal.get('floor'))}{resampled_phrase(cal.get('ratio_spread'))}, "
                  f"{pct(cal['raw_mape'])} unmoved; **{pct(cal['mape_mean'])}** for the plans' means"
                  f"{times(cal['mape_mean'], cal.get('floor_mean'))}.")
     return ["", line]
