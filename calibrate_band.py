@@ -57,8 +57,9 @@ def parse_args(argv=None):
                    help="folder of models NOT trained on these plans' shards (the random data's), whose plan-level "
                         "and per-rank error on them are the out-of-sample estimates written into --models "
                         "(default: --models itself, in sample, which fits these plans too well)")
-    Problem.add_args(p, skip=("seed",), helps={"ndevices": "devices of the plans", "max_mem": "memory per device in "
-                                               "GB the plans were made for"})
+    Problem.add_args(p, skip=("seed", "local_world_size"),
+                     helps={"ndevices": "devices of the plans", "max_mem": "memory per device in GB the plans were "
+                                                                           "made for"})
     add_flag(p, "out_path", help="JSON report (default: <models>/plan_error_<n>.json)")
     return p.parse_args(argv)
 

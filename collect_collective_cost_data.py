@@ -11,6 +11,10 @@ send (B x d for d up to --max_dim; up to --max_numel elements all-reduced),
 and are timed on --ndevices ranks in one torchrun job (each sample: the ranks'
 mean ms), appended to OUT_DIR/data.jsonl as they arrive; the first
 --noise_samples are timed again afterwards (noise.jsonl: the noise floor).
+With --local_world_size K (ranks per host, fewer than --ndevices), as many
+samples again run over every host's group of K ranks at once, as table-row-wise
+tables do, after the others (a collection without them is extended, not
+redrawn), and are fitted apart (the fits `op@K`).
 Then each collective's model, linear (a + b N), power (c N^p) or hinge (a
 bandwidth that drops past a size), whichever predicts held-out samples better
 (--folds cross-validation), is written to --out_path with each form's held-out
@@ -33,7 +37,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     from neuroshard.cli import add_device_arg, add_progress_arg
 
     p = argparse.ArgumentParser(description="Time the collectives of spread tables and fit their cost model.")
-    Problem.add_args(p, skip=("max_mem",))  # the ranks; the seed of the sizes and of the held-out samples
+    # the ranks and their hosts; the seed of the sizes and of the held-out samples
+    Problem.add_args(p, skip=("max_mem",), helps={"local_world_size": "ranks per host: the collectives also timed "
+                                                                      "over each host's group (table-row-wise)"})
     add_flag(p, "gpu_devices")
     add_device_arg(p)
     add_flag(p, "data_size", 240, help="samples (the three collectives in turn)")
@@ -69,6 +75,8 @@ def main(argv=None) -> int:
     check_int("--data_size", args.data_size, 12)
     check_int("--noise_samples", args.noise_samples, 0, args.data_size)
     check_int("--batch_size", args.batch_size, ndevices)
+    if problem.local_world_size == 1:
+        raise ConfigError("--local_world_size", "1 rank per host has no collective within a host: give 2 or more")
     check_int("--max_dim", args.max_dim, 4)
     check_int("--max_numel", args.max_numel, 1000)
     check_int("--warmup", args.warmup, 0)
@@ -76,7 +84,7 @@ def main(argv=None) -> int:
     check_int("--folds", args.folds, 2, args.data_size)
     check_output_file("--out_path", args.out_path)
     samples = collectives.draw_samples(args.data_size, ndevices, args.batch_size, args.max_dim, args.max_numel,
-                                       problem.seed)
+                                       problem.seed, problem.local_world_size)
     write_json_atomic(f"{args.out_dir}/config.json", {k: v for k, v in vars(args).items() if k != "no_progress"}
                       | {"device": device, "ndevices": ndevices})
     rows, again = collectives.collect(args.out_dir, samples, ndevices, warmup=args.warmup, iters=args.iters,
@@ -87,7 +95,8 @@ def main(argv=None) -> int:
     except ValueError as e:
         raise InputError(f"{args.out_dir}/{collectives.DATA_FILE}", str(e)) from None
     model.save(args.out_path)
-    print(f"| collective | form | samples | {' | '.join(f'held-out MAPE {f}' for f in FORMS)} | noise floor |\n"
+    print(f"| collective (@ ranks per host group) | form | samples | "
+          f"{' | '.join(f'held-out MAPE {f}' for f in FORMS)} | noise floor |\n"
           f"|---|---|---|{'---|' * len(FORMS)}---|")
     for op, fit in model.fits.items():
         floor = "-" if fit.noise_floor is None else f"{fit.noise_floor:.1f}%"

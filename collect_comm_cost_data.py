@@ -47,7 +47,7 @@ def main(argv=None):
     add_flag(p, "data_size", 999999999, help="total samples wanted in OUT_DIR/data.txt (existing ones count)")
     add_flag(p, "gpu_devices")
     add_device_arg(p)
-    Problem.add_args(p, skip=("max_mem",))  # the ranks: the devices whose exchanges are measured
+    Problem.add_args(p, skip=("max_mem", "local_world_size"))  # the ranks: the devices whose exchanges are measured
     CommCollectConfig.add_args(p)
     p.add_argument("--chunk", type=int, default=250,
                    help="samples per torchrun job (start-up is paid once per job) (default: 250)")

@@ -34,7 +34,7 @@ def main(argv=None):
     add_flag(p, "num_workers", help="with --device cpu: benchmark processes, one thread each. More workers collect "
                                     "faster but share the last-level cache and memory bandwidth, which changes and "
                                     "adds noise to the times; keep it at or below the number of idle cores")
-    Problem.add_args(p, skip=("ndevices",))  # a shard fits one device's memory
+    Problem.add_args(p, skip=("ndevices", "local_world_size"))  # a shard fits one device's memory
     ComputeCollectConfig.add_args(p)
     add_progress_arg(p)
     args = p.parse_args(argv)

@@ -68,13 +68,16 @@ def main(argv=None) -> int:
     from neuroshard.torchrec import runtime_data
     from neuroshard.torchrec import training_eval as tt
     from neuroshard.torchrec.training import TorchRecTrainConfig
-    from neuroshard.types.errors import InputError
+    from neuroshard.types.errors import ConfigError, InputError
 
     check_int("--random_plans", args.random_plans, 0)
     check_int("--max_splits", args.max_splits, 0)
     check_float("--spread_share", args.spread_share, 0.0, 1.0)
     device, ndevices = resolve_ranks(resolve_devices(args.device, args.gpu_devices), args.ndevices, args.gpu_devices)
     problem = Problem.from_args(args, ndevices=ndevices)
+    if problem.local_world_size is not None:
+        raise ConfigError("--local_world_size", "TorchRec training here runs its ranks as one host (its runtime model "
+                                                "prices no table-row-wise tables): leave it out")
     cfg = TorchRecTrainConfig.from_args(args, problem=problem, device=device)
     inputs = inputs_from_args(args, problem)
     if inputs.batch_size is None:

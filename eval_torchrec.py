@@ -64,7 +64,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                                       "--check_results)")
     add_flag(p, "anchors_per_round")
     # the plans' memory was their planner's business; only torchrec_full is planned here
-    Problem.add_args(p, defaults={"max_mem": None},
+    Problem.add_args(p, skip=("local_world_size",), defaults={"max_mem": None},
                      helps={"max_mem": "memory per rank in GB (TorchRec's HBM per GPU) that torchrec_full is planned "
                                        "within: the memory the plans of --plans were made for"})
     add_device_arg(p)

@@ -35,8 +35,9 @@ def parse_args(argv=None):
     add_flag(p, "data_dir", required=True, help="dataset dir with table_configs.json")
     add_flag(p, "task_path", required=True, help="the task file the plans were made for")
     add_flag(p, "results", required=True, help="eval.py's results.json (measured plans)")
-    Problem.add_args(p, skip=("seed",), helps={"ndevices": "devices of the plans", "max_mem": "memory per device in "
-                                               "GB the plans were made for"})
+    Problem.add_args(p, skip=("seed", "local_world_size"),
+                     helps={"ndevices": "devices of the plans", "max_mem": "memory per device in GB the plans were "
+                                                                           "made for"})
     p.add_argument("--model_set", action="append", required=True, metavar="LABEL=DIR|FILE.json",
                    help="a set of cost models: a folder with compute.pt and comm_<n>_fw.pt / _bw.pt, or a fitted "
                         "TorchRec estimator (fit_torchrec_estimator.py's JSON) (repeatable)")

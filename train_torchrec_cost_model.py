@@ -44,7 +44,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--model", default=None, help="check this fitted model on --check_results instead of fitting one "
                                                  "(--out_path: the check's report)")
     add_model_flags(p)
-    Problem.add_args(p, skip=("max_mem",))  # the ranks the plans were trained on; the seed of the held-out tasks
+    # the ranks the plans were trained on; the seed of the held-out tasks
+    Problem.add_args(p, skip=("max_mem", "local_world_size"))
     add_flag(p, "batch_size", help="global batch the plans were trained with (default: the collection's, else the "
                                    "dataset's)")
     add_flag(p, "test_share", help="share of the tasks held out to measure the error on unseen tasks")

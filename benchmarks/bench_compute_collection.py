@@ -28,7 +28,7 @@ def main(argv=None):
     add_flag(p, "num_samples", 60, help="samples per run")
     p.add_argument("--workers", type=str, default="1,2", help="worker counts to compare (default: 1,2)")
     add_flag(p, "out_json")
-    Problem.add_args(p, skip=("ndevices",))
+    Problem.add_args(p, skip=("ndevices", "local_world_size"))
     ComputeCollectConfig.add_args(p)
     args = p.parse_args(argv)
     cfg = ComputeCollectConfig.from_args(args,

@@ -646,7 +646,8 @@ def main(argv=None) -> int:
     add_flag(p, "compute_model", None, help="trained compute model (default: synthetic)")
     p.add_argument("--comm_models", type=parse_comm_models, action="append", default=None,
                    help="N:FW_PATH,BW_PATH trained comm models for N devices (repeatable; default: synthetic)")
-    Problem.add_args(p, skip=("ndevices",), helps={"max_mem": "GB per device for the speed and baseline tasks"})
+    Problem.add_args(p, skip=("ndevices", "local_world_size"),
+                     helps={"max_mem": "GB per device for the speed and baseline tasks"})
     p.add_argument("--tasks_per_size", type=int, default=5, help="speed: tasks per table count (default: 5)")
     add_flag(p, "ensemble", help="speed: also time K-member ensembles of the cost models (NeuroShard and "
                                  "NeuroShard+)")

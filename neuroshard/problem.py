@@ -3,17 +3,21 @@
 `Problem` holds what defines a sharding problem besides its tables: how many
 devices, the memory of each (one number for identical devices, or one per
 device: `--max_mem 16,16,8,8`), the seed of whatever is random in planning
-or measuring it, and the constraints on the tables (`types.constraints`;
-set by the library and `NeuroShardPlanner`, not a flag). Its flag fields are
-`--ndevices`, `--max_mem` and `--seed`, declared here once; every script
-that plans, measures, trains a learned baseline or makes tasks takes them
-through `Problem.add_args` and hands the record on
+or measuring it, the hosts the devices sit on (`--local_world_size`: devices
+per host, consecutive ranks; a table-row-wise table spans one host), and the
+constraints on the tables (`types.constraints`; set by the library and
+`NeuroShardPlanner`, not a flag). Its flag fields are `--ndevices`,
+`--max_mem`, `--seed` and `--local_world_size`, declared here once; every
+script that plans, measures, trains a learned baseline or makes tasks takes
+those that mean something to it through `Problem.add_args` and hands the
+record on
 (`planner.shard.shard(tables, problem, ...)`, a sharder `fn(tables, problem,
 ctx)`, the evaluation, the pipeline), so no function takes a loose device
 count or memory cap beside it.
 
     problem = Problem(ndevices=4, max_mem=1.0)
     problem = Problem(ndevices=4, max_mem=(16.0, 16.0, 8.0, 8.0))   # devices of unequal memory
+    problem = Problem(ndevices=16, max_mem=80.0, local_world_size=8)  # two hosts of 8 GPUs
     result = ns.shard(tables, problem, models=models)
 """
 
@@ -37,7 +41,8 @@ class Problem(Settings):
     `max_mem[d]` GB for device d (a tuple, one per device; equal values become one number); `seed`: the seed
     of randomised algorithms, of measurement orders and of sampling; `constraints`: what plans must respect
     besides memory (None: nothing); `batch_size`: the global training batch the plan's costs are for (None:
-    the batch the cost models' data was measured at; `CostModels.at_batch`)."""
+    the batch the cost models' data was measured at; `CostModels.at_batch`); `local_world_size`: the devices
+    of a host (`hosts`: consecutive ranks; None: one host), the ranks a table-row-wise table may span."""
 
     TITLE: ClassVar[str] = "the planning problem"
 
@@ -51,6 +56,7 @@ class Problem(Settings):
                                                    cli=False, omit=lambda v: v is None or v.empty)
     batch_size: int | None = setting(None, "the global training batch plans are costed at (None: the batch of the "
                                            "cost models' data)", cli=False, omit=lambda v: v is None)
+    local_world_size: int | None = common("local_world_size", omit=lambda v: v is None, show_default=False)
 
     def __post_init__(self):
         check_int("--ndevices", self.ndevices, 1)
@@ -58,6 +64,13 @@ class Problem(Settings):
         check_int("--seed", self.seed, 0)
         if self.batch_size is not None:
             check_int("batch_size", self.batch_size, 1)
+        if self.local_world_size is not None:
+            check_int("--local_world_size", self.local_world_size, 1, self.ndevices)
+            if self.ndevices % self.local_world_size:
+                raise ConfigError("--local_world_size", f"{self.local_world_size} devices per host do not divide the "
+                                                        f"{self.ndevices} devices")
+            if self.local_world_size == self.ndevices:
+                object.__setattr__(self, "local_world_size", None)  # one host: the same problem as left out
         if self.constraints is not None and not isinstance(self.constraints, TableConstraints):
             raise ConfigError("constraints", f"expected a TableConstraints, got {type(self.constraints).__name__}")
 
@@ -84,6 +97,12 @@ class Problem(Settings):
         if not self.uniform:
             raise ConfigError("--max_mem", f"{what} takes one memory size for every device, got {self.mem_text}")
         return self.max_mem
+
+    @property
+    def hosts(self) -> list[tuple[int, ...]]:
+        """Each host's ranks (`local_world_size` consecutive ones; one host of every rank when left out)."""
+        k = self.local_world_size or self.ndevices
+        return [tuple(range(h, h + k)) for h in range(0, self.ndevices, k)]
 
     @property
     def table_constraints(self) -> TableConstraints:

@@ -64,6 +64,9 @@ FLAGS: dict[str, dict] = {
     "batch_size": {"default": None, "type": int, "help": "samples per training step"},
     "max_tasks": {"default": None, "type": int, "help": "only the first N tasks"},
     "seed": {"default": 0, "help": "random seed (same seed, same output)"},
+    "local_world_size": {"default": None, "type": int, "metavar": "N",
+                         "help": "ranks per host, consecutive ranks (a table-row-wise table stays within one host; "
+                                 "the cuda:<index> of an exported placement); left out: every rank on one host"},
     "lr": {"default": 1e-3, "help": "Adam learning rate"},
     "ensemble": {"default": 1, "help": "members per cost model (1: one model)"},
     "refine": {"default": 0, "help": "hardware in the loop: each task's K best candidates of --refine_algs' plans by "

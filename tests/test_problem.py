@@ -31,8 +31,30 @@ def test_round_trips():
                            "constraints": {"whole": [0, 2], "colocate": [[1, 3]]}}
     assert Problem.from_json(p.to_json()) == p
     assert Problem(4, 1.0).to_json() == {"ndevices": 4, "max_mem": 1.0, "seed": 0}  # files as before
-    assert p.flags() == {"ndevices": 3, "max_mem": "1,2,0.5", "seed": 7}
+    assert p.flags() == {"ndevices": 3, "max_mem": "1,2,0.5", "seed": 7, "local_world_size": None}
     assert parsed("--ndevices", "3", "--max_mem", "1,2,0.5", "--seed", "7") == Problem(3, (1.0, 2.0, 0.5), 7)
+    hosts = parsed("--ndevices", "4", "--local_world_size", "2")
+    assert hosts.to_json() == {"ndevices": 4, "max_mem": 4.0, "seed": 0, "local_world_size": 2}
+    assert Problem.from_json(hosts.to_json()) == hosts and hosts.flags()["local_world_size"] == 2
+
+
+def test_hosts_are_consecutive_ranks():
+    assert Problem(4, 1.0, local_world_size=2).hosts == [(0, 1), (2, 3)]
+    assert Problem(6, 1.0, local_world_size=3).hosts == [(0, 1, 2), (3, 4, 5)]
+    assert Problem(4, 1.0).hosts == [(0, 1, 2, 3)]
+    # one host of every device is the problem without hosts
+    assert Problem(4, 1.0, local_world_size=4) == Problem(4, 1.0)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--ndevices", "4", "--local_world_size", "3"], "--local_world_size: 3 devices per host do not divide the 4 "
+                                                     "devices"),
+    (["--ndevices", "4", "--local_world_size", "8"], "--local_world_size: must be <= 4, got 8"),
+    (["--ndevices", "4", "--local_world_size", "0"], "--local_world_size: must be >= 1, got 0"),
+])
+def test_bad_hosts_are_a_one_line_error(argv, message):
+    with pytest.raises(ConfigError, match=message):
+        parsed(*argv)
 
 
 @pytest.mark.parametrize("argv, message", [

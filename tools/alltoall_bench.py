@@ -29,7 +29,8 @@ from neuroshard.types.errors import ConfigError
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_device_arg(p)
-    Problem.add_args(p, skip=("max_mem", "seed"), helps={"ndevices": "number of ranks (default: one per --dims entry)"})
+    Problem.add_args(p, skip=("max_mem", "seed", "local_world_size"),
+                     helps={"ndevices": "number of ranks (default: one per --dims entry)"})
     add_flag(p, "gpu_devices")
     p.add_argument("--dims", required=True, help="per-rank dim sums, e.g. 64,256,128,32")
     p.add_argument("--sleeps", default=None, help="per-rank start delays in ms, e.g. 0,3,0,1 (default: 0)")

@@ -34,7 +34,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_flag(p, "data_dir", required=True, help="dataset dir (table_configs.json + data.pt)")
     add_flag(p, "models", required=True)
-    Problem.add_args(p, skip=("seed", "max_mem"), defaults={"ndevices": 4},
+    Problem.add_args(p, skip=("seed", "max_mem", "local_world_size"), defaults={"ndevices": 4},
                      helps={"ndevices": "the comm models' device count (the check reads the compute model only)"})
     p.add_argument("--compute_data", required=True, help="the compute data dir the model trained on (its "
                                                           "config.json gives warm-up, iterations and clock)")

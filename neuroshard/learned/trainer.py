@@ -61,7 +61,7 @@ def parse_args(kind: str, argv=None):
                   "--table_pool train)")
     add_flag(parser, "eval_task_path")
     add_flag(parser, "max_tasks", help="train on the first N tasks only")
-    Problem.add_args(parser, defaults={"ndevices": d["ndevices"], "max_mem": d["max_mem"]})
+    Problem.add_args(parser, skip=("local_world_size",), defaults={"ndevices": d["ndevices"], "max_mem": d["max_mem"]})
     add_flag(parser, "out_path", d["out"], help="policy checkpoint")
     parser.add_argument("--oracle", choices=ORACLES, default="simulator",
                         help="what measures the rolled-out plans: 'simulator' (the cost models below) or "

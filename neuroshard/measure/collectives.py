@@ -11,7 +11,9 @@ k), rows x dim for all-reduce; fp32.
 
 `run_collective` runs one, `bench_collective` times it on this rank (a
 barrier before every iteration, the median of the timed ones). The job that
-times many sizes on many ranks is `CollectiveJob` (`collect_collective_cost_data.py`,
+times many sizes on many ranks is `CollectiveJob` (`collect_collective_cost_data.py`;
+a sample over host groups, {"k": ranks per host}, runs on every host's group of k
+consecutive ranks at once, as a step's table-row-wise tables do;
 `planner.costs.collective_model` fits a model to what it measures); the plan job
 (`measure.plan_job`) runs the same collectives for the spread tables of a plan.
 
@@ -97,8 +99,8 @@ def bench_collective(op: str, numel: int, k: int, warmup: int, iters: int, devic
 
 @dataclass(frozen=True)
 class CollectiveSpec(Record):
-    """The job's settings as the ranks read them: the samples ({"op", "numel"}, over every rank), untimed and
-    timed iterations of each."""
+    """The job's settings as the ranks read them: the samples ({"op", "numel"} over every rank, with "k" over
+    each host's group of k ranks), untimed and timed iterations of each."""
 
     samples: list
     warmup: int
@@ -113,11 +115,12 @@ class CollectiveResult(Record):
     op: str = json_field()
     numel: int = json_field()
     ms: list = json_field()
+    k: int | None = json_field(default=None, omit_none=True)  # ranks per host group (None: every rank)
 
 
 class CollectiveWorker(RankWorker):
-    """One rank of the job: times each sample's collective over every rank; each node's first rank records
-    every rank's median."""
+    """One rank of the job: times each sample's collective over every rank (or over its host's group, all the
+    hosts' groups at once); each node's first rank records every rank's median."""
 
     item = "sample"
     first_phase = "before the collective"
@@ -125,6 +128,19 @@ class CollectiveWorker(RankWorker):
     def __init__(self, ctx: RankContext):
         super().__init__(ctx)
         self.spec = CollectiveSpec.from_json(ctx.spec)
+        self._groups: dict[int, object] = {}  # ranks per host -> this rank's host group
+
+    def host_group(self, k: int):
+        """This rank's group of k consecutive ranks; every host's group made on every rank, in the same order,
+        as torch.distributed needs."""
+        import torch.distributed as dist
+
+        if k not in self._groups:
+            for h in range(0, self.ctx.world, k):
+                group = dist.new_group(list(range(h, h + k)))
+                if h <= self.ctx.rank < h + k:
+                    self._groups[k] = group
+        return self._groups[k]
 
     def read_block(self, done: int) -> list:
         return self.spec.samples[done:]
@@ -133,17 +149,20 @@ class CollectiveWorker(RankWorker):
         from neuroshard.measure.rank import local_lead
 
         ctx = self.ctx
-        ms = bench_collective(sample["op"], int(sample["numel"]), ctx.world, self.spec.warmup, self.spec.iters,
-                              ctx.device, state=ctx.state)
+        host = sample.get("k")
+        group = None if host is None else self.host_group(int(host))
+        ms = bench_collective(sample["op"], int(sample["numel"]), int(host or ctx.world), self.spec.warmup,
+                              self.spec.iters, ctx.device, group=group, state=ctx.state)
         ctx.state["phase"] = "gathering medians"
         every = ctx.gather(ms)
         if not local_lead():
             return None
-        return CollectiveResult(k, sample["op"], int(sample["numel"]), [float(x) for x in every]).to_json()
+        return CollectiveResult(k, sample["op"], int(sample["numel"]), [float(x) for x in every], host).to_json()
 
 
 class CollectiveJob(TorchrunJob):
-    """One torchrun job timing `samples` ({"op", "numel"}) over `ndevices` ranks; iterate `results()`."""
+    """One torchrun job timing `samples` ({"op", "numel"}, and "k" for host groups) over `ndevices` ranks;
+    iterate `results()`."""
 
     item: ClassVar[str] = "sample"
     job_prefix: ClassVar[str] = "collective_job_"
@@ -154,10 +173,15 @@ class CollectiveJob(TorchrunJob):
                  launch: LaunchConfig | None = None, worker_module: str | None = None):
         if ndevices < 2:
             raise ConfigError("--ndevices", f"a collective needs at least 2 ranks, got {ndevices}")
-        samples = [{"op": s["op"], "numel": int(s["numel"])} for s in samples]
+        samples = [{"op": s["op"], "numel": int(s["numel"])} | ({"k": int(s["k"])} if s.get("k") else {})
+                   for s in samples]
         for i, s in enumerate(samples):
             try:
-                check_sample(s["op"], s["numel"], ndevices)
+                k = s.get("k", ndevices)
+                if not 2 <= k <= ndevices or ndevices % k:
+                    raise ValueError(f"a group of {k} ranks: it must have 2 to {ndevices} and divide the "
+                                     f"{ndevices} ranks")
+                check_sample(s["op"], s["numel"], k)
             except ValueError as e:
                 raise ConfigError("samples", f"sample {i}: {e}") from None
         spec = CollectiveSpec(samples, warmup, iters)
@@ -176,20 +200,31 @@ class CollectiveJob(TorchrunJob):
 DATA_FILE, NOISE_FILE = "data.jsonl", "noise.jsonl"
 
 
-def draw_samples(num: int, ndevices: int, batch_size: int, max_dim: int, max_numel: int, seed: int) -> list[dict]:
+def draw_samples(num: int, ndevices: int, batch_size: int, max_dim: int, max_numel: int, seed: int,
+                 host: int | None = None) -> list[dict]:
     """`num` seeded samples over what plans send: each collective in turn; a reduce-scatter or all-gather of
     B x d elements (d a multiple of 4, log-uniform in [4, max_dim]: a row-wise group's dims), an all-reduce of
-    N elements log-uniform in [1,000, max_numel] (a data-parallel table's rows x dim)."""
-    rng = np.random.default_rng(seed)
+    N elements log-uniform in [1,000, max_numel] (a data-parallel table's rows x dim). With `host` (ranks per
+    host, fewer than `ndevices`), `num` more after them over the hosts' groups ({"k": host}), drawn apart (the
+    first `num` are the same with or without them): a table-row-wise group's reduce-scatters and all-gathers
+    (and all-reduces, the same sizes as over every rank)."""
+    out = _draws(num, ndevices, batch_size, max_dim, max_numel, np.random.default_rng(seed))
+    if host is not None and host < ndevices:
+        out += [s | {"k": host} for s in _draws(num, host, batch_size, max_dim, max_numel,
+                                                   np.random.default_rng([seed, host]))]
+    return out
+
+
+def _draws(num: int, k: int, batch_size: int, max_dim: int, max_numel: int, rng) -> list[dict]:
     out = []
-    for k in range(num):
-        op = COLLECTIVES[k % len(COLLECTIVES)]
+    for j in range(num):
+        op = COLLECTIVES[j % len(COLLECTIVES)]
         if op == ALL_REDUCE:
             n = int(np.exp(rng.uniform(np.log(1000), np.log(max(max_numel, 1000)))))
         else:
             d = 4 * max(1, int(round(np.exp(rng.uniform(np.log(4), np.log(max(max_dim, 4)))) / 4)))
             n = batch_size * d
-        out.append({"op": op, "numel": n if op == ALL_REDUCE else max(ndevices, n - n % ndevices)})
+        out.append({"op": op, "numel": n if op == ALL_REDUCE else max(k, n - n % k)})
     return out
 
 
@@ -197,15 +232,21 @@ def collect(out_dir, samples: Sequence[dict], ndevices: int, *, warmup: int, ite
             gpu_devices: str | None = None, timeout: float = DEFAULT_TIMEOUT_S, noise_samples: int = 0,
             progress: bool = True) -> tuple[list[dict], list[tuple[str, float, float]]]:
     """Time `samples` (those `out_dir/data.jsonl` does not hold yet, appended as they arrive: an interrupted
-    collection resumes), then the first `noise_samples` of them again (`noise.jsonl`, after all of data.jsonl,
-    so minutes apart); (every sample {"op", "numel", "ms": the ranks' mean, "ranks_ms"}, the re-measured
-    (op, ms, ms again)). One job per file."""
+    collection resumes), then the first `noise_samples` of those over every rank and of those over host groups
+    again (`noise.jsonl`, after all of data.jsonl, so minutes apart); (every sample {"op", "numel", "ms": the
+    ranks' mean, "ranks_ms"}, with "k" over host groups; the re-measured (`fit_key`, ms, ms again)). One job
+    per file."""
+    from neuroshard.planner.costs.collective_model import fit_key
+
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     kw = dict(warmup=warmup, iters=iters, device=device, gpu_devices=gpu_devices, timeout=timeout, progress=progress)
     rows = _resume(out / DATA_FILE, samples, ndevices, **kw)
-    again = _resume(out / NOISE_FILE, samples[:noise_samples], ndevices, **kw)
-    return rows, [(a["op"], rows[k]["ms"], a["ms"]) for k, a in enumerate(again)]
+    world = [i for i, s in enumerate(samples) if not s.get("k")]
+    hosts = [i for i, s in enumerate(samples) if s.get("k")]
+    picked = world[:noise_samples] + hosts[:noise_samples]
+    again = _resume(out / NOISE_FILE, [samples[i] for i in picked], ndevices, **kw)
+    return rows, [(fit_key(a["op"], a.get("k"), ndevices), rows[i]["ms"], a["ms"]) for i, a in zip(picked, again)]
 
 
 def _resume(path: Path, samples: Sequence[dict], ndevices: int, progress: bool, **job) -> list[dict]:
@@ -217,9 +258,10 @@ def _resume(path: Path, samples: Sequence[dict], ndevices: int, progress: bool, 
 
     rows = _read_rows(path)[:len(samples)]
     for k, row in enumerate(rows):
-        if (row["op"], int(row["numel"])) != (samples[k]["op"], samples[k]["numel"]):
-            raise InputError(path, f"line {k + 1}: {row['op']} of {row['numel']} elements, this collection draws "
-                                   f"{samples[k]['op']} of {samples[k]['numel']} (another --seed or sizes?)")
+        want = samples[k]
+        if (row["op"], int(row["numel"]), row.get("k")) != (want["op"], want["numel"], want.get("k")):
+            raise InputError(path, f"line {k + 1}: {_said(row)}, this collection draws {_said(want)} "
+                                   "(another --seed, sizes or --local_world_size?)")
     todo = samples[len(rows):]
     if not todo:
         return rows
@@ -227,13 +269,20 @@ def _resume(path: Path, samples: Sequence[dict], ndevices: int, progress: bool, 
     try:
         with open_append(path, exclusive=True) as log, CollectiveJob(todo, ndevices, **job) as run:
             for res in run.results():
-                row = {"op": res.op, "numel": res.numel, "ms": float(np.mean(res.ms)), "ranks_ms": res.ms}
+                row = {"op": res.op, "numel": res.numel} | ({"k": res.k} if res.k else {}) | \
+                    {"ms": float(np.mean(res.ms)), "ranks_ms": res.ms}
                 append_line(log, json.dumps(row))
                 rows.append(row)
                 bar.update(1)
     finally:
         bar.close()
     return rows
+
+
+def _said(sample: dict) -> str:
+    """A sample in words: "reduce_scatter of 4096 elements" (over host groups: "... on groups of 2 ranks")."""
+    return f"{sample['op']} of {sample['numel']} elements" + (f" on groups of {sample['k']} ranks"
+                                                              if sample.get("k") else "")
 
 
 def _read_rows(path: Path) -> list[dict]:
@@ -247,6 +296,9 @@ def _read_rows(path: Path) -> list[dict]:
         try:
             row = json.loads(line)
             check_sample(row["op"], int(row["numel"]), 1)
+            if row.get("k") is not None and (isinstance(row["k"], bool) or not isinstance(row["k"], int)
+                                             or row["k"] < 2):
+                raise ValueError(f"k (ranks per host group) must be an integer >= 2, got {row['k']!r}")
             if not float(row["ms"]) > 0:
                 raise ValueError(f"ms must be > 0, got {row['ms']}")
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:

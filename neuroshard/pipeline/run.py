@@ -91,7 +91,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     add_flag(ap, "out_dir", help="output folder (default: results/<preset>, results/<preset>-seed<N> for --seed N)")
     add_flag(ap, "data")
     add_flag(ap, "gpu_devices", help="GPUs to use, e.g. 0,1,2,3, one rank or worker each (default: CPU)")
-    Problem.add_args(ap, defaults={"max_mem": None}, helps={
+    Problem.add_args(ap, skip=("local_world_size",), defaults={"max_mem": None}, helps={
         "ndevices": "the preset's device count, overridden", "max_mem": "the preset's memory per device (GB), "
         "overridden", "seed": "seed of every measurement, training and evaluation step (the dataset and tasks keep "
                               "theirs), so fresh runs of a preset can be compared"})

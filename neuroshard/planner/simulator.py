@@ -200,14 +200,15 @@ def spread_configs(tables: Sequence[ShardTable], spread: Sequence[Spread],
 def collective_parts(models, tables: Sequence[ShardTable], spread: Sequence[Spread],
                      ndevices: int) -> tuple[np.ndarray, np.ndarray]:
     """The spread tables' (forward, backward) collective ms per device [n] from the collective model
-    (`planner.costs.collective_model`) at the models' global batch (`types.plan.spread_collectives`)."""
+    (`planner.costs.collective_model`: its fit for the group's size) at the models' global batch
+    (`types.plan.spread_collectives`)."""
     from neuroshard.types.plan import spread_collectives
 
     fw, bw = np.zeros(ndevices), np.zeros(ndevices)
     for c in spread_collectives([t.dim for t in tables], [int(t.config.row) for t in tables], spread,
                                 models.global_batch):
         part = bw if c.backward else fw
-        part[list(c.ranks)] += float(models.collectives.predict(c.op, c.numel))
+        part[list(c.ranks)] += float(models.collectives.predict(c.op, c.numel, len(c.ranks)))
     return fw, bw
 
 
@@ -284,7 +285,8 @@ def plan_cost_samples(tables: Sequence[ShardTable], plan: Plan, models, problem:
 def unpriced(plan: Plan, models) -> None:
     """InvalidPlanError naming the first spread table of `plan` that `models` cannot price (an evaluation records
     the plan as invalid): on the paper's runtime the collective model (`CostModels.collectives`) prices the
-    collectives over every rank it was fitted on; TorchRec's runtime model prices the kinds it was fitted on."""
+    collectives over every rank and over the host groups it was fitted on; TorchRec's runtime model prices the
+    kinds it was fitted on."""
     if not plan.spread:
         return
     runtime = getattr(models, "runtime", None)
@@ -297,14 +299,17 @@ def unpriced(plan: Plan, models) -> None:
             raise InvalidPlanError(f"table {s.table} is {s.kind}: the paper runtime's cost models price table-wise "
                                    "and column-wise shards only without a collective model (--collective_model; "
                                    "collect_collective_cost_data.py fits one)")
-        if len(s.ranks) != collectives.ndevices:
-            raise InvalidPlanError(f"table {s.table} is {s.kind} over ranks {list(s.ranks)}: the collective model "
-                                   f"prices collectives over all {collectives.ndevices} ranks only")
         ops = ("all_reduce",) if s.kind == DATA_PARALLEL else ("reduce_scatter", "all_gather")
-        missing = [op for op in ops if op not in collectives.fits]
-        if missing:
+        k = len(s.ranks)
+        missing = [op for op in ops if not collectives.has(op, k)]
+        if k == collectives.ndevices and missing:
             raise InvalidPlanError(f"table {s.table} is {s.kind}: the collective model has no fit of "
                                    f"{', '.join(missing)}")
+        if missing:
+            how = f"; collect_collective_cost_data.py --local_world_size {k} times them" if k > 1 else ""
+            raise InvalidPlanError(f"table {s.table} is {s.kind} over ranks {list(s.ranks)}: the collective model "
+                                   f"has no fit of {', '.join(missing)} over groups of {k} ranks (it has "
+                                   f"{', '.join(collectives.fits)}{how})")
 
 
 def _simulate(tables, plan, models, problem: Problem) -> CostBreakdown:

@@ -26,7 +26,7 @@ from typing import ClassVar, Sequence
 
 from neuroshard.checks import check_choice, check_int
 from neuroshard.formats.plan_file import plan_view
-from neuroshard.settings import Settings, setting
+from neuroshard.settings import Settings, common, setting
 from neuroshard.torchrec.sharder import embedding_bag_collection, require_torchrec
 from neuroshard.types.errors import ConfigError, InputError, InvalidPlanError
 from neuroshard.types.plan import DATA_PARALLEL, ROW_WISE, Plan, plan_pieces
@@ -142,8 +142,7 @@ class ExportConfig(Settings):
     module_path: str = setting("", "path of the EmbeddingBagCollection in the model given to DistributedModelParallel, "
                                    "e.g. 'sparse.ebc' (default: '', the EmbeddingBagCollection itself)",
                                show_default=False)
-    local_world_size: int | None = setting(None, "ranks per host, for the cuda:<index> of each placement (default: all "
-                                                 "ranks on one host)", show_default=False)
+    local_world_size: int | None = common("local_world_size", show_default=False)
 
     def __post_init__(self):
         check_choice("--torchrec_device", self.torchrec_device, DEVICE_TYPES)

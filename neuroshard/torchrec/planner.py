@@ -26,8 +26,11 @@ runtime (`CostModels.for_runtime("torchrec")`) fitted on row-wise and
 data-parallel plans, NeuroShard also chooses row-wise and data-parallel
 tables where the model says they pay (`planner.search.sharding_types`),
 among the types each table's `sharding_types` allow and its sharder offers
-for the topology's device; they are emitted as TorchRec's `row_wise` and
-`data_parallel` shardings and counted by TorchRec's storage estimator.
+for the topology's device; so it does with paper-runtime models that have a
+collective model, and with its fits over host groups and a topology of
+several hosts (`local_world_size`), table-row-wise tables too. They are
+emitted as TorchRec's `row_wise`, `table_row_wise` and `data_parallel`
+shardings and counted by TorchRec's storage estimator.
 
 Memory is counted as TorchRec counts it (`memory="torchrec"`, the default):
 each shard's storage by TorchRec's own `EmbeddingStorageEstimator` for the
@@ -71,6 +74,7 @@ from torchrec.distributed.sharding_plan import (
     construct_module_sharding_plan,
     data_parallel,
     row_wise,
+    table_row_wise,
     table_wise,
 )
 from torchrec.distributed.types import ShardingPlan, ShardingPlanner
@@ -85,7 +89,7 @@ from neuroshard.types.errors import (
     NeuroShardError,
     OutOfMemoryError,
 )
-from neuroshard.types.plan import ROW_WISE, SPREAD_KINDS, Plan, Spread, plan_pieces
+from neuroshard.types.plan import ROW_WISE, SPREAD_KINDS, TABLE_ROW_WISE, Plan, Spread, plan_pieces
 from neuroshard.types.tables import (
     DEFAULT_BINS,
     NUM_BINS,
@@ -354,7 +358,8 @@ class NeuroShardPlanner(ShardingPlanner):
         options = dict(self._options)
         for _ in range(_MAX_REPLANS):
             problem = Problem(ndevices=world, max_mem=tuple(c / 2**30 for c in caps), seed=self._seed,
-                              constraints=constraints, batch_size=self._cost_batch)
+                              constraints=constraints, batch_size=self._cost_batch,
+                              local_world_size=self._topology.local_world_size or None)
             try:
                 result = shard(shard_tables, problem, models=self._models, alg=self._alg, **options)
             except OutOfMemoryError as e:
@@ -387,13 +392,13 @@ class NeuroShardPlanner(ShardingPlanner):
                               [Shard(size=[t.table.row, w], offset=[0, o]) for w, o in zip(widths, offsets)])
 
     def _spread_storage(self, t: PlannedTable, spread: Spread) -> list[float]:
-        """The bytes on each of `spread.ranks` of `t` sharded row-wise (TorchRec's blocks) or data-parallel (a
-        replica on the dense kernel) (`_estimate`)."""
+        """The bytes on each of `spread.ranks` of `t` sharded row-wise or table-row-wise (TorchRec's blocks) or
+        data-parallel (a replica on the dense kernel) (`_estimate`)."""
         rows, dim = t.table.row, t.table.dim
-        if spread.kind == ROW_WISE:
+        if spread.kind != DATA_PARALLEL:
             blocks = spread.rows_on(rows)
-            return self._estimate(t, ROW_WISE, [Shard(size=[b, dim], offset=[sum(blocks[:j]), 0])
-                                                for j, b in enumerate(blocks)])
+            return self._estimate(t, spread.kind, [Shard(size=[b, dim], offset=[sum(blocks[:j]), 0])
+                                                   for j, b in enumerate(blocks)])
         return self._estimate(t, DATA_PARALLEL, [Shard(size=[rows, dim], offset=[0, 0]) for _ in spread.ranks],
                               kernel="dense")
 
@@ -454,11 +459,17 @@ class NeuroShardPlanner(ShardingPlanner):
         device = self._topology.compute_device
         modules = dict(module.named_modules())
         per_module: dict[str, dict] = {}
+        kernels: dict[tuple[str, str], str] = {}
         pieces = plan_pieces([ShardTable(i, i, t.table) for i, t in enumerate(searched)], plan)
         for i, (t, ps) in enumerate(zip(searched, pieces)):
             spread = plan.spread_of(i)
-            if spread is not None:
-                gen = row_wise(compute_kernel=t.kernel) if spread.kind == ROW_WISE else data_parallel()
+            if spread is not None and spread.kind == ROW_WISE:
+                gen = row_wise(compute_kernel=t.kernel)
+            elif spread is not None and spread.kind == TABLE_ROW_WISE:
+                gen = table_row_wise(host_index=spread.ranks[0] // local)
+                kernels[(t.path, t.name)] = t.kernel  # table_row_wise() has no kernel argument
+            elif spread is not None:
+                gen = data_parallel()
             elif len(ps) == 1:
                 gen = table_wise(rank=ps[0].device, compute_kernel=t.kernel)
             else:
@@ -475,6 +486,9 @@ class NeuroShardPlanner(ShardingPlanner):
             sharder = by_type.get(type(sub))
             out[path] = construct_module_sharding_plan(sub, per_table, sharder=sharder, local_size=local,
                                                        world_size=world, device_type=device)
+            for name in per_table:
+                if (path, name) in kernels:
+                    out[path][name].compute_kernel = kernels[(path, name)]
         return ShardingPlan(out)
 
 

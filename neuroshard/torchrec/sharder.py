@@ -209,14 +209,16 @@ def plain_constraints(problem: Problem, alg: str):
 
 
 def gpu_topology(problem: Problem):
-    """TorchRec's `Topology` of the problem's devices as GPUs ("cuda") on one host, each with its own memory as
-    HBM and no host memory: a plan fits in the devices' memory alone, as every algorithm's must."""
+    """TorchRec's `Topology` of the problem's devices as GPUs ("cuda") on its hosts (`Problem.local_world_size`;
+    one host when left out), each with its own memory as HBM and no host memory: a plan fits in the devices'
+    memory alone, as every algorithm's must."""
     require_torchrec()
     from torchrec.distributed.planner.types import KernelConfig, TopologyFactory, TrainerConfig
 
     caps = [int(m * 2**30) for m in problem.caps]
     topology = TopologyFactory.create_topology(
-        TrainerConfig(world_size=problem.ndevices, local_world_size=problem.ndevices, hbm_cap_bytes=min(caps),
+        TrainerConfig(world_size=problem.ndevices, local_world_size=problem.local_world_size or problem.ndevices,
+                      hbm_cap_bytes=min(caps),
                       ddr_cap_bytes=0),
         kernel_config=KernelConfig(compute_device="cuda"))
     for device, cap in zip(topology.devices, caps):  # devices of unequal memory

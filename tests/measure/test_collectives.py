@@ -49,6 +49,35 @@ def test_each_collective_moves_what_its_spread_table_needs(tmp_path):
     assert r0[ALL_REDUCE] == r1[ALL_REDUCE] == [30.0, 32.0, 34.0, 36.0]
 
 
+def _host_rank(rank: int, world: int, port: int, out_dir: str) -> None:
+    from types import SimpleNamespace
+
+    import torch
+    import torch.distributed as dist
+
+    from neuroshard.measure.collectives import CollectiveWorker
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                            timeout=timedelta(seconds=60))
+    worker = CollectiveWorker(SimpleNamespace(rank=rank, world=world, spec={"samples": [], "warmup": 0, "iters": 1}))
+    group = worker.host_group(2)
+    assert worker.host_group(2) is group  # made once
+    inp, out = buffers(REDUCE_SCATTER, 4, 2)
+    inp.copy_(torch.arange(4, dtype=torch.float32) + 10 * (rank + 1))
+    run_collective(REDUCE_SCATTER, inp, out, group)
+    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as fh:
+        json.dump(out.tolist(), fh)
+    dist.destroy_process_group()
+
+
+def test_a_host_groups_collective_stays_within_its_host(tmp_path):
+    spawn_ranks(_host_rank, str(tmp_path), seconds=60, what="the ranks", world=4)
+    got = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(4)]
+    # ranks 0, 1 (one host) hold [10..13] and [20..23]: each keeps its 2 samples' sums; ranks 2, 3 (the other
+    # host) [30..33] and [40..43]
+    assert got == [[30.0, 32.0], [34.0, 36.0], [70.0, 72.0], [74.0, 76.0]]
+
+
 def test_the_job_times_every_sample_on_every_rank():
     samples = [{"op": REDUCE_SCATTER, "numel": 4096}, {"op": ALL_GATHER, "numel": 64}, {"op": ALL_REDUCE, "numel": 10}]
     with CollectiveJob(samples, 2, warmup=1, iters=2, timeout=60) as job:
@@ -67,6 +96,10 @@ def test_bad_samples_are_refused_before_the_job_starts():
         CollectiveJob([{"op": ALL_GATHER, "numel": 8}, {"op": ALL_REDUCE, "numel": 0}], 2)
     with pytest.raises(ConfigError, match="at least 2 ranks"):
         CollectiveJob([], 1)
+    with pytest.raises(ConfigError, match="sample 0: a group of 3 ranks: it must have 2 to 4 and divide the 4 ranks"):
+        CollectiveJob([{"op": ALL_REDUCE, "numel": 8, "k": 3}], 4)
+    with pytest.raises(ConfigError, match="sample 0: reduce_scatter: numel must be a multiple of the 2 ranks, got 5"):
+        CollectiveJob([{"op": REDUCE_SCATTER, "numel": 5, "k": 2}], 4)
 
 
 def test_the_collection_writes_samples_and_a_model_and_resumes(tmp_path):
@@ -76,16 +109,16 @@ def test_the_collection_writes_samples_and_a_model_and_resumes(tmp_path):
     from tests.test_bad_inputs import ROOT
 
     main = runpy.run_path(str(ROOT / "collect_collective_cost_data.py"))["main"]
-    argv = ["--device", "cpu", "--ndevices", "2", "--data_size", "12", "--noise_samples", "3", "--batch_size", "8",
+    argv = ["--device", "cpu", "--ndevices", "4", "--data_size", "12", "--noise_samples", "3", "--batch_size", "8",
             "--max_dim", "64", "--max_numel", "5000", "--warmup", "0", "--iters", "2", "--out_dir",
-            str(tmp_path / "data"), "--out_path", str(tmp_path / "collectives_2.json"), "--no_progress"]
+            str(tmp_path / "data"), "--out_path", str(tmp_path / "collectives_4.json"), "--no_progress"]
     assert main(argv) == 0
     rows = [json.loads(x) for x in (tmp_path / "data" / "data.jsonl").read_text().splitlines()]
     assert [r["op"] for r in rows] == [REDUCE_SCATTER, ALL_GATHER, ALL_REDUCE] * 4
-    assert all(r["numel"] % 2 == 0 and r["ms"] > 0 and len(r["ranks_ms"]) == 2 for r in rows)
+    assert all(r["ms"] > 0 and len(r["ranks_ms"]) == 4 and "k" not in r for r in rows)
     assert all(r["numel"] % 8 == 0 for r in rows if r["op"] != ALL_REDUCE)  # B x d
     assert len((tmp_path / "data" / "noise.jsonl").read_text().splitlines()) == 3
-    model = CollectiveModel.load(tmp_path / "collectives_2.json", 2)
+    model = CollectiveModel.load(tmp_path / "collectives_4.json", 4)
     assert set(model.fits) == {REDUCE_SCATTER, ALL_GATHER, ALL_REDUCE}
     assert all(model.fit_of(op).noise_floor is not None for op in model.fits)  # the first 3: one of each
     # a rerun measures nothing more; another seed draws other samples than those recorded
@@ -96,3 +129,13 @@ def test_the_collection_writes_samples_and_a_model_and_resumes(tmp_path):
     with pytest.raises(InputError, match=r"data.jsonl: line 1: reduce_scatter of \d+ elements, this collection "
                                          r"draws .*another --seed"):
         main(argv + ["--seed", "5"])
+    # hosts of 2 ranks: the same samples first, then as many over each host's group, fitted apart
+    assert main(argv + ["--local_world_size", "2"]) == 0
+    rows = [json.loads(x) for x in (tmp_path / "data" / "data.jsonl").read_text().splitlines()]
+    assert (tmp_path / "data" / "data.jsonl").read_text().startswith(before) and len(rows) == 24
+    assert all(r["k"] == 2 and len(r["ranks_ms"]) == 4 for r in rows[12:])
+    assert len((tmp_path / "data" / "noise.jsonl").read_text().splitlines()) == 6
+    model = CollectiveModel.load(tmp_path / "collectives_4.json", 4)
+    assert set(model.fits) == {REDUCE_SCATTER, ALL_GATHER, ALL_REDUCE, "reduce_scatter@2", "all_gather@2",
+                               "all_reduce@2"}
+    assert model.fit_of(REDUCE_SCATTER, 2).samples == 4 and model.fit_of(REDUCE_SCATTER, 2).noise_floor is not None

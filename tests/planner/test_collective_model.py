@@ -65,3 +65,28 @@ def test_the_model_file_reads_back_and_bad_ones_are_named(tmp_path):
         CollectiveModel.load(tmp_path / "other.json", 2)
     with pytest.raises(InputError, match=r"no collective model here \(collect_collective_cost_data.py fits one\)"):
         CollectiveModel.load(tmp_path / "missing.json", 2)
+
+
+def test_host_groups_are_fitted_apart_and_named_by_their_size(tmp_path):
+    # over all 4 ranks a reduce-scatter costs 1 + 2 ms/M; over each host's 2 ranks 0.2 + 0.5 ms/M
+    data = samples("reduce_scatter", lambda x: 1.0 + 2.0 * x, SIZES) + \
+        [s | {"k": 2} for s in samples("reduce_scatter", lambda x: 0.2 + 0.5 * x, SIZES)]
+    model = fit_collectives(data, 4, noise=[("reduce_scatter@2", 4.0, 5.0)])
+    assert set(model.fits) == {"reduce_scatter", "reduce_scatter@2"}
+    assert model.predict("reduce_scatter", 2_000_000) == pytest.approx(5.0)
+    assert model.predict("reduce_scatter", 2_000_000, 4) == pytest.approx(5.0)  # every rank, named
+    assert model.predict("reduce_scatter", 2_000_000, 2) == pytest.approx(1.2)
+    assert model.fit_of("reduce_scatter", 2).noise_floor == pytest.approx(25.0)
+    assert model.fit_of("reduce_scatter").noise_floor is None
+    assert model.has("reduce_scatter", 2) and not model.has("all_gather", 2) and not model.has("reduce_scatter", 1)
+    with pytest.raises(ConfigError, match=r"has no fit of reduce_scatter@1 \(it has reduce_scatter, "
+                                          r"reduce_scatter@2\)"):
+        model.predict("reduce_scatter", 100, 1)
+    model.save(tmp_path / "c.json")
+    assert CollectiveModel.load(tmp_path / "c.json", 4) == model
+    raw = json.loads((tmp_path / "c.json").read_text())
+    raw["fits"]["reduce_scatter@3"] = raw["fits"].pop("reduce_scatter@2")
+    (tmp_path / "bad.json").write_text(json.dumps(raw))
+    with pytest.raises(InputError, match="fit 'reduce_scatter@3': not a collective .*a group size that divides "
+                                         "the 4 ranks"):
+        CollectiveModel.load(tmp_path / "bad.json", 4)

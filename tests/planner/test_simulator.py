@@ -304,6 +304,41 @@ def hand_collectives(n=2):
                                "all_reduce": CollectiveFit("linear", [0.3, 0.5], 10)})
 
 
+def test_a_table_row_wise_table_is_priced_with_its_hosts_fits():
+    from neuroshard.planner.costs.collective_model import CollectiveFit, CollectiveModel
+
+    # a kernel costs 0.1 + 0.001 x dims + 0.01 x dim x pooling; no all-to-all; over a host's 2 ranks a
+    # reduce-scatter costs 0.1 + 10 ms per M elements, an all-gather 0.2 + 20; over all 4 far more
+    fits = {"reduce_scatter": CollectiveFit("linear", [1.0, 100.0], 10),
+            "all_gather": CollectiveFit("linear", [1.0, 100.0], 10),
+            "reduce_scatter@2": CollectiveFit("linear", [0.1, 10.0], 10),
+            "all_gather@2": CollectiveFit("linear", [0.2, 20.0], 10)}
+    m = replace(CostModels(linear_compute_model(0.001, 0.1, 0.01), diagonal_comm_model("fw", 4, 0.0, 0.0),
+                           diagonal_comm_model("bw", 4, 0.0, 0.0)), collectives=CollectiveModel(4, fits)).at_batch(4096)
+    tables = [ShardTable(0, 0, TableConfig(100, 200.0, BINS, 4)), ShardTable(1, 1, TableConfig(1000, 1.0, BINS, 16))]
+    plan = Plan((), ((), (), (1,), ()), (Spread(0, "table_row_wise", (0, 1)),))
+    bd = simulate(tables, plan, m, Problem(4, 1.0, local_world_size=2))
+    # ranks 0 and 1: 50 rows each with half the lookups (pooling 100): 0.1 + 0.004 + 4; the host reduce-scatters
+    # 4096 x 4 elements forward (0.1 + 0.16384) and all-gathers them backward (0.2 + 0.32768); rank 2 the cold
+    # table, 0.1 + 0.016 + 0.16
+    np.testing.assert_allclose(bd.compute, [4.104, 4.104, 0.276, 0.0], rtol=1e-6)
+    np.testing.assert_allclose(bd.fw_comm, [0.26384, 0.26384, 0.0, 0.0], atol=1e-6)
+    np.testing.assert_allclose(bd.bw_comm, [0.52768, 0.52768, 0.0, 0.0], atol=1e-6)
+    assert bd.cost == pytest.approx(4.104 + 0.26384 + 0.52768, rel=1e-6)
+    assert bd.mem_gb[:2] == pytest.approx([50 * 4 * 4 / 2**30] * 2)
+    # the same table row-wise over every rank: 25 rows a rank (pooling 50), rank 2's kernel with the cold table
+    # (0.1 + 0.001 x 20 + 0.01 x (16 + 200)), and the 4-rank fits: 1 + 1.6384 each way
+    rw = Plan((), ((), (), (1,), ()), (Spread(0, "row_wise", (0, 1, 2, 3)),))
+    assert simulate(tables, rw, m, Problem(4, 1.0)).cost == pytest.approx(2.28 + 2 * 2.6384, rel=1e-6)
+    # a model without the host fits does not price it
+    world = replace(m, collectives=CollectiveModel(4, {k: v for k, v in fits.items() if "@" not in k}))
+    with pytest.raises(InvalidPlanError, match=r"table 0 is table_row_wise over ranks \[0, 1\]: the collective model "
+                                               r"has no fit of reduce_scatter, all_gather over groups of 2 ranks "
+                                               r"\(it has reduce_scatter, all_gather; "
+                                               r"collect_collective_cost_data.py --local_world_size 2 times them\)"):
+        simulate(tables, plan, world, Problem(4, 1.0, local_world_size=2))
+
+
 def test_spread_tables_on_the_paper_runtime_by_hand():
     from neuroshard.planner.simulator import spread_configs
 
@@ -334,5 +369,6 @@ def test_spread_tables_on_the_paper_runtime_by_hand():
         simulate(tables, plan, hand_models(2), Problem(2, 1.0))
     one = Plan((), ((0,), ()), (Spread(1, "table_row_wise", (1,)),))
     with pytest.raises(InvalidPlanError, match=r"table 1 is table_row_wise over ranks \[1\]: the collective "
-                                               "model prices collectives over all 2 ranks only"):
+                                               r"model has no fit of reduce_scatter, all_gather over groups of 1 "
+                                               r"ranks \(it has reduce_scatter, all_gather, all_reduce\)"):
         simulate(tables, one, m, Problem(2, 1.0))

@@ -2,11 +2,14 @@
 
 A row-wise table's ranks reduce-scatter its B x dim partial sums forward and
 all-gather the gradient's slices backward; a data-parallel table's gradient,
-rows x dim, is all-reduced backward (`measure.collectives`). Each collective's
-time on `ndevices` ranks is a function of the full tensor's element count N,
-one of three forms per collective, whichever predicts held-out samples
-better (`fit_collectives`, chosen by measurement, k-fold: every sample is
-held out once):
+rows x dim, is all-reduced backward (`measure.collectives`). A table-row-wise
+table does what a row-wise one does within one host, its group the host's
+ranks, while the other hosts' groups run theirs. Each collective's time over
+a group of k ranks (every one of the `ndevices`, or one host's) is a function
+of the full tensor's element count N, fitted per collective and group size
+(the key `op`, or `op@k` for host groups: `fit_key`), one of three forms,
+whichever predicts held-out samples better (`fit_collectives`, chosen by
+measurement, k-fold: every sample is held out once):
 
 * "linear": ms = a + b N (a latency and a bandwidth);
 * "power":  ms = exp(c) N^p (a straight line in log-log);
@@ -30,6 +33,7 @@ import numpy as np
 
 from neuroshard.types.codec import Record
 from neuroshard.types.errors import ConfigError
+from neuroshard.types.plan import COLLECTIVES
 
 FORMAT = "neuroshard.collectives/1"
 FORMS = ("linear", "power", "hinge")  # simplest first: a tie (within TIE points) goes to the simpler
@@ -37,6 +41,11 @@ NCOEF = {"linear": 2, "power": 2, "hinge": 4}
 TIE = 0.1  # percentage points of held-out MAPE
 KNEES = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)  # the quantiles of the samples' sizes a hinge's knee is tried at
 SCALE = 1e6  # N in millions of elements, so both coefficients of a linear fit are of order 1
+
+
+def fit_key(op: str, k: int | None, ndevices: int) -> str:
+    """The key of `op`'s fit over groups of k ranks: `op` over every rank (k None or `ndevices`), else `op@k`."""
+    return op if k is None or k == ndevices else f"{op}@{k}"
 
 
 def default_path(models_dir, ndevices: int) -> Path:
@@ -62,21 +71,28 @@ class CollectiveFit(Record):
 
 @dataclass
 class CollectiveModel(Record):
-    """Per collective (`measure.collectives.COLLECTIVES`) its `CollectiveFit`, on `ndevices` ranks."""
+    """Per collective (`measure.collectives.COLLECTIVES`) and group size its `CollectiveFit` (`fit_key`), on
+    `ndevices` ranks."""
 
     ndevices: int
     fits: dict[str, CollectiveFit]
 
-    def predict(self, op: str, numel) -> np.ndarray:
-        """ms of `op` on N = `numel` elements over the model's `ndevices` ranks (0 for N = 0)."""
-        fit = self.fit_of(op)
+    def predict(self, op: str, numel, k: int | None = None) -> np.ndarray:
+        """ms of `op` on N = `numel` elements over a group of k ranks (None: every one of the model's
+        `ndevices`), 0 for N = 0."""
+        fit = self.fit_of(op, k)
         n = np.asarray(numel, dtype=np.float64)
         return np.where(n > 0, fit.predict(np.maximum(n, 1.0)), 0.0)
 
-    def fit_of(self, op: str) -> CollectiveFit:
-        if op not in self.fits:
-            raise ConfigError("--collective_model", f"has no fit of {op} (it has {', '.join(self.fits)})")
-        return self.fits[op]
+    def has(self, op: str, k: int | None = None) -> bool:
+        """The model has a fit of `op` over groups of k ranks (None: every rank)."""
+        return fit_key(op, k, self.ndevices) in self.fits
+
+    def fit_of(self, op: str, k: int | None = None) -> CollectiveFit:
+        key = fit_key(op, k, self.ndevices)
+        if key not in self.fits:
+            raise ConfigError("--collective_model", f"has no fit of {key} (it has {', '.join(self.fits)})")
+        return self.fits[key]
 
     def json_extra(self) -> dict:
         return {"format": FORMAT}  # what a reader checks first
@@ -88,9 +104,14 @@ class CollectiveModel(Record):
         if d.get("format") != FORMAT:
             raise ValueError(f"format {d.get('format')!r}, expected {FORMAT!r}")
         model = super().from_json(d)
-        for op, f in model.fits.items():
+        for key, f in model.fits.items():
+            op, _, k = key.partition("@")
+            if op not in COLLECTIVES or (k and not (k.isdigit() and 2 <= int(k) < model.ndevices
+                                                    and model.ndevices % int(k) == 0)):
+                raise ValueError(f"fit {key!r}: not a collective ({', '.join(COLLECTIVES)}), optionally @ a group "
+                                 f"size that divides the {model.ndevices} ranks")
             if f.form not in FORMS or len(f.coef) != NCOEF[f.form] or not all(np.isfinite(f.coef)):
-                raise ValueError(f"{op}: form {f.form!r}, coefficients {f.coef}")
+                raise ValueError(f"{key}: form {f.form!r}, coefficients {f.coef}")
         return model
 
     def save(self, path) -> None:
@@ -139,23 +160,23 @@ def _fit(form: str, x: np.ndarray, y: np.ndarray) -> list[float]:
 
 def fit_collectives(samples: Sequence[dict], ndevices: int, folds: int = 4, seed: int = 0,
                     noise: Sequence[tuple[str, float, float]] = ()) -> CollectiveModel:
-    """Fit each collective of `samples` ({"op", "numel", "ms"}: the ranks' mean ms): its samples cut into
-    `folds` seeded folds, each form fitted without each fold and judged on it (the MAPE over every sample,
-    each predicted by a fit that never saw it); the best form (a tie within TIE points to the simpler) refitted
-    on all. `noise`: (op, ms, ms measured again) of re-measured samples, the noise floor. ValueError for a
-    collective with fewer than 4 samples or a non-positive time."""
+    """Fit each collective and group size of `samples` ({"op", "numel", "ms": the ranks' mean ms, and "k" for a
+    host group's}; `fit_key`): its samples cut into `folds` seeded folds, each form fitted without each fold
+    and judged on it (the MAPE over every sample, each predicted by a fit that never saw it); the best form (a
+    tie within TIE points to the simpler) refitted on all. `noise`: (key, ms, ms measured again) of re-measured
+    samples, the noise floor. ValueError for a fit with fewer than 4 samples or a non-positive time."""
     from neuroshard.torchrec.runtime_model import mape
 
     rng = np.random.default_rng(seed)
     fits = {}
-    for op in dict.fromkeys(s["op"] for s in samples):
-        mine = [s for s in samples if s["op"] == op]
+    for key in dict.fromkeys(fit_key(s["op"], s.get("k"), ndevices) for s in samples):
+        mine = [s for s in samples if fit_key(s["op"], s.get("k"), ndevices) == key]
         x = np.array([s["numel"] for s in mine], dtype=np.float64) / SCALE
         y = np.array([s["ms"] for s in mine], dtype=np.float64)
         if len(mine) < 4:
-            raise ValueError(f"{op}: {len(mine)} samples, need at least 4")
+            raise ValueError(f"{key}: {len(mine)} samples, need at least 4")
         if (y <= 0).any() or (x <= 0).any():
-            raise ValueError(f"{op}: every sample needs numel > 0 and ms > 0")
+            raise ValueError(f"{key}: every sample needs numel > 0 and ms > 0")
         fold = rng.permutation(len(y)) % min(folds, len(y))
         scores = {}
         for form in FORMS:
@@ -166,7 +187,7 @@ def fit_collectives(samples: Sequence[dict], ndevices: int, folds: int = 4, seed
             scores[form] = mape(pred, y)
         best = min(scores.values())
         form = next(f for f in FORMS if scores[f] <= best + TIE)
-        again = [(a, b) for o, a, b in noise if o == op and a > 0]
+        again = [(a, b) for o, a, b in noise if o == key and a > 0]
         floor = mape(np.array([b for _, b in again]), np.array([a for a, _ in again])) if again else None
-        fits[op] = CollectiveFit(form, _fit(form, x, y), len(mine), scores, floor)
+        fits[key] = CollectiveFit(form, _fit(form, x, y), len(mine), scores, floor)
     return CollectiveModel(ndevices, fits)

@@ -1,5 +1,5 @@
-"""NeuroShard's sharders, over every sharding type: which tables go row-wise or data-parallel, then the beam +
-grid search (`search.beam`) over the others around them.
+"""NeuroShard's sharders, over every sharding type: which tables go row-wise, table-row-wise or data-parallel, then
+the beam + grid search (`search.beam`) over the others around them.
 
 `neuroshard` (and `neuroshard_fitted`, the same search on the fitted
 estimator) are registered here.
@@ -32,8 +32,14 @@ Candidates: tables the constraints leave free (not kept whole, not limited to
 some ranks, not co-located; data-parallel only for small tables,
 `simulator.replicable`), at most `CANDIDATES` of them (the largest and the
 most looked up), so that a round is a bounded number of plan estimates.
-Row-wise and data-parallel tables use every rank, as TorchRec's training does;
-table-row-wise is the same as row-wise on one host and is not searched.
+Row-wise and data-parallel tables use every rank, as TorchRec's training does.
+Table-row-wise tables use one host's ranks (`Problem.local_world_size`; on one
+host it is row-wise, and not searched); it is searched on the paper's runtime
+where the collective model has fits over the hosts' groups. A candidate is
+tried on at most two hosts, so that a round stays bounded however many hosts
+there are: the host its pieces are on and the host whose slowest device is
+fastest in the plan so far (`_trial_hosts`). Tables of one kind on one group of
+ranks share its collective, so bundles are formed per kind and group.
 """
 
 from __future__ import annotations
@@ -54,6 +60,7 @@ from neuroshard.types.errors import InvalidPlanError, OutOfMemoryError
 from neuroshard.types.plan import (
     DATA_PARALLEL,
     ROW_WISE,
+    TABLE_ROW_WISE,
     Plan,
     Spread,
     merge_colocated_halves,
@@ -70,15 +77,23 @@ def by_table(spread: Sequence[Spread]) -> tuple[Spread, ...]:
     return tuple(sorted(spread, key=lambda s: s.table))
 
 
-def spread_kinds(models) -> tuple[str, ...]:
+def spread_kinds(models, problem: Problem | None = None) -> tuple[str, ...]:
     """The kinds the search may choose: those the runtime model was fitted on; on the paper's runtime, those
-    whose collectives the collective model prices (none without one)."""
+    whose collectives the collective model prices (none without one): row-wise and data-parallel over every
+    rank, table-row-wise over the problem's hosts (`Problem.local_world_size`, more than one host of two
+    or more ranks)."""
     runtime = getattr(models, "runtime", None)
     if runtime is not None:
         return tuple(k for k in (ROW_WISE, DATA_PARALLEL) if k in runtime.types)
-    fits = getattr(getattr(models, "collectives", None), "fits", None) or {}
+    collectives = getattr(models, "collectives", None)
+    if collectives is None:
+        return ()
     needs = {ROW_WISE: ("reduce_scatter", "all_gather"), DATA_PARALLEL: ("all_reduce",)}
-    return tuple(k for k in (ROW_WISE, DATA_PARALLEL) if all(op in fits for op in needs[k]))
+    kinds = tuple(k for k in (ROW_WISE, DATA_PARALLEL) if all(collectives.has(op) for op in needs[k]))
+    host = problem.local_world_size if problem is not None else None
+    if host is not None and host > 1 and all(collectives.has(op, host) for op in needs[ROW_WISE]):
+        kinds += (TABLE_ROW_WISE,)
+    return kinds
 
 
 def narrowest_elements(table: ShardTable) -> int:
@@ -178,22 +193,23 @@ def _tried(tables: Sequence[ShardTable], plan: Plan, trial: list[Spread], models
 
 def _bundles(tables: Sequence[ShardTable], plan: Plan, chosen: list[Spread], singles: Sequence[tuple],
              models, problem: Problem) -> list[tuple[float, list[Spread], Plan]]:
-    """Trials that spread several tables of one kind at once: per kind, the first 2, 4, 8, ... of its single
-    trials (`singles`, from `_tried`) patched into `plan` together, in two orders: the cheapest single trials
-    first, and the most looked-up tables (lookups x dim) first. The tables of a kind share one collective
+    """Trials that spread several tables of one kind at once: per kind and group of ranks, the first 2, 4, 8, ...
+    of its single trials (`singles`, from `_tried`) patched into `plan` together, in two orders: the cheapest
+    single trials first, and the most looked-up tables (lookups x dim) first. The tables of a kind share one
+    collective
     (`types.plan.spread_collectives`) and, in TorchRec's runtime, one group, whose fixed latency the first table
     of the kind pays alone: several tables can pay together where none pays by itself. A single trial's cost
     hides that: while another table keeps its device the slowest, taking one hot table off its device saves
     nothing, so the hot tables' single trials are not the cheapest; hence the second order."""
     added = [(cost, trial[-1]) for cost, trial, _ in singles]  # each single trial's own table
     out, seen = [], set()
-    for kind in sorted({s.kind for _, s in added}):
-        cheapest = [s for _, s in sorted(added, key=lambda x: (x[0], x[1].table)) if s.kind == kind]
+    for group in sorted({(s.kind, s.ranks) for _, s in added}):
+        cheapest = [s for _, s in sorted(added, key=lambda x: (x[0], x[1].table)) if (s.kind, s.ranks) == group]
         hot = sorted(cheapest, key=lambda s: (-lookup_weight(tables[s.table]), s.table))
         for ranked in (cheapest, hot):
             m = 2
             while m <= len(ranked):
-                key = (kind, frozenset(s.table for s in ranked[:m]))
+                key = (group, frozenset(s.table for s in ranked[:m]))
                 if key not in seen:
                     seen.add(key)
                     trial = _tried(tables, plan, chosen + ranked[:m], models, problem)
@@ -203,12 +219,30 @@ def _bundles(tables: Sequence[ShardTable], plan: Plan, chosen: list[Spread], sin
     return out
 
 
+def _trial_hosts(tables: Sequence[ShardTable], plan: Plan, models, problem: Problem):
+    """For the table-row-wise trials of one round: a function from a table to the hosts (rank tuples) to try it
+    on, at most two: the host of its first piece in `plan` (none for a spread table) and the host whose slowest
+    device is fastest in `plan`'s estimate."""
+    hosts = problem.hosts
+    local = len(hosts[0])
+    est = simulate(tables, plan, models, problem)
+    totals = [c + b + f for c, b, f in zip(est.compute, est.bw_comm, est.fw_comm)]
+    idle = min(hosts, key=lambda h: (max(totals[r] for r in h), h))
+    pieces = plan_pieces(tables, plan)
+
+    def of(t: int) -> list[tuple[int, ...]]:
+        mine = [hosts[pieces[t][0].device // local]] if pieces[t] else []
+        return list(dict.fromkeys(mine + [idle]))
+
+    return of
+
+
 def spread_search(tables: Sequence[ShardTable], problem: Problem, models,
                   config: SearchConfig | None = None) -> tuple[Plan, float]:
-    """NeuroShard with row-wise and data-parallel tables (module doc): (plan, estimated ms). OutOfMemoryError
-    when no plan fits."""
+    """NeuroShard with row-wise, table-row-wise and data-parallel tables (module doc): (plan, estimated ms).
+    OutOfMemoryError when no plan fits."""
     config = config or SearchConfig()
-    kinds = spread_kinds(models)
+    kinds = spread_kinds(models, problem)
     n = problem.ndevices
     every = tuple(range(n))
     with single_threaded_blas():
@@ -226,14 +260,16 @@ def spread_search(tables: Sequence[ShardTable], problem: Problem, models,
         pool = candidates(tables, sorted({t for ts in free.values() for t in ts}))
         for _ in range(config.spread_rounds):
             taken = {s.table for s in chosen}
+            hosts = _trial_hosts(tables, plan, models, problem) if TABLE_ROW_WISE in kinds else None
             singles = []
             for t in pool:
                 if t in taken:
                     continue
                 for kind in (k for k in kinds if t in free[k]):
-                    trial = _tried(tables, plan, chosen + [Spread(t, kind, every)], models, problem)
-                    if trial is not None:
-                        singles.append(trial)
+                    for ranks in (hosts(t) if kind == TABLE_ROW_WISE else (every,)):
+                        trial = _tried(tables, plan, chosen + [Spread(t, kind, ranks)], models, problem)
+                        if trial is not None:
+                            singles.append(trial)
             best = min(singles + _bundles(tables, plan, chosen, singles, models, problem),
                        key=lambda x: x[0], default=None)
             if best is None or not best[0] < cost:
@@ -258,7 +294,7 @@ def neuroshard(tables: Sequence[ShardTable], problem: Problem, ctx: ShardingCont
     """
     models = require_models(ctx.models if ctx is not None else None, "neuroshard")
     config = SearchConfig.from_options(ctx.options)
-    if spread_kinds(models):
+    if spread_kinds(models, problem):
         return merge_colocated_halves(tables, spread_search(tables, problem, models, config)[0])
     return merge_colocated_halves(tables, search(tables, problem, models, config).plan)
 

@@ -144,3 +144,33 @@ def test_on_the_paper_runtime_the_collective_model_prices_the_same_choices():
     assert plan.spread == (Spread(0, "row_wise", EVERY),)
     with pytest.raises(OutOfMemoryError):
         ns.shard(big, Problem(4, mb), models=replace(m, collectives=None), alg="neuroshard")
+
+
+def test_with_hosts_a_hot_table_goes_table_row_wise_where_every_rank_would_cost_too_much():
+    from neuroshard.planner.costs.collective_model import CollectiveFit
+
+    # no all-reduce fit (no data-parallel); over every rank a reduce-scatter or all-gather of 4096 x 4 costs
+    # 0.1 + 16.384 ms, over a host's 2 ranks 0.1 + 0.16384 and 0.2 + 0.32768
+    m = paper_models()
+    fits = {k: v for k, v in m.collectives.fits.items() if k != "all_reduce"}
+    fits |= {"reduce_scatter@2": CollectiveFit("linear", [0.1, 10.0], 10),
+             "all_gather@2": CollectiveFit("linear", [0.2, 20.0], 10)}
+    m = replace(m, collectives=replace(m.collectives, fits=fits))
+    tables, hosts = hot_task(), Problem(4, 1.0, local_world_size=2)
+    plan, cost = spread_search(tables, hosts, m)
+    assert Spread(0, "table_row_wise", (0, 1)) in plan.spread
+    assert {s.kind for s in plan.spread} == {"table_row_wise"} and all(s.ranks in ((0, 1), (2, 3))
+                                                                       for s in plan.spread)
+    # the slowest rank: half the hot table's rows and lookups (0.01 x 4 x 100) with half of a cold table
+    # (0.1 + 0.001 x (4 + 8) + 0.01 x (400 + 8)), and its host's two collectives
+    assert cost == pytest.approx(simulate(tables, plan, m, hosts).cost, rel=1e-9)
+    assert cost == pytest.approx(4.192 + 0.26384 + 0.52768, rel=1e-6)
+    assert ns.shard(tables, hosts, models=m, alg="neuroshard").plan == plan
+    # on one host table-row-wise is row-wise, whose collectives over every rank cost more than the hot table
+    # whole on one device: 0.1 + 0.004 + 8
+    plan, cost = spread_search(tables, Problem(4, 1.0), m)
+    assert plan.spread == () and cost == pytest.approx(8.104, rel=1e-6)
+    # without the host groups' fits it is not searched
+    plan, _ = spread_search(tables, hosts, replace(m, collectives=replace(m.collectives, fits={
+        k: v for k, v in fits.items() if "@" not in k})))
+    assert plan.spread == ()
