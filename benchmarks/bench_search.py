@@ -47,7 +47,10 @@ Parts (--parts, comma list):
   task(s): NeuroShard's table-wise + column-wise search against the search
   over every type (`search.sharding_types`), alternating, `--spread_reps`
   times each; wall times, their ratio (target <= 2 at 1,000 x 128), costs
-  and the tables made row-wise or data-parallel.
+  and the tables made row-wise, table-row-wise or data-parallel. With
+  --local_world_size K the paper runtime's devices sit on hosts of K ranks
+  and table-row-wise is searched too (the collective model's host fits, or
+  synthetic ones: `SYNTHETIC_HOST_COLLECTIVES`).
 * torchrec: TorchRec's planner (`--alg torchrec`) beside NeuroShard on the same
   tasks and cost models: planning time (the library call's `search_ms`) and
   simulated plan cost, per T = 10, ..., 60 on 4 and 8 devices
@@ -357,6 +360,8 @@ SYNTHETIC_RUNTIME = (20.0, 0.5, 1.0, 0.5, 0.1, 0.1, 0.05, 0.05, 0.05, 0.5)
 
 # synthetic collective coefficients (a + b x M elements, ms): a reduce-scatter or all-gather of 65536 x 64 is ~2 ms
 SYNTHETIC_COLLECTIVES = {"reduce_scatter": (0.05, 0.5), "all_gather": (0.05, 0.5), "all_reduce": (0.05, 0.2)}
+# within a host (--local_world_size): the same latency at a quarter of the per-element cost
+SYNTHETIC_HOST_COLLECTIVES = {"reduce_scatter": (0.05, 0.125), "all_gather": (0.05, 0.125), "all_reduce": (0.05, 0.05)}
 
 
 def spread_models(args, n: int, runtime: str):
@@ -372,6 +377,9 @@ def spread_models(args, n: int, runtime: str):
         if args.collective_model:
             return models.with_collectives(args.collective_model)
         fits = {op: CollectiveFit("linear", list(c), 0) for op, c in SYNTHETIC_COLLECTIVES.items()}
+        if args.local_world_size:
+            fits |= {f"{op}@{args.local_world_size}": CollectiveFit("linear", list(c), 0)
+                     for op, c in SYNTHETIC_HOST_COLLECTIVES.items()}
         return replace(models, collectives=CollectiveModel(n, fits))
     if args.runtime_model:
         return replace(models, runtime=TorchRecRuntimeModel.load(args.runtime_model, n))
@@ -389,7 +397,8 @@ def part_spread(args, out: dict) -> None:
         models = spread_models(args, n, runtime)
         tables = random_task(np.random.default_rng(args.seed + 1000), T)
         total = sum(t.size_gb for t in tables)
-        problem = Problem(n, max(1.3 * total / n, 1.05 * max(t.size_gb for t in tables)))
+        hosts = args.local_world_size if runtime == "paper" else None
+        problem = Problem(n, max(1.3 * total / n, 1.05 * max(t.size_gb for t in tables)), local_world_size=hosts)
         walls = {"tw_cw": [], "all_types": []}
         for _ in range(args.spread_reps):  # in turn, so a slow spell of the machine hits both
             t0 = time.perf_counter()
@@ -404,9 +413,10 @@ def part_spread(args, out: dict) -> None:
         target = f"; target <= 2: {'met' if ratio <= 2 else 'NOT met'}" if (T, n) == (1000, 128) else ""
         print(f"  table-wise + column-wise {np.median(walls['tw_cw']):.2f} s, every type "
               f"{np.median(walls['all_types']):.2f} s (ratio {ratio:.2f}{target}); cost {base.cost:.3f} -> "
-              f"{cost:.3f} ms; {kinds.count('row_wise')} row-wise, {kinds.count('data_parallel')} data-parallel "
-              f"tables", flush=True)
-        out["spread"].append({"tables": T, "devices": n, "runtime": runtime, "walls_s": walls, "ratio": ratio,
+              f"{cost:.3f} ms; {kinds.count('row_wise')} row-wise, {kinds.count('table_row_wise')} table-row-wise, "
+              f"{kinds.count('data_parallel')} data-parallel tables", flush=True)
+        out["spread"].append({"tables": T, "devices": n, "runtime": runtime, "local_world_size": hosts,
+                              "walls_s": walls, "ratio": ratio,
                               "cost_tw_cw": base.cost, "cost_all_types": cost, "spread": kinds,
                               "model": (args.runtime_model if runtime == "torchrec" else args.collective_model)
                               or "synthetic"})
@@ -646,8 +656,10 @@ def main(argv=None) -> int:
     add_flag(p, "compute_model", None, help="trained compute model (default: synthetic)")
     p.add_argument("--comm_models", type=parse_comm_models, action="append", default=None,
                    help="N:FW_PATH,BW_PATH trained comm models for N devices (repeatable; default: synthetic)")
-    Problem.add_args(p, skip=("ndevices", "local_world_size"),
-                     helps={"max_mem": "GB per device for the speed and baseline tasks"})
+    Problem.add_args(p, skip=("ndevices",),
+                     helps={"max_mem": "GB per device for the speed and baseline tasks",
+                            "local_world_size": "spread, paper runtime: ranks per host of the scale tasks' devices "
+                                                "(table-row-wise searched too)"})
     p.add_argument("--tasks_per_size", type=int, default=5, help="speed: tasks per table count (default: 5)")
     add_flag(p, "ensemble", help="speed: also time K-member ensembles of the cost models (NeuroShard and "
                                  "NeuroShard+)")

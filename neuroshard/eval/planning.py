@@ -100,9 +100,10 @@ def add_input_args(parser, data_help: str = "dataset dir with table_configs.json
         "column-wise: random, dim_greedy, lookup_greedy, size_greedy, size_lookup_greedy; table-wise and "
         "column-wise: neuroshard, neuroshard_plus, neuroshard_fitted, torchrec, torchrec_fitted, torchrec_neural; "
         "also row-wise and data-parallel tables: neuroshard under --runtime torchrec (with a runtime model fitted "
-        "on them) or with --collective_model on the paper runtime, torchrec_full (TorchRec's planner with every "
-        "sharding type; on the paper runtime its row-wise and data-parallel plans are priced with "
-        "--collective_model, else invalid)"))
+        "on them) or with --collective_model on the paper runtime (table-row-wise too with --local_world_size and "
+        "the model's fits over host groups), torchrec_full (TorchRec's planner with every sharding type, for "
+        "--local_world_size ranks per host; on the paper runtime its row-wise, table-row-wise and data-parallel "
+        "plans are priced with --collective_model, else invalid)"))
     Problem.add_args(parser)
     add_flag(parser, "max_tasks", help="evaluate only the first N tasks")
 

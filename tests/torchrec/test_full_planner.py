@@ -206,3 +206,17 @@ def test_torchrec_full_is_a_sharder_the_evaluation_can_name():
     rec = plan_task(0, MIXED, "torchrec_full", problem, hand_models(2), {"batch_size": 4096})
     assert rec.status == "invalid" and rec.plan is None
     assert "returned an invalid plan: table 0 is row_wise: the paper runtime's cost models price" in rec.message
+
+
+def test_for_two_hosts_torchrecs_planner_keeps_row_blocks_within_a_host():
+    from neuroshard.planner.registry import ShardingContext, get_sharder
+
+    # the same tables on 4 GPUs: on one host TorchRec spreads the three large ones over every rank; on two hosts
+    # of 2 it spreads each within one host (table-row-wise), even the tiny one, read back with the host's ranks
+    sharder, options = get_sharder("torchrec_full"), ShardingContext(options={"batch_size": 4096})
+    one = sharder(MIXED, Problem(4, 1.0), options)
+    assert [(s.table, s.kind) for s in one.spread] == [(0, "row_wise"), (1, "row_wise"), (2, "row_wise"),
+                                                        (3, "data_parallel")]
+    two = sharder(MIXED, Problem(4, 1.0, local_world_size=2), options)
+    assert {s.kind for s in two.spread} == {"table_row_wise"} and len(two.spread) == 4
+    assert all(s.ranks in ((0, 1), (2, 3)) for s in two.spread)

@@ -422,3 +422,32 @@ def test_row_wise_and_data_parallel_tables_where_the_runtime_model_says_they_pay
     assert len(blocks) == 2 and blocks[0] >= 500 * 16 * 4 and blocks[0] < planner._storage(tables[2], [16])[0]
     used = planner.device_storage(tables, planner.last_result.plan)
     assert min(used) >= replica[0]  # the replica is counted on both ranks
+
+
+def test_a_topology_of_two_hosts_gets_a_table_row_wise_table_where_the_collective_model_says_it_pays():
+    # 4 GPUs on 2 hosts; the paper runtime's models with a collective model whose fits over a host's 2 ranks are
+    # far cheaper than over all 4 (tests.planner.search.test_sharding_types: hot0 goes table-row-wise there)
+    from dataclasses import replace
+
+    from neuroshard.planner.costs.collective_model import CollectiveFit
+    from tests.planner.search.test_sharding_types import paper_models
+
+    m = paper_models()
+    fits = {k: v for k, v in m.collectives.fits.items() if k != "all_reduce"}
+    fits |= {"reduce_scatter@2": CollectiveFit("linear", [0.1, 10.0], 10),
+             "all_gather@2": CollectiveFit("linear", [0.2, 20.0], 10)}
+    m = replace(m, collectives=replace(m.collectives, fits=fits))
+    model = collection("hot", [(100, 4)] + [(1000, 16)] * 7)
+    cons = {f"hot{i}": ParameterConstraints(pooling_factors=[200.0 if i == 0 else 1.0]) for i in range(8)}
+    hosts = Topology(world_size=4, local_world_size=2, compute_device="cuda", hbm_cap=2**30)
+    planner = NeuroShardPlanner(hosts, models=m, constraints=cons, memory="weights", table_stats={
+        f"hot{i}": [1 / 17] * 17 for i in range(8)})
+    plan = planner.plan(model, sharders()).plan[""]
+    assert (plan["hot0"].sharding_type, plan["hot0"].compute_kernel) == ("table_row_wise", "fused")
+    assert plan["hot0"].ranks in ([0, 1], [2, 3])
+    assert [s.kind for s in planner.last_result.plan.spread if s.table == 0] == ["table_row_wise"]
+    # on one host of 4 GPUs it is not searched: every rank's collectives cost more than the table whole
+    one = NeuroShardPlanner(Topology(world_size=4, compute_device="cuda", hbm_cap=2**30), models=m,
+                            constraints=cons, memory="weights", table_stats={f"hot{i}": [1 / 17] * 17
+                                                                              for i in range(8)})
+    assert one.plan(model, sharders()).plan[""]["hot0"].sharding_type == "table_wise"

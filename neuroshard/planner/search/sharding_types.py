@@ -168,8 +168,9 @@ def place_around(tables: Sequence[ShardTable], spread: Sequence[Spread], problem
         plan = Plan((), ((),) * problem.ndevices, by_table(spread))
         return plan, simulate(tables, plan, models, problem).cost
     if spread and models.runtime is None:
-        # the paper's runtime: a spread table's share is about the same on every rank, so the rest is placed
-        # as if it were not there, and the whole plan is priced by the simulator
+        # the paper's runtime: a row-wise or data-parallel table's share is about the same on every rank, so the
+        # rest is placed as if it were not there, and the whole plan is priced by the simulator (a table-row-wise
+        # table's share falls on its host alone; the caller keeps the patched plan when that is cheaper)
         res = beam_search(make_space(sub, room, models, config))
         plan = lift(tables, keep, sub, res.plan, spread)
         return plan, simulate(tables, plan, models, problem).cost
