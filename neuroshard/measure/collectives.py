@@ -33,7 +33,7 @@ from neuroshard.measure.launch import DEFAULT_STARTUP_TIMEOUT_S, DEFAULT_TIMEOUT
 from neuroshard.measure.rank import RankContext, RankWorker
 from neuroshard.types.codec import Record, json_field
 from neuroshard.types.errors import ConfigError, InputError
-from neuroshard.types.plan import ALL_GATHER, ALL_REDUCE, COLLECTIVES, REDUCE_SCATTER
+from neuroshard.types.plan import ALL_GATHER, ALL_REDUCE, COLLECTIVES, REDUCE_SCATTER, fit_key
 
 
 def check_sample(op: str, numel: int, k: int) -> None:
@@ -236,8 +236,6 @@ def collect(out_dir, samples: Sequence[dict], ndevices: int, *, warmup: int, ite
     again (`noise.jsonl`, after all of data.jsonl, so minutes apart); (every sample {"op", "numel", "ms": the
     ranks' mean, "ranks_ms"}, with "k" over host groups; the re-measured (`fit_key`, ms, ms again)). One job
     per file."""
-    from neuroshard.planner.costs.collective_model import fit_key
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     kw = dict(warmup=warmup, iters=iters, device=device, gpu_devices=gpu_devices, timeout=timeout, progress=progress)

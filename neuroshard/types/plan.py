@@ -93,6 +93,12 @@ REDUCE_SCATTER, ALL_GATHER, ALL_REDUCE = "reduce_scatter", "all_gather", "all_re
 COLLECTIVES = (REDUCE_SCATTER, ALL_GATHER, ALL_REDUCE)
 
 
+def fit_key(op: str, k: int | None, ndevices: int) -> str:
+    """The name of `op` over groups of k of `ndevices` ranks, as the collective model keys its fits and samples:
+    `op` over every rank (k None or `ndevices`), else `op@k` (a host's group)."""
+    return op if k is None or k == ndevices else f"{op}@{k}"
+
+
 @dataclass(frozen=True)
 class SpreadCollective:
     """One collective the spread tables of a plan run each step: `op` (one of `COLLECTIVES`) over `ranks` on

@@ -33,7 +33,7 @@ import numpy as np
 
 from neuroshard.types.codec import Record
 from neuroshard.types.errors import ConfigError
-from neuroshard.types.plan import COLLECTIVES
+from neuroshard.types.plan import COLLECTIVES, fit_key
 
 FORMAT = "neuroshard.collectives/1"
 FORMS = ("linear", "power", "hinge")  # simplest first: a tie (within TIE points) goes to the simpler
@@ -41,11 +41,6 @@ NCOEF = {"linear": 2, "power": 2, "hinge": 4}
 TIE = 0.1  # percentage points of held-out MAPE
 KNEES = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)  # the quantiles of the samples' sizes a hinge's knee is tried at
 SCALE = 1e6  # N in millions of elements, so both coefficients of a linear fit are of order 1
-
-
-def fit_key(op: str, k: int | None, ndevices: int) -> str:
-    """The key of `op`'s fit over groups of k ranks: `op` over every rank (k None or `ndevices`), else `op@k`."""
-    return op if k is None or k == ndevices else f"{op}@{k}"
 
 
 def default_path(models_dir, ndevices: int) -> Path:
