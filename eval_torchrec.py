@@ -64,9 +64,12 @@ def parse_args(argv=None) -> argparse.Namespace:
                                       "--check_results)")
     add_flag(p, "anchors_per_round")
     # the plans' memory was their planner's business; only torchrec_full is planned here
-    Problem.add_args(p, skip=("local_world_size",), defaults={"max_mem": None},
+    Problem.add_args(p, defaults={"max_mem": None},
                      helps={"max_mem": "memory per rank in GB (TorchRec's HBM per GPU) that torchrec_full is planned "
-                                       "within: the memory the plans of --plans were made for"})
+                                       "within: the memory the plans of --plans were made for",
+                            "local_world_size": "ranks per host: torchrec_full plans for these hosts, a table-row-wise "
+                                                "table's row blocks stay in its plan's host, and on one machine its "
+                                                "ranks train as hosts of N (TorchRec's table-row-wise groups)"})
     add_device_arg(p)
     add_flag(p, "out_dir", "results/torchrec")
     TorchRecTrainConfig.add_args(p)

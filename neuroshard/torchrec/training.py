@@ -39,10 +39,18 @@ ShardingPlan and hands them to every rank (`read_block`). Per item, every rank:
 
 Each node's first rank writes one `TorchRecStep` per item. Times in ms
 (build time in s).
+
+Hosts (`Problem.local_world_size`): TorchRec reads the ranks per host from
+`LOCAL_WORLD_SIZE` (and a rank's place in its host from `LOCAL_RANK`) when it
+builds a table-row-wise table's intra- and cross-host groups. On several
+machines torchrun sets them and they must agree with the problem's; on one
+machine standing in for several hosts (its ranks grouped K by K) they are
+set to the problem's while the model is sharded (`hosts_env`), and restored.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -187,6 +195,29 @@ class TorchRecTrainSpec(Record):
 
 
 # =========================================================================== rank side
+
+
+@contextlib.contextmanager
+def hosts_env(local_world_size: int | None, rank: int, world: int):
+    """TorchRec's view of the hosts while a model is sharded (module doc): `LOCAL_WORLD_SIZE` = the problem's
+    ranks per host and `LOCAL_RANK` = rank mod it, restored afterwards; nothing to do without hosts or where
+    torchrun already says so. ValueError where torchrun ran the ranks on machines of another size."""
+    if local_world_size is None:
+        yield
+        return
+    launched = int(os.environ.get("LOCAL_WORLD_SIZE", world) or world)
+    if launched not in (world, local_world_size):
+        raise ValueError(f"the problem has {local_world_size} ranks per host, torchrun ran {launched} per machine")
+    keep = {k: os.environ.get(k) for k in ("LOCAL_WORLD_SIZE", "LOCAL_RANK")}
+    os.environ["LOCAL_WORLD_SIZE"], os.environ["LOCAL_RANK"] = str(local_world_size), str(rank % local_world_size)
+    try:
+        yield
+    finally:
+        for k, v in keep.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def concat_dlrm(ebc, dense_features: int, dense_arch: Sequence[int], over_arch: Sequence[int], device,
@@ -383,7 +414,8 @@ class TorchRecTrainWorker(RankWorker):
         model = concat_dlrm(ebc, cfg.dense_features, parse_layers(cfg.dense_arch, "dense_arch"),
                             parse_layers(cfg.over_arch, "over_arch", last=1), device, marks)
         sharder = all_types_sharder({"optimizer": EmbOptimType.EXACT_SGD, "learning_rate": cfg.lr})
-        dmp = DistributedModelParallel(model, device=device, plan=item["sharding_plan"], sharders=[sharder])
+        with hosts_env(cfg.problem.local_world_size, ctx.rank, ctx.world):
+            dmp = DistributedModelParallel(model, device=device, plan=item["sharding_plan"], sharders=[sharder])
         set_seeded_weights(dmp, names, cfg.problem.seed)
         # the fused tables update inside the backward; the dense optimizer steps the rest, data-parallel
         # tables included

@@ -453,7 +453,7 @@ def run_torchrec_eval(records: Sequence[PlanRecord], tasks: Sequence[Task], conf
         for line in log_path.read_text().splitlines():
             key, rec = json.loads(line)
             done[key] = TorchRecStep.from_json(rec)
-        local = None if cfg.device == "cpu" else cfg.ndevices
+        local = cfg.problem.local_world_size or (None if cfg.device == "cpu" else cfg.ndevices)
         planned = [fp for fp in full if fp.sharding_plan is not None]
         entries = [*records, *planned]
         items = export_plans([*records, *anchors], tasks, configs, out / PLANS_DIR, cfg.device, local) + \

@@ -134,8 +134,8 @@ def test_two_rank_job_trains_every_plan_and_times_it(trained):
         assert TorchRecStep.from_json(json.loads(json.dumps(s.to_json()))) == s
 
 
-def unsharded_losses(tiny, cfg, iters: int, train_embeddings: bool = True) -> list[float]:
-    """The same DLRM unsharded in this process: the same initial weights, the 2 ranks' batch slices as one batch,
+def unsharded_losses(tiny, cfg, iters: int, train_embeddings: bool = True, ranks: int = 2) -> list[float]:
+    """The same DLRM unsharded in this process: the same initial weights, the `ranks` ranks' batch slices as one batch,
     plain SGD on every parameter (the embeddings' exact SGD is SGD on their rows); the loss of each iteration."""
     import torch
 
@@ -153,8 +153,8 @@ def unsharded_losses(tiny, cfg, iters: int, train_embeddings: bool = True) -> li
                         torch.device("cpu"))
     set_seeded_weights(model, names, cfg.problem.seed)
     dataset = read_dataset(d / "ds")
-    parts = [rank_batch(dataset, task.table_ids, names, r, 2, BATCH, cfg.dense_features, cfg.problem.seed)
-             for r in range(2)]
+    parts = [rank_batch(dataset, task.table_ids, names, r, ranks, BATCH, cfg.dense_features, cfg.problem.seed)
+             for r in range(ranks)]
     _, kjt, _ = rank_batch(dataset, task.table_ids, names, 0, 1, BATCH, cfg.dense_features, cfg.problem.seed)
     dense, labels = torch.cat([p[0] for p in parts]), torch.cat([p[2] for p in parts])
     params = [p for n, p in model.named_parameters() if train_embeddings or not n.startswith(MODULE_PATH + ".")]
@@ -338,3 +338,40 @@ def test_an_interrupted_run_trains_only_what_is_missing(tiny, tmp_path):
     md = (out / "summary.md").read_text()
     assert "| torchrec_full (TorchRec planner, all sharding types) | 7.0" in md
     assert "planned for 2 GPUs of 1 GB each" in md
+
+
+def test_two_hosts_train_table_row_wise_tables_as_the_unsharded_model(tiny, tmp_path):
+    """4 gloo ranks as two hosts of 2: a table-row-wise table on each host (TorchRec's intra- and cross-host
+    groups of 2) trains with the unsharded model's losses (without the hosts TorchRec has no second host for
+    the plan's table 2, and building the model fails)."""
+    from neuroshard.torchrec.sharding_file import read_torchrec_plan
+
+    d, configs, task, _ = tiny
+    rec = PlanRecord(0, "hosts", num_tables=4, plan=Plan((), ((0,), (), (3,), ()), (
+        Spread(1, "table_row_wise", (0, 1)), Spread(2, "table_row_wise", (2, 3)))))
+    items = export_plans([rec], [task], configs, tmp_path, "cpu", 2)
+    plan = read_torchrec_plan(items[0]["plan_path"]).plan[MODULE_PATH]
+    assert [(plan[n].sharding_type, plan[n].ranks) for n in ("t1", "t2")] == [("table_row_wise", [0, 1]),
+                                                                              ("table_row_wise", [2, 3])]
+    cfg = TorchRecTrainConfig(problem=Problem(4, local_world_size=2), warmup=1, iters=2, repeats=1, timeout=60, lr=LR)
+    steps = train_plans([{**it, "repeat": 0} for it in items], d / "ds", BATCH, cfg)
+    np.testing.assert_allclose(steps[0].losses, unsharded_losses(tiny, cfg, 3, ranks=4), rtol=LOSS_RTOL)
+    assert len(steps[0].per_rank) == 4
+
+
+def test_the_hosts_torchrec_sees_while_sharding(monkeypatch):
+    import os
+
+    from neuroshard.torchrec.training import hosts_env
+
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    with hosts_env(2, 3, 4):  # one machine of 4 ranks as two hosts of 2: rank 3 is the second of its host
+        assert (os.environ["LOCAL_WORLD_SIZE"], os.environ["LOCAL_RANK"]) == ("2", "1")
+    assert (os.environ["LOCAL_WORLD_SIZE"], os.environ["LOCAL_RANK"]) == ("4", "3")
+    with hosts_env(None, 3, 4):
+        assert os.environ["LOCAL_WORLD_SIZE"] == "4"
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "3")
+    with pytest.raises(ValueError, match="the problem has 2 ranks per host, torchrun ran 3 per machine"):
+        with hosts_env(2, 0, 6):
+            pass
