@@ -208,7 +208,8 @@ def plan_full(task_ids: Sequence[int], tasks: Sequence[Task], configs: Sequence[
     from neuroshard.torchrec.sharder import TorchRecConfig
 
     cfg = TorchRecConfig(batch_size=batch_size)
-    devices = f"{problem.ndevices} GPUs of {problem.mem_text}" + (" each" if problem.uniform else "")
+    devices = f"{problem.ndevices} GPUs of {problem.mem_text}" + (" each" if problem.uniform else "") + (
+        f" on {len(problem.hosts)} hosts of {problem.local_world_size}" if problem.local_world_size else "")
     out = []
     for k in task_ids:
         t0 = time.perf_counter()
