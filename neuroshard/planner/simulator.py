@@ -30,6 +30,7 @@ from neuroshard.types.costs import CostBreakdown, RuntimeEstimate
 from neuroshard.types.errors import InvalidPlanError, NeuroShardError, OutOfMemoryError
 from neuroshard.types.plan import (
     DATA_PARALLEL,
+    TABLE_ROW_WISE,
     ColumnPiece,
     Plan,
     Spread,
@@ -111,7 +112,9 @@ def validate_plan(tables: Sequence[ShardTable], plan: Plan, problem: Problem) ->
 
     Raises InvalidPlanError when the plan has another number of devices than
     the problem, an illegal column step, a table index out of range, a
-    post-split table placed twice or never, or breaks the problem's table
+    post-split table placed twice or never, a table-row-wise table over
+    ranks that are not one of the problem's hosts (when it names them), or
+    breaks the problem's table
     constraints (`types.constraints`: a table kept whole, its devices, a
     co-located group); OutOfMemoryError (with the per-device GB used) when a
     device holds more than its memory.
@@ -129,6 +132,9 @@ def validate_plan(tables: Sequence[ShardTable], plan: Plan, problem: Problem) ->
         if s.kind != DATA_PARALLEL and rows < len(s.ranks):
             raise InvalidPlanError(f"table {s.table} has {rows} rows, fewer than the {len(s.ranks)} ranks it is "
                                    f"{s.kind} over")
+        if s.kind == TABLE_ROW_WISE and problem.local_world_size is not None and s.ranks not in problem.hosts:
+            raise InvalidPlanError(f"table {s.table} is table_row_wise over ranks {list(s.ranks)}, not one host's "
+                                   f"(the problem's hosts: {', '.join(str(list(h)) for h in problem.hosts)})")
     if problem.constraints is not None and not problem.constraints.empty:
         problem.constraints.check(len(tables), ndevices)
         pieces = plan_pieces(tables, plan)

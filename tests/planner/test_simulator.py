@@ -330,6 +330,11 @@ def test_a_table_row_wise_table_is_priced_with_its_hosts_fits():
     # (0.1 + 0.001 x 20 + 0.01 x (16 + 200)), and the 4-rank fits: 1 + 1.6384 each way
     rw = Plan((), ((), (), (1,), ()), (Spread(0, "row_wise", (0, 1, 2, 3)),))
     assert simulate(tables, rw, m, Problem(4, 1.0)).cost == pytest.approx(2.28 + 2 * 2.6384, rel=1e-6)
+    # with hosts named, a table-row-wise table must span one of them
+    with pytest.raises(InvalidPlanError, match=r"table 0 is table_row_wise over ranks \[0, 1, 2, 3\], not one "
+                                               r"host's \(the problem's hosts: \[0, 1\], \[2, 3\]\)"):
+        validate_plan(tables, Plan((), ((), (), (1,), ()), (Spread(0, "table_row_wise", (0, 1, 2, 3)),)),
+                      Problem(4, 1.0, local_world_size=2))
     # a model without the host fits does not price it
     world = replace(m, collectives=CollectiveModel(4, {k: v for k, v in fits.items() if "@" not in k}))
     with pytest.raises(InvalidPlanError, match=r"table 0 is table_row_wise over ranks \[0, 1\]: the collective model "

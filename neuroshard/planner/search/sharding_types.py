@@ -197,9 +197,8 @@ def _bundles(tables: Sequence[ShardTable], plan: Plan, chosen: list[Spread], sin
     """Trials that spread several tables of one kind at once: per kind and group of ranks, the first 2, 4, 8, ...
     of its single trials (`singles`, from `_tried`) patched into `plan` together, in two orders: the cheapest
     single trials first, and the most looked-up tables (lookups x dim) first. The tables of a kind share one
-    collective
-    (`types.plan.spread_collectives`) and, in TorchRec's runtime, one group, whose fixed latency the first table
-    of the kind pays alone: several tables can pay together where none pays by itself. A single trial's cost
+    collective (`types.plan.spread_collectives`) and, in TorchRec's runtime, one group, whose fixed latency the
+    first table of the kind pays alone: several tables can pay together where none pays by itself. A single trial's cost
     hides that: while another table keeps its device the slowest, taking one hot table off its device saves
     nothing, so the hot tables' single trials are not the cheapest; hence the second order."""
     added = [(cost, trial[-1]) for cost, trial, _ in singles]  # each single trial's own table
