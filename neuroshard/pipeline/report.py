@@ -781,7 +781,7 @@ def spread_choices(records: list[PlanRecord] | None) -> list[str]:
         return []
     parts = [f"{alg} in {n} plans ({', '.join(f'{c} {k}' for k, c in sorted(kinds[alg].items()))})"
              for alg, n in plans.items()]
-    return [f"- Row-wise and data-parallel tables: {'; '.join(parts)}."]
+    return [f"- Row-wise, table-row-wise and data-parallel tables: {'; '.join(parts)}."]
 
 
 def collective_check(records: list[PlanRecord] | None) -> list[str]:

@@ -91,10 +91,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     add_flag(ap, "out_dir", help="output folder (default: results/<preset>, results/<preset>-seed<N> for --seed N)")
     add_flag(ap, "data")
     add_flag(ap, "gpu_devices", help="GPUs to use, e.g. 0,1,2,3, one rank or worker each (default: CPU)")
-    Problem.add_args(ap, skip=("local_world_size",), defaults={"max_mem": None}, helps={
+    Problem.add_args(ap, defaults={"max_mem": None}, helps={
         "ndevices": "the preset's device count, overridden", "max_mem": "the preset's memory per device (GB), "
         "overridden", "seed": "seed of every measurement, training and evaluation step (the dataset and tasks keep "
-                              "theirs), so fresh runs of a preset can be compared"})
+                              "theirs), so fresh runs of a preset can be compared",
+        "local_world_size": "ranks per host (default: one host): step 3e also times the collectives over each "
+                            "host's group, and the planning, hardware and TorchRec training steps plan and run for "
+                            "these hosts (table-row-wise searched)"})
     add_flag(ap, "refine", None, help="the preset's hardware in the loop when planning, overridden: measure each "
                                       "task's K best candidates of NeuroShard+ on hardware and keep the measured "
                                       "best (0: off)")
@@ -112,7 +115,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def preset_from_args(args) -> Preset:
     """The preset named by --preset with the flags that override it (--gpu_devices, --ndevices, --max_mem,
-    --refine)."""
+    --local_world_size, --refine)."""
     preset = PRESETS[args.preset]
     problem = preset.problem
     if args.gpu_devices:
@@ -121,6 +124,8 @@ def preset_from_args(args) -> Preset:
         problem = replace(problem, ndevices=args.ndevices)
     if args.max_mem is not None:
         problem = replace(problem, max_mem=args.max_mem)
+    if args.local_world_size is not None:
+        problem = replace(problem, local_world_size=args.local_world_size)
     preset = replace(preset, problem=problem)
     if args.refine is not None:
         preset = replace(preset, refine=check_int("--refine", args.refine, 0))

@@ -127,9 +127,15 @@ class Run:
         return self.device() if self.gpu_devices else {"ndevices": self.problem.ndevices}
 
     def problem_flags(self, *skip: str, seed: int | None = None) -> dict:
-        """The problem's flags (`Problem.flags`), with another seed for the task generator's draws."""
+        """The problem's flags (`Problem.flags`) but its hosts (`hosts`), with another seed for the task
+        generator's draws."""
         problem = self.problem if seed is None else self.problem.with_seed(seed)
-        return problem.flags(skip)
+        return problem.flags(skip + ("local_world_size",))
+
+    def hosts(self) -> dict:
+        """`--local_world_size` for the steps that time collectives, plan or run plans on hosts (3e, 4d, the
+        planning and hardware steps, TorchRec training); nothing on one host."""
+        return {"local_world_size": self.problem.local_world_size}
 
 
 def to_argv(flags: dict) -> list[str]:
@@ -211,7 +217,7 @@ def evaluation_flags(run: Run, task_dir: Path, count: int, dataset: Path | None 
     if _collectives(run):
         extra["collective_model"] = _collective_model(run)
     flags = {"data_dir": dataset or lay.dataset, "task_path": task_dir / "data.txt", **run.models(), "alg": algs,
-             **run.problem_flags(), "max_tasks": count, "calibration": lay.calibration, **extra}
+             **run.problem_flags(), **run.hosts(), "max_tasks": count, "calibration": lay.calibration, **extra}
     return flags | {f"{a}_policy": lay.models / f"{a}.pt" for a in run.learned}
 
 
@@ -270,7 +276,8 @@ def anchors(key: str, when: str) -> StepSpec:
     return StepSpec(key, f"plan-level speed {when} the evaluation", "eval.py",
                     lambda r: [r.layout.plan_data / "hw" / "plans.json"], lambda r: [dest(r) / "summary.json"],
                     lambda r: {"data_dir": r.layout.dataset, "task_path": r.layout.train_tasks / "data.txt",
-                               **r.models(), "alg": "all", **r.problem_flags(), "max_tasks": r.preset.onpolicy_tasks,
+                               **r.models(), "alg": "all", **r.problem_flags(), **r.hosts(),
+                               "max_tasks": r.preset.onpolicy_tasks,
                                "calibration": r.layout.calibration, "plans": r.layout.plan_data / "hw" / "plans.json",
                                "out_dir": dest(r), "warmup": r.preset.eval_warmup, "iters": r.preset.eval_iters,
                                "repeats": 1, **r.device(), "quiet": True, "no_progress": True},
@@ -353,7 +360,7 @@ STEPS: list[StepSpec] = [
              lambda r: {"out_dir": r.layout.collective_data, "out_path": _collective_model(r),
                         "data_size": r.preset.collective_samples, "noise_samples": r.preset.collective_noise,
                         "batch_size": r.preset.batch_size, "warmup": r.preset.warmup, "iters": r.preset.iters,
-                        "seed": r.problem.seed, **r.ranks(), "no_progress": True},
+                        "seed": r.problem.seed, **r.ranks(), **r.hosts(), "no_progress": True},
              when=lambda r: _collectives(r)),
     StepSpec("3f", "compute cost data on the second dataset's tables", "collect_compute_cost_data.py",
              lambda r: [r.layout.oversize_dataset], lambda r: [r.layout.oversize_compute_data / "data.txt"],
@@ -385,7 +392,8 @@ STEPS: list[StepSpec] = [
              lambda r: {"data_dir": r.layout.dataset, "task_path": r.layout.train_tasks / "data.txt",
                         "eval_task_path": r.layout.tasks / "data.txt", **r.models(final=False),
                         "alg": r.preset.onpolicy_algs, "plus_lambdas": r.preset.plus_lambdas,
-                        "max_tasks": r.preset.onpolicy_tasks, **r.problem_flags(), "max_dim": r.preset.max_dim,
+                        "max_tasks": r.preset.onpolicy_tasks, **r.problem_flags(), **r.hosts(),
+                        "max_dim": r.preset.max_dim,
                         "out_dir": r.layout.plan_data, "warmup": r.preset.eval_warmup, "iters": r.preset.eval_iters,
                         "repeats": r.preset.onpolicy_repeats, **r.device(), "quiet": True, "no_progress": True},
              when=_onpolicy),
@@ -527,7 +535,8 @@ STEPS: list[StepSpec] = [
              lambda r: [r.layout.torchrec / "summary.json"],
              lambda r: {"data_dir": r.layout.dataset, "task_path": r.layout.tasks / "data.txt",
                         "plans": f"{r.layout.sim_torchrec / 'plans.json'},{r.layout.sim / 'plans.json'}",
-                        "alg": "all,torchrec_full", **r.problem_flags(), "max_tasks": r.preset.torchrec_tasks,
+                        "alg": "all,torchrec_full", **r.problem_flags(), **r.hosts(),
+                        "max_tasks": r.preset.torchrec_tasks,
                         "repeats": r.preset.torchrec_repeats, **_training(r), "out_dir": r.layout.torchrec,
                         **_torchrec_anchors(r), "no_progress": True},
              when=_torchrec),
@@ -555,6 +564,7 @@ STEPS: list[StepSpec] = [
                         "plans": f"{r.layout.oversize_sim_torchrec / 'plans.json'},"
                                  f"{r.layout.oversize_sim / 'plans.json'}",
                         "alg": "all,torchrec_full", "reference": "neuroshard[torchrec]", **r.problem_flags(),
+                        **r.hosts(),
                         "max_tasks": min(r.preset.torchrec_tasks, r.preset.oversize_tasks),
                         "repeats": r.preset.torchrec_repeats, **_training(r), "out_dir": r.layout.oversize_torchrec,
                         "no_progress": True},

@@ -269,8 +269,8 @@ def test_collective_model_rows_and_the_spread_tables_chosen(tmp_path):
                                                                   Spread(2, "data_parallel", every)))),
             PlanRecord(1, "neuroshard", plan=Plan((), ((0,), ()), (Spread(1, "row_wise", every),))),
             PlanRecord(0, "torchrec", plan=Plan((), ((0,), (1,))))]
-    assert spread_choices(recs) == ["- Row-wise and data-parallel tables: neuroshard in 2 plans (1 data_parallel, "
-                                    "2 row_wise)."]
+    assert spread_choices(recs) == ["- Row-wise, table-row-wise and data-parallel tables: neuroshard in 2 plans "
+                                    "(1 data_parallel, 2 row_wise)."]
     assert spread_choices(recs[2:]) == [] and spread_choices(None) == []
     # the collective model on the measured plans: per rank forward + backward, estimated 3 and 5 against 4 and 4
     two = [1.0, 1.0]

@@ -374,16 +374,31 @@ def test_steps_are_numbered_in_the_order_they_run_and_each_script_is_a_step_scri
 
 
 def test_every_step_command_parses_with_its_script():
-    """Each step's flags are flags of its script (the pipeline cannot drift from the scripts it runs); the
-    late flag too (NeuroShard+'s lambda, known once the on-policy step ran)."""
+    """Each step's flags are flags of its script (the pipeline cannot drift from the scripts it runs), with
+    hosts too; the late flag too (NeuroShard+'s lambda, known once the on-policy step ran)."""
     from tests.test_flags import parsed_options
 
     steps = steps_of("--preset", "tiny", "--torchrec_train")
+    hosts = steps_of("--preset", "tiny", "--torchrec_train", "--ndevices", "4", "--local_world_size", "2")
     options = parsed_options(sorted({ROOT / s.argv[0] for s in steps.values()}))
-    for step in steps.values():
+    for step in [*steps.values(), *hosts.values()]:
         unknown = [a for a in step.argv if a.startswith("--") and a not in options[step.argv[0]]]
         assert not unknown, f"step {step.key}: {step.argv[0]} has no {unknown}"
     assert all("--plus_lambda" in options[s.argv[0]] for s in steps.values() if s.late is not None)
+
+
+def test_hosts_reach_the_steps_that_time_plan_or_run_on_them():
+    """--local_world_size: the collectives over each host's group (3e), every step that plans or measures plans
+    on the paper runtime or trains them in TorchRec; not the task generator, the other collections, the
+    models' training, nor TorchRec's runtime data (its model prices no table-row-wise tables)."""
+    out = Path("results/quick")
+    steps = steps_of("--preset", "quick", "--local_world_size", "2", "--torchrec_train", out=out)
+    assert {k for k, s in steps.items() if "--local_world_size" in s.argv} == {
+        "3e", "4d", "5c", "5d", "5e", "5f", "6a", "6b", "6c", "6g", "6h", "7c", "7d", "7f", "7g"}
+    assert flags_of(steps["3e"])["--local_world_size"] == "2" and flags_of(steps["6b"])["--local_world_size"] == "2"
+    # one host, the default, is no flag at all: the run's commands (and so its stamps) are as before
+    assert not any("--local_world_size" in s.argv for s in steps_of("--preset", "quick", "--torchrec_train",
+                                                                     out=out).values())
 
 
 def test_only_takes_steps_and_phases_and_list_prints_the_table(capsys):
