@@ -746,21 +746,24 @@ def ablation_lines(out: Path, records: list[PlanRecord] | None) -> tuple[list[st
 
 
 def collective_lines(models_dir: Path, rows: list[dict]) -> list[str]:
-    """Markdown on the collective model of step 3e (the paper runtime's row-wise and data-parallel tables): per
-    collective its form and held-out MAPE beside the noise floor, appended to `rows`; nothing without one."""
+    """Markdown on the collective model of step 3e (the paper runtime's row-wise, table-row-wise and
+    data-parallel tables): per collective and group its form and held-out MAPE beside the noise floor, appended
+    to `rows`; nothing without one."""
     lines = []
     for path in sorted(models_dir.glob("collectives_*.json")):
         raw = _load(path) or {}
-        for op, fit in (raw.get("fits") or {}).items():
+        for key, fit in (raw.get("fits") or {}).items():
+            op, _, k = key.partition("@")
+            group = f"{raw.get('ndevices')} ranks" if not k else f"each host's {k} of {raw.get('ndevices')} ranks"
             mape, floor = fit["test_mape"][fit["form"]], fit.get("noise_floor")
-            rows.append({"model": f"{op} ({raw.get('ndevices')} ranks)", "form": fit["form"], "samples": fit["samples"],
+            rows.append({"model": f"{op} ({group})", "form": fit["form"], "samples": fit["samples"],
                          "mape": mape / 100, "noise_floor": None if floor is None else floor / 100})
             ratio = f"{mape / floor:.2f}" if floor else "-"
-            lines.append(f"| {op} ({raw.get('ndevices')} ranks, {fit['form']}) | {fit['samples']} | - | "
+            lines.append(f"| {op} ({group}, {fit['form']}) | {fit['samples']} | - | "
                          f"{mape:.1f}% | - | {'-' if floor is None else f'{floor:.1f}%'} | {ratio} |")
     if not lines:
         return []
-    return ["", "The collectives of row-wise and data-parallel tables on the paper's runtime (step 3e, "
+    return ["", "The collectives of row-wise, table-row-wise and data-parallel tables on the paper's runtime (step 3e, "
                 "`collect_collective_cost_data.py`: each a linear, power or hinge law of the elements it moves, "
                 "whichever predicted held-out samples best):", "",
             "| collective | samples | - | held-out MAPE | - | noise floor | MAPE / noise floor |",

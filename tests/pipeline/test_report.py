@@ -258,12 +258,17 @@ def test_collective_model_rows_and_the_spread_tables_chosen(tmp_path):
 
     assert collective_lines(tmp_path, []) == []
     CollectiveModel(4, {"all_reduce": CollectiveFit("power", [0.0, 1.0], 80, {"linear": 12.0, "power": 6.0},
-                                                    4.0)}).save(tmp_path / "collectives_4.json")
+                                                    4.0),
+                        "all_gather@2": CollectiveFit("linear", [0.1, 1.0], 40, {"linear": 9.0}, 12.0)}).save(
+        tmp_path / "collectives_4.json")
     rows = []
     text = "\n".join(collective_lines(tmp_path, rows))
     assert "| all_reduce (4 ranks, power) | 80 | - | 6.0% | - | 4.0% | 1.50 |" in text
+    assert "| all_gather (each host's 2 of 4 ranks, linear) | 40 | - | 9.0% | - | 12.0% | 0.75 |" in text
     assert rows == [{"model": "all_reduce (4 ranks)", "form": "power", "samples": 80, "mape": 0.06,
-                     "noise_floor": 0.04}]
+                     "noise_floor": 0.04},
+                    {"model": "all_gather (each host's 2 of 4 ranks)", "form": "linear", "samples": 40, "mape": 0.09,
+                     "noise_floor": 0.12}]
     every = (0, 1)
     recs = [PlanRecord(0, "neuroshard", plan=Plan((), ((0,), ()), (Spread(1, "row_wise", every),
                                                                   Spread(2, "data_parallel", every)))),

@@ -79,7 +79,8 @@ def test_tiny_pipeline_writes_every_artifact_and_skips_on_rerun(tmp_path):
     report = (out / "report.md").read_text()
     assert "| neuroshard |" in report and "## Cost models" in report and "## Simulator vs hardware" in report
     assert "Held-out-table check" in report and "[95% CI]" in report
-    assert "The collectives of row-wise and data-parallel tables on the paper's runtime (step 3e" in report
+    assert "The collectives of row-wise, table-row-wise and data-parallel tables on the paper's runtime (step 3e" \
+        in report
     assert "| dreamshard |" in report and "## Learned baselines" in report
     estimator = json.loads((out / "models" / "onpolicy" / "torchrec_estimator_2.json").read_text())
     assert estimator["format"] == "neuroshard.torchrec_estimator.v1" and estimator["fit"]["compute"]["test_samples"]
