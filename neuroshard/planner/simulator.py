@@ -30,6 +30,7 @@ from neuroshard.types.costs import CostBreakdown, RuntimeEstimate
 from neuroshard.types.errors import InvalidPlanError, NeuroShardError, OutOfMemoryError
 from neuroshard.types.plan import (
     DATA_PARALLEL,
+    KIND_COLLECTIVES,
     TABLE_ROW_WISE,
     ColumnPiece,
     Plan,
@@ -305,9 +306,8 @@ def unpriced(plan: Plan, models) -> None:
             raise InvalidPlanError(f"table {s.table} is {s.kind}: the paper runtime's cost models price table-wise "
                                    "and column-wise shards only without a collective model (--collective_model; "
                                    "collect_collective_cost_data.py fits one)")
-        ops = ("all_reduce",) if s.kind == DATA_PARALLEL else ("reduce_scatter", "all_gather")
         k = len(s.ranks)
-        missing = [op for op in ops if not collectives.has(op, k)]
+        missing = [op for op in KIND_COLLECTIVES[s.kind] if not collectives.has(op, k)]
         if k == collectives.ndevices and missing:
             raise InvalidPlanError(f"table {s.table} is {s.kind}: the collective model has no fit of "
                                    f"{', '.join(missing)}")

@@ -91,6 +91,10 @@ class Spread(Record):
 
 REDUCE_SCATTER, ALL_GATHER, ALL_REDUCE = "reduce_scatter", "all_gather", "all_reduce"
 COLLECTIVES = (REDUCE_SCATTER, ALL_GATHER, ALL_REDUCE)
+# the collectives each spread kind runs (`spread_collectives`): row blocks reduce-scatter their partial sums and
+# all-gather the gradient; replicas all-reduce theirs
+KIND_COLLECTIVES = {ROW_WISE: (REDUCE_SCATTER, ALL_GATHER), TABLE_ROW_WISE: (REDUCE_SCATTER, ALL_GATHER),
+                    DATA_PARALLEL: (ALL_REDUCE,)}
 
 
 def fit_key(op: str, k: int | None, ndevices: int) -> str:

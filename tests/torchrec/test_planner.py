@@ -427,16 +427,9 @@ def test_row_wise_and_data_parallel_tables_where_the_runtime_model_says_they_pay
 def test_a_topology_of_two_hosts_gets_a_table_row_wise_table_where_the_collective_model_says_it_pays():
     # 4 GPUs on 2 hosts; the paper runtime's models with a collective model whose fits over a host's 2 ranks are
     # far cheaper than over all 4 (tests.planner.search.test_sharding_types: hot0 goes table-row-wise there)
-    from dataclasses import replace
+    from tests.planner.search.test_sharding_types import host_models
 
-    from neuroshard.planner.costs.collective_model import CollectiveFit
-    from tests.planner.search.test_sharding_types import paper_models
-
-    m = paper_models()
-    fits = {k: v for k, v in m.collectives.fits.items() if k != "all_reduce"}
-    fits |= {"reduce_scatter@2": CollectiveFit("linear", [0.1, 10.0], 10),
-             "all_gather@2": CollectiveFit("linear", [0.2, 20.0], 10)}
-    m = replace(m, collectives=replace(m.collectives, fits=fits))
+    m = host_models()
     model = collection("hot", [(100, 4)] + [(1000, 16)] * 7)
     cons = {f"hot{i}": ParameterConstraints(pooling_factors=[200.0 if i == 0 else 1.0]) for i in range(8)}
     hosts = Topology(world_size=4, local_world_size=2, compute_device="cuda", hbm_cap=2**30)

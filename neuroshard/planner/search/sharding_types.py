@@ -59,6 +59,7 @@ from neuroshard.types.constraints import TableConstraints
 from neuroshard.types.errors import InvalidPlanError, OutOfMemoryError
 from neuroshard.types.plan import (
     DATA_PARALLEL,
+    KIND_COLLECTIVES,
     ROW_WISE,
     TABLE_ROW_WISE,
     Plan,
@@ -88,10 +89,9 @@ def spread_kinds(models, problem: Problem | None = None) -> tuple[str, ...]:
     collectives = getattr(models, "collectives", None)
     if collectives is None:
         return ()
-    needs = {ROW_WISE: ("reduce_scatter", "all_gather"), DATA_PARALLEL: ("all_reduce",)}
-    kinds = tuple(k for k in (ROW_WISE, DATA_PARALLEL) if all(collectives.has(op) for op in needs[k]))
+    kinds = tuple(k for k in (ROW_WISE, DATA_PARALLEL) if all(collectives.has(op) for op in KIND_COLLECTIVES[k]))
     host = problem.local_world_size if problem is not None else None
-    if host is not None and host > 1 and all(collectives.has(op, host) for op in needs[ROW_WISE]):
+    if host is not None and host > 1 and all(collectives.has(op, host) for op in KIND_COLLECTIVES[TABLE_ROW_WISE]):
         kinds += (TABLE_ROW_WISE,)
     return kinds
 

@@ -146,16 +146,22 @@ def test_on_the_paper_runtime_the_collective_model_prices_the_same_choices():
         ns.shard(big, Problem(4, mb), models=replace(m, collectives=None), alg="neuroshard")
 
 
-def test_with_hosts_a_hot_table_goes_table_row_wise_where_every_rank_would_cost_too_much():
+def host_models():
+    """`paper_models` on 4 ranks without the all-reduce's fit (no data-parallel) and with fits over a host's 2
+    ranks: a reduce-scatter or all-gather of 4096 x 4 costs 0.1 + 16.384 ms over every rank, 0.1 + 0.16384 and
+    0.2 + 0.32768 over a host's."""
     from neuroshard.planner.costs.collective_model import CollectiveFit
 
-    # no all-reduce fit (no data-parallel); over every rank a reduce-scatter or all-gather of 4096 x 4 costs
-    # 0.1 + 16.384 ms, over a host's 2 ranks 0.1 + 0.16384 and 0.2 + 0.32768
     m = paper_models()
     fits = {k: v for k, v in m.collectives.fits.items() if k != "all_reduce"}
     fits |= {"reduce_scatter@2": CollectiveFit("linear", [0.1, 10.0], 10),
              "all_gather@2": CollectiveFit("linear", [0.2, 20.0], 10)}
-    m = replace(m, collectives=replace(m.collectives, fits=fits))
+    return replace(m, collectives=replace(m.collectives, fits=fits))
+
+
+def test_with_hosts_a_hot_table_goes_table_row_wise_where_every_rank_would_cost_too_much():
+    m = host_models()
+    fits = m.collectives.fits
     tables, hosts = hot_task(), Problem(4, 1.0, local_world_size=2)
     plan, cost = spread_search(tables, hosts, m)
     assert Spread(0, "table_row_wise", (0, 1)) in plan.spread
