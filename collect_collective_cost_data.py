@@ -12,9 +12,10 @@ and are timed on --ndevices ranks in one torchrun job (each sample: the ranks'
 mean ms), appended to OUT_DIR/data.jsonl as they arrive; the first
 --noise_samples are timed again afterwards (noise.jsonl: the noise floor).
 With --local_world_size K (ranks per host, fewer than --ndevices), as many
-samples again run over every host's group of K ranks at once, as table-row-wise
-tables do, after the others (a collection without them is extended, not
-redrawn), and are fitted apart (the fits `op@K`).
+samples again run over each host's group of K ranks, as table-row-wise tables
+do, one host at a time (on one machine two hosts' groups at once would share
+its cores, which separate hosts do not), after the others (a collection without
+them is extended, not redrawn), and are fitted apart (the fits `op@K`).
 Then each collective's model, linear (a + b N), power (c N^p) or hinge (a
 bandwidth that drops past a size), whichever predicts held-out samples better
 (--folds cross-validation), is written to --out_path with each form's held-out

@@ -12,8 +12,8 @@ k), rows x dim for all-reduce; fp32.
 `run_collective` runs one, `bench_collective` times it on this rank (a
 barrier before every iteration, the median of the timed ones). The job that
 times many sizes on many ranks is `CollectiveJob` (`collect_collective_cost_data.py`;
-a sample over host groups, {"k": ranks per host}, runs on every host's group of k
-consecutive ranks at once, as a step's table-row-wise tables do;
+a sample over host groups, {"k": ranks per host}, runs on each host's group of k
+consecutive ranks, as a step's table-row-wise tables do, one host at a time: `host_turns`;
 `planner.costs.collective_model` fits a model to what it measures); the plan job
 (`measure.plan_job`) runs the same collectives for the spread tables of a plan.
 
@@ -94,6 +94,21 @@ def bench_collective(op: str, numel: int, k: int, warmup: int, iters: int, devic
     return median(benchmark(once, warmup=warmup, iters=iters, device=device, before_each=before_each))
 
 
+def host_turns(groups: Sequence[tuple[int, ...]], world: int) -> tuple[tuple[int, ...] | None, list[tuple[int, ...]]]:
+    """How collectives over `groups` (rank tuples) are timed on `world` ranks: (every rank's tuple when a
+    collective runs over all ranks, else None; the smaller groups, a host's, in order of first appearance, one
+    turn each). One machine standing in for several hosts runs every host's ranks on the same cores: two hosts'
+    collectives at once slow each other down as separate hosts would not (and by how much depends on what the
+    other host sends), so each host's group takes its turn (`RankContext.take_turns`)."""
+    every = tuple(range(world))
+    return (every if every in groups else None), list(dict.fromkeys(g for g in groups if g != every))
+
+
+def host_groups(k: int, world: int) -> list[tuple[int, ...]]:
+    """The hosts of `world` ranks, k consecutive ranks each."""
+    return [tuple(range(h, h + k)) for h in range(0, world, k)]
+
+
 # --------------------------------------------------------------------------- the job
 
 
@@ -119,8 +134,8 @@ class CollectiveResult(Record):
 
 
 class CollectiveWorker(RankWorker):
-    """One rank of the job: times each sample's collective over every rank (or over its host's group, all the
-    hosts' groups at once); each node's first rank records every rank's median."""
+    """One rank of the job: times each sample's collective over every rank (or over its host's group, one
+    host at a time: `host_turns`); each node's first rank records every rank's median."""
 
     item = "sample"
     first_phase = "before the collective"
@@ -136,9 +151,9 @@ class CollectiveWorker(RankWorker):
         import torch.distributed as dist
 
         if k not in self._groups:
-            for h in range(0, self.ctx.world, k):
-                group = dist.new_group(list(range(h, h + k)))
-                if h <= self.ctx.rank < h + k:
+            for ranks in host_groups(k, self.ctx.world):
+                group = dist.new_group(list(ranks))
+                if self.ctx.rank in ranks:
                     self._groups[k] = group
         return self._groups[k]
 
@@ -151,8 +166,13 @@ class CollectiveWorker(RankWorker):
         ctx = self.ctx
         host = sample.get("k")
         group = None if host is None else self.host_group(int(host))
-        ms = bench_collective(sample["op"], int(sample["numel"]), int(host or ctx.world), self.spec.warmup,
-                              self.spec.iters, ctx.device, group=group, state=ctx.state)
+
+        def timed(_turn=None) -> float:
+            return bench_collective(sample["op"], int(sample["numel"]), int(host or ctx.world), self.spec.warmup,
+                                    self.spec.iters, ctx.device, group=group, state=ctx.state)
+
+        # over host groups, one host at a time, as the plan job times a plan's (`host_turns`)
+        ms = timed() if host is None else ctx.take_turns(host_groups(int(host), ctx.world), timed, sample["op"])[0]
         ctx.state["phase"] = "gathering medians"
         every = ctx.gather(ms)
         if not local_lead():
@@ -198,6 +218,7 @@ class CollectiveJob(TorchrunJob):
 # --------------------------------------------------------------------------- the collection
 
 DATA_FILE, NOISE_FILE = "data.jsonl", "noise.jsonl"
+HOST_TIMING = {"timing": "turns"}  # on a host-group sample's line: the hosts took turns (`host_turns`)
 
 
 def draw_samples(num: int, ndevices: int, batch_size: int, max_dim: int, max_numel: int, seed: int,
@@ -260,6 +281,9 @@ def _resume(path: Path, samples: Sequence[dict], ndevices: int, progress: bool, 
         if (row["op"], int(row["numel"]), row.get("k")) != (want["op"], want["numel"], want.get("k")):
             raise InputError(path, f"line {k + 1}: {_said(row)}, this collection draws {_said(want)} "
                                    "(another --seed, sizes or --local_world_size?)")
+        if row.get("k") and row.get("timing") != HOST_TIMING["timing"]:
+            raise InputError(path, f"line {k + 1}: {_said(row)} was timed on every host at once, as collections "
+                                   "did before the hosts took turns; collect into a new --out_dir")
     todo = samples[len(rows):]
     if not todo:
         return rows
@@ -267,7 +291,7 @@ def _resume(path: Path, samples: Sequence[dict], ndevices: int, progress: bool, 
     try:
         with open_append(path, exclusive=True) as log, CollectiveJob(todo, ndevices, **job) as run:
             for res in run.results():
-                row = {"op": res.op, "numel": res.numel} | ({"k": res.k} if res.k else {}) | \
+                row = {"op": res.op, "numel": res.numel} | ({"k": res.k} | HOST_TIMING if res.k else {}) | \
                     {"ms": float(np.mean(res.ms)), "ranks_ms": res.ms}
                 append_line(log, json.dumps(row))
                 rows.append(row)

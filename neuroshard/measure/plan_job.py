@@ -24,7 +24,8 @@ every rank r:
    for waiting on the late ones. The forward time without delays is recorded
    too (`fw_comm_nosleep`); ``fw_sleep="none"`` makes it the one counted.
    The spread tables' collectives (`types.plan.spread_collectives`) are
-   timed each on its own (`measure.collectives`): the all-gathers and
+   timed each on its own (`measure.collectives`), those over a host's group
+   one host at a time (`collectives.host_turns`): the all-gathers and
    all-reduces count in the backward exchange and in the skew, the
    reduce-scatters in the forward one;
 3. optionally (`end_to_end`) times the real step sequence per iteration —
@@ -241,14 +242,7 @@ class PlanWorker(RankWorker):
         groups = self.groups([c.ranks for c in collectives])
 
         # 1. compute, one rank at a time
-        res = None
-        for q in range(ctx.world):
-            st["phase"] = f"compute (turn of rank {q})"
-            ctx.barrier()
-            if q == ctx.rank:
-                res = self.bench.measure(mine)
-        st["phase"] = "compute (closing barrier)"
-        ctx.barrier()
+        [res] = ctx.take_turns([(q,) for q in range(ctx.world)], lambda q: self.bench.measure(mine), "compute")
 
         # 2. backward all-to-all (and forward without delays) and the spread tables' backward collectives, then
         # forward with the skew and the spread tables' reduce-scatters (no all-to-all when no rank holds a table
@@ -302,12 +296,22 @@ class PlanWorker(RankWorker):
 
     def time_collectives(self, collectives, groups: dict) -> float:
         """This rank's ms of the given spread collectives, each timed on its own (those of groups without
-        this rank cost it nothing)."""
-        from neuroshard.measure.collectives import bench_collective
+        this rank cost it nothing): those over every rank on all ranks at once, those of smaller groups (a
+        host's table-row-wise tables) one group at a time (`host_turns`)."""
+        from neuroshard.measure.collectives import bench_collective, host_turns
 
         ctx, hw = self.ctx, self.hw
-        return sum(bench_collective(c.op, c.numel, len(c.ranks), hw.warmup, hw.iters, ctx.device,
-                                    groups[c.ranks], ctx.state) for c in collectives if ctx.rank in c.ranks)
+
+        def timed(ranks) -> float:
+            return sum(bench_collective(c.op, c.numel, len(c.ranks), hw.warmup, hw.iters, ctx.device,
+                                        groups[c.ranks], ctx.state)
+                       for c in collectives if c.ranks == ranks and ctx.rank in c.ranks)
+
+        every, turns = host_turns([c.ranks for c in collectives], ctx.world)
+        ms = timed(every) if every else 0.0
+        if turns:
+            ms += sum(ctx.take_turns(turns, lambda q: timed(turns[q]), "host collectives"))
+        return ms
 
     def step_times(self, mine, dims: Sequence[int], spread: int = 0, collectives=(), groups=None) -> list[float]:
         """Per-iteration ms of fwd compute -> fwd all-to-all -> the spread tables' reduce-scatters -> bwd

@@ -36,7 +36,7 @@ import sys
 import threading
 import time
 from datetime import timedelta
-from typing import Sequence
+from typing import Callable, Collection, Sequence, TypeVar
 
 JOB_FILE = "job.json"
 RESULTS_FILE = "results.jsonl"
@@ -49,6 +49,7 @@ WORKERS = {"alltoall": "neuroshard.measure.alltoall_job:AllToAllWorker",
            "collectives": "neuroshard.measure.collectives:CollectiveWorker",
            "plans": "neuroshard.measure.plan_job:PlanWorker",
            "torchrec_train": "neuroshard.torchrec.training:TorchRecTrainWorker"}
+T = TypeVar("T")
 
 
 # --------------------------------------------------------------------------- the rank protocol
@@ -228,6 +229,21 @@ class RankContext:
         import torch.distributed as dist
 
         barrier(dist, self.device)
+
+    def take_turns(self, turns: Sequence[Collection[int]], run: Callable[[int], T], what: str) -> list[T]:
+        """`run(q)` on the ranks of each turn q in order while the others wait at a barrier, then a closing
+        barrier: what ranks sharing one machine's cores would slow each other down in (a rank's compute, a
+        host group's collectives) is timed as if each turn had the machine to itself, as separate devices or
+        hosts would. This rank's results, in the order of the turns it is in."""
+        out = []
+        for q, ranks in enumerate(turns):
+            self.state["phase"] = f"{what} (turn {q + 1} of {len(turns)}: ranks {', '.join(map(str, ranks))})"
+            self.barrier()
+            if self.rank in ranks:
+                out.append(run(q))
+        self.state["phase"] = f"{what} (closing barrier)"
+        self.barrier()
+        return out
 
 
 class RankWorker:

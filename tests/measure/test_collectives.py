@@ -3,6 +3,7 @@ the job that times them."""
 
 import json
 import os
+import time
 from datetime import timedelta
 
 import pytest
@@ -14,8 +15,11 @@ from neuroshard.measure.collectives import (
     CollectiveJob,
     buffers,
     check_sample,
+    host_groups,
+    host_turns,
     run_collective,
 )
+from neuroshard.measure.rank import RankContext
 from neuroshard.types.errors import ConfigError
 from tests.two_nodes import spawn_ranks
 
@@ -65,8 +69,17 @@ def _host_rank(rank: int, world: int, port: int, out_dir: str) -> None:
     inp, out = buffers(REDUCE_SCATTER, 4, 2)
     inp.copy_(torch.arange(4, dtype=torch.float32) + 10 * (rank + 1))
     run_collective(REDUCE_SCATTER, inp, out, group)
+    # the hosts take turns, and rank 0 has a third turn of its own: each turn's (start, end) wall clock
+    ctx = RankContext(rank, world, "cpu", "", {}, {}, {})
+
+    def run(q):
+        start = time.time()
+        time.sleep(0.2)
+        return q, start, time.time()
+
+    turns = ctx.take_turns([(0, 1), (2, 3), (0,)], run, "test")
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as fh:
-        json.dump(out.tolist(), fh)
+        json.dump({"values": out.tolist(), "turns": turns, "phase": ctx.state["phase"]}, fh)
     dist.destroy_process_group()
 
 
@@ -75,7 +88,22 @@ def test_a_host_groups_collective_stays_within_its_host(tmp_path):
     got = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(4)]
     # ranks 0, 1 (one host) hold [10..13] and [20..23]: each keeps its 2 samples' sums; ranks 2, 3 (the other
     # host) [30..33] and [40..43]
-    assert got == [[30.0, 32.0], [34.0, 36.0], [70.0, 72.0], [74.0, 76.0]]
+    assert [g["values"] for g in got] == [[30.0, 32.0], [34.0, 36.0], [70.0, 72.0], [74.0, 76.0]]
+    # each rank ran the turns it is in, in order, and a turn started only once the one before had ended
+    assert [[t[0] for t in g["turns"]] for g in got] == [[0, 2], [0], [1], [1]]
+    ends = {q: max(t[2] for g in got for t in g["turns"] if t[0] == q) for q in range(3)}
+    starts = {q: min(t[1] for g in got for t in g["turns"] if t[0] == q) for q in range(3)}
+    assert starts[1] >= ends[0] and starts[2] >= ends[1]
+    assert all(g["phase"] == "test (closing barrier)" for g in got)
+
+
+def test_hosts_take_turns_and_every_rank_goes_at_once():
+    # two hosts' table-row-wise groups and a row-wise table over all 4 ranks: the latter at once, the hosts in
+    # order of first appearance
+    assert host_turns([(2, 3), (0, 1, 2, 3), (0, 1), (2, 3)], 4) == ((0, 1, 2, 3), [(2, 3), (0, 1)])
+    assert host_turns([(0, 1)], 4) == (None, [(0, 1)])
+    assert host_turns([(0, 1, 2, 3)], 4) == ((0, 1, 2, 3), [])
+    assert host_groups(2, 6) == [(0, 1), (2, 3), (4, 5)] and host_groups(4, 4) == [(0, 1, 2, 3)]
 
 
 def test_the_job_times_every_sample_on_every_rank():
@@ -133,9 +161,18 @@ def test_the_collection_writes_samples_and_a_model_and_resumes(tmp_path):
     assert main(argv + ["--local_world_size", "2"]) == 0
     rows = [json.loads(x) for x in (tmp_path / "data" / "data.jsonl").read_text().splitlines()]
     assert (tmp_path / "data" / "data.jsonl").read_text().startswith(before) and len(rows) == 24
-    assert all(r["k"] == 2 and len(r["ranks_ms"]) == 4 for r in rows[12:])
+    assert all(r["k"] == 2 and r["timing"] == "turns" and len(r["ranks_ms"]) == 4 for r in rows[12:])
     assert len((tmp_path / "data" / "noise.jsonl").read_text().splitlines()) == 6
     model = CollectiveModel.load(tmp_path / "collectives_4.json", 4)
     assert set(model.fits) == {REDUCE_SCATTER, ALL_GATHER, ALL_REDUCE, "reduce_scatter@2", "all_gather@2",
                                "all_reduce@2"}
     assert model.fit_of(REDUCE_SCATTER, 2).samples == 4 and model.fit_of(REDUCE_SCATTER, 2).noise_floor is not None
+    # host samples timed before the hosts took turns (no "timing" on the line) are not extended
+    lines = (tmp_path / "data" / "data.jsonl").read_text().splitlines()
+    old = json.loads(lines[13])
+    del old["timing"]
+    lines[13] = json.dumps(old)
+    (tmp_path / "data" / "data.jsonl").write_text("\n".join(lines) + "\n")
+    with pytest.raises(InputError, match=r"data.jsonl: line 14: all_gather of \d+ elements on groups of 2 ranks was "
+                                         r"timed on every host at once.*new --out_dir"):
+        main(argv + ["--local_world_size", "2"])

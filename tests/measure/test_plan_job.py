@@ -96,6 +96,20 @@ def test_row_wise_and_data_parallel_tables_run_with_their_collectives(tiny, tmp_
     assert plain.collectives is None
 
 
+def test_table_row_wise_tables_on_two_hosts_run_their_collectives_host_by_host(tiny, tmp_path):
+    """4 ranks as two hosts of two: table 0 table-row-wise on ranks 0, 1, table 1 on ranks 2, 3, table 2
+    row-wise over all four, table 3 whole on rank 0. Every rank runs the collectives of its host's group and
+    the row-wise table's, and no rank of one host any of the other host's."""
+    d, _, _ = tiny
+    plan = Plan((), ((3,), (), (), ()), (Spread(0, "table_row_wise", (0, 1)), Spread(1, "table_row_wise", (2, 3)),
+                                         Spread(2, "row_wise", (0, 1, 2, 3))))
+    write_plans(tmp_path / "plans.json", [PlanRecord(0, "hosts", plan=plan)])
+    cfg = HardwareConfig(problem=Problem(4, local_world_size=2), warmup=0, iters=1, timeout=60)
+    [m] = measure_plans(tmp_path / "plans.json", d / "ds", d / "tasks.txt", cfg)
+    assert m.dims == [16, 0, 0, 0]  # only table 3 goes through the all-to-all
+    assert len(m.collectives) == 4 and all(fw > 0 and bw > 0 for fw, bw in m.collectives)
+
+
 def test_two_rank_job_measures_each_plan_and_reports_oom(tiny):
     d, _, _ = tiny
     cfg = HardwareConfig(problem=Problem(2), warmup=1, iters=2, end_to_end=True, timeout=30)
