@@ -11,13 +11,15 @@
 
 Per task of --task_path (never one of --eval_task_path: an error): the plans of
 each --alg and --random_plans random plans (each table row-wise or data-parallel
-with chance --spread_share, then up to --max_splits column splits of random
+with chance --spread_share, and with --local_world_size K, ranks per host, also
+table-row-wise on a random host; then up to --max_splits column splits of random
 other tables, each piece on a random device with room); ONE torchrun job
 trains a DLRM with each plan under DistributedModelParallel (eval_torchrec.py's
 measurement: the slowest rank's step after a barrier, and every rank's phase
-times) and writes, in --out_dir, results.json (each plan, its step times and
-phases), summary.md and the plans as TorchRec ShardingPlans. Resumable: rerun
-the same command after an interruption. See neuroshard/torchrec/runtime_data.py.
+times; with --local_world_size, TorchRec told of the hosts) and writes, in
+--out_dir, results.json (each plan, its step times and phases), summary.md and
+the plans as TorchRec ShardingPlans. Resumable: rerun the same command after an
+interruption. See neuroshard/torchrec/runtime_data.py.
 """
 
 from __future__ import annotations
@@ -45,8 +47,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--max_splits", type=int, default=6,
                    help="a random plan makes 0..this many column splits (default: 6)")
     p.add_argument("--spread_share", type=float, default=0.0,
-                   help="the chance that a random plan makes a table row-wise or data-parallel, so the runtime "
-                        "model learns what those cost (default: 0, none)")
+                   help="the chance that a random plan makes a table row-wise or data-parallel (or, with "
+                        "--local_world_size, table-row-wise), so the runtime model learns what those cost "
+                        "(default: 0, none)")
     add_device_arg(p)
     add_flag(p, "out_dir", "data/cost_data/torchrec")
     TorchRecTrainConfig.add_args(p)
@@ -68,16 +71,13 @@ def main(argv=None) -> int:
     from neuroshard.torchrec import runtime_data
     from neuroshard.torchrec import training_eval as tt
     from neuroshard.torchrec.training import TorchRecTrainConfig
-    from neuroshard.types.errors import ConfigError, InputError
+    from neuroshard.types.errors import InputError
 
     check_int("--random_plans", args.random_plans, 0)
     check_int("--max_splits", args.max_splits, 0)
     check_float("--spread_share", args.spread_share, 0.0, 1.0)
     device, ndevices = resolve_ranks(resolve_devices(args.device, args.gpu_devices), args.ndevices, args.gpu_devices)
     problem = Problem.from_args(args, ndevices=ndevices)
-    if problem.local_world_size is not None:
-        raise ConfigError("--local_world_size", "TorchRec training here runs its ranks as one host (its runtime model "
-                                                "prices no table-row-wise tables): leave it out")
     cfg = TorchRecTrainConfig.from_args(args, problem=problem, device=device)
     inputs = inputs_from_args(args, problem)
     if inputs.batch_size is None:

@@ -31,6 +31,7 @@ from neuroshard.checks import check_int
 from neuroshard.settings import Settings, common, setting
 from neuroshard.types.constraints import TableConstraints
 from neuroshard.types.errors import ConfigError
+from neuroshard.types.plan import host_groups
 
 DEFAULT_NDEVICES = 4  # CPU ranks standing in for devices, or the simulator's devices, when none are named
 
@@ -101,8 +102,7 @@ class Problem(Settings):
     @property
     def hosts(self) -> list[tuple[int, ...]]:
         """Each host's ranks (`local_world_size` consecutive ones; one host of every rank when left out)."""
-        k = self.local_world_size or self.ndevices
-        return [tuple(range(h, h + k)) for h in range(0, self.ndevices, k)]
+        return host_groups(self.local_world_size or self.ndevices, self.ndevices)
 
     @property
     def table_constraints(self) -> TableConstraints:

@@ -33,7 +33,7 @@ from neuroshard.measure.launch import DEFAULT_STARTUP_TIMEOUT_S, DEFAULT_TIMEOUT
 from neuroshard.measure.rank import RankContext, RankWorker
 from neuroshard.types.codec import Record, json_field
 from neuroshard.types.errors import ConfigError, InputError
-from neuroshard.types.plan import ALL_GATHER, ALL_REDUCE, COLLECTIVES, REDUCE_SCATTER, fit_key
+from neuroshard.types.plan import ALL_GATHER, ALL_REDUCE, COLLECTIVES, REDUCE_SCATTER, fit_key, host_groups
 
 
 def check_sample(op: str, numel: int, k: int) -> None:
@@ -102,11 +102,6 @@ def host_turns(groups: Sequence[tuple[int, ...]], world: int) -> tuple[tuple[int
     other host sends), so each host's group takes its turn (`RankContext.take_turns`)."""
     every = tuple(range(world))
     return (every if every in groups else None), list(dict.fromkeys(g for g in groups if g != every))
-
-
-def host_groups(k: int, world: int) -> list[tuple[int, ...]]:
-    """The hosts of `world` ranks, k consecutive ranks each."""
-    return [tuple(range(h, h + k)) for h in range(0, world, k)]
 
 
 # --------------------------------------------------------------------------- the job

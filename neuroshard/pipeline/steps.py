@@ -510,6 +510,7 @@ STEPS: list[StepSpec] = [
              lambda r: [r.layout.train_tasks / "data.txt"], lambda r: [r.layout.torchrec_data / "results.json"],
              lambda r: {"data_dir": r.layout.dataset, "task_path": r.layout.train_tasks / "data.txt",
                         "eval_task_path": r.layout.tasks / "data.txt", **r.models(), **r.problem_flags(),
+                        **r.hosts(),
                         "max_tasks": r.preset.torchrec_data_tasks, "random_plans": r.preset.torchrec_random_plans,
                         "spread_share": r.preset.torchrec_spread_share,
                         "alg": "neuroshard,size_lookup_greedy,torchrec", **_training(r),

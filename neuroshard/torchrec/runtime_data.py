@@ -36,7 +36,7 @@ from neuroshard.problem import Problem
 from neuroshard.torchrec.runtime_model import TorchRecRuntimeModel
 from neuroshard.types.codec import Record, json_field
 from neuroshard.types.errors import InputError, InvalidPlanError, OutOfMemoryError
-from neuroshard.types.plan import DATA_PARALLEL, ROW_WISE, Plan, Spread, apply_column_steps
+from neuroshard.types.plan import DATA_PARALLEL, ROW_WISE, TABLE_ROW_WISE, Plan, Spread, apply_column_steps
 from neuroshard.types.records import PlanRecord
 from neuroshard.types.tables import ShardTable, TableConfig, Task, can_split
 
@@ -51,20 +51,24 @@ def random_label(k: int) -> str:
 def random_split_plan(tables: Sequence[ShardTable], problem: Problem, max_splits: int,
                       spread_share: float = 0.0) -> Plan:
     """A random plan, all drawn from the problem's seed: each table spread with chance `spread_share`
-    (row-wise over every rank or, for a small table, data-parallel, drawn per table); k ~ U{0..max_splits}
+    (row-wise over every rank or, for a small table, data-parallel, drawn per table; on a problem of
+    several hosts also table-row-wise, on a host drawn with it); k ~ U{0..max_splits}
     halvings, each of a random other piece that can still be halved; then each piece on a uniformly random
     device with room left by the spread tables (`baselines.random_sharder`). OutOfMemoryError when the pieces
     do not fit."""
     rng = np.random.default_rng(problem.seed)
     n = problem.ndevices
     spread = []
+    hosts = problem.hosts
+    kinds = (ROW_WISE, DATA_PARALLEL) + ((TABLE_ROW_WISE,) if len(hosts) > 1 else ())
     if spread_share > 0:
         for t in range(len(tables)):
             if rng.random() < spread_share:
-                kind = (ROW_WISE, DATA_PARALLEL)[int(rng.integers(2))]
+                kind = kinds[int(rng.integers(len(kinds)))]
                 if kind == DATA_PARALLEL and not replicable(tables[t], problem):
                     kind = ROW_WISE  # data-parallel is for small tables (simulator.replicable)
-                spread.append(Spread(t, kind, tuple(range(n))))
+                ranks = hosts[int(rng.integers(len(hosts)))] if kind == TABLE_ROW_WISE else tuple(range(n))
+                spread.append(Spread(t, kind, ranks))
     whole = {s.table for s in spread}
     steps: list[int] = []
     split = list(tables)
@@ -235,6 +239,15 @@ def sample_features(samples: Sequence[RuntimeSample], models, batch: int) -> np.
         return np.concatenate([features(plan_parts(scorer, s.tables, s.plan, batch)) for s in samples])
 
 
+def host_size(samples: Sequence[RuntimeSample]) -> int | None:
+    """The ranks per host of the samples' table-row-wise tables (None without any); ValueError when they differ
+    (one model prices one host size)."""
+    sizes = sorted({len(sp.ranks) for s in samples for sp in s.plan.spread if sp.kind == TABLE_ROW_WISE})
+    if len(sizes) > 1:
+        raise ValueError(f"table-row-wise tables over hosts of {sizes} ranks: a model is fitted for one host size")
+    return sizes[0] if sizes else None
+
+
 def fit_runtime_model(samples: Sequence[RuntimeSample], models, ndevices: int, batch: int, test_share: float = 0.25,
                       seed: int = 0, source: dict | None = None) -> RuntimeFit:
     """Fit the runtime model: first without a seeded `test_share` of the tasks (its error on their plans is
@@ -275,7 +288,8 @@ def fit_runtime_model(samples: Sequence[RuntimeSample], models, ndevices: int, b
     test_mape = None if pred_test is None else mape(pred_test, y[test])
     kinds = {sp.kind for s in samples for sp in s.plan.spread}
     model = TorchRecRuntimeModel(ndevices, batch, tuple(float(c) for c in coef), len(samples), mape(pred, y),
-                                 test_mape, dict(source or {}), tuple(k for k in GROUP_OF if k in kinds))
+                                 test_mape, dict(source or {}), tuple(k for k in GROUP_OF if k in kinds),
+                                 host_size(samples))
     terms = {name: float(np.mean(x[:, j] * coef[j])) for j, name in enumerate(FEATURES)}
     return RuntimeFit(model, test_tasks, test_mape, mape(pred, y), by_kind, terms)
 

@@ -11,18 +11,20 @@ shards, so a column-wise table's ids travel once per shard), its own kernels
 and its own output exchange forward and backward. Every collective waits for
 all ranks, so each group costs its slowest rank, and the groups add up.
 
-Row-wise and data-parallel tables (`types.plan.Spread`) form groups of their
-own. A row-wise table's rank r serves the lookups of its row block (the
-block's share of the rows, of the table's lookups: on the data at hand the
-compute model prices blocks as well this way as from the blocks' own ids,
-`eval.row_block_check`) and sends B x dim partial sums to a reduce-scatter;
-a table-row-wise one does the same within its host (one group with row-wise:
-on one host they are the same exchange). A data-parallel table runs on every
-rank over its local batch (the table's lookups / n) with no id or output
-exchange, and its gradient, rows x dim, is all-reduced and stepped by the
-dense optimizer every iteration.
+Row-wise, table-row-wise and data-parallel tables (`types.plan.Spread`) form
+groups of their own, one per sharding type as TorchRec runs them. A row-wise
+table's rank r serves the lookups of its row block (the block's share of the
+rows, of the table's lookups: on the data at hand the compute model prices
+blocks as well this way as from the blocks' own ids, `eval.row_block_check`)
+and sends B x dim partial sums to a reduce-scatter over every rank; a
+table-row-wise one does the same within its host, whose reduce-scatter runs
+beside the other hosts' (its own term: over a host it costs another amount a
+float than over every rank). A data-parallel table runs on every rank over
+its local batch (the table's lookups / n) with no id or output exchange, and
+its gradient, rows x dim, is all-reduced and stepped by the dense optimizer
+every iteration.
 
-The model is linear in ten terms (`FEATURES`) of a plan (each group g over
+The model is linear in eleven terms (`FEATURES`) of a plan (each group g over
 the ranks r, batch B):
 
 * `one` — 1 (the rest of the step: the dense archs, the loss, the optimizer);
@@ -43,7 +45,10 @@ the ranks r, batch B):
 * `reduce` — B x the row-wise tables' dims (M floats each rank sends to the
   reduce-scatter);
 * `allreduce` — the data-parallel tables' rows x dims (M floats all-reduced
-  and stepped each iteration).
+  and stepped each iteration);
+* `reduce_host` — max_r of B x the dims of the table-row-wise tables on rank
+  r's host (M floats each rank of the busiest host sends to its host's
+  reduce-scatter).
 
 Its non-negative coefficients are fitted (`fit`, least squares of the
 relative error) to plans trained in TorchRec (`collect_torchrec_cost_data.py`,
@@ -51,7 +56,9 @@ relative error) to plans trained in TorchRec (`collect_torchrec_cost_data.py`,
 at the runtime users train with. The search and the simulator take it from
 `CostModels.runtime`. A model prices only the sharding types its samples
 had (`types`): one fitted without row-wise or data-parallel plans has no
-data for their terms and refuses them. Costs in ms.
+data for their terms and refuses them, and one fitted with table-row-wise
+tables prices them over hosts of the size its samples had
+(`local_world_size`). Costs in ms.
 """
 
 from __future__ import annotations
@@ -64,17 +71,18 @@ from typing import Sequence
 
 import numpy as np
 
-from neuroshard.types.codec import Record
+from neuroshard.types.codec import Record, json_field
 from neuroshard.types.errors import InvalidPlanError
 from neuroshard.types.plan import DATA_PARALLEL, ROW_WISE, TABLE_ROW_WISE, Plan, Spread, apply_column_steps
 from neuroshard.types.tables import ShardTable
 
 FEATURES = ("one", "groups", "compute_max", "compute_mean", "ids_max", "ids_mean", "out_max", "dims", "reduce",
-            "allreduce")
-# the terms of the models written before row-wise and data-parallel groups: read with those two at 0
-FEATURES_1 = FEATURES[:8]
-GROUPS = ("table_wise", "column_wise", ROW_WISE, DATA_PARALLEL)
-GROUP_OF = {ROW_WISE: 2, TABLE_ROW_WISE: 2, DATA_PARALLEL: 3}  # a spread kind's group
+            "allreduce", "reduce_host")
+# the terms of the models written before row-wise and data-parallel groups, and before table-row-wise ones: read
+# with the later terms at 0
+FEATURES_1, FEATURES_2 = FEATURES[:8], FEATURES[:10]
+GROUPS = ("table_wise", "column_wise", ROW_WISE, DATA_PARALLEL, TABLE_ROW_WISE)
+GROUP_OF = {ROW_WISE: 2, DATA_PARALLEL: 3, TABLE_ROW_WISE: 4}  # a spread kind's group
 EXCHANGED = 2  # groups [0, 2) exchange pooled outputs by all-to-all
 FORMAT = "neuroshard.torchrec_runtime/1"
 
@@ -188,7 +196,8 @@ def features(parts: GroupParts) -> np.ndarray:
             parts.compute.max(axis=1).sum(axis=1), parts.compute.sum(axis=(1, 2)) / n,
             parts.ids.max(axis=1).sum(axis=1), parts.ids.sum(axis=(1, 2)) / n,
             parts.out[:, :, :e].max(axis=1).sum(axis=1), parts.out[:, :, :e].sum(axis=(1, 2)) / n,
-            parts.out[:, :, e:].max(axis=1).sum(axis=1), parts.allreduce]
+            parts.out[:, :, GROUP_OF[ROW_WISE]].max(axis=1), parts.allreduce,
+            parts.out[:, :, GROUP_OF[TABLE_ROW_WISE]].max(axis=1)]
     return np.stack([np.asarray(c, dtype=np.float64) for c in cols], axis=1)
 
 
@@ -228,7 +237,8 @@ class TorchRecRuntimeModel(Record):
     `ndevices` ranks and global batch `batch_size` it was fitted for; `samples`: plans it was fitted on;
     `fit_mape` / `test_mape`: its mean absolute percentage error on them and on held-out plans (%);
     `source`: what it was fitted from (paths, settings); `types`: the spread kinds its samples had (the
-    row-wise and data-parallel terms are data only for those; `check_types`).
+    spread groups' terms are data only for those; `check_types`); `local_world_size`: the ranks per host of
+    its table-row-wise samples (None without them).
     """
 
     ndevices: int
@@ -239,6 +249,7 @@ class TorchRecRuntimeModel(Record):
     test_mape: float | None = None
     source: dict = field(default_factory=dict)
     types: tuple[str, ...] = ()
+    local_world_size: int | None = json_field(None, omit_none=True)
 
     def __post_init__(self):
         check_coefficients(self.coef, FEATURES, "plan")
@@ -247,14 +258,21 @@ class TorchRecRuntimeModel(Record):
         unknown = [k for k in self.types if k not in GROUP_OF]
         if unknown:
             raise ValueError(f"types {unknown}: expected among {', '.join(GROUP_OF)}")
+        if (TABLE_ROW_WISE in self.types) != (self.local_world_size is not None):
+            raise ValueError(f"local_world_size {self.local_world_size} with types {list(self.types)}: the ranks "
+                             "per host are given exactly when table-row-wise samples were had")
 
     def check_types(self, plan: Plan) -> None:
         """InvalidPlanError naming the first spread table of `plan` whose kind this model never saw."""
         for s in plan.spread:
             if s.kind not in self.types:
+                how = " --local_world_size K" if s.kind == TABLE_ROW_WISE else ""
                 raise InvalidPlanError(f"table {s.table} is {s.kind}: the TorchRec runtime model was fitted on no "
                                       f"{s.kind} plans (its samples had {', '.join(self.types) or 'none'}); "
-                                      "collect with --spread_share and refit")
+                                      f"collect with --spread_share{how} and refit")
+            if s.kind == TABLE_ROW_WISE and len(s.ranks) != self.local_world_size:
+                raise InvalidPlanError(f"table {s.table} is {s.kind} over {len(s.ranks)} ranks: the TorchRec runtime "
+                                      f"model was fitted on hosts of {self.local_world_size}")
 
     def predict(self, x: np.ndarray) -> np.ndarray:
         """Step ms [M] of features [M, F]."""
@@ -275,6 +293,10 @@ class TorchRecRuntimeModel(Record):
             raise ValueError(f"format {d.get('format')!r}, expected {FORMAT!r}")
         if list(d["features"]) == list(FEATURES_1) and "coef" in d:  # before the spread groups: their terms 0
             d = {**d, "coef": list(d["coef"]) + [0.0] * (len(FEATURES) - len(FEATURES_1)), "types": []}
+        elif list(d["features"]) == list(FEATURES_2) and "coef" in d:
+            # before table-row-wise groups of their own (priced as row-wise then): it prices none now
+            d = {**d, "coef": list(d["coef"]) + [0.0] * (len(FEATURES) - len(FEATURES_2)),
+                 "types": [k for k in d.get("types", []) if k != TABLE_ROW_WISE]}
         elif list(d["features"]) != list(FEATURES):
             raise ValueError(f"features {d['features']}, expected {list(FEATURES)}")
         return super().from_json(d)

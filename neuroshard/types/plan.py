@@ -97,6 +97,11 @@ KIND_COLLECTIVES = {ROW_WISE: (REDUCE_SCATTER, ALL_GATHER), TABLE_ROW_WISE: (RED
                     DATA_PARALLEL: (ALL_REDUCE,)}
 
 
+def host_groups(k: int, world: int) -> list[tuple[int, ...]]:
+    """The hosts of `world` ranks, k consecutive ranks each."""
+    return [tuple(range(h, h + k)) for h in range(0, world, k)]
+
+
 def fit_key(op: str, k: int | None, ndevices: int) -> str:
     """The name of `op` over groups of k of `ndevices` ranks, as the collective model keys its fits and samples:
     `op` over every rank (k None or `ndevices`), else `op@k` (a host's group)."""

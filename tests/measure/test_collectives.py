@@ -15,12 +15,12 @@ from neuroshard.measure.collectives import (
     CollectiveJob,
     buffers,
     check_sample,
-    host_groups,
     host_turns,
     run_collective,
 )
 from neuroshard.measure.rank import RankContext
 from neuroshard.types.errors import ConfigError
+from neuroshard.types.plan import host_groups
 from tests.two_nodes import spawn_ranks
 
 

@@ -390,12 +390,13 @@ def test_every_step_command_parses_with_its_script():
 
 def test_hosts_reach_the_steps_that_time_plan_or_run_on_them():
     """--local_world_size: the collectives over each host's group (3e), every step that plans or measures plans
-    on the paper runtime or trains them in TorchRec; not the task generator, the other collections, the
-    models' training, nor TorchRec's runtime data (its model prices no table-row-wise tables)."""
+    on the paper runtime or trains them in TorchRec, and TorchRec's runtime data (7a: its random plans have
+    table-row-wise tables on the hosts); not the task generator, the other collections nor the models'
+    training."""
     out = Path("results/quick")
     steps = steps_of("--preset", "quick", "--local_world_size", "2", "--torchrec_train", out=out)
     assert {k for k, s in steps.items() if "--local_world_size" in s.argv} == {
-        "3e", "4d", "5c", "5d", "5e", "5f", "6a", "6b", "6c", "6g", "6h", "7c", "7d", "7f", "7g"}
+        "3e", "4d", "5c", "5d", "5e", "5f", "6a", "6b", "6c", "6g", "6h", "7a", "7c", "7d", "7f", "7g"}
     assert flags_of(steps["3e"])["--local_world_size"] == "2" and flags_of(steps["6b"])["--local_world_size"] == "2"
     # one host, the default, is no flag at all: the run's commands (and so its stamps) are as before
     assert not any("--local_world_size" in s.argv for s in steps_of("--preset", "quick", "--torchrec_train",

@@ -15,6 +15,7 @@ from neuroshard.torchrec.runtime_data import (
     RuntimeSample,
     collection_records,
     fit_runtime_model,
+    host_size,
     random_label,
     random_split_plan,
     read_full_samples,
@@ -69,6 +70,21 @@ def test_random_plans_spread_tables_when_asked_and_place_the_rest_around_them():
     assert room.caps == pytest.approx(((2**21 - 1_536_000) / 2**30,) * 2)
 
 
+def test_on_hosts_random_plans_also_draw_table_row_wise_tables_on_a_host():
+    tables = tasks(1)[0].tables(CONFIGS)
+    hosts = Problem(4, 1.0, local_world_size=2)
+    plans = [random_split_plan(tables, hosts.with_seed(seed), max_splits=4, spread_share=0.3) for seed in range(30)]
+    assert {s.kind for p in plans for s in p.spread} == {"row_wise", "data_parallel", "table_row_wise"}
+    assert {s.ranks for p in plans for s in p.spread if s.kind == "table_row_wise"} == {(0, 1), (2, 3)}
+    for p in plans:
+        validate_plan(tables, p, hosts)
+    # one host draws as before: the same plans with and without a host size equal to the ranks
+    one = [random_split_plan(tables, Problem(4, 1.0, seed), max_splits=4, spread_share=0.3) for seed in range(10)]
+    assert all(s.kind != "table_row_wise" for p in one for s in p.spread)
+    assert one == [random_split_plan(tables, Problem(4, 1.0, seed, local_world_size=4), max_splits=4,
+                                     spread_share=0.3) for seed in range(10)]
+
+
 def test_collection_records_label_random_plans_per_task():
     recs = collection_records(CONFIGS, tasks(2), ["size_lookup_greedy"], hand_models(2), Problem(2, 1.0),
                               random_plans=2, max_splits=3)
@@ -114,7 +130,7 @@ def test_fit_on_samples_with_known_step_times():
     recs = collection_records(CONFIGS, ts, [], models, Problem(2, 1.0), random_plans=4, max_splits=4,
                               spread_share=0.2)
     samples = [RuntimeSample(r.task, r.alg, ts[r.task].tables(CONFIGS), r.plan, [1.0], None) for r in recs]
-    coef = np.array([20.0, 3.0, 2.0, 1.0, 0.5, 0.2, 0.3, 0.1, 0.4, 0.6])
+    coef = np.array([20.0, 3.0, 2.0, 1.0, 0.5, 0.2, 0.3, 0.1, 0.4, 0.6, 0.7])
     y = sample_features(samples, models, 4096) @ coef
     samples = [replace(s, step_ms=[float(v)]) for s, v in zip(samples, y)]
     res = fit_runtime_model(samples, models, 2, 4096, test_share=0.25, seed=0)
@@ -122,8 +138,25 @@ def test_fit_on_samples_with_known_step_times():
     np.testing.assert_allclose(sample_features(samples, models, 4096) @ np.array(res.model.coef), y, rtol=1e-6)
     assert set(res.terms) == set(FEATURES) and res.by_kind["random"]["plans"] == len(samples)
     assert res.model.types == ("row_wise", "data_parallel")  # the kinds its samples had
+    assert res.model.local_world_size is None
     with pytest.raises(ValueError, match="for \\[2\\] devices"):
         fit_runtime_model(samples, models, 4, 4096)
+
+
+def test_a_fit_on_hosts_records_their_size():
+    ts = tasks(4)
+    models = hand_models(4)
+    recs = collection_records(CONFIGS, ts, [], models, Problem(4, 1.0, local_world_size=2), random_plans=4,
+                              max_splits=2, spread_share=0.4)
+    samples = [RuntimeSample(r.task, r.alg, ts[r.task].tables(CONFIGS), r.plan, [10.0 + k], None)
+               for k, r in enumerate(recs)]
+    assert any(sp.kind == "table_row_wise" for s in samples for sp in s.plan.spread)
+    assert host_size(samples) == 2
+    model = fit_runtime_model(samples, models, 4, 4096).model
+    assert "table_row_wise" in model.types and model.local_world_size == 2
+    wide = replace(samples[0], plan=replace(samples[0].plan, spread=(Spread(0, "table_row_wise", (0, 1, 2, 3)),)))
+    with pytest.raises(ValueError, match=r"hosts of \[2, 4\] ranks"):
+        host_size(samples + [wide])
 
 
 def test_rounds_speed_comes_from_the_anchors_trained_in_them(tmp_path):
@@ -134,7 +167,7 @@ def test_rounds_speed_comes_from_the_anchors_trained_in_them(tmp_path):
     models = hand_models(2)
     recs = collection_records(CONFIGS, ts, [], models, Problem(2, 1.0), random_plans=3, max_splits=2)
     samples = [RuntimeSample(r.task, r.alg, ts[r.task].tables(CONFIGS), r.plan, [1.0], None) for r in recs]
-    coef = np.array([20.0, 3.0, 2.0, 1.0, 0.5, 0.2, 0.3, 0.1, 0.4, 0.6])
+    coef = np.array([20.0, 3.0, 2.0, 1.0, 0.5, 0.2, 0.3, 0.1, 0.4, 0.6, 0.7])
     y = sample_features(samples, models, 4096) @ coef
     model = fit_runtime_model([replace(s, step_ms=[float(v)]) for s, v in zip(samples, y)], models, 2, 4096).model
     timed = [replace(s, step_ms=[1.2 * float(v), 0.9 * float(v)]) for s, v in zip(samples, y)]

@@ -43,8 +43,8 @@ HAND_PLAN = Plan((0,), ((0, 1), (3, 2)))
 # column-wise 0.58, 0.58. ids: table-wise 3, 4; column-wise 2, 2. outputs: table-wise 8, 4; column-wise 8, 8
 HAND_FEATURES = {"one": 1, "groups": 2, "compute_max": 0.58 + 0.58, "compute_mean": (0.58 + 0.54 + 0.58 + 0.58) / 2,
                  "ids_max": 4 + 2, "ids_mean": (3 + 4 + 2 + 2) / 2, "out_max": 8 + 8, "dims": (16 + 8 + 4) / 2,
-                 "reduce": 0.0, "allreduce": 0.0}
-COEF = (10.0, 2.0, 1.0, 0.0, 0.5, 0.0, 0.1, 0.2, 0.3, 0.4)
+                 "reduce": 0.0, "allreduce": 0.0, "reduce_host": 0.0}
+COEF = (10.0, 2.0, 1.0, 0.0, 0.5, 0.0, 0.1, 0.2, 0.3, 0.4, 0.6)
 
 
 def runtime_models(coef=COEF, n=2):
@@ -58,9 +58,9 @@ def test_plan_groups_follow_the_export():
 
 def test_features_of_a_hand_made_plan():
     parts = plan_parts(get_scorer(hand_models(2)), hand_tables(), HAND_PLAN, BATCH)
-    np.testing.assert_allclose(parts.compute[0], [[0.58, 0.58, 0, 0], [0.54, 0.58, 0, 0]], rtol=1e-6)
-    np.testing.assert_allclose(parts.ids[0], [[3, 2, 0, 0], [4, 2, 0, 0]])
-    np.testing.assert_array_equal(parts.count[0], [[1, 1, 0, 0], [1, 1, 0, 0]])
+    np.testing.assert_allclose(parts.compute[0], [[0.58, 0.58, 0, 0, 0], [0.54, 0.58, 0, 0, 0]], rtol=1e-6)
+    np.testing.assert_allclose(parts.ids[0], [[3, 2, 0, 0, 0], [4, 2, 0, 0, 0]])
+    np.testing.assert_array_equal(parts.count[0], [[1, 1, 0, 0, 0], [1, 1, 0, 0, 0]])
     x = features(parts)[0]
     np.testing.assert_allclose(x, [HAND_FEATURES[f] for f in FEATURES], rtol=1e-6)
 
@@ -71,13 +71,13 @@ def test_features_of_row_wise_and_data_parallel_tables_by_hand():
     # the whole table on each rank over half the batch, 1000 x 4 elements all-reduced
     plan = Plan((), ((0,), ()), (Spread(1, "row_wise", (0, 1)), Spread(2, "data_parallel", (0, 1))))
     parts = plan_parts(get_scorer(hand_models(2)), hand_tables(), plan, BATCH)
-    np.testing.assert_allclose(parts.compute[0], [[0.66, 0, 0.58, 0.54], [0, 0, 0.58, 0.54]], rtol=1e-6)
-    np.testing.assert_allclose(parts.ids[0], [[2, 0, 1.5, 0], [0, 0, 1.5, 0]])
-    np.testing.assert_allclose(parts.out[0], [[16, 0, 8, 0], [0, 0, 8, 0]])
+    np.testing.assert_allclose(parts.compute[0], [[0.66, 0, 0.58, 0.54, 0], [0, 0, 0.58, 0.54, 0]], rtol=1e-6)
+    np.testing.assert_allclose(parts.ids[0], [[2, 0, 1.5, 0, 0], [0, 0, 1.5, 0, 0]])
+    np.testing.assert_allclose(parts.out[0], [[16, 0, 8, 0, 0], [0, 0, 8, 0, 0]])
     x = dict(zip(FEATURES, features(parts)[0]))
     want = {"one": 1, "groups": 3, "compute_max": 0.66 + 0.58 + 0.54, "compute_mean": (0.66 + 2 * 0.58 + 2 * 0.54) / 2,
             "ids_max": 2 + 1.5, "ids_mean": (2 + 1.5 + 1.5) / 2, "out_max": 16, "dims": 16 / 2, "reduce": 8,
-            "allreduce": 0.004}
+            "allreduce": 0.004, "reduce_host": 0.0}
     assert x == pytest.approx(want, rel=1e-6)
     # a model fitted on such plans prices them; one fitted without them refuses, naming the table
     seen = replace(hand_models(2), runtime=TorchRecRuntimeModel(2, BATCH, COEF, types=("row_wise", "data_parallel")))
@@ -87,6 +87,41 @@ def test_features_of_row_wise_and_data_parallel_tables_by_hand():
     with pytest.raises(NeuroShardError, match="table 2 is data_parallel: the TorchRec runtime model was fitted on no "
                                               "data_parallel plans"):
         simulate(hand_tables(), plan, replace(seen, runtime=replace(seen.runtime, types=("row_wise",))), problem)
+
+
+def test_features_of_table_row_wise_tables_on_two_hosts_by_hand():
+    # 4 ranks as two hosts of two. Table 0 (1000 rows, dim 16, pooling 2) table-row-wise on host (0, 1): 500 rows
+    # and 1 lookup a sample on each, B x 16 partial sums sent to the host's reduce-scatter; table 1 (dim 8,
+    # pooling 3) table-row-wise on host (2, 3): 1.5 lookups, B x 8; table 2 (dim 4, pooling 4) row-wise over all
+    # four: 250 rows and 1 lookup on each, B x 4
+    plan = Plan((), ((), (), (), ()), (Spread(0, "table_row_wise", (0, 1)), Spread(1, "table_row_wise", (2, 3)),
+                                       Spread(2, "row_wise", (0, 1, 2, 3))))
+    parts = plan_parts(get_scorer(hand_models(4)), hand_tables(), plan, BATCH)
+    # kernels (0.5 + 0.01 x dims): 0.66 for table 0's blocks, 0.58 for table 1's, 0.54 for table 2's
+    np.testing.assert_allclose(parts.compute[0], [[0, 0, 0.54, 0, 0.66]] * 2 + [[0, 0, 0.54, 0, 0.58]] * 2, rtol=1e-6)
+    np.testing.assert_allclose(parts.ids[0], [[0, 0, 1, 0, 1]] * 2 + [[0, 0, 1, 0, 1.5]] * 2)
+    np.testing.assert_allclose(parts.out[0], [[0, 0, 4, 0, 16]] * 2 + [[0, 0, 4, 0, 8]] * 2)
+    x = dict(zip(FEATURES, features(parts)[0]))
+    want = {"one": 1, "groups": 2, "compute_max": 0.54 + 0.66, "compute_mean": (4 * 0.54 + 2 * 0.66 + 2 * 0.58) / 4,
+            "ids_max": 1 + 1.5, "ids_mean": (4 * 1 + 2 * 1 + 2 * 1.5) / 4, "out_max": 0, "dims": 0, "reduce": 4,
+            "allreduce": 0, "reduce_host": 16}
+    assert x == pytest.approx(want, rel=1e-6)
+    # a model fitted on such plans over hosts of 2 prices them; one fitted over hosts of 4 (or on no such plans)
+    # refuses them, naming the table
+    fitted = TorchRecRuntimeModel(4, BATCH, COEF, types=("row_wise", "table_row_wise"), local_world_size=2)
+    problem = Problem(4, 1.0, local_world_size=2)
+    assert simulate(hand_tables(), plan, replace(hand_models(4), runtime=fitted), problem).cost == pytest.approx(
+        sum(c * want[f] for c, f in zip(COEF, FEATURES)), rel=1e-6)
+    with pytest.raises(NeuroShardError, match="table 0 is table_row_wise over 2 ranks: the TorchRec runtime model "
+                                              "was fitted on hosts of 4"):
+        simulate(hand_tables(), plan, replace(hand_models(4), runtime=replace(fitted, local_world_size=4)), problem)
+    with pytest.raises(NeuroShardError, match="table 0 is table_row_wise: .*fitted on no table_row_wise plans .*"
+                                              "--local_world_size K"):
+        simulate(hand_tables(), plan, replace(hand_models(4), runtime=TorchRecRuntimeModel(4, BATCH, COEF,
+                                                                                           types=("row_wise",))),
+                 problem)
+    with pytest.raises(ValueError, match="ranks per host are given exactly when table-row-wise samples"):
+        TorchRecRuntimeModel(4, BATCH, COEF, types=("table_row_wise",))
 
 
 def test_an_empty_group_costs_nothing():
@@ -112,11 +147,11 @@ def test_search_scores_placements_as_the_simulator_does():
     rng = np.random.default_rng(0)
     tables = [ShardTable(i, i, TableConfig(1000, float(rng.uniform(1, 20)), BINS, int(d)))
               for i, d in enumerate(rng.choice([8, 16, 32, 64, 128], size=12))]
-    models = runtime_models(coef=(5.0, 0.5, 1.0, 0.5, 0.2, 0.1, 0.01, 0.0, 0.0, 0.0), n=4)
+    models = runtime_models(coef=(5.0, 0.5, 1.0, 0.5, 0.2, 0.1, 0.01, 0.0, 0.0, 0.0, 0.0), n=4)
     res = search(tables, Problem(4, 1.0), models)
     assert res.cost == pytest.approx(simulate(tables, res.plan, models, Problem(res.plan.ndevices, 1.0)).cost, rel=1e-6)
     # a group costs 100 ms: no plan with a column-wise group can win
-    costly = runtime_models(coef=(5.0, 100.0, 1.0, 0.5, 0.2, 0.1, 0.01, 0.0, 0.0, 0.0), n=4)
+    costly = runtime_models(coef=(5.0, 100.0, 1.0, 0.5, 0.2, 0.1, 0.01, 0.0, 0.0, 0.0, 0.0), n=4)
     assert search(tables, Problem(4, 1.0), costly).plan.column_steps == ()
 
 
@@ -173,4 +208,14 @@ def test_model_file_round_trip_and_errors(tmp_path):
     old.pop("types")
     path.write_text(json.dumps(old))
     back = TorchRecRuntimeModel.load(path)
-    assert back.coef == COEF[:8] + (0.0, 0.0) and back.types == ()
+    assert back.coef == COEF[:8] + (0.0, 0.0, 0.0) and back.types == ()
+    # one written before table-row-wise groups of their own reads with reduce_host at 0 and no table-row-wise
+    old = {**json.loads(json.dumps(m.to_json())), "features": list(FEATURES[:10]), "coef": list(COEF[:10]),
+           "types": ["row_wise", "table_row_wise"]}
+    path.write_text(json.dumps(old))
+    back = TorchRecRuntimeModel.load(path)
+    assert back.coef == COEF[:10] + (0.0,) and back.types == ("row_wise",) and back.local_world_size is None
+    # the ranks per host travel with the file
+    hosts = TorchRecRuntimeModel(4, 4096, COEF, types=("table_row_wise",), local_world_size=2)
+    hosts.save(path)
+    assert TorchRecRuntimeModel.load(path, 4) == hosts

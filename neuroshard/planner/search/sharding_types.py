@@ -6,7 +6,8 @@ estimator) are registered here.
 
 TorchRec's runtime model (`torchrec.runtime_model`) prices row-wise and
 data-parallel tables once it was fitted on plans that had them
-(`TorchRecRuntimeModel.types`); on the paper's runtime the simulator prices
+(`TorchRecRuntimeModel.types`), and table-row-wise ones on hosts of the
+size its samples had (`local_world_size`); on the paper's runtime the simulator prices
 them with the collective model (`CostModels.collectives`: their row blocks
 and local-batch replicas in each device's kernel, their collectives in the
 exchanges). The choice of types is greedy, on top of NeuroShard's search:
@@ -79,19 +80,21 @@ def by_table(spread: Sequence[Spread]) -> tuple[Spread, ...]:
 
 
 def spread_kinds(models, problem: Problem | None = None) -> tuple[str, ...]:
-    """The kinds the search may choose: those the runtime model was fitted on; on the paper's runtime, those
-    whose collectives the collective model prices (none without one): row-wise and data-parallel over every
-    rank, table-row-wise over the problem's hosts (`Problem.local_world_size`, more than one host of two
-    or more ranks)."""
+    """The kinds the search may choose: row-wise and data-parallel over every rank, and table-row-wise over the
+    problem's hosts (`Problem.local_world_size`, more than one host of two or more ranks). Under TorchRec's
+    runtime those the runtime model was fitted on (table-row-wise on hosts of the size it was fitted on); on
+    the paper's, those whose collectives the collective model prices (none without one)."""
+    host = problem.local_world_size if problem is not None else None
+    hosts = host is not None and host > 1
     runtime = getattr(models, "runtime", None)
     if runtime is not None:
-        return tuple(k for k in (ROW_WISE, DATA_PARALLEL) if k in runtime.types)
+        kinds = tuple(k for k in (ROW_WISE, DATA_PARALLEL) if k in runtime.types)
+        return kinds + ((TABLE_ROW_WISE,) if hosts and runtime.local_world_size == host else ())
     collectives = getattr(models, "collectives", None)
     if collectives is None:
         return ()
     kinds = tuple(k for k in (ROW_WISE, DATA_PARALLEL) if all(collectives.has(op) for op in KIND_COLLECTIVES[k]))
-    host = problem.local_world_size if problem is not None else None
-    if host is not None and host > 1 and all(collectives.has(op, host) for op in KIND_COLLECTIVES[TABLE_ROW_WISE]):
+    if hosts and all(collectives.has(op, host) for op in KIND_COLLECTIVES[TABLE_ROW_WISE]):
         kinds += (TABLE_ROW_WISE,)
     return kinds
 

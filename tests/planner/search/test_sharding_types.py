@@ -9,7 +9,7 @@ import neuroshard as ns
 from neuroshard.planner.costs.cost_models import CostModels
 from neuroshard.planner.costs.nets import linear_compute_model
 from neuroshard.planner.search.beam import SearchConfig, search
-from neuroshard.planner.search.sharding_types import narrowest_elements, patched, spread_search
+from neuroshard.planner.search.sharding_types import narrowest_elements, patched, spread_kinds, spread_search
 from neuroshard.planner.simulator import simulate
 from neuroshard.problem import Problem
 from neuroshard.torchrec.runtime_model import FEATURES, TorchRecRuntimeModel
@@ -20,15 +20,17 @@ from neuroshard.types.tables import ShardTable, TableConfig
 from tests.planner.test_simulator import BINS, diagonal_comm_model
 
 EVERY = (0, 1, 2, 3)
+EVERY_HOST = ((0, 1), (2, 3))
 
 
-def models(types=("row_wise", "data_parallel"), n=4, **terms):
+def models(types=("row_wise", "data_parallel"), n=4, hosts=None, **terms):
     """A kernel costs 0.1 + 0.001 x dims + 0.01 x dim x pooling ms; the runtime model's terms as given, with a
-    batch of 1e6 so that a term in millions reads as the plain count."""
+    batch of 1e6 so that a term in millions reads as the plain count; `hosts`: the ranks per host of its
+    table-row-wise samples."""
     coef = tuple(float(terms.get(f, 0.0)) for f in FEATURES)
     base = CostModels(linear_compute_model(0.001, 0.1, 0.01), diagonal_comm_model("fw", n, 0.0, 0.0),
                       diagonal_comm_model("bw", n, 0.0, 0.0))
-    return replace(base, runtime=TorchRecRuntimeModel(n, 1_000_000, coef, types=tuple(types)))
+    return replace(base, runtime=TorchRecRuntimeModel(n, 1_000_000, coef, types=tuple(types), local_world_size=hosts))
 
 
 def hot_task():
@@ -180,3 +182,24 @@ def test_with_hosts_a_hot_table_goes_table_row_wise_where_every_rank_would_cost_
     plan, _ = spread_search(tables, hosts, replace(m, collectives=replace(m.collectives, fits={
         k: v for k, v in fits.items() if "@" not in k})))
     assert plan.spread == ()
+
+
+def test_under_torchrecs_runtime_a_hot_table_goes_table_row_wise_on_a_host_when_fitted_on_such_hosts():
+    # a host's reduce-scatter costs 0.1 ms per M floats, every rank's 100: the hot table table-row-wise runs half
+    # its rows and lookups on each rank of one host, 0.1 + 0.004 + 0.01 x 4 x 100 = 4.104, and sends B x 4
+    # (4 M floats, 0.4 ms); the cold tables' table-wise group, two on its busiest rank: 0.1 + 0.032 + 0.32
+    m = models(types=("row_wise", "table_row_wise"), hosts=2, compute_max=1.0, reduce=100.0, reduce_host=0.1)
+    tables, hosts = hot_task(), Problem(4, 1.0, local_world_size=2)
+    assert spread_kinds(m, hosts) == ("row_wise", "table_row_wise")
+    plan, cost = spread_search(tables, hosts, m)
+    assert [(s.table, s.kind) for s in plan.spread] == [(0, "table_row_wise")] and plan.spread[0].ranks in EVERY_HOST
+    assert cost == pytest.approx(4.104 + 0.4 + 0.452, rel=1e-6)
+    assert cost == pytest.approx(simulate(tables, plan, m, hosts).cost, rel=1e-9)
+    assert ns.shard(tables, hosts, models=m, alg="neuroshard", runtime="torchrec").plan == plan
+    # on one host, or on hosts of another size than the model was fitted on, it is not searched: the hot table's
+    # rank alone costs at least 0.1 + 0.004 + 8
+    for other in (Problem(4, 1.0), Problem(4, 1.0, local_world_size=2)):
+        fitted = m if other.local_world_size is None else replace(m, runtime=replace(m.runtime, local_world_size=4))
+        assert spread_kinds(fitted, other) == ("row_wise",)
+        plan, cost = spread_search(tables, other, fitted)
+        assert plan.spread == () and cost >= 8.104
