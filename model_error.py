@@ -12,6 +12,14 @@ under every set) and compared with its measurements: plan-cost MAPE and
 Spearman, the per-rank compute / backward / forward comm errors, and the share
 of measurements inside the predicted 80% band. Writes --out_path (JSON) and
 prints a table.
+
+With --round_anchors (eval.py's round_anchors.json beside the results: the
+plans it measured in every round for the machine's speed) each set is also
+judged after the per-round calibration, as the report judges the models the
+plans were made with: the anchors re-simulated under the set give each round's
+factors, and the plans' MAPE is set beside a perfect model's floor
+(neuroshard/eval/round_calibration.py). --calibration scales every set as
+eval.py's --calibration scaled the models it planned with.
 """
 
 import argparse
@@ -27,7 +35,7 @@ from neuroshard.formats.side_files import (
 )
 from neuroshard.problem import Problem
 from neuroshard.settings import add_flag
-from neuroshard.types.errors import ConfigError
+from neuroshard.types.errors import ConfigError, InputError
 
 
 def parse_args(argv=None):
@@ -43,6 +51,9 @@ def parse_args(argv=None):
                         "TorchRec estimator (fit_torchrec_estimator.py's JSON) (repeatable)")
     add_flag(p, "collective_model", help="the collective model pricing row-wise and data-parallel tables under every "
                                          "set (the one the plans were made with; without it such plans are errors)")
+    add_flag(p, "calibration")
+    p.add_argument("--round_anchors", default=None,
+                   help="eval.py's round_anchors.json: each set also judged after the per-round calibration")
     add_flag(p, "out_path", help="JSON output (default: model_error.json beside --results)")
     return p.parse_args(argv)
 
@@ -71,9 +82,28 @@ def model_sets(specs, ndevices: int) -> dict:
     return out
 
 
+def read_anchors(path, configs) -> list:
+    """The measured anchors of eval.py's round_anchors.json; InputError naming the file and record for one that
+    does not name its tables (of `configs`) or was not measured."""
+    from neuroshard.formats.plan_file import read_plans
+
+    anchors = read_plans(path)
+    for k, a in enumerate(anchors):
+        if a.table_ids is None or a.dims is None or a.plan is None or not a.repeat_costs:
+            raise InputError(path, f"record {k}: an anchor names its tables (table_ids, dims) and holds a plan and "
+                                   "its measurements (eval.py's round_anchors.json)")
+        if max(a.table_ids) >= len(configs):
+            raise InputError(path, f"record {k}: table {max(a.table_ids)} is not in the dataset ({len(configs)} "
+                                   "tables)")
+    if not anchors:
+        raise InputError(path, "no anchors")
+    return anchors
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from neuroshard.eval.onpolicy import model_error
+    from neuroshard.eval.drift import calibrated, read_calibration
+    from neuroshard.eval.onpolicy import calibrated_model_error, model_error
     from neuroshard.formats.dataset import read_table_configs
     from neuroshard.formats.plan_file import read_measured_plans
     from neuroshard.formats.task_file import read_tasks
@@ -87,9 +117,13 @@ def main(argv=None) -> int:
     configs = read_table_configs(Path(args.data_dir) / "table_configs.json")
     tasks = read_tasks(args.task_path, num_tables=len(configs))
     records = read_measured_plans(args.results, tasks, configs, args.task_path)
+    anchors = read_anchors(args.round_anchors, configs) if args.round_anchors else None
     models = {label: (CostModels.analytic_models(AnalyticModel.load(paths[0], problem.ndevices)) if len(paths) == 1
                       else CostModels.from_paths(*paths, problem.ndevices)).with_collectives(args.collective_model)
               for label, paths in sets.items()}
+    if args.calibration:
+        factors = read_calibration(args.calibration)
+        models = {label: calibrated(m, factors) for label, m in models.items()}
     errors = model_error(records, tasks, configs, models, problem)
     pct = lambda x: "-" if x is None else f"{100 * x:.1f}%"  # noqa: E731
     print("| models | plans | plan MAPE | expected | compute | bw comm | fw comm | ready spread est / hw (ms) | "
@@ -100,8 +134,17 @@ def main(argv=None) -> int:
         spread = f"{sp['estimated']:.2f} / {sp['measured']:.2f}" if sp else "-"
         print(f"| {label} | {acc.plans} | {pct(acc.mape)} | {pct(acc.mape_expected)} | {part('compute')} | "
               f"{part('bw_comm')} | {part('fw_comm')} | {spread} | {pct(acc.calibration)} |")
+    rounds = {}
+    if anchors is not None:
+        rounds = calibrated_model_error(records, anchors, tasks, configs, models, problem)
+        print("\n| models | per-round calibrated MAPE | perfect-model floor | ratio [10th, 90th pct over anchors] |")
+        for label, rc in rounds.items():
+            ratio = "-" if not rc.mape or not rc.floor else f"{rc.mape / rc.floor:.3f}"
+            spread = f" [{rc.ratio_spread[0]:.2f}, {rc.ratio_spread[1]:.2f}]" if rc.ratio_spread else ""
+            print(f"| {label} | {pct(rc.mape)} | {pct(rc.floor)} | {ratio}{spread} |")
     write_side_file(out_path, ModelErrorReport(str(args.results), {k: [str(x) for x in v] for k, v in sets.items()},
-                                               {k: a.to_json() for k, a in errors.items()}))
+                                               {k: a.to_json() for k, a in errors.items()},
+                                               {k: rc.to_json() for k, rc in rounds.items()}))
     print(f"wrote {out_path}", file=sys.stderr)
     return 0
 

@@ -584,6 +584,9 @@ CASES = [
      "no measured plan among its 4 records"),
     ("model_error other tasks", "model_error.py", _replace(MERR, "--task_path", "tasks_same_dims.txt"),
      "not a plan of task 0 of tasks_same_dims.txt"),
+    ("model_error anchors not measured", "model_error.py", MERR + ["--round_anchors", "plans.json"],
+     "plans.json: record 0: an anchor names its tables (table_ids, dims) and holds a plan and its measurements"),
+    ("model_error anchors missing", "model_error.py", MERR + ["--round_anchors", "nowhere.json"], "nowhere.json"),
     ("trec alg typo", "eval_torchrec.py", TREC + ["--alg", "neuroshard,dim_gredy"], "--alg: no plan of dim_gredy"),
     ("trec other tasks", "eval_torchrec.py", _replace(TREC, "--task_path", "tasks_same_dims.txt"),
      "not a plan of task 0 of the task file"),
@@ -657,8 +660,8 @@ def test_bad_input_is_a_one_line_error(ws, capsys, name, script, argv, fragment)
 def test_the_count_of_cases():
     # the closing note of issue 12 quotes this number
     assert len(CASES) >= 100
-    # issue 50 added 3 more, 1, 6; 51 2, 50 7, 52 15, 24 31, 23 (eval_torchrec.py) 9 (138 before)
-    assert len(CASES) == 213
+    # issue 50 added 3 more, 1, 6; 51 2, 50 7, 52 15, 24 31, 23 (eval_torchrec.py) 9 (138 before); 51 2
+    assert len(CASES) == 215
 
 
 def test_a_second_compute_collection_into_the_same_dir_is_refused(ws):

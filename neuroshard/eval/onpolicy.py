@@ -115,6 +115,29 @@ def model_error(records: Sequence[PlanRecord], tasks: Sequence[Task], configs: S
     return out
 
 
+def calibrated_model_error(records: Sequence[PlanRecord], anchors: Sequence[PlanRecord], tasks: Sequence[Task],
+                           configs: Sequence[TableConfig], models_by_label: dict, problem: Problem) -> dict:
+    """{label: `round_calibration.RoundCalibration`} of each set of cost models on the measured plans of
+    `records` after the per-round calibration: the plans and the `anchors` measured in the same rounds (records
+    naming their tables: eval.py's round_anchors.json) re-simulated under the set, each round's factors read
+    from its anchors, so that models other than those the plans were estimated with are judged as the report
+    judges those (`eval.round_calibration`)."""
+    from neuroshard.eval.round_calibration import calibrated_accuracy
+    from neuroshard.planner.simulator import simulate
+
+    measured = [r for r in records if r.measured is not None and r.plan is not None and r.repeat_costs]
+    marks = [a for a in anchors if a.plan is not None and a.repeat_costs]
+    repeats = max((len(a.repeat_costs) for a in marks), default=0)
+    out = {}
+    for label, models in models_by_label.items():
+        again = [replace(r, estimate=simulate(tasks[r.task].tables(configs), r.plan, models, problem))
+                 for r in measured]
+        moved = [replace(a, estimate=simulate(Task(a.table_ids, a.dims).tables(configs), a.plan, models, problem))
+                 for a in marks]
+        out[label] = calibrated_accuracy(again, moved, repeats)
+    return out
+
+
 def rank_error(records: Sequence[PlanRecord], tasks: Sequence[Task], configs: Sequence[TableConfig], models,
                problem: Problem) -> tuple[float, int, RankNoise | None]:
     """(sd, ranks, noise): the relative sd of the compute model's error on a plan's shard that the plan's other

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from neuroshard.formats.io import load_json, write_json_atomic
-from neuroshard.types.codec import Record
+from neuroshard.types.codec import Record, json_field
 from neuroshard.types.costs import PlanError
 from neuroshard.types.errors import InputError
 
@@ -54,11 +54,13 @@ class LambdaChoice(Record):
 @dataclass
 class ModelErrorReport(Record):
     """The simulator's error on measured plans under each labelled set of cost models: the results file, each
-    set's checkpoints, and each set's accuracy (`eval.summary.Accuracy`'s JSON)."""
+    set's checkpoints, and each set's accuracy (`eval.summary.Accuracy`'s JSON) and, with the rounds' anchors,
+    its error after the per-round calibration (`eval.round_calibration.RoundCalibration`'s JSON)."""
 
     results: str
     models: dict[str, list[str]]
     accuracy: dict[str, dict[str, Any]]
+    round_calibrated: dict[str, dict[str, Any]] = json_field(default_factory=dict, omit=lambda v: not v)
 
 
 @dataclass

@@ -21,6 +21,7 @@ from typing import Callable
 
 from neuroshard.eval.drift import ANCHORS, DRIFT_COMM, DRIFT_COMPUTE
 from neuroshard.eval.onpolicy import LAMBDA_JSON
+from neuroshard.formats.side_files import ROUND_ANCHORS_JSON
 from neuroshard.pipeline.presets import Preset
 from neuroshard.problem import Problem
 from neuroshard.torchrec.full_planner import FULL_ALG
@@ -486,6 +487,9 @@ STEPS: list[StepSpec] = [
                         "model_set": [f"random={r.layout.models}", f"onpolicy={r.layout.onpolicy_models}",
                                       *([f"fitted={_estimator(r)}"] if r.preset.ablation else [])],
                         **({"collective_model": _collective_model(r)} if _collectives(r) else {}),
+                        # each set judged after the per-round calibration too, scaled as 6b's models were
+                        "calibration": r.layout.calibration,
+                        **({"round_anchors": r.layout.hw / ROUND_ANCHORS_JSON} if r.anchors else {}),
                         "out_path": r.layout.hw / "model_error.json"},
              when=_onpolicy),
     # the tasks beyond the paper's plan space, planned by every algorithm and measured as the evaluation's

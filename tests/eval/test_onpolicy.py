@@ -227,3 +227,38 @@ def test_plan_error_records_the_plan_jobs_compute_noise_and_draws_the_floor():
     # without the repeats there is nothing to split
     once = replace(rec, measured=_measured(reps[:1], [[0.0, 0.0]], [8, 16]))
     assert plan_error([once], tasks, CONFIGS, models, Problem(2, 1.0)).compute_sd is None
+
+
+def test_calibrated_model_error_reads_each_rounds_speed_from_the_anchors_under_each_set():
+    from dataclasses import replace
+
+    from neuroshard.eval.onpolicy import calibrated_model_error
+    from neuroshard.planner.costs.nets import linear_compute_model
+    from neuroshard.planner.simulator import simulate
+    from tests.planner.test_simulator import hand_models
+
+    tasks = [Task((0, 1), (8, 16)), Task((2, 3, 4), (8, 8, 16))]
+    plans = [Plan((), ((0,), (1,))), Plan((), ((0, 1), (2,)))]
+    true = hand_models()
+    speeds = (1.5, 1.2)  # the machine ran every part 1.5x the models in round 1, 1.2x in round 2
+
+    def measured(tables, plan, **named):
+        bd = simulate(tables.tables(CONFIGS), plan, true, Problem(2, 1.0))
+        reps = [RepeatParts([s * c for c in bd.compute], [s * b for b in bd.bw_comm], [s * f for f in bd.fw_comm])
+                for s in speeds]
+        return PlanRecord(plan=plan, repeat_costs=[s * bd.cost for s in speeds], measured=replace(bd, repeats=reps),
+                          **named)
+
+    records = [measured(t, p, task=i, alg="neuroshard") for i, (t, p) in enumerate(zip(tasks, plans))]
+    # the anchors: the same plans as if of other tasks, naming their tables
+    anchors = [measured(t, p, task=0, alg="anchor:neuroshard", table_ids=t.table_ids, dims=t.dims)
+               for t, p in zip(tasks, plans)]
+    other = replace(true, compute=linear_compute_model(0.03, 0.5))
+    got = calibrated_model_error(records, anchors, tasks, CONFIGS, {"true": true, "other": other}, Problem(2, 1.0))
+    # under the models the machine followed, each round's factors are its speed and the plans sit on their moved
+    # estimates: no error, and a perfect model's floor of 0 (the speed taken out, the rounds agree)
+    assert [f["cost"] for f in got["true"].factors] == pytest.approx(speeds)
+    assert got["true"].mape == pytest.approx(0.0, abs=1e-9) and got["true"].floor == pytest.approx(0.0, abs=1e-9)
+    assert got["true"].measurements == 4 and got["true"].anchors == 2
+    # other models price the plans' compute apart from how the machine ran them: an error the speed does not take out
+    assert got["other"].mape > 0.01

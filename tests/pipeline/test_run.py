@@ -150,8 +150,14 @@ def test_tiny_pipeline_writes_every_artifact_and_skips_on_rerun(tmp_path):
     assert fw_ckpt["extra"]["plan_error"] == calibrated
     assert "$ python calibrate_band.py" in r.stdout and "plan-level error sd" in report
     assert f"--compute_model {out / 'models' / 'onpolicy' / 'compute.pt'}" in r.stdout
-    err = json.loads((out / "hw" / "model_error.json").read_text())["accuracy"]
+    model_error = json.loads((out / "hw" / "model_error.json").read_text())
+    err = model_error["accuracy"]
     assert set(err) == {"random", "onpolicy", "fitted"} and err["onpolicy"]["plans"] == len(measured)
+    # each set after the per-round calibration too: the onpolicy set's is the evaluation's own, read again
+    rounds = json.loads((out / "hw" / "round_calibration.json").read_text())
+    assert set(model_error["round_calibrated"]) == set(err)
+    assert model_error["round_calibrated"]["onpolicy"]["mape"] == pytest.approx(rounds["mape"], rel=1e-6)
+    assert "After the per-round calibration, each set's rounds' factors" in report
     assert "## On-policy cost data" in report and "Calibration:" in report
     assert "Within a plan the ranks move together" in report
     # the ranks' ready spread, estimated and measured, under each set of models and in the evaluation's table;
