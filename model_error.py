@@ -52,8 +52,8 @@ def parse_args(argv=None):
     add_flag(p, "collective_model", help="the collective model pricing row-wise and data-parallel tables under every "
                                          "set (the one the plans were made with; without it such plans are errors)")
     add_flag(p, "calibration")
-    p.add_argument("--round_anchors", default=None,
-                   help="eval.py's round_anchors.json: each set also judged after the per-round calibration")
+    add_flag(p, "round_anchors", help="eval.py's round_anchors.json (the anchors it measured in every round): each "
+                                      "set also judged after the per-round calibration")
     add_flag(p, "out_path", help="JSON output (default: model_error.json beside --results)")
     return p.parse_args(argv)
 
