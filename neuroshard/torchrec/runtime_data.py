@@ -265,6 +265,7 @@ def fit_runtime_model(samples: Sequence[RuntimeSample], models, ndevices: int, b
     wrong = sorted({s.plan.ndevices for s in samples} - {ndevices})
     if wrong:
         raise ValueError(f"samples with plans for {wrong} devices, fitting for {ndevices}")
+    hosts = host_size(samples)
     x = sample_features(samples, models, batch)
     y = np.array([s.cost for s in samples])
     tasks = sorted({s.task for s in samples})
@@ -288,8 +289,7 @@ def fit_runtime_model(samples: Sequence[RuntimeSample], models, ndevices: int, b
     test_mape = None if pred_test is None else mape(pred_test, y[test])
     kinds = {sp.kind for s in samples for sp in s.plan.spread}
     model = TorchRecRuntimeModel(ndevices, batch, tuple(float(c) for c in coef), len(samples), mape(pred, y),
-                                 test_mape, dict(source or {}), tuple(k for k in GROUP_OF if k in kinds),
-                                 host_size(samples))
+                                 test_mape, dict(source or {}), tuple(k for k in GROUP_OF if k in kinds), hosts)
     terms = {name: float(np.mean(x[:, j] * coef[j])) for j, name in enumerate(FEATURES)}
     return RuntimeFit(model, test_tasks, test_mape, mape(pred, y), by_kind, terms)
 

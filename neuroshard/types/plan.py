@@ -183,7 +183,7 @@ def check_spread(plan: Plan, num_tables: int) -> dict[int, Spread]:
             raise InvalidPlanError(f"table {t} ({s.kind}): TorchRec shards it over every rank in order "
                                    f"(0..{n - 1}), the plan gives {ranks}")
         k = len(ranks)
-        if s.kind == TABLE_ROW_WISE and (n % k or ranks[0] % k or ranks != list(range(ranks[0], ranks[0] + k))):
+        if s.kind == TABLE_ROW_WISE and (n % k or tuple(ranks) not in host_groups(k, n)):
             raise InvalidPlanError(f"table {t} (table_row_wise): ranks {ranks} are not one host's consecutive "
                                    f"ranks (a block whose size divides the {n} ranks)")
         if t in plan.column_steps:
