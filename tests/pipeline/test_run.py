@@ -352,7 +352,7 @@ def test_the_evaluations_round_anchors_are_plans_of_tasks_nothing_trained_on():
 
     study = steps_of("--preset", "study")
     gen = flags_of(study["2f"])
-    assert gen["--data_size"] == "12" and gen["--out_dir"] == str(Path("r") / "anchor_tasks")
+    assert gen["--data_size"] == "24" and gen["--out_dir"] == str(Path("r") / "anchor_tasks")
     assert gen["--seed"] == str(ANCHOR_TASK_SEED) and ANCHOR_TASK_SEED not in (EVAL_TASK_SEED, TRAIN_TASK_SEED,
                                                                                 UNMEASURED_SEED)
     assert flags_of(study["2e"])["--seed"] == gen["--seed"]  # the new set's anchor tasks: the same seed
@@ -360,11 +360,11 @@ def test_the_evaluations_round_anchors_are_plans_of_tasks_nothing_trained_on():
     evaluated, anchored = flags_of(study["5c"]), flags_of(study["5f"])
     differ = {k for k in evaluated.keys() | anchored.keys() if evaluated.get(k) != anchored.get(k)}
     assert differ == {"--task_path", "--max_tasks", "--out_dir", "--quiet"} and study["5f"].late is not None
-    assert anchored["--task_path"] == gen["--out_dir"] + "/data.txt" and anchored["--max_tasks"] == "12"
+    assert anchored["--task_path"] == gen["--out_dir"] + "/data.txt" and anchored["--max_tasks"] == "24"
     # and step 6b measures one plan of each in every round: no on-policy plan, which the models were refitted to
     hw = flags_of(study["6b"])
     plans = Path("r") / "anchor_sim" / "plans.json"
-    assert hw["--round_anchors"] == str(plans) and hw["--anchors_per_round"] == "12" and plans in study["6b"].inputs
+    assert hw["--round_anchors"] == str(plans) and hw["--anchors_per_round"] == "24" and plans in study["6b"].inputs
     assert "--round_anchors" not in study["6a"].argv and "--round_anchors" not in study["5c"].argv
 
 
