@@ -82,7 +82,7 @@ def model_sets(specs, ndevices: int) -> dict:
     return out
 
 
-def read_anchors(path, configs) -> list:
+def read_round_anchors(path, configs) -> list:
     """The measured anchors of eval.py's round_anchors.json; InputError naming the file and record for one that
     does not name its tables (of `configs`) or was not measured."""
     from neuroshard.formats.plan_file import read_plans
@@ -103,7 +103,7 @@ def read_anchors(path, configs) -> list:
 def main(argv=None) -> int:
     args = parse_args(argv)
     from neuroshard.eval.drift import calibrated, read_calibration
-    from neuroshard.eval.onpolicy import calibrated_model_error, model_error
+    from neuroshard.eval.onpolicy import model_error
     from neuroshard.formats.dataset import read_table_configs
     from neuroshard.formats.plan_file import read_measured_plans
     from neuroshard.formats.task_file import read_tasks
@@ -117,14 +117,14 @@ def main(argv=None) -> int:
     configs = read_table_configs(Path(args.data_dir) / "table_configs.json")
     tasks = read_tasks(args.task_path, num_tables=len(configs))
     records = read_measured_plans(args.results, tasks, configs, args.task_path)
-    anchors = read_anchors(args.round_anchors, configs) if args.round_anchors else None
+    anchors = read_round_anchors(args.round_anchors, configs) if args.round_anchors else None
     models = {label: (CostModels.analytic_models(AnalyticModel.load(paths[0], problem.ndevices)) if len(paths) == 1
                       else CostModels.from_paths(*paths, problem.ndevices)).with_collectives(args.collective_model)
               for label, paths in sets.items()}
     if args.calibration:
         factors = read_calibration(args.calibration)
         models = {label: calibrated(m, factors) for label, m in models.items()}
-    errors = model_error(records, tasks, configs, models, problem)
+    errors, rounds = model_error(records, tasks, configs, models, problem, anchors)
     pct = lambda x: "-" if x is None else f"{100 * x:.1f}%"  # noqa: E731
     print("| models | plans | plan MAPE | expected | compute | bw comm | fw comm | ready spread est / hw (ms) | "
           "in 80% band |")
@@ -134,9 +134,7 @@ def main(argv=None) -> int:
         spread = f"{sp['estimated']:.2f} / {sp['measured']:.2f}" if sp else "-"
         print(f"| {label} | {acc.plans} | {pct(acc.mape)} | {pct(acc.mape_expected)} | {part('compute')} | "
               f"{part('bw_comm')} | {part('fw_comm')} | {spread} | {pct(acc.calibration)} |")
-    rounds = {}
-    if anchors is not None:
-        rounds = calibrated_model_error(records, anchors, tasks, configs, models, problem)
+    if rounds:
         print("\n| models | per-round calibrated MAPE | perfect-model floor | ratio [10th, 90th pct over anchors] |")
         for label, rc in rounds.items():
             ratio = "-" if not rc.mape or not rc.floor else f"{rc.mape / rc.floor:.3f}"

@@ -98,44 +98,32 @@ def plan_samples(records: Sequence[PlanRecord], tasks: Sequence[Task], configs: 
 
 
 def model_error(records: Sequence[PlanRecord], tasks: Sequence[Task], configs: Sequence[TableConfig],
-                models_by_label: dict, problem: Problem) -> dict:
-    """{label: `Accuracy`} of each set of cost models (`CostModels`) on the measured plans of `records`: every
-    plan re-simulated under those models and compared with its measurements (`eval.summary.simulator_accuracy`),
-    so the random data's models and the models trained with on-policy data are judged on the same plans."""
+                models_by_label: dict, problem: Problem,
+                anchors: Sequence[PlanRecord] | None = None) -> tuple[dict, dict]:
+    """({label: `Accuracy`}, {label: `round_calibration.RoundCalibration`}) of each set of cost models
+    (`CostModels`) on the measured plans of `records`: every plan re-simulated under the set (once) and compared
+    with its measurements (`eval.summary.simulator_accuracy`), so the random data's models and the models trained
+    with on-policy data are judged on the same plans. With `anchors` (measured in the same rounds, naming their
+    tables: eval.py's round_anchors.json) also after the per-round calibration: the anchors re-simulated under the
+    set give each round's factors, so that models other than those the plans were estimated with are judged as
+    the report judges those (`eval.round_calibration`); the second dict is empty without anchors."""
+    from neuroshard.eval.round_calibration import calibrated_accuracy
     from neuroshard.eval.summary import simulator_accuracy
     from neuroshard.planner.simulator import simulate
 
     measured = [r for r in records if r.measured is not None and r.plan is not None]
-    out = {}
-    for label, models in models_by_label.items():
-        again = []
-        for r in measured:
-            again.append(replace(r, estimate=simulate(tasks[r.task].tables(configs), r.plan, models, problem)))
-        out[label] = simulator_accuracy(again)
-    return out
-
-
-def calibrated_model_error(records: Sequence[PlanRecord], anchors: Sequence[PlanRecord], tasks: Sequence[Task],
-                           configs: Sequence[TableConfig], models_by_label: dict, problem: Problem) -> dict:
-    """{label: `round_calibration.RoundCalibration`} of each set of cost models on the measured plans of
-    `records` after the per-round calibration: the plans and the `anchors` measured in the same rounds (records
-    naming their tables: eval.py's round_anchors.json) re-simulated under the set, each round's factors read
-    from its anchors, so that models other than those the plans were estimated with are judged as the report
-    judges those (`eval.round_calibration`)."""
-    from neuroshard.eval.round_calibration import calibrated_accuracy
-    from neuroshard.planner.simulator import simulate
-
-    measured = [r for r in records if r.measured is not None and r.plan is not None and r.repeat_costs]
-    marks = [a for a in anchors if a.plan is not None and a.repeat_costs]
+    marks = [a for a in anchors or () if a.plan is not None and a.repeat_costs]
     repeats = max((len(a.repeat_costs) for a in marks), default=0)
-    out = {}
+    accuracy, rounds = {}, {}
     for label, models in models_by_label.items():
         again = [replace(r, estimate=simulate(tasks[r.task].tables(configs), r.plan, models, problem))
                  for r in measured]
-        moved = [replace(a, estimate=simulate(Task(a.table_ids, a.dims).tables(configs), a.plan, models, problem))
-                 for a in marks]
-        out[label] = calibrated_accuracy(again, moved, repeats)
-    return out
+        accuracy[label] = simulator_accuracy(again)
+        if anchors is not None:
+            moved = [replace(a, estimate=simulate(Task(a.table_ids, a.dims).tables(configs), a.plan, models,
+                                                  problem)) for a in marks]
+            rounds[label] = calibrated_accuracy([r for r in again if r.repeat_costs], moved, repeats)
+    return accuracy, rounds
 
 
 def rank_error(records: Sequence[PlanRecord], tasks: Sequence[Task], configs: Sequence[TableConfig], models,

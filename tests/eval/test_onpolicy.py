@@ -229,10 +229,10 @@ def test_plan_error_records_the_plan_jobs_compute_noise_and_draws_the_floor():
     assert plan_error([once], tasks, CONFIGS, models, Problem(2, 1.0)).compute_sd is None
 
 
-def test_calibrated_model_error_reads_each_rounds_speed_from_the_anchors_under_each_set():
+def test_model_error_reads_each_rounds_speed_from_the_anchors_under_each_set():
     from dataclasses import replace
 
-    from neuroshard.eval.onpolicy import calibrated_model_error
+    from neuroshard.eval.onpolicy import model_error
     from neuroshard.planner.costs.nets import linear_compute_model
     from neuroshard.planner.simulator import simulate
     from tests.planner.test_simulator import hand_models
@@ -254,7 +254,7 @@ def test_calibrated_model_error_reads_each_rounds_speed_from_the_anchors_under_e
     anchors = [measured(t, p, task=0, alg="anchor:neuroshard", table_ids=t.table_ids, dims=t.dims)
                for t, p in zip(tasks, plans)]
     other = replace(true, compute=linear_compute_model(0.03, 0.5))
-    got = calibrated_model_error(records, anchors, tasks, CONFIGS, {"true": true, "other": other}, Problem(2, 1.0))
+    _, got = model_error(records, tasks, CONFIGS, {"true": true, "other": other}, Problem(2, 1.0), anchors)
     # under the models the machine followed, each round's factors are its speed and the plans sit on their moved
     # estimates: no error, and a perfect model's floor of 0 (the speed taken out, the rounds agree)
     assert [f["cost"] for f in got["true"].factors] == pytest.approx(speeds)
