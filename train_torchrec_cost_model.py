@@ -10,10 +10,14 @@ Reads collect_torchrec_cost_data.py's results.json (the plans of --task_path's
 tasks and their TorchRec step times), computes each plan's terms
 (neuroshard/torchrec/runtime_model.py: per sharding-type group the slowest
 rank's kernels by the compute model, ids received, outputs sent; the number of
-groups; the totals over the ranks), fits their non-negative weights (least
-squares of the relative error), first without --test_share of the tasks to
-report the error on unseen tasks' plans, then on all. Writes the model to
---out_path and the fit's report beside it (<out_path stem>_metrics.json).
+groups and of the kernels the ranks run; the totals over the ranks), fits
+their non-negative weights (least squares of the relative error), first
+without --test_share of the tasks to report the error on unseen tasks' plans,
+then on all. --extra_results (with --extra_data_dir and --extra_task_path)
+adds another collection's plans to the fit, e.g. of training tasks of the
+second dataset, whose tables are larger and hotter than the first's. Writes
+the model to --out_path and the fit's report beside it (<out_path
+stem>_metrics.json).
 --check_results also reports the model's error on other plans trained in TorchRec
 (eval_torchrec.py's results.json, and TorchRec's full planner's plans in the
 torchrec_full.json beside it, read back as the project's plans, where the model
@@ -55,6 +59,12 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="also report the model's error on these plans: eval_torchrec.py's results.json of other "
                         "tasks (e.g. the evaluation tasks' plans trained in TorchRec), never fitted on")
     p.add_argument("--check_task_path", default=None, help="the task file of --check_results' plans")
+    p.add_argument("--extra_results", default=None,
+                   help="also fit on these plans: another collection's results.json, e.g. of training tasks of the "
+                        "second dataset (a table larger than a device and a hot one in each), trained with the same "
+                        "batch; with --extra_data_dir and --extra_task_path")
+    p.add_argument("--extra_data_dir", default=None, help="the dataset of --extra_results' tasks")
+    p.add_argument("--extra_task_path", default=None, help="the task file of --extra_results' plans")
     return p.parse_args(argv)
 
 
@@ -62,7 +72,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     from neuroshard.checks import check_float, check_int
     from neuroshard.eval.planning import inputs_from_args
-    from neuroshard.formats.io import read_json, write_json_atomic
+    from neuroshard.formats.io import write_json_atomic
     from neuroshard.torchrec import runtime_data
     from neuroshard.torchrec.runtime_model import FEATURES, TorchRecRuntimeModel
     from neuroshard.types.errors import ConfigError, InputError
@@ -73,6 +83,11 @@ def main(argv=None) -> int:
         raise ConfigError("--results", "give exactly one of --results (fit a model) and --model (check a fitted one)")
     if args.check_results and not args.check_task_path:
         raise ConfigError("--check_results", "needs --check_task_path (the task file of its plans)")
+    extra = (args.extra_results, args.extra_data_dir, args.extra_task_path)
+    if any(extra) and not all(extra):
+        raise ConfigError("--extra_results", "give --extra_results, --extra_data_dir and --extra_task_path together")
+    if args.extra_results and args.model is not None:
+        raise ConfigError("--extra_results", "adds plans to a fit; with --model nothing is fitted")
     inputs = inputs_from_args(args, problem)
 
     def check(model) -> dict | None:  # the model's error on --check_results' plans, printed; None without it
@@ -84,7 +99,10 @@ def main(argv=None) -> int:
 
         fitted = model.source  # what the model was fitted on: its plans and their tasks are no check
         same = [f"{flag} {mine}" for key, flag, mine in (("samples", "--check_results", args.check_results),
-                                                           ("task_path", "--check_task_path", args.check_task_path))
+                                                           ("task_path", "--check_task_path", args.check_task_path),
+                                                           ("extra_samples", "--check_results", args.check_results),
+                                                           ("extra_task_path", "--check_task_path",
+                                                            args.check_task_path))
                 if fitted.get(key) and Path(fitted[key]).resolve() == Path(mine).resolve()]
         if same:
             raise ConfigError("--check_results", f"{' and '.join(same)}: the model was fitted on these; its error "
@@ -128,18 +146,25 @@ def main(argv=None) -> int:
     samples = runtime_data.read_samples(args.results, inputs.tasks, inputs.configs)
     batch = args.batch_size
     if batch is None:
-        cfg_path = Path(args.results).parent / "config.json"
-        if cfg_path.exists():
-            batch = read_json(cfg_path).get("batch_size")
-        batch = batch or inputs.batch_size
+        batch = collection_batch(args.results) or inputs.batch_size
     if batch is None:
         raise InputError(args.data_dir, "no data.pt and no --batch_size: the batch the plans were trained with")
     check_int("--batch_size", batch, 1)
+    source = {"samples": str(Path(args.results).resolve()), "compute_model": str(Path(args.compute_model).resolve()),
+              "task_path": str(Path(args.task_path).resolve())}
+    if args.extra_results:
+        more = runtime_data.read_extra_samples(args.extra_results, args.extra_data_dir, args.extra_task_path,
+                                               first_task=1 + max((s.task for s in samples), default=-1))
+        other = collection_batch(args.extra_results)
+        if other is not None and other != batch:
+            raise InputError(args.extra_results, f"trained with batch {other}, the other plans with {batch}: one "
+                                                 "model prices one batch")
+        samples += more
+        source |= {"extra_samples": str(Path(args.extra_results).resolve()),
+                   "extra_task_path": str(Path(args.extra_task_path).resolve())}
     try:
         res = runtime_data.fit_runtime_model(samples, inputs.models, problem.ndevices, batch, args.test_share,
-                                             problem.seed, source={"samples": str(Path(args.results).resolve()),
-                                                     "compute_model": str(Path(args.compute_model).resolve()),
-                                                     "task_path": str(Path(args.task_path).resolve())})
+                                             problem.seed, source=source)
     except ValueError as e:
         raise InputError(args.results, str(e)) from None
     print(f"{len(samples)} plans of {len({s.task for s in samples})} tasks; batch {batch}, {problem.ndevices} ranks")
@@ -160,6 +185,14 @@ def main(argv=None) -> int:
     write_json_atomic(metrics, report)
     print(f"wrote {args.out_path} and {metrics}", file=sys.stderr)
     return 0
+
+
+def collection_batch(results) -> int | None:
+    """The batch a collection's plans were trained with (its config.json beside results.json), if it says."""
+    from neuroshard.formats.io import read_json
+
+    cfg_path = Path(results).parent / "config.json"
+    return read_json(cfg_path).get("batch_size") if cfg_path.exists() else None
 
 
 if __name__ == "__main__":

@@ -355,7 +355,7 @@ def part_scale(args, out: dict) -> None:
 
 
 # synthetic runtime-model coefficients (FEATURES order), at the scale of a fitted model's terms
-SYNTHETIC_RUNTIME = (20.0, 0.5, 1.0, 0.5, 0.1, 0.1, 0.05, 0.05, 0.05, 0.5, 0.05)
+SYNTHETIC_RUNTIME = (20.0, 0.5, 1.0, 0.5, 0.1, 0.1, 0.05, 0.05, 0.05, 0.5, 0.05, 0.05)
 
 
 # synthetic collective coefficients (a + b x M elements, ms): a reduce-scatter or all-gather of 65536 x 64 is ~2 ms

@@ -591,6 +591,8 @@ CASES = [
     ("trec other tasks", "eval_torchrec.py", _replace(TREC, "--task_path", "tasks_same_dims.txt"),
      "not a plan of task 0 of the task file"),
     ("trec model in-sample check", "train_torchrec_cost_model.py", TRCHECK, "the model was fitted on these"),
+    ("trec model extra plans alone", "train_torchrec_cost_model.py", TRCHECK + ["--extra_results", "trres.json"],
+     "--extra_results: give --extra_results, --extra_data_dir and --extra_task_path together"),
     ("trec model empty check", "train_torchrec_cost_model.py",
      _replace(_replace(TRCHECK, "--check_results", "trres_empty.json"), "--check_task_path", "tasks_other.txt"),
      "no plans to check"),
@@ -660,8 +662,8 @@ def test_bad_input_is_a_one_line_error(ws, capsys, name, script, argv, fragment)
 def test_the_count_of_cases():
     # the closing note of issue 12 quotes this number
     assert len(CASES) >= 100
-    # issue 50 added 3 more, 1, 6; 51 2, 50 7, 52 15, 24 31, 23 (eval_torchrec.py) 9 (138 before); 51 2
-    assert len(CASES) == 215
+    # issue 50 added 3 more, 1, 6; 51 2, 50 7, 52 15, 24 31, 23 (eval_torchrec.py) 9 (138 before); 51 2; 50 1
+    assert len(CASES) == 216
 
 
 def test_a_second_compute_collection_into_the_same_dir_is_refused(ws):

@@ -142,15 +142,19 @@ def run_of(args, out: Path) -> Run:
     return Run(preset, problem, Layout(out), args.gpu_devices, data, args.torchrec_train)
 
 
+def phase_of(key: str) -> str:
+    """A step key's phase: its leading digits ("7" of "7a" and of "7a2", the second part of 7a)."""
+    return key[:len(key) - len(key.lstrip("0123456789"))]
+
+
 def select(steps: list[Step], only: str | None) -> set[str] | None:
     """The keys `--only` names (a phase number names all its steps); None: every step."""
     if only is None:
         return None
     names = {k.strip() for k in only.split(",") if k.strip()}
     keys = {st.key for st in steps}
-    chosen = {k for k in keys for n in names if k == n or (n.isdigit() and k.rstrip("abcdefghij") == n)}
-    unknown = sorted(n for n in names if not any(k == n or (n.isdigit() and k.rstrip("abcdefghij") == n)
-                                                 for k in keys))
+    chosen = {k for k in keys for n in names if k == n or (n.isdigit() and phase_of(k) == n)}
+    unknown = sorted(n for n in names if not any(k == n or (n.isdigit() and phase_of(k) == n) for k in keys))
     if unknown or not names:
         raise ConfigError("--only", f"unknown step {', '.join(unknown) or repr(only)}; the steps are "
                                     f"{', '.join(st.key for st in steps)}")

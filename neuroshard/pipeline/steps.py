@@ -59,7 +59,8 @@ _DIRS = {"dataset": "dataset", "tasks": "tasks", "unmeasured_tasks": "tasks_unme
          "oversize_compute_data": "oversize/compute_data", "oversize_anchor_tasks": "oversize/anchor_tasks",
          "oversize_anchor_sim": "oversize/anchor_sim",
          "oversize_tasks": "oversize/tasks", "oversize_sim": "oversize/sim", "oversize_hw": "oversize/hw",
-         "oversize_sim_torchrec": "oversize/sim_torchrec", "oversize_torchrec": "oversize/torchrec"}
+         "oversize_sim_torchrec": "oversize/sim_torchrec", "oversize_torchrec": "oversize/torchrec",
+         "oversize_train_tasks": "oversize/train_tasks", "oversize_torchrec_data": "oversize/torchrec_data"}
 
 
 @dataclass(frozen=True)
@@ -342,6 +343,12 @@ STEPS: list[StepSpec] = [
              lambda r: [r.layout.anchor_tasks / "data.txt"],
              lambda r: task_flags(r, r.layout.anchor_tasks, r.preset.round_anchors, ANCHOR_TASK_SEED),
              when=lambda r: r.anchors),
+    # TorchRec's runtime data over the second dataset's tables (7a2) are plans of training tasks of their own
+    StepSpec("2g", "training tasks over the second dataset", "gen_tasks.py", lambda r: [r.layout.oversize_dataset],
+             lambda r: [r.layout.oversize_train_tasks / "data.txt"],
+             lambda r: task_flags(r, r.layout.oversize_train_tasks, r.preset.torchrec_data_tasks, TRAIN_TASK_SEED)
+             | {"data_dir": r.layout.oversize_dataset, "oversize": 1, "hot": 1},
+             when=lambda r: r.oversize),
     # 3: cost data
     StepSpec("3a", "compute cost data", "collect_compute_cost_data.py", lambda r: [r.layout.dataset],
              lambda r: [r.layout.compute_data / "data.txt"],
@@ -512,19 +519,28 @@ STEPS: list[StepSpec] = [
     # DistributedModelParallel; the runtime model's error on them
     StepSpec("7a", "TorchRec runtime cost data", "collect_torchrec_cost_data.py",
              lambda r: [r.layout.train_tasks / "data.txt"], lambda r: [r.layout.torchrec_data / "results.json"],
-             lambda r: {"data_dir": r.layout.dataset, "task_path": r.layout.train_tasks / "data.txt",
-                        "eval_task_path": r.layout.tasks / "data.txt", **r.models(), **r.problem_flags(),
-                        **r.hosts(),
-                        "max_tasks": r.preset.torchrec_data_tasks, "random_plans": r.preset.torchrec_random_plans,
-                        "spread_share": r.preset.torchrec_spread_share,
-                        "alg": "neuroshard,size_lookup_greedy,torchrec", **_training(r),
-                        "out_dir": r.layout.torchrec_data, "quiet": True, "no_progress": True},
+             lambda r: runtime_collection(r, r.layout.dataset, r.layout.train_tasks, r.layout.tasks,
+                                          r.layout.torchrec_data),
              when=_torchrec),
+    # the same over the second dataset: its large and hot tables are the new set's, which the first dataset's
+    # plans never show the runtime model
+    StepSpec("7a2", "TorchRec runtime cost data over the second dataset", "collect_torchrec_cost_data.py",
+             lambda r: [r.layout.oversize_train_tasks / "data.txt"],
+             lambda r: [r.layout.oversize_torchrec_data / "results.json"],
+             lambda r: runtime_collection(r, r.layout.oversize_dataset, r.layout.oversize_train_tasks,
+                                          r.layout.oversize_tasks, r.layout.oversize_torchrec_data)
+             | ({"collective_model": _collective_model(r)} if _collectives(r) else {}),
+             when=lambda r: _torchrec(r) and r.oversize),
     StepSpec("7b", "TorchRec runtime cost model", "train_torchrec_cost_model.py",
-             lambda r: [r.layout.torchrec_data / "results.json"], lambda r: [_runtime_model(r)],
+             lambda r: [r.layout.torchrec_data / "results.json"]
+             + ([r.layout.oversize_torchrec_data / "results.json"] if r.oversize else []),
+             lambda r: [_runtime_model(r)],
              lambda r: {"data_dir": r.layout.dataset, "task_path": r.layout.train_tasks / "data.txt",
                         "results": r.layout.torchrec_data / "results.json", **r.models(),
-                        **r.problem_flags("max_mem"), "out_path": _runtime_model(r)},
+                        **r.problem_flags("max_mem"), "out_path": _runtime_model(r),
+                        **({"extra_results": r.layout.oversize_torchrec_data / "results.json",
+                            "extra_data_dir": r.layout.oversize_dataset,
+                            "extra_task_path": r.layout.oversize_train_tasks / "data.txt"} if r.oversize else {})},
              when=_torchrec),
     StepSpec("7c", "NeuroShard for TorchRec's runtime", "eval_simulator.py", lambda r: [_runtime_model(r)],
              lambda r: [r.layout.sim_torchrec / "summary.json"],
@@ -575,6 +591,17 @@ STEPS: list[StepSpec] = [
                         "no_progress": True},
              when=lambda r: _torchrec(r) and r.oversize),
 ]
+
+
+def runtime_collection(run: Run, dataset: Path, train_tasks: Path, eval_tasks: Path, out_dir: Path) -> dict:
+    """The flags of a TorchRec runtime data collection: the plans of `train_tasks` (never one of `eval_tasks`)
+    over `dataset`, trained in TorchRec."""
+    p = run.preset
+    return {"data_dir": dataset, "task_path": train_tasks / "data.txt", "eval_task_path": eval_tasks / "data.txt",
+            **run.models(), **run.problem_flags(), **run.hosts(), "max_tasks": p.torchrec_data_tasks,
+            "random_plans": p.torchrec_random_plans, "spread_share": p.torchrec_spread_share,
+            "alg": "neuroshard,size_lookup_greedy,torchrec", **_training(run), "out_dir": out_dir, "quiet": True,
+            "no_progress": True}
 
 
 def compute_collection(run: Run, dataset: Path, out_dir: Path, samples: int) -> dict:

@@ -21,7 +21,7 @@ rank's phase times). `read_samples` turns results.json back into
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -54,8 +54,8 @@ def random_split_plan(tables: Sequence[ShardTable], problem: Problem, max_splits
     (row-wise over every rank or, for a small table, data-parallel, drawn per table; on a problem of
     several hosts also table-row-wise, on a host drawn with it); k ~ U{0..max_splits}
     halvings, each of a random other piece that can still be halved; then each piece on a uniformly random
-    device with room left by the spread tables (`baselines.random_sharder`). OutOfMemoryError when the pieces
-    do not fit."""
+    device with room left by the spread tables (`baselines.random_sharder`, which first halves a piece larger
+    than every device until it fits). OutOfMemoryError when the pieces do not fit."""
     rng = np.random.default_rng(problem.seed)
     n = problem.ndevices
     spread = []
@@ -82,6 +82,12 @@ def random_split_plan(tables: Sequence[ShardTable], problem: Problem, max_splits
     room = spread_room(tables, spread, problem)
     placed = random_sharder([split[i] for i in placed_ids], room.with_seed(int(rng.integers(2**31))),
                             ShardingContext())
+    # the sharder halves a piece larger than every device (`baselines.oversize_steps`): its steps index its own
+    # list, whose new pieces come last, as the plan's do
+    for i in placed.column_steps:
+        steps.append(placed_ids[i])
+        placed_ids.append(len(split))
+        split = apply_column_steps(tables, steps)
     plan = Plan(tuple(steps), tuple(tuple(placed_ids[k] for k in shard) for shard in placed.shards), tuple(spread))
     validate_plan(tables, plan, problem)
     return plan
@@ -158,6 +164,18 @@ def read_samples(results_path, tasks: Sequence[Task] | None, configs: Sequence[T
             raise InputError(path, f"record {k}: {e}") from None
         out.append(RuntimeSample(task, str(row["alg"]), tables, plan, steps, phases))
     return out
+
+
+def read_extra_samples(results_path, data_dir, task_path, first_task: int) -> list[RuntimeSample]:
+    """The samples of another collection, on its own dataset and tasks, numbered from `first_task` on so that
+    its tasks stay apart from the first collection's (the fit holds out whole tasks). InputError naming the
+    file for a missing or malformed one."""
+    from neuroshard.formats.dataset import read_table_configs
+    from neuroshard.formats.task_file import read_tasks
+
+    configs = read_table_configs(Path(data_dir) / "table_configs.json")
+    tasks = read_tasks(task_path, num_tables=len(configs))
+    return [replace(s, task=s.task + first_task) for s in read_samples(results_path, tasks, configs)]
 
 
 def read_full_samples(path, tasks: Sequence[Task], configs: Sequence[TableConfig],

@@ -24,7 +24,7 @@ its local batch (the table's lookups / n) with no id or output exchange, and
 its gradient, rows x dim, is all-reduced and stepped by the dense optimizer
 every iteration.
 
-The model is linear in eleven terms (`FEATURES`) of a plan (each group g over
+The model is linear in twelve terms (`FEATURES`) of a plan (each group g over
 the ranks r, batch B):
 
 * `one` — 1 (the rest of the step: the dense archs, the loss, the optimizer);
@@ -48,7 +48,13 @@ the ranks r, batch B):
   and stepped each iteration);
 * `reduce_host` — max_r of B x the dims of the table-row-wise tables on rank
   r's host (M floats each rank of the busiest host sends to its host's
-  reduce-scatter).
+  reduce-scatter);
+* `kernels` — how many (rank, group) pairs of the all-to-all groups hold
+  shards: each such rank runs the group's lookup module forward and backward,
+  a fixed cost per kernel beyond what its work costs, which ranks sharing
+  cores pay in turn. The other terms price the work only, so under them a
+  search spreads a group's shards over more ranks for free. (The spread
+  groups run on every rank, so their kernels are `groups` again.)
 
 Its non-negative coefficients are fitted (`fit`, least squares of the
 relative error) to plans trained in TorchRec (`collect_torchrec_cost_data.py`,
@@ -77,10 +83,10 @@ from neuroshard.types.plan import DATA_PARALLEL, ROW_WISE, TABLE_ROW_WISE, Plan,
 from neuroshard.types.tables import ShardTable
 
 FEATURES = ("one", "groups", "compute_max", "compute_mean", "ids_max", "ids_mean", "out_max", "dims", "reduce",
-            "allreduce", "reduce_host")
-# the terms of the models written before row-wise and data-parallel groups, and before table-row-wise ones: read
-# with the later terms at 0
-FEATURES_1, FEATURES_2 = FEATURES[:8], FEATURES[:10]
+            "allreduce", "reduce_host", "kernels")
+# the terms of the models written before row-wise and data-parallel groups, before table-row-wise ones and before
+# the kernel count: read with the later terms at 0
+FEATURES_1, FEATURES_2, FEATURES_3 = FEATURES[:8], FEATURES[:10], FEATURES[:11]
 GROUPS = ("table_wise", "column_wise", ROW_WISE, DATA_PARALLEL, TABLE_ROW_WISE)
 GROUP_OF = {ROW_WISE: 2, DATA_PARALLEL: 3, TABLE_ROW_WISE: 4}  # a spread kind's group
 EXCHANGED = 2  # groups [0, 2) exchange pooled outputs by all-to-all
@@ -197,7 +203,7 @@ def features(parts: GroupParts) -> np.ndarray:
             parts.ids.max(axis=1).sum(axis=1), parts.ids.sum(axis=(1, 2)) / n,
             parts.out[:, :, :e].max(axis=1).sum(axis=1), parts.out[:, :, :e].sum(axis=(1, 2)) / n,
             parts.out[:, :, GROUP_OF[ROW_WISE]].max(axis=1), parts.allreduce,
-            parts.out[:, :, GROUP_OF[TABLE_ROW_WISE]].max(axis=1)]
+            parts.out[:, :, GROUP_OF[TABLE_ROW_WISE]].max(axis=1), (parts.count[:, :, :e] > 0).sum(axis=(1, 2))]
     return np.stack([np.asarray(c, dtype=np.float64) for c in cols], axis=1)
 
 
@@ -297,6 +303,8 @@ class TorchRecRuntimeModel(Record):
             # before table-row-wise groups of their own (priced as row-wise then): it prices none now
             d = {**d, "coef": list(d["coef"]) + [0.0] * (len(FEATURES) - len(FEATURES_2)),
                  "types": [k for k in d.get("types", []) if k != TABLE_ROW_WISE]}
+        elif list(d["features"]) == list(FEATURES_3) and "coef" in d:  # before the kernel count: it costs 0
+            d = {**d, "coef": list(d["coef"]) + [0.0] * (len(FEATURES) - len(FEATURES_3))}
         elif list(d["features"]) != list(FEATURES):
             raise ValueError(f"features {d['features']}, expected {list(FEATURES)}")
         return super().from_json(d)

@@ -213,12 +213,26 @@ def test_torchrec_training_is_an_opt_in_last_phase():
     out = Path("results/quick")
     assert not any(k.startswith("7") for k in steps_of("--preset", "quick", out=out))
     steps = steps_of("--preset", "quick", "--seed", "2", "--torchrec_train", out=out)
-    assert list(steps)[-7:] == ["7a", "7b", "7c", "7d", "7e", "7f", "7g"]
+    # 7a2, the runtime data over the second dataset, runs before the model is fitted to both collections
+    assert list(steps)[-8:] == ["7a", "7a2", "7b", "7c", "7d", "7e", "7f", "7g"]
     collect, fit, plan, train, check = (steps[k] for k in ("7a", "7b", "7c", "7d", "7e"))
     assert collect.argv[0] == "collect_torchrec_cost_data.py" and "train_tasks" in collect.argv[collect.argv.index(
         "--task_path") + 1]
+    more = flags_of(steps["7a2"])
+    assert steps["7a2"].argv[0] == collect.argv[0] and more["--data_dir"] == str(out / "oversize" / "dataset")
+    assert more["--task_path"] == str(out / "oversize" / "train_tasks" / "data.txt")
+    assert more["--eval_task_path"] == str(out / "oversize" / "tasks" / "data.txt")
+    assert more["--out_dir"] == str(out / "oversize" / "torchrec_data")
+    assert more["--collective_model"] == str(out / "models" / "collectives_4.json")  # its NeuroShard plans spread
+    for key in ("--max_tasks", "--random_plans", "--spread_share", "--alg", "--iters"):  # 7a's collection otherwise
+        assert more[key] == flags_of(collect)[key]
     model = out / "models" / "onpolicy" / "torchrec_runtime_4.json"
     assert fit.outputs == [model]
+    fitted = flags_of(fit)
+    assert fitted["--results"] == str(out / "torchrec_data" / "results.json")
+    assert fitted["--extra_results"] == more["--out_dir"] + "/results.json" and Path(fitted["--extra_results"]) in \
+        fit.inputs
+    assert fitted["--extra_data_dir"] == more["--data_dir"] and fitted["--extra_task_path"] == more["--task_path"]
     flags = flags_of(plan)
     assert flags["--alg"] == "neuroshard" and flags["--runtime"] == "torchrec"
     assert flags["--runtime_model"] == str(model)
@@ -276,13 +290,18 @@ def test_tasks_beyond_the_paper_space_get_their_dataset_tasks_and_evaluation():
     anchored = str(Path("r") / "oversize" / "anchor_sim" / "plans.json")
     assert flag(hw, "--round_anchors") == anchored and flag(hw, "--anchors_per_round") == "4"
     assert Path(anchored) in hw.inputs and "--round_anchors" not in sim.argv
-    oversize += [anchor_tasks, anchor_sim]
-    oversize += [steps_of("--preset", "quick", "--torchrec_train")[k] for k in ("7f", "7g")]
+    # TorchRec's runtime data over the second dataset (7a2) are plans of training tasks of their own (2g)
+    train_tasks = steps["2g"]
+    assert flag(train_tasks, "--data_dir") == flag(data, "--out_dir") and flag(train_tasks, "--hot") == "1"
+    assert flag(train_tasks, "--seed") == flag(steps["2c"], "--seed") and flag(train_tasks, "--data_size") == "16"
+    assert flag(train_tasks, "--out_dir") == str(Path("r") / "oversize" / "train_tasks")
+    oversize += [anchor_tasks, anchor_sim, train_tasks]
+    oversize += [steps_of("--preset", "quick", "--torchrec_train")[k] for k in ("7f", "7g", "7a2", "7b")]
     options = parsed_options(sorted({ROOT / s.argv[0] for s in oversize}))
     for step in oversize:
         assert not [a for a in step.argv if a.startswith("--") and a not in options[step.argv[0]]]
     # off in the smoke preset, and on a public dataset (whose own tables would have to be larger than a device)
-    assert not {"1b", "2d", "2e", "5e", "6g", "6h"} & (steps_of("--preset", "tiny").keys()
+    assert not {"1b", "2d", "2e", "2g", "5e", "6g", "6h"} & (steps_of("--preset", "tiny").keys()
                                            | steps_of("--preset", "quick", "--data", "x.pt").keys())
 
 
@@ -402,7 +421,7 @@ def test_hosts_reach_the_steps_that_time_plan_or_run_on_them():
     out = Path("results/quick")
     steps = steps_of("--preset", "quick", "--local_world_size", "2", "--torchrec_train", out=out)
     assert {k for k, s in steps.items() if "--local_world_size" in s.argv} == {
-        "3e", "4d", "5c", "5d", "5e", "5f", "6a", "6b", "6c", "6g", "6h", "7a", "7c", "7d", "7f", "7g"}
+        "3e", "4d", "5c", "5d", "5e", "5f", "6a", "6b", "6c", "6g", "6h", "7a", "7a2", "7c", "7d", "7f", "7g"}
     assert flags_of(steps["3e"])["--local_world_size"] == "2" and flags_of(steps["6b"])["--local_world_size"] == "2"
     # one host, the default, is no flag at all: the run's commands (and so its stamps) are as before
     assert not any("--local_world_size" in s.argv for s in steps_of("--preset", "quick", "--torchrec_train",
@@ -416,6 +435,8 @@ def test_only_takes_steps_and_phases_and_list_prints_the_table(capsys):
     steps = build_steps(run_of(parse_args(["--preset", "quick"]), Path("r")))
     assert select(steps, "5c,6b") == {"5c", "6b"}
     assert select(steps, "5") == {"5a", "5b", "5c", "5d", "5e", "5f"} and select(steps, "1") == {"1", "1b"}
+    trec = build_steps(run_of(parse_args(["--preset", "quick", "--torchrec_train"]), Path("r")))
+    assert select(trec, "7") == {"7a", "7a2", "7b", "7c", "7d", "7e", "7f", "7g"} and select(trec, "7a2") == {"7a2"}
     with pytest.raises(ConfigError, match="unknown step 9"):
         select(steps, "9")
     assert main(["--preset", "tiny", "--list", "--out_dir", "r"]) == 0

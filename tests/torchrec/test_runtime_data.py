@@ -18,6 +18,7 @@ from neuroshard.torchrec.runtime_data import (
     host_size,
     random_label,
     random_split_plan,
+    read_extra_samples,
     read_full_samples,
     read_samples,
     round_check,
@@ -49,6 +50,19 @@ def test_random_split_plans_are_valid_seeded_and_bounded():
     assert plans == [random_split_plan(tables, Problem(3, 1.0, seed), max_splits=4) for seed in range(20)]
     assert len({len(p.column_steps) for p in plans}) > 2  # 0..4 splits, not always the same count
     assert all(random_split_plan(tables, Problem(3, 1.0, s), max_splits=0).column_steps == () for s in range(5))
+
+
+def test_random_plans_halve_a_table_larger_than_every_device_until_it_fits():
+    # 12,000 x 64 = 768,000 elements on devices of 2 MB (524,288 elements each): whole it fits nowhere, its halves
+    # (384,000 elements) do; the sharder's halvings become the plan's own column steps
+    tables = [ShardTable(0, 0, TableConfig(12_000, 2.0, BINS, 64)), ShardTable(1, 1, TableConfig(1000, 1.0, BINS, 8)),
+              ShardTable(2, 2, TableConfig(2000, 1.0, BINS, 16))]
+    problem = Problem(2, 2**21 / 2**30)
+    for seed in range(10):
+        plan = random_split_plan(tables, problem.with_seed(seed), max_splits=2)
+        pieces = validate_plan(tables, plan, problem)
+        big = [t for t in pieces if t.origin == 0]
+        assert len(big) >= 2 and all(t.config.row * t.dim <= 524_288 for t in big)
 
 
 def test_random_plans_spread_tables_when_asked_and_place_the_rest_around_them():
@@ -122,6 +136,23 @@ def test_read_samples_and_its_errors(tmp_path):
         read_samples(write_results(tmp_path / "r.json", [{**row, "table_ids": other}]), ts, CONFIGS)
 
 
+def test_extra_samples_read_on_their_own_dataset_with_their_tasks_numbered_apart(tmp_path):
+    from neuroshard.formats.dataset import write_table_configs
+    from neuroshard.formats.task_file import write_tasks
+
+    # a second dataset whose table 0 has 50,000 rows: its plans read on its own tables, task 1 becoming task 7
+    configs = [TableConfig(50_000, 20.0, BINS)] + CONFIGS[1:]
+    write_table_configs(tmp_path / "table_configs.json", configs)
+    ts = [Task((0, 1, 2), (16, 8, 8)), Task((0, 3, 4), (32, 8, 8))]
+    write_tasks(tmp_path / "tasks.txt", ts)
+    row = {"task": 1, "alg": "random_split[0]", "plan": Plan((), ((0,), (1, 2))).to_json(), "step_ms": [10.0]}
+    [s] = read_extra_samples(write_results(tmp_path / "r.json", [row]), tmp_path, tmp_path / "tasks.txt",
+                             first_task=6)
+    assert s.task == 7 and s.tables[0].config.row == 50_000 and s.tables[0].dim == 32 and s.cost == 10.0
+    with pytest.raises(InputError, match="no such file"):
+        read_extra_samples(tmp_path / "missing.json", tmp_path, tmp_path / "tasks.txt", first_task=0)
+
+
 def test_fit_on_samples_with_known_step_times():
     """Step times made by known weights: the fit reproduces them, on held-out tasks too (MAPE ~0; with the
     hand-made linear compute model some terms are collinear, so the weights themselves are not unique)."""
@@ -130,7 +161,7 @@ def test_fit_on_samples_with_known_step_times():
     recs = collection_records(CONFIGS, ts, [], models, Problem(2, 1.0), random_plans=4, max_splits=4,
                               spread_share=0.2)
     samples = [RuntimeSample(r.task, r.alg, ts[r.task].tables(CONFIGS), r.plan, [1.0], None) for r in recs]
-    coef = np.array([20.0, 3.0, 2.0, 1.0, 0.5, 0.2, 0.3, 0.1, 0.4, 0.6, 0.7])
+    coef = np.array([20.0, 3.0, 2.0, 1.0, 0.5, 0.2, 0.3, 0.1, 0.4, 0.6, 0.7, 0.8])
     y = sample_features(samples, models, 4096) @ coef
     samples = [replace(s, step_ms=[float(v)]) for s, v in zip(samples, y)]
     res = fit_runtime_model(samples, models, 2, 4096, test_share=0.25, seed=0)
@@ -167,7 +198,7 @@ def test_rounds_speed_comes_from_the_anchors_trained_in_them(tmp_path):
     models = hand_models(2)
     recs = collection_records(CONFIGS, ts, [], models, Problem(2, 1.0), random_plans=3, max_splits=2)
     samples = [RuntimeSample(r.task, r.alg, ts[r.task].tables(CONFIGS), r.plan, [1.0], None) for r in recs]
-    coef = np.array([20.0, 3.0, 2.0, 1.0, 0.5, 0.2, 0.3, 0.1, 0.4, 0.6, 0.7])
+    coef = np.array([20.0, 3.0, 2.0, 1.0, 0.5, 0.2, 0.3, 0.1, 0.4, 0.6, 0.7, 0.8])
     y = sample_features(samples, models, 4096) @ coef
     model = fit_runtime_model([replace(s, step_ms=[float(v)]) for s, v in zip(samples, y)], models, 2, 4096).model
     timed = [replace(s, step_ms=[1.2 * float(v), 0.9 * float(v)]) for s, v in zip(samples, y)]

@@ -40,11 +40,12 @@ def hand_tables():
 # table 0 halved (post-split 0 and 3, dim 8 each) on ranks 0 and 1; table 1 on rank 0, table 2 on rank 1
 HAND_PLAN = Plan((0,), ((0, 1), (3, 2)))
 # by hand, compute = 0.5 + 0.01 x dims per (rank, group): table-wise 0.58 (rank 0), 0.54 (rank 1);
-# column-wise 0.58, 0.58. ids: table-wise 3, 4; column-wise 2, 2. outputs: table-wise 8, 4; column-wise 8, 8
+# column-wise 0.58, 0.58. ids: table-wise 3, 4; column-wise 2, 2. outputs: table-wise 8, 4; column-wise 8, 8.
+# Both ranks run a kernel of each group: 4 kernels
 HAND_FEATURES = {"one": 1, "groups": 2, "compute_max": 0.58 + 0.58, "compute_mean": (0.58 + 0.54 + 0.58 + 0.58) / 2,
                  "ids_max": 4 + 2, "ids_mean": (3 + 4 + 2 + 2) / 2, "out_max": 8 + 8, "dims": (16 + 8 + 4) / 2,
-                 "reduce": 0.0, "allreduce": 0.0, "reduce_host": 0.0}
-COEF = (10.0, 2.0, 1.0, 0.0, 0.5, 0.0, 0.1, 0.2, 0.3, 0.4, 0.6)
+                 "reduce": 0.0, "allreduce": 0.0, "reduce_host": 0.0, "kernels": 4}
+COEF = (10.0, 2.0, 1.0, 0.0, 0.5, 0.0, 0.1, 0.2, 0.3, 0.4, 0.6, 0.7)
 
 
 def runtime_models(coef=COEF, n=2):
@@ -75,9 +76,10 @@ def test_features_of_row_wise_and_data_parallel_tables_by_hand():
     np.testing.assert_allclose(parts.ids[0], [[2, 0, 1.5, 0, 0], [0, 0, 1.5, 0, 0]])
     np.testing.assert_allclose(parts.out[0], [[16, 0, 8, 0, 0], [0, 0, 8, 0, 0]])
     x = dict(zip(FEATURES, features(parts)[0]))
+    # one all-to-all kernel: table 0's on rank 0 (the spread groups run on every rank: `groups` counts them)
     want = {"one": 1, "groups": 3, "compute_max": 0.66 + 0.58 + 0.54, "compute_mean": (0.66 + 2 * 0.58 + 2 * 0.54) / 2,
             "ids_max": 2 + 1.5, "ids_mean": (2 + 1.5 + 1.5) / 2, "out_max": 16, "dims": 16 / 2, "reduce": 8,
-            "allreduce": 0.004, "reduce_host": 0.0}
+            "allreduce": 0.004, "reduce_host": 0.0, "kernels": 1}
     assert x == pytest.approx(want, rel=1e-6)
     # a model fitted on such plans prices them; one fitted without them refuses, naming the table
     seen = replace(hand_models(2), runtime=TorchRecRuntimeModel(2, BATCH, COEF, types=("row_wise", "data_parallel")))
@@ -104,7 +106,7 @@ def test_features_of_table_row_wise_tables_on_two_hosts_by_hand():
     x = dict(zip(FEATURES, features(parts)[0]))
     want = {"one": 1, "groups": 2, "compute_max": 0.54 + 0.66, "compute_mean": (4 * 0.54 + 2 * 0.66 + 2 * 0.58) / 4,
             "ids_max": 1 + 1.5, "ids_mean": (4 * 1 + 2 * 1 + 2 * 1.5) / 4, "out_max": 0, "dims": 0, "reduce": 4,
-            "allreduce": 0, "reduce_host": 16}
+            "allreduce": 0, "reduce_host": 16, "kernels": 0}
     assert x == pytest.approx(want, rel=1e-6)
     # a model fitted on such plans over hosts of 2 prices them; one fitted over hosts of 4 (or on no such plans)
     # refuses them, naming the table
@@ -128,12 +130,13 @@ def test_an_empty_group_costs_nothing():
     parts = plan_parts(get_scorer(hand_models(2)), hand_tables(), Plan((), ((0, 1), (2,))), BATCH)
     x = dict(zip(FEATURES, features(parts)[0]))
     assert x["groups"] == 1 and x["compute_max"] == pytest.approx(0.5 + 0.24, rel=1e-6)  # rank 0: dims 16 + 8
+    assert x["kernels"] == 2  # one table-wise kernel on each rank, none column-wise
 
 
 def test_simulate_under_the_runtime_gives_its_estimate():
     bd = simulate(hand_tables(), HAND_PLAN, runtime_models(), Problem(HAND_PLAN.ndevices, 1.0))
-    expected = sum(c * HAND_FEATURES[f] for c, f in zip(COEF, FEATURES))  # 10 + 4 + 1.16 + 3 + 1.6 + 2.8
-    assert expected == pytest.approx(22.56)
+    expected = sum(c * HAND_FEATURES[f] for c, f in zip(COEF, FEATURES))  # 10 + 4 + 1.16 + 3 + 1.6 + 2.8 + 2.8
+    assert expected == pytest.approx(25.36)
     assert bd.cost == pytest.approx(expected, rel=1e-6) and bd.runtime.name == "torchrec"
     assert sum(bd.runtime.terms.values()) == pytest.approx(expected, rel=1e-6)
     np.testing.assert_allclose(bd.compute, [1.16, 1.12], rtol=1e-6)
@@ -147,11 +150,11 @@ def test_search_scores_placements_as_the_simulator_does():
     rng = np.random.default_rng(0)
     tables = [ShardTable(i, i, TableConfig(1000, float(rng.uniform(1, 20)), BINS, int(d)))
               for i, d in enumerate(rng.choice([8, 16, 32, 64, 128], size=12))]
-    models = runtime_models(coef=(5.0, 0.5, 1.0, 0.5, 0.2, 0.1, 0.01, 0.0, 0.0, 0.0, 0.0), n=4)
+    models = runtime_models(coef=(5.0, 0.5, 1.0, 0.5, 0.2, 0.1, 0.01, 0.0, 0.0, 0.0, 0.0, 0.0), n=4)
     res = search(tables, Problem(4, 1.0), models)
     assert res.cost == pytest.approx(simulate(tables, res.plan, models, Problem(res.plan.ndevices, 1.0)).cost, rel=1e-6)
     # a group costs 100 ms: no plan with a column-wise group can win
-    costly = runtime_models(coef=(5.0, 100.0, 1.0, 0.5, 0.2, 0.1, 0.01, 0.0, 0.0, 0.0, 0.0), n=4)
+    costly = runtime_models(coef=(5.0, 100.0, 1.0, 0.5, 0.2, 0.1, 0.01, 0.0, 0.0, 0.0, 0.0, 0.0), n=4)
     assert search(tables, Problem(4, 1.0), costly).plan.column_steps == ()
 
 
@@ -208,13 +211,17 @@ def test_model_file_round_trip_and_errors(tmp_path):
     old.pop("types")
     path.write_text(json.dumps(old))
     back = TorchRecRuntimeModel.load(path)
-    assert back.coef == COEF[:8] + (0.0, 0.0, 0.0) and back.types == ()
+    assert back.coef == COEF[:8] + (0.0,) * 4 and back.types == ()
     # one written before table-row-wise groups of their own reads with reduce_host at 0 and no table-row-wise
     old = {**json.loads(json.dumps(m.to_json())), "features": list(FEATURES[:10]), "coef": list(COEF[:10]),
            "types": ["row_wise", "table_row_wise"]}
     path.write_text(json.dumps(old))
     back = TorchRecRuntimeModel.load(path)
-    assert back.coef == COEF[:10] + (0.0,) and back.types == ("row_wise",) and back.local_world_size is None
+    assert back.coef == COEF[:10] + (0.0, 0.0) and back.types == ("row_wise",) and back.local_world_size is None
+    # one written before the kernel count reads with it at 0: it prices every plan as it did
+    old = {**json.loads(json.dumps(m.to_json())), "features": list(FEATURES[:11]), "coef": list(COEF[:11])}
+    path.write_text(json.dumps(old))
+    assert TorchRecRuntimeModel.load(path).coef == COEF[:11] + (0.0,)
     # the ranks per host travel with the file
     hosts = TorchRecRuntimeModel(4, 4096, COEF, types=("table_row_wise",), local_world_size=2)
     hosts.save(path)
