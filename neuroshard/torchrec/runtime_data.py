@@ -83,11 +83,10 @@ def random_split_plan(tables: Sequence[ShardTable], problem: Problem, max_splits
     placed = random_sharder([split[i] for i in placed_ids], room.with_seed(int(rng.integers(2**31))),
                             ShardingContext())
     # the sharder halves a piece larger than every device (`baselines.oversize_steps`): its steps index its own
-    # list, whose new pieces come last, as the plan's do
+    # list, whose new pieces come last, as the plan's do (each step adds one piece)
     for i in placed.column_steps:
+        placed_ids.append(len(tables) + len(steps))
         steps.append(placed_ids[i])
-        placed_ids.append(len(split))
-        split = apply_column_steps(tables, steps)
     plan = Plan(tuple(steps), tuple(tuple(placed_ids[k] for k in shard) for shard in placed.shards), tuple(spread))
     validate_plan(tables, plan, problem)
     return plan
