@@ -49,6 +49,7 @@ from dataclasses import dataclass, replace
 from typing import ClassVar, Iterator
 
 from neuroshard.checks import check_float, check_int
+from neuroshard.measure.process_env import measuring_env
 from neuroshard.measure.rank import (
     JOB_FILE,
     LOG_FILE,
@@ -278,8 +279,7 @@ class TorchrunJob:
         open(os.path.join(self.job_dir, RESULTS_FILE), "w").close()
         cmd = [sys.executable, "-m", "torch.distributed.run", *self.launch.torchrun_args(), "--max_restarts=0",
                "-m", self.worker_module, "--job_dir", self.job_dir]
-        env = dict(os.environ)
-        env.setdefault("OMP_NUM_THREADS", "1")
+        env = measuring_env(os.environ)
         env["PYTHONUNBUFFERED"] = "1"
         # Ranks import the same neuroshard as this process, wherever it was started from.
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

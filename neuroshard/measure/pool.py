@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
+from neuroshard.measure.process_env import inherited_malloc_env
 from neuroshard.types.errors import NeuroShardError
 
 _POLL_S = 0.5
@@ -183,7 +184,8 @@ class WorkerPool:
         old = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
         try:
             slot.started = time.monotonic()
-            slot.proc.start()
+            with inherited_malloc_env():
+                slot.proc.start()
         finally:
             if main:
                 signal.signal(signal.SIGINT, old)
