@@ -1,14 +1,14 @@
 """The environment every measuring process starts with: torchrun ranks (`measure.launch`) and benchmark pool
 workers (`measure.pool`).
 
-glibc's malloc moves its mmap and trim thresholds with the sizes a process frees, so whether a large buffer
-comes from memory already mapped or from fresh pages, each faulted in and zeroed by the kernel, depends on
-what the process did before. gloo's collectives on CPU allocate such buffers on every call: past about 4 M
-elements (16 MB) a reduce-scatter switches, at a random point in a run of calls of that size, into a regime
-about twice as slow, and stays there. A plan's collectives, timed after others of its size, fell into it far
-more often than the collection's samples, drawn in random order of size, so the two measured different
-machines. Fixed thresholds remove the regime from both (docs/EXPERIMENTS.md, the entry on malloc
-thresholds). A value already in the environment wins; malloc other than glibc's ignores these variables.
+glibc's malloc moves its mmap and trim thresholds with the sizes a process frees, so a run of large buffers
+ends up served by fresh pages, faulted in by the kernel on every call. Usually that is cheap; at times on the
+CPU machine here it was not, and then gloo's collectives of more than about 4 M elements (16 MB) switched, at a
+random call of a run of that size, into a regime about twice as slow, and stayed there. A plan's collectives,
+timed after others of their size, fell into it far more often than the collection's samples, drawn in random
+order of size, so the two measured different machines. With fixed thresholds the processes keep and reuse
+their pages, and the regime did not occur (docs/EXPERIMENTS.md, the entry on malloc thresholds). A value
+already in the environment wins; malloc other than glibc's ignores these variables.
 """
 
 from __future__ import annotations
