@@ -6,8 +6,9 @@ Runs one torchrun job per environment (glibc's defaults: the malloc variables re
 `measure.process_env.measuring_env`), each timing `--op` on every size (millions of fp32 elements) `--calls`
 times in a row on the same buffers (`measure.collectives.buffers`, a barrier before each call), as a plan's
 collectives follow others of their size. Prints per size the calls' median and largest ms (the ranks' mean) in
-both environments and how many of the default's calls took more than 1.5x the pinned median: with the defaults,
-past about 4 M elements the calls switch at a random point into a regime about twice as slow.
+both environments and how many of the default's calls took more than 1.5x the pinned median. At times the CPU
+machine here switched, with the defaults, past about 4 M elements and at a random call, into a regime about twice
+as slow (docs/EXPERIMENTS.md, the entry on malloc thresholds); at other times both environments time the same.
 """
 
 import argparse
@@ -15,6 +16,7 @@ import json
 import os
 import subprocess
 import sys
+from statistics import median
 
 from neuroshard.cli import run_main
 from neuroshard.formats.io import write_json_atomic
@@ -61,11 +63,6 @@ def run_job(args, env: dict) -> list[dict]:
     if out.returncode:
         raise NeuroShardError(f"the torchrun job failed (exit {out.returncode}): {out.stderr.strip()[-300:]}")
     return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
-
-
-def median(xs):
-    s = sorted(xs)
-    return (s[(len(s) - 1) // 2] + s[len(s) // 2]) / 2
 
 
 def main(argv=None):

@@ -1,5 +1,5 @@
-"""The measuring processes' environment: malloc's thresholds pinned unless the user set them, in the torchrun
-ranks' environment and in a spawned pool worker."""
+"""The measuring processes' environment: malloc's thresholds pinned unless the user set them, in the environment
+a torchrun job is given (`measuring_env`) and in a spawned pool worker."""
 
 import os
 
