@@ -30,25 +30,19 @@ OPS = ("reduce_scatter", "all_gather", "all_reduce")
 
 def rank_side(args) -> None:
     """One rank: every size's calls in a row, rank 0 printing one JSON line per size."""
-    import time
-
     import torch
     import torch.distributed as dist
 
     from neuroshard.measure.collectives import buffers, run_collective
+    from neuroshard.measure.timing import benchmark
 
     dist.init_process_group("gloo")
     world = dist.get_world_size()
     for size in args.sizes.split(","):
         numel = int(float(size) * 1e6) // world * world
         inp, out = buffers(args.op, numel, world)
-        times = []
-        for _ in range(args.calls):
-            dist.barrier()
-            start = time.perf_counter()
-            run_collective(args.op, inp, out)
-            times.append(1e3 * (time.perf_counter() - start))
-        ms = torch.tensor(times)
+        ms = torch.tensor(benchmark(lambda: run_collective(args.op, inp, out), warmup=0, iters=args.calls,
+                                    before_each=dist.barrier))
         dist.all_reduce(ms)
         if dist.get_rank() == 0:
             print(json.dumps({"numel": numel, "ms": (ms / world).tolist()}), flush=True)
