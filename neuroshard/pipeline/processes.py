@@ -26,7 +26,8 @@ from typing import Sequence
 
 # imported once by the driver before its first forked step; the steps' own modules are light beside them
 PRELOAD = ("torch", "fbgemm_gpu", "torchrec.distributed.model_parallel", "torchrec.distributed.planner")
-SIGINT_WAIT_S = 0.25  # subprocess's wait for a child that had the same Ctrl-C
+# how long a step that had the driver's Ctrl-C may take to stop its ranks and keep what it has, before it is killed
+INTERRUPT_GRACE_S = 10.0
 
 
 def can_fork() -> bool:
@@ -41,8 +42,10 @@ class StepLauncher:
     process after `PRELOAD` is imported here; anything else (`-c`, `-m`) runs as a fresh interpreter.
     """
 
-    def __init__(self, cwd: Path, fork: bool | None = None, preload: Sequence[str] = PRELOAD):
+    def __init__(self, cwd: Path, fork: bool | None = None, preload: Sequence[str] = PRELOAD,
+                 interrupt_grace_s: float = INTERRUPT_GRACE_S):
         self.cwd = Path(cwd)
+        self.interrupt_grace_s = interrupt_grace_s
         self.fork = can_fork() if fork is None else fork and can_fork()
         self._preload = list(preload) if self.fork else []
 
@@ -51,7 +54,7 @@ class StepLauncher:
         if not (self.fork and argv and argv[0].endswith(".py")):
             return subprocess.call([sys.executable, *argv], cwd=self.cwd)
         self.preload()
-        return _fork_script(self.cwd, argv)
+        return _fork_script(self.cwd, argv, self.interrupt_grace_s)
 
     def preload(self) -> None:
         """Import the modules every forked step starts with (once; nothing when steps start fresh)."""
@@ -62,7 +65,7 @@ class StepLauncher:
                 pass
 
 
-def _fork_script(cwd: Path, argv: list[str]) -> int:
+def _fork_script(cwd: Path, argv: list[str], grace_s: float) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
@@ -75,17 +78,25 @@ def _fork_script(cwd: Path, argv: list[str]) -> int:
     try:
         _, wait_status = os.waitpid(pid, 0)
     except BaseException:
-        # as subprocess.call does when the driver is interrupted: a moment for the step, which had the same
-        # Ctrl-C, to end by itself, then it is killed and reaped, and the interrupt goes on
-        deadline = time.monotonic() + SIGINT_WAIT_S
+        # the step had the same Ctrl-C (one process group): it may end by itself, else it is killed; either
+        # way it is reaped and the interrupt goes on
+        _stop(pid, grace_s)
+        raise
+    return os.waitstatus_to_exitcode(wait_status)
+
+
+def _stop(pid: int, grace_s: float) -> None:
+    """Reap the child `pid`, killing it if it is still running after `grace_s`."""
+    deadline = time.monotonic() + grace_s
+    try:
         while os.waitpid(pid, os.WNOHANG) == (0, 0):
             if time.monotonic() > deadline:
                 os.kill(pid, signal.SIGKILL)
                 os.waitpid(pid, 0)
-                break
+                return
             time.sleep(0.01)
-        raise
-    return os.waitstatus_to_exitcode(wait_status)
+    except ChildProcessError:  # the interrupted wait had reaped it already
+        pass
 
 
 def run_as_main(cwd: Path, argv: list[str]) -> int:

@@ -128,11 +128,13 @@ def test_ctrl_c_reaches_the_step_and_ends_the_driver_with_no_step_left(tmp_path,
 
     (tmp_path / "waits.py").write_text(WAITS)
     mark = tmp_path / "mark"
+    grace = 30 if how == "clean" else 0.5  # the clean step's cleanup well within it, the stubborn one killed
     driver = textwrap.dedent(f"""
         import sys
         from neuroshard.pipeline.processes import StepLauncher
         try:
-            StepLauncher({str(tmp_path)!r}, fork=True, preload=[])(["waits.py", {str(mark)!r}, {how!r}])
+            StepLauncher({str(tmp_path)!r}, fork=True, preload=[], interrupt_grace_s={grace})(
+                ["waits.py", {str(mark)!r}, {how!r}])
         except KeyboardInterrupt:
             sys.exit(130)
     """)
