@@ -5,19 +5,22 @@
 Runs one torchrun job per environment (glibc's defaults: the malloc variables removed; pinned:
 `measure.process_env.measuring_env`), each timing `--op` on every size (millions of fp32 elements) `--calls`
 times in a row on the same buffers (`measure.collectives.buffers`, a barrier before each call), as a plan's
-collectives follow others of their size. Prints per size the calls' median and largest ms (the ranks' mean) in
-both environments and how many of the default's calls took more than 1.5x the pinned median. At times the CPU
-machine here switched, with the defaults, past about 4 M elements and at a random call, into a regime about twice
-as slow (docs/EXPERIMENTS.md, the entry on malloc thresholds); at other times both environments time the same.
+collectives follow others of their size; a hung rank ends its job after `--timeout` s. Prints per size the
+calls' median and largest ms (the ranks' mean) in both environments and how many of the default's calls took more
+than 1.5x the pinned median. At times the CPU machine here switched, with the defaults, past about 4 M elements
+and at a random call, into a regime about twice as slow (docs/EXPERIMENTS.md, the entry on malloc thresholds); at
+other times both environments time the same.
 """
 
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 from statistics import median
 
+from neuroshard.checks import check_float
 from neuroshard.cli import run_main
 from neuroshard.formats.io import write_json_atomic
 from neuroshard.measure.process_env import MALLOC_ENV, measuring_env
@@ -30,13 +33,16 @@ OPS = ("reduce_scatter", "all_gather", "all_reduce")
 
 def rank_side(args) -> None:
     """One rank: every size's calls in a row, rank 0 printing one JSON line per size."""
+    from datetime import timedelta
+
     import torch
     import torch.distributed as dist
 
     from neuroshard.measure.collectives import buffers, run_collective
     from neuroshard.measure.timing import benchmark
 
-    dist.init_process_group("gloo")
+    # a dead or hung rank ends the others' next collective after --timeout, and torchrun then ends the job
+    dist.init_process_group("gloo", timeout=timedelta(seconds=args.timeout))
     world = dist.get_world_size()
     for size in args.sizes.split(","):
         numel = int(float(size) * 1e6) // world * world
@@ -52,11 +58,19 @@ def rank_side(args) -> None:
 def run_job(args, env: dict) -> list[dict]:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={args.ndevices}",
            os.path.abspath(__file__), "--rank_side", "--op", args.op, "--sizes", args.sizes, "--calls",
-           str(args.calls)]
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    if out.returncode:
-        raise NeuroShardError(f"the torchrun job failed (exit {out.returncode}): {out.stderr.strip()[-300:]}")
-    return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+           str(args.calls), "--timeout", str(args.timeout)]
+    # its own process group, so that an interrupted benchmark takes the agent and every rank with it
+    job = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           start_new_session=True)
+    try:
+        stdout, stderr = job.communicate()
+    except BaseException:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+        raise
+    if job.returncode:
+        raise NeuroShardError(f"the torchrun job failed (exit {job.returncode}): {stderr.strip()[-300:]}")
+    return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
 
 
 def main(argv=None):
@@ -66,6 +80,7 @@ def main(argv=None):
     p.add_argument("--op", choices=OPS, default="reduce_scatter", help="the collective (default: reduce_scatter)")
     p.add_argument("--sizes", default="1,2,4,5,6,8", help="full tensor sizes, millions of fp32 elements")
     p.add_argument("--calls", type=int, default=40, help="calls of each size, in a row (default: 40)")
+    add_flag(p, "timeout")
     add_flag(p, "out_json")
     p.add_argument("--rank_side", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -78,6 +93,7 @@ def main(argv=None):
         sizes = [float(s) for s in args.sizes.split(",")]
     except ValueError:
         raise ConfigError("--sizes", f"a comma list of numbers, got {args.sizes!r}") from None
+    check_float("--timeout", args.timeout, 0, lo_open=True)
     if not sizes or min(sizes) <= 0 or args.calls < 1:
         raise ConfigError("--sizes", f"positive sizes and --calls >= 1, got {args.sizes!r}, {args.calls}")
 
