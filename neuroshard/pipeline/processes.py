@@ -6,7 +6,9 @@ script step in a fork of itself instead: the child runs the script as `__main__`
 exactly as `python <script>` would, and exits with its status, so a step still gets a process (and memory) of
 its own and its printed command still reproduces it by hand. What the steps time runs in processes they start
 themselves (torchrun ranks, `spawn`ed pool workers), which begin from a fresh interpreter either way.
-`--fresh_interpreters` (or a platform without `fork`) starts every step as a new interpreter.
+`--fresh_interpreters` (or a platform without `fork`) starts every step as a new interpreter, and so does a
+driver that holds a CUDA context, which a forked child could not use (the driver only imports; GPU steps create
+their contexts in their own processes).
 """
 
 from __future__ import annotations
@@ -51,10 +53,11 @@ class StepLauncher:
 
     def __call__(self, argv: Sequence[str]) -> int:
         argv = list(argv)
-        if not (self.fork and argv and argv[0].endswith(".py")):
-            return subprocess.call([sys.executable, *argv], cwd=self.cwd)
-        self.preload()
-        return _fork_script(self.cwd, argv, self.interrupt_grace_s)
+        if self.fork and argv and argv[0].endswith(".py"):
+            self.preload()
+            if not _cuda_initialized():
+                return _fork_script(self.cwd, argv, self.interrupt_grace_s)
+        return subprocess.call([sys.executable, *argv], cwd=self.cwd)
 
     def preload(self) -> None:
         """Import the modules every forked step starts with (once; nothing when steps start fresh)."""
@@ -63,6 +66,12 @@ class StepLauncher:
                 importlib.import_module(self._preload.pop(0))
             except ImportError:  # a step that needs it reports it in its own words
                 pass
+
+
+def _cuda_initialized() -> bool:
+    """Whether this process holds a CUDA context, which a fork cannot use (the steps then start fresh)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and torch.cuda.is_initialized()
 
 
 def _fork_script(cwd: Path, argv: list[str], grace_s: float) -> int:
