@@ -59,14 +59,19 @@ def run_job(args, env: dict) -> list[dict]:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={args.ndevices}",
            os.path.abspath(__file__), "--rank_side", "--op", args.op, "--sizes", args.sizes, "--calls",
            str(args.calls), "--timeout", str(args.timeout)]
-    # its own process group, so that an interrupted benchmark takes the agent and every rank with it
+    # the agent in a process group of its own; its ranks get sessions of their own from torchrun, so an
+    # interrupted benchmark asks the agent to stop them (SIGTERM) and kills it only if it does not end
     job = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            start_new_session=True)
     try:
         stdout, stderr = job.communicate()
     except BaseException:
-        os.killpg(job.pid, signal.SIGKILL)
-        job.wait()
+        os.killpg(job.pid, signal.SIGTERM)
+        try:
+            job.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait()
         raise
     if job.returncode:
         raise NeuroShardError(f"the torchrun job failed (exit {job.returncode}): {stderr.strip()[-300:]}")
