@@ -5,13 +5,17 @@ the pytest worker, whose threads and exit handlers a fork must not inherit.
 """
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
 from neuroshard.pipeline.processes import can_fork
+from tests.two_nodes import interruptible
 
 pytestmark = pytest.mark.skipif(not can_fork(), reason="steps start as forks only where the platform has fork")
 
@@ -120,12 +124,6 @@ except KeyboardInterrupt:
 
 @pytest.mark.parametrize("how", ["clean", "stubborn"])
 def test_ctrl_c_reaches_the_step_and_ends_the_driver_with_no_step_left(tmp_path, how):
-    import os
-    import signal
-    import time
-
-    from tests.two_nodes import interruptible
-
     (tmp_path / "waits.py").write_text(WAITS)
     mark = tmp_path / "mark"
     grace = 30 if how == "clean" else 0.5  # the clean step's cleanup well within it, the stubborn one killed
