@@ -223,11 +223,18 @@ def evaluation_flags(run: Run, task_dir: Path, count: int, dataset: Path | None 
     return flags | {f"{a}_policy": lay.models / f"{a}.pt" for a in run.learned}
 
 
+# the new set's strongest rule-based baseline (whole tables, column-halving a table no device holds), level with
+# NeuroShard in TorchRec training on quick runs: the new set compares them whatever the preset's algorithms
+WIDE_BASELINE = "size_lookup_greedy"
+
+
 def oversize_evaluation(run: Run) -> dict:
-    """`evaluation_flags` for the tasks beyond the paper's plan space: all of them, over their own dataset; with
-    the collective model (step 3e) TorchRec's full planner too, whose row-wise and data-parallel plans it
-    prices."""
+    """`evaluation_flags` for the tasks beyond the paper's plan space: all of them, over their own dataset, with
+    the size-and-lookup greedy among the algorithms; with the collective model (step 3e) TorchRec's full planner
+    too, whose row-wise and data-parallel plans it prices."""
     flags = evaluation_flags(run, run.layout.oversize_tasks, run.preset.oversize_tasks, run.layout.oversize_dataset)
+    if WIDE_BASELINE not in flags["alg"].split(","):
+        flags["alg"] += f",{WIDE_BASELINE}"
     if _collectives(run):
         flags["alg"] += f",{FULL_ALG}"
     return flags

@@ -305,6 +305,15 @@ def test_tasks_beyond_the_paper_space_get_their_dataset_tasks_and_evaluation():
                                            | steps_of("--preset", "quick", "--data", "x.pt").keys())
 
 
+def test_the_new_set_compares_the_size_and_lookup_greedy_whatever_the_presets_algorithms():
+    study = steps_of("--preset", "study")
+    assert "size_lookup_greedy" not in flags_of(study["5c"])["--alg"].split(",")
+    for key in ("5e", "6g", "6h"):
+        assert flags_of(study[key])["--alg"] == flags_of(study["5c"])["--alg"] + ",size_lookup_greedy,torchrec_full"
+    quick = steps_of("--preset", "quick")  # named once where the preset has it
+    assert flags_of(quick["6g"])["--alg"].split(",").count("size_lookup_greedy") == 1
+
+
 def test_the_compute_models_and_the_fitted_estimator_also_train_on_the_second_datasets_tables():
     steps = steps_of("--preset", "quick")
 
