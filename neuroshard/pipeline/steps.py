@@ -205,6 +205,12 @@ def task_flags(run: Run, dest: Path, count: int, seed: int) -> dict:
 ABLATION_ALGS = ("neuroshard_fitted", "torchrec_fitted", "torchrec_neural")
 
 
+def with_algs(algs: str, *names: str) -> str:
+    """The `--alg` list `algs` with those of `names` it does not name yet appended, in order."""
+    have = algs.split(",")
+    return ",".join([*have, *(a for a in names if a not in have)])
+
+
 def evaluation_flags(run: Run, task_dir: Path, count: int, dataset: Path | None = None) -> dict:
     """The flags of the planning and measuring steps, for the first `count` tasks of `task_dir` over `dataset`
     (default: the run's): the preset's algorithms (and the ablation's cells, with the fitted estimator they
@@ -213,8 +219,7 @@ def evaluation_flags(run: Run, task_dir: Path, count: int, dataset: Path | None 
     algs = run.preset.algs
     extra = {}
     if run.preset.ablation:
-        have = algs.split(",")
-        algs = ",".join([*have, *(a for a in ABLATION_ALGS if a not in have)])
+        algs = with_algs(algs, *ABLATION_ALGS)
         extra = {"torchrec_estimator": _estimator(run)}
     if _collectives(run):
         extra["collective_model"] = _collective_model(run)
@@ -223,9 +228,9 @@ def evaluation_flags(run: Run, task_dir: Path, count: int, dataset: Path | None 
     return flags | {f"{a}_policy": lay.models / f"{a}.pt" for a in run.learned}
 
 
-# the new set's strongest rule-based baseline (whole tables, column-halving a table no device holds), level with
-# NeuroShard in TorchRec training on quick runs: the new set compares them whatever the preset's algorithms
-WIDE_BASELINE = "size_lookup_greedy"
+# the rule-based baseline the new set is judged against (whole tables, column-halving a table no device holds),
+# so named there whatever the preset's algorithms
+NEW_SET_BASELINE = "size_lookup_greedy"
 
 
 def oversize_evaluation(run: Run) -> dict:
@@ -233,10 +238,7 @@ def oversize_evaluation(run: Run) -> dict:
     the size-and-lookup greedy among the algorithms; with the collective model (step 3e) TorchRec's full planner
     too, whose row-wise and data-parallel plans it prices."""
     flags = evaluation_flags(run, run.layout.oversize_tasks, run.preset.oversize_tasks, run.layout.oversize_dataset)
-    if WIDE_BASELINE not in flags["alg"].split(","):
-        flags["alg"] += f",{WIDE_BASELINE}"
-    if _collectives(run):
-        flags["alg"] += f",{FULL_ALG}"
+    flags["alg"] = with_algs(flags["alg"], NEW_SET_BASELINE, *([FULL_ALG] if _collectives(run) else []))
     return flags
 
 
