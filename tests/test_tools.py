@@ -303,6 +303,47 @@ def test_combine_runs_bad_inputs(tmp_path):
         assert_raises_one_line("combine_runs", argv, *fragments)
 
 
+def test_combine_runs_pools_the_calibrated_plan_cost_error(tmp_path):
+    from dataclasses import replace
+
+    from neuroshard.formats.plan_file import write_plans
+    from neuroshard.types.plan import Plan, Spread
+    from tests.eval.test_round_calibration import _measured, _rescaled
+
+    est = ((1.0, 1.0), (0.5, 0.5), (0.5, 0.5))
+    a = _measured(7, "anchor:a", est, [((1.2, 1.2), (0.6, 0.6), (0.6, 0.6)), est])  # rounds at 1.2x, 1.0x
+    b = _measured(8, "anchor:b", est, [est, est])  # rounds at 1.0x
+    rows = Plan((), ((0,), ()), (Spread(1, "row_wise", (0, 1)),))
+    # run 1: a row-wise plan measured 3.96, 3.0 (moved estimates 3.6, 3.0; d = 0.3 / 3.15); run 2: a table-wise
+    # plan measured at its estimate (errors 0, d = 0) and a row-wise one at 2.5 twice (errors 0.2, d = 0)
+    runs = {"r1": ([replace(_rescaled("torchrec_full", 0, [3.96, 3.0]), plan=rows)], [a, a]),
+            "r2": ([_rescaled("neuroshard", 0, [3.0, 3.0]), replace(_rescaled("torchrec_full", 1, [2.5, 2.5]),
+                                                                      plan=rows)], [b, b])}
+    for seed, (name, (records, anchors)) in enumerate(runs.items()):
+        hw = write_summary(tmp_path / name / "hw", {"torchrec_full": (0.04 - 0.02 * seed, 0.01)})
+        (hw / "config.json").write_text(json.dumps({"seed": seed}))
+        write_plans(hw / "results.json", records)
+        write_plans(hw / "round_anchors.json", anchors)
+    res = run("combine_runs.py", tmp_path / "r1", tmp_path / "r2", "--accuracy", "--out_path", tmp_path / "acc.json")
+    assert res.returncode == 0, res.stderr
+    out = json.loads((tmp_path / "acc.json").read_text())["accuracy"]
+    every, new = out["every plan"]["pooled"], out["with the new types"]["pooled"]
+    assert every["mape"] == pytest.approx((0.36 / 3.96 + 0.4) / 6) and every["plans"] == 3
+    assert every["floor"] == pytest.approx(0.3 / 3.15 / 3 / 2 ** 0.5)
+    assert new["mape"] == pytest.approx((0.36 / 3.96 + 0.4) / 4) and new["plans"] == 2
+    assert new["floor"] == pytest.approx(0.3 / 3.15 / 2 / 2 ** 0.5)
+    # run 2 alone has no floor (its plans' rounds agree): its cell has no ratio
+    assert out["with the new types"]["runs"][1]["floor"] == 0.0
+    [line] = [x for x in res.stdout.splitlines() if x.startswith("| with the new types")]
+    assert "| 20.0% / 0.0% = -, 1 plans |" in line and "**12.3% / 3.4% = 3.64x (3.64-3.64), 2 plans**" in line
+    # bad inputs: a run without its anchors, the simulator's runs, TorchRec training runs
+    (tmp_path / "r2" / "hw" / "round_anchors.json").unlink()
+    assert_raises_one_line("combine_runs", [tmp_path / "r1", tmp_path / "r2", "--accuracy"],
+                           "round_anchors.json", "not found: --accuracy needs")
+    assert_raises_one_line("combine_runs", [tmp_path / "r1", tmp_path / "r2", "--accuracy", "--sim"],
+                           "--accuracy", "leave out --sim")
+
+
 def test_combine_runs_pools_torchrec_training_runs(tmp_path):
     from tests.eval.test_pooling import training_summary
 
@@ -325,6 +366,7 @@ def test_combine_runs_pools_torchrec_training_runs(tmp_path):
     assert [r["repeats"] for r in out["rows"][0]["runs"]] == [4, 4]
     evaluation = write_summary(tmp_path / "e", {"torchrec_full": (0.04, 0.01)})
     assert_raises_one_line("combine_runs", [runs[0], evaluation], "is a plan evaluation", "do not compare the same")
+    assert_raises_one_line("combine_runs", [*runs, "--accuracy"], "--accuracy", "not TorchRec training runs")
 
 
 def test_combine_runs_warns_about_runs_of_one_seed(tmp_path, capsys):

@@ -22,6 +22,16 @@ R/torchrec (step 7d) or R/oversize/torchrec (7g):
 
 There each algorithm's figure is its step time relative to the reference's
 (the summary's ratio - 1): positive where the reference trains faster.
+
+--accuracy pools the models' plan-cost error instead, where every run measured
+anchors in each round (the pipeline's hw/ and oversize/hw/; `eval.py
+--round_anchors`): each run's measurements moved by its own rounds' factors,
+the per-measurement MAPE over all runs against the floor of all runs' plans
+(`eval.round_calibration.pooled_accuracy`), for every plan and for the plans
+with the new types (a table row-wise, table-row-wise or data-parallel), whose
+few plans a run leave each run's floor loose:
+
+    python tools/combine_runs.py R0/oversize R1/oversize R2/oversize --accuracy
 """
 
 import argparse
@@ -42,6 +52,9 @@ def parse_args(argv=None):
                    help="pipeline run folder, evaluation folder or summary.json (two or more)")
     p.add_argument("--sim", action="store_true", help="pool the simulator's verdicts (sim/summary.json of "
                                                       "pipeline runs) instead of the hardware's")
+    p.add_argument("--accuracy", action="store_true", help="pool the per-round calibrated plan-cost error against "
+                                                            "its floor (every plan, and those with the new types) "
+                                                            "instead of the verdicts")
     add_flag(p, "out_path", help="write the pooled table as JSON here")
     return p.parse_args(argv)
 
@@ -113,6 +126,8 @@ def main(argv=None) -> int:
     from neuroshard.eval.summary import Summary
     from neuroshard.formats.io import read_json, warn, write_json_atomic
 
+    if args.accuracy and args.sim:
+        raise ConfigError("--accuracy", "the simulator's runs measured nothing to price: leave out --sim")
     if len(args.runs) < 2:
         raise ConfigError("RUN", f"pooling needs two or more runs, got {len(args.runs)}")
     if args.out_path:
@@ -147,6 +162,10 @@ def main(argv=None) -> int:
                  "the same, and pooling counts them as independent runs")
         seeds.setdefault(seed, run)
     training = kinds == {True}
+    if args.accuracy:
+        if training:
+            raise ConfigError("--accuracy", "pools plan evaluations' measured plans, not TorchRec training runs")
+        return pool_accuracy(named, paths, args.out_path)
     try:
         if training:
             rows = pool_training_runs([(n, s, _setting(p, "repeats") or 0) for (n, s), p in zip(named, paths)])
@@ -179,6 +198,53 @@ def main(argv=None) -> int:
                                           "cost": "step_ms" if training else named[0][1].cost,
                                           "rows": [r.to_json() for r in rows], "ablation": ablations})
         print(f"wrote {args.out_path}", file=sys.stderr)
+    return 0
+
+
+def _ratio_cell(c) -> str:
+    if c.mape is None:
+        return "-"
+    ratio = f"{c.mape / c.floor:.2f}x" if c.floor else "-"
+    spread = f" ({c.ratio_spread[0]:.2f}-{c.ratio_spread[1]:.2f})" if c.ratio_spread else ""
+    return f"{100 * c.mape:.1f}% / {'-' if c.floor is None else f'{100 * c.floor:.1f}%'} = {ratio}{spread}, " \
+           f"{c.plans} plans"
+
+
+def pool_accuracy(named, paths, out_path) -> int:
+    """Print (and with `out_path` write) each run's and the pooled per-round calibrated plan-cost error over its
+    floor, for every measured plan and for the plans with the new types (module doc)."""
+    from neuroshard.eval.results import RESULTS_JSON
+    from neuroshard.eval.round_calibration import new_type_records, pooled_accuracy
+    from neuroshard.formats.io import write_json_atomic
+    from neuroshard.formats.plan_file import read_plans
+    from neuroshard.formats.side_files import ROUND_ANCHORS_JSON
+
+    runs = []
+    for (run, _), summary in zip(named, paths):
+        for name in (RESULTS_JSON, ROUND_ANCHORS_JSON):
+            if not (summary.parent / name).is_file():
+                raise InputError(summary.parent / name, "not found: --accuracy needs each run's measured plans "
+                                                        "and anchors measured in every round (--round_anchors)")
+        anchors = read_plans(summary.parent / ROUND_ANCHORS_JSON)
+        repeats = max((len(a.repeat_costs or []) for a in anchors), default=0)
+        runs.append((read_plans(summary.parent / RESULTS_JSON), anchors, repeats))
+    names = [n for n, _ in named]
+    groups = {"every plan": lambda recs: recs, "with the new types": new_type_records}
+    rows = {}
+    for label, pick in groups.items():
+        picked = [(pick(recs), anchors, repeats) for recs, anchors, repeats in runs]
+        rows[label] = {"runs": [pooled_accuracy([one]) for one in picked], "pooled": pooled_accuracy(picked)}
+    print("Plan-cost MAPE per measurement after the per-round calibration / a perfect model's floor = the ratio "
+          "(10th-90th percentile with the anchors resampled)\n")
+    print("| plans | " + " | ".join(names) + " | pooled |")
+    print("|---|" + "---|" * len(names) + "---|")
+    for label, row in rows.items():
+        print(f"| {label} | " + " | ".join(map(_ratio_cell, row["runs"])) + f" | **{_ratio_cell(row['pooled'])}** |")
+    if out_path:
+        write_json_atomic(out_path, {"runs": [str(p.parent) for p in paths], "accuracy": {
+            label: {"runs": [c.to_json() for c in row["runs"]], "pooled": row["pooled"].to_json()}
+            for label, row in rows.items()}})
+        print(f"wrote {out_path}", file=sys.stderr)
     return 0
 
 

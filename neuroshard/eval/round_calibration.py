@@ -24,6 +24,10 @@ per-measurement MAPE is read against the first, the plans' means against the sec
 Which anchors were measured moves the factors, and so the ratio of the MAPE to its floor: `anchor_spread`
 resamples the anchors with replacement and gives that ratio's 10th and 90th percentiles, each draw with its own
 factors and floor, so a reader can tell a ratio the anchors settle from one they leave open.
+
+A floor read from a few plans (the plans with the new types in one run) swings from run to run more than the
+models' error does: `pooled_accuracy` takes several runs' plans together, each run's measurements moved by its own
+rounds' factors.
 """
 
 from __future__ import annotations
@@ -109,15 +113,22 @@ def _moved(estimate: CostBreakdown, f: dict) -> float:
                for c, b, w in zip(estimate.compute, estimate.bw_comm, estimate.fw_comm))
 
 
-def round_floors(costs: Sequence[Sequence[float]], speeds: Sequence[float]) -> tuple[float | None, float | None]:
-    """(per measurement, of the means) MAPE floors of plans measured at `costs[plan][round]` in rounds that ran
-    at `speeds[round]` (module doc); (None, None) without a plan measured in two rounds."""
+def _round_diffs(costs: Sequence[Sequence[float]], speeds: Sequence[float]) -> tuple[list[float], list[int]]:
+    """Per plan measured in two rounds, |z1 - z2| / mean(z1, z2) of its first two with each round's speed taken
+    out, and the rounds it ran in (module doc)."""
     diffs, rounds = [], []
     for c in costs:
         if len(c) >= 2 and len(speeds) >= 2 and min(c[:2]) > 0:
             z0, z1 = c[0] / speeds[0], c[1] / speeds[1]
             diffs.append(abs(z0 - z1) / ((z0 + z1) / 2))
             rounds.append(min(len(c), len(speeds)))
+    return diffs, rounds
+
+
+def round_floors(costs: Sequence[Sequence[float]], speeds: Sequence[float]) -> tuple[float | None, float | None]:
+    """(per measurement, of the means) MAPE floors of plans measured at `costs[plan][round]` in rounds that ran
+    at `speeds[round]` (module doc); (None, None) without a plan measured in two rounds."""
+    diffs, rounds = _round_diffs(costs, speeds)
     if not diffs:
         return None, None
     d = float(np.mean(diffs))
@@ -149,11 +160,13 @@ def _resampled(n: int, score, draws: int, seed: int) -> list[float] | None:
     if n < 2:
         return None
     rng = np.random.default_rng(seed)
-    ratios = []
-    for _ in range(draws):
-        got = score(rng.integers(0, n, n))
-        if got.mape is not None and got.floor:
-            ratios.append(got.mape / got.floor)
+    return _ratio_percentiles([score(rng.integers(0, n, n)) for _ in range(draws)])
+
+
+def _ratio_percentiles(scored) -> list[float] | None:
+    """The 10th and 90th percentiles of mape / floor over `scored` (those without a floor left out); None when
+    none has one."""
+    ratios = [got.mape / got.floor for got in scored if got.mape is not None and got.floor]
     if not ratios:
         return None
     return [float(np.percentile(ratios, 10)), float(np.percentile(ratios, 90))]
@@ -164,9 +177,7 @@ def accuracy_at(records: Sequence[PlanRecord], factors: Sequence[dict], anchors:
     repeats = len(factors)
     errs, raw, inside, banded = [], [], 0, 0
     means_est, means_meas = [], []
-    for rec in records:
-        if rec.estimate is None or rec.measured is None or not rec.repeat_costs:
-            continue
+    for rec in _measured(records):
         moved = []
         for r, cost in enumerate(rec.repeat_costs[:repeats]):
             est = _moved(rec.estimate, factors[r])
@@ -180,11 +191,65 @@ def accuracy_at(records: Sequence[PlanRecord], factors: Sequence[dict], anchors:
                 inside += spread.q10 * scale <= cost <= spread.q90 * scale
         means_est.append(float(np.mean(moved)))
         means_meas.append(float(np.mean(rec.repeat_costs[:repeats])))
-    measured = [r.repeat_costs[:repeats] for r in records
-                if r.estimate is not None and r.measured is not None and r.repeat_costs]
+    measured = [r.repeat_costs[:repeats] for r in _measured(records)]
     out = _scored(RoundCalibration(anchors, list(factors), len(errs)), errs, raw, means_est, means_meas, measured)
     if errs:
         out.coverage = inside / banded if banded else None
+    return out
+
+
+def _measured(records: Sequence[PlanRecord]) -> list[PlanRecord]:
+    """The records with an estimate and a measurement in at least one round."""
+    return [r for r in records if r.estimate is not None and r.measured is not None and r.repeat_costs]
+
+
+def new_type_records(records: Sequence[PlanRecord]) -> list[PlanRecord]:
+    """The records whose plans make a table row-wise, table-row-wise or data-parallel (a spread table): the
+    plans whose error the new cost models carry."""
+    return [r for r in records if r.plan is not None and r.plan.spread]
+
+
+@dataclass
+class PooledCalibration(Record):
+    """The per-round calibrated error of several runs' plans at once (`pooled_accuracy`): each run's
+    measurements moved by its own rounds' factors, the per-measurement MAPE over every run's `measurements`,
+    its floor from every run's `plans` measured in two rounds (`round_floors`, the runs' plans together), and
+    the ratio's 10th and 90th percentiles with each run's anchors resampled (`ratio_spread`)."""
+
+    runs: int
+    plans: int
+    measurements: int
+    mape: float | None = None
+    floor: float | None = None
+    ratio_spread: list[float] | None = None
+
+
+def pooled_accuracy(runs: Sequence[tuple[Sequence[PlanRecord], Sequence[PlanRecord], int]],
+                    draws: int = ANCHOR_DRAWS, seed: int = 0) -> PooledCalibration:
+    """`calibrated_accuracy` of several runs' plans pooled: `runs` lists each run's (records, anchors, repeats).
+    A run's rounds ran at their own speed, so each run keeps its own factors; the errors and the plans' round
+    differences are then taken together, as if one run had measured them all. A few plans a run (e.g. the
+    plans with the new types on a small task set) give a floor that swings from run to run; pooled, it is read
+    from all of them."""
+    def at(factor_sets):
+        total, n, diffs = 0.0, 0, []
+        for (records, _, _), factors in zip(runs, factor_sets):
+            cal = accuracy_at(records, factors, 0)
+            if cal.mape is not None:
+                total += cal.mape * cal.measurements
+                n += cal.measurements
+            diffs += _round_diffs([r.repeat_costs[:len(factors)] for r in _measured(records)],
+                                  [f["cost"] for f in factors])[0]
+        mape = total / n if n else None
+        return PooledCalibration(len(runs), len(diffs), n, mape,
+                                 float(np.mean(diffs)) / np.sqrt(2) if diffs else None)
+
+    out = at([round_factors(anchors, repeats) for _, anchors, repeats in runs])
+    if all(len(anchors) >= 2 for _, anchors, _ in runs):
+        rng = np.random.default_rng(seed)
+        out.ratio_spread = _ratio_percentiles(
+            at([round_factors([anchors[i] for i in rng.integers(0, len(anchors), len(anchors))], repeats)
+                for _, anchors, repeats in runs]) for _ in range(draws))
     return out
 
 

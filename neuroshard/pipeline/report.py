@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import platform
+from collections import Counter
 from dataclasses import asdict
 from importlib import metadata
 from pathlib import Path
@@ -16,13 +17,14 @@ from pathlib import Path
 import numpy as np
 
 from neuroshard.eval.intervals import VERDICTS
-from neuroshard.eval.results import fmt_ci, gain_cell
+from neuroshard.eval.results import RESULTS_JSON, fmt_ci, gain_cell
 from neuroshard.eval.summary import Accuracy, AlgorithmRow, Summary
 from neuroshard.formats.io import atomic_write, write_json_atomic
 from neuroshard.formats.plan_file import read_plans
 from neuroshard.formats.side_files import (
     LAMBDA_JSON,
     MODEL_ERROR_JSON,
+    ROUND_ANCHORS_JSON,
     ROUND_CALIBRATION_JSON,
     LambdaChoice,
     ModelErrorReport,
@@ -427,7 +429,7 @@ def round_lines(hw_dir: Path, step: str = "6b", anchors: str = "plans of anchor 
                 "evaluated nor trained on)") -> tuple[list[str], dict | None]:
     """Markdown on the per-round calibration of a hardware step (`eval.round_calibration`: `anchors` measured in
     every round of `step`) and its figures; nothing when the evaluation had no anchors."""
-    from neuroshard.eval.round_calibration import RoundCalibration
+    from neuroshard.eval.round_calibration import RoundCalibration, calibrated_accuracy, new_type_records
 
     cal = _side_file(hw_dir / ROUND_CALIBRATION_JSON, RoundCalibration)
     if cal is None or cal.mape is None:
@@ -448,7 +450,18 @@ def round_lines(hw_dir: Path, step: str = "6b", anchors: str = "plans of anchor 
             + (f", Spearman {cal.spearman:.3f}" if cal.spearman is not None else "")
             + (f"; the moved 80% band holds **{pct(cal.coverage)}** of the measurements" if cal.coverage is not None
                else "") + ".")
-    return [line], cal.to_json()
+    figures = cal.to_json()
+    results, anchor_file = hw_dir / RESULTS_JSON, hw_dir / ROUND_ANCHORS_JSON
+    new = new_type_records(read_plans(results)) if results.exists() and anchor_file.exists() else []
+    acc = calibrated_accuracy(new, read_plans(anchor_file), len(cal.factors)) if new else None
+    if acc is not None and acc.mape is not None:
+        by_alg = Counter(r.alg for r in new)
+        line += (" Among them, the plans with the new types (a table row-wise, table-row-wise or data-parallel; "
+                 f"{', '.join(f'{a} {n}' for a, n in sorted(by_alg.items()))}), moved the same way: "
+                 f"**{pct(acc.mape)}** per measurement{times(acc.mape, acc.floor, resampled_phrase(acc.ratio_spread))}"
+                 " (`tools/combine_runs.py --accuracy` pools this over runs).")
+        figures["new_types"] = acc.to_json()
+    return [line], figures
 
 
 def refine_lines(records: list[PlanRecord] | None) -> tuple[list[str], dict | None]:
@@ -779,8 +792,6 @@ def collective_lines(models_dir: Path, rows: list[dict]) -> list[str]:
 def spread_choices(records: list[PlanRecord] | None) -> list[str]:
     """One line: how many of each algorithm's plans have row-wise, table-row-wise or data-parallel tables, and
     how many such tables (nothing when no plan has one)."""
-    from collections import Counter
-
     plans, kinds = Counter(), {}
     for r in records or []:
         if r.plan is not None and r.plan.spread:

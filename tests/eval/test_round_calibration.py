@@ -9,6 +9,8 @@ from neuroshard.eval.round_calibration import (
     anchor_plans,
     anchor_spread,
     calibrated_accuracy,
+    new_type_records,
+    pooled_accuracy,
     round_factors,
     round_floors,
     spread_choice,
@@ -18,7 +20,7 @@ from neuroshard.formats.plan_file import write_plans
 from neuroshard.problem import Problem
 from neuroshard.types.costs import CostBreakdown, CostSpread, RepeatParts
 from neuroshard.types.errors import InputError
-from neuroshard.types.plan import Plan
+from neuroshard.types.plan import Plan, Spread
 from neuroshard.types.records import PlanRecord
 from neuroshard.types.tables import TableConfig
 from tests.test_api import _hand_models
@@ -101,6 +103,46 @@ def test_the_ratio_to_the_floor_is_read_again_with_the_anchors_resampled():
     assert cal.mape / cal.floor == pytest.approx(ratio(1.1))
     # one anchor: nothing to resample
     assert anchor_spread([plan], [a], 2) is None and calibrated_accuracy([plan], [a], 2).ratio_spread is None
+
+
+def _rescaled(alg, task, costs):
+    """A plan of `alg` (estimated at plan cost 3.0, compute (2, 1) and exchanges of 0.5) measured at `costs` by round,
+    every part scaled from the estimate."""
+    e = ((2.0, 1.0), (0.5, 0.5), (0.5, 0.5))
+    return _measured(task, alg, e, [tuple(tuple(x * c / 3.0 for x in part) for part in e) for c in costs])
+
+
+def test_runs_pooled_keep_their_own_rounds_speed_and_share_one_floor():
+    est = ((1.0, 1.0), (0.5, 0.5), (0.5, 0.5))
+    a = _measured(7, "anchor:a", est, [((1.2, 1.2), (0.6, 0.6), (0.6, 0.6)), est])  # rounds at 1.2x, 1.0x
+    b = _measured(8, "anchor:b", est, [est, est])  # rounds at 1.0x, 1.0x
+    # run 1: one plan measured 3.96, 3.0; moved estimates 3.6, 3.0: errors 0.36 / 3.96 and 0; with the speed
+    # taken out 3.3 and 3.0: d = 0.3 / 3.15
+    one = [_rescaled("neuroshard", 0, [3.96, 3.0])]
+    # run 2: plans measured 3.0, 3.0 (errors 0, 0; d = 0) and 2.5, 2.5 (errors 0.2, 0.2; d = 0); alone its
+    # floor is 0 and its ratio has no value
+    two = [_rescaled("neuroshard", 0, [3.0, 3.0]), _rescaled("torchrec_full", 1, [2.5, 2.5])]
+    pooled = pooled_accuracy([(one, [a, a], 2), (two, [b, b], 2)])
+    assert (pooled.runs, pooled.plans, pooled.measurements) == (2, 3, 6)
+    assert pooled.mape == pytest.approx((0.36 / 3.96 + 0.2 + 0.2) / 6)
+    floor = (0.3 / 3.15) / 3 / 2 ** 0.5
+    assert pooled.floor == pytest.approx(floor)
+    # each run's anchors the same one twice: every resample is the measured ratio
+    assert pooled.ratio_spread == pytest.approx([pooled.mape / floor] * 2)
+    # a run alone is its own calibrated accuracy, resampled spread included
+    alone, cal = pooled_accuracy([(one, [a, b], 2)]), calibrated_accuracy(one, [a, b], 2)
+    assert alone.measurements == cal.measurements
+    assert (alone.mape, alone.floor) == pytest.approx((cal.mape, cal.floor))
+    assert alone.ratio_spread == pytest.approx(cal.ratio_spread)
+    # a run with a single anchor: nothing to resample
+    assert pooled_accuracy([(one, [a], 2), (two, [b, b], 2)]).ratio_spread is None
+
+
+def test_plans_with_the_new_types_are_those_with_spread_tables():
+    whole = PlanRecord(0, "torchrec", plan=PLAN)
+    rows = PlanRecord(0, "torchrec_full", plan=Plan((), ((0,), ()), (Spread(1, "row_wise", (0, 1)),)))
+    unplanned = PlanRecord(1, "autoshard")
+    assert new_type_records([whole, rows, unplanned]) == [rows]
 
 
 def test_floors_take_the_rounds_speed_out_first():

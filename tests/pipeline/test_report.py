@@ -245,6 +245,35 @@ def test_oversize_section_compares_the_algorithms_that_planned_and_counts_what_n
     assert fig["torchrec_train"]["reference"] == "neuroshard[torchrec]"
 
 
+def test_round_lines_price_the_plans_with_the_new_types_on_their_own(tmp_path):
+    from dataclasses import replace
+
+    from neuroshard.eval.round_calibration import RoundCalibration
+    from neuroshard.formats.plan_file import write_plans
+    from neuroshard.formats.side_files import write_side_file
+    from neuroshard.pipeline.report import round_lines
+    from neuroshard.types.plan import Plan, Spread
+    from tests.eval.test_round_calibration import _rescaled
+
+    write_side_file(tmp_path / "round_calibration.json",
+                    RoundCalibration(1, [{"cost": 1.0}, {"cost": 1.0}], 4, mape=0.05, raw_mape=0.05, floor=0.05))
+    # one anchor run at its estimates in both rounds: factors 1.0; a row-wise plan (estimate 3.0) measured
+    # 3.3 and 3.0: errors 0.3 / 3.3 and 0, MAPE 4.5%; floor d / sqrt(2), d = 0.3 / 3.15: 6.7%, ratio 0.675 (0.67x).
+    # The table-wise plan (measured 6.0 twice) is left out
+    rows = Plan((), ((0,), ()), (Spread(1, "row_wise", (0, 1)),))
+    write_plans(tmp_path / "results.json", [replace(_rescaled("torchrec_full", 0, [3.3, 3.0]), plan=rows),
+                                            _rescaled("neuroshard", 0, [6.0, 6.0])])
+    lines, fig = round_lines(tmp_path)
+    assert "new types" not in lines[0] and "new_types" not in fig  # no anchors' measurements: nothing to move by
+    write_plans(tmp_path / "round_anchors.json", [_rescaled("anchor:neuroshard", 5, [3.0, 3.0])])
+    lines, fig = round_lines(tmp_path)
+    assert ("Among them, the plans with the new types (a table row-wise, table-row-wise or data-parallel; "
+            "torchrec_full 1), moved the same way: **4.5%** per measurement (a perfect model moved the same way: 6.7%, "
+            "0.67x)") in lines[0]
+    assert fig["new_types"]["mape"] == pytest.approx(0.3 / 3.3 / 2)
+    assert fig["new_types"]["floor"] == pytest.approx(0.3 / 3.15 / 2 ** 0.5)
+
+
 def test_collective_model_rows_and_the_spread_tables_chosen(tmp_path):
     from neuroshard.pipeline.report import (
         collective_check,
