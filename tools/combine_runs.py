@@ -220,7 +220,7 @@ def pool_accuracy(named, paths, out_path) -> int:
     from neuroshard.formats.side_files import ROUND_ANCHORS_JSON
 
     runs = []
-    for (run, _), summary in zip(named, paths):
+    for summary in paths:
         for name in (RESULTS_JSON, ROUND_ANCHORS_JSON):
             if not (summary.parent / name).is_file():
                 raise InputError(summary.parent / name, "not found: --accuracy needs each run's measured plans "
