@@ -5,7 +5,11 @@ plan job runs, outside it; on shared cores the job's own speed moves apart from 
 error the report gives then mixes the models' error with the machine's speed at another hour. So `eval.py
 --round_anchors` measures a few plans of other tasks in every round of the evaluation, spread over the round
 (`anchor_order`), and each round's speed is their median measured / estimated, per part (`round_factors`):
-compute, backward and forward exchange, and the plan cost. The pipeline's anchors are plans of tasks that nothing
+compute, backward and forward exchange, and the plan cost. The collectives of spread tables (row-wise,
+table-row-wise, data-parallel) are timed apart inside the exchanges and drift apart from the all-to-alls (gloo's
+reductions are not its message passing): where anchors have spread tables, each round also gets the
+median speed of their forward and of their backward collectives, and an estimate's collectives move by those (by
+their exchange's factor in a round without them). The pipeline's anchors are plans of tasks that nothing
 trained on (steps 2f, 5f), made by the evaluation's algorithms, one plan a task with the algorithms rotated
 (`spread_choice`: one task's plans share that task's model error, as large as the drift). Plans whose shards the
 models were retrained on (the on-policy step's) are a biased gauge: the models reproduce what those plans cost at
@@ -44,6 +48,7 @@ from neuroshard.types.costs import CostBreakdown
 from neuroshard.types.records import PlanRecord
 
 PARTS = ("compute", "bw_comm", "fw_comm")
+COLLECTIVE_PARTS = ("fw_collectives", "bw_collectives")  # a breakdown's `collectives[rank]`: [forward, backward]
 ANCHOR_PREFIX = "anchor:"  # the label of an anchor's record among the evaluation's measurements
 ANCHOR_DRAWS = 200  # resamples of the anchors for the spread of the calibrated ratio (`anchor_spread`)
 
@@ -51,7 +56,8 @@ ANCHOR_DRAWS = 200  # resamples of the anchors for the spread of the calibrated 
 @dataclass
 class RoundCalibration(Record):
     """Per round, the anchors' speed (`factors`: {"cost", "compute", "bw_comm", "fw_comm"} measured /
-    estimated, medians over the round's anchors), and the evaluation's plans against estimates moved by their
+    estimated, medians over the round's anchors, and "fw_collectives", "bw_collectives" where anchors have
+    spread tables), and the evaluation's plans against estimates moved by their
     round's factors: `mape` per measurement, `mape_mean` of the plans' mean costs, `spearman` of the means,
     `coverage` of the measurements in the moved 80% band (None without predicted spreads), and the raw
     (unmoved) per-measurement MAPE beside them; `floor` and `floor_mean`: what a perfect model would score on
@@ -89,28 +95,51 @@ def anchor_order(rounds: Sequence[tuple[PlanRecord, int]], anchors: Sequence[Pla
 
 
 def _round_record(rec: PlanRecord, r: int) -> PlanRecord | None:
-    """`rec` as if measured once, in round r (its r-th repeat's parts and cost); None without it."""
+    """`rec` as if measured once, in round r (its r-th repeat's parts and cost); None without it. Results
+    written before the repeats kept their collectives give each round the mean over the repeats."""
     parts = rec.measured.repeats[r] if rec.measured is not None and rec.measured.repeats and \
         r < len(rec.measured.repeats) else None
     if parts is None or not rec.repeat_costs or r >= len(rec.repeat_costs):
         return None
-    return replace(rec, measured=CostBreakdown(parts.compute, parts.bw_comm, parts.fw_comm),
+    collectives = parts.collectives if parts.collectives is not None else rec.measured.collectives
+    return replace(rec, measured=CostBreakdown(parts.compute, parts.bw_comm, parts.fw_comm, collectives=collectives),
                    repeat_costs=[rec.repeat_costs[r]])
+
+
+def _collective_ratios(records: Sequence[PlanRecord]) -> dict[str, float]:
+    """Per collective part ("fw_collectives", "bw_collectives"), the median over the records that have it of
+    measured / estimated summed over the ranks; a part no record has is left out."""
+    out = {}
+    for i, key in enumerate(COLLECTIVE_PARTS):
+        ratios = []
+        for rec in records:
+            got, est = rec.measured.collectives, rec.estimate.collectives if rec.estimate is not None else None
+            if got and est and len(got) == len(est) and sum(e[i] for e in est) > 0:
+                ratios.append(sum(g[i] for g in got) / sum(e[i] for e in est))
+        if ratios:
+            out[key] = float(np.median(ratios))
+    return out
 
 
 def round_factors(anchors: Sequence[PlanRecord], repeats: int) -> list[dict]:
     """Per round, the anchors' measured / estimated medians (`summary.speed_ratios`) of that round's
-    measurements; a part without a ratio in a round is 1.0 (not moved)."""
+    measurements; a part without a ratio in a round is 1.0 (not moved). Where anchors have spread tables, the
+    round's speed of their collectives too (`COLLECTIVE_PARTS`, module doc)."""
     out = []
     for r in range(repeats):
-        ratios = speed_ratios([x for x in (_round_record(a, r) for a in anchors) if x is not None])
+        measured = [x for x in (_round_record(a, r) for a in anchors) if x is not None]
+        ratios = {**speed_ratios(measured), **_collective_ratios(measured)}
         out.append({k: (float(v) if v is not None and np.isfinite(v) and v > 0 else 1.0) for k, v in ratios.items()})
     return out
 
 
 def _moved(estimate: CostBreakdown, f: dict) -> float:
-    return max(f["compute"] * c + f["bw_comm"] * b + f["fw_comm"] * w
-               for c, b, w in zip(estimate.compute, estimate.bw_comm, estimate.fw_comm))
+    """The estimate's plan cost with each rank's parts multiplied by the round's factors: the spread tables'
+    collectives by their own where the round has them, else by their exchange's."""
+    coll = estimate.collectives or [(0.0, 0.0)] * len(estimate.compute)
+    f_fw, f_bw = f.get("fw_collectives", f["fw_comm"]), f.get("bw_collectives", f["bw_comm"])
+    return max(f["compute"] * c + f["bw_comm"] * (b - kb) + f_bw * kb + f["fw_comm"] * (w - kf) + f_fw * kf
+               for c, b, w, (kf, kb) in zip(estimate.compute, estimate.bw_comm, estimate.fw_comm, coll))
 
 
 def _round_diffs(costs: Sequence[Sequence[float]], speeds: Sequence[float]) -> tuple[list[float], list[int]]:

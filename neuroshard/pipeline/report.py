@@ -450,6 +450,10 @@ def round_lines(hw_dir: Path, step: str = "6b", anchors: str = "plans of anchor 
             + (f", Spearman {cal.spearman:.3f}" if cal.spearman is not None else "")
             + (f"; the moved 80% band holds **{pct(cal.coverage)}** of the measurements" if cal.coverage is not None
                else "") + ".")
+    if any("fw_collectives" in f or "bw_collectives" in f for f in cal.factors):
+        by_round = lambda key: ", ".join(f"{f[key]:.3f}x" if key in f else "-" for f in cal.factors)  # noqa: E731
+        line += (" The spread tables' collectives moved by the anchors' own collectives' speed, not their "
+                 f"exchange's: forward {by_round('fw_collectives')}, backward {by_round('bw_collectives')} by round.")
     figures = cal.to_json()
     results, anchor_file = hw_dir / RESULTS_JSON, hw_dir / ROUND_ANCHORS_JSON
     new = new_type_records(read_plans(results)) if results.exists() and anchor_file.exists() else []

@@ -17,8 +17,10 @@ from neuroshard.types.codec import Record, json_field
 @dataclass
 class RepeatParts(Record):
     """One repeated measurement of a plan, per rank: compute, backward and forward comm (ms), the compute
-    iterations' times (ms), the op's build time (s), the start delays of its forward exchange (`skew`, ms)
-    and, when compute is timed by the CPU clock, the kernels' elapsed time (ms)."""
+    iterations' times (ms), the op's build time (s), the start delays of its forward exchange (`skew`, ms),
+    when compute is timed by the CPU clock, the kernels' elapsed time (ms), and for a plan with spread tables
+    the ms of their forward and backward collectives (`collectives`, per rank [fw, bw], already in the
+    exchanges)."""
 
     compute: list[float]
     bw_comm: list[float]
@@ -27,6 +29,7 @@ class RepeatParts(Record):
     build_s: list[float] = field(default_factory=list)
     compute_wall: list[float] | None = json_field(None, omit_none=True)
     skew: list[float] | None = json_field(None, omit_none=True)
+    collectives: list[list[float]] | None = json_field(None, omit_none=True)
 
 
 @dataclass

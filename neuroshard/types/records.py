@@ -64,7 +64,7 @@ class PlanMeasurement(Record):
 
     def parts(self) -> RepeatParts:
         return RepeatParts(self.compute, self.bw_comm, self.fw_comm, self.compute_iters, self.build_s,
-                           self.compute_wall, self.skew)
+                           self.compute_wall, self.skew, self.collectives)
 
     def breakdown(self) -> CostBreakdown:
         return CostBreakdown(self.compute, self.bw_comm, self.fw_comm, dims=self.dims, skew=self.skew,

@@ -105,6 +105,52 @@ def test_the_ratio_to_the_floor_is_read_again_with_the_anchors_resampled():
     assert anchor_spread([plan], [a], 2) is None and calibrated_accuracy([plan], [a], 2).ratio_spread is None
 
 
+def _spread_anchor(rounds, collectives_in_repeats=True):
+    """An anchor with a spread table over two ranks, estimated at compute 1, backward exchange 0.5 (0.25 of it
+    the collectives) and forward exchange 1.0 (0.5 of it the collectives) per rank; each round measured at the
+    given (compute, bw, fw, fw collectives, bw collectives) per rank."""
+    est = CostBreakdown([1.0, 1.0], [0.5, 0.5], [1.0, 1.0], collectives=[[0.5, 0.25], [0.5, 0.25]])
+    reps = [RepeatParts([c] * 2, [b] * 2, [f] * 2, collectives=[[kf, kb]] * 2 if collectives_in_repeats else None)
+            for c, b, f, kf, kb in rounds]
+    mean = lambda i: sum(r[i] for r in rounds) / len(rounds)  # noqa: E731
+    measured = CostBreakdown([mean(0)] * 2, [mean(1)] * 2, [mean(2)] * 2, repeats=reps,
+                             collectives=[[mean(3), mean(4)]] * 2)
+    return PlanRecord(9, "anchor:torchrec_full", plan=Plan((), ((), ()), (Spread(0, "row_wise", (0, 1)),)),
+                      estimate=est, measured=measured, repeat_costs=[c + b + f for c, b, f, _, _ in rounds])
+
+
+def test_spread_anchors_give_each_round_its_collectives_speed():
+    # round 0: compute and the backward exchange at 1.2x, the forward at 1.1x; the forward collectives at 1.0x
+    # (0.5 of 0.5), the backward at 1.2x (0.3 of 0.25). Round 1: every part as estimated
+    anchor = _spread_anchor([(1.2, 0.6, 1.1, 0.5, 0.3), (1.0, 0.5, 1.0, 0.5, 0.25)])
+    f0, f1 = round_factors([anchor], 2)
+    assert f0 == pytest.approx({"cost": 2.9 / 2.5, "compute": 1.2, "bw_comm": 1.2, "fw_comm": 1.1,
+                                "fw_collectives": 1.0, "bw_collectives": 1.2})
+    assert f1 == pytest.approx({"cost": 1.0, "compute": 1.0, "bw_comm": 1.0, "fw_comm": 1.0, "fw_collectives": 1.0,
+                                "bw_collectives": 1.0})
+    # results written before the repeats kept their collectives: each round gets the mean over the repeats
+    # (forward 0.5 / 0.5, backward 0.275 / 0.25)
+    old = _spread_anchor([(1.2, 0.6, 1.1, 0.5, 0.3), (1.0, 0.5, 1.0, 0.5, 0.25)], collectives_in_repeats=False)
+    assert [f["bw_collectives"] for f in round_factors([old], 2)] == pytest.approx([1.1, 1.1])
+    # anchors without spread tables give no collectives' speed
+    plain = _measured(7, "anchor:n", ((1.0, 1.0), (0.5, 0.5), (0.5, 0.5)), [((1.0, 1.0), (0.5, 0.5), (0.5, 0.5))])
+    assert set(round_factors([plain], 1)[0]) == {"cost", "compute", "bw_comm", "fw_comm"}
+
+
+def test_the_collectives_of_a_plan_move_by_their_own_factor():
+    # a plan estimated at compute (2, 1), backward exchange 0.5 (0.25 collectives) and forward 1.0 (0.5
+    # collectives) per rank; in a round with the forward all-to-all at 1.2x and the collectives at 1.0x, rank 0 is
+    # moved to 2 + 0.5 + 0.5 x 1.2 + 0.5 = 3.6, where the exchange's factor alone gives 2 + 0.5 + 1.2 = 3.7
+    est = CostBreakdown([2.0, 1.0], [0.5, 0.5], [1.0, 1.0], collectives=[[0.5, 0.25], [0.5, 0.25]])
+    plan = PlanRecord(0, "torchrec_full", plan=PLAN, estimate=est, repeat_costs=[3.6],
+                      measured=CostBreakdown([2.0, 1.0], [0.5, 0.5], [1.1, 1.1], repeats=[
+                          RepeatParts([2.0, 1.0], [0.5, 0.5], [1.1, 1.1])]))
+    exchange = {"cost": 1.0, "compute": 1.0, "bw_comm": 1.0, "fw_comm": 1.2}
+    assert accuracy_at([plan], [{**exchange, "fw_collectives": 1.0, "bw_collectives": 1.0}], 1).mape == \
+        pytest.approx(0.0, abs=1e-12)
+    assert accuracy_at([plan], [exchange], 1).mape == pytest.approx(0.1 / 3.6)
+
+
 def _rescaled(alg, task, costs):
     """A plan of `alg` (estimated at plan cost 3.0, compute (2, 1) and exchanges of 0.5) measured at `costs` by round,
     every part scaled from the estimate."""

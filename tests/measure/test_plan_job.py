@@ -90,6 +90,7 @@ def test_row_wise_and_data_parallel_tables_run_with_their_collectives(tiny, tmp_
     # merged into a result, the collectives are kept per rank
     [merged] = merge_results(records[:1], [[a]])
     assert merged.measured.collectives == a.collectives
+    assert merged.measured.repeats[0].collectives == a.collectives  # and per repeat, for each round's speed
     # a plan without spread tables records no collectives
     [plain] = measure_plans(d / "plans.json", d / "ds", d / "tasks.txt",
                             HardwareConfig(problem=Problem(2), warmup=0, iters=1, timeout=30))[:1]

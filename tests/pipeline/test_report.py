@@ -272,6 +272,14 @@ def test_round_lines_price_the_plans_with_the_new_types_on_their_own(tmp_path):
             "0.67x)") in lines[0]
     assert fig["new_types"]["mape"] == pytest.approx(0.3 / 3.3 / 2)
     assert fig["new_types"]["floor"] == pytest.approx(0.3 / 3.15 / 2 ** 0.5)
+    assert "collectives moved by" not in lines[0]
+    # rounds whose anchors had spread tables: their collectives' own speed is named
+    write_side_file(tmp_path / "round_calibration.json", RoundCalibration(
+        1, [{"cost": 1.0, "fw_collectives": 1.05, "bw_collectives": 1.2}, {"cost": 1.0, "bw_collectives": 0.9}], 4,
+        mape=0.05, raw_mape=0.05, floor=0.05))
+    lines, _ = round_lines(tmp_path)
+    assert ("The spread tables' collectives moved by the anchors' own collectives' speed, not their exchange's: "
+            "forward 1.050x, -, backward 1.200x, 0.900x by round.") in lines[0]
 
 
 def test_collective_model_rows_and_the_spread_tables_chosen(tmp_path):
