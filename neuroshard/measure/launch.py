@@ -3,9 +3,6 @@
 
 A job runs the one rank loop (`measure.rank`) on `ndevices` ranks under
 torchrun (`python -m torch.distributed.run`: gloo on CPU, NCCL on GPUs). The
-torchrun agent only coordinates: a launcher that has torch imported runs it in
-a fork of itself (`measure.forked`), which saves it an import of torch; the
-ranks, which time, start as fresh interpreters either way. The
 launcher writes the job file (`job.json`: the worker, device, collective
 timeout, its own pid and the worker's spec) and any input files into a
 fresh job dir; rank 0 streams one JSON line per finished item to
@@ -52,7 +49,6 @@ from dataclasses import dataclass, replace
 from typing import ClassVar, Iterator
 
 from neuroshard.checks import check_float, check_int
-from neuroshard.measure.forked import ForkedProcess, can_fork
 from neuroshard.measure.process_env import measuring_env
 from neuroshard.measure.rank import (
     JOB_FILE,
@@ -204,15 +200,6 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
-def _torchrun(args: list[str]) -> int:
-    """`python -m torch.distributed.run <args>` in this process (a fork of the launcher): its exit status."""
-    from torch.distributed.run import main
-
-    sys.argv = ["torchrun", *args]
-    main(args)
-    return 0
-
-
 class TorchrunJob:
     """One torchrun job of the rank loop (`measure.rank`) whose rank 0 streams results as JSON lines.
 
@@ -263,7 +250,7 @@ class TorchrunJob:
         self.stall_timeout = stall_timeout if stall_timeout is not None else timeout + WATCHDOG_GRACE_S
         self.work_dir, self.keep_dir = work_dir, keep_dir
         self.job_dir: str | None = None
-        self.proc: subprocess.Popen | ForkedProcess | None = None
+        self.proc: subprocess.Popen | None = None
         self._log = None
         self._failed = False
         self._started = 0.0
@@ -301,14 +288,9 @@ class TorchrunJob:
             env["CUDA_VISIBLE_DEVICES"] = self.gpu_devices
         self._log = open(os.path.join(self.job_dir, LOG_FILE), "w")
         self._started = time.monotonic()
-        # Own session/process group: the whole torchrun tree can be signalled at once. The agent only
-        # coordinates: a fork of this process where torch is imported already saves it the import (`forked`).
-        if "torch" in sys.modules and can_fork():
-            self.proc = ForkedProcess(lambda: _torchrun(cmd[3:]), output=self._log.fileno(), env=env,
-                                      new_session=True)
-        else:
-            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self._log,
-                                         stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        # Own session/process group: the whole torchrun tree can be signalled at once.
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self._log,
+                                     stderr=subprocess.STDOUT, env=env, start_new_session=True)
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:

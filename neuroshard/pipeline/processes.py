@@ -20,17 +20,21 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import traceback
 import types
 from pathlib import Path
 from typing import Sequence
 
-from neuroshard.measure.forked import ForkedProcess, can_fork, exit_status
-
 # imported once by the driver before its first forked step; the steps' own modules are light beside them
 PRELOAD = ("torch", "fbgemm_gpu", "torchrec.distributed.model_parallel", "torchrec.distributed.planner")
 # how long a step that had the driver's Ctrl-C may take to stop its ranks and keep what it has, before it is killed
 INTERRUPT_GRACE_S = 10.0
+
+
+def can_fork() -> bool:
+    """Whether steps can start as forks of the driver (Linux: fork after these imports is safe there)."""
+    return hasattr(os, "fork") and sys.platform.startswith("linux")
 
 
 class StepLauncher:
@@ -51,7 +55,7 @@ class StepLauncher:
         argv = list(argv)
         if self.fork and argv and argv[0].endswith(".py"):
             self.preload()
-            if can_fork():
+            if not _cuda_initialized():
                 return _fork_script(self.cwd, argv, self.interrupt_grace_s)
         return subprocess.call([sys.executable, *argv], cwd=self.cwd)
 
@@ -64,19 +68,44 @@ class StepLauncher:
                 pass
 
 
+def _cuda_initialized() -> bool:
+    """Whether this process holds a CUDA context, which a fork cannot use (the steps then start fresh)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and torch.cuda.is_initialized()
+
+
 def _fork_script(cwd: Path, argv: list[str], grace_s: float) -> int:
-    child = ForkedProcess(lambda: run_as_main(cwd, argv))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the child never returns into the driver's frames
+        status = 1
+        try:
+            status = run_as_main(cwd, argv)
+        finally:
+            os._exit(status)
     try:
-        return child.wait()
+        _, wait_status = os.waitpid(pid, 0)
     except BaseException:
         # the step had the same Ctrl-C (one process group): it may end by itself, else it is killed; either
         # way it is reaped and the interrupt goes on
-        try:
-            child.wait(grace_s)
-        except subprocess.TimeoutExpired:
-            os.kill(child.pid, signal.SIGKILL)
-            child.wait()
+        _stop(pid, grace_s)
         raise
+    return os.waitstatus_to_exitcode(wait_status)
+
+
+def _stop(pid: int, grace_s: float) -> None:
+    """Reap the child `pid`, killing it if it is still running after `grace_s`."""
+    deadline = time.monotonic() + grace_s
+    try:
+        while os.waitpid(pid, os.WNOHANG) == (0, 0):
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                return
+            time.sleep(0.01)
+    except ChildProcessError:  # the interrupted wait had reaped it already
+        pass
 
 
 def run_as_main(cwd: Path, argv: list[str]) -> int:
@@ -94,7 +123,7 @@ def run_as_main(cwd: Path, argv: list[str]) -> int:
         exec(code, main.__dict__)
         status = 0
     except SystemExit as e:
-        status = exit_status(e.code)
+        status = _exit_status(e.code)
     except BaseException as e:  # the traceback from the script's own frames, as the interpreter prints it
         traceback.print_exception(type(e), e, e.__traceback__.tb_next)
         status = 128 + signal.SIGINT if isinstance(e, KeyboardInterrupt) else 1
@@ -108,3 +137,13 @@ def run_as_main(cwd: Path, argv: list[str]) -> int:
         except (OSError, ValueError):
             pass
     return status
+
+
+def _exit_status(code: object) -> int:
+    """The exit status `sys.exit(code)` gives: None is 0, an int itself, anything else printed and 1."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
