@@ -285,6 +285,26 @@ def test_combine_runs_pools_the_runs_verdicts(tmp_path):
     assert_one_line_error(run("combine_runs.py", a), "RUN", "two or more runs")
 
 
+def test_combine_runs_heads_the_ablation_with_the_runs_that_have_it(tmp_path):
+    from tests.eval.test_pooling import Z
+
+    runs = []
+    for seed, (name, gain) in enumerate((("r0", 0.04), ("r1", None), ("r2", 0.02))):  # r1: no report, no ablation
+        write_summary(tmp_path / name / "hw", {"autoshard": (0.03 + seed / 100, 0.01)})
+        ablation = None if gain is None else {"effects": [{"name": "search", "base": "a", "other": "b", "gain": gain,
+                                                           "gain_lo": gain - Z * 0.01, "gain_hi": gain + Z * 0.01}]}
+        (tmp_path / name / "config.json").write_text(json.dumps({"seed": seed, "ablation": ablation}))
+        runs.append(tmp_path / name)
+    res = run("combine_runs.py", *runs)
+    assert res.returncode == 0, res.stderr
+    text = res.stdout.split("The cost-model ablation's effects", 1)[1]
+    assert f"(without {runs[1]}: no ablation figures)" in text.splitlines()[0]
+    header, _, row = [line for line in text.splitlines() if line.startswith("|")]
+    assert header == f"| effect | {runs[0]} | {runs[2]} | pooled (random effects) | verdict |"
+    # 0.04 and 0.02 with se 0.01 pool to +3.0% [+1.0%, +5.0%] (pooling's test)
+    assert row.startswith("| search (`a` vs `b`) | +4.0% [") and "| +3.0% [+1.0%, +5.0%] | **beats** |" in row
+
+
 def test_combine_runs_bad_inputs(tmp_path):
     a = write_summary(tmp_path / "a", {"autoshard": (0.04, 0.01)})
     sim = write_summary(tmp_path / "sim", {"autoshard": (0.04, 0.02)}, cost="estimated_cost")
