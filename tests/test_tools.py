@@ -356,6 +356,12 @@ def test_combine_runs_pools_the_calibrated_plan_cost_error(tmp_path):
     assert out["with the new types"]["runs"][1]["floor"] == 0.0
     [line] = [x for x in res.stdout.splitlines() if x.startswith("| with the new types")]
     assert "| 20.0% / 0.0% = -, 1 plans |" in line and "**12.3% / 3.4% = 3.64x (3.64-3.64), 2 plans**" in line
+    # where the new-type plans' error sits, each run's parts moved by its own rounds: run 1's at 1.32 / 1.2 and
+    # 1.0 / 1.0 of the estimate, run 2's at 2.5 / 3.0 twice (its table-wise plan's at 1.0, in brackets)
+    assert "| compute | 1.05x | 0.83x (1.00x) |" in res.stdout
+    assert "| compute by rank | 1.05, 1.05 | 0.83, 0.83 |" in res.stdout
+    parts = json.loads((tmp_path / "acc.json").read_text())["new_type_parts"]
+    assert parts[0]["new_types"]["fw_alltoall"] == pytest.approx(1.05) and parts[0]["others"] == {}
     # bad inputs: a run without its anchors, the simulator's runs, TorchRec training runs
     (tmp_path / "r2" / "hw" / "round_anchors.json").unlink()
     assert_raises_one_line("combine_runs", [tmp_path / "r1", tmp_path / "r2", "--accuracy"],

@@ -244,12 +244,47 @@ def pool_accuracy(named, paths, out_path) -> int:
     print("|---|" + "---|" * len(names) + "---|")
     for label, row in rows.items():
         print(f"| {label} | " + " | ".join(map(_ratio_cell, row["runs"])) + f" | **{_ratio_cell(row['pooled'])}** |")
+    parts = part_table(names, runs)
     if out_path:
         write_json_atomic(out_path, {"runs": [str(p.parent) for p in paths], "accuracy": {
             label: {"runs": [c.to_json() for c in row["runs"]], "pooled": row["pooled"].to_json()}
-            for label, row in rows.items()}})
+            for label, row in rows.items()}, "new_type_parts": parts})
         print(f"wrote {out_path}", file=sys.stderr)
     return 0
+
+
+def part_table(names, runs) -> list[dict]:
+    """Print, per run, where the new-type plans' error sits beside the other plans' (`round_calibration.part_ratios`
+    and `rank_compute_ratios`, each run's estimates moved by its own rounds' factors); returns the figures."""
+    from neuroshard.eval.round_calibration import (
+        PART_NAMES,
+        SPLIT_PARTS,
+        new_type_records,
+        part_ratios,
+        rank_compute_ratios,
+        round_factors,
+    )
+
+    figures = []
+    for recs, anchors, repeats in runs:
+        factors = round_factors(anchors, repeats)
+        spread = new_type_records(recs)
+        others = [r for r in recs if r not in spread]
+        figures.append({"new_types": part_ratios(spread, factors), "others": part_ratios(others, factors),
+                        "compute_by_rank": [None if v != v else v for v in rank_compute_ratios(spread, factors)]})
+    if not any(f["new_types"] for f in figures):
+        return figures
+    cell = lambda f, k: (f"{f['new_types'][k]:.2f}x" if k in f["new_types"] else "-") + (  # noqa: E731
+        f" ({f['others'][k]:.2f}x)" if k in f["others"] else "")
+    print("\nWhere the new-type plans' error sits: per part, measured over the estimate moved by its round's factors "
+          "(median over measurements, summed over the ranks; in brackets the other plans')\n")
+    print("| part | " + " | ".join(names) + " |")
+    print("|---|" + "---|" * len(names))
+    for k in SPLIT_PARTS:
+        print(f"| {PART_NAMES[k]} | " + " | ".join(cell(f, k) for f in figures) + " |")
+    print("| compute by rank | " + " | ".join(", ".join("-" if v is None else f"{v:.2f}" for v in f["compute_by_rank"])
+                                            for f in figures) + " |")
+    return figures
 
 
 if __name__ == "__main__":

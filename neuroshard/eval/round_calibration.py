@@ -142,6 +142,65 @@ def _moved(estimate: CostBreakdown, f: dict) -> float:
                for c, b, w, (kf, kb) in zip(estimate.compute, estimate.bw_comm, estimate.fw_comm, coll))
 
 
+# a plan's parts as `part_ratios` splits them: the exchanges without the spread tables' collectives, and those apart
+SPLIT_PARTS = ("compute", "fw_alltoall", "bw_alltoall", "fw_collectives", "bw_collectives")
+PART_NAMES = {"compute": "compute", "fw_alltoall": "forward all-to-all", "bw_alltoall": "backward all-to-all",
+              "fw_collectives": "forward collectives", "bw_collectives": "backward collectives"}
+
+
+def _split(b: CostBreakdown) -> dict[str, float]:
+    """A breakdown's parts summed over the ranks, its exchanges split into all-to-all and collectives
+    (`SPLIT_PARTS`)."""
+    coll = b.collectives or [(0.0, 0.0)] * len(b.compute)
+    fw_c, bw_c = sum(c[0] for c in coll), sum(c[1] for c in coll)
+    return {"compute": sum(b.compute), "fw_alltoall": sum(b.fw_comm) - fw_c, "bw_alltoall": sum(b.bw_comm) - bw_c,
+            "fw_collectives": fw_c, "bw_collectives": bw_c}
+
+
+# the round factor that moves each of them (`_moved`): the collectives by their own where the round has them
+_MOVED_BY = {"compute": "compute", "fw_alltoall": "fw_comm", "bw_alltoall": "bw_comm", "fw_collectives": "fw_comm",
+             "bw_collectives": "bw_comm"}
+
+
+def part_ratios(records: Sequence[PlanRecord], factors: Sequence[dict]) -> dict[str, float]:
+    """Where the plans' error sits: per part (`SPLIT_PARTS`), the median over the records' measurements of
+    measured / estimated, each summed over the ranks and the estimate moved by its round's factor (1.0 is
+    priced right). A part whose estimate is 0 in every measurement is left out. A forward all-to-all priced
+    low while the collectives are right says the ranks were ready further apart than estimated: the exchange
+    starts with each rank waiting for the latest (`measure.plan_job`), so it carries the compute's per-rank
+    error (`rank_compute_ratios`)."""
+    ratios: dict[str, list[float]] = {k: [] for k in SPLIT_PARTS}
+    for rec in _measured(records):
+        est = _split(rec.estimate)
+        for r, f in enumerate(factors):
+            m = _round_record(rec, r)
+            if m is None:
+                continue
+            got = _split(m.measured)
+            for k in SPLIT_PARTS:
+                if est[k] > 0:
+                    ratios[k].append(got[k] / (est[k] * f.get(k, f[_MOVED_BY[k]])))
+    return {k: float(np.median(v)) for k, v in ratios.items() if v}
+
+
+def rank_compute_ratios(records: Sequence[PlanRecord], factors: Sequence[dict]) -> list[float]:
+    """Per rank, the median over the records' measurements of its measured compute over its estimate moved by
+    the round's compute factor (ranks with no estimated compute left out of that rank's median; NaN for a rank
+    without any): a slope over the ranks that the models do not have is a per-rank error the plan's cost
+    follows (the slowest rank sets it)."""
+    recs = _measured(records)
+    ranks: list[list[float]] = [[] for _ in range(max((len(r.estimate.compute) for r in recs), default=0))]
+    for rec in recs:
+        for r, f in enumerate(factors):
+            m = _round_record(rec, r)
+            if m is None:
+                continue
+            for q, (got, est) in enumerate(zip(m.measured.compute, rec.estimate.compute)):
+                if est > 0:
+                    ranks[q].append(got / (est * f["compute"]))
+    return [float(np.median(v)) if v else float("nan") for v in ranks]
+
+
 def _round_diffs(costs: Sequence[Sequence[float]], speeds: Sequence[float]) -> tuple[list[float], list[int]]:
     """Per plan measured in two rounds, |z1 - z2| / mean(z1, z2) of its first two with each round's speed taken
     out, and the rounds it ran in (module doc)."""

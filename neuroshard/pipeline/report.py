@@ -456,7 +456,8 @@ def round_lines(hw_dir: Path, step: str = "6b", anchors: str = "plans of anchor 
                  f"exchange's: forward {by_round('fw_collectives')}, backward {by_round('bw_collectives')} by round.")
     figures = cal.to_json()
     results, anchor_file = hw_dir / RESULTS_JSON, hw_dir / ROUND_ANCHORS_JSON
-    new = new_type_records(read_plans(results)) if results.exists() and anchor_file.exists() else []
+    records = read_plans(results) if results.exists() and anchor_file.exists() else []
+    new = new_type_records(records)
     acc = calibrated_accuracy(new, read_plans(anchor_file), len(cal.factors)) if new else None
     if acc is not None and acc.mape is not None:
         by_alg = Counter(r.alg for r in new)
@@ -465,7 +466,26 @@ def round_lines(hw_dir: Path, step: str = "6b", anchors: str = "plans of anchor 
                  f"**{pct(acc.mape)}** per measurement{times(acc.mape, acc.floor, resampled_phrase(acc.ratio_spread))}"
                  " (`tools/combine_runs.py --accuracy` pools this over runs).")
         figures["new_types"] = acc.to_json()
+        others = [r for r in records if not (r.plan is not None and r.plan.spread)]
+        parts_line, parts = part_lines(new, others, acc.factors)
+        line += parts_line
+        figures["new_types"].update(parts)
     return [line], figures
+
+
+def part_lines(new: list[PlanRecord], others: list[PlanRecord], factors: list[dict]) -> tuple[str, dict]:
+    """The sentence and figures on where the new-type plans' error sits (`round_calibration.part_ratios`,
+    `rank_compute_ratios`), beside the other plans' parts."""
+    from neuroshard.eval.round_calibration import PART_NAMES, part_ratios, rank_compute_ratios
+
+    mine, theirs, ranks = part_ratios(new, factors), part_ratios(others, factors), rank_compute_ratios(new, factors)
+    listed = lambda ratios: ", ".join(f"{PART_NAMES[k]} {v:.2f}x" for k, v in ratios.items())  # noqa: E731
+    line = (f" By part, measured over the moved estimate (median over measurements, summed over the ranks): "
+            f"the new-type plans' {listed(mine)}"
+            + (f"; the other plans' {listed(theirs)}" if theirs else "")
+            + "; the new-type plans' compute by rank " + ", ".join("-" if v != v else f"{v:.2f}x" for v in ranks)
+            + ".")
+    return line, {"parts": mine, "other_parts": theirs, "compute_by_rank": [None if v != v else v for v in ranks]}
 
 
 def refine_lines(records: list[PlanRecord] | None) -> tuple[list[str], dict | None]:

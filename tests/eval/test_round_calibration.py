@@ -10,7 +10,9 @@ from neuroshard.eval.round_calibration import (
     anchor_spread,
     calibrated_accuracy,
     new_type_records,
+    part_ratios,
     pooled_accuracy,
+    rank_compute_ratios,
     round_factors,
     round_floors,
     spread_choice,
@@ -156,6 +158,39 @@ def _rescaled(alg, task, costs):
     every part scaled from the estimate."""
     e = ((2.0, 1.0), (0.5, 0.5), (0.5, 0.5))
     return _measured(task, alg, e, [tuple(tuple(x * c / 3.0 for x in part) for part in e) for c in costs])
+
+
+def test_part_ratios_split_the_exchanges_into_all_to_all_and_collectives():
+    # estimated per rank: compute 1, backward 0.5 (0.25 collectives), forward 1.0 (0.5 collectives); summed over
+    # the two ranks: compute 2, bw all-to-all 0.5, fw all-to-all 1.0, fw collectives 1.0, bw collectives 0.5.
+    # round 0 measured (compute, bw, fw, fw coll, bw coll) = (1.2, 0.6, 1.5, 0.5, 0.25) a rank, round 1
+    # (1.0, 0.5, 1.3, 0.5, 0.25): the forward all-to-all ran at 1.0 and 0.8 a rank against 0.5 estimated
+    rec = _spread_anchor([(1.2, 0.6, 1.5, 0.5, 0.25), (1.0, 0.5, 1.3, 0.5, 0.25)])
+    # round 0 ran compute at 1.2x, the exchanges at 1.1x, the collectives as estimated; round 1 as estimated
+    factors = [{"cost": 1.0, "compute": 1.2, "bw_comm": 1.1, "fw_comm": 1.1, "fw_collectives": 1.0,
+                "bw_collectives": 1.0}, {"cost": 1.0, "compute": 1.0, "bw_comm": 1.0, "fw_comm": 1.0}]
+    got = part_ratios([rec], factors)
+    # compute: 2.4 / (2 * 1.2) = 1 and 2.0 / 2 = 1; bw all-to-all: 0.7 / (0.5 * 1.1) and 0.5 / 0.5;
+    # fw all-to-all: 2.0 / (1.0 * 1.1) and 1.6 / 1.0; collectives: by their own factor in round 0, by their
+    # exchange's in round 1 (which has none): 1.0 / 1.0 and 1.0 / 1.0, 0.5 / 0.5 and 0.5 / 0.5
+    assert got == pytest.approx({"compute": 1.0, "bw_alltoall": (0.7 / 0.55 + 1.0) / 2,
+                                 "fw_alltoall": (2.0 / 1.1 + 1.6) / 2, "fw_collectives": 1.0, "bw_collectives": 1.0})
+    # a plan without spread tables has no collectives to compare
+    plain = _measured(1, "a", ([1, 1], [1, 1], [1, 1]), [([2, 1], [1, 1], [1, 1])])
+    assert set(part_ratios([plain], factors[:1])) == {"compute", "bw_alltoall", "fw_alltoall"}
+
+
+def test_rank_compute_ratios_show_a_slope_over_the_ranks():
+    # rank 0 measured at 1.5x its estimate and rank 1 at 1.0x in round 0 (compute factor 1.0); in round 1 the
+    # round ran at 2x (factor 2.0) and rank 0 at 3.0 = 1.5x of 2, rank 1 at 2.0 = 1.0x of 2
+    rec = _measured(1, "a", ([2, 4], [0, 0], [0, 0]), [([3, 4], [0, 0], [0, 0]), ([6, 8], [0, 0], [0, 0])])
+    factors = [{"cost": 1.0, "compute": 1.0, "bw_comm": 1.0, "fw_comm": 1.0},
+               {"cost": 2.0, "compute": 2.0, "bw_comm": 1.0, "fw_comm": 1.0}]
+    assert rank_compute_ratios([rec], factors) == pytest.approx([1.5, 1.0])
+    # a rank with no estimated compute anywhere has no ratio
+    idle = _measured(2, "a", ([2, 0], [0, 0], [0, 0]), [([3, 0], [0, 0], [0, 0])])
+    got = rank_compute_ratios([idle], factors[:1])
+    assert got[0] == pytest.approx(1.5) and got[1] != got[1]
 
 
 def test_runs_pooled_keep_their_own_rounds_speed_and_share_one_floor():

@@ -272,6 +272,13 @@ def test_round_lines_price_the_plans_with_the_new_types_on_their_own(tmp_path):
             "0.67x)") in lines[0]
     assert fig["new_types"]["mape"] == pytest.approx(0.3 / 3.3 / 2)
     assert fig["new_types"]["floor"] == pytest.approx(0.3 / 3.15 / 2 ** 0.5)
+    # where the error sits: the row-wise plan's parts at 3.3 / 3.0 and 3.0 / 3.0 of the estimate in the two
+    # rounds (median 1.05), the table-wise plan's at 6.0 / 3.0 in both
+    assert ("By part, measured over the moved estimate (median over measurements, summed over the ranks): the "
+            "new-type plans' compute 1.05x, forward all-to-all 1.05x, backward all-to-all 1.05x; the other plans' "
+            "compute 2.00x, forward all-to-all 2.00x, backward all-to-all 2.00x; the new-type plans' compute by "
+            "rank 1.05x, 1.05x.") in lines[0]
+    assert fig["new_types"]["compute_by_rank"] == pytest.approx([1.05, 1.05])
     assert "collectives moved by" not in lines[0]
     # rounds whose anchors had spread tables: their collectives' own speed is named
     write_side_file(tmp_path / "round_calibration.json", RoundCalibration(
