@@ -80,7 +80,9 @@ def test_gen_dlrm_data_synthetic(synthetic_dir):
     assert cfg["source"] == "synthetic" and cfg["num_tables"] == 8 and cfg["seed"] == 3
     configs = json.loads((synthetic_dir / "table_configs.json").read_text())
     assert len(configs) == 8
-    assert set(configs[0]) == {"row", "pooling_factor"} | {f"bin_{j}" for j in range(17)}
+    assert set(configs[0]) == {"row", "pooling_factor", "row_lookups"} | {f"bin_{j}" for j in range(17)}
+    # where the lookups fall over the rows, from the ids: 64 ranges' shares of them
+    assert len(configs[0]["row_lookups"]) == 64 and sum(configs[0]["row_lookups"]) == pytest.approx(1, abs=1e-3)
     data = torch.load(synthetic_dir / "data.pt")
     assert [len(o) for o in data["offsets"]] == [129] * 8
 

@@ -46,6 +46,29 @@ def test_table_config_json_round_trip():
         TableConfig.from_json({**d, "dim": 6})
     with pytest.raises(ValueError):
         TableConfig.from_json({**d, "row": -3})
+    assert "row_lookups" not in d  # written only where the ids gave it
+    skewed = TableConfig(1000, 3.5, BINS, row_lookups=(0.5, 0.25, 0.25, 0.0))
+    assert TableConfig.from_json(skewed.to_json()) == skewed
+    with pytest.raises(ValueError, match="row_lookups sum to 0.9, not 1"):
+        TableConfig(1000, 3.5, BINS, row_lookups=(0.5, 0.4))
+    with pytest.raises(ValueError, match=r"row_lookups must be 1 to row \(2\) shares in \[0, 1\]"):
+        TableConfig(2, 3.5, BINS, row_lookups=(0.5, 0.25, 0.25))
+    with pytest.raises(TypeError, match="row_lookups must be a list"):
+        TableConfig.from_json({**d, "row_lookups": 0.5})
+
+
+def test_a_row_block_takes_the_lookups_that_fall_in_its_rows():
+    # 1000 rows in 4 ranges of 250: half the lookups in rows [0, 250), a quarter in each of the next two
+    c = TableConfig(1000, 8.0, BINS, dim=16, row_lookups=(0.5, 0.25, 0.25, 0.0))
+    first = c.row_block(0, 250)
+    assert (first.row, first.pooling_factor, first.bins, first.dim, first.row_lookups) == (250, 4.0, BINS, 16, None)
+    # a block cut inside a range takes the part of its lookups its rows hold: [0, 300) = 0.5 + 0.25 x 50 / 250
+    assert c.row_block(0, 300).pooling_factor == pytest.approx(8.0 * 0.55)
+    assert c.row_block(750, 1000).pooling_factor == 0.0
+    # without the ids' spread a block takes its share of the rows
+    assert TableConfig(1000, 8.0, BINS).row_block(0, 300).pooling_factor == pytest.approx(8.0 * 0.3)
+    with pytest.raises(ValueError, match=r"row block \[900, 1100\) is not inside the table's 1000 rows"):
+        c.row_block(900, 1100)
 
 
 def test_apply_column_steps_appends_halves():
@@ -201,6 +224,9 @@ def test_row_blocks_are_torchrecs_ceil_blocks():
     assert row_blocks(7, 1) == [7]
     assert Spread(0, "data_parallel", (0, 1, 2)).rows_on(10) == [10, 10, 10]
     assert Spread(0, "table_row_wise", (2, 3)).rows_on(7) == [4, 3]
+    assert Spread(0, "row_wise", (3, 1, 0, 2)).ranges_on(10) == [(0, 3), (3, 6), (6, 9), (9, 10)]
+    assert Spread(0, "row_wise", (0, 1, 2, 3)).ranges_on(5) == [(0, 2), (2, 4), (4, 5), (5, 5)]
+    assert Spread(0, "data_parallel", (0, 1)).ranges_on(10) == [(0, 10), (0, 10)]
 
 
 def test_spread_tables_run_one_collective_per_group_and_pass():

@@ -1,14 +1,15 @@
 """Check the compute model on row-wise shards (row blocks of real tables) against FBGEMM measurements.
 
 Each shard's estimate comes from the blocks' own statistics (read from their
-ids) and, beside it, from the uniform 1/k assumption.
+ids), from the uniform 1/k assumption, and as the planners price it (the
+block's lookups from its table's row_lookups, the table's locality).
 
     python tools/row_block_check.py --data_dir results/quick/dataset --models results/quick/models \\
         --compute_data results/quick/compute_data --out_path results/quick/row_block_check.json
 
 Times each shard of row blocks --repeats times in interleaved rounds with the
 compute collection's settings (its config.json: warm-up, iterations, clock),
-prints the MAPE of both estimates beside the noise floor (two repeats against
+prints the MAPE of the three estimates beside the noise floor (two repeats against
 each other) and writes every shard's numbers as JSON (`eval.row_block_check`).
 """
 
@@ -64,7 +65,7 @@ def main(argv=None) -> int:
     floor = out["noise_floor"]["mean"]
     print(f"{out['samples']} shards of {out['blocks']} row blocks, {args.repeats} repeats each")
     print(f"noise floor (repeat vs repeat): {100 * floor:.1f}%")
-    for name in ("block_stats", "uniform"):
+    for name in ("block_stats", "uniform", "row_lookups"):
         m = out["mape"][name]
         print(f"compute model, {name:<11}: MAPE {100 * m:5.1f}% ({m / floor:.2f}x the floor), "
               f"Spearman {out['spearman'][name]:.3f}")

@@ -12,6 +12,7 @@ compute model take it as they take any table (`row_block_dataset`).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import NamedTuple, Sequence
 
 import torch
@@ -55,7 +56,7 @@ def uniform_block_config(config: TableConfig, k: int, j: int) -> TableConfig:
     """What a planner without the ids would assume: the block's rows, 1/k of the lookups (by the block's
     share of the rows), the table's locality."""
     lo, hi = block_range(config.row, k, j)
-    return config.row_share(hi - lo)
+    return replace(config, row_lookups=None).row_block(lo, hi)
 
 
 def row_block_dataset(dataset: Dataset, blocks: Sequence[RowBlock]) -> Dataset:

@@ -8,7 +8,10 @@ table we derive its `TableConfig` (DESIGN.md §3):
 * `pooling_factor` = mean lookups per sample;
 * `bin_j` = fraction of the table's distinct indices whose access count falls
   in bin j: bin 0 = exactly once, bin j (1..15) = (2^(j-1), 2^j], bin 16 =
-  more than 2^15. A table with no lookups has all bins 0.
+  more than 2^15. A table with no lookups has all bins 0;
+* `row_lookups` = the share of the lookups in each of min(row, 64) equal
+  ranges of the rows (ids cluster, so a row-wise block's lookups are not its
+  share of the rows: `TableConfig.row_block`). None without lookups.
 
 The aggregate statistics (`LocalityStats`) pool the raw per-table counts over
 all tables, as in the published `dlrm_datasets_*_locality_stats.txt`:
@@ -20,7 +23,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -32,6 +35,8 @@ from neuroshard.types.errors import InputError
 from neuroshard.types.tables import NUM_BINS, TableConfig
 
 MIN_ROWS = 100
+ROW_RANGES = 64  # equal ranges of a table's rows whose share of its lookups a config keeps (`row_ranges`)
+ROW_SHARE_DIGITS = 5  # their shares as written (64 of them rounded sum to 1 within 3.2e-4)
 # Upper edges of bins 0..15 (bin 16 is open): count c falls in the first bin whose edge >= c.
 BIN_EDGES = np.array([2**j for j in range(NUM_BINS - 1)], dtype=np.int64)
 BIN_LABELS = ["(0, 1]"] + [f"({2**(j - 1)}, {2**j}]" for j in range(1, NUM_BINS - 1)] + [
@@ -48,13 +53,17 @@ class TableLocality:
 
     `distinct[j]`: number of distinct indices whose access count is in bin j;
     `lookups[j]`: number of lookups that hit those indices (sum of their counts).
-    `max_index` is -1 for a table without lookups.
+    `max_index` is -1 for a table without lookups. `row_lookups`: the share of
+    the lookups in each of `row_ranges(row)` equal ranges of the rows
+    (`TableConfig.row_lookups`; empty without lookups).
     """
 
     num_lookups: int
     max_index: int
     distinct: np.ndarray
     lookups: np.ndarray
+    row_lookups: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    rows: int = 0  # the table's rows where known beyond its ids (a generator's drawn count), else 0
 
     @property
     def num_distinct(self) -> int:
@@ -62,14 +71,22 @@ class TableLocality:
 
     @property
     def row(self) -> int:
-        return max(MIN_ROWS, self.max_index + 1)
+        return max(MIN_ROWS, self.max_index + 1, self.rows)
 
     def config(self, batch_size: int) -> TableConfig:
         """The table's `TableConfig` for a batch of `batch_size` samples."""
         n = self.num_distinct
         bins = tuple(float(x) / n for x in self.distinct) if n else (0.0,) * NUM_BINS
         pf = self.num_lookups / batch_size if batch_size else 0.0
-        return TableConfig(self.row, float(pf), bins)
+        shares = tuple(round(float(x), ROW_SHARE_DIGITS) for x in self.row_lookups) if self.num_lookups else None
+        return TableConfig(self.row, float(pf), bins, row_lookups=shares)
+
+
+def row_ranges(row: int) -> int:
+    """How many equal ranges of a `row`-row table's rows `TableLocality.row_lookups` counts the lookups in: one
+    a row up to `ROW_RANGES` rows, else `ROW_RANGES` (a row-wise block cut inside a range gets the part of its
+    lookups its rows take, `TableConfig.lookup_share`)."""
+    return min(row, ROW_RANGES)
 
 
 def access_bins(counts: np.ndarray) -> np.ndarray:
@@ -95,8 +112,10 @@ def access_counts(indices: torch.Tensor) -> np.ndarray:
     return counts.numpy().astype(np.int64, copy=False)
 
 
-def table_locality(indices: torch.Tensor) -> TableLocality:
-    """Raw locality counts of one table's lookups (a 1-D int32/int64 tensor, values >= 0)."""
+def table_locality(indices: torch.Tensor, rows: int = 0) -> TableLocality:
+    """Raw locality counts of one table's lookups (a 1-D int32/int64 tensor, values >= 0); `rows`: the table's
+    rows where more are known than its ids reach (a table does not shrink because its last rows were not
+    looked up in one batch)."""
     indices = torch.as_tensor(indices)
     counts = access_counts(indices)
     bins = access_bins(counts)
@@ -104,7 +123,12 @@ def table_locality(indices: torch.Tensor) -> TableLocality:
     # float64 weights are exact for sums below 2**53 lookups
     lookups = np.rint(np.bincount(bins, weights=counts, minlength=NUM_BINS)).astype(np.int64)
     max_index = int(indices.max()) if indices.numel() else -1
-    return TableLocality(int(indices.numel()), max_index, distinct, lookups)
+    shares = np.zeros(0)
+    if indices.numel():
+        row = max(MIN_ROWS, max_index + 1, rows)
+        n = row_ranges(row)
+        shares = np.bincount((indices.to(torch.int64) * n // row).numpy(), minlength=n) / indices.numel()
+    return TableLocality(int(indices.numel()), max_index, distinct, lookups, shares, rows)
 
 
 # --------------------------------------------------------------------------- aggregate stats

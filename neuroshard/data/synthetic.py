@@ -12,7 +12,6 @@ import torch
 from neuroshard.checks import check_float, check_int
 from neuroshard.data.stats import INT32_MAX, MIN_ROWS, table_locality
 from neuroshard.types.codec import Record
-from neuroshard.types.tables import TableConfig
 
 
 @dataclass(frozen=True)
@@ -198,11 +197,10 @@ def generate_synthetic(spec: SyntheticSpec, progress: bool = True):
     configs, localities, out_idx, out_off = [], [], [], []
     for t in tqdm(range(spec.total_tables), desc="tables", unit="table", disable=not progress):
         idx, off = synthetic_table(spec, t, params[t])
-        loc = table_locality(idx)
-        cfg = loc.config(spec.batch_size)
-        # keep the drawn row count: a table does not shrink because its last
-        # rows were not looked up in this one batch
-        configs.append(TableConfig(max(cfg.row, params[t].rows), cfg.pooling_factor, cfg.bins))
+        # the drawn row count stays: a table does not shrink because its last rows were not looked up in this
+        # one batch
+        loc = table_locality(idx, params[t].rows)
+        configs.append(loc.config(spec.batch_size))
         localities.append(loc)
         out_idx.append(idx)
         out_off.append(off)

@@ -12,8 +12,11 @@ least `min_rows` rows, each cut into k of `ks` blocks, one non-empty block,
 a dim from `dims`), times each shard `repeats` times in interleaved rounds with
 the compute collection's own settings (`ComputeCollectConfig.recorded`:
 warm-up, iterations, clock; the dataset's batch), and compares with the compute model's
-estimate from (a) the block's statistics read from its ids and (b) the
-uniform assumption (`data.row_blocks.uniform_block_config`). The noise floor is
+estimate from (a) the block's statistics read from its ids, (b) the
+uniform assumption (`data.row_blocks.uniform_block_config`) and (c) what the
+planners price: the block's lookups from the table's `row_lookups` (its ids'
+spread over the rows) with the table's locality (`TableConfig.row_block`).
+The noise floor is
 the relative difference between two repeats (`measure.noise.rel_diff_stats`),
 what a model that predicted one measurement exactly would score on the other.
 """
@@ -77,13 +80,15 @@ def row_block_check(dataset: Dataset, models, collect: ComputeCollectConfig, *, 
             if progress is not None:
                 progress(done)
     scorer = get_scorer(models)
-    own, uniform = [], []
+    own, uniform, lookups = [], [], []
     for shard in shards:
         own_cfgs = [data.configs[where[b]].with_dim(d) for b, d in shard]
         uni_cfgs = [uniform_block_config(dataset.configs[b.table_id].with_dim(d), b.k, b.j) for b, d in shard]
-        for out, cfgs in ((own, own_cfgs), (uniform, uni_cfgs)):
+        lookup_cfgs = [dataset.configs[b.table_id].with_dim(d).row_block(*block_range(dataset.configs[b.table_id].row,
+                                                                                      b.k, b.j)) for b, d in shard]
+        for out, cfgs in ((own, own_cfgs), (uniform, uni_cfgs), (lookups, lookup_cfgs)):
             out.append(float(scorer.shard_costs(scorer.embed(cfgs), [list(range(len(cfgs)))])[0]))
-    own_a, uni_a = np.array(own), np.array(uniform)
+    own_a, uni_a, look_a = np.array(own), np.array(uniform), np.array(lookups)
     mean = measured.mean(axis=0)
 
     def mape(est):  # against each repeat, as a model is judged against one measurement
@@ -97,10 +102,12 @@ def row_block_check(dataset: Dataset, models, collect: ComputeCollectConfig, *, 
         "settings": {"warmup": collect.warmup, "iters": collect.iters, "clock": collect.clock,
                      "batch": data.batch_size},
         "noise_floor": rel_diff_stats(measured[0], measured[1]),
-        "mape": {"block_stats": mape(own_a), "uniform": mape(uni_a)},
-        "spearman": {"block_stats": spearman(own_a, mean), "uniform": spearman(uni_a, mean)},
+        "mape": {"block_stats": mape(own_a), "uniform": mape(uni_a), "row_lookups": mape(look_a)},
+        "spearman": {"block_stats": spearman(own_a, mean), "uniform": spearman(uni_a, mean),
+                     "row_lookups": spearman(look_a, mean)},
         "pooling_over_uniform": {"min": float(min(pooling)), "median": float(np.median(pooling)),
                                  "max": float(max(pooling))},
         "shards": [{"blocks": [[b.table_id, b.k, b.j, d] for b, d in shard], "measured_ms": measured[:, s].tolist(),
-                    "block_stats_ms": own[s], "uniform_ms": uniform[s]} for s, shard in enumerate(shards)],
+                    "block_stats_ms": own[s], "uniform_ms": uniform[s], "row_lookups_ms": lookups[s]}
+                   for s, shard in enumerate(shards)],
     }

@@ -43,7 +43,8 @@ _CHUNK = 8 * 2**20
 
 
 def read_table_configs(path) -> list[TableConfig]:
-    """Read a `table_configs.json`: a JSON list of `{"row", "pooling_factor", "bin_0".."bin_16"[, "dim"]}`."""
+    """Read a `table_configs.json`: a JSON list of `{"row", "pooling_factor", "bin_0".."bin_16"[, "dim"]
+    [, "row_lookups"]}`."""
     path = Path(path)
     data = load_json(path)
     if not isinstance(data, list):

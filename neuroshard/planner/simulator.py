@@ -186,17 +186,17 @@ def spread_configs(tables: Sequence[ShardTable], spread: Sequence[Spread],
                    ndevices: int) -> tuple[list, list[list[int]]]:
     """What each device's kernel runs of the spread tables on the paper's runtime, as the compute model takes
     it: (table configs, each device's indices into them, in spread order as the plan job builds its op). A
-    row-wise or table-row-wise table's block on a rank: the block's rows with their share of the lookups
-    (`TableConfig.row_share`; none for an empty block); a data-parallel replica: the whole table over the rank's
+    row-wise or table-row-wise table's block on a rank: the block's rows with the lookups that fall in them
+    (`TableConfig.row_block`; none for an empty block); a data-parallel replica: the whole table over the rank's
     B/k samples (`TableConfig.batch_share`)."""
     configs, of_rank = [], [[] for _ in range(ndevices)]
     for s in spread:
         t = tables[s.table]
-        for r, rows in zip(s.ranks, s.rows_on(int(t.config.row))):
+        for r, (lo, hi) in zip(s.ranks, s.ranges_on(int(t.config.row))):
             if s.kind == DATA_PARALLEL:
                 config = t.config.batch_share(len(s.ranks))
-            elif rows > 0:
-                config = t.config.row_share(rows)
+            elif hi > lo:
+                config = t.config.row_block(lo, hi)
             else:
                 continue
             of_rank[r].append(len(configs))

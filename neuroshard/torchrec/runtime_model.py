@@ -13,13 +13,12 @@ all ranks, so each group costs its slowest rank, and the groups add up.
 
 Row-wise, table-row-wise and data-parallel tables (`types.plan.Spread`) form
 groups of their own, one per sharding type as TorchRec runs them. A row-wise
-table's rank r serves the lookups of its row block (the block's share of the
-rows, of the table's lookups: on the data at hand the compute model prices
-blocks as well this way as from the blocks' own ids, `eval.row_block_check`)
-and sends B x dim partial sums to a reduce-scatter over every rank; a
-table-row-wise one does the same within its host, whose reduce-scatter runs
-beside the other hosts' (its own term: over a host it costs another amount a
-float than over every rank). A data-parallel table runs on every rank over
+table's rank r serves the lookups that fall in its row block
+(`TableConfig.row_block`: from the table's `row_lookups`, else the block's
+share of the rows) and sends B x dim partial sums to a reduce-scatter over
+every rank; a table-row-wise one does the same within its host, whose
+reduce-scatter runs beside the other hosts' (its own term: over a host it
+costs another amount a float than over every rank). A data-parallel table runs on every rank over
 its local batch (the table's lookups / n) with no id or output exchange, and
 its gradient, rows x dim, is all-reduced and stepped by the dense optimizer
 every iteration.
@@ -173,8 +172,8 @@ def spread_parts(scorer, tables: Sequence[ShardTable], spread: Sequence[Spread],
             placed = [(r, local) for r in s.ranks]
             allreduce += int(t.config.row) * t.dim / 1e6
         else:
-            placed = [(r, t.config.row_share(rows)) for r, rows in zip(s.ranks, s.rows_on(int(t.config.row)))
-                      if rows > 0]
+            placed = [(r, t.config.row_block(lo, hi))
+                      for r, (lo, hi) in zip(s.ranks, s.ranges_on(int(t.config.row))) if hi > lo]
         for r, config in placed:
             configs.append(config)
             where.append((r, g))

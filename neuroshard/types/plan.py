@@ -88,6 +88,15 @@ class Spread(Record):
             return [rows] * len(self.ranks)
         return row_blocks(rows, len(self.ranks))
 
+    def ranges_on(self, rows: int) -> list[tuple[int, int]]:
+        """The rows [lo, hi) this table keeps on each of its ranks (`ranks` order; lo == hi for an empty block,
+        the whole table for a replica)."""
+        out, lo = [], 0
+        for n in self.rows_on(rows):
+            out.append((0, rows) if self.kind == DATA_PARALLEL else (lo, lo + n))
+            lo += 0 if self.kind == DATA_PARALLEL else n
+        return out
+
 
 REDUCE_SCATTER, ALL_GATHER, ALL_REDUCE = "reduce_scatter", "all_gather", "all_reduce"
 COLLECTIVES = (REDUCE_SCATTER, ALL_GATHER, ALL_REDUCE)

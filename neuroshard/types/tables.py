@@ -47,12 +47,17 @@ class TableConfig:
     `row`: number of rows; `pooling_factor`: mean lookups per sample;
     `bins`: the 17 locality bins (fraction of distinct indices by access
     count); `dim`: the embedding dim, set for augmented/task tables only.
+    `row_lookups`: where in the table the lookups fall, read from the ids: the
+    share of them in each of len(row_lookups) equal ranges of the rows (None:
+    not known, a range of rows is assumed to take its share of the rows);
+    a row-wise block's lookups come from it (`row_block`).
     """
 
     row: int
     pooling_factor: float
     bins: tuple[float, ...]
     dim: int | None = None
+    row_lookups: tuple[float, ...] | None = None
 
     def __post_init__(self):
         # Every config is checked where it is made (file, generator or library call): a NaN or
@@ -73,6 +78,13 @@ class TableConfig:
         if self.dim is not None and (isinstance(self.dim, bool) or not isinstance(self.dim, numbers.Integral)
                                      or self.dim <= 0 or self.dim % 4):
             raise ValueError(f"dim must be a positive multiple of 4, got {self.dim!r}")
+        if self.row_lookups is not None:
+            shares = self.row_lookups
+            if not 1 <= len(shares) <= self.row or any(
+                    isinstance(x, bool) or not isinstance(x, numbers.Real) or not 0.0 <= x <= 1.0 for x in shares):
+                raise ValueError(f"row_lookups must be 1 to row ({self.row}) shares in [0, 1], got {list(shares)!r}")
+            if abs(sum(shares) - 1.0) > 1e-3 and sum(shares) > 0:
+                raise ValueError(f"row_lookups sum to {sum(shares):.6g}, not 1 (they are shares of the lookups)")
 
     def with_dim(self, dim: int) -> "TableConfig":
         return replace(self, dim=dim)
@@ -82,10 +94,27 @@ class TableConfig:
         a k-th of the lookups per sample of the whole batch."""
         return replace(self, pooling_factor=self.pooling_factor / k)
 
-    def row_share(self, rows: int) -> "TableConfig":
-        """`rows` of this table's rows (a row-wise block) with their share of its lookups and its locality:
-        what a planner that has the statistics but not the ids assumes of a block."""
-        return replace(self, row=rows, pooling_factor=self.pooling_factor * rows / self.row)
+    def row_block(self, lo: int, hi: int) -> "TableConfig":
+        """Rows [lo, hi) of this table (a row-wise block) with the lookups that fall in them and the table's
+        locality. The lookups: from `row_lookups` where the ids gave it (a range cut by the block counts with
+        the part of its rows inside), else the rows' share of the table's. The locality stays the table's: a
+        small block's own reuse statistics fall outside what the compute model was trained on (whole tables)."""
+        if not 0 <= lo < hi <= self.row:
+            raise ValueError(f"row block [{lo}, {hi}) is not inside the table's {self.row} rows")
+        return replace(self, row=hi - lo, pooling_factor=self.pooling_factor * self.lookup_share(lo, hi),
+                       row_lookups=None)
+
+    def lookup_share(self, lo: int, hi: int) -> float:
+        """The share of the table's lookups that fall in rows [lo, hi) (`row_block`)."""
+        if self.row_lookups is None:
+            return (hi - lo) / self.row
+        n, share = len(self.row_lookups), 0.0
+        for i, x in enumerate(self.row_lookups):
+            a, b = i * self.row / n, (i + 1) * self.row / n  # range i's rows
+            overlap = min(b, hi) - max(a, lo)
+            if overlap > 0:
+                share += x * overlap / (b - a)
+        return share
 
     @property
     def size_gb(self) -> float:
@@ -98,6 +127,8 @@ class TableConfig:
         d.update({f"bin_{j}": b for j, b in enumerate(self.bins)})
         if self.dim is not None:
             d["dim"] = self.dim
+        if self.row_lookups is not None:
+            d["row_lookups"] = list(self.row_lookups)
         return d
 
     @classmethod
@@ -106,7 +137,11 @@ class TableConfig:
         row = d["row"]
         if isinstance(row, float) and row == int(row):
             row = int(row)  # 1000.0 is a row count written by a tool that only knows floats
-        return cls(row, d["pooling_factor"], tuple(d[f"bin_{j}"] for j in range(NUM_BINS)), d.get("dim"))
+        shares = d.get("row_lookups")
+        if shares is not None and not isinstance(shares, list):
+            raise TypeError(f"row_lookups must be a list of shares, got {shares!r}")
+        return cls(row, d["pooling_factor"], tuple(d[f"bin_{j}"] for j in range(NUM_BINS)), d.get("dim"),
+                   None if shares is None else tuple(shares))
 
 
 @dataclass(frozen=True)

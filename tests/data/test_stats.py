@@ -36,6 +36,21 @@ def test_empty_table_has_zero_bins():
     loc = stats.table_locality(torch.zeros(0, dtype=torch.int64))
     cfg = loc.config(batch_size=8)
     assert cfg.row == 100 and cfg.pooling_factor == 0.0 and cfg.bins == (0.0,) * 17
+    assert cfg.row_lookups is None
+
+
+def test_row_lookups_count_where_the_ids_fall():
+    # 200 rows (max(100, 199 + 1)) in 64 ranges of 3.125 rows: ids 0, 1, 2 in range 0, 3 in range 0 (3 x 64 //
+    # 200 = 0), 4 in range 1, 199 in range 63
+    cfg = stats.table_locality(torch.tensor([0, 1, 2, 3, 4, 199, 199, 199])).config(batch_size=4)
+    shares = cfg.row_lookups
+    assert cfg.row == 200 and len(shares) == 64
+    assert shares[0] == 0.5 and shares[1] == 0.125 and shares[63] == 0.375 and sum(shares[2:63]) == 0
+    # a block over the first half of the rows serves the ids below 100: 5 of 8 lookups a batch of 4
+    assert cfg.row_block(0, 100).pooling_factor == pytest.approx(2.0 * 5 / 8)
+    # the table's known rows (more than its ids reach) set the ranges: of 300 rows, id 250 in range 53
+    known = stats.table_locality(torch.tensor([1, 250]), rows=300).config(1)
+    assert known.row == 300 and known.row_lookups[0] == 0.5 and known.row_lookups[53] == 0.5
 
 
 def test_aggregate_stats_by_hand():

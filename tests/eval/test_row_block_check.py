@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from neuroshard.data.row_blocks import RowBlock, block_config, uniform_block_config
+from neuroshard.data.row_blocks import RowBlock, block_config, block_range, uniform_block_config
 from neuroshard.data.synthetic import SyntheticSpec, generate_synthetic
 from neuroshard.eval.row_block_check import draw_shards, row_block_check
 from neuroshard.formats.dataset import Dataset
@@ -49,6 +49,12 @@ def test_the_check_measures_each_shard_and_prices_it_both_ways(dataset):
                             .pooling_factor for b, d in blocks)
         assert shard["block_stats_ms"] == pytest.approx(own, rel=1e-5)
         assert shard["uniform_ms"] == pytest.approx(uniform, rel=1e-5)
+        # the planners' pricing: the block's lookups from the table's row_lookups, whose 64 ranges give the
+        # block's own share but for a range cut by the block (read as spread evenly over its rows)
+        planned = 0.5 + sum(0.01 * d + 0.001 * d * dataset.configs[b.table_id].row_block(
+            *block_range(dataset.configs[b.table_id].row, b.k, b.j)).pooling_factor for b, d in blocks)
+        assert shard["row_lookups_ms"] == pytest.approx(planned, rel=1e-5)
+        assert shard["row_lookups_ms"] == pytest.approx(own, rel=0.02)
         assert len(shard["measured_ms"]) == 2 and min(shard["measured_ms"]) > 0
     assert all(math.isfinite(v) for v in out["mape"].values()) and out["noise_floor"]["n"] == 3
     with pytest.raises(ConfigError, match="needs 2 or more"):

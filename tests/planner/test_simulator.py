@@ -368,6 +368,11 @@ def test_spread_tables_on_the_paper_runtime_by_hand():
     configs, of_rank = spread_configs(tables, plan.spread, 2)
     assert [(c.row, c.pooling_factor) for c in configs] == [(500, 0.5), (500, 0.5), (1000, 0.5), (1000, 0.5)]
     assert of_rank == [[0, 2], [1, 3]]
+    # where the ids say three quarters of table 1's lookups fall in its first half, rank 0's block serves them
+    skewed = list(tables)
+    skewed[1] = ShardTable(1, 1, replace(tables[1].config, row_lookups=(0.375, 0.375, 0.25, 0.0)))
+    configs, _ = spread_configs(skewed, plan.spread, 2)
+    assert [(c.row, c.pooling_factor) for c in configs[:2]] == [(500, 0.75), (500, 0.25)]
     # without a collective model, or over fewer ranks than it was fitted on, such a plan is not priced
     with pytest.raises(InvalidPlanError, match="table 1 is row_wise: the paper runtime's cost models price "
                                                "table-wise and column-wise shards only without a collective model"):
