@@ -32,6 +32,10 @@ with the new types (a table row-wise, table-row-wise or data-parallel), whose
 few plans a run leave each run's floor loose:
 
     python tools/combine_runs.py R0/oversize R1/oversize R2/oversize --accuracy
+
+It then says, run by run, where the new-type plans' error sits: each part (compute, the all-to-alls, the spread
+tables' collectives) measured over its moved estimate beside the other plans', and the compute by rank
+(`eval.round_calibration.part_ratios`, `rank_compute_ratios`).
 """
 
 import argparse
