@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import ClassVar, NamedTuple, Sequence
@@ -69,9 +69,11 @@ def augment_table_configs(configs: Sequence[TableConfig], max_dim: int) -> list[
     """Every dataset table once per dim of `dim_set(max_dim)`, dim-major (all tables at max_dim first).
 
     Augmented table i uses the lookups of dataset table `i % len(configs)`
-    (the upstream layout, so upstream data dirs stay readable).
+    (the upstream layout, so upstream data dirs stay readable). Where a table's lookups fall over its rows
+    (`row_lookups`) stays with the dataset: the compute model reads rows, lookups and locality, and the cost
+    data keeps the upstream format.
     """
-    return [c.with_dim(d) for d in dim_set(max_dim) for c in configs]
+    return [replace(c, row_lookups=None).with_dim(d) for d in dim_set(max_dim) for c in configs]
 
 
 def augmented_bench_tables(aug: Sequence[TableConfig], num_dataset_tables: int) -> list[BenchTable]:
