@@ -49,6 +49,13 @@ def test_table_configs_malformed(tmp_path):
     expect_error(lambda: read_table_configs(path), path, "table 0", "'ten'")
     path.write_text(json.dumps([dict(good, dim=6)]))
     expect_error(lambda: read_table_configs(path), path, "table 0", "multiple of 4", "6")
+    # where the lookups fall over the rows: shares of them, summing to 1
+    path.write_text(json.dumps([good, dict(good, row_lookups=[0.5, 0.2])]))
+    expect_error(lambda: read_table_configs(path), path, "table 1", "row_lookups sum to 0.7, not 1")
+    path.write_text(json.dumps([dict(good, row_lookups="0.5,0.5")]))
+    expect_error(lambda: read_table_configs(path), path, "table 0", "row_lookups must be a list")
+    path.write_text(json.dumps([dict(good, row_lookups=[1.5, -0.5])]))
+    expect_error(lambda: read_table_configs(path), path, "table 0", "shares in [0, 1]", "1.5")
 
 
 # --------------------------------------------------------------------------- dataset dir
