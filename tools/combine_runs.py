@@ -263,19 +263,18 @@ def part_table(names, runs) -> list[dict]:
     from neuroshard.eval.round_calibration import (
         PART_NAMES,
         SPLIT_PARTS,
-        new_type_records,
         part_ratios,
         rank_compute_ratios,
         round_factors,
+        split_new_types,
     )
 
     figures = []
     for recs, anchors, repeats in runs:
         factors = round_factors(anchors, repeats)
-        spread = new_type_records(recs)
-        others = [r for r in recs if r not in spread]
+        spread, others = split_new_types(recs)
         figures.append({"new_types": part_ratios(spread, factors), "others": part_ratios(others, factors),
-                        "compute_by_rank": [None if v != v else v for v in rank_compute_ratios(spread, factors)]})
+                        "compute_by_rank": rank_compute_ratios(spread, factors)})
     if not any(f["new_types"] for f in figures):
         return figures
     cell = lambda f, k: (f"{f['new_types'][k]:.2f}x" if k in f["new_types"] else "-") + (  # noqa: E731

@@ -162,6 +162,15 @@ _MOVED_BY = {"compute": "compute", "fw_alltoall": "fw_comm", "bw_alltoall": "bw_
              "bw_collectives": "bw_comm"}
 
 
+def _round_measurements(records: Sequence[PlanRecord], factors: Sequence[dict]):
+    """(record, the record as measured in round r, round r's factors) for every measured record and round."""
+    for rec in _measured(records):
+        for r, f in enumerate(factors):
+            m = _round_record(rec, r)
+            if m is not None:
+                yield rec, m, f
+
+
 def part_ratios(records: Sequence[PlanRecord], factors: Sequence[dict]) -> dict[str, float]:
     """Where the plans' error sits: per part (`SPLIT_PARTS`), the median over the records' measurements of
     measured / estimated, each summed over the ranks and the estimate moved by its round's factor (1.0 is
@@ -170,35 +179,26 @@ def part_ratios(records: Sequence[PlanRecord], factors: Sequence[dict]) -> dict[
     starts with each rank waiting for the latest (`measure.plan_job`), so it carries the compute's per-rank
     error (`rank_compute_ratios`)."""
     ratios: dict[str, list[float]] = {k: [] for k in SPLIT_PARTS}
-    for rec in _measured(records):
-        est = _split(rec.estimate)
-        for r, f in enumerate(factors):
-            m = _round_record(rec, r)
-            if m is None:
-                continue
-            got = _split(m.measured)
-            for k in SPLIT_PARTS:
-                if est[k] > 0:
-                    ratios[k].append(got[k] / (est[k] * f.get(k, f[_MOVED_BY[k]])))
+    for rec, m, f in _round_measurements(records, factors):
+        est, got = _split(rec.estimate), _split(m.measured)
+        for k in SPLIT_PARTS:
+            if est[k] > 0:
+                ratios[k].append(got[k] / (est[k] * f.get(k, f[_MOVED_BY[k]])))
     return {k: float(np.median(v)) for k, v in ratios.items() if v}
 
 
-def rank_compute_ratios(records: Sequence[PlanRecord], factors: Sequence[dict]) -> list[float]:
+def rank_compute_ratios(records: Sequence[PlanRecord], factors: Sequence[dict]) -> list[float | None]:
     """Per rank, the median over the records' measurements of its measured compute over its estimate moved by
-    the round's compute factor (ranks with no estimated compute left out of that rank's median; NaN for a rank
+    the round's compute factor (ranks with no estimated compute left out of that rank's median; None for a rank
     without any): a slope over the ranks that the models do not have is a per-rank error the plan's cost
     follows (the slowest rank sets it)."""
-    recs = _measured(records)
-    ranks: list[list[float]] = [[] for _ in range(max((len(r.estimate.compute) for r in recs), default=0))]
-    for rec in recs:
-        for r, f in enumerate(factors):
-            m = _round_record(rec, r)
-            if m is None:
-                continue
-            for q, (got, est) in enumerate(zip(m.measured.compute, rec.estimate.compute)):
-                if est > 0:
-                    ranks[q].append(got / (est * f["compute"]))
-    return [float(np.median(v)) if v else float("nan") for v in ranks]
+    ranks: list[list[float]] = [[] for _ in range(max((len(r.estimate.compute) for r in _measured(records)),
+                                                      default=0))]
+    for rec, m, f in _round_measurements(records, factors):
+        for q, (got, est) in enumerate(zip(m.measured.compute, rec.estimate.compute)):
+            if est > 0:
+                ranks[q].append(got / (est * f["compute"]))
+    return [float(np.median(v)) if v else None for v in ranks]
 
 
 def _round_diffs(costs: Sequence[Sequence[float]], speeds: Sequence[float]) -> tuple[list[float], list[int]]:
@@ -294,7 +294,15 @@ def _measured(records: Sequence[PlanRecord]) -> list[PlanRecord]:
 def new_type_records(records: Sequence[PlanRecord]) -> list[PlanRecord]:
     """The records whose plans make a table row-wise, table-row-wise or data-parallel (a spread table): the
     plans whose error the new cost models carry."""
-    return [r for r in records if r.plan is not None and r.plan.spread]
+    return split_new_types(records)[0]
+
+
+def split_new_types(records: Sequence[PlanRecord]) -> tuple[list[PlanRecord], list[PlanRecord]]:
+    """(`new_type_records`, the other records), each in the records' order."""
+    new, others = [], []
+    for r in records:
+        (new if r.plan is not None and r.plan.spread else others).append(r)
+    return new, others
 
 
 @dataclass

@@ -429,7 +429,7 @@ def round_lines(hw_dir: Path, step: str = "6b", anchors: str = "plans of anchor 
                 "evaluated nor trained on)") -> tuple[list[str], dict | None]:
     """Markdown on the per-round calibration of a hardware step (`eval.round_calibration`: `anchors` measured in
     every round of `step`) and its figures; nothing when the evaluation had no anchors."""
-    from neuroshard.eval.round_calibration import RoundCalibration, calibrated_accuracy, new_type_records
+    from neuroshard.eval.round_calibration import RoundCalibration, calibrated_accuracy, split_new_types
 
     cal = _side_file(hw_dir / ROUND_CALIBRATION_JSON, RoundCalibration)
     if cal is None or cal.mape is None:
@@ -457,7 +457,7 @@ def round_lines(hw_dir: Path, step: str = "6b", anchors: str = "plans of anchor 
     figures = cal.to_json()
     results, anchor_file = hw_dir / RESULTS_JSON, hw_dir / ROUND_ANCHORS_JSON
     records = read_plans(results) if results.exists() and anchor_file.exists() else []
-    new = new_type_records(records)
+    new, others = split_new_types(records)
     acc = calibrated_accuracy(new, read_plans(anchor_file), len(cal.factors)) if new else None
     if acc is not None and acc.mape is not None:
         by_alg = Counter(r.alg for r in new)
@@ -466,7 +466,6 @@ def round_lines(hw_dir: Path, step: str = "6b", anchors: str = "plans of anchor 
                  f"**{pct(acc.mape)}** per measurement{times(acc.mape, acc.floor, resampled_phrase(acc.ratio_spread))}"
                  " (`tools/combine_runs.py --accuracy` pools this over runs).")
         figures["new_types"] = acc.to_json()
-        others = [r for r in records if not (r.plan is not None and r.plan.spread)]
         parts_line, parts = part_lines(new, others, acc.factors)
         line += parts_line
         figures["new_types"].update(parts)
@@ -483,9 +482,9 @@ def part_lines(new: list[PlanRecord], others: list[PlanRecord], factors: list[di
     line = (f" By part, measured over the moved estimate (median over measurements, summed over the ranks): "
             f"the new-type plans' {listed(mine)}"
             + (f"; the other plans' {listed(theirs)}" if theirs else "")
-            + "; the new-type plans' compute by rank " + ", ".join("-" if v != v else f"{v:.2f}x" for v in ranks)
+            + "; the new-type plans' compute by rank " + ", ".join("-" if v is None else f"{v:.2f}x" for v in ranks)
             + ".")
-    return line, {"parts": mine, "other_parts": theirs, "compute_by_rank": [None if v != v else v for v in ranks]}
+    return line, {"parts": mine, "other_parts": theirs, "compute_by_rank": ranks}
 
 
 def refine_lines(records: list[PlanRecord] | None) -> tuple[list[str], dict | None]:
