@@ -19,7 +19,7 @@ import torch
 
 from neuroshard.data.stats import table_locality
 from neuroshard.formats.dataset import Dataset
-from neuroshard.types.plan import row_blocks
+from neuroshard.types.plan import row_block_ranges
 from neuroshard.types.tables import TableConfig
 
 
@@ -32,12 +32,10 @@ class RowBlock(NamedTuple):
 
 
 def block_range(rows: int, k: int, j: int) -> tuple[int, int]:
-    """Rows [lo, hi) of block j of a `rows`-row table cut into k (`types.plan.row_blocks`)."""
+    """Rows [lo, hi) of block j of a `rows`-row table cut into k (`types.plan.row_block_ranges`)."""
     if not 0 <= j < k:
         raise ValueError(f"block {j} of {k}: expected 0..{k - 1}")
-    sizes = row_blocks(rows, k)
-    lo = sum(sizes[:j])
-    return lo, lo + sizes[j]
+    return row_block_ranges(rows, k)[j]
 
 
 def block_lookups(indices: torch.Tensor, offsets: torch.Tensor, lo: int, hi: int) -> tuple[torch.Tensor, torch.Tensor]:

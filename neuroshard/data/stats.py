@@ -9,8 +9,8 @@ table we derive its `TableConfig` (DESIGN.md §3):
 * `bin_j` = fraction of the table's distinct indices whose access count falls
   in bin j: bin 0 = exactly once, bin j (1..15) = (2^(j-1), 2^j], bin 16 =
   more than 2^15. A table with no lookups has all bins 0;
-* `row_lookups` = the share of the lookups in each of min(row, 64) equal
-  ranges of the rows (ids cluster, so a row-wise block's lookups are not its
+* `row_lookups` = the share of the lookups in each of 64 equal ranges of
+  the rows (ids cluster, so a row-wise block's lookups are not its
   share of the rows: `TableConfig.row_block`). None without lookups.
 
 The aggregate statistics (`LocalityStats`) pool the raw per-table counts over
@@ -35,7 +35,9 @@ from neuroshard.types.errors import InputError
 from neuroshard.types.tables import NUM_BINS, TableConfig
 
 MIN_ROWS = 100
-ROW_RANGES = 64  # equal ranges of a table's rows whose share of its lookups a config keeps (`row_ranges`)
+# equal ranges of a table's rows whose share of its lookups a config keeps (a block cut inside a range gets the part
+# of its lookups its rows take, `TableConfig.lookup_share`); no more than MIN_ROWS, so a range holds a row or more
+ROW_RANGES = 64
 ROW_SHARE_DIGITS = 5  # their shares as written (64 of them rounded sum to 1 within 3.2e-4)
 # Upper edges of bins 0..15 (bin 16 is open): count c falls in the first bin whose edge >= c.
 BIN_EDGES = np.array([2**j for j in range(NUM_BINS - 1)], dtype=np.int64)
@@ -54,7 +56,7 @@ class TableLocality:
     `distinct[j]`: number of distinct indices whose access count is in bin j;
     `lookups[j]`: number of lookups that hit those indices (sum of their counts).
     `max_index` is -1 for a table without lookups. `row_lookups`: the share of
-    the lookups in each of `row_ranges(row)` equal ranges of the rows
+    the lookups in each of `ROW_RANGES` equal ranges of the rows
     (`TableConfig.row_lookups`; empty without lookups).
     """
 
@@ -71,7 +73,7 @@ class TableLocality:
 
     @property
     def row(self) -> int:
-        return max(MIN_ROWS, self.max_index + 1, self.rows)
+        return table_rows(self.max_index, self.rows)
 
     def config(self, batch_size: int) -> TableConfig:
         """The table's `TableConfig` for a batch of `batch_size` samples."""
@@ -82,11 +84,9 @@ class TableLocality:
         return TableConfig(self.row, float(pf), bins, row_lookups=shares)
 
 
-def row_ranges(row: int) -> int:
-    """How many equal ranges of a `row`-row table's rows `TableLocality.row_lookups` counts the lookups in: one
-    a row up to `ROW_RANGES` rows, else `ROW_RANGES` (a row-wise block cut inside a range gets the part of its
-    lookups its rows take, `TableConfig.lookup_share`)."""
-    return min(row, ROW_RANGES)
+def table_rows(max_index: int, rows: int = 0) -> int:
+    """A table's rows: as many as its ids reach or `rows` where more are known, at least `MIN_ROWS`."""
+    return max(MIN_ROWS, max_index + 1, rows)
 
 
 def access_bins(counts: np.ndarray) -> np.ndarray:
@@ -125,9 +125,9 @@ def table_locality(indices: torch.Tensor, rows: int = 0) -> TableLocality:
     max_index = int(indices.max()) if indices.numel() else -1
     shares = np.zeros(0)
     if indices.numel():
-        row = max(MIN_ROWS, max_index + 1, rows)
-        n = row_ranges(row)
-        shares = np.bincount((indices.to(torch.int64) * n // row).numpy(), minlength=n) / indices.numel()
+        row = table_rows(max_index, rows)
+        shares = np.bincount((indices.to(torch.int64) * ROW_RANGES // row).numpy(),
+                             minlength=ROW_RANGES) / indices.numel()
     return TableLocality(int(indices.numel()), max_index, distinct, lookups, shares, rows)
 
 

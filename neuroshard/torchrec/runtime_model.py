@@ -18,8 +18,9 @@ table's rank r serves the lookups that fall in its row block
 share of the rows) and sends B x dim partial sums to a reduce-scatter over
 every rank; a table-row-wise one does the same within its host, whose
 reduce-scatter runs beside the other hosts' (its own term: over a host it
-costs another amount a float than over every rank). A data-parallel table runs on every rank over
-its local batch (the table's lookups / n) with no id or output exchange, and
+costs another amount a float than over every rank). A data-parallel table
+runs on every rank over its local batch (the table's lookups / n) with no id
+or output exchange, and
 its gradient, rows x dim, is all-reduced and stepped by the dense optimizer
 every iteration.
 

@@ -73,6 +73,16 @@ def row_blocks(rows: int, k: int) -> list[int]:
     return [max(0, min(block, rows - j * block)) for j in range(k)]
 
 
+def row_block_ranges(rows: int, k: int) -> list[tuple[int, int]]:
+    """The rows [lo, hi) of each of the `row_blocks` (lo == hi for an empty one): 10 rows over 4 ranks:
+    (0, 3), (3, 6), (6, 9), (9, 10)."""
+    out, lo = [], 0
+    for n in row_blocks(rows, k):
+        out.append((lo, lo + n))
+        lo += n
+    return out
+
+
 @dataclass(frozen=True)
 class Spread(Record):
     """Task table `table`, whole, sharded `kind` (one of `SPREAD_KINDS`) over `ranks`: row block j on
@@ -91,11 +101,9 @@ class Spread(Record):
     def ranges_on(self, rows: int) -> list[tuple[int, int]]:
         """The rows [lo, hi) this table keeps on each of its ranks (`ranks` order; lo == hi for an empty block,
         the whole table for a replica)."""
-        out, lo = [], 0
-        for n in self.rows_on(rows):
-            out.append((0, rows) if self.kind == DATA_PARALLEL else (lo, lo + n))
-            lo += 0 if self.kind == DATA_PARALLEL else n
-        return out
+        if self.kind == DATA_PARALLEL:
+            return [(0, rows)] * len(self.ranks)
+        return row_block_ranges(rows, len(self.ranks))
 
 
 REDUCE_SCATTER, ALL_GATHER, ALL_REDUCE = "reduce_scatter", "all_gather", "all_reduce"

@@ -109,11 +109,9 @@ class TableConfig:
         if self.row_lookups is None:
             return (hi - lo) / self.row
         n, share = len(self.row_lookups), 0.0
-        for i, x in enumerate(self.row_lookups):
+        for i in range(lo * n // self.row, min(n, -(-hi * n // self.row))):  # the ranges [lo, hi) reaches into
             a, b = i * self.row / n, (i + 1) * self.row / n  # range i's rows
-            overlap = min(b, hi) - max(a, lo)
-            if overlap > 0:
-                share += x * overlap / (b - a)
+            share += self.row_lookups[i] * (min(b, hi) - max(a, lo)) / (b - a)
         return share
 
     @property
