@@ -50,11 +50,16 @@ def block_config(dataset: Dataset, block: RowBlock) -> TableConfig:
     return _block(dataset, block)[0]
 
 
+def planned_block_config(config: TableConfig, k: int, j: int) -> TableConfig:
+    """What the planners price of block j of k (`TableConfig.row_block`): the block's rows, the lookups that fall
+    in them by the table's `row_lookups` (else its share of the rows), the table's locality."""
+    return config.row_block(*block_range(config.row, k, j))
+
+
 def uniform_block_config(config: TableConfig, k: int, j: int) -> TableConfig:
     """What a planner without the ids would assume: the block's rows, 1/k of the lookups (by the block's
     share of the rows), the table's locality."""
-    lo, hi = block_range(config.row, k, j)
-    return replace(config, row_lookups=None).row_block(lo, hi)
+    return planned_block_config(replace(config, row_lookups=None), k, j)
 
 
 def row_block_dataset(dataset: Dataset, blocks: Sequence[RowBlock]) -> Dataset:

@@ -25,7 +25,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from neuroshard.data.row_blocks import RowBlock, block_range, row_block_dataset, uniform_block_config
+from neuroshard.data.row_blocks import (
+    RowBlock,
+    block_range,
+    planned_block_config,
+    row_block_dataset,
+    uniform_block_config,
+)
 from neuroshard.formats.dataset import Dataset
 from neuroshard.measure.compute_collect import ComputeCollectConfig
 from neuroshard.measure.kernel import BenchTable, ShardBenchmark
@@ -84,8 +90,7 @@ def row_block_check(dataset: Dataset, models, collect: ComputeCollectConfig, *, 
     for shard in shards:
         own_cfgs = [data.configs[where[b]].with_dim(d) for b, d in shard]
         uni_cfgs = [uniform_block_config(dataset.configs[b.table_id].with_dim(d), b.k, b.j) for b, d in shard]
-        lookup_cfgs = [dataset.configs[b.table_id].with_dim(d).row_block(*block_range(dataset.configs[b.table_id].row,
-                                                                                      b.k, b.j)) for b, d in shard]
+        lookup_cfgs = [planned_block_config(dataset.configs[b.table_id].with_dim(d), b.k, b.j) for b, d in shard]
         for out, cfgs in ((own, own_cfgs), (uniform, uni_cfgs), (lookups, lookup_cfgs)):
             out.append(float(scorer.shard_costs(scorer.embed(cfgs), [list(range(len(cfgs)))])[0]))
     own_a, uni_a, look_a = np.array(own), np.array(uniform), np.array(lookups)
