@@ -10,7 +10,7 @@ cycle through the three collectives, with sizes drawn over what the plans
 send (B x d for d up to --max_dim; up to --max_numel elements all-reduced),
 and are timed on --ndevices ranks in one torchrun job (each sample: the ranks'
 mean ms), appended to OUT_DIR/data.jsonl as they arrive; the first
---noise_samples are timed again afterwards (noise.jsonl: the noise floor).
+--noise_samples are timed again at the job's end (noise.jsonl: the noise floor).
 With --local_world_size K (ranks per host, fewer than --ndevices), as many
 samples again run over each host's group of K ranks, as table-row-wise tables
 do, one host at a time (on one machine two hosts' groups at once would share

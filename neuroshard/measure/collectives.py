@@ -250,26 +250,52 @@ def collect(out_dir, samples: Sequence[dict], ndevices: int, *, warmup: int, ite
     """Time `samples` (those `out_dir/data.jsonl` does not hold yet, appended as they arrive: an interrupted
     collection resumes), then the first `noise_samples` of those over every rank and of those over host groups
     again (`noise.jsonl`, after all of data.jsonl, so minutes apart); (every sample {"op", "numel", "ms": the
-    ranks' mean, "ranks_ms"}, with "k" over host groups; the re-measured (`fit_key`, ms, ms again)). One job
-    per file."""
+    ranks' mean, "ranks_ms"}, with "k" over host groups; the re-measured (`fit_key`, ms, ms again)). Whatever
+    either file lacks is timed in one job, the noise samples last."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    kw = dict(warmup=warmup, iters=iters, device=device, gpu_devices=gpu_devices, timeout=timeout, progress=progress)
-    rows = _resume(out / DATA_FILE, samples, ndevices, **kw)
     world = [i for i, s in enumerate(samples) if not s.get("k")]
     hosts = [i for i, s in enumerate(samples) if s.get("k")]
     picked = world[:noise_samples] + hosts[:noise_samples]
-    again = _resume(out / NOISE_FILE, [samples[i] for i in picked], ndevices, **kw)
+    rows, again = _resume([(out / DATA_FILE, list(samples)), (out / NOISE_FILE, [samples[i] for i in picked])],
+                          ndevices, progress=progress, warmup=warmup, iters=iters, device=device,
+                          gpu_devices=gpu_devices, timeout=timeout)
     return rows, [(fit_key(a["op"], a.get("k"), ndevices), rows[i]["ms"], a["ms"]) for i, a in zip(picked, again)]
 
 
-def _resume(path: Path, samples: Sequence[dict], ndevices: int, progress: bool, **job) -> list[dict]:
-    """The rows of `samples` in the line file `path`: those it holds (checked to be the same samples), the others
-    timed in one job and appended as they arrive."""
+def _resume(files: Sequence[tuple[Path, Sequence[dict]]], ndevices: int, progress: bool, **job) -> list[list[dict]]:
+    """For each (line file, samples): the samples' rows. Those a file holds are checked to be the same samples;
+    the others, of every file in the order given, are timed in one job and appended to their file as they
+    arrive."""
+    from contextlib import ExitStack
+
     from tqdm import tqdm
 
     from neuroshard.formats.io import append_line, open_append
 
+    done = [_held_rows(path, samples) for path, samples in files]
+    todo = [(f, s) for f, ((_, samples), rows) in enumerate(zip(files, done)) for s in samples[len(rows):]]
+    if not todo:
+        return done
+    bar = tqdm(total=len(todo), desc="collectives", unit="sample", disable=None if progress else True)
+    try:
+        with ExitStack() as stack:
+            logs = {f: stack.enter_context(open_append(files[f][0], exclusive=True)) for f in {f for f, _ in todo}}
+            run = stack.enter_context(CollectiveJob([s for _, s in todo], ndevices, **job))
+            for (f, _), res in zip(todo, run.results()):
+                row = {"op": res.op, "numel": res.numel} | ({"k": res.k} | HOST_TIMING if res.k else {}) | \
+                    {"ms": float(np.mean(res.ms)), "ranks_ms": res.ms}
+                append_line(logs[f], json.dumps(row))
+                done[f].append(row)
+                bar.update(1)
+    finally:
+        bar.close()
+    return done
+
+
+def _held_rows(path: Path, samples: Sequence[dict]) -> list[dict]:
+    """The rows the line file `path` holds for `samples` (its first lines), each checked to be its sample;
+    InputError naming the line otherwise."""
     rows = _read_rows(path)[:len(samples)]
     for k, row in enumerate(rows):
         want = samples[k]
@@ -279,20 +305,6 @@ def _resume(path: Path, samples: Sequence[dict], ndevices: int, progress: bool, 
         if row.get("k") and row.get("timing") != HOST_TIMING["timing"]:
             raise InputError(path, f"line {k + 1}: {_said(row)} was timed on every host at once, as collections "
                                    "did before the hosts took turns; collect into a new --out_dir")
-    todo = samples[len(rows):]
-    if not todo:
-        return rows
-    bar = tqdm(total=len(todo), desc=f"collectives ({path.name})", unit="sample", disable=None if progress else True)
-    try:
-        with open_append(path, exclusive=True) as log, CollectiveJob(todo, ndevices, **job) as run:
-            for res in run.results():
-                row = {"op": res.op, "numel": res.numel} | ({"k": res.k} | HOST_TIMING if res.k else {}) | \
-                    {"ms": float(np.mean(res.ms)), "ranks_ms": res.ms}
-                append_line(log, json.dumps(row))
-                rows.append(row)
-                bar.update(1)
-    finally:
-        bar.close()
     return rows
 
 

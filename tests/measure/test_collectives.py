@@ -157,12 +157,18 @@ def test_the_collection_writes_samples_and_a_model_and_resumes(tmp_path):
     with pytest.raises(InputError, match=r"data.jsonl: line 1: reduce_scatter of \d+ elements, this collection "
                                          r"draws .*another --seed"):
         main(argv + ["--seed", "5"])
-    # hosts of 2 ranks: the same samples first, then as many over each host's group, fitted apart
+    # hosts of 2 ranks: the same samples first, then as many over each host's group, fitted apart; the noise
+    # file lost its last line: the job times the missing samples of both files, data first
+    noise = (tmp_path / "data" / "noise.jsonl").read_text().splitlines()
+    (tmp_path / "data" / "noise.jsonl").write_text("\n".join(noise[:2]) + "\n")
     assert main(argv + ["--local_world_size", "2"]) == 0
     rows = [json.loads(x) for x in (tmp_path / "data" / "data.jsonl").read_text().splitlines()]
     assert (tmp_path / "data" / "data.jsonl").read_text().startswith(before) and len(rows) == 24
     assert all(r["k"] == 2 and r["timing"] == "turns" and len(r["ranks_ms"]) == 4 for r in rows[12:])
-    assert len((tmp_path / "data" / "noise.jsonl").read_text().splitlines()) == 6
+    again = [json.loads(x) for x in (tmp_path / "data" / "noise.jsonl").read_text().splitlines()]
+    assert [json.loads(x) for x in noise[:2]] == again[:2] and len(again) == 6
+    assert [(r["op"], r["numel"], r.get("k")) for r in again] == \
+        [(r["op"], r["numel"], r.get("k")) for r in rows[:3] + rows[12:15]]
     model = CollectiveModel.load(tmp_path / "collectives_4.json", 4)
     assert set(model.fits) == {REDUCE_SCATTER, ALL_GATHER, ALL_REDUCE, "reduce_scatter@2", "all_gather@2",
                                "all_reduce@2"}
