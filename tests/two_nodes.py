@@ -22,14 +22,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+# imported once by the test process's fork server: each rank is a fork of it, not an interpreter importing them
+RANK_PRELOAD = ["torch", "torch.distributed", "fbgemm_gpu", "torchrec.distributed.model_parallel"]
+
+
 def spawn_ranks(fn, *args, seconds: float, what: str, world: int = 2) -> None:
-    """Run `fn(rank, world, port, *args)` in `world` spawned processes (torch.multiprocessing) that share a free
-    127.0.0.1 port for their process group; kill them and fail the test naming `what` when they are not done
-    within `seconds`."""
+    """Run `fn(rank, world, port, *args)` in `world` fresh processes (torch.multiprocessing, forked by a server
+    that imported `RANK_PRELOAD`) that share a free 127.0.0.1 port for their process group; kill them and fail
+    the test naming `what` when they are not done within `seconds`."""
+    import multiprocessing
+
     import pytest
     import torch.multiprocessing as mp
 
-    ctx = mp.spawn(fn, args=(world, free_port(), *args), nprocs=world, join=False)
+    multiprocessing.set_forkserver_preload(RANK_PRELOAD)  # read when the server starts (once per test process)
+    ctx = mp.start_processes(fn, args=(world, free_port(), *args), nprocs=world, join=False,
+                             start_method="forkserver")
     deadline = time.monotonic() + seconds
     while not ctx.join(timeout=5):
         if time.monotonic() > deadline:
