@@ -6,6 +6,7 @@ for 4 devices, node 0 alone writing the results."""
 
 import json
 import os
+import runpy
 import subprocess
 import sys
 import time
@@ -117,12 +118,12 @@ def test_eval_verdicts_are_prediction_powered_by_unmeasured_tasks(setup, tmp_pat
     write_tasks(tmp_path / "unmeasured.txt", [Task(small[1:3], (16, 4)), Task((small[0], small[3]), (8, 8)),
                                               Task(small[:3], (8, 8, 8))])
     flags = dict(zip(args[:-1:2], args[1::2]))  # flag -> value ("--no_progress" is the odd one out, last)
+    simulate = runpy.run_path(str(ROOT / "eval_simulator.py"))["main"]
     for name in ("measured", "unmeasured"):
         sim = {**{k: v for k, v in flags.items() if k not in ("--warmup", "--iters", "--timeout", "--device")},
                "--task_path": str(tmp_path / f"{name}.txt"), "--alg": "neuroshard,size_greedy",
                "--out_dir": str(tmp_path / f"sim_{name}")}
-        subprocess.run([sys.executable, str(ROOT / "eval_simulator.py"), *(x for kv in sim.items() for x in kv),
-                        "--quiet", "--no_progress"], check=True, cwd=ROOT)
+        assert simulate([*(x for kv in sim.items() for x in kv), "--quiet", "--no_progress"]) == 0
     flags = [x for kv in {**flags, "--task_path": str(tmp_path / "measured.txt")}.items() for x in kv]
     spec = importlib.util.spec_from_file_location("eval_script", ROOT / "eval.py")
     script = importlib.util.module_from_spec(spec)

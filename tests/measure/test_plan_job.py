@@ -74,10 +74,12 @@ def test_row_wise_and_data_parallel_tables_run_with_their_collectives(tiny, tmp_
     mixed = Plan((), ((2,), (3,)), (Spread(0, "row_wise", every), Spread(1, "data_parallel", every)))
     spread = Plan((), ((), ()), (Spread(0, "row_wise", every), Spread(1, "data_parallel", every),
                                  Spread(2, "table_row_wise", every), Spread(3, "row_wise", every)))
-    records = [PlanRecord(0, "mixed", plan=mixed), PlanRecord(0, "spread", plan=spread)]
+    # and, in the same job, a plan without spread tables (the fixture's first)
+    records = [PlanRecord(0, "mixed", plan=mixed), PlanRecord(0, "spread", plan=spread),
+               read_plans(d / "plans.json")[0]]
     write_plans(tmp_path / "plans.json", records)
     cfg = HardwareConfig(problem=Problem(2), warmup=1, iters=2, end_to_end=True, timeout=30)
-    a, b = measure_plans(tmp_path / "plans.json", d / "ds", d / "tasks.txt", cfg)
+    a, b, plain = measure_plans(tmp_path / "plans.json", d / "ds", d / "tasks.txt", cfg)
     # the all-to-all carries tables 2 (dim 32) and 3 (dim 16) only; every rank computes its blocks and replica
     assert a.dims == [32, 16] and all(x > 0 for x in a.compute)
     for rank in range(2):
@@ -92,9 +94,7 @@ def test_row_wise_and_data_parallel_tables_run_with_their_collectives(tiny, tmp_
     assert merged.measured.collectives == a.collectives
     assert merged.measured.repeats[0].collectives == a.collectives  # and per repeat, for each round's speed
     # a plan without spread tables records no collectives
-    [plain] = measure_plans(d / "plans.json", d / "ds", d / "tasks.txt",
-                            HardwareConfig(problem=Problem(2), warmup=0, iters=1, timeout=30))[:1]
-    assert plain.collectives is None
+    assert plain.collectives is None and plain.dims == [32, 40]
 
 
 def test_table_row_wise_tables_on_two_hosts_run_their_collectives_host_by_host(tiny, tmp_path):
