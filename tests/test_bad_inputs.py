@@ -634,18 +634,26 @@ CASES = [
 ]
 
 
-def run(script: str, argv, cwd, capsys) -> tuple[int, str]:
-    """Run a script's own main through run_main, as its command line does; (exit code, stderr)."""
+def run_script(script: str, argv, cwd, capsys) -> tuple[int, str, str]:
+    """Run a script's own main through run_main, as its command line does, in this process; (exit code,
+    stdout, stderr)."""
     old = os.getcwd()
     os.chdir(cwd)
     try:
         main = runpy.run_path(str(ROOT / script))["main"]
         capsys.readouterr()
         with pytest.raises(SystemExit) as exit_:
-            run_main(lambda: main(list(argv)))
+            run_main(lambda: main([str(a) for a in argv]))
     finally:
         os.chdir(old)
-    return exit_.value.code, capsys.readouterr().err
+    out, err = capsys.readouterr()
+    return exit_.value.code, out, err
+
+
+def run(script: str, argv, cwd, capsys) -> tuple[int, str]:
+    """`run_script`'s (exit code, stderr)."""
+    code, _, err = run_script(script, argv, cwd, capsys)
+    return code, err
 
 
 @pytest.mark.parametrize("name, script, argv, fragment", CASES, ids=[c[0] for c in CASES])
