@@ -7,17 +7,14 @@ code and stderr); a few at the end also run as real subprocesses.
 
 import json
 import os
-import runpy
 import subprocess
 import sys
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from neuroshard.cli import run_main
 from neuroshard.data.split import table_halves
 from neuroshard.data.synthetic import SyntheticSpec, generate_synthetic
 from neuroshard.eval.planning import plan_task
@@ -36,8 +33,7 @@ from neuroshard.types.costs import CostBreakdown
 from neuroshard.types.plan import Plan, Spread
 from neuroshard.types.records import PlanRecord
 from neuroshard.types.tables import TableConfig, Task
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.scripts import ROOT, run_script
 
 
 def _models(n: int) -> CostModels:
@@ -634,31 +630,16 @@ CASES = [
 ]
 
 
-def run_script(script: str, argv, cwd, capsys) -> tuple[int, str, str]:
-    """Run a script's own main through run_main, as its command line does, in this process; (exit code,
-    stdout, stderr)."""
-    old = os.getcwd()
-    os.chdir(cwd)
-    try:
-        main = runpy.run_path(str(ROOT / script))["main"]
-        capsys.readouterr()
-        with pytest.raises(SystemExit) as exit_:
-            run_main(lambda: main([str(a) for a in argv]))
-    finally:
-        os.chdir(old)
-    out, err = capsys.readouterr()
-    return exit_.value.code, out, err
-
-
-def run(script: str, argv, cwd, capsys) -> tuple[int, str]:
-    """`run_script`'s (exit code, stderr)."""
-    code, _, err = run_script(script, argv, cwd, capsys)
-    return code, err
+def run(script: str, argv, cwd) -> tuple[int, str]:
+    """A script run as its command line runs it, in this process (`tests.scripts.run_script`): (exit code,
+    stderr)."""
+    res = run_script(script, argv, cwd)
+    return res.returncode, res.stderr
 
 
 @pytest.mark.parametrize("name, script, argv, fragment", CASES, ids=[c[0] for c in CASES])
-def test_bad_input_is_a_one_line_error(ws, capsys, name, script, argv, fragment):
-    code, err = run(script, argv, ws, capsys)
+def test_bad_input_is_a_one_line_error(ws, name, script, argv, fragment):
+    code, err = run(script, argv, ws)
     lines = [line for line in err.strip().splitlines() if line.strip()]
     assert code not in (0, None), f"exit {code}: {err}"
     assert "Traceback" not in err
@@ -703,11 +684,11 @@ def test_real_command_lines(ws, script, argv, fragment):
     assert last.startswith("error: ") and fragment in last
 
 
-def test_empty_dataset_configs_warn_nothing_and_simulate_nothing(ws, capsys):
+def test_empty_dataset_configs_warn_nothing_and_simulate_nothing(ws):
     """A table config list with no tables: the task file cannot name any table."""
     (ws / "no_tables").mkdir(exist_ok=True)
     write_table_configs(ws / "no_tables" / "table_configs.json", [])
-    code, err = run("eval_simulator.py", _replace(SIM, "--data_dir", "no_tables"), ws, capsys)
+    code, err = run("eval_simulator.py", _replace(SIM, "--data_dir", "no_tables"), ws)
     assert code == 1 and "table id 0 out of range (dataset has 0 tables)" in err
 
 
@@ -720,45 +701,45 @@ def test_tableconfig_rejects_bad_values_at_the_source():
             TableConfig(**args)
 
 
-def test_a_torn_last_line_is_reported_and_the_rest_is_used(ws, capsys):
+def test_a_torn_last_line_is_reported_and_the_rest_is_used(ws):
     """The documented behaviour for a killed collector's torn last line: warn, skip it, go on."""
     (ws / "cdata_torn").mkdir(exist_ok=True)
     for name in ("table_configs.json", "data.txt"):
         (ws / "cdata_torn" / name).write_bytes((ws / "cdata" / name).read_bytes())
     with open(ws / "cdata_torn" / "data.txt", "a") as fh:
         fh.write("1,2,3 4.")  # no newline: the tail of a killed writer
-    code, err = run("train_compute_cost_model.py", _replace(TRAIN_C, "--data_dir", "cdata_torn"), ws, capsys)
+    code, err = run("train_compute_cost_model.py", _replace(TRAIN_C, "--data_dir", "cdata_torn"), ws)
     assert code == 0 and "Traceback" not in err
     assert "data.txt:41: ignoring torn last line" in err
     metrics = json.loads((ws / "m" / "compute_metrics.json").read_text())
     assert metrics["num_samples"] == 40  # the 40 complete lines, not the torn 41st
 
 
-def test_training_that_measures_nothing_writes_nothing(ws, capsys):
+def test_training_that_measures_nothing_writes_nothing(ws):
     """Issue 24: no training task fits -> a one-line error and no policy, curve or config; a checkpoint path
     that cannot be written is refused before any training."""
     code, err = run("train_dreamshard.py", _replace(TRAIN_D, "--out_path", "none/dreamshard.pt")[:-1]
-                    + ["--max_mem", "1e-6", "--no_progress"], ws, capsys)
+                    + ["--max_mem", "1e-6", "--no_progress"], ws)
     assert code == 1 and "no training task fits" in err and not (ws / "none").exists()
     code, err = run("train_dreamshard.py", _replace(_replace(TRAIN_D, "--task_path", "tasks_pack.txt"),
-                                                    "--max_mem", "0.00045"), ws, capsys)
+                                                    "--max_mem", "0.00045"), ws)
     assert code == 1 and "measured no plan" in err and not (ws / "pol").exists()
-    code, err = run("train_dreamshard.py", _replace(TRAIN_D, "--out_path", "a_dir"), ws, capsys)
+    code, err = run("train_dreamshard.py", _replace(TRAIN_D, "--out_path", "a_dir"), ws)
     assert code == 1 and "--out_path: a_dir is a directory" in err and "dreamshard:" not in err
 
 
-def test_a_finished_plan_collection_refuses_a_rerun_with_other_settings(ws, capsys):
+def test_a_finished_plan_collection_refuses_a_rerun_with_other_settings(ws):
     """Rerun into a finished collection with other settings would replace its samples: refused, naming what
     differs; the same settings run again (and a lambda.json the rerun no longer makes is not kept)."""
     argv = EVAL_INPUTS + ["--alg", "dim_greedy", "--max_tasks", "1", "--max_dim", "32", "--device", "cpu",
                           "--warmup", "1", "--iters", "1", "--out_dir", "pcol", "--quiet", "--no_progress"]
-    code, err = run("collect_plan_cost_data.py", argv, ws, capsys)
+    code, err = run("collect_plan_cost_data.py", argv, ws)
     assert code == 0, err
     assert (ws / "pcol" / "comm" / "data.txt").exists() and (ws / "pcol" / "config.json").exists()
     (ws / "pcol" / "lambda.json").write_text("{}")  # as an earlier collection with --plus_lambdas left it
-    code, err = run("collect_plan_cost_data.py", _replace(argv, "--alg", "dim_greedy,size_greedy"), ws, capsys)
+    code, err = run("collect_plan_cost_data.py", _replace(argv, "--alg", "dim_greedy,size_greedy"), ws)
     assert code == 1 and "settings differ from the existing run" in err
     assert 'alg: was "dim_greedy", now "dim_greedy,size_greedy"' in err
-    code, err = run("collect_plan_cost_data.py", argv, ws, capsys)
+    code, err = run("collect_plan_cost_data.py", argv, ws)
     assert code == 0, err
     assert not (ws / "pcol" / "lambda.json").exists()

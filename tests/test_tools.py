@@ -1,20 +1,16 @@
 """The dataset and task tools end to end, including bad input.
 
 Bad input must give one line `error: ...` on stderr, a non-zero exit and no
-traceback. Each tool runs as a subprocess for the main paths and one bad
-input each; the other bad inputs call the tool's `main` in-process (a
-subprocess costs ~2 s of torch import) and check for a one-line
-NeuroShardError, which `run_main` turns into that one line.
+traceback. Each tool runs as its command line runs it (its `main` through
+`run_main`, in this process: `tests.scripts`) for the main paths and one bad
+input each; the other bad inputs call the tool's `main` and check for a
+one-line NeuroShardError, which `run_main` turns into that one line.
 """
 
 import importlib.util
 import json
 import math
-import os
 import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -24,23 +20,16 @@ from neuroshard.problem import Problem
 from neuroshard.types.errors import InputError
 from tests.data.test_public import check_tiny_configs, write_tiny_public
 from tests.data.test_stats import REFERENCE
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def script(name: str) -> Path:
-    """A standalone tool (tools/) or a pipeline step script (the repository root) by file name."""
-    return ROOT / "tools" / name if (ROOT / "tools" / name).exists() else ROOT / name
+from tests.scripts import run_script, script_path
 
 
 def run(tool, *args, cwd=None):
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.run([sys.executable, str(script(tool)), *map(str, args)],
-                          capture_output=True, text=True, env=env, cwd=cwd, timeout=120)
+    """A tool or step script run as its command line runs it (`tests.scripts.run_script`)."""
+    return run_script(tool, args, cwd)
 
 
 def load_tool(name):
-    spec = importlib.util.spec_from_file_location(f"tool_{name}", script(f"{name}.py"))
+    spec = importlib.util.spec_from_file_location(f"tool_{name}", script_path(f"{name}.py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

@@ -134,7 +134,7 @@ def test_the_collection_writes_samples_and_a_model_and_resumes(tmp_path):
     import runpy
 
     from neuroshard.planner.costs.collective_model import CollectiveModel
-    from tests.test_bad_inputs import ROOT
+    from tests.scripts import ROOT
 
     main = runpy.run_path(str(ROOT / "collect_collective_cost_data.py"))["main"]
     argv = ["--device", "cpu", "--ndevices", "4", "--data_size", "12", "--noise_samples", "3", "--batch_size", "8",

@@ -12,9 +12,7 @@ from neuroshard.planner.costs.cost_models import load_comm_model
 from neuroshard.train.comm_model import comm_tensors, train_comm_models
 from neuroshard.train.loop import TrainConfig
 from neuroshard.types.errors import InputError
-from tests.test_bad_inputs import run_script
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.scripts import run_script
 
 
 def synthetic_samples(n_samples=240, ndevices=3, seed=0):
@@ -99,14 +97,14 @@ def test_training_needs_one_device_count(tmp_path):
         train_comm_models(data, TrainConfig(epochs=1), tmp_path / "fw.pt", tmp_path / "bw.pt")
 
 
-def test_cli_trains_both_models(tmp_path, capsys):
+def test_cli_trains_both_models(tmp_path):
     data = tmp_path / "comm"
     data.mkdir()
     write_comm_data(data, synthetic_samples(60, ndevices=2))
-    code, out, err = run_script("train_comm_cost_model.py", ["--data_dir", data, "--epochs", 3, "--seed", 1,
-                                                             "--fw_inputs", "sleeps"], tmp_path, capsys)
-    assert code == 0, err
-    assert "forward comm model (2 devices" in out and "backward comm model" in out
+    res = run_script("train_comm_cost_model.py", ["--data_dir", data, "--epochs", 3, "--seed", 1, "--fw_inputs",
+                                                  "sleeps"], cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert "forward comm model (2 devices" in res.stdout and "backward comm model" in res.stdout
     assert (tmp_path / "models" / "comm_2_fw.pt").exists()
     assert (tmp_path / "models" / "comm_2_bw_metrics.json").exists()
     bw = torch.load(tmp_path / "models" / "comm_2_bw.pt", weights_only=True)

@@ -1,5 +1,4 @@
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,9 +16,7 @@ from neuroshard.train.loop import TrainConfig, companion_paths
 from neuroshard.train.metrics import regression_metrics
 from neuroshard.types.errors import InputError
 from neuroshard.types.tables import TableConfig
-from tests.test_bad_inputs import run_script
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.scripts import run_script
 
 
 def random_tables(n, seed=0):
@@ -108,34 +105,35 @@ def test_fast_inference_api_equals_plain_forward():
                                rtol=1e-5)
 
 
-def test_train_script_end_to_end(tmp_path, capsys):
+def test_train_script_end_to_end(tmp_path):
     tables, sets, costs = additive_data(200, seed=5)
     write_compute_data(tmp_path / "data", tables, list(zip(sets, costs)))
     out = tmp_path / "m" / "compute.pt"
-    code, stdout, err = run_script("train_compute_cost_model.py", ["--data_dir", tmp_path / "data", "--epochs", 3,
-                                                                   "--out_path", out, "--seed", 1], ROOT, capsys)
-    assert code == 0, err
-    assert "test: MSE" in stdout and "Spearman" in stdout
+    res = run_script("train_compute_cost_model.py", ["--data_dir", tmp_path / "data", "--epochs", 3,
+                                                     "--out_path", out, "--seed", 1])
+    assert res.returncode == 0, res.stderr
+    assert "test: MSE" in res.stdout and "Spearman" in res.stdout
     assert out.exists() and all(p.exists() for p in companion_paths(out))
 
 
-def test_the_script_trains_on_another_datasets_compute_data_beside_the_first(tmp_path, capsys):
+def test_the_script_trains_on_another_datasets_compute_data_beside_the_first(tmp_path):
     tables, sets, costs = additive_data(200, seed=5)
     write_compute_data(tmp_path / "data", tables, list(zip(sets, costs)))
     big = [TableConfig(4_000_000, 2.0, tables[0].bins, 32), TableConfig(300, 150.0, tables[0].bins, 4)]
     write_compute_data(tmp_path / "other", big, [((0,), 30.0), ((1,), 5.0), ((0, 1), 35.0)])
     out = tmp_path / "m" / "compute.pt"
-    code, _, err = run_script("train_compute_cost_model.py", ["--data_dir", tmp_path / "data", "--extra_data_dirs",
-                                                              tmp_path / "other", "--epochs", 3, "--out_path", out,
-                                                              "--seed", 1], ROOT, capsys)
-    assert code == 0, err
+    res = run_script("train_compute_cost_model.py", ["--data_dir", tmp_path / "data", "--extra_data_dirs",
+                                                     tmp_path / "other", "--epochs", 3, "--out_path", out,
+                                                     "--seed", 1])
+    assert res.returncode == 0, res.stderr
     metrics = json.loads(companion_paths(out)[1].read_text())
     assert metrics["num_samples"] == 203 and metrics["extra_samples"] == 3
     assert metrics["ranges"]["rows"][1] == 4_000_000 and metrics["ranges"]["pooling"][1] == 150.0
-    code, _, err = run_script("train_compute_cost_model.py", ["--data_dir", tmp_path / "data", "--extra_data_dirs",
-                                                              f"{tmp_path / 'other'},", "--epochs", 3,
-                                                              "--out_path", out], ROOT, capsys)
-    assert code == 1 and err.startswith("error: ") and "--extra_data_dirs" in err and len(err.splitlines()) == 1
+    res = run_script("train_compute_cost_model.py", ["--data_dir", tmp_path / "data", "--extra_data_dirs",
+                                                     f"{tmp_path / 'other'},", "--epochs", 3, "--out_path", out])
+    lines = res.stderr.splitlines()
+    assert res.returncode == 1 and len(lines) == 1
+    assert lines[0].startswith("error: ") and "--extra_data_dirs" in lines[0]
 
 
 def test_missing_or_tiny_data_is_an_input_error(tmp_path):
