@@ -10,7 +10,8 @@
         --task_path results/quick/train_tasks/data.txt --results results/quick/torchrec_data/results.json ...
 
 Per task of --task_path (never one of --eval_task_path: an error): the plans of
-each --alg and --random_plans random plans (each table row-wise or data-parallel
+each --alg (with --dp_min_pooling P, each again with its tables of pooling factor
+at least P data-parallel) and --random_plans random plans (each table row-wise or data-parallel
 with chance --spread_share, and with --local_world_size K, ranks per host, also
 table-row-wise on a random host; then up to --max_splits column splits of random
 other tables, each piece on a random device with room); ONE torchrun job
@@ -50,6 +51,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="the chance that a random plan makes a table row-wise or data-parallel (or, with "
                         "--local_world_size, table-row-wise), so the runtime model learns what those cost "
                         "(default: 0, none)")
+    p.add_argument("--dp_min_pooling", type=float, default=None,
+                   help="also train each --alg plan again with its tables of at least this pooling factor (that "
+                        "can be replicated) data-parallel, labelled ALG+dp: the trade a search weighs for a hot "
+                        "table (default: none)")
     add_device_arg(p)
     add_flag(p, "out_dir", "data/cost_data/torchrec")
     TorchRecTrainConfig.add_args(p)
@@ -76,6 +81,8 @@ def main(argv=None) -> int:
     check_int("--random_plans", args.random_plans, 0)
     check_int("--max_splits", args.max_splits, 0)
     check_float("--spread_share", args.spread_share, 0.0, 1.0)
+    if args.dp_min_pooling is not None:
+        check_float("--dp_min_pooling", args.dp_min_pooling, 0.0, lo_open=True)
     device, ndevices = resolve_ranks(resolve_devices(args.device, args.gpu_devices), args.ndevices, args.gpu_devices)
     problem = Problem.from_args(args, ndevices=ndevices)
     cfg = TorchRecTrainConfig.from_args(args, problem=problem, device=device)
@@ -91,7 +98,8 @@ def main(argv=None) -> int:
     options = sharder_options(args, batch)
     algs = resolve_algs(args.alg, options) if args.alg else []
     records = runtime_data.collection_records(inputs.configs, inputs.tasks, algs, inputs.models, problem,
-                                              args.random_plans, args.max_splits, options, args.spread_share)
+                                              args.random_plans, args.max_splits, options, args.spread_share,
+                                              args.dp_min_pooling)
     if not records:
         raise InputError(args.task_path, "no plan fits: nothing to train")
     labels = list(dict.fromkeys(r.alg for r in records))

@@ -455,6 +455,9 @@ CASES = [
     ("trdata spread share 2", "collect_torchrec_cost_data.py", ["--data_dir", "ds", "--task_path", "tasks.txt",
                                                                 "--spread_share", "2"],
      "--spread_share: must be <= 1, got 2"),
+    ("trdata dp pooling 0", "collect_torchrec_cost_data.py", ["--data_dir", "ds", "--task_path", "tasks.txt",
+                                                              "--dp_min_pooling", "0"],
+     "--dp_min_pooling: must be > 0, got 0"),
     # ---- eval_torchrec.py
     ("trec plans other ranks", "eval_torchrec.py", _replace(TREC, "--ndevices", "4"),
      "a plan for 2 devices, training on 4 ranks"),
@@ -651,8 +654,8 @@ def test_bad_input_is_a_one_line_error(ws, name, script, argv, fragment):
 def test_the_count_of_cases():
     # the closing note of issue 12 quotes this number
     assert len(CASES) >= 100
-    # issue 50 added 3 more, 1, 6; 51 2, 50 7, 52 15, 24 31, 23 (eval_torchrec.py) 9 (138 before); 51 2; 50 1
-    assert len(CASES) == 216
+    # issue 50 added 3 more, 1, 6; 51 2, 50 7, 52 15, 24 31, 23 (eval_torchrec.py) 9 (138 before); 51 2; 50 1, 1
+    assert len(CASES) == 217
 
 
 def test_a_second_compute_collection_into_the_same_dir_is_refused(ws):

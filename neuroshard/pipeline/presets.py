@@ -97,6 +97,11 @@ class Preset:
     torchrec_random_plans: int = 3
     # the share of a random plan's tables made row-wise or data-parallel, so the runtime model learns their terms
     torchrec_spread_share: float = 0.15
+    # over the second dataset (step 7a2) each sharder's plan is trained again with its tables of at least this
+    # pooling factor data-parallel: that dataset's hot tables (pooling factors from about 50 up; its regular
+    # tables' stay below 40), whose data-parallel trade the random plans rarely show (docs/EXPERIMENTS.md, the
+    # entry on the wider space)
+    torchrec_dp_min_pooling: float = 40.0
     # tasks beyond the paper's plan space (0: off; synthetic data only): a second dataset, `oversize_tables` regular
     # tables plus `oversize_large` tables of up to `large_rows` rows (at dim 128 larger than one device) and
     # `oversize_hot` small hot ones, and `oversize_tasks` tasks over it, each with a table larger than a device and a

@@ -538,6 +538,7 @@ STEPS: list[StepSpec] = [
              lambda r: [r.layout.oversize_torchrec_data / "results.json"],
              lambda r: runtime_collection(r, r.layout.oversize_dataset, r.layout.oversize_train_tasks,
                                           r.layout.oversize_tasks, r.layout.oversize_torchrec_data)
+             | {"dp_min_pooling": r.preset.torchrec_dp_min_pooling}
              | ({"collective_model": _collective_model(r)} if _collectives(r) else {}),
              when=lambda r: _torchrec(r) and r.oversize),
     StepSpec("7b", "TorchRec runtime cost model", "train_torchrec_cost_model.py",

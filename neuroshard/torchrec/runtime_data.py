@@ -11,6 +11,11 @@ per training task (never an evaluation task: `eval.onpolicy.check_disjoint`)
   with and without each group and with every balance between the ranks;
 * the plans of the given algorithms (e.g. NeuroShard's, the greedy
   baselines', TorchRec's own planner's), the plans a search will compare;
+* with `dp_min_pooling`, each of those plans again with its hot tables
+  (pooling factor at least that, small enough to replicate) data-parallel
+  (`hot_variant`, labelled `alg+dp`): the trade a search weighs for a hot
+  table, which random plans, drawing their data-parallel tables among all the
+  small ones, show rarely (docs/EXPERIMENTS.md, the entry on the wider space);
 
 all trained by `torchrec.training_eval.run_torchrec_eval` (one torchrun job,
 shuffled, resumable; results.json holds each plan, its step times and every
@@ -92,10 +97,32 @@ def random_split_plan(tables: Sequence[ShardTable], problem: Problem, max_splits
     return plan
 
 
+def hot_variant(tables: Sequence[ShardTable], plan: Plan, problem: Problem, min_pooling: float) -> Plan | None:
+    """`plan` with its tables of pooling factor at least `min_pooling` that are not spread already and small
+    enough to replicate (`simulator.replicable`) taken off their devices and made data-parallel; None when it
+    has no such table or the result does not fit."""
+    from neuroshard.planner.search.sharding_types import patched
+
+    spread = {s.table for s in plan.spread}
+    hot = [t for t, table in enumerate(tables) if table.config.pooling_factor >= min_pooling and t not in spread
+           and replicable(table, problem)]
+    if not hot:
+        return None
+    every = tuple(range(problem.ndevices))
+    try:
+        variant = patched(tables, plan, list(plan.spread) + [Spread(t, DATA_PARALLEL, every) for t in hot])
+        validate_plan(tables, variant, problem)
+    except (OutOfMemoryError, InvalidPlanError):
+        return None
+    return variant
+
+
 def collection_records(configs: Sequence[TableConfig], tasks: Sequence[Task], algs: Sequence[str], models,
                        problem: Problem, random_plans: int, max_splits: int,
-                       options: dict | None = None, spread_share: float = 0.0) -> list[PlanRecord]:
-    """Per task, the plans of `algs` and `random_plans` random plans (labels `random_label(k)`, with
+                       options: dict | None = None, spread_share: float = 0.0,
+                       dp_min_pooling: float | None = None) -> list[PlanRecord]:
+    """Per task, the plans of `algs`, with `dp_min_pooling` each again with its hot tables data-parallel
+    (`hot_variant`, label `alg+dp`), and `random_plans` random plans (labels `random_label(k)`, with
     `spread_share` as in `random_split_plan`); a plan that does not fit is left out (the record list says
     nothing about it: it is not a sample)."""
     out = []
@@ -103,8 +130,14 @@ def collection_records(configs: Sequence[TableConfig], tasks: Sequence[Task], al
         tables = task.tables(configs)
         for alg in algs:
             rec = plan_task(i, tables, alg, task_problem(problem, i), models, options)
-            if rec.plan is not None:
-                out.append(rec)
+            if rec.plan is None:
+                continue
+            out.append(rec)
+            variant = None if dp_min_pooling is None else hot_variant(tables, rec.plan, problem, dp_min_pooling)
+            if variant is not None:
+                out.append(PlanRecord(task=i, alg=f"{alg}+dp", plan=variant, num_tables=len(tables),
+                                      table_ids=tuple(t.table_id for t in tables),
+                                      dims=tuple(t.dim for t in tables)))
         for k in range(random_plans):
             try:
                 plan = random_split_plan(tables, problem.with_seed(task_seed(problem.seed, i) + k), max_splits,

@@ -16,6 +16,7 @@ from neuroshard.torchrec.runtime_data import (
     collection_records,
     fit_runtime_model,
     host_size,
+    hot_variant,
     random_label,
     random_split_plan,
     read_extra_samples,
@@ -27,7 +28,7 @@ from neuroshard.torchrec.runtime_data import (
 from neuroshard.torchrec.runtime_model import FEATURES
 from neuroshard.torchrec.training_eval import merge_plan_files
 from neuroshard.types.errors import InputError, OutOfMemoryError
-from neuroshard.types.plan import Plan, Spread
+from neuroshard.types.plan import Plan, Spread, plan_pieces
 from neuroshard.types.records import PlanRecord
 from neuroshard.types.tables import ShardTable, TableConfig, Task
 from tests.planner.test_simulator import BINS, hand_models
@@ -105,6 +106,45 @@ def test_collection_records_label_random_plans_per_task():
     assert [(r.task, r.alg) for r in recs] == [(0, "size_lookup_greedy"), (0, random_label(0)), (0, random_label(1)),
                                               (1, "size_lookup_greedy"), (1, random_label(0)), (1, random_label(1))]
     assert all(r.plan is not None and r.num_tables == 6 for r in recs)
+
+
+def test_each_sharders_plan_again_with_its_hot_tables_data_parallel():
+    # CONFIGS' pooling factors are 1 + i % 5: tables 3, 4, 8, 9 have 4 or 5, the hot ones at 4
+    ts = tasks(2)
+    recs = collection_records(CONFIGS, ts, ["size_lookup_greedy"], hand_models(2), Problem(2, 1.0), random_plans=0,
+                              max_splits=3, dp_min_pooling=4.0)
+    assert [(r.task, r.alg) for r in recs] == [(0, "size_lookup_greedy"), (0, "size_lookup_greedy+dp"),
+                                              (1, "size_lookup_greedy"), (1, "size_lookup_greedy+dp")]
+    for plain, hot in zip(recs[::2], recs[1::2]):
+        ids = ts[plain.task].table_ids
+        want = [t for t, i in enumerate(ids) if i % 5 >= 3]
+        assert want and [(s.table, s.kind, s.ranks) for s in hot.plan.spread] == \
+            [(t, "data_parallel", (0, 1)) for t in want]
+        tables = ts[plain.task].tables(CONFIGS)
+        validate_plan(tables, hot.plan, Problem(2, 1.0))
+        # the other tables' pieces stay where the sharder put them
+        before, after = plan_pieces(tables, plain.plan), plan_pieces(tables, hot.plan)
+        assert all(after[t] == ([] if t in want else before[t]) for t in range(len(tables)))
+        assert hot.table_ids == plain.table_ids and hot.dims == plain.dims
+    # a threshold above every table's pooling factor adds nothing
+    assert [r.alg for r in collection_records(CONFIGS, ts, ["size_lookup_greedy"], hand_models(2), Problem(2, 1.0),
+                                              random_plans=0, max_splits=3, dp_min_pooling=6.0)] == \
+        ["size_lookup_greedy"] * 2
+
+
+def test_a_hot_variant_that_does_not_fit_is_left_out():
+    # table 0 (1,000 x 8, pooling 5) is hot; replicated it takes 2 x 8,000 elements on each device, within a
+    # sixteenth of 260,000 (`simulator.replicable`), but device 0 also holds table 1 (3,900 x 64 = 249,600):
+    # 265,600 elements, more than its 260,000; with 300,000 it fits
+    bins = (1.0,) + (0.0,) * 16
+    tables = [ShardTable(0, 0, TableConfig(1000, 5.0, bins, 8)), ShardTable(1, 1, TableConfig(3900, 1.0, bins, 64)),
+              ShardTable(2, 2, TableConfig(3900, 1.0, bins, 64))]
+    plan = Plan((), ((0, 1), (2,)))
+    small, big = Problem(2, 260_000 * 4 / 2**30), Problem(2, 300_000 * 4 / 2**30)
+    validate_plan(tables, plan, small)  # 257,600 on device 0
+    assert hot_variant(tables, plan, small, 5.0) is None
+    assert hot_variant(tables, plan, big, 5.0) == Plan((), ((1,), (2,)), (Spread(0, "data_parallel", (0, 1)),))
+    assert hot_variant(tables, plan, big, 6.0) is None  # no hot table
 
 
 def write_results(path, rows):
