@@ -100,7 +100,7 @@ class Preset:
     # over the second dataset (step 7a2) each sharder's plan is trained again with its tables of at least this
     # pooling factor data-parallel: that dataset's hot tables (pooling factors from about 50 up; its regular
     # tables' stay below 40), whose data-parallel trade the random plans rarely show (docs/EXPERIMENTS.md, the
-    # entry on the wider space)
+    # entry on hot tables data-parallel in the runtime data)
     torchrec_dp_min_pooling: float = 40.0
     # tasks beyond the paper's plan space (0: off; synthetic data only): a second dataset, `oversize_tables` regular
     # tables plus `oversize_large` tables of up to `large_rows` rows (at dim 128 larger than one device) and

@@ -15,7 +15,8 @@ per training task (never an evaluation task: `eval.onpolicy.check_disjoint`)
   (pooling factor at least that, small enough to replicate) data-parallel
   (`hot_variant`, labelled `alg+dp`): the trade a search weighs for a hot
   table, which random plans, drawing their data-parallel tables among all the
-  small ones, show rarely (docs/EXPERIMENTS.md, the entry on the wider space);
+  small ones, show rarely (docs/EXPERIMENTS.md, the entry on hot tables
+  data-parallel in the runtime data);
 
 all trained by `torchrec.training_eval.run_torchrec_eval` (one torchrun job,
 shuffled, resumable; results.json holds each plan, its step times and every
