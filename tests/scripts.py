@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 from neuroshard.cli import run_main
+from neuroshard.pipeline.processes import _exit_status as exit_status
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -37,8 +38,7 @@ def run_script(script, argv, cwd=None) -> subprocess.CompletedProcess:
             try:
                 run_main(lambda: main(args))
             except SystemExit as e:
-                code = e.code
+                code = exit_status(e.code)
     finally:
         os.chdir(old)
-    code = 0 if code is None else code if isinstance(code, int) else 1
     return subprocess.CompletedProcess([str(path), *args], code, out.getvalue(), err.getvalue())
