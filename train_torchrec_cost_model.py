@@ -15,7 +15,9 @@ their non-negative weights (least squares of the relative error), first
 without --test_share of the tasks to report the error on unseen tasks' plans,
 then on all. --extra_results (with --extra_data_dir and --extra_task_path)
 adds another collection's plans to the fit, e.g. of training tasks of the
-second dataset, whose tables are larger and hotter than the first's. Writes
+second dataset, whose tables are larger and hotter than the first's; trained
+at another hour, it ran at another speed, so it gets a speed of its own, fitted
+with the weights (the model prices plans at --results' speed). Writes
 the model to --out_path and the fit's report beside it (<out_path
 stem>_metrics.json).
 --check_results also reports the model's error on other plans trained in TorchRec
@@ -152,6 +154,7 @@ def main(argv=None) -> int:
     check_int("--batch_size", batch, 1)
     source = {"samples": str(Path(args.results).resolve()), "compute_model": str(Path(args.compute_model).resolve()),
               "task_path": str(Path(args.task_path).resolve())}
+    collections = [0] * len(samples)
     if args.extra_results:
         more = runtime_data.read_extra_samples(args.extra_results, args.extra_data_dir, args.extra_task_path,
                                                first_task=1 + max((s.task for s in samples), default=-1))
@@ -160,17 +163,21 @@ def main(argv=None) -> int:
             raise InputError(args.extra_results, f"trained with batch {other}, the other plans with {batch}: one "
                                                  "model prices one batch")
         samples += more
+        collections += [1] * len(more)
         source |= {"extra_samples": str(Path(args.extra_results).resolve()),
                    "extra_task_path": str(Path(args.extra_task_path).resolve())}
     try:
         res = runtime_data.fit_runtime_model(samples, inputs.models, problem.ndevices, batch, args.test_share,
-                                             problem.seed, source=source)
+                                             problem.seed, source=source, collections=collections)
     except ValueError as e:
         raise InputError(args.results, str(e)) from None
     print(f"{len(samples)} plans of {len({s.task for s in samples})} tasks; batch {batch}, {problem.ndevices} ranks")
     print("| term | weight | mean share of a step (ms) |\n|---|---|---|")
     for name, c in zip(FEATURES, res.model.coef):
         print(f"| {name} | {c:.4g} | {res.terms[name]:.2f} |")
+    if res.speeds:
+        print(f"--extra_results' plans trained at {res.speeds[1]:.3f}x the step time the model gives them at "
+              f"--results' speed (one speed per collection, fitted with the weights)")
     test = "-" if res.test_mape is None else f"{res.test_mape:.1f}%"
     print(f"MAPE: {test} on the plans of {len(res.test_tasks)} held-out tasks, {res.fit_mape:.1f}% fitted on all")
     for kind, row in res.by_kind.items():

@@ -99,14 +99,16 @@ def random_split_plan(tables: Sequence[ShardTable], problem: Problem, max_splits
 
 
 def hot_variant(tables: Sequence[ShardTable], plan: Plan, problem: Problem, min_pooling: float) -> Plan | None:
-    """`plan` with its tables of pooling factor at least `min_pooling` that are not spread already and small
-    enough to replicate (`simulator.replicable`) taken off their devices and made data-parallel; None when it
-    has no such table or the result does not fit."""
+    """`plan` with its tables of pooling factor at least `min_pooling` that are not spread already, small
+    enough to replicate (`simulator.replicable`) and allowed data-parallel by the problem's constraints
+    (`TableConstraints.may_spread`) taken off their devices and made data-parallel; None when it has no such
+    table or the result does not fit."""
     from neuroshard.planner.search.sharding_types import patched
 
     spread = {s.table for s in plan.spread}
+    allows = problem.table_constraints
     hot = [t for t, table in enumerate(tables) if table.config.pooling_factor >= min_pooling and t not in spread
-           and replicable(table, problem)]
+           and replicable(table, problem) and allows.may_spread(t, DATA_PARALLEL, problem.ndevices)]
     if not hot:
         return None
     every = tuple(range(problem.ndevices))
@@ -274,6 +276,8 @@ class RuntimeFit(Record):
     fit_mape: float
     by_kind: dict  # {"random" | alg: {"plans": n, "test_mape": %, "fit_mape": %}}
     terms: dict = json_field(key="mean_terms_ms")  # mean ms of each feature's share over the samples
+    # per collection, its step times over what the model (at the first collection's speed) gives
+    speeds: tuple[float, ...] = json_field((), omit=lambda v: not v)
 
 
 def sample_kind(alg: str) -> str:
@@ -300,14 +304,18 @@ def host_size(samples: Sequence[RuntimeSample]) -> int | None:
 
 
 def fit_runtime_model(samples: Sequence[RuntimeSample], models, ndevices: int, batch: int, test_share: float = 0.25,
-                      seed: int = 0, source: dict | None = None) -> RuntimeFit:
+                      seed: int = 0, source: dict | None = None,
+                      collections: Sequence[int] | None = None) -> RuntimeFit:
     """Fit the runtime model: first without a seeded `test_share` of the tasks (its error on their plans is
-    `test_mape`), then on every sample (the model returned)."""
+    `test_mape`), then on every sample (the model returned). `collections`: per sample, the index of the
+    collection that trained it (0, 1, ...; default all 0); each collection after the first gets a speed of its
+    own, fitted with the weights (`runtime_model.fit_speeds`: collections trained at other hours ran at other
+    speeds), and the model prices plans at the first's speed."""
     from neuroshard.torchrec.runtime_model import (
         FEATURES,
         GROUP_OF,
         TorchRecRuntimeModel,
-        fit,
+        fit_speeds,
         mape,
     )
 
@@ -324,11 +332,16 @@ def fit_runtime_model(samples: Sequence[RuntimeSample], models, ndevices: int, b
     k = int(round(test_share * len(tasks)))
     test_tasks = sorted(int(t) for t in rng.choice(tasks, size=k, replace=False)) if 0 < k < len(tasks) else []
     test = np.array([s.task in test_tasks for s in samples])
+    group = np.zeros(len(samples), dtype=np.int64) if collections is None else np.asarray(collections, dtype=np.int64)
+    if group.shape != (len(samples),):
+        raise ValueError(f"{len(group)} collection indices for {len(samples)} samples")
     pred_test = None
     if test.any():
-        pred_test = x[test] @ fit(x[~test], y[~test])
-    coef = fit(x, y)
-    pred = x @ coef
+        coef, speed = fit_speeds(x[~test], y[~test], group[~test])
+        speed = np.concatenate([speed, np.ones(max(0, int(group.max()) + 1 - len(speed)))])
+        pred_test = (x[test] @ coef) * speed[group[test]]
+    coef, speed = fit_speeds(x, y, group)
+    pred = (x @ coef) * speed[group]
     kinds = [sample_kind(s.alg) for s in samples]
     by_kind = {}
     for kind in dict.fromkeys(kinds):
@@ -342,7 +355,8 @@ def fit_runtime_model(samples: Sequence[RuntimeSample], models, ndevices: int, b
     model = TorchRecRuntimeModel(ndevices, batch, tuple(float(c) for c in coef), len(samples), mape(pred, y),
                                  test_mape, dict(source or {}), tuple(k for k in GROUP_OF if k in kinds), hosts)
     terms = {name: float(np.mean(x[:, j] * coef[j])) for j, name in enumerate(FEATURES)}
-    return RuntimeFit(model, test_tasks, test_mape, mape(pred, y), by_kind, terms)
+    return RuntimeFit(model, test_tasks, test_mape, mape(pred, y), by_kind, terms,
+                      tuple(float(v) for v in speed) if len(speed) > 1 else ())
 
 
 def round_check(model, samples: Sequence[RuntimeSample], anchors: Sequence[RuntimeSample], models):

@@ -369,6 +369,41 @@ def fit(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return nnls(x / y[:, None], np.ones(len(y)))
 
 
+def fit_speeds(x: np.ndarray, y: np.ndarray, groups: np.ndarray, rounds: int = 20) -> tuple[np.ndarray, np.ndarray]:
+    """Non-negative coefficients and one speed per group of samples (`groups`: 0..G-1) minimising the squared
+    relative error of speed[group] * (x @ coef) against y; the first group that has samples is the reference
+    (speed 1), a group without samples keeps speed 1.
+
+    The groups are collections trained at different hours: a shared machine's speed moves by tens of percent
+    between them, and one set of coefficients fitted to both would bend its cost terms to absorb the
+    difference. Written with u = 1 / speed the residual (x @ coef) / y - u[group] is linear in (coef, u), one
+    non-negative least-squares problem; each group's rows weighted by its speed make its sum of squares the
+    relative error's, and the weights come from the previous solution (a few rounds)."""
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    groups = np.asarray(groups, dtype=np.int64)
+    if groups.shape != (len(y),) or (groups < 0).any():
+        raise ValueError(f"expected one group index >= 0 per sample ({len(y)}), got {groups.shape[0]}")
+    coef = fit(x, y)  # checks x and y
+    present = np.unique(groups)
+    speed = np.ones(int(groups.max(initial=0)) + 1)
+    if len(present) < 2:
+        return coef, speed
+    others = present[1:]
+    # columns: x / y, then -1 in the rows of each non-reference group; target 1 in the reference's rows
+    a = np.hstack([x / y[:, None], -(groups[:, None] == others[None, :]).astype(np.float64)])
+    b = (groups == present[0]).astype(np.float64)
+    for _ in range(rounds):
+        w = speed[groups]
+        sol = nnls(a * w[:, None], b * w)
+        coef, u = sol[:x.shape[1]], sol[x.shape[1]:]
+        new = speed.copy()
+        new[others] = np.where(u > 0, 1.0 / np.maximum(u, 1e-300), 1.0)
+        if np.allclose(new, speed, rtol=1e-10, atol=0):
+            break
+        speed = new
+    return coef, speed
+
+
 def mape(pred: np.ndarray, y: np.ndarray) -> float:
     """Mean absolute percentage error (%)."""
     pred, y = np.asarray(pred, dtype=np.float64), np.asarray(y, dtype=np.float64)

@@ -27,6 +27,7 @@ from neuroshard.torchrec.runtime_data import (
 )
 from neuroshard.torchrec.runtime_model import FEATURES
 from neuroshard.torchrec.training_eval import merge_plan_files
+from neuroshard.types.constraints import TableConstraints
 from neuroshard.types.errors import InputError, OutOfMemoryError
 from neuroshard.types.plan import Plan, Spread, plan_pieces
 from neuroshard.types.records import PlanRecord
@@ -147,6 +148,19 @@ def test_a_hot_variant_that_does_not_fit_is_left_out():
     assert hot_variant(tables, plan, big, 6.0) is None  # no hot table
 
 
+def test_a_hot_table_its_constraints_keep_off_data_parallel_stays_where_the_plan_put_it():
+    # tables 0 and 1 are hot (pooling 5); 0 may only be row-wise, so the variant replicates 1 alone; with both
+    # kept whole there is no variant
+    bins = (1.0,) + (0.0,) * 16
+    tables = [ShardTable(t, t, TableConfig(1000, 5.0 if t < 2 else 1.0, bins, 8)) for t in range(3)]
+    plan = Plan((), ((0, 1), (2,)))
+    one = Problem(2, 1.0, constraints=TableConstraints(kinds=((0, ("row_wise",)),)))
+    assert hot_variant(tables, plan, one, 5.0) == Plan((), ((0,), (2,)), (Spread(1, "data_parallel", (0, 1)),))
+    assert hot_variant(tables, plan, Problem(2, 1.0, constraints=TableConstraints(whole=(0, 1))), 5.0) is None
+    assert hot_variant(tables, plan, Problem(2, 1.0), 5.0) == \
+        Plan((), ((), (2,)), (Spread(0, "data_parallel", (0, 1)), Spread(1, "data_parallel", (0, 1))))
+
+
 def write_results(path, rows):
     path.write_text(json.dumps(rows))
     return path
@@ -212,6 +226,31 @@ def test_fit_on_samples_with_known_step_times():
     assert res.model.local_world_size is None
     with pytest.raises(ValueError, match="for \\[2\\] devices"):
         fit_runtime_model(samples, models, 4, 4096)
+
+
+def test_a_second_collection_at_another_speed_gets_its_own():
+    """The plans of half the tasks trained at 1.5x the step times known weights give (another hour): with
+    their collection named the fit recovers the speed and prices every plan exactly, held-out ones too; the
+    model prices plans at the first collection's speed."""
+    ts = tasks(8)
+    models = hand_models(2)
+    recs = collection_records(CONFIGS, ts, [], models, Problem(2, 1.0), random_plans=4, max_splits=4,
+                              spread_share=0.2)
+    samples = [RuntimeSample(r.task, r.alg, ts[r.task].tables(CONFIGS), r.plan, [1.0], None) for r in recs]
+    coef = np.array([20.0, 3.0, 2.0, 1.0, 0.5, 0.2, 0.3, 0.1, 0.4, 0.6, 0.7, 0.8])
+    collections = [int(s.task >= 4) for s in samples]
+    x = sample_features(samples, models, 4096)
+    y = (x @ coef) * np.where(np.array(collections) == 1, 1.5, 1.0)
+    samples = [replace(s, step_ms=[float(v)]) for s, v in zip(samples, y)]
+    res = fit_runtime_model(samples, models, 2, 4096, test_share=0.25, seed=0, collections=collections)
+    assert res.speeds == pytest.approx((1.0, 1.5), rel=1e-6)
+    assert res.test_mape < 1e-4 and res.fit_mape < 1e-4 and res.to_json()["speeds"] == list(res.speeds)
+    first = np.array(collections) == 0
+    np.testing.assert_allclose(x[first] @ np.array(res.model.coef), y[first], rtol=1e-5)
+    plain = fit_runtime_model(samples, models, 2, 4096, test_share=0.25, seed=0)
+    assert plain.speeds == () and plain.fit_mape > 1.0 and "speeds" not in plain.to_json()
+    with pytest.raises(ValueError, match="collection indices"):
+        fit_runtime_model(samples, models, 2, 4096, collections=[0])
 
 
 def test_a_fit_on_hosts_records_their_size():

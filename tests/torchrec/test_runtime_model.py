@@ -18,6 +18,7 @@ from neuroshard.torchrec.runtime_model import (
     default_path,
     features,
     fit,
+    fit_speeds,
     mape,
     nnls,
     plan_groups,
@@ -187,6 +188,23 @@ def test_fit_recovers_known_weights():
     assert mape(np.array([110.0, 90.0]), np.array([100.0, 100.0])) == pytest.approx(10.0)
     with pytest.raises(ValueError, match="> 0"):
         fit(x[:2], np.array([1.0, 0.0]))
+
+
+def test_fit_speeds_recovers_the_weights_and_each_collections_speed():
+    # the second collection's steps took 0.6x, the third's 1.5x what the weights give: one fit recovers both
+    rng = np.random.default_rng(2)
+    x = np.column_stack([np.ones(60), rng.uniform(0, 5, size=(60, len(FEATURES) - 1))])
+    groups = np.repeat([0, 1, 2], 20)
+    y = (x @ np.array(COEF)) * np.array([1.0, 0.6, 1.5])[groups]
+    coef, speed = fit_speeds(x, y, groups)
+    np.testing.assert_allclose(speed, [1.0, 0.6, 1.5], rtol=1e-6)
+    np.testing.assert_allclose(coef, COEF, rtol=1e-5, atol=1e-6)
+    # one set of weights for all three cannot match them
+    assert mape(x @ fit(x, y), y) > 5.0
+    # one group: the plain fit
+    np.testing.assert_allclose(fit_speeds(x[:20], y[:20], groups[:20])[0], fit(x[:20], y[:20]))
+    with pytest.raises(ValueError, match="one group index"):
+        fit_speeds(x, y, groups[:5])
 
 
 def test_model_file_round_trip_and_errors(tmp_path):
