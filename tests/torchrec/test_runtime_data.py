@@ -207,16 +207,23 @@ def test_extra_samples_read_on_their_own_dataset_with_their_tasks_numbered_apart
         read_extra_samples(tmp_path / "missing.json", tmp_path, tmp_path / "tasks.txt", first_task=0)
 
 
+KNOWN_COEF = np.array([20.0, 3.0, 2.0, 1.0, 0.5, 0.2, 0.3, 0.1, 0.4, 0.6, 0.7, 0.8])
+
+
+def random_samples(models):
+    """Random plans (some spread) of 8 tasks on 2 ranks as samples, their step times still to set."""
+    ts = tasks(8)
+    recs = collection_records(CONFIGS, ts, [], models, Problem(2, 1.0), random_plans=4, max_splits=4,
+                              spread_share=0.2)
+    return [RuntimeSample(r.task, r.alg, ts[r.task].tables(CONFIGS), r.plan, [1.0], None) for r in recs]
+
+
 def test_fit_on_samples_with_known_step_times():
     """Step times made by known weights: the fit reproduces them, on held-out tasks too (MAPE ~0; with the
     hand-made linear compute model some terms are collinear, so the weights themselves are not unique)."""
-    ts = tasks(8)
     models = hand_models(2)
-    recs = collection_records(CONFIGS, ts, [], models, Problem(2, 1.0), random_plans=4, max_splits=4,
-                              spread_share=0.2)
-    samples = [RuntimeSample(r.task, r.alg, ts[r.task].tables(CONFIGS), r.plan, [1.0], None) for r in recs]
-    coef = np.array([20.0, 3.0, 2.0, 1.0, 0.5, 0.2, 0.3, 0.1, 0.4, 0.6, 0.7, 0.8])
-    y = sample_features(samples, models, 4096) @ coef
+    samples = random_samples(models)
+    y = sample_features(samples, models, 4096) @ KNOWN_COEF
     samples = [replace(s, step_ms=[float(v)]) for s, v in zip(samples, y)]
     res = fit_runtime_model(samples, models, 2, 4096, test_share=0.25, seed=0)
     assert len(res.test_tasks) == 2 and res.test_mape < 1e-6 and res.fit_mape < 1e-6
@@ -232,15 +239,11 @@ def test_a_second_collection_at_another_speed_gets_its_own():
     """The plans of half the tasks trained at 1.5x the step times known weights give (another hour): with
     their collection named the fit recovers the speed and prices every plan exactly, held-out ones too; the
     model prices plans at the first collection's speed."""
-    ts = tasks(8)
     models = hand_models(2)
-    recs = collection_records(CONFIGS, ts, [], models, Problem(2, 1.0), random_plans=4, max_splits=4,
-                              spread_share=0.2)
-    samples = [RuntimeSample(r.task, r.alg, ts[r.task].tables(CONFIGS), r.plan, [1.0], None) for r in recs]
-    coef = np.array([20.0, 3.0, 2.0, 1.0, 0.5, 0.2, 0.3, 0.1, 0.4, 0.6, 0.7, 0.8])
+    samples = random_samples(models)
     collections = [int(s.task >= 4) for s in samples]
     x = sample_features(samples, models, 4096)
-    y = (x @ coef) * np.where(np.array(collections) == 1, 1.5, 1.0)
+    y = (x @ KNOWN_COEF) * np.where(np.array(collections) == 1, 1.5, 1.0)
     samples = [replace(s, step_ms=[float(v)]) for s, v in zip(samples, y)]
     res = fit_runtime_model(samples, models, 2, 4096, test_share=0.25, seed=0, collections=collections)
     assert res.speeds == pytest.approx((1.0, 1.5), rel=1e-6)
@@ -277,8 +280,7 @@ def test_rounds_speed_comes_from_the_anchors_trained_in_them(tmp_path):
     models = hand_models(2)
     recs = collection_records(CONFIGS, ts, [], models, Problem(2, 1.0), random_plans=3, max_splits=2)
     samples = [RuntimeSample(r.task, r.alg, ts[r.task].tables(CONFIGS), r.plan, [1.0], None) for r in recs]
-    coef = np.array([20.0, 3.0, 2.0, 1.0, 0.5, 0.2, 0.3, 0.1, 0.4, 0.6, 0.7, 0.8])
-    y = sample_features(samples, models, 4096) @ coef
+    y = sample_features(samples, models, 4096) @ KNOWN_COEF
     model = fit_runtime_model([replace(s, step_ms=[float(v)]) for s, v in zip(samples, y)], models, 2, 4096).model
     timed = [replace(s, step_ms=[1.2 * float(v), 0.9 * float(v)]) for s, v in zip(samples, y)]
     rows = [{"task": s.task, "alg": "anchor:" + s.alg, "plan": s.plan.to_json(), "step_ms": s.step_ms,
