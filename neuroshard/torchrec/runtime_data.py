@@ -43,7 +43,7 @@ from neuroshard.torchrec.runtime_model import TorchRecRuntimeModel
 from neuroshard.types.codec import Record, json_field
 from neuroshard.types.errors import InputError, InvalidPlanError, OutOfMemoryError
 from neuroshard.types.plan import DATA_PARALLEL, ROW_WISE, TABLE_ROW_WISE, Plan, Spread, apply_column_steps
-from neuroshard.types.records import PlanRecord
+from neuroshard.types.records import PlanRecord, task_identity
 from neuroshard.types.tables import ShardTable, TableConfig, Task, can_split
 
 RANDOM = "random_split"
@@ -131,6 +131,7 @@ def collection_records(configs: Sequence[TableConfig], tasks: Sequence[Task], al
     out = []
     for i, task in enumerate(tasks):
         tables = task.tables(configs)
+        identity = task_identity(tables)
         for alg in algs:
             rec = plan_task(i, tables, alg, task_problem(problem, i), models, options)
             if rec.plan is None:
@@ -138,17 +139,14 @@ def collection_records(configs: Sequence[TableConfig], tasks: Sequence[Task], al
             out.append(rec)
             variant = None if dp_min_pooling is None else hot_variant(tables, rec.plan, problem, dp_min_pooling)
             if variant is not None:
-                out.append(PlanRecord(task=i, alg=f"{alg}+dp", plan=variant, num_tables=len(tables),
-                                      table_ids=tuple(t.table_id for t in tables),
-                                      dims=tuple(t.dim for t in tables)))
+                out.append(PlanRecord(task=i, alg=f"{alg}+dp", plan=variant, num_tables=len(tables), **identity))
         for k in range(random_plans):
             try:
                 plan = random_split_plan(tables, problem.with_seed(task_seed(problem.seed, i) + k), max_splits,
                                          spread_share)
             except OutOfMemoryError:
                 continue
-            out.append(PlanRecord(task=i, alg=random_label(k), plan=plan, num_tables=len(tables),
-                                  table_ids=tuple(t.table_id for t in tables), dims=tuple(t.dim for t in tables)))
+            out.append(PlanRecord(task=i, alg=random_label(k), plan=plan, num_tables=len(tables), **identity))
     return out
 
 
