@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 from neuroshard.cli import run_main
-from neuroshard.pipeline.processes import _exit_status as exit_status
+from neuroshard.pipeline.processes import exit_status
 
 ROOT = Path(__file__).resolve().parents[1]
 

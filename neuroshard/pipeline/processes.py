@@ -123,7 +123,7 @@ def run_as_main(cwd: Path, argv: list[str]) -> int:
         exec(code, main.__dict__)
         status = 0
     except SystemExit as e:
-        status = _exit_status(e.code)
+        status = exit_status(e.code)
     except BaseException as e:  # the traceback from the script's own frames, as the interpreter prints it
         traceback.print_exception(type(e), e, e.__traceback__.tb_next)
         status = 128 + signal.SIGINT if isinstance(e, KeyboardInterrupt) else 1
@@ -139,7 +139,7 @@ def run_as_main(cwd: Path, argv: list[str]) -> int:
     return status
 
 
-def _exit_status(code: object) -> int:
+def exit_status(code: object) -> int:
     """The exit status `sys.exit(code)` gives: None is 0, an int itself, anything else printed and 1."""
     if code is None:
         return 0
