@@ -301,11 +301,25 @@ def host_size(samples: Sequence[RuntimeSample]) -> int | None:
     return sizes[0] if sizes else None
 
 
+def held_out_tasks(tasks: Sequence[int], group: np.ndarray, share: float, seed: int) -> list[int]:
+    """The tasks whose plans the fit holds out: a seeded `share` of each collection's tasks, drawn collection by
+    collection, so that every collection keeps plans to fit its speed on (a collection of one task holds none
+    out). `tasks` and `group`: per sample, its task (distinct across collections) and its collection."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for g in np.unique(group):
+        mine = sorted({int(t) for t, c in zip(tasks, group) if c == g})
+        k = int(round(share * len(mine)))
+        if 0 < k < len(mine):
+            out += [int(t) for t in rng.choice(mine, size=k, replace=False)]
+    return sorted(out)
+
+
 def fit_runtime_model(samples: Sequence[RuntimeSample], models, ndevices: int, batch: int, test_share: float = 0.25,
                       seed: int = 0, source: dict | None = None,
                       collections: Sequence[int] | None = None) -> RuntimeFit:
-    """Fit the runtime model: first without a seeded `test_share` of the tasks (its error on their plans is
-    `test_mape`), then on every sample (the model returned). `collections`: per sample, the index of the
+    """Fit the runtime model: first without a seeded `test_share` of each collection's tasks (its error on their
+    plans is `test_mape`), then on every sample (the model returned). `collections`: per sample, the index of the
     collection that trained it (0, 1, ...; default all 0); each collection after the first gets a speed of its
     own, fitted with the weights (`runtime_model.fit_speeds`: collections trained at other hours ran at other
     speeds), and the model prices plans at the first's speed."""
@@ -325,18 +339,14 @@ def fit_runtime_model(samples: Sequence[RuntimeSample], models, ndevices: int, b
     hosts = host_size(samples)
     x = sample_features(samples, models, batch)
     y = np.array([s.cost for s in samples])
-    tasks = sorted({s.task for s in samples})
-    rng = np.random.default_rng(seed)
-    k = int(round(test_share * len(tasks)))
-    test_tasks = sorted(int(t) for t in rng.choice(tasks, size=k, replace=False)) if 0 < k < len(tasks) else []
-    test = np.array([s.task in test_tasks for s in samples])
     group = np.zeros(len(samples), dtype=np.int64) if collections is None else np.asarray(collections, dtype=np.int64)
     if group.shape != (len(samples),):
         raise ValueError(f"{len(group)} collection indices for {len(samples)} samples")
+    test_tasks = held_out_tasks([s.task for s in samples], group, test_share, seed)
+    test = np.array([s.task in test_tasks for s in samples])
     pred_test = None
     if test.any():
-        coef, speed = fit_speeds(x[~test], y[~test], group[~test])
-        speed = np.concatenate([speed, np.ones(max(0, int(group.max()) + 1 - len(speed)))])
+        coef, speed = fit_speeds(x[~test], y[~test], group[~test])  # every collection keeps training plans
         pred_test = (x[test] @ coef) * speed[group[test]]
     coef, speed = fit_speeds(x, y, group)
     pred = (x @ coef) * speed[group]

@@ -15,6 +15,7 @@ from neuroshard.torchrec.runtime_data import (
     RuntimeSample,
     collection_records,
     fit_runtime_model,
+    held_out_tasks,
     host_size,
     hot_variant,
     random_label,
@@ -254,6 +255,33 @@ def test_a_second_collection_at_another_speed_gets_its_own():
     assert plain.speeds == () and plain.fit_mape > 1.0 and "speeds" not in plain.to_json()
     with pytest.raises(ValueError, match="collection indices"):
         fit_runtime_model(samples, models, 2, 4096, collections=[0])
+
+
+def test_held_out_tasks_are_drawn_per_collection():
+    """A quarter of each collection's tasks, by hand: 8 tasks -> 2, 4 -> 1, and a collection of one task keeps
+    it (nothing to fit its speed on otherwise); one collection draws as a plain seeded choice."""
+    tasks = list(range(8)) + [8, 9, 10, 11] + [12]
+    group = np.array([0] * 8 + [1] * 4 + [2])
+    out = held_out_tasks(tasks, group, 0.25, seed=0)
+    assert len([t for t in out if t < 8]) == 2 and len([t for t in out if 8 <= t < 12]) == 1 and 12 not in out
+    assert out == held_out_tasks(tasks, group, 0.25, seed=0) and out == sorted(out)
+    rng = np.random.default_rng(3)
+    assert held_out_tasks(tasks[:8], group[:8], 0.25, seed=3) == sorted(int(t) for t in rng.choice(8, 2, False))
+
+
+def test_a_collection_of_few_tasks_is_priced_at_its_own_speed_held_out():
+    """Seven tasks at unit speed and one trained at 1.5x: the held-out tasks never take the second collection's
+    only task, so its speed is fitted and every held-out plan is priced exactly."""
+    models = hand_models(2)
+    samples = random_samples(models)
+    collections = [int(s.task == 7) for s in samples]
+    x = sample_features(samples, models, 4096)
+    y = (x @ KNOWN_COEF) * np.where(np.array(collections) == 1, 1.5, 1.0)
+    samples = [replace(s, step_ms=[float(v)]) for s, v in zip(samples, y)]
+    for seed in range(4):
+        res = fit_runtime_model(samples, models, 2, 4096, test_share=0.25, seed=seed, collections=collections)
+        assert 7 not in res.test_tasks and len(res.test_tasks) == 2
+        assert res.speeds == pytest.approx((1.0, 1.5), rel=1e-6) and res.test_mape < 1e-4
 
 
 def test_a_fit_on_hosts_records_their_size():
