@@ -101,6 +101,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         "local_world_size": "ranks per host (default: one host): step 3e also times the collectives over each "
                             "host's group, and the planning, hardware and TorchRec training steps plan and run for "
                             "these hosts (table-row-wise searched)"})
+    ap.add_argument("--task_seed", type=int, default=0,
+                    help="added to the seed of every task set the run draws (evaluation, training, anchor and "
+                         "unmeasured tasks; default 0: the preset's tasks), for runs on fresh tasks")
     add_flag(ap, "refine", None, help="the preset's hardware in the loop when planning, overridden: measure each "
                                       "task's K best candidates of NeuroShard+ on hardware and keep the measured "
                                       "best (0: off)")
@@ -145,7 +148,8 @@ def run_of(args, out: Path) -> Run:
     preset = preset_from_args(args)
     problem = replace(preset.problem, seed=check_int("--seed", args.seed, 0))
     data = os.path.abspath(args.data) if args.data else None
-    return Run(preset, problem, Layout(out), args.gpu_devices, data, args.torchrec_train)
+    return Run(preset, problem, Layout(out), args.gpu_devices, data, args.torchrec_train,
+               check_int("--task_seed", args.task_seed, 0))
 
 
 def phase_of(key: str) -> str:

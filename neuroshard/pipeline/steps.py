@@ -74,6 +74,8 @@ class Run:
     gpu_devices: str | None = None
     data: str | None = None
     torchrec_train: bool = False
+    # added to every task set's seed (evaluation, training, unmeasured, anchor): 0 draws the preset's tasks
+    task_seed: int = 0
 
     @property
     def onpolicy(self) -> bool:
@@ -196,10 +198,11 @@ class Step:
 
 
 def task_flags(run: Run, dest: Path, count: int, seed: int) -> dict:
-    """gen_tasks.py's flags for `count` tasks of the preset's kind into `dest`."""
+    """gen_tasks.py's flags for `count` tasks of the preset's kind into `dest`, drawn with the set's `seed`
+    moved by the run's `--task_seed`."""
     p = run.preset
     return {"data_dir": run.layout.dataset, "out_dir": dest, "data_size": count, "T_range": p.t_range,
-            **run.problem_flags(seed=seed), "max_dim": p.max_dim}
+            **run.problem_flags(seed=seed + run.task_seed), "max_dim": p.max_dim}
 
 
 ABLATION_ALGS = ("neuroshard_fitted", "torchrec_fitted", "torchrec_neural")

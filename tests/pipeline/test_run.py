@@ -375,6 +375,20 @@ def test_prediction_powered_verdicts_plan_unmeasured_tasks_as_the_measured_are_p
     assert "5d" in steps_of("--preset", "quick") and "5d" not in steps_of("--preset", "tiny")
 
 
+def test_task_seed_moves_every_task_set_and_nothing_else():
+    """--task_seed 5: each gen_tasks step draws with its set's seed + 5 (evaluation 0, training 1, unmeasured
+    1000, anchors 2000), the new set's as the first dataset's; every other step's command is unchanged."""
+    base = steps_of("--preset", "study", "--torchrec_train")
+    fresh = steps_of("--preset", "study", "--torchrec_train", "--task_seed", "5")
+    want = {"2a": "5", "2b": "1005", "2c": "6", "2d": "5", "2e": "2005", "2f": "2005", "2g": "6"}
+    assert {k: flags_of(fresh[k])["--seed"] for k in want} == want
+    assert {k: flags_of(base[k])["--seed"] for k in want} == {"2a": "0", "2b": "1000", "2c": "1", "2d": "0",
+                                                              "2e": "2000", "2f": "2000", "2g": "1"}
+    assert all(fresh[k].argv == base[k].argv for k in base if k not in want) and fresh.keys() == base.keys()
+    with pytest.raises(ConfigError, match="--task_seed"):
+        steps_of("--preset", "quick", "--task_seed", "-1")
+
+
 def test_the_evaluations_round_anchors_are_plans_of_tasks_nothing_trained_on():
     from neuroshard.pipeline.steps import ANCHOR_TASK_SEED, EVAL_TASK_SEED, TRAIN_TASK_SEED, UNMEASURED_SEED
 
