@@ -219,6 +219,14 @@ def random_samples(models):
     return [RuntimeSample(r.task, r.alg, ts[r.task].tables(CONFIGS), r.plan, [1.0], None) for r in recs]
 
 
+def timed_by_collection(samples, models, collections, slow: float = 1.5):
+    """The samples with the step times the known weights give, collection 1's `slow` times as long; their
+    features and those step times."""
+    x = sample_features(samples, models, 4096)
+    y = (x @ KNOWN_COEF) * np.where(np.array(collections) == 1, slow, 1.0)
+    return [replace(s, step_ms=[float(v)]) for s, v in zip(samples, y)], x, y
+
+
 def test_fit_on_samples_with_known_step_times():
     """Step times made by known weights: the fit reproduces them, on held-out tasks too (MAPE ~0; with the
     hand-made linear compute model some terms are collinear, so the weights themselves are not unique)."""
@@ -243,9 +251,7 @@ def test_a_second_collection_at_another_speed_gets_its_own():
     models = hand_models(2)
     samples = random_samples(models)
     collections = [int(s.task >= 4) for s in samples]
-    x = sample_features(samples, models, 4096)
-    y = (x @ KNOWN_COEF) * np.where(np.array(collections) == 1, 1.5, 1.0)
-    samples = [replace(s, step_ms=[float(v)]) for s, v in zip(samples, y)]
+    samples, x, y = timed_by_collection(samples, models, collections)
     res = fit_runtime_model(samples, models, 2, 4096, test_share=0.25, seed=0, collections=collections)
     assert res.speeds == pytest.approx((1.0, 1.5), rel=1e-6)
     assert res.test_mape < 1e-4 and res.fit_mape < 1e-4 and res.to_json()["speeds"] == list(res.speeds)
@@ -275,9 +281,7 @@ def test_a_collection_of_few_tasks_is_priced_at_its_own_speed_held_out():
     models = hand_models(2)
     samples = random_samples(models)
     collections = [int(s.task == 7) for s in samples]
-    x = sample_features(samples, models, 4096)
-    y = (x @ KNOWN_COEF) * np.where(np.array(collections) == 1, 1.5, 1.0)
-    samples = [replace(s, step_ms=[float(v)]) for s, v in zip(samples, y)]
+    samples, _, _ = timed_by_collection(samples, models, collections)
     for seed in range(4):
         res = fit_runtime_model(samples, models, 2, 4096, test_share=0.25, seed=seed, collections=collections)
         assert 7 not in res.test_tasks and len(res.test_tasks) == 2
