@@ -21,6 +21,12 @@ times; with --local_world_size, TorchRec told of the hosts) and writes, in
 --out_dir, results.json (each plan, its step times and phases), summary.md and
 the plans as TorchRec ShardingPlans. Resumable: rerun the same command after an
 interruption. See neuroshard/torchrec/runtime_data.py.
+With --runtime torchrec (and --runtime_model, a first fit), --alg neuroshard
+searches for TorchRec's runtime with that model, its plans labelled
+neuroshard[torchrec]: on-policy data, the plans a search picks, for fitting the
+model again (train_torchrec_cost_model.py --extra_results; name another --alg
+beside it, e.g. size_lookup_greedy, as the fit sees only how plans trained
+together differ).
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ from neuroshard.settings import add_flag
 
 def parse_args(argv=None) -> argparse.Namespace:
     from neuroshard.cli import add_device_arg, add_progress_arg, add_quiet_arg
-    from neuroshard.eval.planning import add_input_args
+    from neuroshard.eval.planning import add_input_args, add_runtime_args
     from neuroshard.planner.registry import add_sharder_args
     from neuroshard.torchrec.training import TorchRecTrainConfig
 
@@ -55,6 +61,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="also train each --alg plan again with its tables of at least this pooling factor (that "
                         "can be replicated) data-parallel, labelled ALG+dp: the trade a search weighs for a hot "
                         "table (default: none)")
+    add_runtime_args(p)
     add_device_arg(p)
     add_flag(p, "out_dir", "data/cost_data/torchrec")
     TorchRecTrainConfig.add_args(p)
@@ -70,7 +77,7 @@ def main(argv=None) -> int:
     from neuroshard.checks import check_float, check_int
     from neuroshard.cli import resolve_devices, resolve_ranks
     from neuroshard.eval import onpolicy
-    from neuroshard.eval.planning import inputs_from_args, resolve_algs
+    from neuroshard.eval.planning import inputs_from_args, label_runtime, resolve_algs, with_runtime
     from neuroshard.formats.task_file import read_tasks
     from neuroshard.planner.registry import sharder_options
     from neuroshard.torchrec import runtime_data
@@ -86,7 +93,7 @@ def main(argv=None) -> int:
     device, ndevices = resolve_ranks(resolve_devices(args.device, args.gpu_devices), args.ndevices, args.gpu_devices)
     problem = Problem.from_args(args, ndevices=ndevices)
     cfg = TorchRecTrainConfig.from_args(args, problem=problem, device=device)
-    inputs = inputs_from_args(args, problem)
+    inputs = with_runtime(args, inputs_from_args(args, problem))
     if inputs.batch_size is None:
         raise InputError(args.data_dir, "no data.pt: TorchRec training needs the dataset's lookups")
     batch = cfg.batch_size or inputs.batch_size
@@ -102,6 +109,8 @@ def main(argv=None) -> int:
                                               args.dp_min_pooling)
     if not records:
         raise InputError(args.task_path, "no plan fits: nothing to train")
+    if args.runtime != "paper":  # neuroshard's plans searched for this runtime: neuroshard[torchrec], on-policy data
+        records, _ = label_runtime(records, algs, args.runtime)
     labels = list(dict.fromkeys(r.alg for r in records))
     config = {k: v for k, v in vars(args).items() if k not in ("quiet", "no_progress", "out_dir", "timeout")}
     config.update(problem.to_json())

@@ -21,7 +21,7 @@ import sys
 import tempfile
 
 from neuroshard.cli import add_device_arg, add_progress_arg, add_quiet_arg, run_main
-from neuroshard.eval.planning import add_input_args
+from neuroshard.eval.planning import add_input_args, add_runtime_args
 from neuroshard.planner.registry import add_sharder_args, sharder_options
 from neuroshard.problem import Problem
 from neuroshard.settings import add_flag
@@ -35,14 +35,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                                             "unless --refine).")
     add_input_args(p)
     add_flag(p, "out_dir", help="write plans, results and the summary here (default: print only)")
-    p.add_argument("--runtime", default="paper", choices=("paper", "torchrec"),
-                   help="the execution plans are costed and searched for: the paper's (one kernel and one "
-                        "exchange per device) or TorchRec's (DistributedModelParallel: groups by sharding type, id "
-                        "distribution; the plans of neuroshard are then labelled neuroshard[torchrec]) "
-                        "(default: paper)")
-    add_flag(p, "runtime_model", help="the TorchRec runtime model for --runtime torchrec (default: "
-                                      "torchrec_runtime_<ndevices>.json beside --compute_model; "
-                                      "train_torchrec_cost_model.py fits it)")
+    add_runtime_args(p)
     add_sharder_args(p)
     RefineConfig.add_args(p)
     add_device_arg(p)
@@ -78,13 +71,7 @@ def main(argv=None) -> int:
     refine.check_algs(algs)
     ev.check_learned_policies(algs, options, problem)
     inputs = ev.inputs_from_args(args, problem)
-    if args.runtime != "paper":
-        from dataclasses import replace
-
-        from neuroshard.torchrec.runtime_model import default_path
-
-        path = args.runtime_model or default_path(os.path.dirname(args.compute_model), problem.ndevices)
-        inputs = replace(inputs, models=inputs.models.for_runtime(args.runtime, path))
+    inputs = ev.with_runtime(args, inputs)
     n = len(inputs.tasks)
     options = sharder_options(args, inputs.batch_size)
 

@@ -14,10 +14,13 @@ groups and of the kernels the ranks run; the totals over the ranks), fits
 their non-negative weights (least squares of the relative error), first
 without --test_share of the tasks to report the error on unseen tasks' plans,
 then on all. --extra_results (with --extra_data_dir and --extra_task_path)
-adds another collection's plans to the fit, e.g. of training tasks of the
-second dataset, whose tables are larger and hotter than the first's; trained
-at another hour, it ran at another speed, so it gets a speed of its own, fitted
-with the weights (the model prices plans at --results' speed). Writes
+adds other collections' plans to the fit (comma lists, one entry per
+collection), e.g. of training tasks of the second dataset, whose tables are
+larger and hotter than the first's, or NeuroShard's own plans searched with a
+first fit (collect_torchrec_cost_data.py --runtime torchrec: the plans a search
+picks are where a model's errors flatter them most); trained at another hour,
+each ran at another speed, so each gets a speed of its own, fitted with the
+weights (the model prices plans at --results' speed). Writes
 the model to --out_path and the fit's report beside it (<out_path
 stem>_metrics.json).
 --check_results also reports the model's error on other plans trained in TorchRec
@@ -62,11 +65,12 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "tasks (e.g. the evaluation tasks' plans trained in TorchRec), never fitted on")
     p.add_argument("--check_task_path", default=None, help="the task file of --check_results' plans")
     p.add_argument("--extra_results", default=None,
-                   help="also fit on these plans: another collection's results.json, e.g. of training tasks of the "
-                        "second dataset (a table larger than a device and a hot one in each), trained with the same "
-                        "batch; with --extra_data_dir and --extra_task_path")
-    p.add_argument("--extra_data_dir", default=None, help="the dataset of --extra_results' tasks")
-    p.add_argument("--extra_task_path", default=None, help="the task file of --extra_results' plans")
+                   help="also fit on these plans: other collections' results.json (a comma list), e.g. of training "
+                        "tasks of the second dataset (a table larger than a device and a hot one in each), or "
+                        "NeuroShard's plans searched with a first fit, trained with the same batch; with "
+                        "--extra_data_dir and --extra_task_path (one entry each per collection)")
+    p.add_argument("--extra_data_dir", default=None, help="the dataset of each --extra_results' tasks (comma list)")
+    p.add_argument("--extra_task_path", default=None, help="the task file of each --extra_results' plans (comma list)")
     return p.parse_args(argv)
 
 
@@ -88,6 +92,11 @@ def main(argv=None) -> int:
     extra = (args.extra_results, args.extra_data_dir, args.extra_task_path)
     if any(extra) and not all(extra):
         raise ConfigError("--extra_results", "give --extra_results, --extra_data_dir and --extra_task_path together")
+    extras = list(zip(*(x.split(",") for x in extra))) if all(extra) else []
+    if extras and len({len(x.split(",")) for x in extra}) > 1:
+        raise ConfigError("--extra_results", f"{len(args.extra_results.split(','))} collections, "
+                                             f"{len(args.extra_data_dir.split(','))} --extra_data_dir and "
+                                             f"{len(args.extra_task_path.split(','))} --extra_task_path: one each")
     if args.extra_results and args.model is not None:
         raise ConfigError("--extra_results", "adds plans to a fit; with --model nothing is fitted")
     inputs = inputs_from_args(args, problem)
@@ -105,7 +114,7 @@ def main(argv=None) -> int:
                                                            ("extra_samples", "--check_results", args.check_results),
                                                            ("extra_task_path", "--check_task_path",
                                                             args.check_task_path))
-                if fitted.get(key) and Path(fitted[key]).resolve() == Path(mine).resolve()]
+                if any(Path(f).resolve() == Path(mine).resolve() for f in fitted.get(key, "").split(",") if f)]
         if same:
             raise ConfigError("--check_results", f"{' and '.join(same)}: the model was fitted on these; its error "
                                                  "there is in-sample, not a check (give other tasks' plans)")
@@ -155,17 +164,18 @@ def main(argv=None) -> int:
     source = {"samples": str(Path(args.results).resolve()), "compute_model": str(Path(args.compute_model).resolve()),
               "task_path": str(Path(args.task_path).resolve())}
     collections = [0] * len(samples)
-    if args.extra_results:
-        more = runtime_data.read_extra_samples(args.extra_results, args.extra_data_dir, args.extra_task_path,
+    for k, (results, data_dir, task_path) in enumerate(extras, start=1):
+        more = runtime_data.read_extra_samples(results, data_dir, task_path,
                                                first_task=1 + max((s.task for s in samples), default=-1))
-        other = collection_batch(args.extra_results)
+        other = collection_batch(results)
         if other is not None and other != batch:
-            raise InputError(args.extra_results, f"trained with batch {other}, the other plans with {batch}: one "
-                                                 "model prices one batch")
+            raise InputError(results, f"trained with batch {other}, the other plans with {batch}: one model "
+                                      "prices one batch")
         samples += more
-        collections += [1] * len(more)
-        source |= {"extra_samples": str(Path(args.extra_results).resolve()),
-                   "extra_task_path": str(Path(args.extra_task_path).resolve())}
+        collections += [k] * len(more)
+    if extras:
+        source |= {"extra_samples": ",".join(str(Path(e[0]).resolve()) for e in extras),
+                   "extra_task_path": ",".join(str(Path(e[2]).resolve()) for e in extras)}
     try:
         res = runtime_data.fit_runtime_model(samples, inputs.models, problem.ndevices, batch, args.test_share,
                                              problem.seed, source=source, collections=collections)
@@ -176,8 +186,9 @@ def main(argv=None) -> int:
     for name, c in zip(FEATURES, res.model.coef):
         print(f"| {name} | {c:.4g} | {res.terms[name]:.2f} |")
     if res.speeds:
-        print(f"--extra_results' plans trained at {res.speeds[1]:.3f}x the step time the model gives them at "
-              f"--results' speed (one speed per collection, fitted with the weights)")
+        speeds = ", ".join(f"{v:.3f}x" for v in res.speeds[1:])
+        print(f"--extra_results' plans trained at {speeds} the step time the model gives them at --results' speed "
+              "(one speed per collection, fitted with the weights)")
     test = "-" if res.test_mape is None else f"{res.test_mape:.1f}%"
     print(f"MAPE: {test} on the plans of {len(res.test_tasks)} held-out tasks, {res.fit_mape:.1f}% fitted on all")
     for kind, row in res.by_kind.items():

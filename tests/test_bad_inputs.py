@@ -458,6 +458,9 @@ CASES = [
     ("trdata dp pooling 0", "collect_torchrec_cost_data.py", ["--data_dir", "ds", "--task_path", "tasks.txt",
                                                               "--dp_min_pooling", "0"],
      "--dp_min_pooling: must be > 0, got 0"),
+    ("trdata runtime model missing", "collect_torchrec_cost_data.py", EVAL_INPUTS + ["--runtime", "torchrec",
+                                                                                    "--runtime_model", "nowhere.json"],
+     "nowhere.json"),
     # ---- eval_torchrec.py
     ("trec plans other ranks", "eval_torchrec.py", _replace(TREC, "--ndevices", "4"),
      "a plan for 2 devices, training on 4 ranks"),
@@ -592,6 +595,9 @@ CASES = [
     ("trec model in-sample check", "train_torchrec_cost_model.py", TRCHECK, "the model was fitted on these"),
     ("trec model extra plans alone", "train_torchrec_cost_model.py", TRCHECK + ["--extra_results", "trres.json"],
      "--extra_results: give --extra_results, --extra_data_dir and --extra_task_path together"),
+    ("trec model extra lists differ", "train_torchrec_cost_model.py",
+     TRCHECK + ["--extra_results", "a.json,b.json", "--extra_data_dir", "ds", "--extra_task_path", "t.txt,u.txt"],
+     "--extra_results: 2 collections, 1 --extra_data_dir and 2 --extra_task_path: one each"),
     ("trec model empty check", "train_torchrec_cost_model.py",
      _replace(_replace(TRCHECK, "--check_results", "trres_empty.json"), "--check_task_path", "tasks_other.txt"),
      "no plans to check"),
@@ -654,8 +660,8 @@ def test_bad_input_is_a_one_line_error(ws, name, script, argv, fragment):
 def test_the_count_of_cases():
     # the closing note of issue 12 quotes this number
     assert len(CASES) >= 100
-    # issue 50 added 3 more, 1, 6; 51 2, 50 7, 52 15, 24 31, 23 (eval_torchrec.py) 9 (138 before); 51 2; 50 1, 1
-    assert len(CASES) == 217
+    # issue 50 added 3 more, 1, 6; 51 2, 50 7, 52 15, 24 31, 23 (eval_torchrec.py) 9 (138 before); 51 2; 50 1, 1, 2
+    assert len(CASES) == 219
 
 
 def test_a_second_compute_collection_into_the_same_dir_is_refused(ws):

@@ -108,6 +108,30 @@ def add_input_args(parser, data_help: str = "dataset dir with table_configs.json
     add_flag(parser, "max_tasks", help="evaluate only the first N tasks")
 
 
+def add_runtime_args(parser) -> None:
+    """`--runtime` and `--runtime_model`: the execution the plans are costed and searched for (`with_runtime`),
+    shared by eval_simulator.py and collect_torchrec_cost_data.py."""
+    parser.add_argument("--runtime", default="paper", choices=("paper", "torchrec"),
+                        help="the execution plans are costed and searched for: the paper's (one kernel and one "
+                             "exchange per device) or TorchRec's (DistributedModelParallel: groups by sharding "
+                             "type, id distribution; the plans of neuroshard are then labelled "
+                             "neuroshard[torchrec]) (default: paper)")
+    add_flag(parser, "runtime_model", help="the TorchRec runtime model for --runtime torchrec (default: "
+                                           "torchrec_runtime_<ndevices>.json beside --compute_model; "
+                                           "train_torchrec_cost_model.py fits it)")
+
+
+def with_runtime(args, inputs: EvalInputs) -> EvalInputs:
+    """`inputs` whose models cost plans for `--runtime` (its model: `--runtime_model`, else the default path
+    beside `--compute_model`)."""
+    if args.runtime == "paper":
+        return inputs
+    from neuroshard.torchrec.runtime_model import default_path
+
+    path = args.runtime_model or default_path(Path(args.compute_model).parent, inputs.models.ndevices)
+    return replace(inputs, models=inputs.models.for_runtime(args.runtime, path))
+
+
 def inputs_from_args(args, problem: Problem) -> EvalInputs:
     """`load_inputs` from the flags of `add_input_args` (the first `--max_tasks` tasks) for `problem`; a comm
     model not named is `models/comm_<ndevices>_<fw|bw>.pt`."""

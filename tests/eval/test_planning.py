@@ -235,3 +235,31 @@ def test_unmeasured_plans_are_simulated_again_and_must_come_from_the_same_planni
             (t.parent / "config.json").write_text(json.dumps({"T_range": [1, 9], "seed": seed, "data_size": 2}))
         refused(InputError, "is the measured tasks' seed" if not extra else "T_range is .* from the same generator",
                 p, t, _inputs(), *measured, algs, Problem(2, 1.0))
+
+
+def test_with_runtime_loads_the_runtime_model_named_or_beside_the_compute_model(tmp_path):
+    import argparse
+
+    from neuroshard.eval.planning import add_runtime_args, with_runtime
+    from neuroshard.torchrec.runtime_model import FEATURES, TorchRecRuntimeModel, default_path
+
+    p = argparse.ArgumentParser()
+    add_runtime_args(p)
+    model = TorchRecRuntimeModel(2, 64, tuple(1.0 for _ in FEATURES))
+    model.save(default_path(tmp_path, 2))  # beside the compute model
+    model.save(tmp_path / "named.json")
+    compute = str(tmp_path / "compute.pt")
+    paper = p.parse_args([])
+    paper.compute_model = compute
+    inputs = _inputs()
+    assert with_runtime(paper, inputs) is inputs  # the paper runtime: as they were
+    beside = p.parse_args(["--runtime", "torchrec"])
+    beside.compute_model = compute
+    named = p.parse_args(["--runtime", "torchrec", "--runtime_model", str(tmp_path / "named.json")])
+    named.compute_model = str(tmp_path / "elsewhere" / "compute.pt")
+    for args in (beside, named):
+        assert with_runtime(args, _inputs()).models.runtime == model
+    missing = p.parse_args(["--runtime", "torchrec"])
+    missing.compute_model = str(tmp_path / "elsewhere" / "compute.pt")
+    with pytest.raises(InputError, match="torchrec_runtime_2.json"):
+        with_runtime(missing, _inputs())
