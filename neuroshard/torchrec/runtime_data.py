@@ -322,11 +322,14 @@ def fit_runtime_model(samples: Sequence[RuntimeSample], models, ndevices: int, b
     plans is `test_mape`), then on every sample (the model returned). `collections`: per sample, the index of the
     collection that trained it (0, 1, ...; default all 0); each collection after the first gets a speed of its
     own, fitted with the weights (`runtime_model.fit_speeds`: collections trained at other hours ran at other
-    speeds), and the model prices plans at the first's speed."""
+    speeds), and the model prices plans at the first's speed. Every collection weighs the same in the fit
+    (`runtime_model.balanced_weights`): a small one, such as NeuroShard's own plans searched with a first fit
+    (the plans where that fit's errors flatter a plan most), is not drowned by the large random ones."""
     from neuroshard.torchrec.runtime_model import (
         FEATURES,
         GROUP_OF,
         TorchRecRuntimeModel,
+        balanced_weights,
         fit_speeds,
         mape,
     )
@@ -346,9 +349,10 @@ def fit_runtime_model(samples: Sequence[RuntimeSample], models, ndevices: int, b
     test = np.array([s.task in test_tasks for s in samples])
     pred_test = None
     if test.any():
-        coef, speed = fit_speeds(x[~test], y[~test], group[~test])  # every collection keeps training plans
+        train = ~test  # every collection keeps training plans
+        coef, speed = fit_speeds(x[train], y[train], group[train], weights=balanced_weights(group[train]))
         pred_test = (x[test] @ coef) * speed[group[test]]
-    coef, speed = fit_speeds(x, y, group)
+    coef, speed = fit_speeds(x, y, group, weights=balanced_weights(group))
     pred = (x @ coef) * speed[group]
     kinds = [sample_kind(s.alg) for s in samples]
     by_kind = {}

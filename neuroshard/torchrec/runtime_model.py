@@ -359,20 +359,42 @@ def nnls(a: np.ndarray, b: np.ndarray, max_iter: int | None = None) -> np.ndarra
     return x
 
 
-def fit(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Non-negative coefficients minimising the squared relative error of x @ coef against y (ms > 0)."""
+def fit(x: np.ndarray, y: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
+    """Non-negative coefficients minimising the squared relative error of x @ coef against y (ms > 0), each
+    sample's square times its weight (default 1: a weight of 2 counts a sample as two)."""
     x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
     if x.ndim != 2 or x.shape != (len(y), len(FEATURES)):
         raise ValueError(f"expected features [{len(y)}, {len(FEATURES)}], got {list(x.shape)}")
     if not len(y) or (y <= 0).any():
         raise ValueError("need at least one sample, every step time > 0")
-    return nnls(x / y[:, None], np.ones(len(y)))
+    root = _root_weights(weights, len(y))
+    return nnls(x / y[:, None] * root[:, None], root)
 
 
-def fit_speeds(x: np.ndarray, y: np.ndarray, groups: np.ndarray, rounds: int = 20) -> tuple[np.ndarray, np.ndarray]:
+def _root_weights(weights, n: int) -> np.ndarray:
+    """The square roots of per-sample weights (all 1 when None); ValueError unless n finite weights > 0."""
+    if weights is None:
+        return np.ones(n)
+    w = np.asarray(weights, dtype=np.float64)
+    if w.shape != (n,) or not np.isfinite(w).all() or (w <= 0).any():
+        raise ValueError(f"expected {n} finite weights > 0, got {np.array2string(w, threshold=6)}")
+    return np.sqrt(w)
+
+
+def balanced_weights(groups: np.ndarray) -> np.ndarray:
+    """Per sample, a weight that gives every group (collection) of samples the same total weight, and the
+    samples together their count: n / (G x the size of the sample's group)."""
+    groups = np.asarray(groups, dtype=np.int64)
+    present, index, size = np.unique(groups, return_inverse=True, return_counts=True)
+    return len(groups) / (len(present) * size[index].astype(np.float64))
+
+
+def fit_speeds(x: np.ndarray, y: np.ndarray, groups: np.ndarray, rounds: int = 20,
+               weights: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Non-negative coefficients and one speed per group of samples (`groups`: 0..G-1) minimising the squared
-    relative error of speed[group] * (x @ coef) against y; the first group that has samples is the reference
-    (speed 1), a group without samples keeps speed 1.
+    relative error of speed[group] * (x @ coef) against y, each sample's square times its weight (as in
+    `fit`); the first group that has samples is the reference (speed 1), a group without samples keeps
+    speed 1.
 
     The groups are collections trained at different hours: a shared machine's speed moves by tens of percent
     between them, and one set of coefficients fitted to both would bend its cost terms to absorb the
@@ -383,7 +405,8 @@ def fit_speeds(x: np.ndarray, y: np.ndarray, groups: np.ndarray, rounds: int = 2
     groups = np.asarray(groups, dtype=np.int64)
     if groups.shape != (len(y),) or (groups < 0).any():
         raise ValueError(f"expected one group index >= 0 per sample ({len(y)}), got {groups.shape[0]}")
-    coef = fit(x, y)  # checks x and y
+    coef = fit(x, y, weights)  # checks x, y and the weights
+    root = _root_weights(weights, len(y))
     present = np.unique(groups)
     speed = np.ones(int(groups.max(initial=0)) + 1)
     if len(present) < 2:
@@ -393,7 +416,7 @@ def fit_speeds(x: np.ndarray, y: np.ndarray, groups: np.ndarray, rounds: int = 2
     a = np.hstack([x / y[:, None], -(groups[:, None] == others[None, :]).astype(np.float64)])
     b = (groups == present[0]).astype(np.float64)
     for _ in range(rounds):
-        w = speed[groups]
+        w = speed[groups] * root
         sol = nnls(a * w[:, None], b * w)
         coef, u = sol[:x.shape[1]], sol[x.shape[1]:]
         new = speed.copy()

@@ -15,6 +15,7 @@ from neuroshard.problem import Problem
 from neuroshard.torchrec.runtime_model import (
     FEATURES,
     TorchRecRuntimeModel,
+    balanced_weights,
     default_path,
     features,
     fit,
@@ -205,6 +206,32 @@ def test_fit_speeds_recovers_the_weights_and_each_collections_speed():
     np.testing.assert_allclose(fit_speeds(x[:20], y[:20], groups[:20])[0], fit(x[:20], y[:20]))
     with pytest.raises(ValueError, match="one group index"):
         fit_speeds(x, y, groups[:5])
+
+
+def test_balanced_weights_give_each_collection_the_same_total():
+    # 6, 3 and 1 samples: each collection weighs 10 / 3 in all, the samples together 10
+    w = balanced_weights(np.array([0] * 6 + [1] * 3 + [2]))
+    np.testing.assert_allclose(w, [10 / 18] * 6 + [10 / 9] * 3 + [10 / 3])
+    np.testing.assert_allclose(balanced_weights(np.array([1, 1, 1])), [1.0, 1.0, 1.0])  # one collection: as before
+
+
+def test_a_weight_counts_a_sample_that_many_times():
+    # weights 2, 1, 3: the same fit as those samples repeated 2, 1 and 3 times, with and without speeds; the
+    # data are not a linear model's, so where each sample's error counts moves the fit
+    rng = np.random.default_rng(3)
+    x = np.column_stack([np.ones(9), rng.uniform(0, 5, size=(9, len(FEATURES) - 1))])
+    y = rng.uniform(20, 80, size=9)
+    groups = np.repeat([0, 1, 2], 3)
+    w = np.tile([2, 1, 3], 3)
+    rep = np.repeat(np.arange(9), w)
+    np.testing.assert_allclose(fit(x, y, w), fit(x[rep], y[rep]), atol=1e-9)
+    assert not np.allclose(fit(x, y, w), fit(x, y), atol=1e-6)
+    coef, speed = fit_speeds(x, y, groups, weights=w)
+    coef_rep, speed_rep = fit_speeds(x[rep], y[rep], groups[rep])
+    np.testing.assert_allclose(coef, coef_rep, atol=1e-9)
+    np.testing.assert_allclose(speed, speed_rep, rtol=1e-9)
+    with pytest.raises(ValueError, match="finite weights > 0"):
+        fit(x, y, np.zeros(9))
 
 
 def test_model_file_round_trip_and_errors(tmp_path):
