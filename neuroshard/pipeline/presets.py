@@ -102,6 +102,12 @@ class Preset:
     # tables' stay below 40), whose data-parallel trade the random plans rarely show (docs/EXPERIMENTS.md, the
     # entry on hot tables data-parallel in the runtime data)
     torchrec_dp_min_pooling: float = 40.0
+    # then (steps 7b2 and 7b3, over the second dataset) NeuroShard planned with that first fit and the greedy's
+    # plans beside them, each trained this many rounds, and the model fitted again with them as a collection of
+    # their own: a search picks the plans whose costs the model underestimates most (it made cold tables
+    # data-parallel on savings the first fit overstated; docs/EXPERIMENTS.md, the entry on on-policy runtime data).
+    # 0: off, the first fit is the model
+    torchrec_onpolicy_rounds: int = 2
     # tasks beyond the paper's plan space (0: off; synthetic data only): a second dataset, `oversize_tables` regular
     # tables plus `oversize_large` tables of up to `large_rows` rows (at dim 128 larger than one device) and
     # `oversize_hot` small hot ones, and `oversize_tasks` tasks over it, each with a table larger than a device and a

@@ -60,7 +60,8 @@ _DIRS = {"dataset": "dataset", "tasks": "tasks", "unmeasured_tasks": "tasks_unme
          "oversize_anchor_sim": "oversize/anchor_sim",
          "oversize_tasks": "oversize/tasks", "oversize_sim": "oversize/sim", "oversize_hw": "oversize/hw",
          "oversize_sim_torchrec": "oversize/sim_torchrec", "oversize_torchrec": "oversize/torchrec",
-         "oversize_train_tasks": "oversize/train_tasks", "oversize_torchrec_data": "oversize/torchrec_data"}
+         "oversize_train_tasks": "oversize/train_tasks", "oversize_torchrec_data": "oversize/torchrec_data",
+         "oversize_torchrec_onpolicy": "oversize/torchrec_onpolicy"}
 
 
 @dataclass(frozen=True)
@@ -306,6 +307,11 @@ def _torchrec(run: Run) -> bool:
     return run.torchrec_train
 
 
+def _onpolicy_runtime(run: Run) -> bool:
+    """The runtime model is fitted twice, the second time with NeuroShard's plans for the first (7b2, 7b3)."""
+    return _torchrec(run) and run.oversize and run.preset.torchrec_onpolicy_rounds > 0
+
+
 def _no_alg(flags: dict) -> dict:
     return {k: v for k, v in flags.items() if k != "alg"}
 
@@ -547,14 +553,28 @@ STEPS: list[StepSpec] = [
     StepSpec("7b", "TorchRec runtime cost model", "train_torchrec_cost_model.py",
              lambda r: [r.layout.torchrec_data / "results.json"]
              + ([r.layout.oversize_torchrec_data / "results.json"] if r.oversize else []),
-             lambda r: [_runtime_model(r)],
-             lambda r: {"data_dir": r.layout.dataset, "task_path": r.layout.train_tasks / "data.txt",
-                        "results": r.layout.torchrec_data / "results.json", **r.models(),
-                        **r.problem_flags("max_mem"), "out_path": _runtime_model(r),
-                        **({"extra_results": r.layout.oversize_torchrec_data / "results.json",
-                            "extra_data_dir": r.layout.oversize_dataset,
-                            "extra_task_path": r.layout.oversize_train_tasks / "data.txt"} if r.oversize else {})},
+             lambda r: [_first_runtime_model(r)],
+             lambda r: runtime_fit(r, [r.layout.oversize_torchrec_data] if r.oversize else [], _first_runtime_model(r)),
              when=_torchrec),
+    # on-policy runtime data: NeuroShard's plans searched with the first fit, the greedy's beside them in the same
+    # rounds (a collection's speed is its own, so only plans beside others show how a search's picks are off),
+    # and the model fitted again with them
+    StepSpec("7b2", "TorchRec runtime cost data, NeuroShard's plans for the first fit", "collect_torchrec_cost_data.py",
+             lambda r: [_first_runtime_model(r), r.layout.oversize_train_tasks / "data.txt"],
+             lambda r: [r.layout.oversize_torchrec_onpolicy / "results.json"],
+             lambda r: runtime_collection(r, r.layout.oversize_dataset, r.layout.oversize_train_tasks,
+                                          r.layout.oversize_tasks, r.layout.oversize_torchrec_onpolicy)
+             | {"alg": "neuroshard,size_lookup_greedy", "random_plans": 0, "runtime": "torchrec",
+                "runtime_model": _first_runtime_model(r), "repeats": r.preset.torchrec_onpolicy_rounds}
+             | ({"collective_model": _collective_model(r)} if _collectives(r) else {}),
+             when=_onpolicy_runtime),
+    StepSpec("7b3", "TorchRec runtime cost model, fitted again with NeuroShard's plans", "train_torchrec_cost_model.py",
+             lambda r: [r.layout.torchrec_data / "results.json", r.layout.oversize_torchrec_data / "results.json",
+                        r.layout.oversize_torchrec_onpolicy / "results.json"],
+             lambda r: [_runtime_model(r)],
+             lambda r: runtime_fit(r, [r.layout.oversize_torchrec_data, r.layout.oversize_torchrec_onpolicy],
+                                   _runtime_model(r)),
+             when=_onpolicy_runtime),
     StepSpec("7c", "NeuroShard for TorchRec's runtime", "eval_simulator.py", lambda r: [_runtime_model(r)],
              lambda r: [r.layout.sim_torchrec / "summary.json"],
              lambda r: {**_no_alg(evaluation_flags(r, r.layout.tasks, r.preset.eval_tasks)), "alg": "neuroshard",
@@ -615,6 +635,20 @@ def runtime_collection(run: Run, dataset: Path, train_tasks: Path, eval_tasks: P
             "random_plans": p.torchrec_random_plans, "spread_share": p.torchrec_spread_share,
             "alg": "neuroshard,size_lookup_greedy,torchrec", **_training(run), "out_dir": out_dir, "quiet": True,
             "no_progress": True}
+
+
+def runtime_fit(run: Run, extras: list[Path], out_path: Path) -> dict:
+    """The flags of a TorchRec runtime model fit to step 7a's collection and the second dataset's `extras`
+    (collection dirs over its training tasks, each with a speed of its own), written to `out_path`."""
+    lay = run.layout
+    flags = {"data_dir": lay.dataset, "task_path": lay.train_tasks / "data.txt",
+             "results": lay.torchrec_data / "results.json", **run.models(), **run.problem_flags("max_mem"),
+             "out_path": out_path}
+    if extras:
+        flags |= {"extra_results": ",".join(str(d / "results.json") for d in extras),
+                  "extra_data_dir": ",".join(str(lay.oversize_dataset) for _ in extras),
+                  "extra_task_path": ",".join(str(lay.oversize_train_tasks / "data.txt") for _ in extras)}
+    return flags
 
 
 def compute_collection(run: Run, dataset: Path, out_dir: Path, samples: int) -> dict:
@@ -708,7 +742,14 @@ def _estimator(run: Run) -> Path:
 
 
 def _runtime_model(run: Run) -> Path:
+    """The TorchRec runtime model the steps plan with (7b3's, else 7b's)."""
     return run.layout.models_of(run.onpolicy) / f"torchrec_runtime_{run.problem.ndevices}.json"
+
+
+def _first_runtime_model(run: Run) -> Path:
+    """Step 7b's fit: with on-policy runtime data a first one beside the final model, else the model."""
+    path = _runtime_model(run)
+    return path.with_name(f"{path.stem}_first.json") if _onpolicy_runtime(run) else path
 
 
 def build_steps(run: Run) -> list[Step]:

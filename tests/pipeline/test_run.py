@@ -213,8 +213,9 @@ def test_torchrec_training_is_an_opt_in_last_phase():
     out = Path("results/quick")
     assert not any(k.startswith("7") for k in steps_of("--preset", "quick", out=out))
     steps = steps_of("--preset", "quick", "--seed", "2", "--torchrec_train", out=out)
-    # 7a2, the runtime data over the second dataset, runs before the model is fitted to both collections
-    assert list(steps)[-8:] == ["7a", "7a2", "7b", "7c", "7d", "7e", "7f", "7g"]
+    # 7a2, the runtime data over the second dataset, runs before the model is fitted to both collections; then
+    # NeuroShard's plans for that first fit (7b2) and the fit again with them (7b3)
+    assert list(steps)[-10:] == ["7a", "7a2", "7b", "7b2", "7b3", "7c", "7d", "7e", "7f", "7g"]
     collect, fit, plan, train, check = (steps[k] for k in ("7a", "7b", "7c", "7d", "7e"))
     assert collect.argv[0] == "collect_torchrec_cost_data.py" and "train_tasks" in collect.argv[collect.argv.index(
         "--task_path") + 1]
@@ -227,12 +228,37 @@ def test_torchrec_training_is_an_opt_in_last_phase():
     for key in ("--max_tasks", "--random_plans", "--spread_share", "--alg", "--iters"):  # 7a's collection otherwise
         assert more[key] == flags_of(collect)[key]
     model = out / "models" / "onpolicy" / "torchrec_runtime_4.json"
-    assert fit.outputs == [model]
+    first = out / "models" / "onpolicy" / "torchrec_runtime_4_first.json"
+    assert fit.outputs == [first] and flags_of(fit)["--out_path"] == str(first)
     fitted = flags_of(fit)
     assert fitted["--results"] == str(out / "torchrec_data" / "results.json")
     assert fitted["--extra_results"] == more["--out_dir"] + "/results.json" and Path(fitted["--extra_results"]) in \
         fit.inputs
     assert fitted["--extra_data_dir"] == more["--data_dir"] and fitted["--extra_task_path"] == more["--task_path"]
+    # 7b2: NeuroShard planned with the first fit and the greedy beside it, on 7a2's tasks, 2 rounds; 7b3 fits again
+    onpolicy, refit = flags_of(steps["7b2"]), flags_of(steps["7b3"])
+    assert steps["7b2"].argv[0] == collect.argv[0] and first in steps["7b2"].inputs
+    assert onpolicy["--alg"] == "neuroshard,size_lookup_greedy" and onpolicy["--random_plans"] == "0"
+    assert onpolicy["--runtime"] == "torchrec" and onpolicy["--runtime_model"] == str(first)
+    assert onpolicy["--repeats"] == "2" and "--dp_min_pooling" not in onpolicy
+    for key in ("--data_dir", "--task_path", "--eval_task_path", "--max_tasks", "--collective_model"):
+        assert onpolicy[key] == more[key]
+    assert onpolicy["--out_dir"] == str(out / "oversize" / "torchrec_onpolicy")
+    assert steps["7b3"].outputs == [model] and refit["--out_path"] == str(model)
+    assert refit["--extra_results"] == f"{more['--out_dir']}/results.json,{onpolicy['--out_dir']}/results.json"
+    assert refit["--extra_data_dir"] == f"{more['--data_dir']},{more['--data_dir']}"
+    assert refit["--extra_task_path"] == f"{more['--task_path']},{more['--task_path']}"
+    assert {k: v for k, v in refit.items() if not k.startswith(("--extra", "--out"))} == \
+        {k: v for k, v in fitted.items() if not k.startswith(("--extra", "--out"))}
+    # off: 7b's fit is the model
+    from dataclasses import replace
+
+    from neuroshard.pipeline.run import parse_args, run_of
+    from neuroshard.pipeline.steps import build_steps
+
+    run = run_of(parse_args(["--preset", "quick", "--torchrec_train"]), out)
+    off = {s.key: s for s in build_steps(replace(run, preset=replace(run.preset, torchrec_onpolicy_rounds=0)))}
+    assert "7b2" not in off and "7b3" not in off and off["7b"].outputs == [model]
     flags = flags_of(plan)
     assert flags["--alg"] == "neuroshard" and flags["--runtime"] == "torchrec"
     assert flags["--runtime_model"] == str(model)
@@ -296,7 +322,7 @@ def test_tasks_beyond_the_paper_space_get_their_dataset_tasks_and_evaluation():
     assert flag(train_tasks, "--seed") == flag(steps["2c"], "--seed") and flag(train_tasks, "--data_size") == "16"
     assert flag(train_tasks, "--out_dir") == str(Path("r") / "oversize" / "train_tasks")
     oversize += [anchor_tasks, anchor_sim, train_tasks]
-    oversize += [steps_of("--preset", "quick", "--torchrec_train")[k] for k in ("7f", "7g", "7a2", "7b")]
+    oversize += [steps_of("--preset", "quick", "--torchrec_train")[k] for k in ("7f", "7g", "7a2", "7b", "7b2", "7b3")]
     options = parsed_options(sorted({ROOT / s.argv[0] for s in oversize}))
     for step in oversize:
         assert not [a for a in step.argv if a.startswith("--") and a not in options[step.argv[0]]]
@@ -444,7 +470,7 @@ def test_hosts_reach_the_steps_that_time_plan_or_run_on_them():
     out = Path("results/quick")
     steps = steps_of("--preset", "quick", "--local_world_size", "2", "--torchrec_train", out=out)
     assert {k for k, s in steps.items() if "--local_world_size" in s.argv} == {
-        "3e", "4d", "5c", "5d", "5e", "5f", "6a", "6b", "6c", "6g", "6h", "7a", "7a2", "7c", "7d", "7f", "7g"}
+        "3e", "4d", "5c", "5d", "5e", "5f", "6a", "6b", "6c", "6g", "6h", "7a", "7a2", "7b2", "7c", "7d", "7f", "7g"}
     assert flags_of(steps["3e"])["--local_world_size"] == "2" and flags_of(steps["6b"])["--local_world_size"] == "2"
     # one host, the default, is no flag at all: the run's commands (and so its stamps) are as before
     assert not any("--local_world_size" in s.argv for s in steps_of("--preset", "quick", "--torchrec_train",
@@ -459,7 +485,8 @@ def test_only_takes_steps_and_phases_and_list_prints_the_table(capsys):
     assert select(steps, "5c,6b") == {"5c", "6b"}
     assert select(steps, "5") == {"5a", "5b", "5c", "5d", "5e", "5f"} and select(steps, "1") == {"1", "1b"}
     trec = build_steps(run_of(parse_args(["--preset", "quick", "--torchrec_train"]), Path("r")))
-    assert select(trec, "7") == {"7a", "7a2", "7b", "7c", "7d", "7e", "7f", "7g"} and select(trec, "7a2") == {"7a2"}
+    assert select(trec, "7") == {"7a", "7a2", "7b2", "7b", "7b3", "7c", "7d", "7e", "7f", "7g"}
+    assert select(trec, "7a2") == {"7a2"}
     with pytest.raises(ConfigError, match="unknown step 9"):
         select(steps, "9")
     assert main(["--preset", "tiny", "--list", "--out_dir", "r"]) == 0
