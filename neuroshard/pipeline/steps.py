@@ -562,8 +562,10 @@ STEPS: list[StepSpec] = [
     StepSpec("7b2", "TorchRec runtime cost data, NeuroShard's plans for the first fit", "collect_torchrec_cost_data.py",
              lambda r: [_first_runtime_model(r), r.layout.oversize_train_tasks / "data.txt"],
              lambda r: [r.layout.oversize_torchrec_onpolicy / "results.json"],
-             lambda r: runtime_collection(r, r.layout.oversize_dataset, r.layout.oversize_train_tasks,
-                                          r.layout.oversize_tasks, r.layout.oversize_torchrec_onpolicy)
+             lambda r: {k: v for k, v in runtime_collection(r, r.layout.oversize_dataset, r.layout.oversize_train_tasks,
+                                                           r.layout.oversize_tasks,
+                                                           r.layout.oversize_torchrec_onpolicy).items()
+                        if k != "spread_share"}  # no random plans to spread tables in
              | {"alg": "neuroshard,size_lookup_greedy", "random_plans": 0, "runtime": "torchrec",
                 "runtime_model": _first_runtime_model(r), "repeats": r.preset.torchrec_onpolicy_rounds}
              | ({"collective_model": _collective_model(r)} if _collectives(r) else {}),

@@ -240,7 +240,7 @@ def test_torchrec_training_is_an_opt_in_last_phase():
     assert steps["7b2"].argv[0] == collect.argv[0] and first in steps["7b2"].inputs
     assert onpolicy["--alg"] == "neuroshard,size_lookup_greedy" and onpolicy["--random_plans"] == "0"
     assert onpolicy["--runtime"] == "torchrec" and onpolicy["--runtime_model"] == str(first)
-    assert onpolicy["--repeats"] == "2" and "--dp_min_pooling" not in onpolicy
+    assert onpolicy["--repeats"] == "2" and "--dp_min_pooling" not in onpolicy and "--spread_share" not in onpolicy
     for key in ("--data_dir", "--task_path", "--eval_task_path", "--max_tasks", "--collective_model"):
         assert onpolicy[key] == more[key]
     assert onpolicy["--out_dir"] == str(out / "oversize" / "torchrec_onpolicy")
