@@ -82,8 +82,10 @@ def label_runtime(records: Sequence[PlanRecord], algs: Sequence[str], runtime: s
 
 
 def runtime_label(alg: str, runtime: str) -> str:
-    """`alg` as `label_runtime` names its plans searched for `runtime` (other than the paper's)."""
-    return f"{alg}[{runtime}]" if alg in RUNTIME_SEARCHES and runtime != "paper" else alg
+    """`alg` as `label_runtime` names its plans searched for `runtime` (other than the paper's); a runtime data
+    collection's variant of such a plan (`ALG+dp`) keeps its suffix after the runtime."""
+    base, plus, variant = alg.partition("+")
+    return f"{base}[{runtime}]{plus}{variant}" if base in RUNTIME_SEARCHES and runtime != "paper" else alg
 
 
 def add_input_args(parser, data_help: str = "dataset dir with table_configs.json") -> None:

@@ -330,6 +330,9 @@ def test_runtime_labels_and_merged_plan_files():
     a = [PlanRecord(0, "neuroshard"), PlanRecord(0, "torchrec")]
     labelled, algs = label_runtime(a, ["neuroshard", "torchrec"], "torchrec")
     assert [r.alg for r in labelled] == ["neuroshard[torchrec]", "torchrec"] and algs[0] == "neuroshard[torchrec]"
+    # a runtime data collection's hot variants (collect_torchrec_cost_data.py --runtime torchrec --dp_min_pooling)
+    variants, _ = label_runtime([PlanRecord(0, "neuroshard+dp"), PlanRecord(0, "torchrec+dp")], [], "torchrec")
+    assert [r.alg for r in variants] == ["neuroshard[torchrec]+dp", "torchrec+dp"]
     merged = merge_plan_files([labelled, [PlanRecord(0, "neuroshard"), PlanRecord(0, "torchrec")]])
     assert [r.alg for r in merged] == ["neuroshard[torchrec]", "torchrec", "neuroshard"]
 
