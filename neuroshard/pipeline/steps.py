@@ -562,12 +562,11 @@ STEPS: list[StepSpec] = [
     StepSpec("7b2", "TorchRec runtime cost data, NeuroShard's plans for the first fit", "collect_torchrec_cost_data.py",
              lambda r: [_first_runtime_model(r), r.layout.oversize_train_tasks / "data.txt"],
              lambda r: [r.layout.oversize_torchrec_onpolicy / "results.json"],
-             lambda r: {k: v for k, v in runtime_collection(r, r.layout.oversize_dataset, r.layout.oversize_train_tasks,
-                                                           r.layout.oversize_tasks,
-                                                           r.layout.oversize_torchrec_onpolicy).items()
-                        if k != "spread_share"}  # no random plans to spread tables in
-             | {"alg": "neuroshard,size_lookup_greedy", "random_plans": 0, "runtime": "torchrec",
-                "runtime_model": _first_runtime_model(r), "repeats": r.preset.torchrec_onpolicy_rounds}
+             lambda r: runtime_collection(r, r.layout.oversize_dataset, r.layout.oversize_train_tasks,
+                                          r.layout.oversize_tasks, r.layout.oversize_torchrec_onpolicy,
+                                          algs="neuroshard,size_lookup_greedy", random_plans=0)
+             | {"runtime": "torchrec", "runtime_model": _first_runtime_model(r),
+                "repeats": r.preset.torchrec_onpolicy_rounds}
              | ({"collective_model": _collective_model(r)} if _collectives(r) else {}),
              when=_onpolicy_runtime),
     StepSpec("7b3", "TorchRec runtime cost model, fitted again with NeuroShard's plans", "train_torchrec_cost_model.py",
@@ -628,15 +627,17 @@ STEPS: list[StepSpec] = [
 ]
 
 
-def runtime_collection(run: Run, dataset: Path, train_tasks: Path, eval_tasks: Path, out_dir: Path) -> dict:
-    """The flags of a TorchRec runtime data collection: the plans of `train_tasks` (never one of `eval_tasks`)
-    over `dataset`, trained in TorchRec."""
+def runtime_collection(run: Run, dataset: Path, train_tasks: Path, eval_tasks: Path, out_dir: Path,
+                       algs: str = "neuroshard,size_lookup_greedy,torchrec", random_plans: int | None = None) -> dict:
+    """The flags of a TorchRec runtime data collection: the plans of `algs` and `random_plans` random plans
+    (default: the preset's) of `train_tasks` (never one of `eval_tasks`) over `dataset`, trained in TorchRec."""
     p = run.preset
+    random_plans = p.torchrec_random_plans if random_plans is None else random_plans
+    spread = {"spread_share": p.torchrec_spread_share} if random_plans else {}  # the random plans' spread tables
     return {"data_dir": dataset, "task_path": train_tasks / "data.txt", "eval_task_path": eval_tasks / "data.txt",
             **run.models(), **run.problem_flags(), **run.hosts(), "max_tasks": p.torchrec_data_tasks,
-            "random_plans": p.torchrec_random_plans, "spread_share": p.torchrec_spread_share,
-            "alg": "neuroshard,size_lookup_greedy,torchrec", **_training(run), "out_dir": out_dir, "quiet": True,
-            "no_progress": True}
+            "random_plans": random_plans, **spread, "alg": algs, **_training(run), "out_dir": out_dir,
+            "quiet": True, "no_progress": True}
 
 
 def runtime_fit(run: Run, extras: list[Path], out_path: Path) -> dict:
