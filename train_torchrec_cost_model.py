@@ -92,11 +92,12 @@ def main(argv=None) -> int:
     extra = (args.extra_results, args.extra_data_dir, args.extra_task_path)
     if any(extra) and not all(extra):
         raise ConfigError("--extra_results", "give --extra_results, --extra_data_dir and --extra_task_path together")
-    extras = list(zip(*(x.split(",") for x in extra))) if all(extra) else []
-    if extras and len({len(x.split(",")) for x in extra}) > 1:
-        raise ConfigError("--extra_results", f"{len(args.extra_results.split(','))} collections, "
-                                             f"{len(args.extra_data_dir.split(','))} --extra_data_dir and "
-                                             f"{len(args.extra_task_path.split(','))} --extra_task_path: one each")
+    lists = [x.split(",") for x in extra] if all(extra) else []  # per collection: results, dataset, task file
+    if len({len(x) for x in lists}) > 1:
+        results, data_dirs, task_paths = lists
+        raise ConfigError("--extra_results", f"{len(results)} collections, {len(data_dirs)} --extra_data_dir and "
+                                             f"{len(task_paths)} --extra_task_path: one each")
+    extras = list(zip(*lists))
     if args.extra_results and args.model is not None:
         raise ConfigError("--extra_results", "adds plans to a fit; with --model nothing is fitted")
     inputs = inputs_from_args(args, problem)
