@@ -29,8 +29,11 @@ torchrec_full.json beside it, read back as the project's plans, where the model
 was fitted on their sharding types), and with eval_torchrec.py --round_anchors'
 round_anchors.json beside it, the same error with each round's speed taken from
 the anchors trained in it (per measurement and of the plans' means, each beside
-what a perfect model would score); with --model instead of --results, nothing is
-fitted: the given model is checked and --out_path gets the check's report.
+what a perfect model would score); its tasks index --check_data_dir's tables
+(default --data_dir's: give the second dataset's for its tasks' plans). With
+--model instead of --results, nothing is fitted: the given model is checked and
+--out_path gets the check's report. Collections of one task file share their
+task numbers, so a task held out is held out of each.
 """
 
 from __future__ import annotations
@@ -64,6 +67,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="also report the model's error on these plans: eval_torchrec.py's results.json of other "
                         "tasks (e.g. the evaluation tasks' plans trained in TorchRec), never fitted on")
     p.add_argument("--check_task_path", default=None, help="the task file of --check_results' plans")
+    p.add_argument("--check_data_dir", default=None,
+                   help="the dataset of --check_results' tasks (default --data_dir), e.g. the second dataset's for "
+                        "its evaluation tasks' plans")
     p.add_argument("--extra_results", default=None,
                    help="also fit on these plans: other collections' results.json (a comma list), e.g. of training "
                         "tasks of the second dataset (a table larger than a device and a hot one in each), or "
@@ -119,11 +125,12 @@ def main(argv=None) -> int:
         if same:
             raise ConfigError("--check_results", f"{' and '.join(same)}: the model was fitted on these; its error "
                                                  "there is in-sample, not a check (give other tasks' plans)")
-        tasks = read_tasks(args.check_task_path, num_tables=len(inputs.configs))
-        samples = runtime_data.read_samples(args.check_results, tasks, inputs.configs)
+        configs = check_configs(args, inputs.configs)
+        tasks = read_tasks(args.check_task_path, num_tables=len(configs))
+        samples = runtime_data.read_samples(args.check_results, tasks, configs)
         full = Path(args.check_results).with_name(FULL_JSON)  # TorchRec's full planner's plans, beside them
         if full.exists():
-            more, outside = runtime_data.read_full_samples(full, tasks, inputs.configs, problem.ndevices)
+            more, outside = runtime_data.read_full_samples(full, tasks, configs, problem.ndevices)
             priced = [x for x in more if {sp.kind for sp in x.plan.spread} <= set(model.types)]
             if outside or len(priced) < len(more):
                 print(f"{FULL_JSON}: {len(more) - len(priced)} plans with sharding types the model was not fitted "
@@ -138,7 +145,7 @@ def main(argv=None) -> int:
             print(f"  {alg}: {row['plans']} plans, MAPE {row['mape']:.1f}%, predicted / measured {row['ratio']:.3f}")
         anchored = Path(args.check_results).with_name(ROUND_ANCHORS_JSON)  # eval_torchrec.py --round_anchors' plans
         if anchored.exists():
-            cal = runtime_data.round_check(model, samples, runtime_data.read_samples(anchored, None, inputs.configs),
+            cal = runtime_data.round_check(model, samples, runtime_data.read_samples(anchored, None, configs),
                                            inputs.models)
             c["rounds"] = cal.to_json()
             pct = lambda v: "-" if v is None else f"{100 * v:.1f}%"  # noqa: E731
@@ -165,9 +172,12 @@ def main(argv=None) -> int:
     source = {"samples": str(Path(args.results).resolve()), "compute_model": str(Path(args.compute_model).resolve()),
               "task_path": str(Path(args.task_path).resolve())}
     collections = [0] * len(samples)
+    # a task's number names it across collections (the fit holds out whole tasks): collections of one task file
+    # (NeuroShard's on-policy plans of another collection's tasks) share their numbers
+    first_task = {task_key(args.data_dir, args.task_path): 0}
     for k, (results, data_dir, task_path) in enumerate(extras, start=1):
-        more = runtime_data.read_extra_samples(results, data_dir, task_path,
-                                               first_task=1 + max((s.task for s in samples), default=-1))
+        first = first_task.setdefault(task_key(data_dir, task_path), 1 + max((s.task for s in samples), default=-1))
+        more = runtime_data.read_extra_samples(results, data_dir, task_path, first_task=first)
         other = collection_batch(results)
         if other is not None and other != batch:
             raise InputError(results, f"trained with batch {other}, the other plans with {batch}: one model "
@@ -204,6 +214,29 @@ def main(argv=None) -> int:
     write_json_atomic(metrics, report)
     print(f"wrote {args.out_path} and {metrics}", file=sys.stderr)
     return 0
+
+
+def check_configs(args, configs):
+    """The table configs of --check_results' tasks: --check_data_dir's, else --data_dir's (`configs`).
+    ConfigError when the check's config.json says its plans were trained on another dataset that is here: the
+    task file's table ids index either dataset, and the other's tables would price every plan wrong."""
+    from neuroshard.formats.dataset import read_table_configs
+    from neuroshard.formats.io import read_json
+    from neuroshard.types.errors import ConfigError
+
+    flag, data_dir = ("--check_data_dir", args.check_data_dir) if args.check_data_dir else ("--data_dir",
+                                                                                            args.data_dir)
+    cfg_path = Path(args.check_results).parent / "config.json"
+    trained = read_json(cfg_path).get("data_dir") if cfg_path.exists() else None
+    if trained and Path(trained).exists() and Path(trained).resolve() != Path(data_dir).resolve():
+        raise ConfigError(flag, f"{data_dir}: --check_results' plans were trained on {trained} ({cfg_path}); "
+                                f"give --check_data_dir {trained}")
+    return configs if args.check_data_dir is None else read_table_configs(Path(data_dir) / "table_configs.json")
+
+
+def task_key(data_dir, task_path) -> tuple[str, str]:
+    """What names a collection's task file: the file and its dataset, resolved."""
+    return str(Path(data_dir).resolve()), str(Path(task_path).resolve())
 
 
 def collection_batch(results) -> int | None:

@@ -557,16 +557,21 @@ def torchrec_lines(out: Path) -> tuple[list[str], dict | None]:
     return lines, summary
 
 
-def runtime_check_lines(path: Path) -> list[str]:
-    """Markdown on the TorchRec runtime model's error on the trained evaluation plans (step 7e) and, where step
-    7d trained anchors in every round, the same error with each round's speed taken out; nothing without it."""
+def runtime_check_lines(path: Path, step: str = "7e") -> list[str]:
+    """Markdown on the TorchRec runtime model's error on trained evaluation plans (step 7e; 7h on the second
+    dataset's), per algorithm where there are several, and, where step 7d trained anchors in every round, the
+    same error with each round's speed taken out; nothing without it."""
     check = (_load(path) or {}).get("check")
     if not check:
         return []
     pct = lambda v: "-" if v is None else f"{100 * v:.1f}%"  # noqa: E731
     line = (f"The TorchRec runtime model (`--runtime torchrec`, fitted on training tasks' plans) on these "
             f"{check['plans']} trained plans: step-time MAPE {check['mape']:.1f}%, predicted / measured "
-            f"{check['ratio']:.3f} (step 7e).")
+            f"{check['ratio']:.3f} (step {step}).")
+    algs = check.get("by_alg") or {}
+    if len(algs) > 1:  # a search's plans priced lower than the others' flatter it by the difference
+        line += " By algorithm, predicted / measured: " + ", ".join(
+            f"{alg} {row['ratio']:.3f}" for alg, row in algs.items()) + "."
     cal = check.get("rounds")
     if cal and cal.get("mape") is not None:
         times = lambda v, f: f" (a perfect model: {pct(f)}, {v / f:.2f}x)" if f else ""  # noqa: E731
@@ -629,6 +634,7 @@ def oversize_lines(out: Path) -> tuple[list[str], dict | None]:
         lines += ["", "The first of these tasks trained with TorchRec (step 7g), where the plans may also be "
                       "row-wise and data-parallel: neuroshard[torchrec] searches every sharding type its runtime "
                       "model was fitted on, torchrec_full is TorchRec's planner as users get it.", "", trec_md]
+        lines += runtime_check_lines(out / "oversize" / "torchrec" / "runtime_model_error.json", "7h")
     return lines, {"verdicts": verdicts, "planned_none": none, "unplanned_by_neuroshard": missed,
                    "round_calibration": rounds, "torchrec_train": trec}
 

@@ -624,6 +624,17 @@ STEPS: list[StepSpec] = [
                         "repeats": r.preset.torchrec_repeats, **_training(r), "out_dir": r.layout.oversize_torchrec,
                         "no_progress": True},
              when=lambda r: _torchrec(r) and r.oversize),
+    # the runtime model's error on those plans: tasks and tables it never saw, and the plans its search picked
+    StepSpec("7h", "TorchRec runtime model on the plans of tasks with a table larger than a device",
+             "train_torchrec_cost_model.py", lambda r: [r.layout.oversize_torchrec / "results.json"],
+             lambda r: [r.layout.oversize_torchrec / "runtime_model_error.json"],
+             lambda r: {"data_dir": r.layout.dataset, "task_path": r.layout.train_tasks / "data.txt",
+                        "model": _runtime_model(r), **r.models(), **r.problem_flags("max_mem"),
+                        "out_path": r.layout.oversize_torchrec / "runtime_model_error.json",
+                        "check_results": r.layout.oversize_torchrec / "results.json",
+                        "check_task_path": r.layout.oversize_tasks / "data.txt",
+                        "check_data_dir": r.layout.oversize_dataset},
+             when=lambda r: _torchrec(r) and r.oversize),
 ]
 
 

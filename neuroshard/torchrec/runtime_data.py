@@ -200,9 +200,9 @@ def read_samples(results_path, tasks: Sequence[Task] | None, configs: Sequence[T
 
 
 def read_extra_samples(results_path, data_dir, task_path, first_task: int) -> list[RuntimeSample]:
-    """The samples of another collection, on its own dataset and tasks, numbered from `first_task` on so that
-    its tasks stay apart from the first collection's (the fit holds out whole tasks). InputError naming the
-    file for a missing or malformed one."""
+    """The samples of another collection, on its own dataset and tasks, numbered from `first_task` on: the fit
+    holds out whole tasks by number, so collections of one task file take one `first_task` and the others
+    numbers of their own. InputError naming the file for a missing or malformed one."""
     from neuroshard.formats.dataset import read_table_configs
     from neuroshard.formats.task_file import read_tasks
 
@@ -304,14 +304,23 @@ def host_size(samples: Sequence[RuntimeSample]) -> int | None:
 def held_out_tasks(tasks: Sequence[int], group: np.ndarray, share: float, seed: int) -> list[int]:
     """The tasks whose plans the fit holds out: a seeded `share` of each collection's tasks, drawn collection by
     collection, so that every collection keeps plans to fit its speed on (a collection of one task holds none
-    out). `tasks` and `group`: per sample, its task (distinct across collections) and its collection."""
+    out). `tasks` and `group`: per sample, its task and its collection. A task several collections trained (the
+    same number: the same task of the same task file, e.g. NeuroShard's on-policy plans of another collection's
+    tasks) is held out of each or of none, so that no held-out plan has a fitted plan of its own task beside it;
+    a later collection's share counts the shared tasks an earlier one held out, and draws the rest from its
+    tasks that no earlier collection had."""
     rng = np.random.default_rng(seed)
-    out = []
+    out: set[int] = set()
+    seen: set[int] = set()
     for g in np.unique(group):
         mine = sorted({int(t) for t, c in zip(tasks, group) if c == g})
         k = int(round(share * len(mine)))
-        if 0 < k < len(mine):
-            out += [int(t) for t in rng.choice(mine, size=k, replace=False)]
+        held = sum(t in out for t in mine)
+        free = [t for t in mine if t not in seen]
+        need = min(k - held, len(free), len(mine) - 1 - held)
+        if 0 < k < len(mine) and need > 0:
+            out.update(int(t) for t in rng.choice(free, size=need, replace=False))
+        seen.update(mine)
     return sorted(out)
 
 
@@ -347,6 +356,10 @@ def fit_runtime_model(samples: Sequence[RuntimeSample], models, ndevices: int, b
         raise ValueError(f"{len(group)} collection indices for {len(samples)} samples")
     test_tasks = held_out_tasks([s.task for s in samples], group, test_share, seed)
     test = np.array([s.task in test_tasks for s in samples])
+    # a collection whose every task an earlier one held out has no plan to fit its speed on: none of its
+    # plans is priced as held out
+    test &= np.isin(group, group[~test])
+    test_tasks = sorted({s.task for s, held in zip(samples, test) if held})
     pred_test = None
     if test.any():
         train = ~test  # every collection keeps training plans

@@ -75,6 +75,22 @@ def test_torchrec_section_reads_step_7_and_says_how_noisy_it_is(tmp_path):
     text = "\n".join(torchrec_lines(tmp_path)[0])
     assert "(a perfect model: 5.0%, 1.20x); 0.90-1.50x with the anchors resampled, 10th-90th percentile, 9.0% " \
         "unmoved" in text
+    assert "By algorithm" not in text  # one algorithm or none: nothing more to say
+
+
+def test_runtime_check_lines_per_algorithm_and_step(tmp_path):
+    """Step 7h's check of the new set's plans: per algorithm, each predicted / measured ratio."""
+    import json
+
+    from neuroshard.pipeline.report import runtime_check_lines
+
+    row = lambda ratio: {"plans": 3, "mape": 4.0, "ratio": ratio}  # noqa: E731
+    check = {"plans": 6, "mape": 4.0, "ratio": 0.97, "by_alg": {"neuroshard[torchrec]": row(0.95), "greedy": row(0.99)}}
+    (tmp_path / "e.json").write_text(json.dumps({"model": "m.json", "check": check}))
+    [_, line] = runtime_check_lines(tmp_path / "e.json", "7h")
+    assert "on these 6 trained plans: step-time MAPE 4.0%, predicted / measured 0.970 (step 7h)." in line
+    assert line.endswith("By algorithm, predicted / measured: neuroshard[torchrec] 0.950, greedy 0.990.")
+    assert runtime_check_lines(tmp_path / "missing.json", "7h") == []
 
 
 def test_power_line_from_the_median_noise_of_the_comparisons():

@@ -215,7 +215,7 @@ def test_torchrec_training_is_an_opt_in_last_phase():
     steps = steps_of("--preset", "quick", "--seed", "2", "--torchrec_train", out=out)
     # 7a2, the runtime data over the second dataset, runs before the model is fitted to both collections; then
     # NeuroShard's plans for that first fit (7b2) and the fit again with them (7b3)
-    assert list(steps)[-10:] == ["7a", "7a2", "7b", "7b2", "7b3", "7c", "7d", "7e", "7f", "7g"]
+    assert list(steps)[-11:] == ["7a", "7a2", "7b", "7b2", "7b3", "7c", "7d", "7e", "7f", "7g", "7h"]
     collect, fit, plan, train, check = (steps[k] for k in ("7a", "7b", "7c", "7d", "7e"))
     assert collect.argv[0] == "collect_torchrec_cost_data.py" and "train_tasks" in collect.argv[collect.argv.index(
         "--task_path") + 1]
@@ -262,6 +262,13 @@ def test_torchrec_training_is_an_opt_in_last_phase():
     flags = flags_of(plan)
     assert flags["--alg"] == "neuroshard" and flags["--runtime"] == "torchrec"
     assert flags["--runtime_model"] == str(model)
+    # 7h: 7e's check of the model on 7g's plans, their tasks' tables the second dataset's
+    checked, new_set = flags_of(steps["7h"]), flags_of(steps["7g"])
+    assert checked["--model"] == str(model) and checked["--check_data_dir"] == new_set["--data_dir"]
+    assert checked["--check_results"] == new_set["--out_dir"] + "/results.json" == str(steps["7h"].inputs[0])
+    assert checked["--check_task_path"] == new_set["--task_path"]
+    assert {k: v for k, v in checked.items() if not k.startswith(("--check", "--out"))} == \
+        {k: v for k, v in flags_of(check).items() if not k.startswith(("--check", "--out"))}
     assert plan.argv.count("--alg") == 1
     assert train.argv[0] == "eval_torchrec.py"
     flags = flags_of(train)
@@ -322,7 +329,8 @@ def test_tasks_beyond_the_paper_space_get_their_dataset_tasks_and_evaluation():
     assert flag(train_tasks, "--seed") == flag(steps["2c"], "--seed") and flag(train_tasks, "--data_size") == "16"
     assert flag(train_tasks, "--out_dir") == str(Path("r") / "oversize" / "train_tasks")
     oversize += [anchor_tasks, anchor_sim, train_tasks]
-    oversize += [steps_of("--preset", "quick", "--torchrec_train")[k] for k in ("7f", "7g", "7a2", "7b", "7b2", "7b3")]
+    trec = steps_of("--preset", "quick", "--torchrec_train")
+    oversize += [trec[k] for k in ("7f", "7g", "7h", "7a2", "7b", "7b2", "7b3")]
     options = parsed_options(sorted({ROOT / s.argv[0] for s in oversize}))
     for step in oversize:
         assert not [a for a in step.argv if a.startswith("--") and a not in options[step.argv[0]]]
@@ -485,7 +493,7 @@ def test_only_takes_steps_and_phases_and_list_prints_the_table(capsys):
     assert select(steps, "5c,6b") == {"5c", "6b"}
     assert select(steps, "5") == {"5a", "5b", "5c", "5d", "5e", "5f"} and select(steps, "1") == {"1", "1b"}
     trec = build_steps(run_of(parse_args(["--preset", "quick", "--torchrec_train"]), Path("r")))
-    assert select(trec, "7") == {"7a", "7a2", "7b2", "7b", "7b3", "7c", "7d", "7e", "7f", "7g"}
+    assert select(trec, "7") == {"7a", "7a2", "7b2", "7b", "7b3", "7c", "7d", "7e", "7f", "7g", "7h"}
     assert select(trec, "7a2") == {"7a2"}
     with pytest.raises(ConfigError, match="unknown step 9"):
         select(steps, "9")

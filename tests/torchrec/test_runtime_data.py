@@ -275,6 +275,38 @@ def test_held_out_tasks_are_drawn_per_collection():
     assert held_out_tasks(tasks[:8], group[:8], 0.25, seed=3) == sorted(int(t) for t in rng.choice(8, 2, False))
 
 
+def test_a_task_several_collections_trained_is_held_out_of_each_or_none():
+    """Collection 2 trained collection 1's tasks 8-11 again and tasks 16-19 of its own: a task number held out
+    is held out of both, and collection 2's quarter (2 of 8) counts the shared tasks collection 1 held out
+    before drawing from 16-19. Without shared tasks the draws are the plain per-collection ones."""
+    tasks = list(range(16)) + list(range(8, 12)) + list(range(16, 20))
+    group = np.array([0] * 8 + [1] * 8 + [2] * 8)
+    for seed in range(6):
+        out = held_out_tasks(tasks, group, 0.25, seed)
+        assert len([t for t in out if t < 8]) == 2 and len([t for t in out if 8 <= t < 16]) == 2
+        assert len([t for t in out if 8 <= t < 12 or t >= 16]) == 2  # collection 2's quarter, shared ones first
+        assert out[:4] == held_out_tasks(tasks[:16], group[:16], 0.25, seed)
+    # collection 2 a copy of collection 1: it holds out exactly collection 1's tasks, nothing more
+    again = list(range(16)) + list(range(8, 16))
+    assert held_out_tasks(again, group, 0.25, 1) == held_out_tasks(tasks[:16], group[:16], 0.25, 1)
+
+
+def test_a_collection_whose_tasks_an_earlier_one_held_out_is_not_priced_held_out():
+    """Collection 1 trained one of collection 0's held-out tasks again, 1.5x as slow: it has no plan left to fit
+    its speed on, so its plans are not priced held out (at the reference speed they would be off by a third);
+    the fit on every plan still gives it its speed."""
+    models = hand_models(2)
+    base = random_samples(models)
+    held = held_out_tasks([s.task for s in base], np.zeros(len(base), dtype=np.int64), 0.25, seed=0)
+    again = [s for s in base if s.task == held[0]]
+    samples = base + again
+    collections = [0] * len(base) + [1] * len(again)
+    samples, _, _ = timed_by_collection(samples, models, collections)
+    res = fit_runtime_model(samples, models, 2, 4096, test_share=0.25, seed=0, collections=collections)
+    assert res.test_tasks == held and res.test_mape < 1e-4
+    assert res.speeds == pytest.approx((1.0, 1.5), rel=1e-6)
+
+
 def test_a_collection_of_few_tasks_is_priced_at_its_own_speed_held_out():
     """Seven tasks at unit speed and one trained at 1.5x: the held-out tasks never take the second collection's
     only task, so its speed is fitted and every held-out plan is priced exactly."""
