@@ -221,16 +221,14 @@ def check_configs(args, configs):
     ConfigError when the check's config.json says its plans were trained on another dataset that is here: the
     task file's table ids index either dataset, and the other's tables would price every plan wrong."""
     from neuroshard.formats.dataset import read_table_configs
-    from neuroshard.formats.io import read_json
     from neuroshard.types.errors import ConfigError
 
     flag, data_dir = ("--check_data_dir", args.check_data_dir) if args.check_data_dir else ("--data_dir",
                                                                                             args.data_dir)
-    cfg_path = Path(args.check_results).parent / "config.json"
-    trained = read_json(cfg_path).get("data_dir") if cfg_path.exists() else None
+    trained = collection_config(args.check_results).get("data_dir")
     if trained and Path(trained).exists() and Path(trained).resolve() != Path(data_dir).resolve():
-        raise ConfigError(flag, f"{data_dir}: --check_results' plans were trained on {trained} ({cfg_path}); "
-                                f"give --check_data_dir {trained}")
+        raise ConfigError(flag, f"{data_dir}: --check_results' plans were trained on {trained} (the config.json "
+                                f"beside them); give --check_data_dir {trained}")
     return configs if args.check_data_dir is None else read_table_configs(Path(data_dir) / "table_configs.json")
 
 
@@ -239,12 +237,18 @@ def task_key(data_dir, task_path) -> tuple[str, str]:
     return str(Path(data_dir).resolve()), str(Path(task_path).resolve())
 
 
-def collection_batch(results) -> int | None:
-    """The batch a collection's plans were trained with (its config.json beside results.json), if it says."""
-    from neuroshard.formats.io import read_json
+def collection_config(results) -> dict:
+    """The flags a collection's or a check's plans were trained with: the config.json beside their results.json
+    (collect_torchrec_cost_data.py and eval_torchrec.py write it), {} without one."""
+    from neuroshard.formats.io import RUN_CONFIG, read_json
 
-    cfg_path = Path(results).parent / "config.json"
-    return read_json(cfg_path).get("batch_size") if cfg_path.exists() else None
+    path = Path(results).parent / RUN_CONFIG
+    return read_json(path) if path.exists() else {}
+
+
+def collection_batch(results) -> int | None:
+    """The batch a collection's plans were trained with, if its config.json says."""
+    return collection_config(results).get("batch_size")
 
 
 if __name__ == "__main__":
