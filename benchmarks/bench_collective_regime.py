@@ -1,15 +1,20 @@
-"""gloo's collectives on CPU with glibc malloc's default thresholds and with the measuring processes' pinned ones.
+"""gloo's collectives on CPU, calls of one size in a row: two forms of the reduce-scatter, or two malloc settings.
 
-    python benchmarks/bench_collective_regime.py --ndevices 4 --sizes 1,2,4,5,6,8 --calls 40
+    python benchmarks/bench_collective_regime.py --sizes 1,2,4,5,6,8 --calls 40            # --compare form
+    python benchmarks/bench_collective_regime.py --compare env --op all_gather
 
-Runs one torchrun job per environment (glibc's defaults: the malloc variables removed; pinned:
-`measure.process_env.measuring_env`), each timing `--op` on every size (millions of fp32 elements) `--calls`
-times in a row on the same buffers (`measure.collectives.buffers`, a barrier before each call), as a plan's
-collectives follow others of their size; a hung rank ends its job after `--timeout` s. Prints per size the
-calls' median and largest ms (the ranks' mean) in both environments and how many of the default's calls took more
-than 1.5x the pinned median. At times the CPU machine here switched, with the defaults, past about 4 M elements
-and at a random call, into a regime about twice as slow (docs/EXPERIMENTS.md, the entry on malloc thresholds); at
-other times both environments time the same.
+Runs one torchrun job per variant, each timing `--op` on every size (millions of fp32 elements) `--calls` times in
+a row on the same buffers (`measure.collectives.buffers`, a barrier before each call), as a plan's collectives
+follow others of their size; a hung rank ends its job after `--timeout` s. Prints per size the calls' median and
+largest ms (the ranks' mean) of both variants, how many of the first's calls took more than 1.5x the second's
+median, and each variant's largest growth of a rank's resident memory over the size's calls.
+
+`--compare form` (the reduce-scatter; both in the measuring processes' environment, `measure.process_env`):
+`dist.reduce_scatter_tensor` against the chunked `dist.reduce_scatter` that `measure.collectives.run_collective`
+runs. On gloo CPU ranks the first kept most of its input's bytes on one rank or another, call after call; past a
+few GB the calls switched into a regime two to three times as slow (docs/EXPERIMENTS.md, the entry on the
+reduce-scatter's memory). `--compare env`: glibc malloc's default thresholds against the pinned ones, both with
+`run_collective`.
 """
 
 import argparse
@@ -47,18 +52,33 @@ def rank_side(args) -> None:
     for size in args.sizes.split(","):
         numel = int(float(size) * 1e6) // world * world
         inp, out = buffers(args.op, numel, world)
-        ms = torch.tensor(benchmark(lambda: run_collective(args.op, inp, out), warmup=0, iters=args.calls,
-                                    before_each=dist.barrier))
+        if args.form == "tensor":
+            def once():
+                dist.reduce_scatter_tensor(out, inp)
+        else:
+            def once():
+                run_collective(args.op, inp, out)
+        before = resident_mb()
+        ms = torch.tensor(benchmark(once, warmup=0, iters=args.calls, before_each=dist.barrier))
         dist.all_reduce(ms)
+        grown = torch.tensor([resident_mb() - before])
+        dist.all_reduce(grown, op=dist.ReduceOp.MAX)
         if dist.get_rank() == 0:
-            print(json.dumps({"numel": numel, "ms": (ms / world).tolist()}), flush=True)
+            print(json.dumps({"numel": numel, "ms": (ms / world).tolist(), "rss_growth_mb": float(grown)}),
+                  flush=True)
     dist.destroy_process_group()
 
 
-def run_job(args, env: dict) -> list[dict]:
+def resident_mb() -> float:
+    """This process's resident memory, MB (Linux: /proc/self/statm)."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def run_job(args, env: dict, form: str = "chunks") -> list[dict]:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={args.ndevices}",
            os.path.abspath(__file__), "--rank_side", "--op", args.op, "--sizes", args.sizes, "--calls",
-           str(args.calls), "--timeout", str(args.timeout)]
+           str(args.calls), "--timeout", str(args.timeout), "--form", form]
     # the agent in a process group of its own; its ranks get sessions of their own from torchrun, so an
     # interrupted benchmark asks the agent to stop them (SIGTERM) and kills it only if it does not end
     job = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -85,6 +105,10 @@ def main(argv=None):
     p.add_argument("--op", choices=OPS, default="reduce_scatter", help="the collective (default: reduce_scatter)")
     p.add_argument("--sizes", default="1,2,4,5,6,8", help="full tensor sizes, millions of fp32 elements")
     p.add_argument("--calls", type=int, default=40, help="calls of each size, in a row (default: 40)")
+    p.add_argument("--compare", choices=("form", "env"), default="form",
+                   help="form: reduce_scatter_tensor against run_collective's chunked reduce-scatter; env: glibc "
+                        "malloc's default thresholds against the pinned ones (default: form)")
+    p.add_argument("--form", choices=("tensor", "chunks"), default="chunks", help=argparse.SUPPRESS)
     add_flag(p, "timeout")
     add_flag(p, "out_json")
     p.add_argument("--rank_side", action="store_true", help=argparse.SUPPRESS)
@@ -102,18 +126,27 @@ def main(argv=None):
     if not sizes or min(sizes) <= 0 or args.calls < 1:
         raise ConfigError("--sizes", f"positive sizes and --calls >= 1, got {args.sizes!r}, {args.calls}")
 
-    default = {k: v for k, v in measuring_env(os.environ).items() if k not in MALLOC_ENV}
-    runs = {"glibc defaults": run_job(args, default), "pinned": run_job(args, measuring_env(os.environ))}
-    print(f"{args.op} on {args.ndevices} gloo ranks, {args.calls} calls a size in a row, ms, the ranks' mean")
-    print(f"{'M elements':>10} | {'default median':>14} {'max':>7} | {'pinned median':>13} {'max':>7} | "
-          f"default > 1.5x pinned")
+    if args.compare == "form" and args.op != "reduce_scatter":
+        raise ConfigError("--op", f"--compare form compares two forms of the reduce-scatter, got {args.op!r}")
+    if args.compare == "form":
+        names = ("reduce_scatter_tensor", "chunked")
+        runs = [run_job(args, measuring_env(os.environ), "tensor"), run_job(args, measuring_env(os.environ))]
+    else:
+        names = ("glibc defaults", "pinned")
+        default = {k: v for k, v in measuring_env(os.environ).items() if k not in MALLOC_ENV}
+        runs = [run_job(args, default), run_job(args, measuring_env(os.environ))]
+    print(f"{args.op} on {args.ndevices} gloo ranks, {args.calls} calls a size in a row, ms, the ranks' mean; "
+          f"A: {names[0]}, B: {names[1]}")
+    print(f"{'M elements':>10} | {'A median':>8} {'max':>7} | {'B median':>8} {'max':>7} | {'A > 1.5x B':>10} | "
+          f"largest rank's memory growth, A and B (MB)")
     rows = []
-    for d, q in zip(runs["glibc defaults"], runs["pinned"]):
-        ref = median(q["ms"])
-        slow = sum(t > 1.5 * ref for t in d["ms"])
-        rows.append({"numel": d["numel"], "default_ms": d["ms"], "pinned_ms": q["ms"]})
-        print(f"{d['numel'] / 1e6:>10.2f} | {median(d['ms']):>14.1f} {max(d['ms']):>7.1f} | {ref:>13.1f} "
-              f"{max(q['ms']):>7.1f} | {slow} of {len(d['ms'])}")
+    for a, b in zip(*runs):
+        ref = median(b["ms"])
+        slow = f"{sum(t > 1.5 * ref for t in a['ms'])} of {len(a['ms'])}"
+        rows.append({"numel": a["numel"], names[0]: a, names[1]: b})
+        print(f"{a['numel'] / 1e6:>10.2f} | {median(a['ms']):>8.1f} {max(a['ms']):>7.1f} | {ref:>8.1f} "
+              f"{max(b['ms']):>7.1f} | {slow:>10} | {a['rss_growth_mb']:.0f}, "
+              f"{b['rss_growth_mb']:.0f}")
     if args.out_json:
         write_json_atomic(args.out_json, {"settings": vars(args), "sizes": rows})
 

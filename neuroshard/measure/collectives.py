@@ -60,10 +60,22 @@ def buffers(op: str, numel: int, k: int, device: str = "cpu"):
 
 
 def run_collective(op: str, inp, out, group=None) -> None:
-    """One `op` on the buffers of `buffers` over `group` (None: every rank)."""
+    """One `op` on the buffers of `buffers` over `group` (None: every rank).
+
+    On gloo (CPU tensors) the reduce-scatter is an all-reduce of a copy of the input and a copy of this rank's
+    chunk: what the installed torch's gloo `reduce_scatter_tensor` does, and as fast at every size, but that call
+    keeps most of its input's bytes on one rank or another, call after call; a job timing many of them grew to
+    gigabytes and its reduce-scatters ran 2-3 times as long until it was killed for memory. gloo's chunked
+    `reduce_scatter` has no growth but runs another algorithm, 2-3 times as slow below a few million elements
+    (`benchmarks/bench_collective_regime.py`). On GPUs (NCCL) it is `reduce_scatter_tensor` itself."""
     import torch.distributed as dist
 
-    if op == REDUCE_SCATTER:
+    if op == REDUCE_SCATTER and not inp.is_cuda:
+        k = dist.get_world_size(group)
+        full = inp.clone()
+        dist.all_reduce(full, group=group)
+        out.copy_(full.chunk(k)[dist.get_rank(group)])
+    elif op == REDUCE_SCATTER:
         dist.reduce_scatter_tensor(out, inp, group=group)
     elif op == ALL_GATHER:
         dist.all_gather_into_tensor(out, inp, group=group)

@@ -7,8 +7,10 @@ CPU machine here it was not, and then gloo's collectives of more than about 4 M 
 random call of a run of that size, into a regime about twice as slow, and stayed there. A plan's collectives,
 timed after others of their size, fell into it far more often than the collection's samples, drawn in random
 order of size, so the two measured different machines. With fixed thresholds the processes keep and reuse
-their pages, and the regime did not occur (docs/EXPERIMENTS.md, the entry on malloc thresholds). A value
-already in the environment wins; malloc other than glibc's ignores these variables.
+their pages, and the regime did not occur (docs/EXPERIMENTS.md, the entry on malloc thresholds). It still
+came, less often, while the reduce-scatter ran as gloo's `reduce_scatter_tensor`, whose memory grows call after
+call (`measure.collectives.run_collective`). A value already in the environment wins; malloc other than glibc's
+ignores these variables.
 """
 
 from __future__ import annotations
