@@ -13,8 +13,8 @@ median, and each variant's largest growth of a rank's resident memory over the s
 `dist.reduce_scatter_tensor` against the chunked `dist.reduce_scatter` that `measure.collectives.run_collective`
 runs. On gloo CPU ranks the first kept most of its input's bytes on one rank or another, call after call; past a
 few GB the calls switched into a regime two to three times as slow (docs/EXPERIMENTS.md, the entry on the
-reduce-scatter's memory). `--compare env`: glibc malloc's default thresholds against the pinned ones, both with
-`run_collective`.
+reduce-scatter's memory). The growth comes at random: a run without it still shows that the two cost the same.
+`--compare env`: glibc malloc's default thresholds against the pinned ones, both with `run_collective`.
 """
 
 import argparse
@@ -34,6 +34,7 @@ from neuroshard.settings import add_flag
 from neuroshard.types.errors import ConfigError, NeuroShardError
 
 OPS = ("reduce_scatter", "all_gather", "all_reduce")
+BLOCK = 40  # calls between two reads of the ranks' memory
 
 
 def rank_side(args) -> None:
@@ -58,14 +59,16 @@ def rank_side(args) -> None:
         else:
             def once():
                 run_collective(args.op, inp, out)
-        before = resident_mb()
-        ms = torch.tensor(benchmark(once, warmup=0, iters=args.calls, before_each=dist.barrier))
+        before, calls, grown = resident_mb(), [], 0.0
+        while len(calls) < args.calls:  # in blocks, the ranks' memory gathered after each (as a job's records)
+            calls += benchmark(once, warmup=0, iters=min(BLOCK, args.calls - len(calls)), before_each=dist.barrier)
+            every = [None] * world
+            dist.all_gather_object(every, resident_mb() - before)
+            grown = max(grown, *every)
+        ms = torch.tensor(calls)
         dist.all_reduce(ms)
-        grown = torch.tensor([resident_mb() - before])
-        dist.all_reduce(grown, op=dist.ReduceOp.MAX)
         if dist.get_rank() == 0:
-            print(json.dumps({"numel": numel, "ms": (ms / world).tolist(), "rss_growth_mb": float(grown)}),
-                  flush=True)
+            print(json.dumps({"numel": numel, "ms": (ms / world).tolist(), "rss_growth_mb": grown}), flush=True)
     dist.destroy_process_group()
 
 
@@ -129,7 +132,7 @@ def main(argv=None):
     if args.compare == "form" and args.op != "reduce_scatter":
         raise ConfigError("--op", f"--compare form compares two forms of the reduce-scatter, got {args.op!r}")
     if args.compare == "form":
-        names = ("reduce_scatter_tensor", "chunked")
+        names = ("reduce_scatter_tensor", "run_collective")
         runs = [run_job(args, measuring_env(os.environ), "tensor"), run_job(args, measuring_env(os.environ))]
     else:
         names = ("glibc defaults", "pinned")
