@@ -8,9 +8,9 @@ random call of a run of that size, into a regime about twice as slow, and stayed
 timed after others of their size, fell into it far more often than the collection's samples, drawn in random
 order of size, so the two measured different machines. With fixed thresholds the processes keep and reuse
 their pages, and the regime did not occur (docs/EXPERIMENTS.md, the entry on malloc thresholds). It still
-came, less often, while the reduce-scatter ran as gloo's `reduce_scatter_tensor`, whose memory grows call after
-call (`measure.collectives.run_collective`). A value already in the environment wins; malloc other than glibc's
-ignores these variables.
+comes at times: gloo's `reduce_scatter_tensor` grows a process call after call (`measure.collectives.run_collective`
+runs another form), and even without it the largest reduce-scatters of some plan jobs ran about twice as long for a
+while. A value already in the environment wins; malloc other than glibc's ignores these variables.
 """
 
 from __future__ import annotations
