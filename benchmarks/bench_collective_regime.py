@@ -10,10 +10,11 @@ largest ms (the ranks' mean) of both variants, how many of the first's calls too
 median, and each variant's largest growth of a rank's resident memory over the size's calls.
 
 `--compare form` (the reduce-scatter; both in the measuring processes' environment, `measure.process_env`):
-`dist.reduce_scatter_tensor` against the chunked `dist.reduce_scatter` that `measure.collectives.run_collective`
-runs. On gloo CPU ranks the first kept most of its input's bytes on one rank or another, call after call; past a
-few GB the calls switched into a regime two to three times as slow (docs/EXPERIMENTS.md, the entry on the
-reduce-scatter's memory). The growth comes at random: a run without it still shows that the two cost the same.
+`dist.reduce_scatter_tensor` against `measure.collectives.run_collective`'s reduce-scatter (on gloo an all-reduce
+of a copy and a copy of the rank's chunk). On gloo CPU ranks the first kept most of its input's bytes on one rank
+or another, call after call; past a few GB the calls switched into a regime two to three times as slow
+(docs/EXPERIMENTS.md, the entry on the reduce-scatter's memory). The growth comes at random: a run without it
+still shows that the two cost the same.
 `--compare env`: glibc malloc's default thresholds against the pinned ones, both with `run_collective`.
 """
 
@@ -78,7 +79,7 @@ def resident_mb() -> float:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def run_job(args, env: dict, form: str = "chunks") -> list[dict]:
+def run_job(args, env: dict, form: str = "suite") -> list[dict]:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={args.ndevices}",
            os.path.abspath(__file__), "--rank_side", "--op", args.op, "--sizes", args.sizes, "--calls",
            str(args.calls), "--timeout", str(args.timeout), "--form", form]
@@ -109,9 +110,9 @@ def main(argv=None):
     p.add_argument("--sizes", default="1,2,4,5,6,8", help="full tensor sizes, millions of fp32 elements")
     p.add_argument("--calls", type=int, default=40, help="calls of each size, in a row (default: 40)")
     p.add_argument("--compare", choices=("form", "env"), default="form",
-                   help="form: reduce_scatter_tensor against run_collective's chunked reduce-scatter; env: glibc "
+                   help="form: reduce_scatter_tensor against run_collective's reduce-scatter; env: glibc "
                         "malloc's default thresholds against the pinned ones (default: form)")
-    p.add_argument("--form", choices=("tensor", "chunks"), default="chunks", help=argparse.SUPPRESS)
+    p.add_argument("--form", choices=("tensor", "suite"), default="suite", help=argparse.SUPPRESS)
     add_flag(p, "timeout")
     add_flag(p, "out_json")
     p.add_argument("--rank_side", action="store_true", help=argparse.SUPPRESS)
@@ -131,13 +132,13 @@ def main(argv=None):
 
     if args.compare == "form" and args.op != "reduce_scatter":
         raise ConfigError("--op", f"--compare form compares two forms of the reduce-scatter, got {args.op!r}")
+    pinned = measuring_env(os.environ)
     if args.compare == "form":
         names = ("reduce_scatter_tensor", "run_collective")
-        runs = [run_job(args, measuring_env(os.environ), "tensor"), run_job(args, measuring_env(os.environ))]
+        runs = [run_job(args, pinned, "tensor"), run_job(args, pinned)]
     else:
         names = ("glibc defaults", "pinned")
-        default = {k: v for k, v in measuring_env(os.environ).items() if k not in MALLOC_ENV}
-        runs = [run_job(args, default), run_job(args, measuring_env(os.environ))]
+        runs = [run_job(args, {k: v for k, v in pinned.items() if k not in MALLOC_ENV}), run_job(args, pinned)]
     print(f"{args.op} on {args.ndevices} gloo ranks, {args.calls} calls a size in a row, ms, the ranks' mean; "
           f"A: {names[0]}, B: {names[1]}")
     print(f"{'M elements':>10} | {'A median':>8} {'max':>7} | {'B median':>8} {'max':>7} | {'A > 1.5x B':>10} | "
