@@ -7,9 +7,11 @@ error the report gives then mixes the models' error with the machine's speed at 
 (`anchor_order`), and each round's speed is their median measured / estimated, per part (`round_factors`):
 compute, backward and forward exchange, and the plan cost. The collectives of spread tables (row-wise,
 table-row-wise, data-parallel) are timed apart inside the exchanges and drift apart from the all-to-alls (gloo's
-reductions are not its message passing): where anchors have spread tables, each round also gets the
-median speed of their forward and of their backward collectives, and an estimate's collectives move by those (by
-their exchange's factor in a round without them). The pipeline's anchors are plans of tasks that nothing
+reductions are not its message passing): where at least `COLLECTIVE_ANCHORS` anchors of a round have spread
+tables, that round also gets the median speed of their forward and of their backward collectives, and an estimate's
+collectives move by those; with fewer they move by their exchange's factor. A median of one or two plans is those
+plans' own measurement, blow-ups included, and moving every estimate by it adds their noise to every plan rather
+than taking the round's speed out (docs/EXPERIMENTS.md, the entry on the collectives' factor). The pipeline's anchors are plans of tasks that nothing
 trained on (steps 2f, 5f), made by the evaluation's algorithms, one plan a task with the algorithms rotated
 (`spread_choice`: one task's plans share that task's model error, as large as the drift). Plans whose shards the
 models were retrained on (the on-policy step's) are a biased gauge: the models reproduce what those plans cost at
@@ -51,6 +53,8 @@ PARTS = ("compute", "bw_comm", "fw_comm")
 COLLECTIVE_PARTS = ("fw_collectives", "bw_collectives")  # a breakdown's `collectives[rank]`: [forward, backward]
 ANCHOR_PREFIX = "anchor:"  # the label of an anchor's record among the evaluation's measurements
 ANCHOR_DRAWS = 200  # resamples of the anchors for the spread of the calibrated ratio (`anchor_spread`)
+COLLECTIVE_ANCHORS = 3  # anchors with spread tables a round needs for its collectives' own factor: a median that
+#                         one blown-up measurement cannot move
 
 
 @dataclass
@@ -106,29 +110,32 @@ def _round_record(rec: PlanRecord, r: int) -> PlanRecord | None:
                    repeat_costs=[rec.repeat_costs[r]])
 
 
-def _collective_ratios(records: Sequence[PlanRecord]) -> dict[str, float]:
+def _collective_ratios(records: Sequence[tuple[int, PlanRecord]]) -> dict[str, float]:
     """Per collective part ("fw_collectives", "bw_collectives"), the median over the records that have it of
-    measured / estimated summed over the ranks; a part no record has is left out."""
+    measured / estimated summed over the ranks; `records` pairs each with the anchor it came from, and a part that
+    fewer than `COLLECTIVE_ANCHORS` distinct anchors have is left out (a resample that draws one anchor three times
+    has one measurement of the collectives, not three)."""
     out = {}
     for i, key in enumerate(COLLECTIVE_PARTS):
-        ratios = []
-        for rec in records:
+        ratios, sources = [], set()
+        for source, rec in records:
             got, est = rec.measured.collectives, rec.estimate.collectives if rec.estimate is not None else None
             if got and est and len(got) == len(est) and sum(e[i] for e in est) > 0:
                 ratios.append(sum(g[i] for g in got) / sum(e[i] for e in est))
-        if ratios:
+                sources.add(source)
+        if len(sources) >= COLLECTIVE_ANCHORS:
             out[key] = float(np.median(ratios))
     return out
 
 
 def round_factors(anchors: Sequence[PlanRecord], repeats: int) -> list[dict]:
     """Per round, the anchors' measured / estimated medians (`summary.speed_ratios`) of that round's
-    measurements; a part without a ratio in a round is 1.0 (not moved). Where anchors have spread tables, the
-    round's speed of their collectives too (`COLLECTIVE_PARTS`, module doc)."""
+    measurements; a part without a ratio in a round is 1.0 (not moved). Where at least `COLLECTIVE_ANCHORS`
+    anchors have spread tables, the round's speed of their collectives too (`COLLECTIVE_PARTS`, module doc)."""
     out = []
     for r in range(repeats):
-        measured = [x for x in (_round_record(a, r) for a in anchors) if x is not None]
-        ratios = {**speed_ratios(measured), **_collective_ratios(measured)}
+        measured = [(id(a), x) for a, x in ((a, _round_record(a, r)) for a in anchors) if x is not None]
+        ratios = {**speed_ratios([x for _, x in measured]), **_collective_ratios(measured)}
         out.append({k: (float(v) if v is not None and np.isfinite(v) and v > 0 else 1.0) for k, v in ratios.items()})
     return out
 

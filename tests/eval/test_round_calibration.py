@@ -125,15 +125,24 @@ def test_spread_anchors_give_each_round_its_collectives_speed():
     # round 0: compute and the backward exchange at 1.2x, the forward at 1.1x; the forward collectives at 1.0x
     # (0.5 of 0.5), the backward at 1.2x (0.3 of 0.25). Round 1: every part as estimated
     anchor = _spread_anchor([(1.2, 0.6, 1.1, 0.5, 0.3), (1.0, 0.5, 1.0, 0.5, 0.25)])
-    f0, f1 = round_factors([anchor], 2)
-    assert f0 == pytest.approx({"cost": 2.9 / 2.5, "compute": 1.2, "bw_comm": 1.2, "fw_comm": 1.1,
-                                "fw_collectives": 1.0, "bw_collectives": 1.2})
+    # a second anchor whose backward collectives blew up to 2x (0.5 of 0.25) in round 0, a third at 0.8x (0.2)
+    blown = _spread_anchor([(1.2, 0.6, 1.1, 0.5, 0.5), (1.0, 0.5, 1.0, 0.5, 0.25)])
+    low = _spread_anchor([(1.2, 0.6, 1.1, 0.5, 0.2), (1.0, 0.5, 1.0, 0.5, 0.25)])
+    f0, f1 = round_factors([anchor, blown, low], 2)
+    assert f0["fw_collectives"] == pytest.approx(1.0) and f0["bw_collectives"] == pytest.approx(1.2)
+    assert {k: f0[k] for k in ("compute", "bw_comm", "fw_comm")} == pytest.approx(
+        {"compute": 1.2, "bw_comm": 1.2, "fw_comm": 1.1})
     assert f1 == pytest.approx({"cost": 1.0, "compute": 1.0, "bw_comm": 1.0, "fw_comm": 1.0, "fw_collectives": 1.0,
                                 "bw_collectives": 1.0})
+    # with fewer than three such anchors a round has no collectives' factor: the blown-up one alone would move
+    # every plan's backward collectives by 2x (the same anchor three times, as a resample may draw it, is one)
+    for few in ([anchor], [anchor, blown], [blown] * 3):
+        assert all(set(f) == {"cost", "compute", "bw_comm", "fw_comm"} for f in round_factors(few, 2))
     # results written before the repeats kept their collectives: each round gets the mean over the repeats
     # (forward 0.5 / 0.5, backward 0.275 / 0.25)
-    old = _spread_anchor([(1.2, 0.6, 1.1, 0.5, 0.3), (1.0, 0.5, 1.0, 0.5, 0.25)], collectives_in_repeats=False)
-    assert [f["bw_collectives"] for f in round_factors([old], 2)] == pytest.approx([1.1, 1.1])
+    rounds = [(1.2, 0.6, 1.1, 0.5, 0.3), (1.0, 0.5, 1.0, 0.5, 0.25)]
+    old = [_spread_anchor(rounds, collectives_in_repeats=False) for _ in range(3)]
+    assert [f["bw_collectives"] for f in round_factors(old, 2)] == pytest.approx([1.1, 1.1])
     # anchors without spread tables give no collectives' speed
     plain = _measured(7, "anchor:n", ((1.0, 1.0), (0.5, 0.5), (0.5, 0.5)), [((1.0, 1.0), (0.5, 0.5), (0.5, 0.5))])
     assert set(round_factors([plain], 1)[0]) == {"cost", "compute", "bw_comm", "fw_comm"}
