@@ -11,15 +11,16 @@ reductions are not its message passing): where at least `COLLECTIVE_ANCHORS` anc
 tables, that round also gets the median speed of their forward and of their backward collectives, and an estimate's
 collectives move by those; with fewer they move by their exchange's factor. A median of one or two plans is those
 plans' own measurement, blow-ups included, and moving every estimate by it adds their noise to every plan rather
-than taking the round's speed out (docs/EXPERIMENTS.md, the entry on the collectives' factor). The pipeline's anchors are plans of tasks that nothing
-trained on (steps 2f, 5f), made by the evaluation's algorithms, one plan a task with the algorithms rotated
-(`spread_choice`: one task's plans share that task's model error, as large as the drift). Plans whose shards the
-models were retrained on (the on-policy step's) are a biased gauge: the models reproduce what those plans cost at
-the hour they were measured, not how they price plans they never saw, and the two levels can differ by more than
-a round's drift. Each measurement of an evaluation plan is then compared with its estimate whose per-rank parts
-are multiplied by the factors of the round it ran in (`calibrated_accuracy`): the MAPE per measurement and
-of the plans' means, the rank correlation, and the share of measurements inside the predicted 80% band
-moved by the same factors. The estimates written to the results are not changed.
+than taking the round's speed out (docs/EXPERIMENTS.md, the entry on the collectives' factor).
+
+The pipeline's anchors are plans of tasks that nothing trained on (steps 2f, 5f), made by the evaluation's algorithms,
+one plan a task with the algorithms rotated (`spread_choice`: one task's plans share that task's model error, as large
+as the drift). Plans whose shards the models were retrained on (the on-policy step's) are a biased gauge: the models
+reproduce what those plans cost at the hour they were measured, not how they price plans they never saw, and the two
+levels can differ by more than a round's drift. Each measurement of an evaluation plan is then compared with its
+estimate whose per-rank parts are multiplied by the factors of the round it ran in (`calibrated_accuracy`): the MAPE
+per measurement and of the plans' means, the rank correlation, and the share of measurements inside the predicted 80%
+band moved by the same factors. The estimates written to the results are not changed.
 
 Each of the two MAPEs has its own floor, what a perfect model moved the same way would score: from the
 measurements divided by their round's plan-cost factor, d = the mean |z1 - z2| / mean(z1, z2) of a plan's
