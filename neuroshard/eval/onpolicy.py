@@ -11,10 +11,15 @@ measures every plan on hardware with the evaluation's own measurement
 measured plan into cost data in the formats of the random collections:
 
 * every rank's shard, each repeat: a compute sample `ids cost_ms` over the
-  augmented table list of the random compute data (the same
-  `table_configs.json`), so the two train one model together;
+  augmented table list of the random compute data, so the two train one
+  model together. A plan with spread tables (row-wise, table-row-wise,
+  data-parallel) runs each rank's share of them in the same kernel: those
+  shares, as the simulator prices them (`planner.simulator.spread_configs`),
+  are listed after the augmented tables in the data's `table_configs.json`
+  (`plan_samples`);
 * every repeat's exchange: a comm sample `dims sleeps fw bw`, the sleeps
-  being the start delays the forward exchange ran with (the measured skew);
+  being the start delays the forward exchange ran with (the measured skew),
+  the spread tables' collectives (timed apart, their own model's) taken out;
 * with 2 or more repeats, how one measurement's noise of a rank's total splits
   into the rank's own and the part shared by the plan's ranks
   (`eval.power.rank_noise`, "rank_noise" in the comm data's config.json).
@@ -36,7 +41,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 from pathlib import Path
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import numpy as np
 
@@ -73,28 +78,52 @@ def augmented_index(table_id: int, dim: int, num_tables: int, dims: Sequence[int
     return dims.index(dim) * num_tables + table_id if dim in dims else None
 
 
+class PlanSamples(NamedTuple):
+    """The cost data of measured plans (`plan_samples`): compute samples over the augmented table list followed
+    by `shares` (the spread tables' per-rank shares the plans ran), and comm samples of the all-to-alls."""
+
+    compute: list[tuple[tuple[int, ...], float]]
+    comm: list[CommSample]
+    shares: list[TableConfig]
+
+
 def plan_samples(records: Sequence[PlanRecord], tasks: Sequence[Task], configs: Sequence[TableConfig],
-                 max_dim: int) -> tuple[list[tuple[tuple[int, ...], float]], list[CommSample]]:
+                 max_dim: int, known: Sequence[TableConfig] = ()) -> PlanSamples:
     """The compute and comm samples of measured plan records (one per rank with tables and repeat, one
-    per repeat); a shard with a dim outside the dim set of `max_dim` is left out."""
+    per repeat); a shard with a dim outside the dim set of `max_dim` is left out. A rank's share of a spread
+    table is an entry of `shares`, indexed after the augmented list (one entry per distinct share; `known`: the
+    shares a data dir already lists, kept first); the exchange's samples are the all-to-all's alone (the
+    collectives each repeat timed apart taken out)."""
+    from neuroshard.planner.simulator import spread_configs
+
     dims = dim_set(max_dim)
+    aug = len(dims) * len(configs)
     compute: list[tuple[tuple[int, ...], float]] = []
     comm: list[CommSample] = []
+    shares: dict[TableConfig, int] = {c: i for i, c in enumerate(known)}
     for rec in records:
         m = rec.measured
         if m is None or not m.repeats:
             continue
-        split = apply_column_steps(tasks[rec.task].tables(configs), rec.plan.column_steps)
+        tables = tasks[rec.task].tables(configs)
+        split = apply_column_steps(tables, rec.plan.column_steps)
+        extra, of_rank = spread_configs(tables, rec.plan.spread, rec.plan.ndevices)
         ids = []
-        for shard in rec.plan.shards:
+        for shard, mine in zip(rec.plan.shards, of_rank):
             index = [augmented_index(split[i].table_id, split[i].dim, len(configs), dims) for i in shard]
-            ids.append(tuple(index) if shard and None not in index else None)
+            index += [aug + shares.setdefault(extra[j], len(shares)) for j in mine]
+            ids.append(tuple(index) if index and None not in index else None)
         for rep in m.repeats:
             compute += [(s, round(c, 4)) for s, c in zip(ids, rep.compute) if s is not None]
             sleeps = rep.skew if rep.skew is not None else m.skew
+            coll = rep.collectives if rep.collectives is not None else m.collectives
+            fw, bw = list(rep.fw_comm), list(rep.bw_comm)
+            if coll is not None:
+                fw = [max(0.0, f - k[0]) for f, k in zip(fw, coll)]
+                bw = [max(0.0, b - k[1]) for b, k in zip(bw, coll)]
             comm.append(CommSample(list(m.dims), [round(float(x), 3) for x in sleeps],
-                                   [round(v, 4) for v in rep.fw_comm], [round(v, 4) for v in rep.bw_comm]))
-    return compute, comm
+                                   [round(v, 4) for v in fw], [round(v, 4) for v in bw]))
+    return PlanSamples(compute, comm, list(shares))
 
 
 def model_error(records: Sequence[PlanRecord], tasks: Sequence[Task], configs: Sequence[TableConfig],
@@ -269,13 +298,17 @@ def collect(inputs, algs: Sequence[str], lambdas: Sequence[float], options: dict
                                 config=config, show=show)
     from neuroshard.measure.compute_collect import augment_table_configs
 
-    compute, comm = plan_samples(results, inputs.tasks, inputs.configs, max_dim)
-    write_compute_data(out / "compute", augment_table_configs(inputs.configs, max_dim), compute)
+    compute, comm, shares = plan_samples(results, inputs.tasks, inputs.configs, max_dim)
+    write_compute_data(out / "compute", augment_table_configs(inputs.configs, max_dim) + shares, compute)
     write_comm_data(out / "comm", comm)
     provenance = {"source": "plans of training tasks", "task_path": str(task_path), "algorithms": labels,
                   "plans": sum(r.measured is not None for r in results), "repeats": cfg.repeats, "max_dim": max_dim,
                   **({"batch_size": config["batch_size"]} if (config or {}).get("batch_size") else {})}
-    write_json_atomic(out / "compute" / "config.json", {**provenance, "samples": len(compute)})
+    # what the kernels were timed on, as the random collection records it: the data may train beside compute
+    # data of another dataset (`formats.cost_data.read_compute_sources` checks the two match)
+    timed = {"device": cfg.device, "clock": cfg.clock if cfg.device == "cpu" else "cuda_events"}
+    write_json_atomic(out / "compute" / "config.json", {**provenance, **timed, "samples": len(compute),
+                                                         "spread_shares": len(shares)})
     # how the ranks' noise splits into their own and the plan's (needs repeats): the predicted spread's
     # `shared` (planner.costs.uncertainty), recorded by the comm models trained on this data
     noise = measured_rank_noise(results) if cfg.repeats >= 2 else None

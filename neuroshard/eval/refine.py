@@ -254,15 +254,20 @@ def append_onpolicy(results: Sequence[PlanRecord], tasks, configs, data_dir) -> 
         format_compute_sample,
         read_compute_data,
     )
+    from neuroshard.formats.dataset import TABLE_CONFIGS, write_table_configs
     from neuroshard.formats.io import append_line, open_append
     from neuroshard.types.errors import InputError
+    from neuroshard.types.tables import dim_set
 
     root = Path(data_dir)
-    aug, _ = read_compute_data(root / "compute")
-    max_dim = max(c.dim for c in aug)
-    if aug[:len(configs)] != [c.with_dim(max_dim) for c in configs]:
+    listed, _ = read_compute_data(root / "compute")
+    max_dim = max(c.dim for c in listed)
+    if listed[:len(configs)] != [c.with_dim(max_dim) for c in configs]:
         raise InputError(root / "compute" / "table_configs.json", "augmented table list is not this dataset's")
-    compute, comm = plan_samples(results, tasks, configs, max_dim)
+    aug = len(dim_set(max_dim)) * len(configs)  # the list's spread-table shares follow the augmented tables
+    compute, comm, shares = plan_samples(results, tasks, configs, max_dim, known=listed[aug:])
+    if len(shares) > len(listed) - aug:
+        write_table_configs(root / "compute" / TABLE_CONFIGS, listed[:aug] + shares)
     with open_append(root / "compute" / DATA_TXT, exclusive=True) as fh:
         for ids, ms in compute:
             append_line(fh, format_compute_sample(ids, ms))

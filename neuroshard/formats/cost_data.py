@@ -129,7 +129,8 @@ def _measured_on(data_dir) -> dict:
 
 def read_compute_sources(data_dir, plan_data_dir=None, extra_dirs: Sequence = ()) -> ComputeSources:
     """The samples of a compute data dir, of its on-policy data (`plan_data_dir`: collected on the same
-    dataset, so over the same augmented table list) and of compute data collected on other datasets
+    dataset, so over the same augmented table list, then the spread tables' shares its plans ran) and of
+    compute data collected on other datasets
     (`extra_dirs`: their tables appended to the list, their samples' indices moved past the tables before
     them), each sample with the batch it was measured at (its own, else its dir's `batch_size`, else
     `data_dir`'s; None when no dir says). InputError naming the file for an on-policy table list that
@@ -142,16 +143,17 @@ def read_compute_sources(data_dir, plan_data_dir=None, extra_dirs: Sequence = ()
 
     samples = at(ref, samples)
     plan_samples = []
+    configs = list(configs)
     if plan_data_dir is not None:
         plan_configs, plan_samples = read_compute_data(plan_data_dir)
-        if plan_configs != configs:
+        if plan_configs[:len(configs)] != configs:
             raise InputError(Path(plan_data_dir) / TABLE_CONFIGS,
                              f"augmented table list differs from {data_dir}'s: on-policy data must be collected "
                              "on the same dataset with the same --max_dim")
+        configs = list(plan_configs)  # the spread tables' shares its plans ran follow the augmented list
         plan_samples = at(collection_batch(plan_data_dir) or ref, plan_samples)
     timed = _measured_on(data_dir)
     extra = []
-    configs = list(configs)
     for d in extra_dirs:
         more_configs, more = read_compute_data(d)
         if _measured_on(d) != timed:

@@ -17,7 +17,7 @@ from neuroshard.eval.onpolicy import (
 from neuroshard.problem import Problem
 from neuroshard.types.costs import CostBreakdown, RepeatParts
 from neuroshard.types.errors import InputError
-from neuroshard.types.plan import Plan
+from neuroshard.types.plan import Plan, Spread
 from neuroshard.types.records import PlanRecord
 from neuroshard.types.tables import TableConfig, Task
 
@@ -43,7 +43,7 @@ def test_measured_plans_become_samples_by_hand():
     plan = Plan((0,), ((0,), (1, 2)))  # post-split: 0 = t3/16, 1 = t1/8, 2 = t3/16
     rec = PlanRecord(0, "neuroshard", plan=plan,
                      measured=_measured([[5.0, 7.0], [5.5, 6.5]], [[0.0, 1.0], [0.5, 0.0]], [16, 24]))
-    compute, comm = plan_samples([rec, PlanRecord(0, "random", status="oom")], [task], CONFIGS, max_dim=32)
+    compute, comm, shares = plan_samples([rec, PlanRecord(0, "random", status="oom")], [task], CONFIGS, max_dim=32)
     # dim set 32, 16, 8, 4: t3/16 -> 1 * 5 + 3 = 8; t1/8 -> 2 * 5 + 1 = 11
     assert compute == [((8,), 5.0), ((11, 8), 7.0), ((8,), 5.5), ((11, 8), 6.5)]
     assert [(c.dims, c.sleeps, c.fw, c.bw) for c in comm] == [([16, 24], [0.0, 1.0], [2.0, 2.0], [1.0, 1.0]),
@@ -51,8 +51,26 @@ def test_measured_plans_become_samples_by_hand():
     # an empty rank has no compute sample; its exchange still is one
     empty = PlanRecord(0, "x", plan=Plan((), ((0, 1), ())),
                        measured=_measured([[9.0, 0.0]], [[0.0, 0.0]], [40, 0]))
-    compute, comm = plan_samples([empty], [task], CONFIGS, max_dim=32)
-    assert compute == [((3, 11), 9.0)] and len(comm) == 1
+    compute, comm, shares = plan_samples([empty], [task], CONFIGS, max_dim=32)
+    assert compute == [((3, 11), 9.0)] and len(comm) == 1 and shares == []
+
+
+def test_spread_tables_shares_are_listed_after_the_augmented_tables():
+    # table 0 of the task (dataset table 3, 103 rows, dim 32) row-wise over ranks 0 and 1: TorchRec's blocks of
+    # 52 and 51 rows, each with its rows' share of the lookups (no row_lookups); table 1 (t1/8) whole on rank 0
+    task = Task((3, 1), (32, 8))
+    plan = Plan((), ((1,), ()), (Spread(0, "row_wise", (0, 1)),))
+    reps = [RepeatParts([3.0, 1.0], [1.0, 1.0], [2.0, 2.0], skew=[0.0, 0.0], collectives=[[0.5, 0.25], [0.5, 0.25]])]
+    rec = PlanRecord(0, "torchrec_full", plan=plan, measured=CostBreakdown(
+        [3.0, 1.0], [1.0, 1.0], [2.0, 2.0], dims=[8, 0], skew=[0.0, 0.0], repeats=reps))
+    known = [TableConfig(7, 1.0, BINS, dim=4)]  # a share the data dir already lists stays first
+    compute, comm, shares = plan_samples([rec], [task], CONFIGS, max_dim=32, known=known)
+    block = lambda rows: TableConfig(rows, rows / 103, BINS, dim=32)  # noqa: E731
+    assert shares == known + [block(52), block(51)]
+    # augmented: 4 dims x 5 tables = 20 entries; t1/8 -> 2 * 5 + 1 = 11; the blocks 21 and 22
+    assert compute == [((11, 21), 3.0), ((22,), 1.0)]
+    # the all-to-all's samples without the collectives timed apart: forward 2 - 0.5, backward 1 - 0.25
+    assert [(c.dims, c.fw, c.bw) for c in comm] == [([8, 0], [1.5, 1.5], [0.75, 0.75])]
 
 
 def test_training_tasks_never_overlap_evaluation_tasks():

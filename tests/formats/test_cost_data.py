@@ -48,6 +48,15 @@ def test_compute_sources_join_on_policy_and_other_datasets_data_over_one_table_l
     write_json_atomic(other / "config.json", {"device": "cpu", "clock": "wall", "batch_size": 2048})
     expect_error(lambda: read_compute_sources(main, extra_dirs=[other]), other / "config.json", "timed on",
                  "'clock': 'wall'")
+    # on-policy data whose plans ran spread tables lists their shares after the augmented tables: the shares
+    # come before the other dataset's tables, and its indices move past both
+    share = cfg(50, 0.5, dim=8)
+    write_compute_data(plan, configs + [share], [ComputeSample((0, 2), 1.75)])
+    write_json_atomic(other / "config.json", {"device": "cpu", "clock": "cpu", "batch_size": 2048})
+    src = read_compute_sources(main, plan, [other])
+    assert src.configs == configs + [share] + more
+    assert src.samples[2:] == [ComputeSample((0, 2), 1.75, 512), ComputeSample((3, 5), 9.0, 2048),
+                               ComputeSample((4,), 3.0, 1024)]
     write_compute_data(plan, more, [])
     expect_error(lambda: read_compute_sources(main, plan), plan / "table_configs.json", "augmented table list")
     expect_error(lambda: read_compute_sources(main, extra_dirs=[tmp_path / "none"]), tmp_path / "none")
