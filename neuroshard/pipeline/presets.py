@@ -122,6 +122,13 @@ class Preset:
     # them the compute model never sees a table of more rows than `max_rows` or a hot one, and prices the new
     # set's shards by extrapolation
     oversize_compute_samples: int = 0
+    # on-policy compute data of the second dataset (step 4d2): the plans of this many of its training tasks by
+    # `oversize_onpolicy_algs`, measured in the plan job, each rank's kernel with its shares of the plan's row-wise
+    # and data-parallel tables; the retrained compute model (4e) learns from them what a rank of row blocks costs
+    # in the plan job, which shards timed on their own do not teach it (docs/EXPERIMENTS.md, the entry on the new
+    # set's on-policy data). 0: off
+    oversize_onpolicy_tasks: int = 0
+    oversize_onpolicy_algs: str = "torchrec_full,size_lookup_greedy,neuroshard"
     # the collectives of row-wise and data-parallel tables on the paper's runtime (step 3e): samples timed (the
     # three collectives in turn) and re-timed for the noise floor; their model lets NeuroShard choose those types
     # there and prices the plans that have them (0: off, table-wise and column-wise only)
@@ -157,7 +164,8 @@ PRESETS = {
                     autoshard_args=(), eval_tasks=8, eval_warmup=2, eval_iters=5, eval_repeats=2, drift_samples=20,
                     ensemble=3, onpolicy_tasks=2, spread_dist="log", unmeasured_tasks=20,
                     algs="neuroshard,neuroshard_plus,size_lookup_greedy,torchrec,dreamshard,autoshard", ablation=True,
-                    oversize_tasks=4, oversize_compute_samples=150, collective_samples=60, collective_noise=10),
+                    oversize_tasks=4, oversize_compute_samples=150, oversize_onpolicy_tasks=4, collective_samples=60,
+                    collective_noise=10),
     # The paper's setting on the public dataset and GPUs (DESIGN §2 defaults: 4 GB per GPU, T from 10 to 60,
     # 100 tasks, batch 65536); run once with 4 and once with 8 GPUs.
     "paper": Preset("paper", Problem(ndevices=4, max_mem=4.0), max_dim=128, num_tables=856, batch_size=65536,

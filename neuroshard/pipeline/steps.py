@@ -61,7 +61,7 @@ _DIRS = {"dataset": "dataset", "tasks": "tasks", "unmeasured_tasks": "tasks_unme
          "oversize_tasks": "oversize/tasks", "oversize_sim": "oversize/sim", "oversize_hw": "oversize/hw",
          "oversize_sim_torchrec": "oversize/sim_torchrec", "oversize_torchrec": "oversize/torchrec",
          "oversize_train_tasks": "oversize/train_tasks", "oversize_torchrec_data": "oversize/torchrec_data",
-         "oversize_torchrec_onpolicy": "oversize/torchrec_onpolicy"}
+         "oversize_torchrec_onpolicy": "oversize/torchrec_onpolicy", "oversize_plan_data": "oversize/plan_data"}
 
 
 @dataclass(frozen=True)
@@ -97,6 +97,13 @@ class Run:
     def oversize_compute(self) -> bool:
         """The compute model also trains on shards of the second dataset's tables (step 3f)."""
         return self.oversize and self.preset.oversize_compute_samples > 0
+
+    @property
+    def oversize_onpolicy(self) -> bool:
+        """The retrained compute model also learns from measured plans of the second dataset's training tasks,
+        spread tables and all (step 4d2)."""
+        return self.oversize_compute and self.onpolicy and self.preset.oversize_onpolicy_tasks > 0 \
+            and _collectives(self)
 
     @property
     def anchors(self) -> bool:
@@ -395,7 +402,7 @@ STEPS: list[StepSpec] = [
              when=lambda r: r.oversize_compute),
     # 4: cost models, first on the random cost data
     StepSpec("4a", "compute cost model", "train_compute_cost_model.py",
-             lambda r: [r.layout.compute_data, *_extra_compute(r).values()],
+             lambda r: [r.layout.compute_data, *_second_compute(r)],
              lambda r: [r.models(final=False)["compute_model"]],
              lambda r: {"data_dir": r.layout.compute_data, **_extra_compute(r), "epochs": r.preset.epochs,
                         "out_path": r.models(final=False)["compute_model"], **_ensemble(r), "seed": r.problem.seed}),
@@ -423,12 +430,26 @@ STEPS: list[StepSpec] = [
                         "out_dir": r.layout.plan_data, "warmup": r.preset.eval_warmup, "iters": r.preset.eval_iters,
                         "repeats": r.preset.onpolicy_repeats, **r.device(), "quiet": True, "no_progress": True},
              when=_onpolicy),
+    # the same over the second dataset's training tasks, with the planners that make row-wise and data-parallel
+    # tables: a rank's row blocks in the plan job's kernel, which the random shards do not price right
+    StepSpec("4d2", "on-policy compute data of the second dataset", "collect_plan_cost_data.py",
+             lambda r: [r.layout.oversize_train_tasks / "data.txt", *r.models(final=False).values(),
+                        _collective_model(r)],
+             lambda r: [r.layout.oversize_plan_data / "compute" / "data.txt"],
+             lambda r: {"data_dir": r.layout.oversize_dataset, "task_path": r.layout.oversize_train_tasks / "data.txt",
+                        "eval_task_path": r.layout.oversize_tasks / "data.txt", **r.models(final=False),
+                        "collective_model": _collective_model(r), "alg": r.preset.oversize_onpolicy_algs,
+                        "max_tasks": r.preset.oversize_onpolicy_tasks, **r.problem_flags(), **r.hosts(),
+                        "max_dim": r.preset.max_dim, "out_dir": r.layout.oversize_plan_data,
+                        "warmup": r.preset.eval_warmup, "iters": r.preset.eval_iters,
+                        "repeats": r.preset.onpolicy_repeats, **r.device(), "quiet": True, "no_progress": True},
+             when=lambda r: r.oversize_onpolicy),
     StepSpec("4e", "compute cost model, random + on-policy data", "train_compute_cost_model.py",
-             lambda r: [r.layout.compute_data, r.layout.plan_data / "compute", *_extra_compute(r).values()],
+             lambda r: [r.layout.compute_data, r.layout.plan_data / "compute", *_second_compute(r, onpolicy=True)],
              lambda r: [r.models()["compute_model"]],
              lambda r: {"data_dir": r.layout.compute_data, "plan_data_dir": r.layout.plan_data / "compute",
-                        **_extra_compute(r), "epochs": r.preset.epochs, "out_path": r.models()["compute_model"],
-                        **_ensemble(r), "seed": r.problem.seed},
+                        **_extra_compute(r, onpolicy=True), "epochs": r.preset.epochs,
+                        "out_path": r.models()["compute_model"], **_ensemble(r), "seed": r.problem.seed},
              when=_onpolicy),
     StepSpec("4f", "comm cost models, random + on-policy data", "train_comm_cost_model.py",
              lambda r: [r.layout.comm_data, r.layout.plan_data / "comm"],
@@ -459,11 +480,12 @@ STEPS: list[StepSpec] = [
     # TorchRec's estimator fitted to the same cost data as the models the evaluation plans with: the analytic
     # rival of the cost-model ablation
     StepSpec("4j", "TorchRec's estimator fitted to the same cost data", "fit_torchrec_estimator.py",
-             lambda r: [r.layout.compute_data, r.layout.comm_data, *_extra_compute(r).values()]
+             lambda r: [r.layout.compute_data, r.layout.comm_data, *_second_compute(r, onpolicy=r.onpolicy)]
              + ([r.layout.plan_data] if r.onpolicy else []),
              lambda r: [_estimator(r)],
              lambda r: {"data_dir": r.layout.compute_data, "comm_data_dir": r.layout.comm_data,
-                        "plan_data_dir": r.layout.plan_data if r.onpolicy else None, **_extra_compute(r),
+                        "plan_data_dir": r.layout.plan_data if r.onpolicy else None,
+                        **_extra_compute(r, onpolicy=r.onpolicy),
                         "out_path": _estimator(r),
                         "seed": r.problem.seed},
              when=lambda r: r.preset.ablation),
@@ -673,9 +695,18 @@ def compute_collection(run: Run, dataset: Path, out_dir: Path, samples: int) -> 
             "half_share": p.half_share, **run.device(), **run.workers()}
 
 
-def _extra_compute(run: Run) -> dict:
-    """The compute models' (and the fitted estimator's) second source of compute data, when the run has one."""
-    return {"extra_data_dirs": run.layout.oversize_compute_data} if run.oversize_compute else {}
+def _second_compute(run: Run, onpolicy: bool = False) -> list[Path]:
+    """The compute data of the second dataset the compute models (and the fitted estimator) read, where the run has
+    it: its random shards (step 3f), and with `onpolicy` (a model retrained on the on-policy data) its measured
+    plans (4d2)."""
+    return ([run.layout.oversize_compute_data] if run.oversize_compute else []) \
+        + ([run.layout.oversize_plan_data / "compute"] if onpolicy and run.oversize_onpolicy else [])
+
+
+def _extra_compute(run: Run, onpolicy: bool = False) -> dict:
+    """`_second_compute` as the training scripts' flag."""
+    dirs = _second_compute(run, onpolicy)
+    return {"extra_data_dirs": ",".join(map(str, dirs))} if dirs else {}
 
 
 def _ensemble(run: Run) -> dict:

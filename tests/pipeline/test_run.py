@@ -363,11 +363,22 @@ def test_the_compute_models_and_the_fitted_estimator_also_train_on_the_second_da
     second = dict(zip(collect.argv[1::2], collect.argv[2::2]))
     assert {k: v for k, v in first.items() if k not in ("--dataset_dir", "--out_dir", "--data_size")} == \
         {k: v for k, v in second.items() if k not in ("--dataset_dir", "--out_dir", "--data_size")}
-    for key in ("4a", "4e", "4j"):
-        assert flag(steps[key], "--extra_data_dirs") == data and Path(data) in steps[key].inputs
+    assert flag(steps["4a"], "--extra_data_dirs") == data and Path(data) in steps["4a"].inputs
+    # the models retrained on the on-policy data also read the second dataset's measured plans (4d2): the plans
+    # of 4 of its training tasks by the planners that make row-wise and data-parallel tables, spread tables and all
+    plans = Path("r") / "oversize" / "plan_data" / "compute"
+    for key in ("4e", "4j"):
+        assert flag(steps[key], "--extra_data_dirs") == f"{data},{plans}" and plans in steps[key].inputs
+    onpolicy = steps["4d2"]
+    assert flag(onpolicy, "--data_dir") == str(Path("r") / "oversize" / "dataset")
+    assert flag(onpolicy, "--task_path") == str(Path("r") / "oversize" / "train_tasks" / "data.txt")
+    assert flag(onpolicy, "--eval_task_path") == str(Path("r") / "oversize" / "tasks" / "data.txt")
+    assert flag(onpolicy, "--alg") == "torchrec_full,size_lookup_greedy,neuroshard"
+    assert flag(onpolicy, "--max_tasks") == "4" and flag(onpolicy, "--out_dir") == str(plans.parent)
+    assert flag(onpolicy, "--compute_model") == flag(steps["4d"], "--compute_model")  # the random data's models
     assert "--extra_data_dirs" not in steps["4b"].argv  # unseen tables are the first dataset's
     tiny = steps_of("--preset", "tiny")
-    assert "3f" not in tiny and "--extra_data_dirs" not in tiny["4a"].argv
+    assert not {"3f", "4d2"} & tiny.keys() and "--extra_data_dirs" not in tiny["4a"].argv
 
 
 def test_refine_flag_puts_neuroshard_plus_refinement_into_the_planning_step():
@@ -478,7 +489,8 @@ def test_hosts_reach_the_steps_that_time_plan_or_run_on_them():
     out = Path("results/quick")
     steps = steps_of("--preset", "quick", "--local_world_size", "2", "--torchrec_train", out=out)
     assert {k for k, s in steps.items() if "--local_world_size" in s.argv} == {
-        "3e", "4d", "5c", "5d", "5e", "5f", "6a", "6b", "6c", "6g", "6h", "7a", "7a2", "7b2", "7c", "7d", "7f", "7g"}
+        "3e", "4d", "4d2", "5c", "5d", "5e", "5f", "6a", "6b", "6c", "6g", "6h", "7a", "7a2", "7b2", "7c", "7d", "7f",
+        "7g"}
     assert flags_of(steps["3e"])["--local_world_size"] == "2" and flags_of(steps["6b"])["--local_world_size"] == "2"
     # one host, the default, is no flag at all: the run's commands (and so its stamps) are as before
     assert not any("--local_world_size" in s.argv for s in steps_of("--preset", "quick", "--torchrec_train",
