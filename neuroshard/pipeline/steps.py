@@ -433,8 +433,8 @@ STEPS: list[StepSpec] = [
     # the same over the second dataset's training tasks, with the planners that make row-wise and data-parallel
     # tables: a rank's row blocks in the plan job's kernel, which the random shards do not price right
     StepSpec("4d2", "on-policy compute data of the second dataset", "collect_plan_cost_data.py",
-             lambda r: [r.layout.oversize_train_tasks / "data.txt", *r.models(final=False).values(),
-                        _collective_model(r)],
+             lambda r: [r.layout.oversize_train_tasks / "data.txt", r.layout.oversize_tasks / "data.txt",
+                        *r.models(final=False).values(), _collective_model(r)],
              lambda r: [r.layout.oversize_plan_data / "compute" / "data.txt"],
              lambda r: {"data_dir": r.layout.oversize_dataset, "task_path": r.layout.oversize_train_tasks / "data.txt",
                         "eval_task_path": r.layout.oversize_tasks / "data.txt", **r.models(final=False),
