@@ -429,7 +429,12 @@ def round_lines(hw_dir: Path, step: str = "6b", anchors: str = "plans of anchor 
                 "evaluated nor trained on)") -> tuple[list[str], dict | None]:
     """Markdown on the per-round calibration of a hardware step (`eval.round_calibration`: `anchors` measured in
     every round of `step`) and its figures; nothing when the evaluation had no anchors."""
-    from neuroshard.eval.round_calibration import RoundCalibration, calibrated_accuracy, split_new_types
+    from neuroshard.eval.round_calibration import (
+        COLLECTIVE_ANCHORS,
+        RoundCalibration,
+        calibrated_accuracy,
+        split_new_types,
+    )
 
     cal = _side_file(hw_dir / ROUND_CALIBRATION_JSON, RoundCalibration)
     if cal is None or cal.mape is None:
@@ -450,12 +455,18 @@ def round_lines(hw_dir: Path, step: str = "6b", anchors: str = "plans of anchor 
             + (f", Spearman {cal.spearman:.3f}" if cal.spearman is not None else "")
             + (f"; the moved 80% band holds **{pct(cal.coverage)}** of the measurements" if cal.coverage is not None
                else "") + ".")
+    results, anchor_file = hw_dir / RESULTS_JSON, hw_dir / ROUND_ANCHORS_JSON
     if any("fw_collectives" in f or "bw_collectives" in f for f in cal.factors):
         by_round = lambda key: ", ".join(f"{f[key]:.3f}x" if key in f else "-" for f in cal.factors)  # noqa: E731
         line += (" The spread tables' collectives moved by the anchors' own collectives' speed, not their "
                  f"exchange's: forward {by_round('fw_collectives')}, backward {by_round('bw_collectives')} by round.")
+    elif anchor_file.exists():
+        spread = sum(1 for a in read_plans(anchor_file) if a.plan is not None and a.plan.spread)
+        if spread:
+            line += (f" The spread tables' collectives moved by their exchange's factor: {spread} of the anchors "
+                     f"had spread tables, fewer than the {COLLECTIVE_ANCHORS} whose median a factor of their own "
+                     "needs.")
     figures = cal.to_json()
-    results, anchor_file = hw_dir / RESULTS_JSON, hw_dir / ROUND_ANCHORS_JSON
     records = read_plans(results) if results.exists() and anchor_file.exists() else []
     new, others = split_new_types(records)
     acc = calibrated_accuracy(new, read_plans(anchor_file), len(cal.factors)) if new else None

@@ -303,6 +303,14 @@ def test_round_lines_price_the_plans_with_the_new_types_on_their_own(tmp_path):
     lines, _ = round_lines(tmp_path)
     assert ("The spread tables' collectives moved by the anchors' own collectives' speed, not their exchange's: "
             "forward 1.050x, -, backward 1.200x, 0.900x by round.") in lines[0]
+    # an anchor with spread tables but too few of them for a factor of their own: the report says so
+    write_side_file(tmp_path / "round_calibration.json",
+                    RoundCalibration(1, [{"cost": 1.0}, {"cost": 1.0}], 4, mape=0.05, raw_mape=0.05, floor=0.05))
+    write_plans(tmp_path / "round_anchors.json", [_rescaled("anchor:neuroshard", 5, [3.0, 3.0]),
+                                                  replace(_rescaled("anchor:torchrec_full", 6, [3.0, 3.0]), plan=rows)])
+    lines, _ = round_lines(tmp_path)
+    assert ("The spread tables' collectives moved by their exchange's factor: 1 of the anchors had spread tables, "
+            "fewer than the 3 whose median a factor of their own needs.") in lines[0]
 
 
 def test_collective_model_rows_and_the_spread_tables_chosen(tmp_path):
