@@ -462,7 +462,7 @@ def round_lines(hw_dir: Path, step: str = "6b", anchors: str = "plans of anchor 
                  f"exchange's: forward {by_round('fw_collectives')}, backward {by_round('bw_collectives')} by round.")
     elif anchor_file.exists():
         spread = sum(1 for a in read_plans(anchor_file) if a.plan is not None and a.plan.spread)
-        if spread:
+        if 0 < spread < COLLECTIVE_ANCHORS:
             line += (f" The spread tables' collectives moved by their exchange's factor: {spread} of the anchors "
                      f"had spread tables, fewer than the {COLLECTIVE_ANCHORS} whose median a factor of their own "
                      "needs.")
