@@ -456,20 +456,21 @@ def round_lines(hw_dir: Path, step: str = "6b", anchors: str = "plans of anchor 
             + (f"; the moved 80% band holds **{pct(cal.coverage)}** of the measurements" if cal.coverage is not None
                else "") + ".")
     results, anchor_file = hw_dir / RESULTS_JSON, hw_dir / ROUND_ANCHORS_JSON
+    anchors = read_plans(anchor_file) if anchor_file.exists() else None
     if any("fw_collectives" in f or "bw_collectives" in f for f in cal.factors):
         by_round = lambda key: ", ".join(f"{f[key]:.3f}x" if key in f else "-" for f in cal.factors)  # noqa: E731
         line += (" The spread tables' collectives moved by the anchors' own collectives' speed, not their "
                  f"exchange's: forward {by_round('fw_collectives')}, backward {by_round('bw_collectives')} by round.")
-    elif anchor_file.exists():
-        spread = sum(1 for a in read_plans(anchor_file) if a.plan is not None and a.plan.spread)
+    elif anchors is not None:
+        spread = sum(1 for a in anchors if a.plan is not None and a.plan.spread)
         if 0 < spread < COLLECTIVE_ANCHORS:
             line += (f" The spread tables' collectives moved by their exchange's factor: {spread} of the anchors "
                      f"had spread tables, fewer than the {COLLECTIVE_ANCHORS} whose median a factor of their own "
                      "needs.")
     figures = cal.to_json()
-    records = read_plans(results) if results.exists() and anchor_file.exists() else []
+    records = read_plans(results) if results.exists() and anchors is not None else []
     new, others = split_new_types(records)
-    acc = calibrated_accuracy(new, read_plans(anchor_file), len(cal.factors)) if new else None
+    acc = calibrated_accuracy(new, anchors, len(cal.factors)) if new else None
     if acc is not None and acc.mape is not None:
         by_alg = Counter(r.alg for r in new)
         line += (" Among them, the plans with the new types (a table row-wise, table-row-wise or data-parallel; "

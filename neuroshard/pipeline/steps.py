@@ -480,12 +480,12 @@ STEPS: list[StepSpec] = [
     # TorchRec's estimator fitted to the same cost data as the models the evaluation plans with: the analytic
     # rival of the cost-model ablation
     StepSpec("4j", "TorchRec's estimator fitted to the same cost data", "fit_torchrec_estimator.py",
-             lambda r: [r.layout.compute_data, r.layout.comm_data, *_second_compute(r, onpolicy=r.onpolicy)]
+             lambda r: [r.layout.compute_data, r.layout.comm_data, *_second_compute(r, onpolicy=True)]
              + ([r.layout.plan_data] if r.onpolicy else []),
              lambda r: [_estimator(r)],
              lambda r: {"data_dir": r.layout.compute_data, "comm_data_dir": r.layout.comm_data,
                         "plan_data_dir": r.layout.plan_data if r.onpolicy else None,
-                        **_extra_compute(r, onpolicy=r.onpolicy),
+                        **_extra_compute(r, onpolicy=True),
                         "out_path": _estimator(r),
                         "seed": r.problem.seed},
              when=lambda r: r.preset.ablation),
@@ -697,8 +697,8 @@ def compute_collection(run: Run, dataset: Path, out_dir: Path, samples: int) -> 
 
 def _second_compute(run: Run, onpolicy: bool = False) -> list[Path]:
     """The compute data of the second dataset the compute models (and the fitted estimator) read, where the run has
-    it: its random shards (step 3f), and with `onpolicy` (a model retrained on the on-policy data) its measured
-    plans (4d2)."""
+    it: its random shards (step 3f), and with `onpolicy` (a model retrained on the on-policy data, or the estimator
+    fitted beside it) its measured plans (4d2, which only a run with on-policy data has)."""
     return ([run.layout.oversize_compute_data] if run.oversize_compute else []) \
         + ([run.layout.oversize_plan_data / "compute"] if onpolicy and run.oversize_onpolicy else [])
 
