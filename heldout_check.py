@@ -20,6 +20,7 @@ from neuroshard.checks import check_int
 from neuroshard.cli import add_progress_arg, run_main
 from neuroshard.formats.io import write_json_atomic
 from neuroshard.settings import add_flag
+from neuroshard.train.compute_model import TRAIN_DEFAULTS
 from neuroshard.train.heldout import heldout_batch_check, heldout_check
 from neuroshard.train.loop import TrainConfig
 
@@ -31,7 +32,7 @@ def main(argv=None):
     add_flag(p, "folds", help="folds over the seen half's shards")
     p.add_argument("--heldout_batch", type=int, default=None,
                    help="instead: train on every batch of the data but this one, test on its shards")
-    TrainConfig.add_args(p)
+    TrainConfig.add_args(p, defaults=TRAIN_DEFAULTS)
     add_progress_arg(p)
     args = p.parse_args(argv)
     check_int("--folds", args.folds, 2)

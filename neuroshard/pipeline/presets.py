@@ -179,12 +179,13 @@ PRESETS = {
 # the strongest baselines), sized by eval/power.py so that one run detects a 3% difference on this machine.
 # With prediction-powered verdicts (the unmeasured tasks) the repeat noise, not the task spread, bounds the
 # power, so more tasks in fewer rounds detect smaller differences at a fixed number of measurements; two rounds
-# are the fewest the intervals, the repeat noise and the cross-fitted headroom need. 3,000 compute samples: the
-# compute model is data-starved at 1,000. 24 anchor tasks: a round's factors are medians over its anchors, so
-# each anchor's own model error reaches every plan of the round through them; 24 rather than 12 halve
-# that variance for about 2% more measurements.
+# are the fewest the intervals, the repeat noise and the cross-fitted headroom need. 6,000 compute samples: at
+# 3,000 the compute model's held-out MAPE still fell with more data; 6,000 collected in one go took it a fifth
+# lower. Data added from another hour did not help: the machine's speed had moved between the two. 24 anchor
+# tasks: a round's factors are medians over its anchors, so each anchor's own model error reaches every plan of
+# the round through them; 24 rather than 12 halve that variance for about 2% more measurements.
 PRESETS["study"] = replace(PRESETS["quick"], name="study", num_tasks=220, eval_tasks=220, eval_repeats=2,
-                           eval_warmup=3, eval_iters=7, compute_samples=3000, comm_samples=500, noise_samples=100,
+                           eval_warmup=3, eval_iters=7, compute_samples=6000, comm_samples=500, noise_samples=100,
                            drift_samples=50, onpolicy_tasks=6, algs="neuroshard,neuroshard_plus,torchrec,autoshard",
                            unmeasured_tasks=440, collective_samples=240, collective_noise=30, round_anchors=24,
                            oversize_tasks=6, oversize_compute_samples=600)

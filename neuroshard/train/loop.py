@@ -18,7 +18,7 @@ from neuroshard.settings import Settings, common, setting
 from neuroshard.train.metrics import regression_metrics
 from neuroshard.types.errors import ConfigError, NeuroShardError
 
-LOSSES = ("mse", "rel_mse")
+LOSSES = ("mse", "rel_mse", "rel_l1")
 
 
 @dataclass(frozen=True)
@@ -39,10 +39,11 @@ class TrainConfig(Settings):
     patience: Optional[int] = setting(50, "stop after this many validation checks without improvement")
     num_samples: Optional[int] = common("num_samples", help="use at most this many samples (after shuffling)")
     # "mse": MSE on targets divided by their mean (DESIGN §6). "rel_mse": MSE of the
-    # relative error, which weighs cheap and expensive samples alike, and has the lower
-    # test MAPE on the compute data.
-    loss: str = setting("mse", "mse: squared error in units of the mean target; rel_mse: squared relative error",
-                        choices=LOSSES, flag_default="rel_mse")
+    # relative error, which weighs cheap and expensive samples alike. "rel_l1": the mean
+    # absolute relative error, the MAPE itself; its optimum is a median (weighted by
+    # 1/target), which a slow outlier among the targets moves less than a squared loss.
+    loss: str = setting("mse", "mse: squared error in units of the mean target; rel_mse: squared relative error; "
+                               "rel_l1: absolute relative error", choices=LOSSES, flag_default="rel_mse")
     ensemble: int = common("ensemble", help="models per cost: member 0 as with one model, each other one from its own "
                                             "seed on a bootstrap resample of the training split (same validation and "
                                             "test splits); their mean is the prediction, their spread the models' "
@@ -103,7 +104,7 @@ def train_model(model: nn.Module, inputs: tuple, targets: torch.Tensor, cfg: Tra
     targets of shape [S] or [S, n] in ms. If the model has a `target_scale`
     buffer it is set to the mean |target| of the training split first, and
     the loss is taken on targets divided by it (so lr works at any ms scale),
-    or on the relative error (`cfg.loss == "rel_mse"`).
+    or on the relative error (`cfg.loss` "rel_mse": squared; "rel_l1": absolute).
     The model is left holding the best weights. `member` k > 0 of an ensemble
     trains from the seed `cfg.seed + k` on a bootstrap resample of the same
     training split (validation and test splits unchanged).
@@ -168,8 +169,8 @@ def _train(model: nn.Module, inputs: tuple, targets: torch.Tensor, cfg: TrainCon
     tr_t = torch.as_tensor(tr)
 
     def loss_fn(pred: torch.Tensor, true: torch.Tensor) -> torch.Tensor:
-        denom = true.abs().clamp_min(1e-6 * scale) if cfg.loss == "rel_mse" else scale
-        return torch.mean(((pred - true) / denom) ** 2)
+        err = (pred - true) / (scale if cfg.loss == "mse" else true.abs().clamp_min(1e-6 * scale))
+        return torch.mean(err.abs() if cfg.loss == "rel_l1" else err ** 2)
 
     def val_loss() -> float:
         model.eval()

@@ -55,6 +55,31 @@ def test_relative_loss_fits_costs_spanning_orders_of_magnitude():
         TrainConfig(loss="l1").validate()
 
 
+class _Constant(torch.nn.Module):
+    """One learnt number for every sample: what each loss's optimum is can be worked out by hand."""
+
+    def __init__(self):
+        super().__init__()
+        self.c = torch.nn.Parameter(torch.tensor(2.0))
+
+    def forward(self, x):
+        return self.c.expand(len(x), 4)
+
+
+@pytest.mark.parametrize("loss, optimum", [
+    ("mse", (1 + 1 + 1 + 10) / 4),                  # the mean
+    ("rel_mse", (3 + 1 / 10) / (3 + 1 / 100)),        # sum(1/y) / sum(1/y^2)
+    ("rel_l1", 1.0),                                  # the median weighted by 1/y: the outlier does not move it
+])
+def test_each_loss_converges_to_its_hand_computed_constant(loss, optimum):
+    # every sample's four targets are 1, 1, 1 and 10 (one slow outlier): each split holds the same mix
+    y = torch.tensor([[1.0, 1.0, 1.0, 10.0]] * 20)
+    model = _Constant()
+    cfg = TrainConfig(epochs=400, batch_size=20, seed=0, lr=0.02, loss=loss, patience=None)
+    train_model(model, (torch.zeros(len(y), 1),), y, cfg, progress=False)
+    assert model.c.item() == pytest.approx(optimum, abs=0.03)
+
+
 def test_an_ensemble_is_member_zero_plus_bootstrap_members_and_predicts_their_mean():
     rng = np.random.default_rng(2)
     dims = torch.tensor(rng.integers(0, 512, size=(300, 2)), dtype=torch.float32)
