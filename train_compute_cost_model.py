@@ -40,8 +40,11 @@ def main(argv=None):
           f"metrics {result['metrics_path']}")
     if "noise_floor" in result:
         nf = result["noise_floor"]
+        ci = result.get("mape_over_floor")
+        ratio = f"; {ci['ratio']:.2f}x ({ci['low']:.2f}-{ci['high']:.2f}, 95%)" if ci else ""
         print(f"test MAPE {100 * result['metrics']['test']['mape']:.2f}% vs noise floor "
-              f"{100 * nf['mean']:.2f}% (mean |re-measured - stored| / stored; median {100 * nf['median']:.2f}%)")
+              f"{100 * nf['mean']:.2f}% (mean |re-measured - stored| / stored; median {100 * nf['median']:.2f}%)"
+              f"{ratio}")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ data (each collector re-measures in its own way and hands the numbers here;
 `<data_dir>/noise_floor.json`:
 
     {"kind": "compute" | "comm", "num_samples": S, "repeats": R, ...settings,
-     "targets": {"<target>": {"fresh_vs_stored": {"median", "mean", "p90", "n"},
+     "targets": {"<target>": {"fresh_vs_stored": {"median", "mean", "p90", "n", "values"},
                               "fresh_over_stored": {"median", "mean", "n"},
                               "fresh_vs_fresh": {...}}},     # the last with R >= 2
      "samples": [...]}                                        # what was re-measured
@@ -14,7 +14,9 @@ data (each collector re-measures in its own way and hands the numbers here;
 Targets: "cost" (compute ms per shard); "fw" and "bw" (per-rank all-to-all
 ms). `fresh_vs_stored` is |fresh - stored| / stored over every entry: its
 mean is the MAPE a model that predicted the re-measurement exactly would
-score on the recorded data, the floor for a cost model's test MAPE;
+score on the recorded data, the floor for a cost model's test MAPE (its
+"values", one per entry, give that ratio an interval: `train.metrics.
+ratio_interval`; reports written before them have none);
 `fresh_over_stored` is the signed ratio fresh / stored: its median is how
 much slower (> 1) or faster the machine runs now than when the data was
 recorded (`eval.drift` re-measures after the hardware evaluation for this);
@@ -31,16 +33,20 @@ import numpy as np
 from neuroshard.formats.cost_data import NOISE_TARGETS as TARGETS
 
 
-def rel_diff_stats(reference, other) -> dict:
-    """|other - reference| / reference over entries with reference > 0: median, mean, p90, n."""
+def rel_diff_stats(reference, other, values: bool = False) -> dict:
+    """|other - reference| / reference over entries with reference > 0: median, mean, p90, n; with `values`,
+    also each entry's difference (so that a model's MAPE over the mean can be given an interval)."""
     ref = np.asarray(reference, dtype=np.float64).ravel()
     new = np.asarray(other, dtype=np.float64).ravel()
     keep = (ref > 0) & np.isfinite(new)
     r = np.abs(new[keep] - ref[keep]) / ref[keep]
     if not len(r):
-        return {"median": math.nan, "mean": math.nan, "p90": math.nan, "n": 0}
-    return {"median": float(np.median(r)), "mean": float(np.mean(r)), "p90": float(np.quantile(r, 0.9)),
-            "n": int(len(r))}
+        return {"median": math.nan, "mean": math.nan, "p90": math.nan, "n": 0, **({"values": []} if values else {})}
+    stats = {"median": float(np.median(r)), "mean": float(np.mean(r)), "p90": float(np.quantile(r, 0.9)),
+             "n": int(len(r))}
+    if values:
+        stats["values"] = [round(float(x), 6) for x in r]
+    return stats
 
 
 def ratio_stats(reference, other) -> dict:
@@ -72,7 +78,8 @@ def noise_report(kind: str, stored: dict, fresh: dict, samples: list, **settings
     for t in TARGETS[kind]:
         f = np.asarray(fresh[t], dtype=np.float64).reshape(repeats, n, -1)[:, ok]
         s = np.asarray(stored[t], dtype=np.float64).reshape(n, -1)[ok]
-        targets[t] = {"fresh_vs_stored": rel_diff_stats(s, f[0]), "fresh_over_stored": ratio_stats(s, f[0])}
+        targets[t] = {"fresh_vs_stored": rel_diff_stats(s, f[0], values=True),
+                      "fresh_over_stored": ratio_stats(s, f[0])}
         if repeats >= 2:
             targets[t]["fresh_vs_fresh"] = rel_diff_stats(f[0], f[1])
     return {"kind": kind, "num_samples": int(ok.sum()), "repeats": int(repeats), **settings,

@@ -696,16 +696,23 @@ def model_table(out: Path) -> tuple[str, list[dict]]:
         rows.append({"model": name, "samples": m.get("num_samples"), "mse": test["mse"], "mape": test["mape"],
                      "spearman": test["spearman"], "noise_floor": noise.get("mean"),
                      "noise_floor_median": noise.get("median"), "scatter": m.get("scatter"),
-                     "mape_vs_noise": test["mape"] / noise["mean"] if noise.get("mean") else None})
+                     "mape_vs_noise": test["mape"] / noise["mean"] if noise.get("mean") else None,
+                     "mape_vs_noise_interval": m.get("mape_over_floor")})
     pct = lambda x: "-" if x is None else f"{100 * x:.1f}%"  # noqa: E731
     lines = ["| model | samples | test MSE (ms²) | test MAPE | Spearman | noise floor: mean (median) | "
              "MAPE / noise floor |", "|---|---|---|---|---|---|---|"]
     for r in rows:
         ratio = "-" if r["mape_vs_noise"] is None else f"{r['mape_vs_noise']:.2f}"
+        ci = r["mape_vs_noise_interval"]
+        if ci and r["mape_vs_noise"] is not None:
+            ratio += f" ({ci['low']:.2f}-{ci['high']:.2f})"
         lines.append(f"| {r['model']} | {r['samples']} | {r['mse']:.4g} | {pct(r['mape'])} | {r['spearman']:.3f} | "
                      f"{pct(r['noise_floor'])} ({pct(r['noise_floor_median'])}) | {ratio} |")
     lines += ["", "The noise floor is |re-measured - recorded| / recorded over re-measured samples: its mean is the "
                   "MAPE a model that predicted the re-measurement exactly would score."]
+    if any(r.get("mape_vs_noise_interval") for r in rows):
+        lines += ["In brackets, the ratio's 95% interval with the test samples and the re-measured samples "
+                  "resampled (the floor rests on a few hundred re-measurements at most)."]
     lines += collective_lines(out / "models", rows)
     held = _load(out / "models" / "compute_heldout.json")
     if held:

@@ -241,9 +241,16 @@ def save_trained(model, report: TrainReport, out_path, title: str, result: dict)
     """
     from neuroshard.formats.io import write_json_atomic
     from neuroshard.planner.costs.cost_models import save_model
-    from neuroshard.train.metrics import scatter_plot
+    from neuroshard.train.metrics import ratio_interval, rel_errors, scatter_plot
 
     scatter, metrics_path = companion_paths(out_path)
+    noise = result.get("noise_floor")
+    if noise is not None and "values" in noise:
+        # the per-entry differences give the MAPE / floor ratio its interval; the files keep the statistics
+        errors = rel_errors(report.test_pred, report.test_true)
+        if len(errors) and noise["values"] and noise["mean"] > 0:
+            result = {**result, "mape_over_floor": ratio_interval(errors, noise["values"])}
+        result = {**result, "noise_floor": {k: v for k, v in noise.items() if k != "values"}}
     result = {**result, "metrics": report.metrics, "best_epoch": report.best_epoch,
               "train_config": report.config, "checkpoint": str(out_path), "scatter": str(scatter),
               "metrics_path": str(metrics_path)}

@@ -33,10 +33,37 @@ def regression_metrics(pred, true) -> dict:
     """MSE (ms²), MAPE (fraction, over targets > 0), Spearman, count, of flattened arrays."""
     pred = np.ravel(np.asarray(pred, dtype=np.float64))
     true = np.ravel(np.asarray(true, dtype=np.float64))
-    pos = np.abs(true) > 1e-9
-    mape = float(np.mean(np.abs(pred[pos] - true[pos]) / np.abs(true[pos]))) if pos.any() else float("nan")
+    errors = rel_errors(pred, true)
+    mape = float(np.mean(errors)) if len(errors) else float("nan")
     mse = float(np.mean((pred - true) ** 2)) if len(true) else float("nan")
     return {"mse": mse, "mape": mape, "spearman": spearman(pred, true), "n": int(len(true))}
+
+
+def rel_errors(pred, true) -> np.ndarray:
+    """|pred - true| / |true| of flattened arrays, over targets > 0 (the entries `regression_metrics`' MAPE
+    averages)."""
+    pred = np.ravel(np.asarray(pred, dtype=np.float64))
+    true = np.ravel(np.asarray(true, dtype=np.float64))
+    pos = np.abs(true) > 1e-9
+    return np.abs(pred[pos] - true[pos]) / np.abs(true[pos])
+
+
+def ratio_interval(errors, floor_values, level: float = 0.95, draws: int = 2000, seed: int = 0) -> dict:
+    """A model's MAPE over the noise floor (mean of `errors` over mean of `floor_values`, each a model's or a
+    re-measurement's per-entry relative error) with a percentile bootstrap interval: both sides resampled
+    independently, as both are samples. {"ratio", "low", "high", "level"}; raises ValueError when either side
+    is empty or the floor is 0."""
+    e = np.asarray(errors, dtype=np.float64).ravel()
+    f = np.asarray(floor_values, dtype=np.float64).ravel()
+    if not len(e) or not len(f) or f.mean() <= 0:
+        raise ValueError(f"ratio_interval: need errors and a positive floor (got {len(e)} errors, {len(f)} floor "
+                         "values)")
+    rng = np.random.default_rng(seed)
+    ratios = (e[rng.integers(0, len(e), (draws, len(e)))].mean(1)
+              / np.maximum(f[rng.integers(0, len(f), (draws, len(f)))].mean(1), 1e-12))
+    tail = 100 * (1 - level) / 2
+    low, high = np.percentile(ratios, [tail, 100 - tail])
+    return {"ratio": float(e.mean() / f.mean()), "low": float(low), "high": float(high), "level": level}
 
 
 def format_metrics(metrics: dict) -> str:

@@ -34,6 +34,8 @@ def test_report_leaves_out_failed_samples_and_round_trips(tmp_path):
     assert cost["fresh_vs_stored"]["mean"] == pytest.approx((0.5 + 0.25) / 2)
     assert cost["fresh_over_stored"]["median"] == pytest.approx((1.5 + 1.25) / 2)
     assert cost["fresh_vs_fresh"]["mean"] == pytest.approx((0.5 / 1.5 + 1.0 / 5.0) / 2)
+    # each entry's difference is kept for the floor's interval (the repeats' comparison keeps none)
+    assert cost["fresh_vs_stored"]["values"] == [0.5, 0.25] and "values" not in cost["fresh_vs_fresh"]
     write_noise_floor(tmp_path, rep)
     assert read_noise_floor(tmp_path, "cost") == cost["fresh_vs_stored"]
     assert read_noise_floor(tmp_path / "nowhere", "cost") is None

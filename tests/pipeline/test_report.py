@@ -353,3 +353,21 @@ def test_collective_model_rows_and_the_spread_tables_chosen(tmp_path):
     assert collective_check([rec, recs[2]]) == ["- The collectives of those plans (1 measured, 2 ranks): estimated "
                                                 "4.00 ms a rank, measured 4.00 ms (MAPE 25.0%)."]
     assert collective_check(recs) == []
+
+
+def test_model_table_gives_the_floor_ratio_its_interval_where_the_metrics_have_one(tmp_path):
+    import json
+
+    from neuroshard.pipeline.report import model_table
+
+    (tmp_path / "models").mkdir()
+    metrics = {"num_samples": 100, "metrics": {"test": {"mse": 1.0, "mape": 0.12, "spearman": 0.9}},
+               "noise_floor": {"mean": 0.1, "median": 0.08}}
+    path = tmp_path / "models" / "compute_metrics.json"
+    path.write_text(json.dumps(metrics))
+    text, rows = model_table(tmp_path)
+    assert "| compute | 100 | 1 | 12.0% | 0.900 | 10.0% (8.0%) | 1.20 |" in text and "In brackets" not in text
+    path.write_text(json.dumps({**metrics, "mape_over_floor": {"ratio": 1.2, "low": 0.95, "high": 1.5}}))
+    text, rows = model_table(tmp_path)
+    assert "| compute | 100 | 1 | 12.0% | 0.900 | 10.0% (8.0%) | 1.20 (0.95-1.50) |" in text
+    assert "In brackets, the ratio's 95% interval" in text and rows[0]["mape_vs_noise"] == pytest.approx(1.2)

@@ -116,6 +116,26 @@ def test_train_script_end_to_end(tmp_path):
     assert out.exists() and all(p.exists() for p in companion_paths(out))
 
 
+def test_a_floor_with_its_values_gives_the_ratio_an_interval(tmp_path):
+    tables, sets, costs = additive_data(200, seed=5)
+    write_compute_data(tmp_path / "data", tables, list(zip(sets, costs)))
+    floor = {"median": 0.1, "mean": 0.1, "p90": 0.15, "n": 4, "values": [0.05, 0.05, 0.15, 0.15]}
+    (tmp_path / "data" / "noise_floor.json").write_text(json.dumps({"kind": "compute", "targets": {
+        "cost": {"fresh_vs_stored": floor}}}))
+    out = tmp_path / "m" / "compute.pt"
+    res = run_script("train_compute_cost_model.py", ["--data_dir", tmp_path / "data", "--epochs", 3,
+                                                     "--out_path", out, "--seed", 1])
+    assert res.returncode == 0, res.stderr
+    metrics = json.loads(companion_paths(out)[1].read_text())
+    ci = metrics["mape_over_floor"]
+    assert ci["ratio"] == pytest.approx(metrics["metrics"]["test"]["mape"] / 0.1)
+    assert ci["low"] < ci["ratio"] < ci["high"]
+    assert f"{ci['ratio']:.2f}x ({ci['low']:.2f}-{ci['high']:.2f}, 95%)" in res.stdout
+    # the files keep the floor's statistics, not its values
+    assert metrics["noise_floor"] == {k: v for k, v in floor.items() if k != "values"}
+    assert load_model(out).checkpoint_extra["noise_floor"] == metrics["noise_floor"]
+
+
 def test_the_script_trains_on_another_datasets_compute_data_beside_the_first(tmp_path):
     tables, sets, costs = additive_data(200, seed=5)
     write_compute_data(tmp_path / "data", tables, list(zip(sets, costs)))
