@@ -59,8 +59,13 @@ def ratio_interval(errors, floor_values, level: float = 0.95, draws: int = 2000,
         raise ValueError(f"ratio_interval: need errors and a positive floor (got {len(e)} errors, {len(f)} floor "
                          "values)")
     rng = np.random.default_rng(seed)
-    ratios = (e[rng.integers(0, len(e), (draws, len(e)))].mean(1)
-              / np.maximum(f[rng.integers(0, len(f), (draws, len(f)))].mean(1), 1e-12))
+
+    def resampled_means(x: np.ndarray) -> np.ndarray:
+        # in chunks of draws, so that a test split of 100,000 samples stays small in memory
+        return np.concatenate([x[rng.integers(0, len(x), (min(100, draws - i), len(x)))].mean(1)
+                               for i in range(0, draws, 100)])
+
+    ratios = resampled_means(e) / np.maximum(resampled_means(f), 1e-12)
     tail = 100 * (1 - level) / 2
     low, high = np.percentile(ratios, [tail, 100 - tail])
     return {"ratio": float(e.mean() / f.mean()), "low": float(low), "high": float(high), "level": level}
