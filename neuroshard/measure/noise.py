@@ -40,10 +40,8 @@ def rel_diff_stats(reference, other, values: bool = False) -> dict:
     new = np.asarray(other, dtype=np.float64).ravel()
     keep = (ref > 0) & np.isfinite(new)
     r = np.abs(new[keep] - ref[keep]) / ref[keep]
-    if not len(r):
-        return {"median": math.nan, "mean": math.nan, "p90": math.nan, "n": 0, **({"values": []} if values else {})}
     stats = {"median": float(np.median(r)), "mean": float(np.mean(r)), "p90": float(np.quantile(r, 0.9)),
-             "n": int(len(r))}
+             "n": int(len(r))} if len(r) else {"median": math.nan, "mean": math.nan, "p90": math.nan, "n": 0}
     if values:
         stats["values"] = [round(float(x), 6) for x in r]
     return stats
