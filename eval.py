@@ -58,7 +58,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="Benchmark sharding plans on hardware (measured costs).")
     add_input_args(p, data_help="dataset dir with table_configs.json and data.pt (the lookups the kernels run)")
     add_flag(p, "round_anchors", help="plans of tasks that are not evaluated (a plans.json naming its tables: the "
-                                      "pipeline's step 5f plans tasks no model trained on) measured in every round "
+                                      "pipeline's step 5e plans tasks no model trained on) measured in every round "
                                       "of the evaluation: each round's speed against the models, by which that "
                                       "round's measurements are compared (round_calibration.json; the estimates are "
                                       "not changed)")

@@ -16,7 +16,7 @@ search, `eval.ablation`). Prints markdown tables; --out_path writes them as
 JSON with the runs it read.
 
 TorchRec training is pooled from its own folders, e.g. a pipeline run's
-R/torchrec (step 7d) or R/oversize/torchrec (7g):
+R/torchrec (step 7f:paper) or R/oversize/torchrec (7f:oversize):
 
     python tools/combine_runs.py R0/torchrec R1/torchrec R2/torchrec
 

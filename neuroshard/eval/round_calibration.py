@@ -13,7 +13,7 @@ collectives move by those; with fewer they move by their exchange's factor. A me
 plans' own measurement, blow-ups included, and moving every estimate by it adds their noise to every plan rather
 than taking the round's speed out (docs/EXPERIMENTS.md, the entry on the collectives' factor).
 
-The pipeline's anchors are plans of tasks that nothing trained on (steps 2f, 5f), made by the evaluation's algorithms,
+The pipeline's anchors are plans of tasks that nothing trained on (steps 2d, 5e), made by the evaluation's algorithms,
 one plan a task with the algorithms rotated (`spread_choice`: one task's plans share that task's model error, as large
 as the drift). Plans whose shards the models were retrained on (the on-policy step's) are a biased gauge: the models
 reproduce what those plans cost at the hour they were measured, not how they price plans they never saw, and the two
@@ -416,7 +416,7 @@ def spread_choice(tasks: Sequence[int], k: int) -> list[int]:
 
 
 def pick_anchors(path, configs, k: int) -> list[tuple[str, PlanRecord, list]]:
-    """`k` plans of the plans file `path` (records that name their tables: step 5f's or eval_simulator.py's
+    """`k` plans of the plans file `path` (records that name their tables: step 5e's or eval_simulator.py's
     plans.json, or collect_torchrec_cost_data.py's results.json) spread over its tasks and algorithms
     (`spread_choice`), each as (where: "record N (task T, alg)", the record, the tables it names), so that the
     callers' errors name the record as these do. A record without a plan (a planner that failed) is passed

@@ -1,10 +1,15 @@
-"""The sizes of a pipeline run: one `Preset` per named run (`--preset`).
+"""The sizes of a pipeline run: one `Preset` per named run (`--preset`), and the task sets it names.
 
-A preset fixes the planning problem (`problem`: devices and their memory) and
-how much of everything the steps make and measure. `--ndevices`, `--max_mem`
-and `--seed` change its problem, `--refine` its hardware in the loop
-(`pipeline.run.preset_from_args`). The measured results of the presets are
-in docs/EXPERIMENTS.md.
+A preset fixes the planning problem (`problem`: devices and their memory),
+how much of everything the steps make and measure, and its task sets
+(`TaskSet`): families of tasks, each over a dataset of its own, that every
+step that plans, measures or trains runs once per set (`pipeline.steps`).
+The first set is the paper's (its dataset is the public file with `--data`,
+its data trains the models first); the quick and study presets add the
+tasks with a table larger than a device and a hot one. `--ndevices`,
+`--max_mem` and `--seed` change a preset's problem, `--refine` its hardware
+in the loop (`pipeline.run.preset_from_args`). The measured results of the
+presets are in docs/EXPERIMENTS.md.
 """
 
 from __future__ import annotations
@@ -13,23 +18,77 @@ from dataclasses import dataclass, replace
 
 from neuroshard.problem import Problem
 
+# the algorithm that plans with every sharding type TorchRec has (torchrec/full_planner.py's FULL_ALG, named here
+# so that presets import no TorchRec code)
+TORCHREC_FULL = "torchrec_full"
+
+
+@dataclass(frozen=True)
+class TaskSet:
+    """One family of tasks a run plans, measures and trains on: its own dataset, evaluation, training and anchor
+    tasks, and the steps' outputs for it under `folder` of the run (the first set's at the run's top)."""
+
+    name: str  # the step instances' suffix (`6b:oversize`) and how --only names the set
+    title: str  # what its tasks are, for --list and the README
+    folder: str  # its outputs, under the run folder ("" for the first set)
+    # 1: its dataset, synthetic: `tables` regular tables, then `large_tables` of up to `large_rows` rows and
+    # `hot_tables` small hot ones (gen_dlrm_data.py); a set beyond the first runs on synthetic data only
+    tables: int
+    # 2: its evaluation tasks drawn and the first `eval_tasks` of them planned and measured; its training tasks
+    # (the learned baselines', the on-policy data's and TorchRec's runtime data's); tasks planned but not
+    # measured (prediction-powered verdicts, 0: none)
+    tasks: int
+    eval_tasks: int
+    train_tasks: int
+    large_tables: int = 0
+    large_rows: int = 0
+    hot_tables: int = 0
+    # gen_tasks.py's flags that make the set's kind of task: ("oversize", "hot") draws tasks with at least one
+    # table larger than a device and one hot table
+    kind: tuple[str, ...] = ()
+    unmeasured_tasks: int = 0
+    # 3: random compute shards timed over its tables (0: none; the first set's are the compute model's data, the
+    # others' are trained on beside them)
+    compute_samples: int = 0
+    # 4: on-policy data: the plans of this many of its training tasks by `onpolicy_algs` measured (0: none;
+    # another set's only where the first set has some)
+    onpolicy_tasks: int = 0
+    onpolicy_algs: str = "neuroshard,neuroshard_plus,size_lookup_greedy,random"
+    # its tasks need row-wise and data-parallel tables (a table larger than any device): the plans its training
+    # tasks are measured with (on-policy and TorchRec runtime data) are searched with the collective model too,
+    # and its hot tables are made data-parallel in the runtime data's sharder plans (`torchrec_dp_min_pooling`)
+    spread: bool = False
+    # 5-6: algorithms compared on it whatever the preset's (TorchRec's full planner where the collective model
+    # prices its plans)
+    baselines: tuple[str, ...] = ()
+    # 7: the algorithm TorchRec training judges the others against (None: eval_torchrec.py's default); its
+    # runtime data's plans trained again in every round of its TorchRec training (per-round calibration); the
+    # runtime model fitted again with NeuroShard's plans for its first fit over this set's training tasks
+    torchrec_reference: str | None = None
+    torchrec_anchors: bool = False
+    torchrec_onpolicy: bool = False
+
+    @property
+    def task_kind(self) -> dict:
+        """`kind` as gen_tasks.py's flags."""
+        return {k: 1 for k in self.kind}
+
 
 @dataclass(frozen=True)
 class Preset:
-    """Sizes of one pipeline run, by the phase that uses them (the step keys of `pipeline.steps`)."""
+    """Sizes of one pipeline run, by the phase that uses them (the step keys of `pipeline.steps`); the sizes of
+    each task set's own tasks and data are its `TaskSet`'s."""
 
     name: str
     problem: Problem  # the devices, their memory; the run's seed comes from --seed
+    task_sets: tuple[TaskSet, ...]  # the first is the paper's plan space
     max_dim: int
-    # 1: the dataset (synthetic unless --data is given)
-    num_tables: int
+    # 1: the datasets (synthetic unless --data is given: the first set's)
     batch_size: int
     max_rows: int
     # 2: tasks
-    num_tasks: int
     t_range: str
     # 3: cost data
-    compute_samples: int
     max_tables: int
     comm_samples: int
     comm_t_range: str
@@ -40,12 +99,10 @@ class Preset:
     noise_samples: int  # shards / all-to-alls re-measured for the noise floors
     # 4: training
     epochs: int
-    # the learned baselines, trained on their own tasks (same sizes, another seed)
-    policy_tasks: int
+    # the learned baselines, trained on the first set's training tasks
     dreamshard_args: tuple[str, ...]
     autoshard_args: tuple[str, ...]
     # 5-6: evaluation
-    eval_tasks: int
     eval_warmup: int
     eval_iters: int
     eval_repeats: int = 1  # measurements of every plan (interleaved rounds), for intervals
@@ -57,33 +114,27 @@ class Preset:
     # "log" samples near-simultaneous starts, where balanced plans' forward exchanges run, as often as long waits;
     # a forward model trained on uniform spreads under-estimates exactly those exchanges
     spread_dist: str = "uniform"
-    # cost-model ensembles (members per model, 1: one model), and on-policy cost data: the plans of
-    # `onpolicy_tasks` training tasks (0: off) by `onpolicy_algs`, NeuroShard+ once per value of `plus_lambdas`,
-    # measured; the models retrained on both; NeuroShard+'s lambda chosen there
+    # cost-model ensembles (members per model, 1: one model); NeuroShard+ planned once per value of
+    # `plus_lambdas` in the first set's on-policy data (its lambda chosen there), each on-policy plan measured
+    # `onpolicy_repeats` times: the repeats tell how much of a rank's noise the plan's ranks share
+    # (eval.power.rank_noise), which the predicted spread needs (planner.costs.uncertainty)
     ensemble: int = 1
     algs: str = "all"  # the algorithms of phases 5 and 6 (a learned baseline's policy is trained only if named)
-    onpolicy_tasks: int = 0
-    onpolicy_algs: str = "neuroshard,neuroshard_plus,size_lookup_greedy,random"
     plus_lambdas: str = "0,0.5,1"
-    # each on-policy plan measured twice: the repeats tell how much of a rank's noise the plan's ranks share
-    # (eval.power.rank_noise), which the predicted spread needs (planner.costs.uncertainty)
     onpolicy_repeats: int = 2
     # hardware in the loop when planning (eval/refine.py): the `refine` best candidates of `refine_algs`' plans by
     # the models measured `refine_repeats` times each, the measured best kept (0: off)
     refine: int = 0
     refine_algs: str = "neuroshard_plus"
     refine_repeats: int = 2
-    # prediction-powered verdicts (eval/intervals.py powered_difference): the simulator's estimates of the
-    # algorithms' plans on this many more tasks of the same generator (another seed), not measured (0: off; off
-    # with --refine too: refined plans are chosen by measurement, the unmeasured are not)
-    unmeasured_tasks: int = 0
     # the cost-model ablation: TorchRec's estimator fitted to the same cost data (step 4j), and search x cost
     # model planned and measured: NeuroShard's search on it (neuroshard_fitted), TorchRec's planner on it
     # (torchrec_fitted) and on the neural models (torchrec_neural), beside neuroshard and torchrec
     ablation: bool = False
-    # this many tasks that nothing trains on (step 2f), one plan of each measured in every round of step 6b
-    # (and of 2e's in 6h), each round's speed against the models (eval/round_calibration.py; 0: off); with
-    # --torchrec_train the same plans trained in every round of step 7d, against the runtime model
+    # this many tasks of each set that nothing trains on (step 2d), one plan of each measured in every round of
+    # the set's hardware evaluation (6b), each round's speed against the models (eval/round_calibration.py; 0:
+    # off); with --torchrec_train, a set's runtime data plans trained in every round of its TorchRec training
+    # (7f) where the set asks, against the runtime model
     round_anchors: int = 4
     # phase 7 (opt-in, --torchrec_train): the plans of the first tasks trained with TorchRec. Rounds rather than
     # iterations: on 2 shared cores two rounds of a plan differ more than the median of its iterations is uncertain
@@ -91,63 +142,82 @@ class Preset:
     torchrec_warmup: int = 3
     torchrec_iters: int = 10
     torchrec_repeats: int = 4
-    # and the TorchRec runtime model: random and sharders' plans of this many training tasks trained in TorchRec,
-    # the model fitted to them, NeuroShard planned for TorchRec's runtime with it
+    # and the TorchRec runtime model: random and sharders' plans of this many training tasks of each set trained
+    # in TorchRec, the model fitted to them, NeuroShard planned for TorchRec's runtime with it
     torchrec_data_tasks: int = 16
     torchrec_random_plans: int = 3
     # the share of a random plan's tables made row-wise or data-parallel, so the runtime model learns their terms
     torchrec_spread_share: float = 0.15
-    # over the second dataset (step 7a2) each sharder's plan is trained again with its tables of at least this
-    # pooling factor data-parallel: that dataset's hot tables (pooling factors from about 50 up; its regular
+    # over a set with `spread` (7a) each sharder's plan is trained again with its tables of at least this pooling
+    # factor data-parallel: the second dataset's hot tables (pooling factors from about 50 up; its regular
     # tables' stay below 40), whose data-parallel trade the random plans rarely show (docs/EXPERIMENTS.md, the
     # entry on hot tables data-parallel in the runtime data)
     torchrec_dp_min_pooling: float = 40.0
-    # then (steps 7b2 and 7b3, over the second dataset) NeuroShard planned with that first fit and the greedy's
-    # plans beside them, each trained this many rounds, and the model fitted again with them as a collection of
-    # their own: a search picks the plans whose costs the model underestimates most (it made cold tables
-    # data-parallel on savings the first fit overstated; docs/EXPERIMENTS.md, the entry on on-policy runtime data).
-    # 0: off, the first fit is the model
+    # then (steps 7c and 7d, over the sets with `torchrec_onpolicy`) NeuroShard planned with that first fit and
+    # the greedy's plans beside them, each trained this many rounds, and the model fitted again with them as a
+    # collection of their own: a search picks the plans whose costs the model underestimates most (it made cold
+    # tables data-parallel on savings the first fit overstated; docs/EXPERIMENTS.md, the entry on on-policy
+    # runtime data). 0: off, the first fit is the model
     torchrec_onpolicy_rounds: int = 2
-    # tasks beyond the paper's plan space (0: off; synthetic data only): a second dataset, `oversize_tables` regular
-    # tables plus `oversize_large` tables of up to `large_rows` rows (at dim 128 larger than one device) and
-    # `oversize_hot` small hot ones, and `oversize_tasks` tasks over it, each with a table larger than a device and a
-    # hot one; every algorithm planned in the simulator and measured on the paper runtime (and with
-    # --torchrec_train, NeuroShard over every sharding type trained with TorchRec beside TorchRec's full planner)
-    oversize_tasks: int = 0
-    oversize_tables: int = 100
-    oversize_large: int = 8
-    oversize_hot: int = 8
-    large_rows: int = 4_000_000
-    # compute samples timed on the second dataset's tables (step 3f), trained on beside the first's: without
-    # them the compute model never sees a table of more rows than `max_rows` or a hot one, and prices the new
-    # set's shards by extrapolation
-    oversize_compute_samples: int = 0
-    # on-policy compute data of the second dataset (step 4d2): the plans of this many of its training tasks by
-    # `oversize_onpolicy_algs`, measured in the plan job, each rank's kernel with its shares of the plan's row-wise
-    # and data-parallel tables; the retrained compute model (4e) learns from them what a rank of row blocks costs
-    # in the plan job, which shards timed on their own do not teach it (docs/EXPERIMENTS.md, the entry on the new
-    # set's on-policy data). 0: off
-    oversize_onpolicy_tasks: int = 0
-    oversize_onpolicy_algs: str = "torchrec_full,size_lookup_greedy,neuroshard"
     # the collectives of row-wise and data-parallel tables on the paper's runtime (step 3e): samples timed (the
     # three collectives in turn) and re-timed for the noise floor; their model lets NeuroShard choose those types
     # there and prices the plans that have them (0: off, table-wise and column-wise only)
     collective_samples: int = 0
     collective_noise: int = 0
 
+    @property
+    def first(self) -> TaskSet:
+        """The first task set: the paper's plan space, whose data trains the models first."""
+        return self.task_sets[0]
+
+    def with_set(self, name: str, **changes) -> Preset:
+        """This preset with the task set `name` changed."""
+        sets = tuple(replace(s, **changes) if s.name == name else s for s in self.task_sets)
+        if sets == self.task_sets and name not in {s.name for s in self.task_sets}:
+            raise KeyError(name)
+        return replace(self, task_sets=sets)
+
+
+def paper_set(tables: int, tasks: int, eval_tasks: int, train_tasks: int, compute_samples: int,
+              onpolicy_tasks: int = 0, unmeasured_tasks: int = 0) -> TaskSet:
+    """The paper's plan space: tasks of T tables drawn from the dataset (public or synthetic), each fitting a
+    device (DESIGN §2)."""
+    return TaskSet("paper", "tasks of the paper's plan space", "", tables=tables, tasks=tasks, eval_tasks=eval_tasks,
+                   train_tasks=train_tasks, unmeasured_tasks=unmeasured_tasks, compute_samples=compute_samples,
+                   onpolicy_tasks=onpolicy_tasks, torchrec_anchors=True)
+
+
+def oversize_set(tasks: int, compute_samples: int, onpolicy_tasks: int, train_tasks: int = 16) -> TaskSet:
+    """Tasks beyond the paper's plan space (synthetic data only): a second dataset of 100 regular tables, 8 of up
+    to 4 M rows (at dim 128 larger than one device) and 8 small hot ones, each task with at least one table
+    larger than a device and one hot table; its compute shards timed (without them the compute model never sees a
+    table of more rows than the first dataset's or a hot one) and its training tasks' plans by the planners that
+    make row-wise and data-parallel tables measured in the plan job: the retrained compute model learns from them
+    what a rank of row blocks costs there, which shards timed on their own do not teach it (docs/EXPERIMENTS.md,
+    the entry on the new set's on-policy data). With --torchrec_train NeuroShard over every sharding type is the
+    algorithm judged, trained beside TorchRec's full planner."""
+    return TaskSet("oversize", "tasks with a table larger than a device and a hot one", "oversize", tables=100,
+                   large_tables=8, large_rows=4_000_000, hot_tables=8, kind=("oversize", "hot"), tasks=tasks,
+                   eval_tasks=tasks, train_tasks=train_tasks, compute_samples=compute_samples,
+                   onpolicy_tasks=onpolicy_tasks, onpolicy_algs=f"{TORCHREC_FULL},size_lookup_greedy,neuroshard",
+                   spread=True, baselines=("size_lookup_greedy", TORCHREC_FULL),
+                   torchrec_reference="neuroshard[torchrec]", torchrec_onpolicy=True)
+
 
 PRESETS = {
     # For the end-to-end smoke test: every step, seconds each.
-    "tiny": Preset("tiny", Problem(ndevices=2, max_mem=1.0), max_dim=32, num_tables=16, batch_size=256,
-                   max_rows=20000, num_tasks=3, t_range="4,8", compute_samples=100, max_tables=4, comm_samples=16,
+    "tiny": Preset("tiny", Problem(ndevices=2, max_mem=1.0),
+                   (paper_set(tables=16, tasks=3, eval_tasks=2, train_tasks=4, compute_samples=100,
+                              onpolicy_tasks=2),),
+                   max_dim=32, batch_size=256, max_rows=20000, t_range="4,8", max_tables=4, comm_samples=16,
                    comm_t_range="4,8", sleep_range="0,2", comm_batch_size=256, warmup=1, iters=2, noise_samples=4,
-                   epochs=20, policy_tasks=4,
+                   epochs=20,
                    dreamshard_args=("--num_iterations", "2", "--bench_steps", "3", "--bench_training_steps", "20",
                                     "--rl_num_batches", "2", "--rl_batch_size", "4"),
                    autoshard_args=("--total_steps", "400", "--batch_size", "4", "--unroll_length", "50",
                                    "--num_cost_updates", "2", "--cost_batch_size", "32"),
-                   eval_tasks=2, eval_warmup=1, eval_iters=2, eval_repeats=2, drift_samples=4, ensemble=2,
-                   onpolicy_tasks=2, plus_lambdas="0,1", torchrec_tasks=2, torchrec_warmup=1, torchrec_iters=3,
+                   eval_warmup=1, eval_iters=2, eval_repeats=2, drift_samples=4, ensemble=2,
+                   plus_lambdas="0,1", torchrec_tasks=2, torchrec_warmup=1, torchrec_iters=3,
                    torchrec_repeats=2, refine=2, refine_repeats=1, ablation=True, collective_samples=12,
                    collective_noise=3),
     # `make demo`: the whole pipeline on CPU within 15 minutes, install included, on the default synthetic
@@ -157,23 +227,25 @@ PRESETS = {
     # others, which lose to NeuroShard by far on hardware). The tasks, the noise samples, the collectives' samples
     # and the warm-up iterations are as few as keep the demo inside its 15 minutes on a slow day; the study
     # preset has the power.
-    "quick": Preset("quick", Problem(ndevices=4, max_mem=1.0), max_dim=128, num_tables=600, batch_size=4096,
-                    max_rows=1_000_000, num_tasks=20, t_range="10,30", compute_samples=650, max_tables=10,
+    "quick": Preset("quick", Problem(ndevices=4, max_mem=1.0),
+                    (paper_set(tables=600, tasks=20, eval_tasks=8, train_tasks=50, compute_samples=650,
+                               onpolicy_tasks=2, unmeasured_tasks=20),
+                     oversize_set(tasks=4, compute_samples=150, onpolicy_tasks=4)),
+                    max_dim=128, batch_size=4096, max_rows=1_000_000, t_range="10,30", max_tables=10,
                     comm_samples=300, comm_t_range="10,30", sleep_range="0,50", comm_batch_size=4096, warmup=3,
-                    iters=7, noise_samples=30, epochs=1000, policy_tasks=50, dreamshard_args=(),
-                    autoshard_args=(), eval_tasks=8, eval_warmup=2, eval_iters=5, eval_repeats=2, drift_samples=20,
-                    ensemble=3, onpolicy_tasks=2, spread_dist="log", unmeasured_tasks=20,
+                    iters=7, noise_samples=30, epochs=1000, dreamshard_args=(), autoshard_args=(), eval_warmup=2,
+                    eval_iters=5, eval_repeats=2, drift_samples=20, ensemble=3, spread_dist="log",
                     algs="neuroshard,neuroshard_plus,size_lookup_greedy,torchrec,dreamshard,autoshard", ablation=True,
-                    oversize_tasks=4, oversize_compute_samples=150, oversize_onpolicy_tasks=4, collective_samples=60,
-                    collective_noise=10),
+                    collective_samples=60, collective_noise=10),
     # The paper's setting on the public dataset and GPUs (DESIGN §2 defaults: 4 GB per GPU, T from 10 to 60,
     # 100 tasks, batch 65536); run once with 4 and once with 8 GPUs.
-    "paper": Preset("paper", Problem(ndevices=4, max_mem=4.0), max_dim=128, num_tables=856, batch_size=65536,
-                    max_rows=0, num_tasks=100, t_range="10,60", compute_samples=100_000, max_tables=15,
+    "paper": Preset("paper", Problem(ndevices=4, max_mem=4.0),
+                    (paper_set(tables=856, tasks=100, eval_tasks=100, train_tasks=100, compute_samples=100_000,
+                               onpolicy_tasks=30),),
+                    max_dim=128, batch_size=65536, max_rows=0, t_range="10,60", max_tables=15,
                     comm_samples=20_000, comm_t_range="10,60", sleep_range="0,30", comm_batch_size=65536,
-                    warmup=5, iters=10, noise_samples=500, epochs=1000, policy_tasks=100, dreamshard_args=(),
-                    autoshard_args=(), eval_tasks=100, eval_warmup=5, eval_iters=10, eval_repeats=3, drift_samples=200,
-                    gpu=True, ensemble=5, onpolicy_tasks=30),
+                    warmup=5, iters=10, noise_samples=500, epochs=1000, dreamshard_args=(), autoshard_args=(),
+                    eval_warmup=5, eval_iters=10, eval_repeats=3, drift_samples=200, gpu=True, ensemble=5),
 }
 # Hardware verdicts with power: the quick preset's data and models, four algorithms (NeuroShard, NeuroShard+,
 # the strongest baselines), sized by eval/power.py so that one run detects a 3% difference on this machine.
@@ -184,8 +256,10 @@ PRESETS = {
 # lower. Data added from another hour did not help: the machine's speed had moved between the two. 24 anchor
 # tasks: a round's factors are medians over its anchors, so each anchor's own model error reaches every plan of
 # the round through them; 24 rather than 12 halve that variance for about 2% more measurements.
-PRESETS["study"] = replace(PRESETS["quick"], name="study", num_tasks=220, eval_tasks=220, eval_repeats=2,
-                           eval_warmup=3, eval_iters=7, compute_samples=6000, comm_samples=500, noise_samples=100,
-                           drift_samples=50, onpolicy_tasks=6, algs="neuroshard,neuroshard_plus,torchrec,autoshard",
-                           unmeasured_tasks=440, collective_samples=240, collective_noise=30, round_anchors=24,
-                           oversize_tasks=6, oversize_compute_samples=600)
+PRESETS["study"] = replace(PRESETS["quick"], name="study", eval_repeats=2, eval_warmup=3, eval_iters=7,
+                           comm_samples=500, noise_samples=100, drift_samples=50,
+                           algs="neuroshard,neuroshard_plus,torchrec,autoshard", collective_samples=240,
+                           collective_noise=30, round_anchors=24,
+                           task_sets=(paper_set(tables=600, tasks=220, eval_tasks=220, train_tasks=50,
+                                                compute_samples=6000, onpolicy_tasks=6, unmeasured_tasks=440),
+                                      oversize_set(tasks=6, compute_samples=600, onpolicy_tasks=4)))

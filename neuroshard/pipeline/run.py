@@ -3,13 +3,15 @@
     python -m neuroshard.pipeline --preset quick          # what `make demo` runs
     python -m neuroshard.pipeline --preset quick --force  # redo every step
     python -m neuroshard.pipeline --preset quick --seed 1  # fresh measurements -> results/quick-seed1
-    python -m neuroshard.pipeline --preset quick --only 5c,6b   # just these steps (or a phase: --only 5)
-    python -m neuroshard.pipeline --preset quick --list   # the steps, what each reads and writes
+    python -m neuroshard.pipeline --preset quick --only 5c,6b   # these steps of every task set (or a phase: 5)
+    python -m neuroshard.pipeline --preset quick --only 6b:oversize   # one step of one task set (or a set: oversize)
+    python -m neuroshard.pipeline --preset quick --list   # the steps x task sets, what each reads and writes
     python -m neuroshard.pipeline --preset quick --torchrec_train  # also phase 7: the plans trained in TorchRec
     python -m neuroshard.pipeline --preset paper --data fbgemm_t856_bs65536.pt.gz --gpu_devices 0,1,2,3
 
 The steps are the rows of `pipeline.steps.STEPS`, each a script at the
-repository root; the driver prints each command before it runs it, so any
+repository root, some run once per task set of the preset (`6b:paper`,
+`6b:oversize`); the driver prints each command before it runs it, so any
 step can be rerun by hand. A step is skipped when its outputs exist and were
 made by the same command (a stamp in `<out>/steps/`); a changed upstream step
 invalidates everything after it.
@@ -21,15 +23,17 @@ import argparse
 import json
 import os
 import shlex
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 
 from neuroshard.checks import check_gpu_ids, check_int
 from neuroshard.formats.io import write_json_atomic
+from neuroshard.pipeline.layout import Layout, Run
 from neuroshard.pipeline.presets import PRESETS, Preset
 from neuroshard.pipeline.processes import StepLauncher
-from neuroshard.pipeline.steps import Layout, Run, Step, build_steps
+from neuroshard.pipeline.steps import Step, build_steps
 from neuroshard.problem import Problem
 from neuroshard.settings import add_flag
 from neuroshard.types.errors import ConfigError, InputError, NeuroShardError
@@ -38,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _stamp_path(out: Path, step: Step) -> Path:
-    return out / "steps" / f"{step.key}.json"
+    return out / "steps" / (f"{step.key}.json" if step.task_set is None else f"{step.key}-{step.task_set}.json")
 
 
 def _up_to_date(out: Path, step: Step, argv: list[str], upstream: list[dict]) -> dict | None:
@@ -60,31 +64,31 @@ def run_steps(steps: list[Step], out: Path, force: bool, only: set[str] | None =
     launch = launch or StepLauncher(ROOT)
     records, upstream = [], []
     for step in steps:
-        if only and step.key not in only:
+        if only and step.name not in only:
             continue
         argv = step.command()
         shown = "python " + " ".join(shlex.quote(a) for a in argv)
         stamp = None if force else _up_to_date(out, step, argv, upstream)
         if stamp is not None:
-            print(f"[{step.key}] {step.title}: up to date, skipped\n      {shown}", flush=True)
+            print(f"[{step.name}] {step.title}: up to date, skipped\n      {shown}", flush=True)
             # keep the time the step took when it ran, for the report
-            records.append({"step": step.key, "title": step.title, "command": shown, "skipped": True,
+            records.append({"step": step.name, "title": step.title, "command": shown, "skipped": True,
                             "seconds": stamp.get("seconds", 0.0)})
         else:
-            print(f"[{step.key}] {step.title}\n  $ {shown}", flush=True)
+            print(f"[{step.name}] {step.title}\n  $ {shown}", flush=True)
             launch.preload()  # the driver's one-off imports are not the step's time
             t0 = time.perf_counter()
             rc = launch(argv)
             seconds = time.perf_counter() - t0
             if rc != 0:
-                raise NeuroShardError(f"step {step.key} ({step.title}) failed with exit code {rc}; "
+                raise NeuroShardError(f"step {step.name} ({step.title}) failed with exit code {rc}; "
                                       f"rerun it by hand: {shown}")
             write_json_atomic(_stamp_path(out, step), {"argv": argv, "upstream": upstream,
                                                        "seconds": round(seconds, 2)})
-            records.append({"step": step.key, "title": step.title, "command": shown, "skipped": False,
+            records.append({"step": step.name, "title": step.title, "command": shown, "skipped": False,
                             "seconds": round(seconds, 2)})
-            print(f"[{step.key}] done in {seconds:.1f} s", flush=True)
-        upstream = upstream + [{"step": step.key, "argv": argv}]
+            print(f"[{step.name}] done in {seconds:.1f} s", flush=True)
+        upstream = upstream + [{"step": step.name, "argv": argv}]
     return records
 
 
@@ -109,9 +113,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                                       "best (0: off)")
     ap.add_argument("--force", action="store_true", default=os.environ.get("FORCE", "") not in ("", "0"),
                     help="redo every step even if its outputs are up to date (also FORCE=1)")
-    ap.add_argument("--only", default=None, help="comma list of steps or phases to run, e.g. 5c,6b or 5,6")
-    ap.add_argument("--list", action="store_true", help="print the steps of the run (what each reads and writes) "
-                                                        "and stop")
+    ap.add_argument("--only", default=None, help="comma list of what to run: steps (of every task set: 5c,6b), "
+                                                 "a step of one set (6b:oversize), phases (5,6) or task sets "
+                                                 "(oversize)")
+    ap.add_argument("--list", action="store_true", help="print the steps x task sets of the run (and what each "
+                                                        "reads and writes) and stop")
     ap.add_argument("--torchrec_train", action="store_true",
                     help="also run phase 7: train the plans of the first tasks with TorchRec "
                          "(DistributedModelParallel) "
@@ -153,31 +159,70 @@ def run_of(args, out: Path) -> Run:
 
 
 def phase_of(key: str) -> str:
-    """A step key's phase: its leading digits ("7" of "7a" and of "7a2", the second part of 7a)."""
+    """A step key's phase: its leading digits ("7" of "7a")."""
     return key[:len(key) - len(key.lstrip("0123456789"))]
 
 
+# the keys of the steps before the task sets became a dimension of the pipeline (the second set's steps had keys
+# of their own), and the steps they name now; --only takes them with a warning. Five old keys name other steps now
+# (2d, 5e, 7c, 7d, 7e): they take their new meaning, with a note of the old one.
+RENUMBERED = {"1b": "1:oversize", "2d": "2a:oversize", "2e": "2d:oversize", "2f": "2d:paper", "2g": "2c:oversize",
+              "3f": "3a:oversize", "4d2": "4d:oversize", "5e": "5e:oversize", "5f": "5e:paper", "6g": "5c:oversize",
+              "6h": "6b:oversize", "7a2": "7a:oversize", "7b2": "7c:oversize", "7b3": "7d", "7c": "7e:paper",
+              "7d": "7f:paper", "7e": "7g:paper", "7f": "7e:oversize", "7g": "7f:oversize", "7h": "7g:oversize"}
+
+
+def _matches(step: Step, name: str) -> bool:
+    """`name` (of --only) names `step`: its key (of every set), its key and set, its phase or its set."""
+    return name in (step.key, step.name, step.task_set) or (name.isdigit() and phase_of(step.key) == name)
+
+
 def select(steps: list[Step], only: str | None) -> set[str] | None:
-    """The keys `--only` names (a phase number names all its steps); None: every step."""
+    """The step names (`Step.name`) `--only` names; None: every step."""
     if only is None:
         return None
-    names = {k.strip() for k in only.split(",") if k.strip()}
-    keys = {st.key for st in steps}
-    chosen = {k for k in keys for n in names if k == n or (n.isdigit() and phase_of(k) == n)}
-    unknown = sorted(n for n in names if not any(k == n or (n.isdigit() and phase_of(k) == n) for k in keys))
+    names = [k.strip() for k in only.split(",") if k.strip()]
+    resolved = []
+    for n in names:
+        if n in RENUMBERED:
+            now = RENUMBERED[n]
+            if any(_matches(st, n) for st in steps):
+                print(f"note: --only {n} is step {n} of the current numbering ({_title(steps, n)}); before the "
+                      f"task sets, {n} was what is now {now}", file=sys.stderr)
+            else:
+                print(f"warning: --only {n} is deprecated; use {now}", file=sys.stderr)
+                n = now
+        resolved.append(n)
+    chosen = {st.name for st in steps for n in resolved if _matches(st, n)}
+    unknown = sorted(n for n in resolved if not any(_matches(st, n) for st in steps))
     if unknown or not names:
         raise ConfigError("--only", f"unknown step {', '.join(unknown) or repr(only)}; the steps are "
-                                    f"{', '.join(st.key for st in steps)}")
+                                    f"{', '.join(st.name for st in steps)}")
     return chosen
 
 
+def _title(steps: list[Step], key: str) -> str:
+    return next((st.title for st in steps if _matches(st, key)), "")
+
+
 def list_steps(steps: list[Step]) -> str:
-    """The steps as a table: key, title, script, what each reads and writes."""
-    lines = []
+    """The steps as a table of steps x task sets (x: the step runs for the set; a step run once has no set),
+    then each step with its script and what it reads and writes."""
+    sets = list(dict.fromkeys(st.task_set for st in steps if st.task_set is not None))
+    keys = list(dict.fromkeys(st.key for st in steps))
+    width = max(len(st.title) for st in steps)
+    lines = [f"{'step':<5} {'':<{width}}  " + "  ".join(sets)]
+    for key in keys:
+        of_key = [st for st in steps if st.key == key]
+        marks = ["x" if any(st.task_set == ts for st in of_key) else "-" for ts in sets] \
+            if of_key[0].task_set is not None else ["once" if i == 0 else "" for i in range(len(sets))]
+        lines.append(f"{key:<5} {of_key[0].title:<{width}}  " + "  ".join(f"{m:<{len(ts)}}" for m, ts in
+                                                                          zip(marks, sets)).rstrip())
+    lines.append("")
     for st in steps:
         ins = ", ".join(str(p) for p in st.inputs) or "-"
         outs = ", ".join(str(p) for p in st.outputs)
-        lines.append(f"{st.key:>3}  {st.title}\n     {st.argv[0]}: {ins} -> {outs}")
+        lines.append(f"{st.name:>3}  {st.title}\n     {st.argv[0]}: {ins} -> {outs}")
     return "\n".join(lines)
 
 
@@ -209,6 +254,7 @@ def main(argv=None) -> int:
     from neuroshard.pipeline.report import write_report
 
     study = PRESETS["study"]
-    report = write_report(out, run.preset, records, time.perf_counter() - t0, (study.eval_tasks, study.eval_repeats))
+    report = write_report(out, run.preset, records, time.perf_counter() - t0,
+                          (study.first.eval_tasks, study.eval_repeats))
     print(f"report: {report}")
     return 0

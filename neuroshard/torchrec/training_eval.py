@@ -129,7 +129,7 @@ def select_records(records: Sequence[PlanRecord], tasks: Sequence[Task], configs
 
 
 def anchor_records(path, configs: Sequence[TableConfig], k: int, ndevices: int) -> list[PlanRecord]:
-    """The anchors of per-round calibration in training: `pick_anchors`' plans (the pipeline's step 5f
+    """The anchors of per-round calibration in training: `pick_anchors`' plans (the pipeline's step 5e
     plans.json, of tasks nothing trained on), labelled `ANCHOR_PREFIX` + algorithm, on the tables their records
     name. InputError naming the file and record for a plan for another device count."""
     out = []

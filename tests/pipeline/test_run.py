@@ -98,12 +98,12 @@ def test_tiny_pipeline_writes_every_artifact_and_skips_on_rerun(tmp_path):
         factors = json.loads((out / where / "config.json").read_text())["calibration_factors"]
         assert factors["samples"] == {"compute": 4, "fw_comm": 8, "bw_comm": 8} and factors["compute"] > 0
     assert "Machine drift: just before planning, 4 compute shards and 8 per-rank" in report
-    # and step 4f's plans of training tasks measured again by the plan job just before and after step 6
+    # and step 4d's plans of training tasks measured again by the plan job just before and after step 6
     for when in ("before", "after"):
         anchored = read_plans(out / "hw" / f"anchors_{when}" / "results.json")
         assert anchored and all(len(a.repeat_costs) == 1 and a.task < 2 for a in anchored if a.measured)
     assert "Plan-level speed: the " in report
-    # and one plan of each of step 2f's 4 anchor tasks (step 5f's, the algorithms rotated over the tasks) measured
+    # and one plan of each of step 2d's 4 anchor tasks (step 5e's, the algorithms rotated over the tasks) measured
     # in every round of step 6b: the rounds' speed, each measurement against it
     rounds = json.loads((out / "hw" / "round_calibration.json").read_text())
     assert rounds["anchors"] == 4 and len(rounds["factors"]) == 2 and rounds["measurements"] == 2 * len(measured)
@@ -141,7 +141,7 @@ def test_tiny_pipeline_writes_every_artifact_and_skips_on_rerun(tmp_path):
     assert rank_noise["plans"] > 0 and rank_noise["independent_sd"] >= 0 and rank_noise["common_sd"] >= 0
     fw_ckpt = torch.load(out / "models" / "onpolicy" / "comm_2_fw.pt", weights_only=False)
     assert fw_ckpt["extra"]["rank_noise"] == rank_noise
-    # step 4i: the band calibrated on those plans under the retrained models, kept by the fw model too
+    # step 4g: the band calibrated on those plans under the retrained models, kept by the fw model too
     calibrated = json.loads((out / "models" / "onpolicy" / "plan_error_2.json").read_text())["plan_error"]
     plan_measured = [r for r in read_plans(out / "plan_data" / "hw" / "results.json") if r.measured]
     assert calibrated["measurements"] == sum(len(r.repeat_costs) for r in plan_measured) > 0
@@ -179,7 +179,7 @@ def test_tiny_pipeline_writes_every_artifact_and_skips_on_rerun(tmp_path):
 
     again = _driver(out)
     assert again.returncode == 0, again.stderr[-2000:]
-    # every step of the tiny run, steps 2f, 3e, 4j and 5f among them
+    # every step of the tiny run, steps 2d, 3e, 4j and 5e among them
     assert again.stdout.count("up to date, skipped") == 29
 
 
@@ -198,11 +198,11 @@ def test_changed_step_reruns_itself_and_everything_after(tmp_path, capsys):
 
 
 def steps_of(*argv, out=Path("r")) -> dict:
-    """The steps of the run the pipeline's flags describe, by key."""
+    """The steps of the run the pipeline's flags describe, by name (`6b:paper`, `3c`)."""
     from neuroshard.pipeline.run import parse_args, run_of
     from neuroshard.pipeline.steps import build_steps
 
-    return {s.key: s for s in build_steps(run_of(parse_args(list(argv)), out))}
+    return {s.name: s for s in build_steps(run_of(parse_args(list(argv)), out))}
 
 
 def flags_of(step) -> dict:
@@ -213,14 +213,15 @@ def test_torchrec_training_is_an_opt_in_last_phase():
     out = Path("results/quick")
     assert not any(k.startswith("7") for k in steps_of("--preset", "quick", out=out))
     steps = steps_of("--preset", "quick", "--seed", "2", "--torchrec_train", out=out)
-    # 7a2, the runtime data over the second dataset, runs before the model is fitted to both collections; then
-    # NeuroShard's plans for that first fit (7b2) and the fit again with them (7b3)
-    assert list(steps)[-11:] == ["7a", "7a2", "7b", "7b2", "7b3", "7c", "7d", "7e", "7f", "7g", "7h"]
-    collect, fit, plan, train, check = (steps[k] for k in ("7a", "7b", "7c", "7d", "7e"))
+    # 7a of both sets, the runtime data, runs before the model is fitted to both collections; then NeuroShard's
+    # plans for that first fit over the second set's training tasks (7c) and the fit again with them (7d)
+    assert list(steps)[-11:] == ["7a:paper", "7a:oversize", "7b", "7c:oversize", "7d", "7e:paper", "7e:oversize",
+                                 "7f:paper", "7f:oversize", "7g:paper", "7g:oversize"]
+    collect, fit, plan, train, check = (steps[k] for k in ("7a:paper", "7b", "7e:paper", "7f:paper", "7g:paper"))
     assert collect.argv[0] == "collect_torchrec_cost_data.py" and "train_tasks" in collect.argv[collect.argv.index(
         "--task_path") + 1]
-    more = flags_of(steps["7a2"])
-    assert steps["7a2"].argv[0] == collect.argv[0] and more["--data_dir"] == str(out / "oversize" / "dataset")
+    more = flags_of(steps["7a:oversize"])
+    assert steps["7a:oversize"].argv[0] == collect.argv[0] and more["--data_dir"] == str(out / "oversize" / "dataset")
     assert more["--task_path"] == str(out / "oversize" / "train_tasks" / "data.txt")
     assert more["--eval_task_path"] == str(out / "oversize" / "tasks" / "data.txt")
     assert more["--out_dir"] == str(out / "oversize" / "torchrec_data")
@@ -235,16 +236,17 @@ def test_torchrec_training_is_an_opt_in_last_phase():
     assert fitted["--extra_results"] == more["--out_dir"] + "/results.json" and Path(fitted["--extra_results"]) in \
         fit.inputs
     assert fitted["--extra_data_dir"] == more["--data_dir"] and fitted["--extra_task_path"] == more["--task_path"]
-    # 7b2: NeuroShard planned with the first fit and the greedy beside it, on 7a2's tasks, 2 rounds; 7b3 fits again
-    onpolicy, refit = flags_of(steps["7b2"]), flags_of(steps["7b3"])
-    assert steps["7b2"].argv[0] == collect.argv[0] and first in steps["7b2"].inputs
+    # 7c: NeuroShard planned with the first fit and the greedy beside it, on 7a:oversize's tasks, 2 rounds; 7d fits
+    # again
+    onpolicy, refit = flags_of(steps["7c:oversize"]), flags_of(steps["7d"])
+    assert steps["7c:oversize"].argv[0] == collect.argv[0] and first in steps["7c:oversize"].inputs
     assert onpolicy["--alg"] == "neuroshard,size_lookup_greedy" and onpolicy["--random_plans"] == "0"
     assert onpolicy["--runtime"] == "torchrec" and onpolicy["--runtime_model"] == str(first)
     assert onpolicy["--repeats"] == "2" and "--dp_min_pooling" not in onpolicy and "--spread_share" not in onpolicy
     for key in ("--data_dir", "--task_path", "--eval_task_path", "--max_tasks", "--collective_model"):
         assert onpolicy[key] == more[key]
     assert onpolicy["--out_dir"] == str(out / "oversize" / "torchrec_onpolicy")
-    assert steps["7b3"].outputs == [model] and refit["--out_path"] == str(model)
+    assert steps["7d"].outputs == [model] and refit["--out_path"] == str(model)
     assert refit["--extra_results"] == f"{more['--out_dir']}/results.json,{onpolicy['--out_dir']}/results.json"
     assert refit["--extra_data_dir"] == f"{more['--data_dir']},{more['--data_dir']}"
     assert refit["--extra_task_path"] == f"{more['--task_path']},{more['--task_path']}"
@@ -257,15 +259,15 @@ def test_torchrec_training_is_an_opt_in_last_phase():
     from neuroshard.pipeline.steps import build_steps
 
     run = run_of(parse_args(["--preset", "quick", "--torchrec_train"]), out)
-    off = {s.key: s for s in build_steps(replace(run, preset=replace(run.preset, torchrec_onpolicy_rounds=0)))}
-    assert "7b2" not in off and "7b3" not in off and off["7b"].outputs == [model]
+    off = {s.name: s for s in build_steps(replace(run, preset=replace(run.preset, torchrec_onpolicy_rounds=0)))}
+    assert "7c:oversize" not in off and "7d" not in off and off["7b"].outputs == [model]
     flags = flags_of(plan)
     assert flags["--alg"] == "neuroshard" and flags["--runtime"] == "torchrec"
     assert flags["--runtime_model"] == str(model)
-    # 7h: 7e's check of the model on 7g's plans, their tasks' tables the second dataset's
-    checked, new_set = flags_of(steps["7h"]), flags_of(steps["7g"])
+    # 7g:oversize: the check of the model on 7f:oversize's plans, their tasks' tables the second dataset's
+    checked, new_set = flags_of(steps["7g:oversize"]), flags_of(steps["7f:oversize"])
     assert checked["--model"] == str(model) and checked["--check_data_dir"] == new_set["--data_dir"]
-    assert checked["--check_results"] == new_set["--out_dir"] + "/results.json" == str(steps["7h"].inputs[0])
+    assert checked["--check_results"] == new_set["--out_dir"] + "/results.json" == str(steps["7g:oversize"].inputs[0])
     assert checked["--check_task_path"] == new_set["--task_path"]
     assert {k: v for k, v in checked.items() if not k.startswith(("--check", "--out"))} == \
         {k: v for k, v in flags_of(check).items() if not k.startswith(("--check", "--out"))}
@@ -283,7 +285,7 @@ def test_torchrec_training_is_an_opt_in_last_phase():
     assert flags["--model"] == str(model) and flags["--check_results"] == str(out / "torchrec" / "results.json")
     assert "--results" not in flags
     # the tasks with a table larger than a device: planned for TorchRec's runtime, trained beside the others
-    oversize_plan, oversize_train = steps["7f"].argv, flags_of(steps["7g"])
+    oversize_plan, oversize_train = steps["7e:oversize"].argv, flags_of(steps["7f:oversize"])
     assert oversize_plan[oversize_plan.index("--runtime_model") + 1] == str(model)
     assert oversize_plan[oversize_plan.index("--data_dir") + 1] == str(out / "oversize" / "dataset")
     assert oversize_train["--plans"] == f"{out / 'oversize' / 'sim_torchrec' / 'plans.json'}," \
@@ -296,7 +298,7 @@ def test_tasks_beyond_the_paper_space_get_their_dataset_tasks_and_evaluation():
     from tests.test_flags import parsed_options
 
     steps = steps_of("--preset", "quick")
-    oversize = [steps[k] for k in ("1b", "2d", "6g", "6h")]
+    oversize = [steps[k] for k in ("1:oversize", "2a:oversize", "5c:oversize", "6b:oversize")]
 
     def flag(step, name):
         return step.argv[step.argv.index(name) + 1]
@@ -307,14 +309,14 @@ def test_tasks_beyond_the_paper_space_get_their_dataset_tasks_and_evaluation():
     assert flag(tasks, "--oversize") == "1" and flag(tasks, "--hot") == "1"
     assert flag(tasks, "--data_dir") == flag(data, "--out_dir") and flag(tasks, "--data_size") == "4"
     for step in (sim, hw):  # every algorithm of the evaluation and TorchRec's full planner, on the second dataset's
-        assert flag(step, "--alg") == flag(steps["5c"], "--alg") + ",torchrec_full"  # (priced by step 3e's model)
+        assert flag(step, "--alg") == flag(steps["5c:paper"], "--alg") + ",torchrec_full"  # (priced by step 3e's model)
         assert flag(step, "--max_tasks") == "4" and flag(step, "--collective_model").endswith("collectives_4.json")
         assert flag(step, "--data_dir") == flag(data, "--out_dir")
         assert flag(step, "--task_path") == str(Path("r") / "oversize" / "tasks" / "data.txt")
     assert flag(hw, "--plans") == str(Path("r") / "oversize" / "sim" / "plans.json")
     assert flag(hw, "--repeats") == "2" and sim.late is not None
-    # their own anchors in every round of 6h: plans of other tasks over the same dataset (the anchor tasks' seed)
-    anchor_tasks, anchor_sim = steps["2e"], steps["5e"]
+    # their own anchors in every round of 6b: plans of other tasks over the same dataset (the anchor tasks' seed)
+    anchor_tasks, anchor_sim = steps["2d:oversize"], steps["5e:oversize"]
     assert flag(anchor_tasks, "--data_dir") == flag(data, "--out_dir") and flag(anchor_tasks, "--data_size") == "4"
     assert flag(anchor_tasks, "--seed") == "2000" and flag(tasks, "--seed") == "0"
     assert flag(anchor_tasks, "--hot") == "1"
@@ -323,29 +325,32 @@ def test_tasks_beyond_the_paper_space_get_their_dataset_tasks_and_evaluation():
     anchored = str(Path("r") / "oversize" / "anchor_sim" / "plans.json")
     assert flag(hw, "--round_anchors") == anchored and flag(hw, "--anchors_per_round") == "4"
     assert Path(anchored) in hw.inputs and "--round_anchors" not in sim.argv
-    # TorchRec's runtime data over the second dataset (7a2) are plans of training tasks of their own (2g)
-    train_tasks = steps["2g"]
+    # TorchRec's runtime data over the second dataset (7a) are plans of training tasks of their own (2c)
+    train_tasks = steps["2c:oversize"]
     assert flag(train_tasks, "--data_dir") == flag(data, "--out_dir") and flag(train_tasks, "--hot") == "1"
-    assert flag(train_tasks, "--seed") == flag(steps["2c"], "--seed") and flag(train_tasks, "--data_size") == "16"
+    assert flag(train_tasks, "--seed") == flag(steps["2c:paper"], "--seed") and flag(train_tasks, "--data_size") == "16"
     assert flag(train_tasks, "--out_dir") == str(Path("r") / "oversize" / "train_tasks")
     oversize += [anchor_tasks, anchor_sim, train_tasks]
     trec = steps_of("--preset", "quick", "--torchrec_train")
-    oversize += [trec[k] for k in ("7f", "7g", "7h", "7a2", "7b", "7b2", "7b3")]
+    oversize += [trec[k] for k in ("7e:oversize", "7f:oversize", "7g:oversize", "7a:oversize", "7b", "7c:oversize",
+                                   "7d")]
     options = parsed_options(sorted({ROOT / s.argv[0] for s in oversize}))
     for step in oversize:
         assert not [a for a in step.argv if a.startswith("--") and a not in options[step.argv[0]]]
     # off in the smoke preset, and on a public dataset (whose own tables would have to be larger than a device)
-    assert not {"1b", "2d", "2e", "2g", "5e", "6g", "6h"} & (steps_of("--preset", "tiny").keys()
-                                           | steps_of("--preset", "quick", "--data", "x.pt").keys())
+    assert not {"1:oversize", "2a:oversize", "2d:oversize", "2c:oversize", "5e:oversize", "5c:oversize",
+                "6b:oversize"} & (steps_of("--preset", "tiny").keys() | steps_of("--preset", "quick", "--data",
+                                                                                      "x.pt").keys())
 
 
 def test_the_new_set_compares_the_size_and_lookup_greedy_whatever_the_presets_algorithms():
     study = steps_of("--preset", "study")
-    assert "size_lookup_greedy" not in flags_of(study["5c"])["--alg"].split(",")
-    for key in ("5e", "6g", "6h"):
-        assert flags_of(study[key])["--alg"] == flags_of(study["5c"])["--alg"] + ",size_lookup_greedy,torchrec_full"
+    assert "size_lookup_greedy" not in flags_of(study["5c:paper"])["--alg"].split(",")
+    for key in ("5e:oversize", "5c:oversize", "6b:oversize"):
+        assert flags_of(study[key])["--alg"] == \
+            flags_of(study["5c:paper"])["--alg"] + ",size_lookup_greedy,torchrec_full"
     quick = steps_of("--preset", "quick")  # named once where the preset has it
-    assert flags_of(quick["6g"])["--alg"].split(",").count("size_lookup_greedy") == 1
+    assert flags_of(quick["5c:oversize"])["--alg"].split(",").count("size_lookup_greedy") == 1
 
 
 def test_the_compute_models_and_the_fitted_estimator_also_train_on_the_second_datasets_tables():
@@ -355,35 +360,36 @@ def test_the_compute_models_and_the_fitted_estimator_also_train_on_the_second_da
         return step.argv[step.argv.index(name) + 1]
 
     data = str(Path("r") / "oversize" / "compute_data")
-    collect = steps["3f"]
-    assert flag(collect, "--dataset_dir") == flag(steps["1b"], "--out_dir") and flag(collect, "--out_dir") == data
+    collect = steps["3a:oversize"]
+    assert flag(collect, "--dataset_dir") == flag(steps["1:oversize"], "--out_dir")
+    assert flag(collect, "--out_dir") == data
     assert flag(collect, "--data_size") == "150"
     # timed as the first dataset's shards are: every other collection flag is step 3a's
-    first = dict(zip(steps["3a"].argv[1::2], steps["3a"].argv[2::2]))
+    first = dict(zip(steps["3a:paper"].argv[1::2], steps["3a:paper"].argv[2::2]))
     second = dict(zip(collect.argv[1::2], collect.argv[2::2]))
     assert {k: v for k, v in first.items() if k not in ("--dataset_dir", "--out_dir", "--data_size")} == \
         {k: v for k, v in second.items() if k not in ("--dataset_dir", "--out_dir", "--data_size")}
     assert flag(steps["4a"], "--extra_data_dirs") == data and Path(data) in steps["4a"].inputs
-    # the models retrained on the on-policy data also read the second dataset's measured plans (4d2): the plans
+    # the models retrained on the on-policy data also read the second dataset's measured plans (4d): the plans
     # of 4 of its training tasks by the planners that make row-wise and data-parallel tables, spread tables and all
     plans = Path("r") / "oversize" / "plan_data" / "compute"
     for key in ("4e", "4j"):
         assert flag(steps[key], "--extra_data_dirs") == f"{data},{plans}" and plans in steps[key].inputs
-    onpolicy = steps["4d2"]
+    onpolicy = steps["4d:oversize"]
     assert flag(onpolicy, "--data_dir") == str(Path("r") / "oversize" / "dataset")
     assert flag(onpolicy, "--task_path") == str(Path("r") / "oversize" / "train_tasks" / "data.txt")
     assert flag(onpolicy, "--eval_task_path") == str(Path("r") / "oversize" / "tasks" / "data.txt")
     assert flag(onpolicy, "--alg") == "torchrec_full,size_lookup_greedy,neuroshard"
     assert flag(onpolicy, "--max_tasks") == "4" and flag(onpolicy, "--out_dir") == str(plans.parent)
-    assert flag(onpolicy, "--compute_model") == flag(steps["4d"], "--compute_model")  # the random data's models
+    assert flag(onpolicy, "--compute_model") == flag(steps["4d:paper"], "--compute_model")  # the random data's models
     assert "--extra_data_dirs" not in steps["4b"].argv  # unseen tables are the first dataset's
     tiny = steps_of("--preset", "tiny")
-    assert not {"3f", "4d2"} & tiny.keys() and "--extra_data_dirs" not in tiny["4a"].argv
+    assert not {"3a:oversize", "4d:oversize"} & tiny.keys() and "--extra_data_dirs" not in tiny["4a"].argv
 
 
 def test_refine_flag_puts_neuroshard_plus_refinement_into_the_planning_step():
     def planning(*argv):
-        return steps_of(*argv)["5c"].argv
+        return steps_of(*argv)["5c:paper"].argv
 
     # the study spends its minutes on tasks, not on refinement; --refine K puts it back
     assert "--refine" not in planning("--preset", "study") and "--refine" not in planning("--preset", "quick")
@@ -402,22 +408,23 @@ def test_prediction_powered_verdicts_plan_unmeasured_tasks_as_the_measured_are_p
     from neuroshard.pipeline.steps import UNMEASURED_SEED
 
     study = steps_of("--preset", "study")
-    gen = flags_of(study["2b"])
+    gen = flags_of(study["2b:paper"])
     assert gen["--data_size"] == "440" and gen["--seed"] == str(UNMEASURED_SEED) != "0"
     assert gen["--out_dir"] == str(Path("r") / "tasks_unmeasured")
-    measured, unmeasured = (flags_of(study[k]) for k in ("5c", "5d"))
+    measured, unmeasured = (flags_of(study[k]) for k in ("5c:paper", "5d:paper"))
     # the same planning (models, calibration, algorithms, policies, seed) on the other tasks
     differ = {k for k in measured.keys() | unmeasured.keys() if measured.get(k) != unmeasured.get(k)}
     assert differ == {"--task_path", "--max_tasks", "--out_dir"}
     assert unmeasured["--task_path"] == gen["--out_dir"] + "/data.txt" and unmeasured["--max_tasks"] == "440"
-    assert study["5d"].late is not None  # NeuroShard+'s lambda chosen on the training tasks, as 5c's
-    hw = study["6b"].argv
+    assert study["5d:paper"].late is not None  # NeuroShard+'s lambda chosen on the training tasks, as 5c's
+    hw = study["6b:paper"].argv
     assert hw[hw.index("--unmeasured_plans") + 1] == str(Path("r") / "sim_unmeasured" / "plans.json")
     assert hw[hw.index("--unmeasured_task_path") + 1] == unmeasured["--task_path"]
     # refined plans are chosen by measurement, which the unmeasured tasks do not get: plain verdicts
     refined = steps_of("--preset", "study", "--refine", "2")
-    assert "2b" not in refined and "5d" not in refined and "--unmeasured_plans" not in refined["6b"].argv
-    assert "5d" in steps_of("--preset", "quick") and "5d" not in steps_of("--preset", "tiny")
+    assert "2b:paper" not in refined and "5d:paper" not in refined
+    assert "--unmeasured_plans" not in refined["6b:paper"].argv
+    assert "5d:paper" in steps_of("--preset", "quick") and "5d:paper" not in steps_of("--preset", "tiny")
 
 
 def test_task_seed_moves_every_task_set_and_nothing_else():
@@ -425,10 +432,12 @@ def test_task_seed_moves_every_task_set_and_nothing_else():
     1000, anchors 2000), the new set's as the first dataset's; every other step's command is unchanged."""
     base = steps_of("--preset", "study", "--torchrec_train")
     fresh = steps_of("--preset", "study", "--torchrec_train", "--task_seed", "5")
-    want = {"2a": "5", "2b": "1005", "2c": "6", "2d": "5", "2e": "2005", "2f": "2005", "2g": "6"}
+    want = {"2a:paper": "5", "2b:paper": "1005", "2c:paper": "6", "2a:oversize": "5", "2d:oversize": "2005",
+            "2d:paper": "2005", "2c:oversize": "6"}
     assert {k: flags_of(fresh[k])["--seed"] for k in want} == want
-    assert {k: flags_of(base[k])["--seed"] for k in want} == {"2a": "0", "2b": "1000", "2c": "1", "2d": "0",
-                                                              "2e": "2000", "2f": "2000", "2g": "1"}
+    assert {k: flags_of(base[k])["--seed"] for k in want} == {"2a:paper": "0", "2b:paper": "1000", "2c:paper": "1",
+                                                              "2a:oversize": "0", "2d:oversize": "2000",
+                                                              "2d:paper": "2000", "2c:oversize": "1"}
     assert all(fresh[k].argv == base[k].argv for k in base if k not in want) and fresh.keys() == base.keys()
     with pytest.raises(ConfigError, match="--task_seed"):
         steps_of("--preset", "quick", "--task_seed", "-1")
@@ -438,21 +447,22 @@ def test_the_evaluations_round_anchors_are_plans_of_tasks_nothing_trained_on():
     from neuroshard.pipeline.steps import ANCHOR_TASK_SEED, EVAL_TASK_SEED, TRAIN_TASK_SEED, UNMEASURED_SEED
 
     study = steps_of("--preset", "study")
-    gen = flags_of(study["2f"])
+    gen = flags_of(study["2d:paper"])
     assert gen["--data_size"] == "24" and gen["--out_dir"] == str(Path("r") / "anchor_tasks")
     assert gen["--seed"] == str(ANCHOR_TASK_SEED) and ANCHOR_TASK_SEED not in (EVAL_TASK_SEED, TRAIN_TASK_SEED,
                                                                                 UNMEASURED_SEED)
-    assert flags_of(study["2e"])["--seed"] == gen["--seed"]  # the new set's anchor tasks: the same seed
+    assert flags_of(study["2d:oversize"])["--seed"] == gen["--seed"]  # the new set's anchor tasks: the same seed
     # planned as the evaluation's tasks are (models, calibration, algorithms, policies, NeuroShard+'s lambda)
-    evaluated, anchored = flags_of(study["5c"]), flags_of(study["5f"])
+    evaluated, anchored = flags_of(study["5c:paper"]), flags_of(study["5e:paper"])
     differ = {k for k in evaluated.keys() | anchored.keys() if evaluated.get(k) != anchored.get(k)}
-    assert differ == {"--task_path", "--max_tasks", "--out_dir", "--quiet"} and study["5f"].late is not None
+    assert differ == {"--task_path", "--max_tasks", "--out_dir", "--quiet"} and study["5e:paper"].late is not None
     assert anchored["--task_path"] == gen["--out_dir"] + "/data.txt" and anchored["--max_tasks"] == "24"
     # and step 6b measures one plan of each in every round: no on-policy plan, which the models were refitted to
-    hw = flags_of(study["6b"])
+    hw = flags_of(study["6b:paper"])
     plans = Path("r") / "anchor_sim" / "plans.json"
-    assert hw["--round_anchors"] == str(plans) and hw["--anchors_per_round"] == "24" and plans in study["6b"].inputs
-    assert "--round_anchors" not in study["6a"].argv and "--round_anchors" not in study["5c"].argv
+    assert hw["--round_anchors"] == str(plans) and hw["--anchors_per_round"] == "24"
+    assert plans in study["6b:paper"].inputs
+    assert "--round_anchors" not in study["6a"].argv and "--round_anchors" not in study["5c:paper"].argv
 
 
 def test_steps_are_numbered_in_the_order_they_run_and_each_script_is_a_step_script_at_the_root():
@@ -460,7 +470,7 @@ def test_steps_are_numbered_in_the_order_they_run_and_each_script_is_a_step_scri
 
     keys = [s.key for s in STEPS]
     assert keys == sorted(keys, key=lambda k: (int(k[0]), k[1:])) and len(set(keys)) == len(keys)
-    assert keys[:5] == ["1", "1b", "2a", "2b", "2c"]
+    assert keys[:5] == ["1", "2a", "2b", "2c", "2d"] and all(len(k) <= 2 for k in keys)  # no suffix digits
     root_scripts = {p.name for p in ROOT.glob("*.py")} - {"setup.py"}
     # the rule of where scripts live: every step script at the root, every root script a step, tools/ none
     assert {s.script for s in STEPS} == root_scripts
@@ -489,9 +499,11 @@ def test_hosts_reach_the_steps_that_time_plan_or_run_on_them():
     out = Path("results/quick")
     steps = steps_of("--preset", "quick", "--local_world_size", "2", "--torchrec_train", out=out)
     assert {k for k, s in steps.items() if "--local_world_size" in s.argv} == {
-        "3e", "4d", "4d2", "5c", "5d", "5e", "5f", "6a", "6b", "6c", "6g", "6h", "7a", "7a2", "7b2", "7c", "7d", "7f",
-        "7g"}
-    assert flags_of(steps["3e"])["--local_world_size"] == "2" and flags_of(steps["6b"])["--local_world_size"] == "2"
+        "3e", "4d:paper", "4d:oversize", "5c:paper", "5d:paper", "5e:oversize", "5e:paper", "6a", "6b:paper", "6c",
+        "5c:oversize", "6b:oversize", "7a:paper", "7a:oversize", "7c:oversize", "7e:paper", "7f:paper", "7e:oversize",
+        "7f:oversize"}
+    assert flags_of(steps["3e"])["--local_world_size"] == "2"
+    assert flags_of(steps["6b:paper"])["--local_world_size"] == "2"
     # one host, the default, is no flag at all: the run's commands (and so its stamps) are as before
     assert not any("--local_world_size" in s.argv for s in steps_of("--preset", "quick", "--torchrec_train",
                                                                      out=out).values())
@@ -502,13 +514,36 @@ def test_only_takes_steps_and_phases_and_list_prints_the_table(capsys):
     from neuroshard.pipeline.steps import build_steps
 
     steps = build_steps(run_of(parse_args(["--preset", "quick"]), Path("r")))
-    assert select(steps, "5c,6b") == {"5c", "6b"}
-    assert select(steps, "5") == {"5a", "5b", "5c", "5d", "5e", "5f"} and select(steps, "1") == {"1", "1b"}
+    assert select(steps, "5c,6b") == {"5c:paper", "5c:oversize", "6b:paper", "6b:oversize"}
+    assert select(steps, "6b:oversize") == {"6b:oversize"} and select(steps, "1") == {"1:paper", "1:oversize"}
+    assert select(steps, "5") == {"5a", "5b", "5c:paper", "5c:oversize", "5d:paper", "5e:paper", "5e:oversize"}
+    assert select(steps, "oversize,3c") == {s.name for s in steps if s.task_set == "oversize"} | {"3c"}
     trec = build_steps(run_of(parse_args(["--preset", "quick", "--torchrec_train"]), Path("r")))
-    assert select(trec, "7") == {"7a", "7a2", "7b2", "7b", "7b3", "7c", "7d", "7e", "7f", "7g", "7h"}
-    assert select(trec, "7a2") == {"7a2"}
+    assert select(trec, "7") == {"7a:paper", "7a:oversize", "7c:oversize", "7b", "7d", "7e:paper", "7f:paper",
+                                 "7g:paper", "7e:oversize", "7f:oversize", "7g:oversize"}
+    assert select(trec, "7a:oversize") == {"7a:oversize"}
     with pytest.raises(ConfigError, match="unknown step 9"):
         select(steps, "9")
     assert main(["--preset", "tiny", "--list", "--out_dir", "r"]) == 0
     listed = capsys.readouterr().out
-    assert "2c  training tasks" in listed and "gen_tasks.py: r/dataset -> r/train_tasks/data.txt" in listed
+    assert "2c:paper  training tasks" in listed and "gen_tasks.py: r/dataset -> r/train_tasks/data.txt" in listed
+    # the table of steps x sets: the tiny preset has the paper's tasks only; a step run once says so
+    assert listed.splitlines()[0].split() == ["step", "paper"] and "3c    comm cost data" in listed
+    assert main(["--preset", "quick", "--list", "--out_dir", "r"]) == 0
+    table = capsys.readouterr().out.split("\n\n")[0].splitlines()
+    assert table[0].split() == ["step", "paper", "oversize"]
+    assert table[1].split() == ["1", "dataset", "x", "x"] and ["2b"] == table[3].split()[:1]
+    assert table[3].split()[-2:] == ["x", "-"] and [r.split()[-1] for r in table if r.startswith("3c")] == ["once"]
+
+
+def test_only_takes_the_keys_of_before_the_task_sets_with_a_warning(capsys):
+    from neuroshard.pipeline.run import parse_args, run_of, select
+    from neuroshard.pipeline.steps import build_steps
+
+    steps = build_steps(run_of(parse_args(["--preset", "quick", "--torchrec_train"]), Path("r")))
+    assert select(steps, "6h,4d2") == {"6b:oversize", "4d:oversize"}
+    err = capsys.readouterr().err
+    assert "warning: --only 6h is deprecated; use 6b:oversize" in err and "use 4d:oversize" in err
+    # an old key that names another step now keeps its new meaning, with a note of the old one
+    assert select(steps, "7d") == {"7d"}
+    assert "before the task sets, 7d was what is now 7f:paper" in capsys.readouterr().err

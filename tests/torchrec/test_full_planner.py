@@ -152,7 +152,7 @@ def test_eval_torchrec_bad_input_is_one_line(inputs, capsys, tmp_path, extra, fr
 
 
 def test_the_files_torchrec_full_plans_give_way_to_the_ones_planned_here(inputs, capsys, tmp_path):
-    # the new set's paper-runtime plans (step 6g) hold torchrec_full's plans too; step 7g passes them with
+    # the new set's paper-runtime plans (step 5c:oversize) hold torchrec_full's plans too; step 7f passes them with
     # all,torchrec_full: they are left out, and TorchRec's full planner plans here (with no memory to plan in,
     # it then finds no plan: the error is that one, not one about the file)
     from neuroshard.formats.plan_file import write_plans
@@ -184,9 +184,9 @@ def test_the_pipeline_trains_torchrec_full_beside_the_plans():
     from neuroshard.pipeline.run import parse_args, run_of
     from neuroshard.pipeline.steps import build_steps
 
-    steps = {s.key: s for s in build_steps(run_of(parse_args(["--preset", "quick", "--torchrec_train"]),
-                                                  Path("results/quick")))}
-    argv = steps["7d"].argv
+    steps = {s.name: s for s in build_steps(run_of(parse_args(["--preset", "quick", "--torchrec_train"]),
+                                                   Path("results/quick")))}
+    argv = steps["7f:paper"].argv
     flags = dict(zip(argv[1::2], argv[2::2]))
     assert argv[0] == "eval_torchrec.py" and flags["--alg"] == "all,torchrec_full" and flags["--max_mem"] == "1.0"
 
