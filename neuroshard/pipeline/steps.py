@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Callable
 
 from neuroshard.eval.drift import ANCHORS, DRIFT_COMM, DRIFT_COMPUTE
-from neuroshard.eval.onpolicy import LAMBDA_JSON
 from neuroshard.formats.side_files import ROUND_ANCHORS_JSON
+from neuroshard.pipeline import step_flags as f
 from neuroshard.pipeline.layout import (
     ANCHOR_TASK_SEED,
     EVAL_TASK_SEED,
@@ -31,11 +31,6 @@ from neuroshard.pipeline.layout import (
     Run,
 )
 from neuroshard.pipeline.presets import TORCHREC_FULL, TaskSet
-from neuroshard.types.errors import NeuroShardError
-
-Flags = dict
-SetFn = Callable[[Run, TaskSet], object]
-
 
 def to_argv(flags: dict) -> list[str]:
     """A step's flags as argv: None left out, True a switch, a list repeats the flag, anything else its str."""
@@ -98,86 +93,7 @@ class Step:
         return self.argv + (self.late() if self.late is not None else [])
 
 
-# --------------------------------------------------------------------------- what the steps share
-
-
-def task_flags(run: Run, s: TaskSet, dest: Path, count: int, seed: int) -> dict:
-    """gen_tasks.py's flags for `count` tasks of set `s`'s kind over its dataset into `dest`, drawn with the
-    tasks' `seed` moved by the run's `--task_seed`."""
-    p = run.preset
-    return {"data_dir": run.at(s).dataset, "out_dir": dest, "data_size": count, "T_range": p.t_range,
-            **run.problem_flags(seed=seed + run.task_seed), "max_dim": p.max_dim, **s.task_kind}
-
-
-def dataset_flags(run: Run, s: TaskSet) -> dict:
-    """gen_dlrm_data.py's flags for set `s`'s dataset: the public file (the first set's, with --data), or
-    synthetic tables (and the set's large and hot ones)."""
-    out = run.at(s).dataset
-    if run.data and s is run.first:
-        return {"data": run.data, "out_dir": out}
-    p = run.preset
-    flags = {"synthetic": True, "num_tables": s.tables, "batch_size": p.batch_size, "max_rows": p.max_rows}
-    if s.large_tables:
-        flags |= {"large_tables": s.large_tables, "large_rows": s.large_rows}
-    if s.hot_tables:
-        flags["hot_tables"] = s.hot_tables
-    return flags | {"seed": 0, "out_dir": out} | _quiet_beyond_first(run, s, quiet=False)
-
-
-def _quiet_beyond_first(run: Run, s: TaskSet, quiet: bool = True) -> dict:
-    """The console shows the first set's steps; the others' go to their files (no progress bars, and with
-    `quiet`, no per-task lines)."""
-    if s is run.first:
-        return {}
-    return ({"quiet": True} if quiet else {}) | {"no_progress": True}
-
-
-ABLATION_ALGS = ("neuroshard_fitted", "torchrec_fitted", "torchrec_neural")
-
-
-def with_algs(algs: str, *names: str) -> str:
-    """The `--alg` list `algs` with those of `names` it does not name yet appended, in order."""
-    have = algs.split(",")
-    return ",".join([*have, *(a for a in names if a not in have)])
-
-
-def evaluation_flags(run: Run, s: TaskSet, task_dir: Path, count: int) -> dict:
-    """The flags of the planning and measuring steps, for the first `count` tasks of `task_dir` over set `s`'s
-    dataset: the preset's algorithms (and the ablation's cells, with the fitted estimator they need), and the
-    set's own baselines (TorchRec's full planner only where the collective model prices its plans)."""
-    algs = run.preset.algs
-    extra = {}
-    if run.preset.ablation:
-        algs = with_algs(algs, *ABLATION_ALGS)
-        extra = {"torchrec_estimator": run.estimator()}
-    if run.collectives:
-        extra["collective_model"] = run.collective_model()
-    algs = with_algs(algs, *(a for a in s.baselines if a != TORCHREC_FULL or run.collectives))
-    flags = {"data_dir": run.at(s).dataset, "task_path": task_dir / "data.txt", **run.models(), "alg": algs,
-             **run.problem_flags(), **run.hosts(), "max_tasks": count, "calibration": run.layout.calibration,
-             **extra}
-    return flags | {f"{a}_policy": run.layout.models / f"{a}.pt" for a in run.learned}
-
-
-def chosen_lambda(run: Run, s: TaskSet | None = None) -> dict:
-    """`--plus_lambda x` as chosen on hardware by the first set's on-policy step (its lambda.json); nothing when
-    it chose none (no NeuroShard+ plan fitted) or the run has no on-policy data."""
-    from neuroshard.formats.side_files import read_lambda_choice
-
-    if not run.onpolicy:
-        return {}
-    path = run.at(run.first).plan_data / LAMBDA_JSON
-    if not path.exists():
-        raise NeuroShardError(f"{path} not found: run the on-policy step first")
-    choice = read_lambda_choice(path)
-    return {} if choice.chosen is None else {"plus_lambda": f"{choice.chosen:g}"}
-
-
-def comm_flags(run: Run) -> dict:
-    p = run.preset
-    return {"T_range": p.comm_t_range, "sleep_range": p.sleep_range, "spread_dist": p.spread_dist,
-            "max_dim": p.max_dim, "batch_size": p.comm_batch_size, "warmup": p.warmup, "iters": p.iters,
-            "seed": run.problem.seed, **run.ranks()}
+# --------------------------------------------------------------------------- steps the table uses twice
 
 
 def remeasure(key: str, title: str, dest: Callable[[Run], Path]) -> list[StepSpec]:
@@ -196,7 +112,7 @@ def remeasure(key: str, title: str, dest: Callable[[Run], Path]) -> list[StepSpe
         StepSpec(f"{key[0]}{chr(ord(key[1]) + 1)}", f"{title}: comm", "collect_comm_cost_data.py",
                  lambda r, s: [r.layout.comm_data], lambda r, s: [dest(r) / DRIFT_COMM],
                  lambda r, s: {"out_dir": r.layout.comm_data, "noise_floor": r.preset.drift_samples,
-                               "noise_out": dest(r) / DRIFT_COMM, **comm_flags(r)}),
+                               "noise_out": dest(r) / DRIFT_COMM, **f.comm_flags(r)}),
     ]
 
 
@@ -219,10 +135,6 @@ def plan_speed(key: str, when: str) -> StepSpec:
                     when=lambda r, s: r.onpolicy)
 
 
-def _first(run: Run, s: TaskSet) -> bool:
-    return s is run.first
-
-
 def _onpolicy(run: Run, s: TaskSet) -> bool:
     return run.onpolicy
 
@@ -231,179 +143,37 @@ def _torchrec(run: Run, s: TaskSet) -> bool:
     return run.torchrec_train
 
 
-def _no_alg(flags: dict) -> dict:
-    return {k: v for k, v in flags.items() if k != "alg"}
-
-
-def _txt(folder: Path) -> Path:
-    return folder / "data.txt"
-
-
-def compute_collection(run: Run, dataset: Path, out_dir: Path, samples: int) -> dict:
-    """The flags of a compute cost data collection: `samples` random shards of `dataset`'s tables."""
-    p = run.preset
-    return {"dataset_dir": dataset, "out_dir": out_dir, "data_size": samples, "max_tables": p.max_tables,
-            **run.problem_flags("ndevices"), "max_dim": p.max_dim, "warmup": p.warmup, "iters": p.iters,
-            "half_share": p.half_share, **run.device(), **run.workers()}
-
-
-def _other_compute(run: Run, onpolicy: bool = False) -> list[Path]:
-    """The compute data of the sets beyond the first that the compute models (and the fitted estimator) read
-    beside the first set's: their random shards (3a), and with `onpolicy` (a model retrained on the on-policy
-    data, or the estimator fitted beside it) their measured plans (4d)."""
-    others = run.sets[1:]
-    return [run.at(s).compute_data for s in others if s.compute_samples > 0] \
-        + [run.at(s).plan_data / "compute" for s in others if onpolicy and run.onpolicy_of(s)]
-
-
-def _extra_compute(run: Run, onpolicy: bool = False) -> dict:
-    """`_other_compute` as the training scripts' flag."""
-    dirs = _other_compute(run, onpolicy)
-    return {"extra_data_dirs": ",".join(map(str, dirs))} if dirs else {}
-
-
-def _ensemble(run: Run) -> dict:
-    return {"ensemble": run.preset.ensemble} if run.preset.ensemble > 1 else {}
-
-
-def _lambdas(s: TaskSet, preset) -> dict:
-    """NeuroShard+ planned once per value of the preset's lambdas, where the set's on-policy algorithms have it."""
-    return {"plus_lambdas": preset.plus_lambdas} if "neuroshard_plus" in s.onpolicy_algs.split(",") else {}
-
-
-def onpolicy_collection(run: Run, s: TaskSet) -> dict:
-    """collect_plan_cost_data.py's flags: the plans of set `s`'s first training tasks by its on-policy
-    algorithms, made with the random data's models (and the collective model where the set spreads tables),
-    measured as the evaluation measures plans."""
-    lay, p = run.at(s), run.preset
-    return {"data_dir": lay.dataset, "task_path": _txt(lay.train_tasks), "eval_task_path": _txt(lay.tasks),
-            **run.models(final=False), **({"collective_model": run.collective_model()} if s.spread else {}),
-            "alg": s.onpolicy_algs, **_lambdas(s, p), "max_tasks": s.onpolicy_tasks, **run.problem_flags(),
-            **run.hosts(), "max_dim": p.max_dim, "out_dir": lay.plan_data, "warmup": p.eval_warmup,
-            "iters": p.eval_iters, "repeats": p.onpolicy_repeats, **run.device(), "quiet": True,
-            "no_progress": True}
-
-
-def _onpolicy_inputs(run: Run, s: TaskSet) -> list[Path]:
-    return [_txt(run.at(s).train_tasks), _txt(run.at(s).tasks), *run.models(final=False).values()] \
-        + ([run.collective_model()] if s.spread else [])
-
-
-def _onpolicy_outputs(run: Run, s: TaskSet) -> list[Path]:
-    """The compute and comm samples, and lambda.json where NeuroShard+ was planned with several lambdas."""
-    data = run.at(s).plan_data
-    several = len(_lambdas(s, run.preset).get("plus_lambdas", "").split(",")) > 1
-    return [_txt(data / "compute"), _txt(data / "comm")] + ([data / LAMBDA_JSON] if several else [])
-
-
-def _policy_flags(run: Run, s: TaskSet, alg: str) -> dict:
-    lay = run.at(s)
-    return {"data_dir": lay.dataset, "task_path": _txt(lay.train_tasks), "eval_task_path": _txt(lay.tasks),
-            **run.models(), **run.problem_flags(), "no_progress": True, "out_path": run.layout.models / f"{alg}.pt"}
-
-
-def _refine(run: Run) -> dict:
-    """Hardware in the loop when planning: candidates measured as the evaluation measures plans."""
-    p = run.preset
-    if not p.refine:
-        return {}
-    return {"refine": p.refine, "refine_algs": p.refine_algs, "refine_repeats": p.refine_repeats,
-            "warmup": p.eval_warmup, "iters": p.eval_iters, **run.device()}
-
-
-def _powered(run: Run, s: TaskSet) -> dict:
-    """Prediction-powered verdicts: the unmeasured tasks' plans and their task file."""
-    if not run.unmeasured(s):
-        return {}
-    return {"unmeasured_plans": run.at(s).unmeasured_sim / "plans.json",
-            "unmeasured_task_path": _txt(run.at(s).unmeasured_tasks)}
-
-
-def _round_anchors(run: Run, s: TaskSet) -> dict:
-    """Step 5e's plans of the set's anchor tasks measured in every round of its hardware evaluation, the rounds'
-    speed (eval/round_calibration.py): none with round_anchors 0."""
-    if not run.anchors:
-        return {}
-    return {"round_anchors": run.at(s).anchor_sim / "plans.json", "anchors_per_round": run.preset.round_anchors}
-
-
-def _torchrec_anchors(run: Run, s: TaskSet) -> dict:
-    """eval_torchrec.py's flags for per-round calibration: the set's step 7a plans, which the runtime model is
-    fitted to, one of each of `round_anchors` of them trained again in every round of step 7f
-    (`torchrec.training_eval`); none with round_anchors 0 or for a set that does not ask. The model prices them at
-    the speed of the hour 7a trained them, so their ratio in a round is the machine's speed against that hour
-    alone, and what the evaluation's plans are off after the move is the model's error on plans it never saw.
-    Plans of unseen tasks as anchors (as step 6b's, whose models no one job was fitted to) would move the rounds
-    by the model's error on those few tasks as well."""
-    if not (run.anchors and s.torchrec_anchors):
-        return {}
-    return {"round_anchors": run.at(s).torchrec_data / "results.json",
-            "anchors_per_round": run.preset.round_anchors}
-
-
-def _training(run: Run) -> dict:
-    p = run.preset
-    return {"warmup": p.torchrec_warmup, "iters": p.torchrec_iters, "seed": run.problem.seed, **run.device()}
-
-
-def runtime_collection(run: Run, s: TaskSet, out_dir: Path, algs: str = "neuroshard,size_lookup_greedy,torchrec",
-                       random_plans: int | None = None) -> dict:
-    """The flags of a TorchRec runtime data collection: the plans of `algs` and `random_plans` random plans
-    (default: the preset's) of set `s`'s training tasks (never one of its evaluation tasks), trained in TorchRec."""
-    p, lay = run.preset, run.at(s)
-    random_plans = p.torchrec_random_plans if random_plans is None else random_plans
-    spread = {"spread_share": p.torchrec_spread_share} if random_plans else {}  # the random plans' spread tables
-    return {"data_dir": lay.dataset, "task_path": _txt(lay.train_tasks), "eval_task_path": _txt(lay.tasks),
-            **run.models(), **run.problem_flags(), **run.hosts(), "max_tasks": p.torchrec_data_tasks,
-            "random_plans": random_plans, **spread, "alg": algs, **_training(run), "out_dir": out_dir,
-            "quiet": True, "no_progress": True}
-
-
-def runtime_fit(run: Run, extras: list[tuple[TaskSet, Path]], out_path: Path) -> dict:
-    """The flags of a TorchRec runtime model fit to the first set's step 7a collection and the `extras`
-    (collection dirs over a set's training tasks, each with a speed of its own), written to `out_path`."""
-    first = run.at(run.first)
-    flags = {"data_dir": first.dataset, "task_path": _txt(first.train_tasks),
-             "results": first.torchrec_data / "results.json", **run.models(), **run.problem_flags("max_mem"),
-             "out_path": out_path}
-    if extras:
-        flags |= {"extra_results": ",".join(str(d / "results.json") for _, d in extras),
-                  "extra_data_dir": ",".join(str(run.at(x).dataset) for x, _ in extras),
-                  "extra_task_path": ",".join(str(_txt(run.at(x).train_tasks)) for x, _ in extras)}
-    return flags
-
-
 # --------------------------------------------------------------------------- the table
 
 STEPS: list[StepSpec] = [
     # 1: each set's dataset
     StepSpec("1", "dataset", "gen_dlrm_data.py", lambda r, s: [],
-             lambda r, s: [r.at(s).dataset / "table_configs.json", r.at(s).dataset / "data.pt"], dataset_flags,
+             lambda r, s: [r.at(s).dataset / "table_configs.json", r.at(s).dataset / "data.pt"], f.dataset_flags,
              each_set=True),
     # 2: tasks. The learned baselines and the on-policy and runtime data learn on training tasks of their own, never
     # the evaluation's
     StepSpec("2a", "evaluation tasks", "gen_tasks.py", lambda r, s: [r.at(s).dataset],
-             lambda r, s: [_txt(r.at(s).tasks)],
-             lambda r, s: task_flags(r, s, r.at(s).tasks, s.tasks, EVAL_TASK_SEED), each_set=True),
+             lambda r, s: [f.data_txt(r.at(s).tasks)],
+             lambda r, s: f.task_flags(r, s, r.at(s).tasks, s.tasks, EVAL_TASK_SEED), each_set=True),
     StepSpec("2b", "tasks for prediction-powered verdicts (not measured)", "gen_tasks.py",
-             lambda r, s: [r.at(s).dataset], lambda r, s: [_txt(r.at(s).unmeasured_tasks)],
-             lambda r, s: task_flags(r, s, r.at(s).unmeasured_tasks, s.unmeasured_tasks, UNMEASURED_SEED),
+             lambda r, s: [r.at(s).dataset], lambda r, s: [f.data_txt(r.at(s).unmeasured_tasks)],
+             lambda r, s: f.task_flags(r, s, r.at(s).unmeasured_tasks, s.unmeasured_tasks, UNMEASURED_SEED),
              when=lambda r, s: r.unmeasured(s), each_set=True),
     StepSpec("2c", "training tasks", "gen_tasks.py", lambda r, s: [r.at(s).dataset],
-             lambda r, s: [_txt(r.at(s).train_tasks)],
-             lambda r, s: task_flags(r, s, r.at(s).train_tasks, s.train_tasks, TRAIN_TASK_SEED), each_set=True),
+             lambda r, s: [f.data_txt(r.at(s).train_tasks)],
+             lambda r, s: f.task_flags(r, s, r.at(s).train_tasks, s.train_tasks, TRAIN_TASK_SEED), each_set=True),
     # the per-round anchors of the set's hardware evaluation: tasks no model, policy or estimator ever trained on,
     # so that the models price their plans as they price the evaluation's (the on-policy step's plans, which the
     # retrained models fit, are priced at the speed of the hour they were measured in)
     StepSpec("2d", "anchor tasks", "gen_tasks.py", lambda r, s: [r.at(s).dataset],
-             lambda r, s: [_txt(r.at(s).anchor_tasks)],
-             lambda r, s: task_flags(r, s, r.at(s).anchor_tasks, r.preset.round_anchors, ANCHOR_TASK_SEED),
+             lambda r, s: [f.data_txt(r.at(s).anchor_tasks)],
+             lambda r, s: f.task_flags(r, s, r.at(s).anchor_tasks, r.preset.round_anchors, ANCHOR_TASK_SEED),
              when=lambda r, s: r.anchors, each_set=True),
     # 3: cost data. Random shards of each set's tables (the first set's are the compute model's data; the others'
     # are trained on beside them: without them the compute model would price their tables by extrapolation)
     StepSpec("3a", "compute cost data", "collect_compute_cost_data.py", lambda r, s: [r.at(s).dataset],
-             lambda r, s: [_txt(r.at(s).compute_data)],
-             lambda r, s: compute_collection(r, r.at(s).dataset, r.at(s).compute_data, s.compute_samples),
+             lambda r, s: [f.data_txt(r.at(s).compute_data)],
+             lambda r, s: f.compute_collection(r, r.at(s).dataset, r.at(s).compute_data, s.compute_samples),
              when=lambda r, s: s.compute_samples > 0, each_set=True),
     StepSpec("3b", "compute noise floor", "compute_noise_floor.py", lambda r, s: [r.at(s).compute_data],
              lambda r, s: [r.at(s).compute_data / "noise_floor.json"],
@@ -411,11 +181,11 @@ STEPS: list[StepSpec] = [
                            "num_samples": r.preset.noise_samples, "seed": r.problem.seed, **r.device(),
                            **r.workers()}),
     StepSpec("3c", "comm cost data", "collect_comm_cost_data.py", lambda r, s: [],
-             lambda r, s: [_txt(r.layout.comm_data)],
-             lambda r, s: {"out_dir": r.layout.comm_data, "data_size": r.preset.comm_samples, **comm_flags(r)}),
+             lambda r, s: [f.data_txt(r.layout.comm_data)],
+             lambda r, s: {"out_dir": r.layout.comm_data, "data_size": r.preset.comm_samples, **f.comm_flags(r)}),
     StepSpec("3d", "comm noise floor", "collect_comm_cost_data.py", lambda r, s: [r.layout.comm_data],
              lambda r, s: [r.layout.comm_data / "noise_floor.json"],
-             lambda r, s: {"out_dir": r.layout.comm_data, "noise_floor": r.preset.noise_samples, **comm_flags(r)}),
+             lambda r, s: {"out_dir": r.layout.comm_data, "noise_floor": r.preset.noise_samples, **f.comm_flags(r)}),
     StepSpec("3e", "collective cost data and model", "collect_collective_cost_data.py", lambda r, s: [],
              lambda r, s: [r.collective_model()],
              lambda r, s: {"out_dir": r.layout.collective_data, "out_path": r.collective_model(),
@@ -425,10 +195,10 @@ STEPS: list[StepSpec] = [
              when=lambda r, s: r.collectives),
     # 4: cost models, first on the random cost data
     StepSpec("4a", "compute cost model", "train_compute_cost_model.py",
-             lambda r, s: [r.at(s).compute_data, *_other_compute(r)],
+             lambda r, s: [r.at(s).compute_data, *f.other_compute(r)],
              lambda r, s: [r.models(final=False)["compute_model"]],
-             lambda r, s: {"data_dir": r.at(s).compute_data, **_extra_compute(r), "epochs": r.preset.epochs,
-                           "out_path": r.models(final=False)["compute_model"], **_ensemble(r),
+             lambda r, s: {"data_dir": r.at(s).compute_data, **f.extra_compute(r), "epochs": r.preset.epochs,
+                           "out_path": r.models(final=False)["compute_model"], **f.ensemble_flags(r),
                            "seed": r.problem.seed}),
     StepSpec("4b", "compute model on unseen tables", "heldout_check.py", lambda r, s: [r.at(s).compute_data],
              lambda r, s: [r.layout.models / "compute_heldout.json"],
@@ -438,27 +208,27 @@ STEPS: list[StepSpec] = [
              lambda r, s: [r.models(final=False)["fw_comm_model"], r.models(final=False)["bw_comm_model"]],
              lambda r, s: {"data_dir": r.layout.comm_data, "epochs": r.preset.epochs,
                            "fw_out_path": r.models(final=False)["fw_comm_model"],
-                           "bw_out_path": r.models(final=False)["bw_comm_model"], "bw_linear": 1, **_ensemble(r),
+                           "bw_out_path": r.models(final=False)["bw_comm_model"], "bw_linear": 1, **f.ensemble_flags(r),
                            "seed": r.problem.seed}),
     # the plans of each set's training tasks, made with the random data's models, measured as eval.py measures:
     # on-policy cost data (eval/onpolicy.py). The first set's also trains the comm models and chooses NeuroShard+'s
     # lambda on hardware; a set with spread tables teaches the compute model what a rank of row blocks costs in
     # the plan job, which the random shards do not price right
-    StepSpec("4d", "on-policy cost data", "collect_plan_cost_data.py", _onpolicy_inputs, _onpolicy_outputs,
-             lambda r, s: onpolicy_collection(r, s), when=lambda r, s: r.onpolicy_of(s), each_set=True),
+    StepSpec("4d", "on-policy cost data", "collect_plan_cost_data.py", f.onpolicy_inputs, f.onpolicy_outputs,
+             lambda r, s: f.onpolicy_collection(r, s), when=lambda r, s: r.onpolicy_of(s), each_set=True),
     StepSpec("4e", "compute cost model, random + on-policy data", "train_compute_cost_model.py",
-             lambda r, s: [r.at(s).compute_data, r.at(s).plan_data / "compute", *_other_compute(r, onpolicy=True)],
+             lambda r, s: [r.at(s).compute_data, r.at(s).plan_data / "compute", *f.other_compute(r, onpolicy=True)],
              lambda r, s: [r.models()["compute_model"]],
              lambda r, s: {"data_dir": r.at(s).compute_data, "plan_data_dir": r.at(s).plan_data / "compute",
-                           **_extra_compute(r, onpolicy=True), "epochs": r.preset.epochs,
-                           "out_path": r.models()["compute_model"], **_ensemble(r), "seed": r.problem.seed},
+                           **f.extra_compute(r, onpolicy=True), "epochs": r.preset.epochs,
+                           "out_path": r.models()["compute_model"], **f.ensemble_flags(r), "seed": r.problem.seed},
              when=_onpolicy),
     StepSpec("4f", "comm cost models, random + on-policy data", "train_comm_cost_model.py",
              lambda r, s: [r.layout.comm_data, r.at(s).plan_data / "comm"],
              lambda r, s: [r.models()["fw_comm_model"], r.models()["bw_comm_model"]],
              lambda r, s: {"data_dir": r.layout.comm_data, "plan_data_dir": r.at(s).plan_data / "comm",
                            "epochs": r.preset.epochs, "fw_out_path": r.models()["fw_comm_model"],
-                           "bw_out_path": r.models()["bw_comm_model"], "bw_linear": 1, **_ensemble(r),
+                           "bw_out_path": r.models()["bw_comm_model"], "bw_linear": 1, **f.ensemble_flags(r),
                            "seed": r.problem.seed},
              when=_onpolicy),
     # the retrained models' error on the first set's on-policy plans beyond their predicted spread: the plan-level
@@ -467,63 +237,64 @@ STEPS: list[StepSpec] = [
     StepSpec("4g", "band calibrated on the on-policy plans", "calibrate_band.py",
              lambda r, s: [r.at(s).plan_data / "hw" / "results.json", *r.models().values()],
              lambda r, s: [r.layout.onpolicy_models / f"plan_error_{r.problem.ndevices}.json"],
-             lambda r, s: {"data_dir": r.at(s).dataset, "task_path": _txt(r.at(s).train_tasks),
-                           "eval_task_path": _txt(r.at(s).tasks),
+             lambda r, s: {"data_dir": r.at(s).dataset, "task_path": f.data_txt(r.at(s).train_tasks),
+                           "eval_task_path": f.data_txt(r.at(s).tasks),
                            "results": r.at(s).plan_data / "hw" / "results.json", "models": r.layout.onpolicy_models,
                            "heldout_models": r.layout.models, **r.problem_flags("seed")},
              when=_onpolicy),
     # the learned baselines train against the simulator of the models the evaluation plans with
-    StepSpec("4h", "DreamShard policy", "train_dreamshard.py", lambda r, s: [_txt(r.at(s).train_tasks)],
-             lambda r, s: [r.layout.models / "dreamshard.pt"], lambda r, s: _policy_flags(r, s, "dreamshard"),
+    StepSpec("4h", "DreamShard policy", "train_dreamshard.py", lambda r, s: [f.data_txt(r.at(s).train_tasks)],
+             lambda r, s: [r.layout.models / "dreamshard.pt"], lambda r, s: f.policy_flags(r, s, "dreamshard"),
              when=lambda r, s: "dreamshard" in r.learned, extra=lambda r, s: r.preset.dreamshard_args),
-    StepSpec("4i", "AutoShard policy", "train_autoshard.py", lambda r, s: [_txt(r.at(s).train_tasks)],
-             lambda r, s: [r.layout.models / "autoshard.pt"], lambda r, s: _policy_flags(r, s, "autoshard"),
+    StepSpec("4i", "AutoShard policy", "train_autoshard.py", lambda r, s: [f.data_txt(r.at(s).train_tasks)],
+             lambda r, s: [r.layout.models / "autoshard.pt"], lambda r, s: f.policy_flags(r, s, "autoshard"),
              when=lambda r, s: "autoshard" in r.learned, extra=lambda r, s: r.preset.autoshard_args),
     # TorchRec's estimator fitted to the same cost data as the models the evaluation plans with: the analytic
     # rival of the cost-model ablation
     StepSpec("4j", "TorchRec's estimator fitted to the same cost data", "fit_torchrec_estimator.py",
-             lambda r, s: [r.at(s).compute_data, r.layout.comm_data, *_other_compute(r, onpolicy=True)]
+             lambda r, s: [r.at(s).compute_data, r.layout.comm_data, *f.other_compute(r, onpolicy=True)]
              + ([r.at(s).plan_data] if r.onpolicy else []),
              lambda r, s: [r.estimator()],
              lambda r, s: {"data_dir": r.at(s).compute_data, "comm_data_dir": r.layout.comm_data,
                            "plan_data_dir": r.at(s).plan_data if r.onpolicy else None,
-                           **_extra_compute(r, onpolicy=True), "out_path": r.estimator(), "seed": r.problem.seed},
+                           **f.extra_compute(r, onpolicy=True), "out_path": r.estimator(), "seed": r.problem.seed},
              when=lambda r, s: r.preset.ablation),
     # 5: planning. Just before it, the machine's speed now: the planning and measuring steps scale the models by
     # it (--calibration)
     *remeasure("5a", "calibration", lambda r: r.layout.calibration),
-    StepSpec("5c", "simulator evaluation", "eval_simulator.py", lambda r, s: [_txt(r.at(s).tasks)],
+    StepSpec("5c", "simulator evaluation", "eval_simulator.py", lambda r, s: [f.data_txt(r.at(s).tasks)],
              lambda r, s: [r.at(s).sim / "summary.json"],
-             lambda r, s: {**evaluation_flags(r, s, r.at(s).tasks, s.eval_tasks), "out_dir": r.at(s).sim,
-                           **_refine(r), **_quiet_beyond_first(r, s)},
-             late=chosen_lambda, each_set=True),
+             lambda r, s: {**f.evaluation_flags(r, s, r.at(s).tasks, s.eval_tasks), "out_dir": r.at(s).sim,
+                           **f.refine_flags(r), **f.quiet_beyond_first(r, s)},
+             late=f.chosen_lambda, each_set=True),
     StepSpec("5d", "simulator on the unmeasured tasks", "eval_simulator.py",
-             lambda r, s: [_txt(r.at(s).unmeasured_tasks)], lambda r, s: [r.at(s).unmeasured_sim / "summary.json"],
-             lambda r, s: {**evaluation_flags(r, s, r.at(s).unmeasured_tasks, s.unmeasured_tasks),
+             lambda r, s: [f.data_txt(r.at(s).unmeasured_tasks)],
+             lambda r, s: [r.at(s).unmeasured_sim / "summary.json"],
+             lambda r, s: {**f.evaluation_flags(r, s, r.at(s).unmeasured_tasks, s.unmeasured_tasks),
                            "out_dir": r.at(s).unmeasured_sim, "quiet": True},
-             when=lambda r, s: r.unmeasured(s), late=chosen_lambda, each_set=True),
-    StepSpec("5e", "plans of the anchor tasks", "eval_simulator.py", lambda r, s: [_txt(r.at(s).anchor_tasks)],
+             when=lambda r, s: r.unmeasured(s), late=f.chosen_lambda, each_set=True),
+    StepSpec("5e", "plans of the anchor tasks", "eval_simulator.py", lambda r, s: [f.data_txt(r.at(s).anchor_tasks)],
              lambda r, s: [r.at(s).anchor_sim / "plans.json"],
-             lambda r, s: {**evaluation_flags(r, s, r.at(s).anchor_tasks, r.preset.round_anchors),
+             lambda r, s: {**f.evaluation_flags(r, s, r.at(s).anchor_tasks, r.preset.round_anchors),
                            "out_dir": r.at(s).anchor_sim, "quiet": True, "no_progress": True},
-             when=lambda r, s: r.anchors, late=chosen_lambda, each_set=True),
+             when=lambda r, s: r.anchors, late=f.chosen_lambda, each_set=True),
     # 6: measuring the plans eval_simulator.py made (planned once, by the same code), with the plan job's speed
     # measured on the on-policy plans just before and after it, and the machine's drift right after it
     plan_speed("6a", "before"),
     StepSpec("6b", "hardware evaluation", "eval.py",
              lambda r, s: [r.at(s).sim / "plans.json"] + ([r.at(s).anchor_sim / "plans.json"] if r.anchors else []),
              lambda r, s: [r.at(s).hw / "summary.json"],
-             lambda r, s: {**evaluation_flags(r, s, r.at(s).tasks, s.eval_tasks), "plans": r.at(s).sim / "plans.json",
-                           "out_dir": r.at(s).hw, "warmup": r.preset.eval_warmup, "iters": r.preset.eval_iters,
-                           "repeats": r.preset.eval_repeats, **r.device(), **_powered(r, s), **_round_anchors(r, s),
-                           **_quiet_beyond_first(r, s)},
+             lambda r, s: {**f.evaluation_flags(r, s, r.at(s).tasks, s.eval_tasks),
+                           "plans": r.at(s).sim / "plans.json", "out_dir": r.at(s).hw, "warmup": r.preset.eval_warmup,
+                           "iters": r.preset.eval_iters, "repeats": r.preset.eval_repeats, **r.device(),
+                           **f.powered_flags(r, s), **f.round_anchor_flags(r, s), **f.quiet_beyond_first(r, s)},
              each_set=True),
     plan_speed("6c", "after"),
     *remeasure("6d", "machine drift", lambda r: r.at(r.first).hw),
     # the first set's measured plans re-simulated under the models before and after the on-policy data
     StepSpec("6f", "model error on the measured plans, random vs on-policy data", "model_error.py",
              lambda r, s: [r.at(s).hw / "results.json"], lambda r, s: [r.at(s).hw / "model_error.json"],
-             lambda r, s: {"data_dir": r.at(s).dataset, "task_path": _txt(r.at(s).tasks),
+             lambda r, s: {"data_dir": r.at(s).dataset, "task_path": f.data_txt(r.at(s).tasks),
                            "results": r.at(s).hw / "results.json", **r.problem_flags("seed"),
                            "model_set": [f"random={r.layout.models}", f"onpolicy={r.layout.onpolicy_models}",
                                          *([f"fitted={r.estimator()}"] if r.preset.ablation else [])],
@@ -538,23 +309,23 @@ STEPS: list[StepSpec] = [
     # neuroshard[torchrec]); the evaluation's plans trained with DistributedModelParallel; the runtime model's error
     # on them
     StepSpec("7a", "TorchRec runtime cost data", "collect_torchrec_cost_data.py",
-             lambda r, s: [_txt(r.at(s).train_tasks)], lambda r, s: [r.at(s).torchrec_data / "results.json"],
-             lambda r, s: runtime_collection(r, s, r.at(s).torchrec_data)
+             lambda r, s: [f.data_txt(r.at(s).train_tasks)], lambda r, s: [r.at(s).torchrec_data / "results.json"],
+             lambda r, s: f.runtime_collection(r, s, r.at(s).torchrec_data)
              | ({"dp_min_pooling": r.preset.torchrec_dp_min_pooling} if s.spread else {})
              | ({"collective_model": r.collective_model()} if s.spread and r.collectives else {}),
              when=_torchrec, each_set=True),
     StepSpec("7b", "TorchRec runtime cost model", "train_torchrec_cost_model.py",
              lambda r, s: [r.at(x).torchrec_data / "results.json" for x in r.sets],
              lambda r, s: [r.first_runtime_model()],
-             lambda r, s: runtime_fit(r, [(x, r.at(x).torchrec_data) for x in r.sets[1:]], r.first_runtime_model()),
+             lambda r, s: f.runtime_fit(r, [(x, r.at(x).torchrec_data) for x in r.sets[1:]], r.first_runtime_model()),
              when=_torchrec),
     # on-policy runtime data: NeuroShard's plans searched with the first fit, the greedy's beside them in the same
     # rounds (a collection's speed is its own, so only plans beside others show how a search's picks are off),
     # and the model fitted again with them
     StepSpec("7c", "TorchRec runtime cost data, NeuroShard's plans for the first fit", "collect_torchrec_cost_data.py",
-             lambda r, s: [r.first_runtime_model(), _txt(r.at(s).train_tasks)],
+             lambda r, s: [r.first_runtime_model(), f.data_txt(r.at(s).train_tasks)],
              lambda r, s: [r.at(s).torchrec_onpolicy / "results.json"],
-             lambda r, s: runtime_collection(r, s, r.at(s).torchrec_onpolicy, algs="neuroshard,size_lookup_greedy",
+             lambda r, s: f.runtime_collection(r, s, r.at(s).torchrec_onpolicy, algs="neuroshard,size_lookup_greedy",
                                              random_plans=0)
              | {"runtime": "torchrec", "runtime_model": r.first_runtime_model(),
                 "repeats": r.preset.torchrec_onpolicy_rounds}
@@ -564,14 +335,14 @@ STEPS: list[StepSpec] = [
              lambda r, s: [*(r.at(x).torchrec_data / "results.json" for x in r.sets),
                            *(r.at(x).torchrec_onpolicy / "results.json" for x in r.sets if r.torchrec_onpolicy(x))],
              lambda r, s: [r.runtime_model()],
-             lambda r, s: runtime_fit(r, [*((x, r.at(x).torchrec_data) for x in r.sets[1:]),
+             lambda r, s: f.runtime_fit(r, [*((x, r.at(x).torchrec_data) for x in r.sets[1:]),
                                           *((x, r.at(x).torchrec_onpolicy) for x in r.sets if r.torchrec_onpolicy(x))],
                                       r.runtime_model()),
              when=lambda r, s: any(r.torchrec_onpolicy(x) for x in r.sets)),
     StepSpec("7e", "NeuroShard for TorchRec's runtime", "eval_simulator.py",
-             lambda r, s: [r.runtime_model(), _txt(r.at(s).tasks)],
+             lambda r, s: [r.runtime_model(), f.data_txt(r.at(s).tasks)],
              lambda r, s: [r.at(s).sim_torchrec / "summary.json"],
-             lambda r, s: {**_no_alg(evaluation_flags(r, s, r.at(s).tasks, s.eval_tasks)), "alg": "neuroshard",
+             lambda r, s: {**f.no_alg(f.evaluation_flags(r, s, r.at(s).tasks, s.eval_tasks)), "alg": "neuroshard",
                            "runtime": "torchrec", "runtime_model": r.runtime_model(), "out_dir": r.at(s).sim_torchrec,
                            "quiet": True, "no_progress": True},
              when=_torchrec, each_set=True),
@@ -579,26 +350,26 @@ STEPS: list[StepSpec] = [
     # eval_torchrec.py itself within the run's memory
     StepSpec("7f", "TorchRec training", "eval_torchrec.py",
              lambda r, s: [r.at(s).sim_torchrec / "plans.json", r.at(s).sim / "plans.json"]
-             + ([r.at(s).torchrec_data / "results.json"] if _torchrec_anchors(r, s) else []),
+             + ([r.at(s).torchrec_data / "results.json"] if f.torchrec_anchor_flags(r, s) else []),
              lambda r, s: [r.at(s).torchrec / "summary.json"],
-             lambda r, s: {"data_dir": r.at(s).dataset, "task_path": _txt(r.at(s).tasks),
+             lambda r, s: {"data_dir": r.at(s).dataset, "task_path": f.data_txt(r.at(s).tasks),
                            "plans": f"{r.at(s).sim_torchrec / 'plans.json'},{r.at(s).sim / 'plans.json'}",
                            "alg": f"all,{TORCHREC_FULL}",
                            **({"reference": s.torchrec_reference} if s.torchrec_reference else {}),
                            **r.problem_flags(), **r.hosts(), "max_tasks": min(r.preset.torchrec_tasks, s.eval_tasks),
-                           "repeats": r.preset.torchrec_repeats, **_training(r), "out_dir": r.at(s).torchrec,
-                           **_torchrec_anchors(r, s), "no_progress": True},
+                           "repeats": r.preset.torchrec_repeats, **f.training_flags(r), "out_dir": r.at(s).torchrec,
+                           **f.torchrec_anchor_flags(r, s), "no_progress": True},
              when=_torchrec, each_set=True),
     # the runtime model's error on those plans: tasks (and beyond the first set, tables) it never saw, and the plans
     # its search picked
     StepSpec("7g", "TorchRec runtime model on the evaluation tasks' plans", "train_torchrec_cost_model.py",
              lambda r, s: [r.at(s).torchrec / "results.json"],
              lambda r, s: [r.at(s).torchrec / "runtime_model_error.json"],
-             lambda r, s: {"data_dir": r.at(r.first).dataset, "task_path": _txt(r.at(r.first).train_tasks),
+             lambda r, s: {"data_dir": r.at(r.first).dataset, "task_path": f.data_txt(r.at(r.first).train_tasks),
                            "model": r.runtime_model(), **r.models(), **r.problem_flags("max_mem"),
                            "out_path": r.at(s).torchrec / "runtime_model_error.json",
                            "check_results": r.at(s).torchrec / "results.json",
-                           "check_task_path": _txt(r.at(s).tasks),
+                           "check_task_path": f.data_txt(r.at(s).tasks),
                            **({} if s is r.first else {"check_data_dir": r.at(s).dataset})},
              when=_torchrec, each_set=True),
 ]
