@@ -32,6 +32,7 @@ from neuroshard.pipeline.layout import (
 )
 from neuroshard.pipeline.presets import TORCHREC_FULL, TaskSet
 
+
 def to_argv(flags: dict) -> list[str]:
     """A step's flags as argv: None left out, True a switch, a list repeats the flag, anything else its str."""
     argv: list[str] = []
