@@ -35,7 +35,7 @@ def test_rank_noise_reads_each_repeats_rank_totals_and_reaches_the_report():
     import math
 
     from neuroshard.eval.summary import Accuracy, simulator_accuracy
-    from neuroshard.pipeline.report import accuracy_table
+    from neuroshard.pipeline.report.report_models import accuracy_table
     from neuroshard.types.costs import RepeatParts
 
     # two ranks; totals (compute + bw + fw) 11, 9 then 10, 10: log ratios log 1.1, log 0.9
@@ -57,7 +57,7 @@ def test_rank_noise_reads_each_repeats_rank_totals_and_reaches_the_report():
 
 def test_bias_by_alg_gives_each_algorithms_median_measured_over_estimated():
     from neuroshard.eval.summary import Accuracy, simulator_accuracy
-    from neuroshard.pipeline.report import accuracy_table
+    from neuroshard.pipeline.report.report_models import accuracy_table
 
     def rec(alg, task, measured_cost, fw, spread_mean=None):
         spread = None if spread_mean is None else CostSpread(spread_mean, 1.0, spread_mean - 1, spread_mean + 1, 64)
@@ -80,7 +80,7 @@ def test_bias_by_alg_gives_each_algorithms_median_measured_over_estimated():
 
 def test_bias_by_round_gives_each_rounds_median_over_the_plans_and_reaches_the_report():
     from neuroshard.eval.summary import Accuracy, bias_by_round, simulator_accuracy
-    from neuroshard.pipeline.report import accuracy_table
+    from neuroshard.pipeline.report.report_models import accuracy_table
     from neuroshard.types.costs import RepeatParts
 
     def rec(task, rounds):
@@ -107,7 +107,7 @@ def test_bias_by_round_gives_each_rounds_median_over_the_plans_and_reaches_the_r
 
 def test_headroom_pairs_the_algorithms_by_task_and_reaches_the_summary_and_report():
     from neuroshard.eval.summary import Summary, hardware_summary, summarize
-    from neuroshard.pipeline.report import headroom_lines
+    from neuroshard.pipeline.report.report_comparison import headroom_lines
 
     def headroom(records, algs):
         return summarize(records, algs, 3, cost_key="cost").headroom
@@ -135,7 +135,7 @@ def test_headroom_pairs_the_algorithms_by_task_and_reaches_the_summary_and_repor
 
 def test_rank_spread_compares_the_largest_skew_estimated_and_measured_and_reaches_the_report():
     from neuroshard.eval.summary import Accuracy, rank_spread, simulator_accuracy
-    from neuroshard.pipeline.report import accuracy_table
+    from neuroshard.pipeline.report.report_models import accuracy_table
 
     def rec(alg, task, est_skew, got_skew):
         est = CostBreakdown([10.0, 10.0], [1.0, 1.0], [1.0, 1.0], skew=est_skew)
@@ -163,7 +163,7 @@ def test_rank_spread_compares_the_largest_skew_estimated_and_measured_and_reache
 def test_prediction_powered_verdicts_use_the_unmeasured_tasks_estimates_and_reach_the_report():
     from neuroshard.eval.intervals import paired_difference, powered_difference
     from neuroshard.eval.summary import Summary, hardware_summary
-    from neuroshard.pipeline.report import power_lines
+    from neuroshard.pipeline.report.report_comparison import power_lines
 
     def rec(alg, task, estimate, repeats=None):
         measured = None if repeats is None else CostBreakdown([float(sum(repeats) / len(repeats))], [0.0], [0.0])
