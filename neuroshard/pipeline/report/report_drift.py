@@ -62,7 +62,7 @@ def anchor_lines(hw_dir: Path, records: list[PlanRecord] | None) -> tuple[list[s
     evaluation (`eval.drift.read_anchors`), and the figures (None when those steps did not run). `records`:
     the evaluation's, None without them."""
     from neuroshard.eval.drift import drift_scaled_accuracy, read_anchors
-    from neuroshard.eval.summary import speed_ratios
+    from neuroshard.eval.accuracy import speed_ratios
 
     anchors = read_anchors(hw_dir)
     if anchors is None or records is None:

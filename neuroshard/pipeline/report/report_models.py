@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from neuroshard.eval.summary import Accuracy
+from neuroshard.eval.accuracy import Accuracy
 from neuroshard.pipeline.report.report_common import load_json
 from neuroshard.pipeline.report.report_spread import collective_lines
 
