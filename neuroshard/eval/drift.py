@@ -97,7 +97,7 @@ def read_plan_speed(plan_speed_dir, calibration: dict | None) -> dict:
     of `calibration` (the evaluation's own `--calibration` factors, None without). Those plans must have been
     estimated under the same calibration, or the product would count a factor twice or miss one: a one-line
     error names the file and the factor that differs, as it does a missing file or a part without a ratio."""
-    from neuroshard.eval.summary import speed_ratios
+    from neuroshard.eval.accuracy import speed_ratios
     from neuroshard.formats.io import read_json
     from neuroshard.formats.plan_file import read_plans
 
@@ -161,7 +161,7 @@ def read_anchors(hw_dir) -> dict | None:
     """The anchors' speed (module doc): {"before", "after": `summary.speed_ratios` of each folder's
     results.json, "plans": the plans measured, "factors": per part ("compute", "fw_comm", "bw_comm") the
     geometric mean of before and after}; None when either folder has no results (the steps did not run)."""
-    from neuroshard.eval.summary import speed_ratios
+    from neuroshard.eval.accuracy import speed_ratios
     from neuroshard.formats.plan_file import read_plans
 
     paths = [Path(hw_dir) / name / "results.json" for name in ANCHORS.values()]

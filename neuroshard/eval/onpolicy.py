@@ -45,7 +45,8 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
-from neuroshard.eval.summary import measured_rank_noise, summarize
+from neuroshard.eval.accuracy import measured_rank_noise
+from neuroshard.eval.summary import summarize
 from neuroshard.formats.cost_data import CommSample
 from neuroshard.formats.side_files import LAMBDA_JSON, LambdaChoice, write_side_file
 from neuroshard.problem import Problem
@@ -131,13 +132,13 @@ def model_error(records: Sequence[PlanRecord], tasks: Sequence[Task], configs: S
                 anchors: Sequence[PlanRecord] | None = None) -> tuple[dict, dict]:
     """({label: `Accuracy`}, {label: `round_calibration.RoundCalibration`}) of each set of cost models
     (`CostModels`) on the measured plans of `records`: every plan re-simulated under the set (once) and compared
-    with its measurements (`eval.summary.simulator_accuracy`), so the random data's models and the models trained
+    with its measurements (`eval.accuracy.simulator_accuracy`), so the random data's models and the models trained
     with on-policy data are judged on the same plans. With `anchors` (measured in the same rounds, naming their
     tables: eval.py's round_anchors.json) also after the per-round calibration: the anchors re-simulated under the
     set give each round's factors, so that models other than those the plans were estimated with are judged as
     the report judges those (`eval.round_calibration`); the second dict is empty without anchors."""
     from neuroshard.eval.round_calibration import calibrated_accuracy
-    from neuroshard.eval.summary import simulator_accuracy
+    from neuroshard.eval.accuracy import simulator_accuracy
     from neuroshard.planner.simulator import simulate
 
     measured = [r for r in records if r.measured is not None and r.plan is not None]

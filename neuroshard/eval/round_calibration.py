@@ -44,7 +44,7 @@ from typing import Sequence
 
 import numpy as np
 
-from neuroshard.eval.summary import speed_ratios
+from neuroshard.eval.accuracy import speed_ratios
 from neuroshard.train.metrics import spearman
 from neuroshard.types.codec import Record
 from neuroshard.types.costs import CostBreakdown

@@ -54,7 +54,7 @@ class LambdaChoice(Record):
 @dataclass
 class ModelErrorReport(Record):
     """The simulator's error on measured plans under each labelled set of cost models: the results file, each
-    set's checkpoints, and each set's accuracy (`eval.summary.Accuracy`'s JSON) and, with the rounds' anchors,
+    set's checkpoints, and each set's accuracy (`eval.accuracy.Accuracy`'s JSON) and, with the rounds' anchors,
     its error after the per-round calibration (`eval.round_calibration.RoundCalibration`'s JSON)."""
 
     results: str

@@ -3,8 +3,8 @@ and repeats measured in interleaved rounds (a fake measurer stands in for the jo
 
 import pytest
 
+from neuroshard.eval.accuracy import simulator_accuracy
 from neuroshard.eval.summary import hardware_summary as summarize
-from neuroshard.eval.summary import simulator_accuracy
 from neuroshard.formats.plan_file import read_plans
 from neuroshard.measure.plan_job import HardwareConfig
 from neuroshard.problem import Problem

@@ -4,7 +4,7 @@ import pytest
 
 from neuroshard.eval.intervals import Interval
 from neuroshard.eval.summary import AlgorithmRow, Summary, VsReference
-from neuroshard.pipeline.report import comparison_table, verdict_lines
+from neuroshard.pipeline.report.report_comparison import comparison_table, verdict_lines
 
 
 def _row(alg, mean, ci, gain=None, diff=None, verdict=None):
@@ -41,7 +41,7 @@ def test_verdict_words_follow_the_intervals():
 def test_torchrec_section_reads_step_7_and_says_how_noisy_it_is(tmp_path):
     import json
 
-    from neuroshard.pipeline.report import torchrec_lines
+    from neuroshard.pipeline.report.report_torchrec import torchrec_lines
     from neuroshard.torchrec.training_eval import summarize
 
     assert torchrec_lines(tmp_path) == ([], None)  # step 7 did not run: no section
@@ -82,7 +82,7 @@ def test_runtime_check_lines_per_algorithm_and_step(tmp_path):
     """Step 7h's check of the new set's plans: per algorithm, each predicted / measured ratio."""
     import json
 
-    from neuroshard.pipeline.report import runtime_check_lines
+    from neuroshard.pipeline.report.report_torchrec import runtime_check_lines
 
     row = lambda ratio: {"plans": 3, "mape": 4.0, "ratio": ratio}  # noqa: E731
     check = {"plans": 6, "mape": 4.0, "ratio": 0.97, "by_alg": {"neuroshard[torchrec]": row(0.95), "greedy": row(0.99)}}
@@ -97,7 +97,7 @@ def test_power_line_from_the_median_noise_of_the_comparisons():
     from types import SimpleNamespace as N
 
     from neuroshard.eval.power import Components
-    from neuroshard.pipeline.report import power_lines
+    from neuroshard.pipeline.report.report_comparison import power_lines
 
     comps = [Components(0.08, 0.08, 10, 2), Components(0.06, 0.10, 10, 2), Components(0.10, 0.06, 10, 2)]
     hw = N(algorithms=[N(vs_reference=None)] + [N(vs_reference=N(power=c)) for c in comps])
@@ -113,7 +113,7 @@ def test_drift_lines_give_the_change_since_the_calibration(tmp_path):
     import json
 
     from neuroshard.formats.plan_file import read_plans, write_plans
-    from neuroshard.pipeline.report import drift_lines
+    from neuroshard.pipeline.report.report_drift import drift_lines
     from neuroshard.types.costs import CostBreakdown
     from neuroshard.types.plan import Plan
     from neuroshard.types.records import PlanRecord
@@ -142,7 +142,7 @@ def test_drift_lines_give_the_change_since_the_calibration(tmp_path):
 def test_anchor_lines_scale_the_estimates_by_the_anchors_speed(tmp_path):
     from neuroshard.eval.drift import ANCHORS
     from neuroshard.formats.plan_file import read_plans, write_plans
-    from neuroshard.pipeline.report import anchor_lines
+    from neuroshard.pipeline.report.report_drift import anchor_lines
     from tests.eval.test_drift import _anchor
 
     # the anchors ran compute at 0.5x their estimate before and after (fw and bw 1x); the evaluation's plan:
@@ -165,7 +165,7 @@ def test_drift_and_anchor_lines_measure_the_change_from_the_plan_speed_the_estim
 
     from neuroshard.eval.drift import ANCHORS
     from neuroshard.formats.plan_file import read_plans, write_plans
-    from neuroshard.pipeline.report import anchor_lines, drift_lines
+    from neuroshard.pipeline.report.report_drift import anchor_lines, drift_lines
     from tests.eval.test_drift import _anchor, _write
 
     # the evaluation's estimate (compute [1, 2], bw [1, 1], fw [1, 1]: 4 ms) includes the calibration 1.1x and
@@ -197,7 +197,7 @@ def test_oversize_section_compares_the_algorithms_that_planned_and_counts_what_n
 
     from neuroshard.eval.summary import summarize
     from neuroshard.formats.plan_file import write_plans
-    from neuroshard.pipeline.report import oversize_lines
+    from neuroshard.pipeline.report.report_oversize import oversize_lines
     from neuroshard.types.costs import CostBreakdown
     from neuroshard.types.plan import Plan
     from neuroshard.types.records import PlanRecord
@@ -267,7 +267,7 @@ def test_round_lines_price_the_plans_with_the_new_types_on_their_own(tmp_path):
     from neuroshard.eval.round_calibration import RoundCalibration
     from neuroshard.formats.plan_file import write_plans
     from neuroshard.formats.side_files import write_side_file
-    from neuroshard.pipeline.report import round_lines
+    from neuroshard.pipeline.report.report_drift import round_lines
     from neuroshard.types.plan import Plan, Spread
     from tests.eval.test_round_calibration import _rescaled
 
@@ -314,11 +314,7 @@ def test_round_lines_price_the_plans_with_the_new_types_on_their_own(tmp_path):
 
 
 def test_collective_model_rows_and_the_spread_tables_chosen(tmp_path):
-    from neuroshard.pipeline.report import (
-        collective_check,
-        collective_lines,
-        spread_choices,
-    )
+    from neuroshard.pipeline.report.report_spread import collective_check, collective_lines, spread_choices
     from neuroshard.planner.costs.collective_model import CollectiveFit, CollectiveModel
     from neuroshard.types.costs import CostBreakdown
     from neuroshard.types.plan import Plan, Spread
@@ -358,7 +354,7 @@ def test_collective_model_rows_and_the_spread_tables_chosen(tmp_path):
 def test_model_table_gives_the_floor_ratio_its_interval_where_the_metrics_have_one(tmp_path):
     import json
 
-    from neuroshard.pipeline.report import model_table
+    from neuroshard.pipeline.report.report_models import model_table
 
     (tmp_path / "models").mkdir()
     metrics = {"num_samples": 100, "metrics": {"test": {"mse": 1.0, "mape": 0.12, "spearman": 0.9}},

@@ -18,7 +18,8 @@ from neuroshard.planner.costs.uncertainty import (
     shared_normals,
     spread,
 )
-from neuroshard.planner.search.plus import PlusConfig, _Objective, search_plus
+from neuroshard.planner.search.local_search import Objective
+from neuroshard.planner.search.plus import PlusConfig, search_plus
 from neuroshard.planner.simulator import simulate
 from neuroshard.problem import Problem
 from neuroshard.types.costs import RankNoise
@@ -103,8 +104,8 @@ def test_the_objective_of_placements_with_an_ensemble():
     # two placements of 2 devices with the same mean compute; the second's members disagree more
     dims = np.array([[24.0, 32.0], [24.0, 32.0]])
     compute = np.array([[[1.0, 1.0], [0.5, 0.5]], [[1.0, 1.0], [1.5, 1.5]]])  # [K, M, n]
-    point = _Objective(scorer, NO_NOISE, robust=False, lam=1.0)
-    robust = _Objective(scorer, NO_NOISE, robust=True, lam=1.0)
+    point = Objective(scorer, NO_NOISE, robust=False, lam=1.0)
+    robust = Objective(scorer, NO_NOISE, robust=True, lam=1.0)
     assert robust.robust and not point.robust
     cost, total = robust(compute, dims)
     bw, fw = scorer.comm_members(dims, compute)

@@ -12,6 +12,7 @@ from neuroshard.planner.registry import (
 )
 from neuroshard.planner.search import plus as plus_module
 from neuroshard.planner.search.beam import SearchConfig, make_space, search
+from neuroshard.planner.search.local_search import Objective, State, descend
 from neuroshard.planner.search.plus import PlusConfig, search_plus
 from neuroshard.planner.shard import shard
 from neuroshard.planner.simulator import simulate, validate_plan
@@ -62,12 +63,12 @@ def test_descents_from_the_starts_take_gains_of_a_tenth_of_a_percent_the_last_de
     models = linear_models(2)
     tables = tables_of_dims([4000, 4000, 4, 4])
     prob = make_space(tables, Problem(2, 1.0), models, NO_SPLITS)
-    objective = plus_module._Objective(prob.scorer, models.noise_model, robust=False, lam=0.0)
-    start = plus_module._State(prob, Plan((), ((0, 2, 3), (1,))), objective)
+    objective = Objective(prob.scorer, models.noise_model, robust=False, lam=0.0)
+    start = State(prob, Plan((), ((0, 2, 3), (1,))), objective)
     assert start.cost()[0] == pytest.approx(40.58)
-    coarse, moves = plus_module._descend(start, 10, False, gain=plus_module._COARSE_GAIN)
+    coarse, moves = descend(start, 10, False, gain=plus_module._COARSE_GAIN)
     assert moves == 0 and coarse.cost()[0] == pytest.approx(40.58)
-    fine, moves = plus_module._descend(start, 10, False)
+    fine, moves = descend(start, 10, False)
     assert moves == 1 and fine.cost()[0] == pytest.approx(40.54)
     assert sorted(sorted(tables[i].dim for i in s) for s in fine.plan().shards) == [[4, 4000], [4, 4000]]
 
