@@ -59,8 +59,8 @@ def test_torchrec_section_reads_step_7_and_says_how_noisy_it_is(tmp_path):
     assert "| greedy |" in text and "neuroshard beats it" in text and "1.200 [1.200, 1.200]" in text
     assert "two sharding groups" in text
     assert "4096 ranks shared" in text and "same plan trained in two rounds differed by 4.9%" in text
-    assert "runtime model" not in text  # step 7e did not run
-    # step 7e's check of the runtime model, with the rounds' speed from step 7d's anchors
+    assert "runtime model" not in text  # step 7g did not run
+    # step 7g's check of the runtime model, with the rounds' speed from step 7f's anchors
     check = {"plans": 6, "mape": 12.5, "ratio": 1.1, "by_alg": {},
              "rounds": {"anchors": 4, "factors": [{"cost": 1.05}, {"cost": 0.95}], "measurements": 12, "mape": 0.06,
                         "raw_mape": 0.09, "mape_mean": 0.04, "floor": 0.05, "floor_mean": 0.025}}
@@ -79,7 +79,7 @@ def test_torchrec_section_reads_step_7_and_says_how_noisy_it_is(tmp_path):
 
 
 def test_runtime_check_lines_per_algorithm_and_step(tmp_path):
-    """Step 7h's check of the new set's plans: per algorithm, each predicted / measured ratio."""
+    """Step 7g:oversize's check of the new set's plans: per algorithm, each predicted / measured ratio."""
     import json
 
     from neuroshard.pipeline.report.report_torchrec import runtime_check_lines
@@ -87,10 +87,10 @@ def test_runtime_check_lines_per_algorithm_and_step(tmp_path):
     row = lambda ratio: {"plans": 3, "mape": 4.0, "ratio": ratio}  # noqa: E731
     check = {"plans": 6, "mape": 4.0, "ratio": 0.97, "by_alg": {"neuroshard[torchrec]": row(0.95), "greedy": row(0.99)}}
     (tmp_path / "e.json").write_text(json.dumps({"model": "m.json", "check": check}))
-    [_, line] = runtime_check_lines(tmp_path / "e.json", "7h")
-    assert "on these 6 trained plans: step-time MAPE 4.0%, predicted / measured 0.970 (step 7h)." in line
+    [_, line] = runtime_check_lines(tmp_path / "e.json", "7g:oversize")
+    assert "on these 6 trained plans: step-time MAPE 4.0%, predicted / measured 0.970 (step 7g:oversize)." in line
     assert line.endswith("By algorithm, predicted / measured: neuroshard[torchrec] 0.950, greedy 0.990.")
-    assert runtime_check_lines(tmp_path / "missing.json", "7h") == []
+    assert runtime_check_lines(tmp_path / "missing.json", "7g:oversize") == []
 
 
 def test_power_line_from_the_median_noise_of_the_comparisons():
@@ -229,8 +229,8 @@ def test_oversize_section_compares_the_algorithms_that_planned_and_counts_what_n
     assert "| torchrec | 17.00 [" in text and "| dreamshard | - |" in text and "| 0 / 3 | - |" in text
     assert "- Tasks torchrec planned and NeuroShard did not: 1 (2)." in text
     assert fig["planned_none"] == ["dreamshard"] and fig["unplanned_by_neuroshard"] == {"torchrec": [2]}
-    assert fig["torchrec_train"] is None and "step 7g" not in text and fig["round_calibration"] is None
-    # with the new set's own anchors measured in every round of step 6h: the rounds' speed and the moved error
+    assert fig["torchrec_train"] is None and "step 7f" not in text and fig["round_calibration"] is None
+    # with the new set's own anchors measured in every round of step 6b:oversize: the rounds' speed and the moved error
     from neuroshard.eval.round_calibration import RoundCalibration
     from neuroshard.formats.side_files import write_side_file
 
@@ -243,8 +243,8 @@ def test_oversize_section_compares_the_algorithms_that_planned_and_counts_what_n
     # the ratio 0.1 / 0.08 and its spread with the anchors resampled
     assert ("per measurement (a perfect model moved the same way: 8.0%, 1.25x; 1.10-1.60x with the anchors "
             "resampled, 10th-90th percentile), 20.0% unmoved") in text
-    assert ("- Per-round calibration: 4 plans of the second dataset's anchor tasks (step 5e's, never the "
-            "evaluation's) were measured in each of the 2 rounds of step 6h") in text
+    assert ("- Per-round calibration: 4 plans of the second dataset's anchor tasks (step 5e:oversize's, "
+            "never the evaluation's) were measured in each of the 2 rounds of step 6b:oversize") in text
     assert "ran them at 0.900x, 0.800x their estimates" in text and "MAPE **10.0%** per measurement" in text
     assert fig["round_calibration"]["anchors"] == 4
     # with phase 7: the tasks trained in TorchRec, neuroshard[torchrec] against TorchRec's full planner
@@ -257,7 +257,7 @@ def test_oversize_section_compares_the_algorithms_that_planned_and_counts_what_n
         training_summary(costs, "neuroshard[torchrec]", ["neuroshard[torchrec]", "torchrec_full"])))
     lines, fig = oversize_lines(tmp_path)
     text = "\n".join(lines)
-    assert "trained with TorchRec (step 7g)" in text and "| torchrec_full" in text and "1.500 [1.500, 1.500]" in text
+    assert "trained with TorchRec (step 7f:oversize)" in text and "| torchrec_full" in text and "1.500 [1.500, 1.500]" in text
     assert fig["torchrec_train"]["reference"] == "neuroshard[torchrec]"
 
 

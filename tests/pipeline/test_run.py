@@ -113,7 +113,7 @@ def test_tiny_pipeline_writes_every_artifact_and_skips_on_rerun(tmp_path):
     assert len(read_plans(out / "anchor_sim" / "plans.json")) > 4
     for got, want in zip(round_factors(anchors, 2), rounds["factors"], strict=True):
         assert got == pytest.approx(want)
-    assert "Per-round calibration: 4 plans of anchor tasks (step 5f's" in report
+    assert "Per-round calibration: 4 plans of anchor tasks (step 5e's" in report
     # step 6's estimates are not scaled by the anchors before it (--plan_speed is eval.py's option, off here)
     assert json.loads((out / "hw" / "config.json").read_text())["plan_speed_factors"] is None
     assert "--plan_speed" not in report

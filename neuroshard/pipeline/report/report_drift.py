@@ -105,7 +105,7 @@ def resampled_phrase(spread) -> str:
     return f"; {spread[0]:.2f}-{spread[1]:.2f}x with the anchors resampled, 10th-90th percentile" if spread else ""
 
 
-def round_lines(hw_dir: Path, step: str = "6b", anchors: str = "plans of anchor tasks (step 5f's: tasks never "
+def round_lines(hw_dir: Path, step: str = "6b", anchors: str = "plans of anchor tasks (step 5e's: tasks never "
                 "evaluated nor trained on)") -> tuple[list[str], dict | None]:
     """Markdown on the per-round calibration of a hardware step (`eval.round_calibration`: `anchors` measured in
     every round of `step`) and its figures; nothing when the evaluation had no anchors."""

@@ -22,7 +22,7 @@ def unplanned_by(records: list[PlanRecord], alg: str, rival: str) -> list[int]:
 
 
 def oversize_lines(out: Path) -> tuple[list[str], dict | None]:
-    """Markdown on the tasks beyond the paper's plan space (`oversize/`, steps 1b, 2d, 6g, 6h): what the set is,
+    """Markdown on the tasks beyond the paper's plan space (`oversize/`, the steps of the task set `oversize`): what the set is,
     who plans its tasks, and the comparison in the simulator and on hardware (None when the steps did not
     run)."""
     sim, hw = (load_summary(out / "oversize" / d / "summary.json") for d in ("sim", "hw"))
@@ -52,17 +52,17 @@ def oversize_lines(out: Path) -> tuple[list[str], dict | None]:
     lines += spread_choices(records)
     measured = out / "oversize" / "hw" / "results.json"
     lines += collective_check(read_plans(measured) if measured.exists() else None)
-    rounds_md, rounds = round_lines(out / "oversize" / "hw", "6h", "plans of the second dataset's anchor tasks "
-                                    "(step 5e's, never the evaluation's)")
+    rounds_md, rounds = round_lines(out / "oversize" / "hw", "6b:oversize", "plans of the second dataset's anchor tasks "
+                                    "(step 5e:oversize's, never the evaluation's)")
     lines += [f"- {line}" for line in rounds_md]
     for rival, tasks in missed.items():
         lines.append(f"- Tasks {rival} planned and NeuroShard did not: {len(tasks)}"
                      + (f" ({', '.join(map(str, tasks))})" if tasks else "") + ".")
     trec_md, trec, _ = torchrec_table(out / "oversize" / "torchrec")
     if trec_md:
-        lines += ["", "The first of these tasks trained with TorchRec (step 7g), where the plans may also be "
+        lines += ["", "The first of these tasks trained with TorchRec (step 7f:oversize), where the plans may also be "
                       "row-wise and data-parallel: neuroshard[torchrec] searches every sharding type its runtime "
                       "model was fitted on, torchrec_full is TorchRec's planner as users get it.", "", trec_md]
-        lines += runtime_check_lines(out / "oversize" / "torchrec" / "runtime_model_error.json", "7h")
+        lines += runtime_check_lines(out / "oversize" / "torchrec" / "runtime_model_error.json", "7g:oversize")
     return lines, {"verdicts": verdicts, "planned_none": none, "unplanned_by_neuroshard": missed,
                    "round_calibration": rounds, "torchrec_train": trec}

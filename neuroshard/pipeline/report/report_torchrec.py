@@ -52,9 +52,9 @@ def torchrec_lines(out: Path) -> tuple[list[str], dict | None]:
     return lines, summary
 
 
-def runtime_check_lines(path: Path, step: str = "7e") -> list[str]:
-    """Markdown on the TorchRec runtime model's error on trained evaluation plans (step 7e; 7h on the second
-    dataset's), per algorithm where there are several, and, where step 7d trained anchors in every round, the
+def runtime_check_lines(path: Path, step: str = "7g") -> list[str]:
+    """Markdown on the TorchRec runtime model's error on trained evaluation plans (step 7g of each task set),
+    per algorithm where there are several, and, where step 7f trained anchors in every round, the
     same error with each round's speed taken out; nothing without it."""
     check = (load_json(path) or {}).get("check")
     if not check:
