@@ -257,7 +257,8 @@ def test_oversize_section_compares_the_algorithms_that_planned_and_counts_what_n
         training_summary(costs, "neuroshard[torchrec]", ["neuroshard[torchrec]", "torchrec_full"])))
     lines, fig = oversize_lines(tmp_path)
     text = "\n".join(lines)
-    assert "trained with TorchRec (step 7f:oversize)" in text and "| torchrec_full" in text and "1.500 [1.500, 1.500]" in text
+    assert "trained with TorchRec (step 7f:oversize)" in text and "| torchrec_full" in text
+    assert "1.500 [1.500, 1.500]" in text
     assert fig["torchrec_train"]["reference"] == "neuroshard[torchrec]"
 
 

@@ -61,8 +61,8 @@ def anchor_lines(hw_dir: Path, records: list[PlanRecord] | None) -> tuple[list[s
     """Markdown on the plan job's own speed, from the on-policy plans measured again just before and after the
     evaluation (`eval.drift.read_anchors`), and the figures (None when those steps did not run). `records`:
     the evaluation's, None without them."""
-    from neuroshard.eval.drift import drift_scaled_accuracy, read_anchors
     from neuroshard.eval.accuracy import speed_ratios
+    from neuroshard.eval.drift import drift_scaled_accuracy, read_anchors
 
     anchors = read_anchors(hw_dir)
     if anchors is None or records is None:

@@ -8,7 +8,6 @@ from pathlib import Path
 from neuroshard.eval.summary import Summary
 from neuroshard.pipeline.report.report_common import fmt_ms, load_json, rows_by_alg, signed_pct
 
-
 LEARNED = ("dreamshard", "autoshard")
 
 

@@ -22,8 +22,8 @@ def unplanned_by(records: list[PlanRecord], alg: str, rival: str) -> list[int]:
 
 
 def oversize_lines(out: Path) -> tuple[list[str], dict | None]:
-    """Markdown on the tasks beyond the paper's plan space (`oversize/`, the steps of the task set `oversize`): what the set is,
-    who plans its tasks, and the comparison in the simulator and on hardware (None when the steps did not
+    """Markdown on the tasks beyond the paper's plan space (`oversize/`, the steps of the task set `oversize`):
+    what the set is, who plans its tasks, and the comparison in the simulator and on hardware (None when the steps did not
     run)."""
     sim, hw = (load_summary(out / "oversize" / d / "summary.json") for d in ("sim", "hw"))
     if sim is None:
@@ -52,8 +52,9 @@ def oversize_lines(out: Path) -> tuple[list[str], dict | None]:
     lines += spread_choices(records)
     measured = out / "oversize" / "hw" / "results.json"
     lines += collective_check(read_plans(measured) if measured.exists() else None)
-    rounds_md, rounds = round_lines(out / "oversize" / "hw", "6b:oversize", "plans of the second dataset's anchor tasks "
-                                    "(step 5e:oversize's, never the evaluation's)")
+    rounds_md, rounds = round_lines(out / "oversize" / "hw", "6b:oversize",
+                                    "plans of the second dataset's anchor tasks (step 5e:oversize's, never the "
+                                    "evaluation's)")
     lines += [f"- {line}" for line in rounds_md]
     for rival, tasks in missed.items():
         lines.append(f"- Tasks {rival} planned and NeuroShard did not: {len(tasks)}"
