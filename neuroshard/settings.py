@@ -203,9 +203,12 @@ class Removed:
 DEPRECATED_FLAGS: dict[str, dict[str, Renamed | Removed]] = {
     # root scripts (tools/ before 77a2aaf for calibrate_band.py and model_error.py)
     "calibrate_band.py": {"--rank_error_models": Renamed("--heldout_models")},  # ee4b4ca
+    "collect_collective_cost_data.py": {"--test_share": Removed("each form is now judged by cross-validation: give "
+                                                               "--folds K instead")},  # 2d375dd
     "collect_comm_cost_data.py": {"--quiet": Renamed("--no_progress")},  # 93e77c1
     "collect_compute_cost_data.py": {"--quiet": Renamed("--no_progress")},  # 93e77c1
     "gen_dlrm_data.py": {"--quiet": Renamed("--no_progress")},  # 93e77c1
+    "gen_tasks.py": {"--hot_pooling": Renamed("--hot_min_pooling")},  # 1fd3409
     "model_error.py": {"--models": Renamed("--model_set")},  # 77a2aaf
     "train_autoshard.py": {"--gpu-devices": Renamed("--gpu_devices")},  # 93e77c1
     "train_comm_cost_model.py": {"--threads": Removed("training runs on one thread (the models are tiny): leave it "

@@ -181,6 +181,8 @@ ALIASES = [
     ("collect_compute_cost_data.py", ["--quiet"], ["--no_progress"], {"no_progress": True}),
     ("collect_comm_cost_data.py", ["--quiet"], ["--no_progress"], {"no_progress": True}),
     ("gen_dlrm_data.py", ["--synthetic", "--quiet"], ["--synthetic", "--no_progress"], {"no_progress": True}),
+    ("gen_tasks.py", ["--hot", "1", "--hot_pooling", "50"], ["--hot", "1", "--hot_min_pooling", "50"],
+     {"hot": 1, "hot_min_pooling": 50.0}),
     ("train_dreamshard.py", ["--gpu-devices", "0,1"], ["--gpu_devices", "0,1"], {"gpu_devices": "0,1"}),
     ("train_autoshard.py", ["--gpu-devices=0,1"], ["--gpu_devices=0,1"], {"gpu_devices": "0,1"}),
     ("benchmarks/bench_compute_collection.py", ["--samples", "7"], ["--num_samples", "7"], {"num_samples": 7}),
@@ -213,8 +215,14 @@ def test_every_old_spelling_of_the_table_has_its_test():
     assert tested | removed == {(s, o) for s, t in settings.DEPRECATED_FLAGS.items() for o in t}
 
 
-def test_a_removed_flag_is_a_one_line_error_saying_what_to_do(tmp_path):
-    res = run_script("train_comm_cost_model.py", ["--data_dir", str(tmp_path), "--threads", "4"])
-    assert res.returncode == 1 and "Traceback" not in res.stderr
-    assert res.stderr.strip() == ("error: --threads: train_comm_cost_model.py no longer takes it: training runs on "
-                                  "one thread (the models are tiny): leave it out")
+@pytest.mark.parametrize("script, argv, line", [
+    ("train_comm_cost_model.py", ["--data_dir", "d", "--threads", "4"],
+     "error: --threads: train_comm_cost_model.py no longer takes it: training runs on one thread (the models are "
+     "tiny): leave it out"),
+    ("collect_collective_cost_data.py", ["--out_dir", "c", "--out_path", "c.json", "--test_share=0.2"],
+     "error: --test_share: collect_collective_cost_data.py no longer takes it: each form is now judged by "
+     "cross-validation: give --folds K instead"),
+])
+def test_a_removed_flag_is_a_one_line_error_saying_what_to_do(tmp_path, script, argv, line):
+    res = run_script(script, argv, cwd=tmp_path)
+    assert res.returncode == 1 and res.stderr.strip() == line and not any(tmp_path.iterdir())
