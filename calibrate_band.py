@@ -41,7 +41,7 @@ from neuroshard.formats.side_files import (
     write_side_file,
 )
 from neuroshard.problem import Problem
-from neuroshard.settings import add_flag
+from neuroshard.settings import add_flag, parse_flags
 from neuroshard.types.errors import InputError
 
 
@@ -53,7 +53,7 @@ def parse_args(argv=None):
     add_flag(p, "results", required=True, help="collect_plan_cost_data.py's hw/results.json (measured plans)")
     add_flag(p, "models", required=True, help="folder with compute.pt, comm_<n>_fw.pt, comm_<n>_bw.pt (its forward "
                                               "checkpoint gets the \"plan_error\")")
-    p.add_argument("--heldout_models", "--rank_error_models", dest="heldout_models", default=None,
+    p.add_argument("--heldout_models", default=None,
                    help="folder of models NOT trained on these plans' shards (the random data's), whose plan-level "
                         "and per-rank error on them are the out-of-sample estimates written into --models "
                         "(default: --models itself, in sample, which fits these plans too well)")
@@ -61,7 +61,7 @@ def parse_args(argv=None):
                      helps={"ndevices": "devices of the plans", "max_mem": "memory per device in GB the plans were "
                                                                            "made for"})
     add_flag(p, "out_path", help="JSON report (default: <models>/plan_error_<n>.json)")
-    return p.parse_args(argv)
+    return parse_flags(p, argv, __file__)
 
 
 def main(argv=None) -> int:

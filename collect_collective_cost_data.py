@@ -31,7 +31,7 @@ import sys
 
 from neuroshard.cli import run_main
 from neuroshard.problem import Problem
-from neuroshard.settings import add_flag
+from neuroshard.settings import add_flag, parse_flags
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -57,7 +57,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     add_flag(p, "out_dir", required=True, help="where the samples go (data.jsonl, noise.jsonl)")
     add_flag(p, "out_path", required=True, help="the fitted model (collectives_<ndevices>.json)")
     add_progress_arg(p)
-    return p.parse_args(argv)
+    return parse_flags(p, argv, __file__)
 
 
 def main(argv=None) -> int:

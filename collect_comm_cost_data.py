@@ -37,7 +37,7 @@ from neuroshard.measure.comm_collect import (
 )
 from neuroshard.measure.launch import DEFAULT_TIMEOUT_S, LaunchConfig
 from neuroshard.problem import Problem
-from neuroshard.settings import add_flag
+from neuroshard.settings import add_flag, parse_flags
 
 
 def main(argv=None):
@@ -65,7 +65,7 @@ def main(argv=None):
     add_flag(p, "check")
     add_progress_arg(p)
     LaunchConfig.add_args(p)
-    args = p.parse_args(argv)
+    args = parse_flags(p, argv, __file__)
 
     launch = LaunchConfig.from_args(args)
     device, n = resolve_ranks(resolve_devices(args.device, args.gpu_devices),

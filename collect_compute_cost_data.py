@@ -16,6 +16,7 @@ import os
 import sys
 
 from neuroshard.cli import add_device_arg, add_progress_arg, resolve_devices, run_main
+from neuroshard.settings import parse_flags
 
 
 def main(argv=None):
@@ -37,7 +38,7 @@ def main(argv=None):
     Problem.add_args(p, skip=("ndevices", "local_world_size"))  # a shard fits one device's memory
     ComputeCollectConfig.add_args(p)
     add_progress_arg(p)
-    args = p.parse_args(argv)
+    args = parse_flags(p, argv, __file__)
 
     device = resolve_devices(args.device, args.gpu_devices)
     gpus = parse_int_list(args.gpu_devices, "--gpu_devices") if device == "cuda" else []

@@ -34,7 +34,7 @@ from neuroshard.cli import add_device_arg, add_progress_arg, add_quiet_arg, run_
 from neuroshard.eval.planning import add_input_args
 from neuroshard.planner.registry import add_sharder_args
 from neuroshard.problem import Problem
-from neuroshard.settings import add_flag
+from neuroshard.settings import add_flag, parse_flags
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -55,7 +55,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     add_sharder_args(p)
     add_quiet_arg(p)
     add_progress_arg(p)
-    return p.parse_args(argv)
+    return parse_flags(p, argv, __file__)
 
 
 def main(argv=None) -> int:

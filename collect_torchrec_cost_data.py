@@ -37,7 +37,7 @@ import sys
 
 from neuroshard.cli import run_main
 from neuroshard.problem import Problem
-from neuroshard.settings import add_flag
+from neuroshard.settings import add_flag, parse_flags
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -69,7 +69,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     add_sharder_args(p)
     add_quiet_arg(p)
     add_progress_arg(p)
-    return p.parse_args(argv)
+    return parse_flags(p, argv, __file__)
 
 
 def main(argv=None) -> int:

@@ -20,7 +20,7 @@ from neuroshard.cli import add_device_arg, add_progress_arg, resolve_devices, ru
 from neuroshard.formats.cost_data import NOISE_JSON, write_noise_floor
 from neuroshard.measure.compute_collect import ComputeCollectConfig, measure_noise_floor
 from neuroshard.measure.pool import worker_devices
-from neuroshard.settings import add_flag
+from neuroshard.settings import add_flag, parse_flags
 
 
 def main(argv=None):
@@ -40,7 +40,7 @@ def main(argv=None):
     add_flag(p, "seed", help="which shards are picked")
     add_flag(p, "out_path", help=f"default: <data_dir>/{NOISE_JSON}")
     add_progress_arg(p)
-    args = p.parse_args(argv)
+    args = parse_flags(p, argv, __file__)
 
     if args.out_path is not None:
         check_output_file("--out_path", args.out_path)

@@ -47,7 +47,7 @@ from neuroshard.cli import run_main
 from neuroshard.eval.planning import add_input_args
 from neuroshard.planner.registry import add_sharder_args, sharder_options
 from neuroshard.problem import Problem
-from neuroshard.settings import add_flag
+from neuroshard.settings import add_flag, parse_flags
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -85,7 +85,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     RefineConfig.add_args(p)
     add_quiet_arg(p)
     add_progress_arg(p)
-    return p.parse_args(argv)
+    return parse_flags(p, argv, __file__)
 
 
 def main(argv=None) -> int:

@@ -17,7 +17,7 @@ import argparse
 import sys
 
 from neuroshard.cli import run_main
-from neuroshard.settings import add_flag
+from neuroshard.settings import add_flag, parse_flags
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -30,7 +30,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     add_flag(p, "out_path", required=True, help="the fitted estimator (JSON; torchrec_estimator_<n>.json)")
     add_flag(p, "test_share", 0.2, help="share of the compute samples held out to report the fit's error")
     add_flag(p, "seed", help="the held-out split")
-    return p.parse_args(argv)
+    return parse_flags(p, argv, __file__)
 
 
 def main(argv=None) -> int:

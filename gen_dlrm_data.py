@@ -17,7 +17,7 @@ column-wise, `gen_tasks.py --oversize`):
 Check the result against the published locality statistics:
 
     python tools/dataset_stats.py data/dlrm_synthetic \
-        --reference ../shared/reference/dlrm_datasets_2021_locality_stats.txt
+        --published reference/dlrm_datasets_2021_locality_stats.txt
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from neuroshard.data.public import process_public
 from neuroshard.data.synthetic import SyntheticSpec, generate_synthetic
 from neuroshard.formats.dataset import read_public_dlrm, write_dataset
 from neuroshard.formats.io import write_json_atomic
-from neuroshard.settings import add_flag
+from neuroshard.settings import add_flag, parse_flags
 from neuroshard.types.errors import NeuroShardError
 
 _D = SyntheticSpec()
@@ -66,7 +66,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     g.add_argument("--hot_rows", type=int, default=_D.hot_rows, help="(default: %(default)s)")
     g.add_argument("--hot_pooling", type=float, default=_D.hot_pooling, help="(default: %(default)s)")
     add_progress_arg(p)
-    return p.parse_args(argv)
+    return parse_flags(p, argv, __file__)
 
 
 def main(argv=None) -> None:

@@ -25,7 +25,7 @@ from neuroshard.data.task_gen import TaskSpec, generate_tasks
 from neuroshard.formats.dataset import read_table_configs
 from neuroshard.formats.io import write_json_atomic
 from neuroshard.formats.task_file import write_tasks
-from neuroshard.settings import add_flag
+from neuroshard.settings import add_flag, parse_flags
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -35,7 +35,7 @@ def parse_args(argv=None) -> argparse.Namespace:
              aliases=("--out-dir",))
     TaskSpec.add_args(p, helps={"ndevices": "devices a task must fit: total size <= ndevices x max_mem (default: "
                                             "4)"})
-    return p.parse_args(argv)
+    return parse_flags(p, argv, __file__)
 
 
 def main(argv=None) -> None:

@@ -19,7 +19,7 @@ import argparse
 from neuroshard.checks import check_int
 from neuroshard.cli import add_progress_arg, run_main
 from neuroshard.formats.io import write_json_atomic
-from neuroshard.settings import add_flag
+from neuroshard.settings import add_flag, parse_flags
 from neuroshard.train.compute_model import TRAIN_DEFAULTS
 from neuroshard.train.heldout import heldout_batch_check, heldout_check
 from neuroshard.train.loop import TrainConfig
@@ -34,7 +34,7 @@ def main(argv=None):
                    help="instead: train on every batch of the data but this one, test on its shards")
     TrainConfig.add_args(p, defaults=TRAIN_DEFAULTS)
     add_progress_arg(p)
-    args = p.parse_args(argv)
+    args = parse_flags(p, argv, __file__)
     check_int("--folds", args.folds, 2)
     cfg = TrainConfig.from_args(args)
     if args.heldout_batch is not None:

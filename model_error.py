@@ -34,7 +34,7 @@ from neuroshard.formats.side_files import (
     write_side_file,
 )
 from neuroshard.problem import Problem
-from neuroshard.settings import add_flag
+from neuroshard.settings import add_flag, parse_flags
 from neuroshard.types.errors import ConfigError, InputError
 
 
@@ -55,7 +55,7 @@ def parse_args(argv=None):
     add_flag(p, "round_anchors", help="eval.py's round_anchors.json (the anchors it measured in every round): each "
                                       "set also judged after the per-round calibration")
     add_flag(p, "out_path", help="JSON output (default: model_error.json beside --results)")
-    return p.parse_args(argv)
+    return parse_flags(p, argv, __file__)
 
 
 def model_sets(specs, ndevices: int) -> dict:

@@ -20,7 +20,7 @@ it: no model can beat the measurement noise.
 import argparse
 
 from neuroshard.cli import add_progress_arg, run_main
-from neuroshard.settings import add_flag
+from neuroshard.settings import add_flag, parse_flags
 from neuroshard.train.comm_model import train_comm_models
 from neuroshard.train.loop import TrainConfig
 from neuroshard.train.metrics import format_metrics
@@ -47,7 +47,7 @@ def main(argv=None):
     add_flag(p, "plan_data_dir")
     TrainConfig.add_args(p)
     add_progress_arg(p)
-    args = p.parse_args(argv)
+    args = parse_flags(p, argv, __file__)
 
     cfg = TrainConfig.from_args(args)
     results = train_comm_models(args.data_dir, cfg, args.fw_out_path, args.bw_out_path, fw_wait=bool(args.fw_wait),

@@ -15,7 +15,7 @@ import argparse
 
 from neuroshard.checks import parse_path_list
 from neuroshard.cli import add_progress_arg, run_main
-from neuroshard.settings import add_flag
+from neuroshard.settings import add_flag, parse_flags
 from neuroshard.train.compute_model import TRAIN_DEFAULTS, train_compute_model
 from neuroshard.train.loop import TrainConfig
 from neuroshard.train.metrics import format_metrics
@@ -29,7 +29,7 @@ def main(argv=None):
     add_flag(p, "extra_data_dirs")
     TrainConfig.add_args(p, defaults=TRAIN_DEFAULTS)
     add_progress_arg(p)
-    args = p.parse_args(argv)
+    args = parse_flags(p, argv, __file__)
 
     cfg = TrainConfig.from_args(args)
     result = train_compute_model(args.data_dir, cfg, args.out_path, progress=not args.no_progress,

@@ -45,7 +45,7 @@ from pathlib import Path
 from neuroshard.cli import run_main
 from neuroshard.planner.costs.cost_models import add_model_flags
 from neuroshard.problem import Problem
-from neuroshard.settings import add_flag
+from neuroshard.settings import add_flag, parse_flags
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -77,7 +77,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "--extra_data_dir and --extra_task_path (one entry each per collection)")
     p.add_argument("--extra_data_dir", default=None, help="the dataset of each --extra_results' tasks (comma list)")
     p.add_argument("--extra_task_path", default=None, help="the task file of each --extra_results' plans (comma list)")
-    return p.parse_args(argv)
+    return parse_flags(p, argv, __file__)
 
 
 def main(argv=None) -> int:

@@ -31,7 +31,7 @@ from neuroshard.cli import run_main
 from neuroshard.formats.io import write_json_atomic
 from neuroshard.measure.process_env import MALLOC_ENV, measuring_env
 from neuroshard.problem import Problem
-from neuroshard.settings import add_flag
+from neuroshard.settings import add_flag, parse_flags
 from neuroshard.types.errors import ConfigError, NeuroShardError
 
 OPS = ("reduce_scatter", "all_gather", "all_reduce")
@@ -116,7 +116,7 @@ def main(argv=None):
     add_flag(p, "timeout")
     add_flag(p, "out_json")
     p.add_argument("--rank_side", action="store_true", help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
+    args = parse_flags(p, argv, __file__)
     if args.rank_side:
         return rank_side(args)
     args.ndevices = Problem.from_args(args).ndevices

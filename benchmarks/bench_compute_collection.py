@@ -19,7 +19,7 @@ from neuroshard.cli import run_main
 from neuroshard.formats.io import write_json_atomic
 from neuroshard.measure.compute_collect import ComputeCollectConfig, collect
 from neuroshard.problem import Problem
-from neuroshard.settings import add_flag
+from neuroshard.settings import add_flag, parse_flags
 
 
 def main(argv=None):
@@ -30,7 +30,7 @@ def main(argv=None):
     add_flag(p, "out_json")
     Problem.add_args(p, skip=("ndevices", "local_world_size"))
     ComputeCollectConfig.add_args(p)
-    args = p.parse_args(argv)
+    args = parse_flags(p, argv, __file__)
     cfg = ComputeCollectConfig.from_args(args,
                                          max_mem=Problem.from_args(args).single_mem("the compute collection"))
 

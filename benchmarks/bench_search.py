@@ -104,7 +104,7 @@ from neuroshard.planner.search.beam import SearchConfig, grid_search, search
 from neuroshard.planner.search.plus import PlusConfig, search_plus
 from neuroshard.planner.simulator import mem_cap_elements, score_placements, simulate
 from neuroshard.problem import Problem
-from neuroshard.settings import add_flag
+from neuroshard.settings import add_flag, parse_flags
 from neuroshard.types.errors import NeuroShardError, OutOfMemoryError
 from neuroshard.types.plan import apply_column_steps
 from neuroshard.types.records import PlanRecord
@@ -682,7 +682,7 @@ def main(argv=None) -> int:
     p.add_argument("--torchrec_tasks", type=int, default=3,
                    help="torchrec: tasks per table count and device count (default: 3)")
     add_flag(p, "out_json")
-    args = p.parse_args(argv)
+    args = parse_flags(p, argv, __file__)
     if args.ensemble < 1:
         raise NeuroShardError(f"--ensemble: at least 1 member, got {args.ensemble}")
     parts = [x.strip() for x in args.parts.split(",") if x.strip()]

@@ -24,7 +24,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.bench_search import load_models  # noqa: E402
-from neuroshard.settings import add_flag  # noqa: E402
+from neuroshard.settings import add_flag, parse_flags  # noqa: E402
 
 
 def build_model(num_tables: int, seed: int):
@@ -56,7 +56,7 @@ def main(argv=None) -> int:
     add_flag(p, "models_dir", help="trained models for --ranks devices (default: synthetic)")
     add_flag(p, "seed")
     add_flag(p, "out_json")
-    args = p.parse_args(argv)
+    args = parse_flags(p, argv, __file__)
     import logging
 
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
+import sys
 import types
 import typing
 from dataclasses import MISSING, fields
@@ -176,6 +178,84 @@ def add_flag(parser, name: str, default: Any = MISSING, help: str | None = None,
         kw["required"] = True
         kw.pop("default", None)
     parser.add_argument(f"--{name}", *aliases, **kw)
+
+
+@dataclasses.dataclass(frozen=True)
+class Renamed:
+    """An old spelling that means exactly the flag `new` (same values, same effect)."""
+
+    new: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Removed:
+    """An old spelling whose meaning no flag has now: `use` says what to do instead."""
+
+    use: str
+
+
+# Spellings that a script of an earlier version of the suite accepted and that it no longer declares (the original
+# release's flags are all still declared), by script: its file name, "neuroshard.pipeline" for the driver; the
+# commit that dropped each. A `Renamed` one is rewritten to its new flag before parsing, with one line on stderr
+# ("warning: --old is deprecated; use --new"), so it behaves exactly as the new one; a `Removed` one (its meaning is
+# gone) is a one-line error saying what to do. `tests/test_flags.py` checks that every script parses through
+# `parse_flags`, that no old spelling is a flag of its script and that each new one is.
+DEPRECATED_FLAGS: dict[str, dict[str, Renamed | Removed]] = {
+    # root scripts (tools/ before 77a2aaf for calibrate_band.py and model_error.py)
+    "calibrate_band.py": {"--rank_error_models": Renamed("--heldout_models")},  # ee4b4ca
+    "collect_collective_cost_data.py": {"--test_share": Removed("each form is now judged by cross-validation: give "
+                                                               "--folds K instead")},  # 2d375dd
+    "collect_comm_cost_data.py": {"--quiet": Renamed("--no_progress")},  # 93e77c1
+    "collect_compute_cost_data.py": {"--quiet": Renamed("--no_progress")},  # 93e77c1
+    "gen_dlrm_data.py": {"--quiet": Renamed("--no_progress")},  # 93e77c1
+    "gen_tasks.py": {"--hot_pooling": Renamed("--hot_min_pooling")},  # 1fd3409
+    "model_error.py": {"--models": Renamed("--model_set")},  # 77a2aaf
+    "train_autoshard.py": {"--gpu-devices": Renamed("--gpu_devices")},  # 93e77c1
+    "train_comm_cost_model.py": {"--threads": Removed("training runs on one thread (the models are tiny): leave it "
+                                                      "out")},  # bba2430
+    "train_dreamshard.py": {"--gpu-devices": Renamed("--gpu_devices")},  # 93e77c1
+    "train_torchrec_cost_model.py": {"--samples": Renamed("--results"),
+                                     "--check": Renamed("--check_results")},  # 77a2aaf
+    # tools/
+    "dataset_stats.py": {"--reference": Renamed("--published"),
+                         "--reference_block": Renamed("--published_block")},  # 77a2aaf
+    # benchmarks/
+    "bench_compute_collection.py": {"--samples": Renamed("--num_samples")},  # 77a2aaf
+    "bench_torchrec_planner.py": {"--tables": Renamed("--num_tables")},  # 77a2aaf
+}
+
+
+def deprecated_spellings(argv: list[str], script: str) -> list[str]:
+    """`argv` with `script`'s old spellings (`DEPRECATED_FLAGS`, as `--old` or `--old=value`) rewritten to their new
+    flags, each old spelling warned about once (a line on stderr); ConfigError naming a removed one. Nothing after
+    `--` is touched."""
+    table = DEPRECATED_FLAGS.get(script, {})
+    out: list[str] = []
+    warned: set[str] = set()
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            out.extend(argv[i:])
+            break
+        name, eq, value = arg.partition("=")
+        entry = table.get(name) if name.startswith("--") else None
+        if entry is None:
+            out.append(arg)
+            continue
+        if isinstance(entry, Removed):
+            raise ConfigError(name, f"{script} no longer takes it: {entry.use}")
+        if name not in warned:
+            print(f"warning: {name} is deprecated; use {entry.new}", file=sys.stderr, flush=True)
+            warned.add(name)
+        out.append(f"{entry.new}={value}" if eq else entry.new)
+    return out
+
+
+def parse_flags(parser: argparse.ArgumentParser, argv, script: str) -> argparse.Namespace:
+    """`parser.parse_args(argv)` for the script `script` (its `__file__`, or the table's name for it), its old
+    spellings (`DEPRECATED_FLAGS`) accepted as their new flags with a warning: every script parses through here."""
+    argv = sys.argv[1:] if argv is None else [str(a) for a in argv]
+    name = script if script in DEPRECATED_FLAGS else os.path.basename(script)
+    return parser.parse_args(deprecated_spellings(argv, name))
 
 
 def _meta(f: dataclasses.Field) -> dict:

@@ -15,11 +15,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def script_path(name) -> Path:
-    """A pipeline step script (the repository root) or a standalone tool (tools/) by file name; a path as given."""
+    """A pipeline step script (the repository root, even where tools/ holds the original release's path of it) or a
+    standalone tool (tools/) by file name; a path as given."""
     path = Path(name)
     if path.is_absolute():
         return path
-    return ROOT / "tools" / name if (ROOT / "tools" / name).exists() else ROOT / name
+    return ROOT / name if (ROOT / name).exists() else ROOT / "tools" / name
 
 
 def run_script(script, argv, cwd=None) -> subprocess.CompletedProcess:

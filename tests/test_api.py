@@ -127,3 +127,53 @@ def test_an_empty_table_list_is_a_zero_cost_plan():
     one = ns.shard([ns.TableConfig(1000, 1.0, ns.DEFAULT_BINS, 8)], ns.Problem(2, 1.0), models=models, alg="dim_greedy")
     empty = [r for r, s in enumerate(one.plan.shards) if not s]
     assert empty and one.breakdown.compute[empty[0]] == 0.0 and one.breakdown.bw_comm[empty[0]] > 0
+
+
+def test_the_call_before_problem_plans_as_the_call_with_one_with_a_deprecation_warning():
+    """`shard(tables, ndevices=, max_mem_gb=, seed=)` (the release's README until 77a2aaf introduced `Problem`),
+    by keyword or by position, is the call with that problem."""
+    models = _hand_models(2)
+    tables = [ns.TableConfig(1000, 1.0, ns.DEFAULT_BINS, d) for d in (16, 32, 8)]
+    with pytest.warns(DeprecationWarning, match=r"shard\(tables, ndevices=2, max_mem_gb=1.0, seed=3\) is deprecated; "
+                                                r"use shard\(tables, problem=ns.Problem\(ndevices=2, max_mem=1.0, "
+                                                r"seed=3\)\)"):
+        old = ns.shard(tables, ndevices=2, max_mem_gb=1.0, models=models, alg="neuroshard", seed=3, beam_k=3)
+    new = ns.shard(tables, ns.Problem(2, 1.0, seed=3), models=models, alg="neuroshard", beam_k=3)
+    assert (old.plan, old.cost_ms, old.view) == (new.plan, new.cost_ms, new.view)
+    with pytest.warns(DeprecationWarning, match="seed=0"):
+        by_position = ns.shard(tables, 2, 1.0, models, "dim_greedy")
+    # dim_greedy by hand: dims 32, 16, 8 in turn to the device with the smaller dim sum: table 1 | tables 0, 2
+    assert by_position.plan.shards == ((1,), (0, 2)) and by_position.alg == "dim_greedy"
+    with pytest.warns(DeprecationWarning), pytest.raises(ns.OutOfMemoryError):
+        ns.shard(tables, ndevices=2, max_mem_gb=1e-6, alg="dim_greedy")
+    with pytest.raises(TypeError, match="max_mem_gb"):
+        ns.shard(tables, ndevices=2, alg="dim_greedy")
+
+
+def test_sharders_and_keywords_of_register_before_problem(monkeypatch):
+    """A plug-in of the signature before `Problem`, `fn(tables, ndevices, max_mem_gb, ctx)` with `ctx.seed`, plans
+    through `ns.shard` (warned when registered); `register(requires=)` is `requires_option=`."""
+    from neuroshard.planner import registry
+
+    ns.algorithm_names()  # the package's own sharders registered before the registry is copied
+    for name in ("_REGISTRY", "_SETTINGS", "_OPTIONS"):
+        monkeypatch.setattr(registry, name, dict(getattr(registry, name)))
+    seen = []
+
+    def round_robin(tables, ndevices, max_mem_gb, ctx):
+        seen.append((ndevices, max_mem_gb, ctx.seed))
+        return ns.Plan((), tuple(tuple(range(d, len(tables), ndevices)) for d in range(ndevices)))
+
+    with pytest.warns(DeprecationWarning, match=r"sharder 'old_round_robin' takes \(tables, ndevices, max_mem_gb, "
+                                                r"ctx\), which is deprecated"):
+        ns.register("old_round_robin")(round_robin)
+    tables = [ns.TableConfig(1000, 1.0, ns.DEFAULT_BINS, 8)] * 3
+    assert ns.shard(tables, ns.Problem(2, 1.0, seed=5), alg="old_round_robin").plan.shards == ((0, 2), (1,))
+    assert seen == [(2, 1.0, 5)]
+    with pytest.raises(ns.ConfigError, match="takes one memory size for every device"):
+        ns.shard(tables, ns.Problem(2, (1.0, 2.0)), alg="old_round_robin")
+    with pytest.warns(DeprecationWarning, match=r"use register\(requires_option=...\)"):
+        ns.register("old_policy_sharder", requires="old_policy")(lambda tables, problem, ctx: None)
+    assert required_option("old_policy_sharder") == "old_policy"
+    with pytest.raises(TypeError, match=r"learned=True\) is gone: .* register\(requires_option='<option>'\)"):
+        ns.register("old_learned", learned=True)

@@ -184,6 +184,15 @@ def ws(tmp_path_factory):
         (d / name / "config.json").write_text(json.dumps(run_config))
     os.mkdir(d / "a_dir")
     (d / "a_file").write_text("x")
+    # issue 85: prediction-powered verdicts whose unmeasured tasks gen_tasks.py drew with the measured tasks' seed
+    # (0 both: the first two unmeasured tasks are the measured ones), each set planned by eval_simulator.py
+    for name, size in (("ppi_measured", 2), ("ppi_same_seed", 3)):
+        gen = ["--data_dir", "ds", "--out_dir", f"{name}/tasks", "--data_size", str(size), "--T_range", "2,3",
+               "--ndevices", "2", "--max_mem", "1", "--max_dim", "16", "--seed", "0"]
+        assert run_script("gen_tasks.py", gen, d).returncode == 0
+        sim = _replace(EVAL_INPUTS, "--task_path", f"{name}/tasks/data.txt") + [
+            "--alg", "dim_greedy", "--out_dir", f"{name}/sim", "--quiet", "--no_progress"]
+        assert run_script("eval_simulator.py", sim, d).returncode == 0
     return d
 
 
@@ -443,6 +452,11 @@ CASES = [
     ("hw plans row-wise", "eval.py", HW + ["--plans", "plans_spread.json"],
      "table 1 is row_wise: the paper runtime's cost models price table-wise and column-wise shards only"),
     ("hw plans missing", "eval.py", HW + ["--plans", "nope.json"], "nope.json: file not found"),
+    ("hw unmeasured tasks of the measured seed", "eval.py",
+     _replace(HW, "--task_path", "ppi_measured/tasks/data.txt")
+     + ["--alg", "dim_greedy", "--plans", "ppi_measured/sim/plans.json", "--unmeasured_plans",
+        "ppi_same_seed/sim/plans.json", "--unmeasured_task_path", "ppi_same_seed/tasks/data.txt"],
+     "error: ppi_same_seed/tasks/config.json: seed 0 is the measured tasks' seed: the same tasks"),
     ("hw plan_speed missing", "eval.py", HW + ["--plan_speed", "nowhere"],
      "nowhere/results.json: plan-speed file not found (--plan_speed"),
     ("hw node_rank 2 of 2", "eval.py", HW + ["--nnodes", "2", "--node_rank", "2", "--rdzv_endpoint",
@@ -660,8 +674,9 @@ def test_bad_input_is_a_one_line_error(ws, name, script, argv, fragment):
 def test_the_count_of_cases():
     # the closing note of issue 12 quotes this number
     assert len(CASES) >= 100
-    # issue 50 added 3 more, 1, 6; 51 2, 50 7, 52 15, 24 31, 23 (eval_torchrec.py) 9 (138 before); 51 2; 50 1, 1, 2
-    assert len(CASES) == 219
+    # issue 50 added 3 more, 1, 6; 51 2, 50 7, 52 15, 24 31, 23 (eval_torchrec.py) 9 (138 before); 51 2; 50 1, 1, 2;
+    # 85 1
+    assert len(CASES) == 220
 
 
 def test_a_second_compute_collection_into_the_same_dir_is_refused(ws):

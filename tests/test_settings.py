@@ -1,5 +1,5 @@
 """Settings dataclasses as flags (`neuroshard.settings`): each field one flag, parsed back by type, nested
-settings, fields that are not flags, the shared flags, sharder options."""
+settings, fields that are not flags, the shared flags, sharder options, old spellings of flags."""
 
 import argparse
 from dataclasses import dataclass
@@ -7,7 +7,8 @@ from typing import ClassVar
 
 import pytest
 
-from neuroshard.settings import Settings, add_flag, check_known_options, common, setting
+from neuroshard import settings
+from neuroshard.settings import Removed, Renamed, Settings, add_flag, check_known_options, common, parse_flags, setting
 from neuroshard.types.errors import ConfigError
 
 
@@ -90,3 +91,21 @@ def test_sharder_options():
     check_known_options({"share": 1}, ["share"], "--alg x")
     with pytest.raises(ConfigError, match=r"beam_kk: not an option of --alg x \(valid: beam_k, share\)"):
         check_known_options({"beam_kk": 3}, ["share", "beam_k"], "--alg x")
+
+
+def test_old_spellings_are_rewritten_to_their_flags_with_one_warning_each(monkeypatch, capsys):
+    monkeypatch.setitem(settings.DEPRECATED_FLAGS, "s.py", {"--old": Renamed("--new"), "--gone": Removed("use --x"),
+                                                            "--loud": Renamed("--quiet")})
+    p = argparse.ArgumentParser()
+    p.add_argument("--new", action="append")
+    p.add_argument("--quiet", action="store_true")
+    p.add_argument("rest", nargs="*")
+    args = parse_flags(p, ["--old", "a", "--old=b", "--new", "c", "--loud", "--", "--old"], "/some/dir/s.py")
+    assert vars(args) == {"new": ["a", "b", "c"], "quiet": True, "rest": ["--old"]}  # nothing after -- rewritten
+    assert capsys.readouterr().err.splitlines() == ["warning: --old is deprecated; use --new",
+                                                    "warning: --loud is deprecated; use --quiet"]
+    with pytest.raises(ConfigError, match=r"^--gone: s.py no longer takes it: use --x$"):
+        parse_flags(p, ["--gone", "1"], "s.py")
+    # another script's old spellings are no concern of this one's: argparse's own error
+    with pytest.raises(SystemExit):
+        parse_flags(p, ["--old", "a"], "other.py")

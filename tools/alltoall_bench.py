@@ -22,7 +22,7 @@ from neuroshard.cli import add_device_arg, resolve_devices, resolve_ranks, run_m
 from neuroshard.measure.alltoall_job import run_samples
 from neuroshard.measure.launch import DEFAULT_TIMEOUT_S, LaunchConfig
 from neuroshard.problem import Problem
-from neuroshard.settings import add_flag
+from neuroshard.settings import add_flag, parse_flags
 from neuroshard.types.errors import ConfigError
 
 
@@ -40,7 +40,7 @@ def main(argv=None) -> None:
     add_flag(p, "timeout", DEFAULT_TIMEOUT_S)
     add_flag(p, "check")
     LaunchConfig.add_args(p)
-    args = p.parse_args(argv)
+    args = parse_flags(p, argv, __file__)
     dims = parse_int_list(args.dims, "--dims")
     launch = LaunchConfig.from_args(args)
     device, n = resolve_ranks(resolve_devices(args.device, args.gpu_devices),

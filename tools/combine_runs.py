@@ -46,7 +46,7 @@ from pathlib import Path
 
 from neuroshard.checks import check_output_file
 from neuroshard.cli import run_main
-from neuroshard.settings import add_flag
+from neuroshard.settings import add_flag, parse_flags
 from neuroshard.types.errors import ConfigError, InputError
 
 
@@ -60,7 +60,7 @@ def parse_args(argv=None):
                                                             "its floor (every plan, and those with the new types) "
                                                             "instead of the verdicts")
     add_flag(p, "out_path", help="write the pooled table as JSON here")
-    return p.parse_args(argv)
+    return parse_flags(p, argv, __file__)
 
 
 def summary_path(run: str, sim: bool) -> Path:

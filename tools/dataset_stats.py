@@ -30,6 +30,7 @@ from neuroshard.data.stats import (
 )
 from neuroshard.formats.dataset import read_dataset
 from neuroshard.formats.io import write_json_atomic
+from neuroshard.settings import parse_flags
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -43,7 +44,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "first block is the whole fbgemm_t856_bs65536.pt)")
     p.add_argument("--json", metavar="OUT", help="also write the statistics as JSON to OUT")
     p.add_argument("--progress", action="store_true", help="show a progress bar over tables")
-    return p.parse_args(argv)
+    return parse_flags(p, argv, __file__)
 
 
 def main(argv=None) -> None:

@@ -20,7 +20,7 @@ import argparse
 import sys
 
 from neuroshard.cli import run_main
-from neuroshard.settings import add_flag
+from neuroshard.settings import add_flag, parse_flags
 from neuroshard.torchrec.export import ExportConfig
 
 
@@ -36,7 +36,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     add_flag(p, "out", "torchrec_plan.pt", help="TorchRec plan file; the JSON view goes beside it with the suffix "
                                                 ".json")
     ExportConfig.add_args(p)
-    return p.parse_args(argv)
+    return parse_flags(p, argv, __file__)
 
 
 def main(argv=None) -> int:

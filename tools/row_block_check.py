@@ -28,7 +28,7 @@ from neuroshard.formats.io import write_json_atomic
 from neuroshard.measure.compute_collect import ComputeCollectConfig
 from neuroshard.planner.costs.cost_models import CostModels
 from neuroshard.problem import Problem
-from neuroshard.settings import add_flag
+from neuroshard.settings import add_flag, parse_flags
 
 
 def main(argv=None) -> int:
@@ -48,7 +48,7 @@ def main(argv=None) -> int:
     add_flag(p, "repeats", 2, help="measurements of each shard, 2 or more, in interleaved rounds")
     add_flag(p, "seed")
     add_progress_arg(p)
-    args = p.parse_args(argv)
+    args = parse_flags(p, argv, __file__)
     for flag in ("samples", "blocks_per_shard", "min_rows", "repeats", "ndevices"):
         check_int(f"--{flag}", getattr(args, flag), 1)
     ks, dims = parse_int_list(args.ks, "--ks"), parse_int_list(args.block_dims, "--block_dims")

@@ -39,7 +39,7 @@ from pathlib import Path
 from neuroshard.cli import run_main
 from neuroshard.planner.registry import add_sharder_args
 from neuroshard.problem import Problem
-from neuroshard.settings import add_flag
+from neuroshard.settings import add_flag, parse_flags
 from neuroshard.torchrec.export import ExportConfig
 
 
@@ -64,7 +64,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="also write the TorchRec ShardingPlan here (e.g. plan.pt) and its JSON view beside it")
     ExportConfig.add_args(p)
     add_sharder_args(p)
-    return p.parse_args(argv)
+    return parse_flags(p, argv, __file__)
 
 
 def main(argv=None) -> int:

@@ -24,7 +24,7 @@ from neuroshard.learned.oracle import ORACLES, HardwareOracle, SimulatorOracle
 from neuroshard.measure.plan_job import HardwareConfig
 from neuroshard.planner.costs.cost_models import add_model_flags, model_paths
 from neuroshard.problem import Problem
-from neuroshard.settings import add_flag
+from neuroshard.settings import add_flag, parse_flags
 from neuroshard.types.errors import InputError, NeuroShardError
 
 # what each algorithm's training script defaults to (the released scripts' settings)
@@ -71,7 +71,7 @@ def parse_args(kind: str, argv=None):
     HardwareConfig.add_args(parser, skip=_NOT_ORACLE)
     config_class(kind).add_args(parser)
     add_progress_arg(parser)
-    return parser.parse_args(argv)
+    return parse_flags(parser, argv, f"train_{kind}.py")
 
 
 def main(kind: str, argv=None) -> int:

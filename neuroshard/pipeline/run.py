@@ -35,7 +35,7 @@ from neuroshard.pipeline.presets import PRESETS, Preset
 from neuroshard.pipeline.processes import StepLauncher
 from neuroshard.pipeline.steps import Step, build_steps
 from neuroshard.problem import Problem
-from neuroshard.settings import add_flag
+from neuroshard.settings import add_flag, parse_flags
 from neuroshard.types.errors import ConfigError, InputError, NeuroShardError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -125,7 +125,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--fresh_interpreters", action="store_true",
                     help="start every step as a new Python interpreter, as its printed command does (default on "
                          "Linux: a fork of the driver, which imports torch, FBGEMM and TorchRec once)")
-    return ap.parse_args(argv)
+    return parse_flags(ap, argv, "neuroshard.pipeline")
 
 
 def preset_from_args(args) -> Preset:

@@ -36,8 +36,11 @@ no optional package) as a baseline to start from and to beat.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
+import inspect
+import warnings
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Callable, Sequence
@@ -82,6 +85,62 @@ class ShardingContext:
     options: dict = field(default_factory=dict)
 
 
+@dataclass
+class _ContextWithSeed(ShardingContext):
+    """The context a sharder of the signature before `Problem` reads: its seed was the context's."""
+
+    seed: int = 0
+
+
+def _takes_loose_devices(fn) -> bool:
+    """Whether `fn` is a sharder of the signature before `Problem` (77a2aaf): `fn(tables, ndevices, max_mem_gb,
+    ctx)`, four positional parameters where there are three now."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty]
+    return len(positional) == 4 and not any(p.kind == p.VAR_POSITIONAL for p in params)
+
+
+def _with_loose_devices(name: str, fn) -> Sharder:
+    """A sharder of the signature before `Problem` as a sharder now (a DeprecationWarning when registered): called
+    with the problem's devices, its one memory size and a context holding its seed."""
+    warnings.warn(f"sharder {name!r} takes (tables, ndevices, max_mem_gb, ctx), which is deprecated; take (tables, "
+                  f"problem, ctx): problem.ndevices, problem.max_mem, problem.seed", DeprecationWarning, stacklevel=3)
+
+    @functools.wraps(fn)
+    def sharder(tables, problem: Problem, ctx: ShardingContext) -> Plan:
+        mem = problem.single_mem(f"sharder {name!r} (of the signature before Problem)")
+        return fn(tables, problem.ndevices, mem, _ContextWithSeed(ctx.models, ctx.options, problem.seed))
+
+    return sharder
+
+
+def _accepts_earlier_keywords(fn):
+    """`register` as it is, and with the keywords of earlier versions: `requires=` (711d2f5-8a68b51: the option the
+    algorithm cannot run without) is `requires_option=`, with a DeprecationWarning; `learned=` (2795828-8a68b51:
+    it needs a trained policy) names no option, so `learned=True` is a TypeError saying what to give instead."""
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        if "requires" in kwargs:
+            if "requires_option" in kwargs:
+                raise TypeError("register() got both requires (its earlier name) and requires_option")
+            kwargs["requires_option"] = kwargs.pop("requires")
+            warnings.warn("register(requires=...) is deprecated; use register(requires_option=...)",
+                          DeprecationWarning, stacklevel=2)
+        if "learned" in kwargs:
+            if kwargs.pop("learned"):
+                raise TypeError("register(learned=True) is gone: give the option the sharder cannot run without "
+                                "(its trained policy's path), register(requires_option='<option>')")
+            warnings.warn("register(learned=False) is deprecated; leave it out", DeprecationWarning, stacklevel=2)
+        return fn(*args, **kwargs)
+
+    return call
+
+
+@_accepts_earlier_keywords
 def register(name: str, requires_package: str | None = None, requires_option: str | None = None,
              settings: tuple = (), runs_others: bool = False, in_all: bool = True) -> Callable[[Sharder], Sharder]:
     """Decorator: make `fn(tables, problem, ctx) -> Plan` available as `--alg name`.
@@ -95,9 +154,9 @@ def register(name: str, requires_package: str | None = None, requires_option: st
     False for an algorithm `--alg all` leaves out (an ablation's cell), run only when named.
     """
     def wrap(fn: Sharder) -> Sharder:
-        if name in _REGISTRY and _REGISTRY[name] is not fn:
+        if name in _REGISTRY and fn not in (_REGISTRY[name], getattr(_REGISTRY[name], "__wrapped__", None)):
             raise ValueError(f"sharding algorithm {name!r} registered twice")
-        _REGISTRY[name] = fn
+        _REGISTRY[name] = _with_loose_devices(name, fn) if _takes_loose_devices(fn) else fn
         _SETTINGS[name] = tuple(settings)
         if not in_all:
             _NOT_IN_ALL.add(name)

@@ -13,7 +13,10 @@ legal splits, memory per device) and, when cost models are given, simulated.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -69,6 +72,33 @@ def as_shard_tables(tables: Sequence[ShardTable | TableConfig]) -> list[ShardTab
     return out
 
 
+def _signature_before_problem(tables, ndevices: int, max_mem_gb: float, models=None, alg: str = "neuroshard",
+                              seed: int = 0, runtime: str | None = None, simulated: bool = True, **options):
+    """`shard`'s signature before `Problem` (77a2aaf): the devices, their memory and the seed loose."""
+
+
+def _accepts_loose_devices(fn):
+    """`shard` as it is, and as it was called before `Problem`: `shard(tables, ndevices, max_mem_gb, ...,
+    seed=...)` (positional or by keyword) is that problem's call, with a DeprecationWarning naming the new one."""
+
+    @functools.wraps(fn)
+    def call(tables, *args, **kwargs):
+        first = args[0] if args else None
+        loose = isinstance(first, (int, float)) and not isinstance(first, bool)
+        if not (loose or {"ndevices", "max_mem_gb"} & kwargs.keys()):
+            return fn(tables, *args, **kwargs)
+        old = inspect.signature(_signature_before_problem).bind(tables, *args, **kwargs).arguments
+        old = {**old.pop("options", {}), **old}
+        problem = Problem(old.pop("ndevices"), old.pop("max_mem_gb"), old.pop("seed", 0))
+        given = f"ndevices={problem.ndevices}, max_mem{{}}={problem.max_mem}, seed={problem.seed}"
+        warnings.warn(f"shard(tables, {given.format('_gb')}) is deprecated; use shard(tables, "
+                      f"problem=ns.Problem({given.format('')}))", DeprecationWarning, stacklevel=2)
+        return fn(problem=problem, **old)
+
+    return call
+
+
+@_accepts_loose_devices
 def shard(tables: Sequence[ShardTable | TableConfig], problem: Problem, models=None, alg: str = "neuroshard",
           runtime: str | None = None, simulated: bool = True, **options) -> ShardResult:
     """Plan `tables` for `problem` (its devices, their memory, the seed of randomised algorithms, the

@@ -1,6 +1,7 @@
 """End-to-end smoke test of the pipeline driver at the tiny preset, and its skip logic."""
 
 import json
+import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,8 @@ from neuroshard.pipeline.steps import Step
 from neuroshard.types.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
+# the original release's README runs steps 1 and 2 as `python3 tools/<script>` (DESIGN.md §11)
+UPSTREAM_TOOL_PATHS = {"gen_dlrm_data.py", "gen_tasks.py"}
 
 
 def _driver(out: Path, *extra):
@@ -472,9 +475,13 @@ def test_steps_are_numbered_in_the_order_they_run_and_each_script_is_a_step_scri
     assert keys == sorted(keys, key=lambda k: (int(k[0]), k[1:])) and len(set(keys)) == len(keys)
     assert keys[:5] == ["1", "2a", "2b", "2c", "2d"] and all(len(k) <= 2 for k in keys)  # no suffix digits
     root_scripts = {p.name for p in ROOT.glob("*.py")} - {"setup.py"}
-    # the rule of where scripts live: every step script at the root, every root script a step, tools/ none
+    # the rule of where scripts live: every step script at the root, every root script a step, tools/ none but
+    # the original release's two paths of steps 1 and 2, which run the root script's own main
     assert {s.script for s in STEPS} == root_scripts
-    assert not {s.script for s in STEPS} & {p.name for p in (ROOT / "tools").glob("*.py")}
+    assert {s.script for s in STEPS} & {p.name for p in (ROOT / "tools").glob("*.py")} == UPSTREAM_TOOL_PATHS
+    for name in UPSTREAM_TOOL_PATHS:
+        main = runpy.run_path(str(ROOT / "tools" / name), run_name="path_check")["main"]
+        assert Path(main.__code__.co_filename).resolve() == ROOT / name
 
 
 def test_every_step_command_parses_with_its_script():
