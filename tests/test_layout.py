@@ -30,7 +30,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "neuroshard"
-SHARED = ("neuroshard.types", "neuroshard.checks", "neuroshard.settings", "neuroshard.problem", "neuroshard.formats")
+SHARED = ("neuroshard.types", "neuroshard.checks", "neuroshard.settings", "neuroshard.problem", "neuroshard.formats",
+          "neuroshard.numerics")
 BASE = ("neuroshard.types", "neuroshard.checks")
 LOW_TORCHREC = ("neuroshard.torchrec.runtime_model", "neuroshard.torchrec.sharding_file")
 # layer -> the neuroshard modules it may import besides itself and the shared ones (prefix match)
@@ -51,7 +52,7 @@ ALLOWED = {
     "pipeline": ("neuroshard.eval", "neuroshard.torchrec"),
 }
 # top-level modules -> what they may import besides the shared ones
-TOP = {"types": (), "checks": (), "settings": (), "problem": (), "cli": (),
+TOP = {"types": (), "checks": (), "settings": (), "problem": (), "cli": (), "numerics": (),
        "__init__": ("neuroshard.planner", "neuroshard.torchrec.planner")}
 # library modules that are a script's `main` (the learned baselines' training scripts share theirs): they may
 # use the CLI helpers
@@ -114,10 +115,10 @@ def test_layers_import_only_what_the_layout_allows():
         own = (f"neuroshard.{key}",) if key else ()
         # the shared modules themselves import only the ones below them
         shared = BASE if key == "formats" or rel.stem in ("checks", "settings") else SHARED
-        if key == "types":
+        if key == "types" or rel.stem == "numerics":
             shared = ()
         if key in ("torchrec.sharding_file", "torchrec.runtime_model"):
-            shared = ("neuroshard.types", "neuroshard.checks", "neuroshard.formats")
+            shared = ("neuroshard.types", "neuroshard.checks", "neuroshard.formats", "neuroshard.numerics")
         for line, mod in _imports(path, modules):
             if _within(mod, ("neuroshard.cli",)):
                 if rel.stem != "cli" and name not in SCRIPT_MAINS:

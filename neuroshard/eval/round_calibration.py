@@ -45,6 +45,7 @@ from typing import Sequence
 import numpy as np
 
 from neuroshard.eval.accuracy import speed_ratios
+from neuroshard.numerics import mape
 from neuroshard.train.metrics import spearman
 from neuroshard.types.codec import Record
 from neuroshard.types.costs import CostBreakdown
@@ -344,8 +345,8 @@ def pooled_accuracy(runs: Sequence[tuple[Sequence[PlanRecord], Sequence[PlanReco
                 n += cal.measurements
             diffs += _round_diffs([r.repeat_costs[:len(factors)] for r in _measured(records)],
                                   [f["cost"] for f in factors])[0]
-        mape = total / n if n else None
-        return PooledCalibration(len(runs), len(diffs), n, mape,
+        pooled = total / n if n else None
+        return PooledCalibration(len(runs), len(diffs), n, pooled,
                                  float(np.mean(diffs)) / np.sqrt(2) if diffs else None)
 
     out = at([round_factors(anchors, repeats) for _, anchors, repeats in runs])
@@ -394,7 +395,7 @@ def _scored(out: RoundCalibration, errs, raw, means_est, means_meas, costs) -> R
     out.floor, out.floor_mean = round_floors(costs, [f["cost"] for f in out.factors])
     if errs:
         out.mape, out.raw_mape = float(np.mean(errs)), float(np.mean(raw))
-        out.mape_mean = float(np.mean(np.abs(np.subtract(means_est, means_meas)) / np.asarray(means_meas)))
+        out.mape_mean = mape(means_est, means_meas)
         if len(means_est) > 1:
             out.spearman = spearman(means_est, means_meas)
     return out

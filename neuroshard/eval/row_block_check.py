@@ -36,6 +36,7 @@ from neuroshard.formats.dataset import Dataset
 from neuroshard.measure.compute_collect import ComputeCollectConfig
 from neuroshard.measure.kernel import BenchTable, ShardBenchmark
 from neuroshard.measure.noise import rel_diff_stats
+from neuroshard.numerics import mape
 from neuroshard.planner.costs.scorer import get_scorer
 from neuroshard.train.metrics import spearman
 from neuroshard.types.errors import ConfigError
@@ -96,8 +97,8 @@ def row_block_check(dataset: Dataset, models, collect: ComputeCollectConfig, *, 
     own_a, uni_a, look_a = np.array(own), np.array(uniform), np.array(lookups)
     mean = measured.mean(axis=0)
 
-    def mape(est):  # against each repeat, as a model is judged against one measurement
-        return float(np.mean([np.mean(np.abs(est - m) / m) for m in measured]))
+    def error(est):  # against each repeat, as a model is judged against one measurement
+        return float(np.mean([mape(est, m) for m in measured]))
 
     pooling = [data.configs[where[b]].pooling_factor / max(uniform_block_config(
         dataset.configs[b.table_id], b.k, b.j).pooling_factor, 1e-12) for b in blocks]
@@ -107,7 +108,7 @@ def row_block_check(dataset: Dataset, models, collect: ComputeCollectConfig, *, 
         "settings": {"warmup": collect.warmup, "iters": collect.iters, "clock": collect.clock,
                      "batch": data.batch_size},
         "noise_floor": rel_diff_stats(measured[0], measured[1]),
-        "mape": {"block_stats": mape(own_a), "uniform": mape(uni_a), "row_lookups": mape(look_a)},
+        "mape": {"block_stats": error(own_a), "uniform": error(uni_a), "row_lookups": error(look_a)},
         "spearman": {"block_stats": spearman(own_a, mean), "uniform": spearman(uni_a, mean),
                      "row_lookups": spearman(look_a, mean)},
         "pooling_over_uniform": {"min": float(min(pooling)), "median": float(np.median(pooling)),

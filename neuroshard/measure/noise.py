@@ -31,6 +31,7 @@ import math
 import numpy as np
 
 from neuroshard.formats.cost_data import NOISE_TARGETS as TARGETS
+from neuroshard.numerics import rel_errors
 
 
 def rel_diff_stats(reference, other, values: bool = False) -> dict:
@@ -39,7 +40,7 @@ def rel_diff_stats(reference, other, values: bool = False) -> dict:
     ref = np.asarray(reference, dtype=np.float64).ravel()
     new = np.asarray(other, dtype=np.float64).ravel()
     keep = (ref > 0) & np.isfinite(new)
-    r = np.abs(new[keep] - ref[keep]) / ref[keep]
+    r = rel_errors(new[keep], ref[keep])
     stats = {"median": float(np.median(r)), "mean": float(np.mean(r)), "p90": float(np.quantile(r, 0.9)),
              "n": int(len(r))} if len(r) else {"median": math.nan, "mean": math.nan, "p90": math.nan, "n": 0}
     if values:

@@ -35,6 +35,7 @@ import numpy as np
 
 from neuroshard.eval.planning import plan_task, task_problem, task_seed
 from neuroshard.formats.io import read_json
+from neuroshard.numerics import mape
 from neuroshard.planner.baselines import random_sharder
 from neuroshard.planner.registry import ShardingContext
 from neuroshard.planner.simulator import replicable, spread_room, validate_plan
@@ -340,7 +341,6 @@ def fit_runtime_model(samples: Sequence[RuntimeSample], models, ndevices: int, b
         TorchRecRuntimeModel,
         balanced_weights,
         fit_speeds,
-        mape,
     )
 
     if not samples:
@@ -371,16 +371,16 @@ def fit_runtime_model(samples: Sequence[RuntimeSample], models, ndevices: int, b
     by_kind = {}
     for kind in dict.fromkeys(kinds):
         sel = np.array([k == kind for k in kinds])
-        row = {"plans": int(sel.sum()), "fit_mape": mape(pred[sel], y[sel])}
+        row = {"plans": int(sel.sum()), "fit_mape": 100 * mape(pred[sel], y[sel])}
         if pred_test is not None and (sel & test).any():
-            row["test_mape"] = mape(pred_test[sel[test]], y[sel & test])
+            row["test_mape"] = 100 * mape(pred_test[sel[test]], y[sel & test])
         by_kind[kind] = row
-    test_mape = None if pred_test is None else mape(pred_test, y[test])
+    test_mape = None if pred_test is None else 100 * mape(pred_test, y[test])
     kinds = {sp.kind for s in samples for sp in s.plan.spread}
-    model = TorchRecRuntimeModel(ndevices, batch, tuple(float(c) for c in coef), len(samples), mape(pred, y),
+    model = TorchRecRuntimeModel(ndevices, batch, tuple(float(c) for c in coef), len(samples), 100 * mape(pred, y),
                                  test_mape, dict(source or {}), tuple(k for k in GROUP_OF if k in kinds), hosts)
     terms = {name: float(np.mean(x[:, j] * coef[j])) for j, name in enumerate(FEATURES)}
-    return RuntimeFit(model, test_tasks, test_mape, mape(pred, y), by_kind, terms,
+    return RuntimeFit(model, test_tasks, test_mape, 100 * mape(pred, y), by_kind, terms,
                       tuple(float(v) for v in speed) if len(speed) > 1 else ())
 
 
@@ -397,15 +397,13 @@ def round_check(model, samples: Sequence[RuntimeSample], anchors: Sequence[Runti
 def check_model(model, samples: Sequence[RuntimeSample], models) -> dict:
     """The runtime model's error on `samples` (plans it was not fitted on): MAPE (%) and mean predicted /
     measured step, overall and per algorithm."""
-    from neuroshard.torchrec.runtime_model import mape
-
     if not samples:
         raise ValueError("no plans to check")  # the callers name the file first
     pred = model.predict(sample_features(samples, models, model.batch_size))
     y = np.array([s.cost for s in samples])
 
     def row(sel):
-        return {"plans": int(sel.sum()), "mape": mape(pred[sel], y[sel]), "ratio": float(np.mean(pred[sel] / y[sel]))}
+        return {"plans": int(sel.sum()), "mape": 100 * mape(pred[sel], y[sel]), "ratio": float(np.mean(pred[sel] / y[sel]))}
 
     algs = [s.alg for s in samples]
     return {**row(np.ones(len(y), dtype=bool)),

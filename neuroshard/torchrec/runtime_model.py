@@ -77,6 +77,7 @@ from typing import Sequence
 
 import numpy as np
 
+from neuroshard.numerics import nnls
 from neuroshard.types.codec import Record, json_field
 from neuroshard.types.errors import InvalidPlanError
 from neuroshard.types.plan import DATA_PARALLEL, ROW_WISE, TABLE_ROW_WISE, Plan, Spread, apply_column_steps
@@ -333,32 +334,6 @@ def check_coefficients(coef: Sequence[float], names: Sequence[str], what: str) -
         raise ValueError(f"every coefficient is 0: the model would cost every {what} 0 ms")
 
 
-def nnls(a: np.ndarray, b: np.ndarray, max_iter: int | None = None) -> np.ndarray:
-    """argmin ||a x - b|| subject to x >= 0 (Lawson and Hanson's active-set method)."""
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    m, n = a.shape
-    x = np.zeros(n)
-    passive = np.zeros(n, dtype=bool)
-    tol = 10 * np.finfo(float).eps * np.linalg.norm(a, 1) * max(m, n)
-    for _ in range(max_iter or 3 * n + 10):
-        w = a.T @ (b - a @ x)
-        if passive.all() or w[~passive].max(initial=-np.inf) <= tol:
-            break
-        passive[np.argmax(np.where(passive, -np.inf, w))] = True
-        while True:
-            z = np.zeros(n)
-            z[passive] = np.linalg.lstsq(a[:, passive], b, rcond=None)[0]
-            if (z[passive] > tol).all():
-                x = z
-                break
-            neg = passive & (z <= tol)
-            alpha = np.min(x[neg] / (x[neg] - z[neg]))
-            x = x + alpha * (z - x)
-            passive &= x > tol
-            x[~passive] = 0.0
-    return x
-
-
 def fit(x: np.ndarray, y: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
     """Non-negative coefficients minimising the squared relative error of x @ coef against y (ms > 0), each
     sample's square times its weight (default 1: a weight of 2 counts a sample as two)."""
@@ -426,8 +401,3 @@ def fit_speeds(x: np.ndarray, y: np.ndarray, groups: np.ndarray, rounds: int = 2
         speed = new
     return coef, speed
 
-
-def mape(pred: np.ndarray, y: np.ndarray) -> float:
-    """Mean absolute percentage error (%)."""
-    pred, y = np.asarray(pred, dtype=np.float64), np.asarray(y, dtype=np.float64)
-    return float(100 * np.mean(np.abs(pred - y) / y))

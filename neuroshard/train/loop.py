@@ -241,7 +241,8 @@ def save_trained(model, report: TrainReport, out_path, title: str, result: dict)
     """
     from neuroshard.formats.io import write_json_atomic
     from neuroshard.planner.costs.cost_models import save_model
-    from neuroshard.train.metrics import ratio_interval, rel_errors, scatter_plot
+    from neuroshard.numerics import rel_errors
+    from neuroshard.train.metrics import ratio_interval, scatter_plot
 
     scatter, metrics_path = companion_paths(out_path)
     noise = result.get("noise_floor")

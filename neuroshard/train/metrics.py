@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from neuroshard.numerics import mape
+
 
 def rankdata(x: np.ndarray) -> np.ndarray:
     """Ranks 1..n with ties given their average rank."""
@@ -33,19 +35,8 @@ def regression_metrics(pred, true) -> dict:
     """MSE (ms²), MAPE (fraction, over targets > 0), Spearman, count, of flattened arrays."""
     pred = np.ravel(np.asarray(pred, dtype=np.float64))
     true = np.ravel(np.asarray(true, dtype=np.float64))
-    errors = rel_errors(pred, true)
-    mape = float(np.mean(errors)) if len(errors) else float("nan")
     mse = float(np.mean((pred - true) ** 2)) if len(true) else float("nan")
-    return {"mse": mse, "mape": mape, "spearman": spearman(pred, true), "n": int(len(true))}
-
-
-def rel_errors(pred, true) -> np.ndarray:
-    """|pred - true| / |true| of flattened arrays, over targets > 0 (the entries `regression_metrics`' MAPE
-    averages)."""
-    pred = np.ravel(np.asarray(pred, dtype=np.float64))
-    true = np.ravel(np.asarray(true, dtype=np.float64))
-    pos = np.abs(true) > 1e-9
-    return np.abs(pred[pos] - true[pos]) / np.abs(true[pos])
+    return {"mse": mse, "mape": mape(pred, true), "spearman": spearman(pred, true), "n": int(len(true))}
 
 
 def ratio_interval(errors, floor_values, level: float = 0.95, draws: int = 2000, seed: int = 0) -> dict:

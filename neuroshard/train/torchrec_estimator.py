@@ -13,8 +13,8 @@ from typing import Sequence
 import numpy as np
 
 from neuroshard.formats.cost_data import collection_batch, read_comm_data, read_compute_sources
+from neuroshard.numerics import nnls
 from neuroshard.planner.costs.analytic import TERMS, AnalyticModel, table_terms
-from neuroshard.torchrec.runtime_model import nnls
 from neuroshard.train.metrics import regression_metrics
 from neuroshard.types.errors import InputError
 from neuroshard.types.tables import TableConfig

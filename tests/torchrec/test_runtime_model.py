@@ -11,6 +11,7 @@ import neuroshard as ns
 from neuroshard.planner.costs.scorer import get_scorer
 from neuroshard.planner.search.beam import search
 from neuroshard.planner.simulator import simulate
+from neuroshard.numerics import mape
 from neuroshard.problem import Problem
 from neuroshard.torchrec.runtime_model import (
     FEATURES,
@@ -20,8 +21,6 @@ from neuroshard.torchrec.runtime_model import (
     features,
     fit,
     fit_speeds,
-    mape,
-    nnls,
     plan_groups,
     plan_parts,
 )
@@ -173,20 +172,11 @@ def test_shard_takes_the_runtime():
         ns.shard(tables, ns.Problem(2, 1.0), models=runtime_models(), alg="neuroshard_plus")
 
 
-def test_nnls_by_hand():
-    np.testing.assert_allclose(nnls(np.eye(2), np.array([2.0, -3.0])), [2.0, 0.0])
-    a = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
-    np.testing.assert_allclose(nnls(a, a @ np.array([1.0, 2.0])), [1.0, 2.0], atol=1e-12)
-    # least squares would give x2 < 0: the constrained optimum puts x2 at 0 and x1 = mean of b over column 1
-    np.testing.assert_allclose(nnls(np.array([[1.0, 1.0], [1.0, -1.0]]), np.array([1.0, 3.0])), [2.0, 0.0])
-
-
 def test_fit_recovers_known_weights():
     rng = np.random.default_rng(1)
     x = np.column_stack([np.ones(40), rng.uniform(0, 5, size=(40, len(FEATURES) - 1))])
     y = x @ np.array(COEF)
     np.testing.assert_allclose(fit(x, y), COEF, atol=1e-8)
-    assert mape(np.array([110.0, 90.0]), np.array([100.0, 100.0])) == pytest.approx(10.0)
     with pytest.raises(ValueError, match="> 0"):
         fit(x[:2], np.array([1.0, 0.0]))
 
@@ -201,7 +191,7 @@ def test_fit_speeds_recovers_the_weights_and_each_collections_speed():
     np.testing.assert_allclose(speed, [1.0, 0.6, 1.5], rtol=1e-6)
     np.testing.assert_allclose(coef, COEF, rtol=1e-5, atol=1e-6)
     # one set of weights for all three cannot match them
-    assert mape(x @ fit(x, y), y) > 5.0
+    assert mape(x @ fit(x, y), y) > 0.05
     # one group: the plain fit
     np.testing.assert_allclose(fit_speeds(x[:20], y[:20], groups[:20])[0], fit(x[:20], y[:20]))
     with pytest.raises(ValueError, match="one group index"):

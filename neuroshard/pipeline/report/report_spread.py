@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from neuroshard.numerics import mape
 from neuroshard.pipeline.report.report_common import load_json
 from neuroshard.types.records import PlanRecord
 
@@ -37,7 +38,7 @@ def collective_check(records: list[PlanRecord] | None) -> list[str]:
         return []
     est, got = np.array(pairs).T
     plans = sum(1 for r in records if r.measured is not None and r.measured.collectives)
-    err = 100 * np.mean(np.abs(est - got) / got)
+    err = 100 * mape(est, got)
     return [f"- The collectives of those plans ({plans} measured, {len(pairs)} ranks): estimated "
             f"{est.mean():.2f} ms a rank, measured {got.mean():.2f} ms (MAPE {err:.1f}%)."]
 
@@ -52,12 +53,12 @@ def collective_lines(models_dir: Path, rows: list[dict]) -> list[str]:
         for key, fit in (raw.get("fits") or {}).items():
             op, _, k = key.partition("@")
             group = f"{raw.get('ndevices')} ranks" if not k else f"each host's {k} of {raw.get('ndevices')} ranks"
-            mape, floor = fit["test_mape"][fit["form"]], fit.get("noise_floor")
+            err, floor = fit["test_mape"][fit["form"]], fit.get("noise_floor")
             rows.append({"model": f"{op} ({group})", "form": fit["form"], "samples": fit["samples"],
-                         "mape": mape / 100, "noise_floor": None if floor is None else floor / 100})
-            ratio = f"{mape / floor:.2f}" if floor else "-"
+                         "mape": err / 100, "noise_floor": None if floor is None else floor / 100})
+            ratio = f"{err / floor:.2f}" if floor else "-"
             lines.append(f"| {op} ({group}, {fit['form']}) | {fit['samples']} | - | "
-                         f"{mape:.1f}% | - | {'-' if floor is None else f'{floor:.1f}%'} | {ratio} |")
+                         f"{err:.1f}% | - | {'-' if floor is None else f'{floor:.1f}%'} | {ratio} |")
     if not lines:
         return []
     return ["", "The collectives of row-wise, table-row-wise and data-parallel tables on the paper's runtime (step 3e, "

@@ -31,6 +31,7 @@ from typing import Sequence
 
 import numpy as np
 
+from neuroshard.numerics import mape, nnls
 from neuroshard.types.codec import Record
 from neuroshard.types.errors import ConfigError
 from neuroshard.types.plan import COLLECTIVES, fit_key
@@ -135,8 +136,6 @@ def _predict(form: str, coef: Sequence[float], numel: np.ndarray) -> np.ndarray:
 def _fit(form: str, x: np.ndarray, y: np.ndarray) -> list[float]:
     """Coefficients of `form` on N = x (millions) and ms y: linear and hinge by non-negative least squares of
     the relative error (the hinge's knee the best of `KNEES`), power by least squares in log-log."""
-    from neuroshard.torchrec.runtime_model import nnls
-
     if form == "linear":
         a = np.stack([np.ones_like(x), x], axis=1) / y[:, None]
         return [float(c) for c in nnls(a, np.ones(len(y)))]
@@ -160,8 +159,6 @@ def fit_collectives(samples: Sequence[dict], ndevices: int, folds: int = 4, seed
     and judged on it (the MAPE over every sample, each predicted by a fit that never saw it); the best form (a
     tie within TIE points to the simpler) refitted on all. `noise`: (key, ms, ms measured again) of re-measured
     samples, the noise floor. ValueError for a fit with fewer than 4 samples or a non-positive time."""
-    from neuroshard.torchrec.runtime_model import mape
-
     rng = np.random.default_rng(seed)
     fits = {}
     for key in dict.fromkeys(fit_key(s["op"], s.get("k"), ndevices) for s in samples):
@@ -179,10 +176,10 @@ def fit_collectives(samples: Sequence[dict], ndevices: int, folds: int = 4, seed
             for f in np.unique(fold):
                 test = fold == f
                 pred[test] = _predict(form, _fit(form, x[~test], y[~test]), x[test] * SCALE)
-            scores[form] = mape(pred, y)
+            scores[form] = 100 * mape(pred, y)
         best = min(scores.values())
         form = next(f for f in FORMS if scores[f] <= best + TIE)
         again = [(a, b) for o, a, b in noise if o == key and a > 0]
-        floor = mape(np.array([b for _, b in again]), np.array([a for a, _ in again])) if again else None
+        floor = 100 * mape(np.array([b for _, b in again]), np.array([a for a, _ in again])) if again else None
         fits[key] = CollectiveFit(form, _fit(form, x, y), len(mine), scores, floor)
     return CollectiveModel(ndevices, fits)
