@@ -8,7 +8,7 @@
 
 Reads collect_torchrec_cost_data.py's results.json (the plans of --task_path's
 tasks and their TorchRec step times), computes each plan's terms
-(neuroshard/torchrec/runtime_model.py: per sharding-type group the slowest
+(neuroshard/planner/costs/runtime_model.py: per sharding-type group the slowest
 rank's kernels by the compute model, ids received, outputs sent; the number of
 groups and of the kernels the ranks run; the totals over the ranks), fits
 their non-negative weights (least squares of the relative error), first
@@ -86,7 +86,7 @@ def main(argv=None) -> int:
     from neuroshard.eval.planning import inputs_from_args
     from neuroshard.formats.io import write_json_atomic
     from neuroshard.torchrec import runtime_data
-    from neuroshard.torchrec.runtime_model import FEATURES, TorchRecRuntimeModel
+    from neuroshard.planner.costs.runtime_model import FEATURES, TorchRecRuntimeModel
     from neuroshard.types.errors import ConfigError, InputError
 
     problem = Problem.from_args(args)

@@ -370,7 +370,7 @@ def spread_models(args, n: int, runtime: str):
     from dataclasses import replace
 
     from neuroshard.planner.costs.collective_model import CollectiveFit, CollectiveModel
-    from neuroshard.torchrec.runtime_model import TorchRecRuntimeModel
+    from neuroshard.planner.costs.runtime_model import TorchRecRuntimeModel
 
     models = load_models(args, n, args.seed).at_batch(65536)
     if runtime == "paper":

@@ -26,9 +26,9 @@ from neuroshard.formats.user_tables import read_user_tables
 from neuroshard.measure.compute_collect import ShardSampler, augment_table_configs
 from neuroshard.planner.costs.cost_models import CostModels, save_model
 from neuroshard.planner.costs.nets import linear_comm_model, linear_compute_model
+from neuroshard.planner.costs.runtime_model import FEATURES, TorchRecRuntimeModel
 from neuroshard.planner.user_plan import shard_user_tables, user_plan_record
 from neuroshard.problem import Problem
-from neuroshard.torchrec.runtime_model import FEATURES, TorchRecRuntimeModel
 from neuroshard.types.costs import CostBreakdown
 from neuroshard.types.plan import Plan, Spread
 from neuroshard.types.records import PlanRecord

@@ -3,13 +3,12 @@
 Layers depend on each other in one direction (`ALLOWED`; a layer always
 imports itself and the shared modules). A layer is a folder, or one module
 of a folder that sits lower than the rest of it (the TorchRec integration
-keeps its file format and its runtime cost model with it, but the planner
-prices plans with that model):
+keeps its file format with it):
 
     data <- planner <- learned <- eval <- torchrec <- pipeline
     data <- measure <- (learned, eval)
     data, planner.costs <- train <- eval
-    torchrec.runtime_model, torchrec.sharding_file <- planner, measure
+    torchrec.sharding_file <- measure
 
 `types/`, `checks`, `settings`, `problem` and `formats/` are shared by all
 (`types/` imports nothing else of the package, `formats/` and `checks` only
@@ -33,17 +32,16 @@ PACKAGE = ROOT / "neuroshard"
 SHARED = ("neuroshard.types", "neuroshard.checks", "neuroshard.settings", "neuroshard.problem", "neuroshard.formats",
           "neuroshard.numerics")
 BASE = ("neuroshard.types", "neuroshard.checks")
-LOW_TORCHREC = ("neuroshard.torchrec.runtime_model", "neuroshard.torchrec.sharding_file")
+LOW_TORCHREC = ("neuroshard.torchrec.sharding_file",)
 # layer -> the neuroshard modules it may import besides itself and the shared ones (prefix match)
 ALLOWED = {
     "types": (),  # the shared records import one another and nothing else
     "formats": (),
     "data": (),
     "torchrec.sharding_file": (),  # the TorchRec plan file: a file format
-    "torchrec.runtime_model": (),  # the cost model of TorchRec's runtime, which the planner prices plans with
-    "planner": ("neuroshard.data", "neuroshard.torchrec.runtime_model"),
+    "planner": ("neuroshard.data",),
     "measure": ("neuroshard.data", "neuroshard.torchrec.sharding_file"),
-    "train": ("neuroshard.planner.costs", "neuroshard.data", "neuroshard.torchrec.runtime_model"),
+    "train": ("neuroshard.planner.costs", "neuroshard.data"),
     "learned": ("neuroshard.planner", "neuroshard.measure", "neuroshard.data"),
     "eval": ("neuroshard.planner", "neuroshard.learned", "neuroshard.measure", "neuroshard.data", "neuroshard.train",
              *LOW_TORCHREC),
@@ -117,7 +115,7 @@ def test_layers_import_only_what_the_layout_allows():
         shared = BASE if key == "formats" or rel.stem in ("checks", "settings") else SHARED
         if key == "types" or rel.stem == "numerics":
             shared = ()
-        if key in ("torchrec.sharding_file", "torchrec.runtime_model"):
+        if key == "torchrec.sharding_file":
             shared = ("neuroshard.types", "neuroshard.checks", "neuroshard.formats", "neuroshard.numerics")
         for line, mod in _imports(path, modules):
             if _within(mod, ("neuroshard.cli",)):

@@ -128,7 +128,7 @@ def with_runtime(args, inputs: EvalInputs) -> EvalInputs:
     beside `--compute_model`)."""
     if args.runtime == "paper":
         return inputs
-    from neuroshard.torchrec.runtime_model import default_path
+    from neuroshard.planner.costs.runtime_model import default_path
 
     path = args.runtime_model or default_path(Path(args.compute_model).parent, inputs.models.ndevices)
     return replace(inputs, models=inputs.models.for_runtime(args.runtime, path))

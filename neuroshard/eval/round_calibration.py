@@ -360,7 +360,7 @@ def pooled_accuracy(runs: Sequence[tuple[Sequence[PlanRecord], Sequence[PlanReco
 
 def step_accuracy(predicted: Sequence[float], costs: Sequence[Sequence[float]], anchor_predicted: Sequence[float],
                   anchor_costs: Sequence[Sequence[float]]) -> RoundCalibration:
-    """Per-round calibration of one number per plan (e.g. a TorchRec training step's ms, `torchrec.runtime_model`):
+    """Per-round calibration of one number per plan (e.g. a TorchRec training step's ms, `planner.costs.runtime_model`):
     `predicted[i]` and the measured `costs[i][round]` of the evaluation's plans, the same of the anchors. A
     round's factor ({"cost": f}) is the median over the anchors measured in it of measured / predicted (1.0
     without one); each measurement is compared with its prediction times its round's factor. `ratio_spread`:

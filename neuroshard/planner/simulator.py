@@ -240,16 +240,16 @@ def simulate(tables: Sequence[ShardTable], plan: Plan, models, problem: Problem)
     (`CostModels.noise_model`), each member's plan cost and the plan's cost
     distribution (`spread`, see `planner.costs.uncertainty`). With a runtime model
     (`CostModels.runtime`), the cost is that runtime's estimate
-    (`torchrec.runtime_model`).
+    (`planner.costs.runtime_model`).
     """
     with single_threaded_blas():
         return _simulate(tables, plan, models, problem)
 
 
 def _simulate_runtime(scorer, tables, split, plan: Plan, runtime) -> CostBreakdown:
-    """The breakdown under TorchRec's runtime (`torchrec.runtime_model`): per device its kernels' ms (all
+    """The breakdown under TorchRec's runtime (`planner.costs.runtime_model`): per device its kernels' ms (all
     groups), no per-device exchanges (they are in the runtime's terms), the runtime's estimate as the cost."""
-    from neuroshard.torchrec.runtime_model import features, plan_parts
+    from neuroshard.planner.costs.runtime_model import features, plan_parts
 
     parts = plan_parts(scorer, tables, plan, runtime.batch_size, split)
     x = features(parts)[0]

@@ -1,6 +1,6 @@
 """Cost data of TorchRec's runtime: plans of TRAINING tasks trained under DistributedModelParallel.
 
-The TorchRec runtime model (`torchrec.runtime_model`) is fitted to how long
+The TorchRec runtime model (`planner.costs.runtime_model`) is fitted to how long
 TorchRec takes to train a plan, so its data are plans trained in TorchRec:
 per training task (never an evaluation task: `eval.onpolicy.check_disjoint`)
 
@@ -37,10 +37,10 @@ from neuroshard.eval.planning import plan_task, task_problem, task_seed
 from neuroshard.formats.io import read_json
 from neuroshard.numerics import mape
 from neuroshard.planner.baselines import random_sharder
+from neuroshard.planner.costs.runtime_model import TorchRecRuntimeModel
 from neuroshard.planner.registry import ShardingContext
 from neuroshard.planner.simulator import replicable, spread_room, validate_plan
 from neuroshard.problem import Problem
-from neuroshard.torchrec.runtime_model import TorchRecRuntimeModel
 from neuroshard.types.codec import Record, json_field
 from neuroshard.types.errors import InputError, InvalidPlanError, OutOfMemoryError
 from neuroshard.types.plan import DATA_PARALLEL, ROW_WISE, TABLE_ROW_WISE, Plan, Spread, apply_column_steps
@@ -286,7 +286,7 @@ def sample_kind(alg: str) -> str:
 def sample_features(samples: Sequence[RuntimeSample], models, batch: int) -> np.ndarray:
     """The runtime model's features of each sample's plan [N, F]."""
     from neuroshard.planner.costs.scorer import get_scorer, single_threaded_blas
-    from neuroshard.torchrec.runtime_model import features, plan_parts
+    from neuroshard.planner.costs.runtime_model import features, plan_parts
 
     scorer = get_scorer(models)
     with single_threaded_blas():
@@ -335,7 +335,7 @@ def fit_runtime_model(samples: Sequence[RuntimeSample], models, ndevices: int, b
     speeds), and the model prices plans at the first's speed. Every collection weighs the same in the fit
     (`runtime_model.balanced_weights`): a small one, such as NeuroShard's own plans searched with a first fit
     (the plans where that fit's errors flatter a plan most), is not drowned by the large random ones."""
-    from neuroshard.torchrec.runtime_model import (
+    from neuroshard.planner.costs.runtime_model import (
         FEATURES,
         GROUP_OF,
         TorchRecRuntimeModel,

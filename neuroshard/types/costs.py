@@ -34,7 +34,7 @@ class RepeatParts(Record):
 
 @dataclass
 class RuntimeEstimate(Record):
-    """A plan's cost under a runtime other than the paper's (`torchrec.runtime_model`): the runtime's
+    """A plan's cost under a runtime other than the paper's (`planner.costs.runtime_model`): the runtime's
     name, the predicted step ms and each term's share of it (ms)."""
 
     name: str

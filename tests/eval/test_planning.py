@@ -241,7 +241,7 @@ def test_with_runtime_loads_the_runtime_model_named_or_beside_the_compute_model(
     import argparse
 
     from neuroshard.eval.planning import add_runtime_args, with_runtime
-    from neuroshard.torchrec.runtime_model import FEATURES, TorchRecRuntimeModel, default_path
+    from neuroshard.planner.costs.runtime_model import FEATURES, TorchRecRuntimeModel, default_path
 
     p = argparse.ArgumentParser()
     add_runtime_args(p)

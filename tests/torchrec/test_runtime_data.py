@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from neuroshard.eval.planning import label_runtime
+from neuroshard.planner.costs.runtime_model import FEATURES
 from neuroshard.planner.simulator import spread_room, validate_plan
 from neuroshard.problem import Problem
 from neuroshard.torchrec.runtime_data import (
@@ -26,7 +27,6 @@ from neuroshard.torchrec.runtime_data import (
     round_check,
     sample_features,
 )
-from neuroshard.torchrec.runtime_model import FEATURES
 from neuroshard.torchrec.training_eval import merge_plan_files
 from neuroshard.types.constraints import TableConstraints
 from neuroshard.types.errors import InputError, OutOfMemoryError

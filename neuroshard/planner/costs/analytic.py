@@ -31,8 +31,8 @@ from typing import ClassVar, Sequence
 import numpy as np
 
 from neuroshard.planner.costs.features import ACC_DTYPE
+from neuroshard.planner.costs.runtime_model import check_coefficients
 from neuroshard.settings import Settings, setting
-from neuroshard.torchrec.runtime_model import check_coefficients
 from neuroshard.types.codec import Record
 from neuroshard.types.errors import ConfigError, InputError
 from neuroshard.types.tables import TableConfig

@@ -91,7 +91,7 @@ class CostModels:
         when "torchrec" has no runtime model."""
         from dataclasses import replace
 
-        from neuroshard.torchrec.runtime_model import TorchRecRuntimeModel
+        from neuroshard.planner.costs.runtime_model import TorchRecRuntimeModel
 
         if runtime == "paper":
             return self if self.runtime is None else replace(self, runtime=None)

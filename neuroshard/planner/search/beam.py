@@ -309,10 +309,10 @@ class SearchSpace:
         return row_cost
 
     def _runtime_costs(self, gid_order: np.ndarray, res) -> np.ndarray:
-        """Each placement's cost under the runtime model (`torchrec.runtime_model`): its pieces' groups
+        """Each placement's cost under the runtime model (`planner.costs.runtime_model`): its pieces' groups
         (a split table's pieces column-wise, the others table-wise), per rank and group their kernels, ids
         and outputs."""
-        from neuroshard.torchrec.runtime_model import features, group_parts
+        from neuroshard.planner.costs.runtime_model import features, group_parts
 
         state = np.zeros(len(res.compute), dtype=np.int64)
         for s in range(len(gid_order)):

@@ -4,7 +4,7 @@ the beam + grid search (`search.beam`) over the others around them.
 `neuroshard` (and `neuroshard_fitted`, the same search on the fitted
 estimator) are registered here.
 
-TorchRec's runtime model (`torchrec.runtime_model`) prices row-wise and
+TorchRec's runtime model (`planner.costs.runtime_model`) prices row-wise and
 data-parallel tables once it was fitted on plans that had them
 (`TorchRecRuntimeModel.types`), and table-row-wise ones on hosts of the
 size its samples had (`local_world_size`); on the paper's runtime the simulator prices
@@ -164,7 +164,7 @@ def place_around(tables: Sequence[ShardTable], spread: Sequence[Spread], problem
                  config: SearchConfig) -> tuple[Plan, float]:
     """NeuroShard's search over the tables not in `spread`, with the spread tables' memory and parts fixed;
     (plan over every task table, estimated ms). OutOfMemoryError when the rest does not fit."""
-    from neuroshard.torchrec.runtime_model import spread_parts
+    from neuroshard.planner.costs.runtime_model import spread_parts
 
     keep, sub, room = sub_problem(tables, spread, problem)
     if not sub:  # every table spread: nothing left to place

@@ -8,11 +8,11 @@ import pytest
 import neuroshard as ns
 from neuroshard.planner.costs.cost_models import CostModels
 from neuroshard.planner.costs.nets import linear_compute_model
+from neuroshard.planner.costs.runtime_model import FEATURES, TorchRecRuntimeModel
 from neuroshard.planner.search.beam import SearchConfig, search
 from neuroshard.planner.search.sharding_types import narrowest_elements, patched, spread_kinds, spread_search
 from neuroshard.planner.simulator import simulate
 from neuroshard.problem import Problem
-from neuroshard.torchrec.runtime_model import FEATURES, TorchRecRuntimeModel
 from neuroshard.types.constraints import TableConstraints
 from neuroshard.types.errors import InvalidPlanError, OutOfMemoryError
 from neuroshard.types.plan import Spread

@@ -1,4 +1,4 @@
-"""The TorchRec runtime cost model (`torchrec.runtime_model`): its terms of a hand-made plan computed by
+"""The TorchRec runtime cost model (`planner.costs.runtime_model`): its terms of a hand-made plan computed by
 hand, the non-negative fit, the model file, and the simulator and the search under it."""
 
 import json
@@ -8,12 +8,8 @@ import numpy as np
 import pytest
 
 import neuroshard as ns
-from neuroshard.planner.costs.scorer import get_scorer
-from neuroshard.planner.search.beam import search
-from neuroshard.planner.simulator import simulate
 from neuroshard.numerics import mape
-from neuroshard.problem import Problem
-from neuroshard.torchrec.runtime_model import (
+from neuroshard.planner.costs.runtime_model import (
     FEATURES,
     TorchRecRuntimeModel,
     balanced_weights,
@@ -24,6 +20,10 @@ from neuroshard.torchrec.runtime_model import (
     plan_groups,
     plan_parts,
 )
+from neuroshard.planner.costs.scorer import get_scorer
+from neuroshard.planner.search.beam import search
+from neuroshard.planner.simulator import simulate
+from neuroshard.problem import Problem
 from neuroshard.types.errors import ConfigError, InputError, NeuroShardError
 from neuroshard.types.plan import Plan, Spread
 from neuroshard.types.tables import ShardTable, TableConfig
