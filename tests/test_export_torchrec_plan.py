@@ -6,10 +6,10 @@ import pytest
 from neuroshard.eval.planning import plan_task
 from neuroshard.formats.dataset import write_table_configs
 from neuroshard.formats.plan_file import write_plans
+from neuroshard.formats.sharding_file import read_torchrec_plan
 from neuroshard.formats.task_file import write_tasks
 from neuroshard.problem import Problem
 from neuroshard.torchrec.sharder import plan_from_sharding_plan
-from neuroshard.torchrec.sharding_file import read_torchrec_plan
 from neuroshard.types.tables import DEFAULT_BINS, TableConfig, Task
 from tests.test_tools import assert_raises_one_line, run
 

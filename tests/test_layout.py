@@ -1,14 +1,11 @@
 """The package layout's import rules, no import cycle, and no test hooks in production code.
 
 Layers depend on each other in one direction (`ALLOWED`; a layer always
-imports itself and the shared modules). A layer is a folder, or one module
-of a folder that sits lower than the rest of it (the TorchRec integration
-keeps its file format with it):
+imports itself and the shared modules). A layer is a folder:
 
     data <- planner <- learned <- eval <- torchrec <- pipeline
     data <- measure <- (learned, eval)
     data, planner.costs <- train <- eval
-    torchrec.sharding_file <- measure
 
 `types/`, `checks`, `settings`, `problem` and `formats/` are shared by all
 (`types/` imports nothing else of the package, `formats/` and `checks` only
@@ -32,19 +29,16 @@ PACKAGE = ROOT / "neuroshard"
 SHARED = ("neuroshard.types", "neuroshard.checks", "neuroshard.settings", "neuroshard.problem", "neuroshard.formats",
           "neuroshard.numerics")
 BASE = ("neuroshard.types", "neuroshard.checks")
-LOW_TORCHREC = ("neuroshard.torchrec.sharding_file",)
 # layer -> the neuroshard modules it may import besides itself and the shared ones (prefix match)
 ALLOWED = {
     "types": (),  # the shared records import one another and nothing else
     "formats": (),
     "data": (),
-    "torchrec.sharding_file": (),  # the TorchRec plan file: a file format
     "planner": ("neuroshard.data",),
-    "measure": ("neuroshard.data", "neuroshard.torchrec.sharding_file"),
+    "measure": ("neuroshard.data",),
     "train": ("neuroshard.planner.costs", "neuroshard.data"),
     "learned": ("neuroshard.planner", "neuroshard.measure", "neuroshard.data"),
-    "eval": ("neuroshard.planner", "neuroshard.learned", "neuroshard.measure", "neuroshard.data", "neuroshard.train",
-             *LOW_TORCHREC),
+    "eval": ("neuroshard.planner", "neuroshard.learned", "neuroshard.measure", "neuroshard.data", "neuroshard.train"),
     "torchrec": ("neuroshard.planner", "neuroshard.measure", "neuroshard.eval", "neuroshard.learned",
                  "neuroshard.data", "neuroshard.train"),
     "pipeline": ("neuroshard.eval", "neuroshard.torchrec"),
@@ -115,8 +109,6 @@ def test_layers_import_only_what_the_layout_allows():
         shared = BASE if key == "formats" or rel.stem in ("checks", "settings") else SHARED
         if key == "types" or rel.stem == "numerics":
             shared = ()
-        if key == "torchrec.sharding_file":
-            shared = ("neuroshard.types", "neuroshard.checks", "neuroshard.formats", "neuroshard.numerics")
         for line, mod in _imports(path, modules):
             if _within(mod, ("neuroshard.cli",)):
                 if rel.stem != "cli" and name not in SCRIPT_MAINS:

@@ -6,10 +6,10 @@ import json
 import pytest
 
 from neuroshard.formats.plan_file import read_plans
+from neuroshard.formats.sharding_file import read_torchrec_plan
 from neuroshard.planner.costs.cost_models import save_model
 from neuroshard.planner.simulator import validate_plan
 from neuroshard.problem import Problem
-from neuroshard.torchrec.sharding_file import read_torchrec_plan
 from neuroshard.types.constraints import TableConstraints
 from neuroshard.types.plan import plan_pieces
 from neuroshard.types.tables import DEFAULT_BINS, ShardTable, TableConfig

@@ -21,10 +21,11 @@ lambda.json,           side_files.read_side_file          side_files.write_side_
 model_error.json,
 plan_error_<n>.json
 run config.json        io.check_run_config (reads, compares, writes)
+TorchRec plan file     sharding_file.read_torchrec_plan   sharding_file.write_torchrec_plan (+ its JSON
+                                                          view)
 =====================  =================================  =========================================
 
-The TorchRec plan file (+ its JSON view) is the TorchRec integration's
-(`torchrec.sharding_file`). `io` holds what every format shares (atomic writes, append-only line files,
+`io` holds what every format shares (atomic writes, append-only line files,
 one-line `InputError`s naming the file, line and value). Importing any of
-these modules does not import torch; the readers of torch files do, when called.
+these modules does not import torch; the readers and writers of torch files do, when called.
 """

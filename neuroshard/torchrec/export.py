@@ -116,7 +116,7 @@ def torchrec_plan_json(sharding_plan, world_size: int) -> dict:
 def export_torchrec_plan(path, tables: Sequence[ShardTable], plan: Plan, names: Sequence[str],
                          device_type: str = "cuda", module_path: str = "", local_size: int | None = None) -> list:
     """Write `plan` as a TorchRec plan file `path` (torch.save) and its JSON view beside it; returns both paths."""
-    from neuroshard.torchrec.sharding_file import write_torchrec_plan
+    from neuroshard.formats.sharding_file import write_torchrec_plan
 
     sharding_plan = torchrec_sharding_plan(tables, plan, names, device_type, module_path, local_size)
     return write_torchrec_plan(path, sharding_plan, torchrec_plan_json(sharding_plan, plan.ndevices))

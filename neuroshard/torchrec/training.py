@@ -378,7 +378,7 @@ class TorchRecTrainWorker(RankWorker):
                 self.items = json.load(f)
 
     def read_block(self, done: int) -> list:
-        from neuroshard.torchrec.sharding_file import read_torchrec_plan
+        from neuroshard.formats.sharding_file import read_torchrec_plan
 
         if done >= len(self.items):
             return []

@@ -227,7 +227,7 @@ def export_full_plans(full: Sequence[FullPlan], tasks: Sequence[Task], configs: 
     `plan_dir` with its readable layout beside it, and the job's item for it; those with a plan, in order."""
     from neuroshard.torchrec.full_planner import for_ranks
     from neuroshard.torchrec.sharder import sharding_layout, table_names
-    from neuroshard.torchrec.sharding_file import write_torchrec_plan
+    from neuroshard.formats.sharding_file import write_torchrec_plan
 
     plan_dir = Path(plan_dir)
     plan_dir.mkdir(parents=True, exist_ok=True)

@@ -8,6 +8,7 @@ from datetime import timedelta
 
 import pytest
 
+from neuroshard.formats.sharding_file import read_torchrec_plan
 from neuroshard.problem import Problem
 from neuroshard.torchrec.export import export_torchrec_plan, torchrec_sharding_plan
 from neuroshard.torchrec.sharder import (
@@ -16,7 +17,6 @@ from neuroshard.torchrec.sharder import (
     plan_with_torchrec,
     table_names,
 )
-from neuroshard.torchrec.sharding_file import read_torchrec_plan
 from neuroshard.types.errors import InvalidPlanError
 from neuroshard.types.plan import ColumnPiece, Plan, Spread, plan_pieces, row_blocks
 from tests.torchrec.test_sharder import GB_ROWS, tables_of, torchrec_shards

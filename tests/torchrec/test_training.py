@@ -71,7 +71,7 @@ def all_type_plans(task, configs, plan_dir) -> list[dict]:
     from torchrec.distributed.types import ShardingPlan
 
     from neuroshard.torchrec.sharder import embedding_bag_collection, table_names
-    from neuroshard.torchrec.sharding_file import write_torchrec_plan
+    from neuroshard.formats.sharding_file import write_torchrec_plan
 
     tables = task.tables(configs)
     names = table_names(tables)
@@ -344,7 +344,7 @@ def test_two_hosts_train_table_row_wise_tables_as_the_unsharded_model(tiny, tmp_
     """4 gloo ranks as two hosts of 2: a table-row-wise table on each host (TorchRec's intra- and cross-host
     groups of 2) trains with the unsharded model's losses (without the hosts TorchRec has no second host for
     the plan's table 2, and building the model fails)."""
-    from neuroshard.torchrec.sharding_file import read_torchrec_plan
+    from neuroshard.formats.sharding_file import read_torchrec_plan
 
     d, configs, task, _ = tiny
     rec = PlanRecord(0, "hosts", num_tables=4, plan=Plan((), ((0,), (), (3,), ()), (

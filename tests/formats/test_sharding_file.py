@@ -1,8 +1,8 @@
-"""`neuroshard.torchrec.sharding_file`: TorchRec plan files."""
+"""`neuroshard.formats.sharding_file`: TorchRec plan files."""
 
 import torch
 
-from neuroshard.torchrec.sharding_file import read_torchrec_plan
+from neuroshard.formats.sharding_file import read_torchrec_plan
 from tests.formats import expect_error
 
 
