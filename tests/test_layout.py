@@ -1,15 +1,18 @@
 """The package layout's import rules, no import cycle, and no test hooks in production code.
 
 Layers depend on each other in one direction (`ALLOWED`; a layer always
-imports itself and the shared modules). A layer is a folder:
+imports itself and the shared modules). A layer is a folder of the package,
+and every module in a folder is in its layer (none sits lower than the rest):
 
     data <- planner <- learned <- eval <- torchrec <- pipeline
     data <- measure <- (learned, eval)
     data, planner.costs <- train <- eval
 
-`types/`, `checks`, `settings`, `problem` and `formats/` are shared by all
-(`types/` imports nothing else of the package, `formats/` and `checks` only
-`types/`, `settings` those, `problem` those and `settings`); no library module imports `cli` (only a
+No module imports one of a higher layer, function-level imports included (the
+checker reads whole files). `types/`, `checks`, `settings`, `problem`,
+`formats/` and `numerics` are shared by all (`types/` and `numerics` import
+nothing else of the package, `formats/` and `checks` only `types/`, `settings`
+those, `problem` those and `settings`); no library module imports `cli` (only a
 `python -m` entry point may, under `if __name__ == "__main__":` or in a
 `__main__` module, and a script's shared `main`, `SCRIPT_MAINS`). No module
 imports another that (through any chain, function-level imports included)
@@ -29,7 +32,9 @@ PACKAGE = ROOT / "neuroshard"
 SHARED = ("neuroshard.types", "neuroshard.checks", "neuroshard.settings", "neuroshard.problem", "neuroshard.formats",
           "neuroshard.numerics")
 BASE = ("neuroshard.types", "neuroshard.checks")
-# layer -> the neuroshard modules it may import besides itself and the shared ones (prefix match)
+# the shared modules that import fewer than all of SHARED -> the shared ones they may import
+SHARED_IMPORTS = {"types": (), "numerics": (), "checks": BASE, "settings": BASE, "formats": BASE}
+# layer (a folder) -> the neuroshard modules it may import besides itself and the shared ones (prefix match)
 ALLOWED = {
     "types": (),  # the shared records import one another and nothing else
     "formats": (),
@@ -62,9 +67,10 @@ def _modules() -> dict[str, Path]:
     return {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
 
-def _imports(path: Path, modules: dict[str, Path]) -> list[tuple[int, str]]:
-    """Every neuroshard module imported anywhere in the file (functions included), except under a
-    `if __name__ == "__main__":` block; `from package import module` counts as the module."""
+def _imports(path: Path, modules: dict[str, Path], name: str | None = None) -> list[tuple[int, str]]:
+    """Every neuroshard module imported anywhere in the file of module `name` (default: the one `path` is)
+    (functions and methods included), except under a `if __name__ == "__main__":` block;
+    `from package import module` counts as the module."""
     tree = ast.parse(path.read_text())
     main_blocks = [n for n in tree.body if isinstance(n, ast.If) and "__main__" in ast.unparse(n.test)]
     skip = {id(n) for block in main_blocks for n in ast.walk(block)}
@@ -77,7 +83,7 @@ def _imports(path: Path, modules: dict[str, Path]) -> list[tuple[int, str]]:
         elif isinstance(node, ast.ImportFrom) and node.module:
             mod = node.module
             if node.level:
-                base = _module_name(path).rsplit(".", node.level - (path.name == "__init__.py"))[0]
+                base = (name or _module_name(path)).rsplit(".", node.level - (path.name == "__init__.py"))[0]
                 mod = f"{base}.{mod}"
             out += [(node.lineno, f"{mod}.{a.name}" if f"{mod}.{a.name}" in modules else mod) for a in node.names]
     return sorted({(line, m) for line, m in out if m == "neuroshard" or m.startswith("neuroshard.")})
@@ -88,46 +94,76 @@ def _within(mod: str, prefixes) -> bool:
 
 
 def layer(name: str) -> str | None:
-    """The layer of module `name` (the longest key of `ALLOWED` it lies in), None for a top-level module."""
-    rel = name[len("neuroshard."):]
-    keys = [k for k in ALLOWED if rel == k or rel.startswith(k + ".")]
-    return max(keys, key=len) if keys else None
+    """The layer of module `name`: the folder under the package it lies in (the package of that folder
+    included), None for a top-level module."""
+    rel = name.split(".")[1:]
+    return rel[0] if len(rel) > 1 or (rel and (PACKAGE / rel[0]).is_dir()) else None
+
+
+def violations(name: str, path: Path, modules: dict[str, Path]) -> list[str]:
+    """What module `name` (its file `path`) imports against the rules, one line each."""
+    rel = path.relative_to(PACKAGE) if path.is_relative_to(PACKAGE) else path
+    key = layer(name)
+    stem = name.split(".")[-1] if key is None and name != "neuroshard" else rel.stem
+    if key is not None and key not in ALLOWED:
+        return [f"{rel}: in no layer of ALLOWED"]
+    allowed = ALLOWED[key] if key else TOP[stem]
+    own = (f"neuroshard.{key}",) if key else ()
+    # the shared modules themselves import only the ones below them
+    shared = SHARED_IMPORTS.get(key or stem, SHARED)
+    bad = []
+    for line, mod in _imports(path, modules, name):
+        if _within(mod, ("neuroshard.cli",)):
+            if stem != "cli" and name not in SCRIPT_MAINS:
+                bad.append(f"{rel}:{line}: imports the CLI helpers ({mod})")
+            continue
+        if not _within(mod, own + shared + allowed):
+            bad.append(f"{rel}:{line}: imports {mod}")
+    return bad
 
 
 def test_layers_import_only_what_the_layout_allows():
     modules = _modules()
-    bad = []
-    for name, path in modules.items():
-        rel = path.relative_to(PACKAGE)
-        key = layer(name)
-        if key is None and len(rel.parts) > 1:
-            bad.append(f"{rel}: in no layer of ALLOWED")
-            continue
-        allowed = ALLOWED[key] if key else TOP[rel.stem]
-        own = (f"neuroshard.{key}",) if key else ()
-        # the shared modules themselves import only the ones below them
-        shared = BASE if key == "formats" or rel.stem in ("checks", "settings") else SHARED
-        if key == "types" or rel.stem == "numerics":
-            shared = ()
-        for line, mod in _imports(path, modules):
-            if _within(mod, ("neuroshard.cli",)):
-                if rel.stem != "cli" and name not in SCRIPT_MAINS:
-                    bad.append(f"{rel}:{line}: imports the CLI helpers ({mod})")
-                continue
-            if not _within(mod, own + shared + allowed):
-                bad.append(f"{rel}:{line}: imports {mod}")
+    bad = [line for name, path in modules.items() for line in violations(name, path, modules)]
     assert not bad, "\n".join(bad)
+
+
+def test_every_folder_is_a_layer_and_every_layer_a_folder():
+    """A module's layer is the folder it sits in: no layer of one module, no folder outside the rules, and
+    what a layer may import names folders (or the packages within them)."""
+    folders = {p.relative_to(PACKAGE).parts[0] for p in PACKAGE.rglob("*.py") if p.parent != PACKAGE}
+    assert folders == set(ALLOWED)
+    named = {a for allowed in ALLOWED.values() for a in allowed}
+    assert all((ROOT / a.replace(".", "/")).is_dir() for a in named), named
+    assert set(SHARED_IMPORTS) <= {m.split(".")[1] for m in SHARED}
+
+
+def test_a_function_level_import_of_a_higher_layer_is_reported(tmp_path):
+    """The checker reads the whole file: an import inside a function or a method counts as one at the top
+    (only a `__main__` block is left out), and one the layer may make is not reported."""
+    path = tmp_path / "fake.py"
+    path.write_text("from neuroshard.planner.costs.runtime_model import FEATURES\n"  # the planner's own
+                    "from neuroshard.numerics import nnls\n"  # shared
+                    "\n"
+                    "def f():\n"
+                    "    from neuroshard.torchrec.runtime_data import fit_runtime_model\n"
+                    "    return fit_runtime_model\n"
+                    "\n"
+                    "class C:\n"
+                    "    def g(self):\n"
+                    "        import neuroshard.eval.planning\n"
+                    "\n"
+                    'if __name__ == "__main__":\n'
+                    "    from neuroshard.pipeline import run\n")
+    assert violations("neuroshard.planner.fake", path, _modules()) == [
+        f"{path}:5: imports neuroshard.torchrec.runtime_data", f"{path}:10: imports neuroshard.eval.planning"]
+    # the same file in torchrec/, which may import the planner and eval, breaks no rule
+    assert violations("neuroshard.torchrec.fake", path, _modules()) == []
 
 
 def test_the_layout_rules_are_one_way():
     """The allowed imports between layers form no cycle (so neither can the code that obeys them)."""
-    def targets(prefix: str) -> set[str]:
-        rel = prefix[len("neuroshard."):]
-        inside = {k for k in ALLOWED if k == rel or k.startswith(rel + ".")}
-        return inside or {layer(prefix)} - {None}
-
-    edges = {k: set().union(*(targets(a) for a in allowed)) - {k} if allowed else set()
-             for k, allowed in ALLOWED.items()}
+    edges = {k: {layer(a) for a in allowed} - {k} for k, allowed in ALLOWED.items()}
     seen, done = set(), set()
 
     def visit(f, path):
