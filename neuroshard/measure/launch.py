@@ -2,7 +2,7 @@
 (`TorchrunJob`) and the failure reports that end it (`JobError`).
 
 A job runs the one rank loop (`measure.rank`) on `ndevices` ranks under
-torchrun (`python -m torch.distributed.run`: gloo on CPU, NCCL on GPUs). The
+torchrun (`python -m torch.distributed.run`, `measure.agent`: gloo on CPU, NCCL on GPUs). The
 launcher writes the job file (`job.json`: the worker, device, collective
 timeout, its own pid and the worker's spec) and any input files into a
 fresh job dir; rank 0 streams one JSON line per finished item to
@@ -41,7 +41,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -49,6 +48,7 @@ from dataclasses import dataclass, replace
 from typing import ClassVar, Iterator
 
 from neuroshard.checks import check_float, check_int
+from neuroshard.measure.agent import ForkedAgent, start_agent
 from neuroshard.measure.process_env import measuring_env
 from neuroshard.measure.rank import (
     JOB_FILE,
@@ -250,7 +250,7 @@ class TorchrunJob:
         self.stall_timeout = stall_timeout if stall_timeout is not None else timeout + WATCHDOG_GRACE_S
         self.work_dir, self.keep_dir = work_dir, keep_dir
         self.job_dir: str | None = None
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen | ForkedAgent | None = None
         self._log = None
         self._failed = False
         self._started = 0.0
@@ -277,8 +277,7 @@ class TorchrunJob:
             json.dump(self.job_file(), f)
         self.write_inputs(self.job_dir)
         open(os.path.join(self.job_dir, RESULTS_FILE), "w").close()
-        cmd = [sys.executable, "-m", "torch.distributed.run", *self.launch.torchrun_args(), "--max_restarts=0",
-               "-m", self.worker_module, "--job_dir", self.job_dir]
+        args = [*self.launch.torchrun_args(), "--max_restarts=0", "-m", self.worker_module, "--job_dir", self.job_dir]
         env = measuring_env(os.environ)
         env["PYTHONUNBUFFERED"] = "1"
         # Ranks import the same neuroshard as this process, wherever it was started from.
@@ -289,8 +288,7 @@ class TorchrunJob:
         self._log = open(os.path.join(self.job_dir, LOG_FILE), "w")
         self._started = time.monotonic()
         # Own session/process group: the whole torchrun tree can be signalled at once.
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self._log,
-                                     stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        self.proc = start_agent(args, env, self._log)
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
