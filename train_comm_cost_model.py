@@ -15,6 +15,14 @@ error by default (--loss mse for DESIGN's). Each checkpoint records `ndevices`
 Spearman per split) beside it. If the data dir holds a noise_floor.json
 (collect_comm_cost_data.py --noise_floor N), the test MAPE is printed next to
 it: no model can beat the measurement noise.
+
+One model pair for any world size (--world 1): --data_dir names one
+collection per world size (comma list, e.g. comm_2,comm_4,comm_8), the models
+(default models/comm_fw.pt, comm_bw.pt) see each rank's exchange and the
+world's size (nets.WorldCommModel), and --check_data_dirs judges them on
+collections of sizes they never saw, each against its own noise floor:
+
+    python train_comm_cost_model.py --world 1 --data_dir comm_2,comm_4,comm_8 --check_data_dirs comm_3,comm_6
 """
 
 import argparse
@@ -24,6 +32,7 @@ from neuroshard.settings import add_flag, parse_flags
 from neuroshard.train.comm_model import train_comm_models
 from neuroshard.train.loop import TrainConfig
 from neuroshard.train.metrics import format_metrics
+from neuroshard.types.errors import ConfigError
 
 
 def main(argv=None):
@@ -45,11 +54,24 @@ def main(argv=None):
                         "(max sleep - own sleep) or its sleep (DESIGN §6); waits cut the per-rank forward error and "
                         "its bias on plans whose ranks are ready nearly together (nets.CommCostModel)")
     add_flag(p, "plan_data_dir")
+    p.add_argument("--world", type=int, choices=[0, 1], default=0,
+                   help="1: one forward and one backward model for any world size, trained on the collections of "
+                        "--data_dir (a comma list, one world size each)")
+    p.add_argument("--check_data_dirs", default=None,
+                   help="with --world 1: comma list of collections (world sizes the models may never have seen) "
+                        "the trained models are judged on, each against its own noise floor")
     TrainConfig.add_args(p)
     add_progress_arg(p)
     args = parse_flags(p, argv, __file__)
 
     cfg = TrainConfig.from_args(args)
+    if args.world:
+        return _world(args, cfg)
+    if args.check_data_dirs:
+        raise ConfigError("--check_data_dirs", "judges a model for any world size: add --world 1")
+    if "," in args.data_dir:
+        raise ConfigError("--data_dir", f"{args.data_dir!r} names several collections: one world size's models "
+                                        "train on one (or add --world 1 for one model of every world size)")
     results = train_comm_models(args.data_dir, cfg, args.fw_out_path, args.bw_out_path, fw_wait=bool(args.fw_wait),
                                 progress=not args.no_progress, plan_data_dir=args.plan_data_dir,
                                 bw_linear=bool(args.bw_linear), fw_wait_inputs=args.fw_inputs == "waits")
@@ -63,6 +85,42 @@ def main(argv=None):
             print(f"test MAPE {100 * res['metrics']['test']['mape']:.2f}% vs noise floor "
                   f"{100 * nf['mean']:.2f}% (mean |re-measured - recorded| / recorded; "
                   f"median {100 * nf['median']:.2f}%)")
+        print(f"model {res['checkpoint']}; scatter {res['scatter']}; metrics {res['metrics_path']}")
+
+
+
+def _world(args, cfg) -> None:
+    """--world 1: one model pair over the collections of --data_dir, judged on --check_data_dirs."""
+    from neuroshard.formats.io import load_json, write_json_atomic
+    from neuroshard.train.comm_model import check_world_comm_model, train_world_comm_models
+
+    if args.plan_data_dir:
+        raise ConfigError("--plan_data_dir", "on-policy samples are of one world size: train its own models")
+    dirs = [d for d in args.data_dir.split(",") if d]
+    results = train_world_comm_models(dirs, cfg, args.fw_out_path, args.bw_out_path, progress=not args.no_progress,
+                                      bw_linear=bool(args.bw_linear))
+    checks = [d for d in (args.check_data_dirs or "").split(",") if d]
+    for kind, res in results.items():
+        name = "forward" if kind == "fw" else "backward"
+        print(f"{name} comm model (world sizes {res['sizes']}, {res['num_samples']} samples, best epoch "
+              f"{res['best_epoch']})")
+        print(format_metrics(res["metrics"]))
+        for k, row in res["by_size"].items():
+            floor = "" if row["floor"] is None else (f" vs noise floor {100 * row['floor']:.2f}% "
+                                                     f"({row['over_floor']:.2f}x)")
+            print(f"  {k} ranks: test MAPE {100 * row['mape']:.2f}%{floor} ({row['samples']} samples)")
+        if checks:
+            from neuroshard.planner.costs.cost_models import load_model
+
+            model = load_model(res["checkpoint"])
+            res["checks"] = [check_world_comm_model(model, d, kind) for d in checks]
+            for row in res["checks"]:
+                floor = "" if row["floor"] is None else (f" vs noise floor {100 * row['floor']:.2f}% "
+                                                         f"({row['over_floor']:.2f}x)")
+                print(f"  held out, {row['ndevices']} ranks ({row['data_dir']}): MAPE {100 * row['mape']:.2f}%"
+                      f"{floor}")
+            metrics = load_json(res["metrics_path"])
+            write_json_atomic(res["metrics_path"], {**metrics, "checks": res["checks"]})
         print(f"model {res['checkpoint']}; scatter {res['scatter']}; metrics {res['metrics_path']}")
 
 

@@ -23,7 +23,7 @@ from neuroshard.formats.cost_data import (
     read_rank_noise,
 )
 from neuroshard.planner.costs.extrapolation import comm_ranges
-from neuroshard.planner.costs.nets import COMM_HIDDEN, CommCostModel
+from neuroshard.planner.costs.nets import COMM_HIDDEN, WORLD_HIDDEN, CommCostModel, WorldCommModel, world_features
 from neuroshard.train.loop import TrainConfig, save_trained, train_ensemble
 from neuroshard.types.errors import InputError
 
@@ -106,3 +106,127 @@ def train_comm_models(data_dir, cfg: TrainConfig, fw_out_path=None, bw_out_path=
     return {kind: train_comm_model(samples, kind, out_path=paths[kind], data_dir=data_dir, progress=progress,
                                    extra=extra, **(fw if kind == "fw" else bw))
             for kind in KINDS}
+
+
+# --------------------------------------------------------------------------- any world size
+
+
+def world_tensors(samples: Sequence[CommSample], kind: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Exchanges of several world sizes padded to the largest: inputs [S, n] (bw: dims) or [S, 2n] (fw: dims then
+    sleeps), each sample's size [S], and targets [S, n] ms, NaN at the padded ranks (the loop leaves them out)."""
+    n = max(s.ndevices for s in samples)
+
+    def pad(values, fill: float) -> list[float]:
+        return list(values) + [fill] * (n - len(values))
+
+    dims = torch.tensor([pad(s.dims, 0.0) for s in samples], dtype=torch.float32)
+    x = dims if kind == "bw" else torch.cat([dims, torch.tensor([pad(s.sleeps, 0.0) for s in samples],
+                                                                dtype=torch.float32)], dim=1)
+    counts = torch.tensor([s.ndevices for s in samples], dtype=torch.long)
+    y = torch.tensor([pad(s.fw if kind == "fw" else s.bw, float("nan")) for s in samples], dtype=torch.float32)
+    return x, counts, y
+
+
+def build_world_model(kind: str, x: torch.Tensor, counts: torch.Tensor, hidden: Sequence[int] = WORLD_HIDDEN,
+                      sizes: Sequence[int] = ()) -> WorldCommModel:
+    """An untrained world-size-aware model normalised with its real ranks' feature means and stds."""
+    n = x.shape[1] // 2 if kind == "fw" else x.shape[1]
+    feats = world_features(kind, x[:, :n], x[:, n:] if kind == "fw" else None, counts)
+    real = feats[feats[..., 0] > 0]
+    mean, std = real.mean(0), real.std(0) if len(real) > 1 else torch.ones(real.shape[1])
+    std = torch.where(std > 1e-6, std, torch.ones_like(std))
+    return WorldCommModel(kind, mean, std, hidden=hidden, sizes=sizes)
+
+
+def read_world_data(data_dirs: Sequence) -> list[CommSample]:
+    """The comm samples of several collections (each one world size, `collect_comm_cost_data.py --ndevices`)."""
+    samples = []
+    for d in data_dirs:
+        found = read_comm_data(d)
+        if not found:
+            raise InputError(Path(d) / DATA_TXT, "no samples")
+        samples += found
+    return samples
+
+
+def train_world_comm_models(data_dirs: Sequence, cfg: TrainConfig, fw_out_path=None, bw_out_path=None,
+                            progress: bool = True, bw_linear: bool = True) -> dict:
+    """Train one forward and one backward model over the comm data of several world sizes (`data_dirs`, one
+    collection each): {"fw": summary, "bw": summary}, each summary also the test split's error by world size
+    and, where a collection has a noise floor, its floor (a world size is judged against its own floor).
+    `bw_linear`: the backward network linear in the features and fitted on the squared error, as the per-count
+    backward model. Output paths default to ``models/comm_fw.pt`` / ``_bw.pt`` (no device count: any)."""
+    samples = read_world_data(data_dirs)
+    sizes = sorted({s.ndevices for s in samples})
+    paths = {"fw": fw_out_path or "models/comm_fw.pt", "bw": bw_out_path or "models/comm_bw.pt"}
+    for kind in KINDS:
+        check_output_file(f"--{kind}_out_path", paths[kind])
+    results = {}
+    for kind in KINDS:
+        x, counts, y = world_tensors(samples, kind)
+        linear = kind == "bw" and bw_linear
+        kcfg = replace(cfg, loss="mse") if linear else cfg
+        hidden = () if linear else WORLD_HIDDEN
+        model, report = train_ensemble(lambda: build_world_model(kind, x, counts, hidden, sizes), (x, counts), y,
+                                       kcfg, desc=f"{kind} comm model (world sizes {sizes})", progress=progress)
+        floors = {read_comm_data(d)[0].ndevices: read_noise_floor(d, kind) for d in data_dirs}
+        result = {"kind": kind, "ndevices": None, "sizes": sizes, "data_dirs": [str(d) for d in data_dirs],
+                  "num_samples": len(samples), "hidden": list(hidden), "loss": kcfg.loss,
+                  "ranges": comm_ranges(samples), "by_size": _by_size(model, x, counts, y, kcfg, floors)}
+        name = "forward" if kind == "fw" else "backward"
+        results[kind] = save_trained(model, report, paths[kind], f"{name} comm model (world sizes "
+                                     f"{', '.join(map(str, sizes))}), test split", result)
+    return results
+
+
+def _by_size(model, x: torch.Tensor, counts: torch.Tensor, y: torch.Tensor, cfg: TrainConfig,
+             floors: dict) -> dict:
+    """The test split's MAPE per world size, beside that size's noise floor (mean) where it has one."""
+    from neuroshard.numerics import mape
+    from neuroshard.train.loop import split_indices
+
+    _, _, test = split_indices(len(y), cfg)
+    with torch.no_grad():
+        pred = model(x[test], counts[test]).numpy()
+    out = {}
+    for k in sorted(set(counts[test].tolist())):
+        rows = (counts[test] == k).numpy()
+        floor = floors.get(k)
+        error = mape(pred[rows], y[test][rows].numpy())
+        out[str(k)] = {"samples": int(rows.sum()), "mape": error,
+                       "floor": None if floor is None else floor["mean"],
+                       "over_floor": None if not floor or not floor["mean"] else error / floor["mean"]}
+    return out
+
+
+def check_world_comm_model(model, data_dir, kind: str) -> dict:
+    """A model's error on every sample of a collection (a world size it may never have seen): its MAPE, the
+    collection's noise floor and their ratio with its 95% bootstrap interval (`metrics.ratio_interval`)."""
+    from neuroshard.numerics import mape, rel_errors
+    from neuroshard.train.metrics import ratio_interval
+
+    samples = read_world_data([data_dir])
+    x, counts, y = world_tensors(samples, kind)
+    with torch.no_grad():
+        pred = model(x, counts).numpy() if isinstance(model, WorldCommModel) else model.predict(
+            [s.dims for s in samples], [s.sleeps for s in samples] if kind == "fw" else None)
+    floor = read_noise_floor(data_dir, kind)
+    out = {"data_dir": str(data_dir), "ndevices": samples[0].ndevices, "samples": len(samples),
+           "mape": mape(pred, y.numpy()), "floor": None if floor is None else floor["mean"]}
+    if floor is not None and floor.get("mean"):
+        out["over_floor"] = out["mape"] / floor["mean"]
+        values = _floor_values(data_dir, kind)
+        if values:
+            out["over_floor_interval"] = ratio_interval(rel_errors(pred, y.numpy()), values)
+    return out
+
+
+def _floor_values(data_dir, kind: str) -> list[float]:
+    """The per-entry differences of a collection's noise report, where it keeps them (`values`)."""
+    from neuroshard.formats.io import load_json
+
+    path = Path(data_dir) / "noise_floor.json"
+    if not path.exists():
+        return []
+    stats = load_json(path).get("targets", {}).get(kind, {}).get("fresh_vs_stored", {})
+    return list(stats.get("values") or [])

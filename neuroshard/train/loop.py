@@ -161,7 +161,11 @@ def _train(model: nn.Module, inputs: tuple, targets: torch.Tensor, cfg: TrainCon
         raise ValueError(f"no training samples (have {len(targets)})")
     val_idx = va if len(va) else tr  # tiny data sets: early-stop on train
 
-    scale = float(targets[tr].abs().mean()) or 1.0
+    # targets may be missing (NaN): the ranks a world of fewer ranks lacks, in exchanges of several world sizes
+    # padded to the largest (`nets.WorldCommModel`); they weigh nothing in the loss or the metrics
+    known = torch.isfinite(targets[tr])
+    scale = float(targets[tr][known].abs().mean()) if known.any() else 1.0
+    scale = scale or 1.0
     if hasattr(model, "target_scale"):
         model.target_scale.fill_(scale)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
@@ -169,6 +173,9 @@ def _train(model: nn.Module, inputs: tuple, targets: torch.Tensor, cfg: TrainCon
     tr_t = torch.as_tensor(tr)
 
     def loss_fn(pred: torch.Tensor, true: torch.Tensor) -> torch.Tensor:
+        known = torch.isfinite(true)
+        if not known.all():
+            pred, true = pred[known], true[known]
         err = (pred - true) / (scale if cfg.loss == "mse" else true.abs().clamp_min(1e-6 * scale))
         return torch.mean(err.abs() if cfg.loss == "rel_l1" else err ** 2)
 
@@ -240,8 +247,8 @@ def save_trained(model, report: TrainReport, out_path, title: str, result: dict)
     count, noise floor...); returned with the metrics and paths added.
     """
     from neuroshard.formats.io import write_json_atomic
-    from neuroshard.planner.costs.cost_models import save_model
     from neuroshard.numerics import rel_errors
+    from neuroshard.planner.costs.cost_models import save_model
     from neuroshard.train.metrics import ratio_interval, scatter_plot
 
     scatter, metrics_path = companion_paths(out_path)

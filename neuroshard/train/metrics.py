@@ -32,9 +32,12 @@ def spearman(a, b) -> float:
 
 
 def regression_metrics(pred, true) -> dict:
-    """MSE (ms²), MAPE (fraction, over targets > 0), Spearman, count, of flattened arrays."""
+    """MSE (ms²), MAPE (fraction, over targets > 0), Spearman, count, of flattened arrays; targets that are NaN
+    (missing: a padded rank) are left out."""
     pred = np.ravel(np.asarray(pred, dtype=np.float64))
     true = np.ravel(np.asarray(true, dtype=np.float64))
+    known = np.isfinite(true)
+    pred, true = pred[known], true[known]
     mse = float(np.mean((pred - true) ** 2)) if len(true) else float("nan")
     return {"mse": mse, "mape": mape(pred, true), "spearman": spearman(pred, true), "n": int(len(true))}
 

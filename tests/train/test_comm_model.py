@@ -174,3 +174,44 @@ def test_the_backward_model_is_linear_by_default_and_learns_a_linear_time(tmp_pa
                             tmp_path / "bw.pt", bw_linear=False)
     assert res["bw"]["hidden"] == [128, 64, 32, 16] and res["bw"]["loss"] == "rel_mse"
     assert load_comm_model(tmp_path / "bw.pt", 3, "bw").hidden == (128, 64, 32, 16)
+
+
+def world_samples(ndevices: int, n_samples: int, seed: int):
+    """An exchange's time as a law of the world's size: fw = (send + recv) / 50 + the wait for the last rank,
+    bw = 0.5 + (send + recv) / 100 (ms; send = d (n - 1) / n, recv = (total - d) / n)."""
+    rng = np.random.default_rng([seed, ndevices])
+    out = []
+    for _ in range(n_samples):
+        dims = (rng.integers(1, 64, size=ndevices) * 4).tolist()
+        sleeps = rng.uniform(0, 5, size=ndevices)
+        sleeps = (sleeps - sleeps.min()).round(3).tolist()
+        total = sum(dims)
+        moved = [d * (ndevices - 1) / ndevices + (total - d) / ndevices for d in dims]
+        out.append(CommSample(dims, sleeps, [m / 50 + max(sleeps) - s for m, s in zip(moved, sleeps)],
+                              [0.5 + m / 100 for m in moved]))
+    return out
+
+
+def test_one_model_pair_learns_every_world_size_and_prices_one_it_never_saw(tmp_path, one_thread):
+    from neuroshard.train.comm_model import check_world_comm_model, train_world_comm_models, world_tensors
+
+    dirs = []
+    for n in (2, 4, 3):
+        d = tmp_path / f"comm_{n}"
+        d.mkdir()
+        write_comm_data(d, world_samples(n, 150, seed=1))
+        dirs.append(d)
+    # padded to the largest world: 2-rank exchanges have NaN targets at ranks 2, 3
+    x, counts, y = world_tensors(world_samples(2, 1, 0) + world_samples(4, 1, 0), "fw")
+    assert x.shape == (2, 8) and counts.tolist() == [2, 4] and torch.isnan(y[0, 2:]).all() and not y[1].isnan().any()
+    cfg = TrainConfig(epochs=400, batch_size=64, lr=3e-3, seed=0)
+    res = train_world_comm_models(dirs[:2], cfg, tmp_path / "m" / "comm_fw.pt", tmp_path / "m" / "comm_bw.pt",
+                                  progress=False)
+    assert res["fw"]["sizes"] == [2, 4] and set(res["fw"]["by_size"]) == {"2", "4"}
+    model = load_comm_model(tmp_path / "m" / "comm_bw.pt", 3, "bw")  # a model for any world size loads for 3
+    assert model.ndevices is None and model.sizes == (2, 4)
+    # the linear backward model finds the law: a world of 3 it never saw priced within 2%
+    held = check_world_comm_model(model, dirs[2], "bw")
+    assert held["ndevices"] == 3 and held["samples"] == 150 and held["mape"] < 0.02
+    fw = check_world_comm_model(load_comm_model(tmp_path / "m" / "comm_fw.pt", 3, "fw"), dirs[2], "fw")
+    assert fw["mape"] < 0.08

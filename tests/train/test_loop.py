@@ -101,3 +101,12 @@ def test_an_ensemble_is_member_zero_plus_bootstrap_members_and_predicts_their_me
     assert len(rep3.members) == 3 and rep3.members[0] == rep1.metrics and rep3.test_pred.shape == (30, 2)
     with pytest.raises(ConfigError, match="--ensemble: must be >= 1"):
         TrainConfig(ensemble=0).validate()
+
+
+def test_missing_targets_weigh_nothing():
+    # targets 1, 1, 1 and a missing one (NaN, a padded rank): the mse optimum is their mean, 1, not pulled anywhere
+    y = torch.tensor([[1.0, 1.0, 1.0, float("nan")]] * 20)
+    model = _Constant()
+    cfg = TrainConfig(epochs=300, batch_size=20, seed=0, lr=0.02, loss="mse", patience=None)
+    report = train_model(model, (torch.zeros(len(y), 1),), y, cfg, progress=False)
+    assert model.c.item() == pytest.approx(1.0, abs=0.02) and report.metrics["test"]["n"] == 3 * len(report.test_true)

@@ -27,3 +27,10 @@ def test_the_ratio_to_the_floor_and_its_interval():
         ratio_interval([0.1], [0.0, 0.0])
     with pytest.raises(ValueError, match="0 errors"):
         ratio_interval([], [0.1])
+
+
+def test_missing_targets_are_left_out_of_the_metrics():
+    from neuroshard.train.metrics import regression_metrics
+
+    m = regression_metrics([1.0, 2.0, 3.0], [1.0, float("nan"), 2.0])  # a padded rank has no target
+    assert m["n"] == 2 and m["mape"] == 0.25 and m["mse"] == 0.5

@@ -275,7 +275,7 @@ def save_model(model, path, extra: Optional[dict] = None) -> None:
     first = members(model)[0]
     if isinstance(first, nets.ComputeCostModel):
         mtype = "compute"
-    elif isinstance(first, nets.CommCostModel):
+    elif isinstance(first, (nets.CommCostModel, nets.WorldCommModel)):
         mtype = "comm"
     else:
         raise TypeError(f"not a cost model: {type(model).__name__}")
@@ -329,6 +329,9 @@ def load_model(path):
         try:
             if mtype == "compute":
                 model = nets.ComputeCostModel(st["feat_mean"], st["feat_std"], cfg["num_features"])
+            elif cfg.get("world"):  # for any world size
+                model = nets.WorldCommModel(cfg["kind"], st["f_mean"], st["f_std"], hidden=cfg["hidden"],
+                                            sizes=cfg.get("sizes", ()))
             else:
                 model = nets.CommCostModel(cfg["kind"], cfg["ndevices"], st["x_mean"], st["x_std"],
                                            wait_term=bool(cfg.get("wait_term", False)),
@@ -365,11 +368,11 @@ def load_compute_model(path):
 def load_comm_model(path, ndevices: int, kind: str):
     """Load a comm model and check it was trained for `ndevices` devices and direction `kind`."""
     model = load_model(path)
-    if not isinstance(members(model)[0], _nets().CommCostModel):
+    if not isinstance(members(model)[0], (_nets().CommCostModel, _nets().WorldCommModel)):
         raise InputError(path, "expected a comm cost model, found a compute cost model")
     if model.kind != kind:
         raise InputError(path, f"expected a {kind} comm model, found a {model.kind} one")
-    if model.ndevices != ndevices:
+    if model.ndevices is not None and model.ndevices != ndevices:  # a world-size-aware model takes any
         raise InputError(path, f"comm model was trained for ndevices={model.ndevices}, asked for {ndevices}")
     return model
 

@@ -203,6 +203,94 @@ class CommCostModel(nn.Module):
         return self(x).numpy()
 
 
+# --------------------------------------------------------------------------- any world size
+
+# The per-rank features of `WorldCommModel`, in order: the world's size; the rank's own dim sum and the ranks'
+# total, largest and smallest; what the rank sends and receives of an all-to-all (a rank holding [B, d_r] sends
+# (n - 1) / n of it and receives 1 / n of every other rank's: in units of B floats), and the most any rank
+# receives; and, forward only, the rank's wait for the last rank to start, the longest and the mean wait, and
+# the gap between the last and the second-last rank to start (how close behind the last one the others came).
+WORLD_FEATURES = {"bw": ("n", "own", "total", "largest", "smallest", "send", "recv", "max_recv")}
+WORLD_FEATURES["fw"] = WORLD_FEATURES["bw"] + ("wait", "max_wait", "mean_wait", "gap")
+WORLD_HIDDEN = (64, 32)  # the per-rank network's hidden layers
+
+
+def world_features(kind: str, dims: torch.Tensor, sleeps: torch.Tensor | None, counts: torch.Tensor) -> torch.Tensor:
+    """Per-rank features [M, n, F] (`WORLD_FEATURES[kind]`) of M exchanges padded to n ranks: `dims` (and for "fw"
+    `sleeps`) [M, n], of which the first `counts` [M] ranks are real; a padded rank's features are 0."""
+    m, n = dims.shape
+    valid = torch.arange(n, device=dims.device)[None, :] < counts[:, None]
+    size = counts.to(dims.dtype)[:, None]
+    d = torch.where(valid, dims, torch.zeros_like(dims))
+    total = d.sum(1, keepdim=True)
+    largest = d.max(1, keepdim=True).values
+    smallest = torch.where(valid, d, torch.full_like(d, float("inf"))).min(1, keepdim=True).values
+    cols = [size, d, total, largest, smallest, d * (size - 1) / size, (total - d) / size, (total - smallest) / size]
+    if kind == "fw":
+        s = torch.where(valid, sleeps, torch.full_like(sleeps, -float("inf")))
+        wait = torch.where(valid, s.max(1, keepdim=True).values - s, torch.zeros_like(s))
+        ordered = torch.where(valid, wait, torch.full_like(wait, float("inf"))).sort(1).values
+        gap = ordered[:, 1:2] if n > 1 else torch.zeros((m, 1), dtype=dims.dtype, device=dims.device)
+        gap = torch.where(counts[:, None] > 1, gap, torch.zeros_like(gap))
+        cols += [wait, wait.max(1, keepdim=True).values, wait.sum(1, keepdim=True) / size, gap]
+    feats = torch.stack([c.expand(m, n) for c in cols], dim=-1)
+    return torch.where(valid[..., None], feats, torch.zeros_like(feats))
+
+
+class WorldCommModel(nn.Module):
+    """All-to-all cost per rank for any number of ranks: one network applied to every rank's features
+    (`WORLD_FEATURES`: its own exchange and the world's, the world's size among them), so exchanges of every
+    world size train one model and it prices sizes it was not trained on between them (DeepSets' form, the
+    pooled parts written out). Forward: the rank's wait for the last rank plus the network's transfer (as
+    `CommCostModel`'s `wait_term`); `hidden` () makes the network linear in the features.
+
+    `forward(x, counts)`: x [M, n] (bw: dims) or [M, 2n] (fw: dims then sleeps), padded to n ranks, of which the
+    first `counts` [M] are real; per-rank ms [M, n], 0 at padded ranks. `predict(dims, sleeps)` takes any width.
+    `ndevices` is None: the model is for any world size (`sizes`: those its data had)."""
+
+    ndevices = None
+
+    def __init__(self, kind: str, f_mean: torch.Tensor, f_std: torch.Tensor, target_scale: float = 1.0,
+                 hidden: Sequence[int] = WORLD_HIDDEN, sizes: Sequence[int] = ()):
+        super().__init__()
+        if kind not in ("fw", "bw"):
+            raise ValueError(f"kind must be 'fw' or 'bw', got {kind!r}")
+        self.kind = kind
+        self.sizes = tuple(int(k) for k in sizes)
+        num = len(WORLD_FEATURES[kind])
+        self.register_buffer("f_mean", torch.as_tensor(f_mean, dtype=torch.float32).clone().reshape(num))
+        self.register_buffer("f_std", torch.as_tensor(f_std, dtype=torch.float32).clone().reshape(num))
+        self.register_buffer("target_scale", torch.tensor(float(target_scale)))
+        self.hidden = tuple(int(h) for h in hidden)
+        self.mlp = mlp([num, *self.hidden, 1])
+        with torch.no_grad():  # start at the mean target (the output is in units of target_scale)
+            self.mlp[-1].bias.fill_(1.0)
+
+    def config(self) -> dict:
+        return {"kind": self.kind, "hidden": list(self.hidden), "sizes": list(self.sizes), "world": True}
+
+    def features(self, x: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        n = x.shape[-1] // 2 if self.kind == "fw" else x.shape[-1]
+        return world_features(self.kind, x[..., :n], x[..., n:] if self.kind == "fw" else None, counts)
+
+    def forward(self, x: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        feats = self.features(x, counts)
+        valid = feats[..., 0] > 0  # the world's size: 0 only at padded ranks
+        out = self.mlp((feats - self.f_mean) / self.f_std).squeeze(-1) * self.target_scale
+        if self.kind == "fw":
+            out = out + feats[..., WORLD_FEATURES["fw"].index("wait")]
+        return torch.where(valid, out, torch.zeros_like(out))
+
+    @torch.inference_mode()
+    def predict(self, dims, sleeps=None) -> np.ndarray:
+        """Per-rank ms [M, n] for M dim vectors [M, n] (and sleeps [M, n] for fw), n any world size."""
+        x = CommCostModel.make_input(self.kind, dims, sleeps)
+        x = x.reshape(-1, x.shape[-1])
+        counts = torch.full((x.shape[0],), x.shape[-1] // (2 if self.kind == "fw" else 1), dtype=torch.long)
+        out = self(x, counts).numpy()
+        return out.reshape(np.shape(dims))
+
+
 # --------------------------------------------------------------------------- ensembles
 
 
@@ -223,10 +311,11 @@ class CostEnsemble(nn.Module):
         if len(members) < 2:
             raise ValueError(f"an ensemble needs at least 2 members, got {len(members)}")
         kinds = {type(m) for m in members}
-        if len(kinds) != 1 or not isinstance(members[0], (ComputeCostModel, CommCostModel)):
+        if len(kinds) != 1 or not isinstance(members[0], (ComputeCostModel, CommCostModel, WorldCommModel)):
             raise ValueError(f"ensemble members must be cost models of one class, got "
                              f"{sorted(k.__name__ for k in kinds)}")
-        if isinstance(members[0], CommCostModel) and len({(m.kind, m.ndevices) for m in members}) != 1:
+        if isinstance(members[0], (CommCostModel, WorldCommModel)) and len({(m.kind, m.ndevices)
+                                                                             for m in members}) != 1:
             raise ValueError("ensemble members must be comm models of one kind and device count")
         self.members = nn.ModuleList(members)
 
