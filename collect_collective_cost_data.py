@@ -21,6 +21,15 @@ bandwidth that drops past a size), whichever predicts held-out samples better
 (--folds cross-validation), is written to --out_path with each form's held-out
 MAPE beside the noise floor (neuroshard/planner/costs/collective_model.py).
 
+One model for any world size: --world_data_dirs names finished collections of
+other sizes; the model fitted over them and this one (world_linear or
+world_hinge: the group's size an input) prices every size between, and
+--check_data_dirs judges it on collections it never saw, each against its own
+noise floor:
+
+    python collect_collective_cost_data.py --ndevices 8 --out_dir coll_8 --world_data_dirs coll_2,coll_4 \
+        --check_data_dirs coll_3,coll_6 --out_path models/collectives.json
+
 Interrupted? Rerun the same command: the samples already in OUT_DIR are kept.
 """
 
@@ -56,6 +65,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     add_flag(p, "folds", 4, help="cross-validation folds: each form judged on every sample by a fit without it")
     add_flag(p, "out_dir", required=True, help="where the samples go (data.jsonl, noise.jsonl)")
     add_flag(p, "out_path", required=True, help="the fitted model (collectives_<ndevices>.json)")
+    p.add_argument("--world_data_dirs", default=None,
+                   help="comma list of finished collections of other world sizes: fit one model for any world size "
+                        "over them and this one (collectives.json)")
+    p.add_argument("--check_data_dirs", default=None,
+                   help="with --world_data_dirs: collections (world sizes the model may never have seen) it is "
+                        "judged on, each against its own noise floor")
     add_progress_arg(p)
     return parse_flags(p, argv, __file__)
 
@@ -66,7 +81,13 @@ def main(argv=None) -> int:
     from neuroshard.cli import resolve_devices, resolve_ranks
     from neuroshard.formats.io import write_json_atomic
     from neuroshard.measure import collectives
-    from neuroshard.planner.costs.collective_model import FORMS, fit_collectives
+    from neuroshard.planner.costs.collective_model import (
+        FORMS,
+        WORLD_FORMS,
+        check_collectives,
+        fit_collectives,
+        fit_world_collectives,
+    )
     from neuroshard.types.errors import ConfigError, InputError
 
     device, ndevices = resolve_ranks(resolve_devices(args.device, args.gpu_devices), args.ndevices, args.gpu_devices)
@@ -91,18 +112,31 @@ def main(argv=None) -> int:
     rows, again = collectives.collect(args.out_dir, samples, ndevices, warmup=args.warmup, iters=args.iters,
                                       device=device, gpu_devices=args.gpu_devices, noise_samples=args.noise_samples,
                                       progress=not args.no_progress)
+    others = [d for d in (args.world_data_dirs or "").split(",") if d]
+    if args.check_data_dirs and not others:
+        raise ConfigError("--check_data_dirs", "judges a model for any world size: add --world_data_dirs")
     try:
-        model = fit_collectives(rows, ndevices, args.folds, problem.seed, again)
+        if others:
+            model = fit_world_collectives([(ndevices, rows, again), *(collectives.read_collection(d) for d in others)],
+                                          args.folds, problem.seed)
+        else:
+            model = fit_collectives(rows, ndevices, args.folds, problem.seed, again)
     except ValueError as e:
         raise InputError(f"{args.out_dir}/{collectives.DATA_FILE}", str(e)) from None
     model.save(args.out_path)
+    forms = WORLD_FORMS if others else FORMS
     print(f"| collective (@ ranks per host group) | form | samples | "
-          f"{' | '.join(f'held-out MAPE {f}' for f in FORMS)} | noise floor |\n"
-          f"|---|---|---|{'---|' * len(FORMS)}---|")
+          f"{' | '.join(f'held-out MAPE {f}' for f in forms)} | noise floor |\n"
+          f"|---|---|---|{'---|' * len(forms)}---|")
     for op, fit in model.fits.items():
         floor = "-" if fit.noise_floor is None else f"{fit.noise_floor:.1f}%"
-        print(f"| {op} | {fit.form} | {fit.samples} | {' | '.join(f'{fit.test_mape[f]:.1f}%' for f in FORMS)} "
+        print(f"| {op} | {fit.form} | {fit.samples} | {' | '.join(f'{fit.test_mape[f]:.1f}%' for f in forms)} "
               f"| {floor} |")
+    for d in [d for d in (args.check_data_dirs or "").split(",") if d]:
+        n, held, held_again = collectives.read_collection(d)
+        for key, row in check_collectives(model, n, held, held_again).items():
+            floor = "" if row["floor"] is None else f" vs noise floor {row['floor']:.1f}% ({row['over_floor']:.2f}x)"
+            print(f"held out, {n} ranks ({d}): {key} MAPE {row['mape']:.1f}%{floor}")
     print(f"wrote {args.out_path}", file=sys.stderr)
     return 0
 

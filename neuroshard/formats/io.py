@@ -130,7 +130,7 @@ def load_json(path: Path):
 def read_model_file(path, cls, what: str, missing: str, ndevices: int | None = None):
     """A fitted model saved as JSON (`cls.from_json`, a codec record with an `ndevices`); InputError naming the
     file: `missing` (how to make one) when absent, "not a <what>" when malformed, and for a model fitted for
-    other ranks than `ndevices`."""
+    other ranks than `ndevices` (a model whose `ndevices` is None is for any world size)."""
     path = Path(path)
     if not path.exists():
         raise InputError(path, f"no {what} here ({missing})")
@@ -138,7 +138,7 @@ def read_model_file(path, cls, what: str, missing: str, ndevices: int | None = N
         model = cls.from_json(load_json(path))
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise InputError(path, f"not a {what}: {e}") from None
-    if ndevices is not None and model.ndevices != ndevices:
+    if ndevices is not None and model.ndevices is not None and model.ndevices != ndevices:
         raise InputError(path, f"fitted for {model.ndevices} ranks, the plans are for {ndevices}")
     return model
 

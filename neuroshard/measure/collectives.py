@@ -275,6 +275,28 @@ def collect(out_dir, samples: Sequence[dict], ndevices: int, *, warmup: int, ite
     return rows, [(fit_key(a["op"], a.get("k"), ndevices), rows[i]["ms"], a["ms"]) for i, a in zip(picked, again)]
 
 
+def read_collection(out_dir) -> tuple[int, list[dict], list[tuple[str, float, float]]]:
+    """A finished collection as `collect` returns it, with its ranks: (ndevices, its samples' rows, the
+    re-measured (`fit_key`, ms, ms again)), read from `out_dir` (config.json, data.jsonl, noise.jsonl: the first
+    `noise_samples` of the every-rank and of the host-group samples timed again); InputError naming a missing or
+    malformed file."""
+    from neuroshard.formats.io import load_json
+
+    out = Path(out_dir)
+    config = load_json(out / "config.json")
+    try:
+        ndevices, noise_samples = int(config["ndevices"]), int(config["noise_samples"])
+    except (KeyError, TypeError, ValueError):
+        raise InputError(out / "config.json", "not a collective collection's settings (ndevices, noise_samples)") \
+            from None
+    rows = _read_rows(out / DATA_FILE)
+    if not rows:
+        raise InputError(out / DATA_FILE, "no samples")
+    picked = [r for r in rows if not r.get("k")][:noise_samples] + [r for r in rows if r.get("k")][:noise_samples]
+    again = _held_rows(out / NOISE_FILE, picked)
+    return ndevices, rows, [(fit_key(a["op"], a.get("k"), ndevices), r["ms"], a["ms"]) for r, a in zip(picked, again)]
+
+
 def _resume(files: Sequence[tuple[Path, Sequence[dict]]], ndevices: int, progress: bool, **job) -> list[list[dict]]:
     """For each (line file, samples): the samples' rows. Those a file holds are checked to be the same samples;
     the others, of every file in the order given, are timed in one job and appended to their file as they

@@ -90,3 +90,40 @@ def test_host_groups_are_fitted_apart_and_named_by_their_size(tmp_path):
     with pytest.raises(InputError, match="fit 'reduce_scatter@3': not a collective .*a group size that divides "
                                          "the 4 ranks"):
         CollectiveModel.load(tmp_path / "bad.json", 4)
+
+
+def world_samples(op, f, k, sizes=SIZES):
+    """Samples of `op` over groups of k ranks timed by f(N in millions, k)."""
+    return [{"op": op, "numel": int(n), "ms": float(f(n / 1e6, k))} for n in sizes]
+
+
+def test_one_fit_over_collections_of_several_sizes_prices_the_sizes_between_them(tmp_path):
+    from neuroshard.planner.costs.collective_model import check_collectives, fit_world_collectives
+
+    # a ring: 0.1 ms + 0.05 ms a step (k - 1 of them) + 2 ms per million elements each rank moves, N (k - 1) / k
+    def ring(x, k):
+        return 0.1 + 0.05 * (k - 1) + 2.0 * x * (k - 1) / k
+
+    collections = [(k, world_samples("all_gather", ring, k), [("all_gather", 2.0, 2.2)]) for k in (2, 4, 8)]
+    model = fit_world_collectives(collections)
+    fit = model.fit_of("all_gather", 3)
+    assert model.any_world and model.ndevices is None and model.sizes == [2, 4, 8]
+    assert fit.form == "world_linear" and fit.coef == pytest.approx([0.1, 0.05, 2.0], rel=1e-6)
+    assert fit.noise_floor == pytest.approx(10.0) and fit.samples == 48
+    # 6 ranks, never collected: 1 M elements cost 0.1 + 0.25 + 2 x 5/6 ms
+    assert float(model.predict("all_gather", 1_000_000, 6)) == pytest.approx(0.35 + 10 / 6)
+    held = check_collectives(model, 6, world_samples("all_gather", ring, 6))
+    assert held["all_gather"]["mape"] < 1e-6 and held["all_gather"]["samples"] == 16
+    # a problem of 6 ranks binds it: its every-rank group is 6, a host's group of 3 is priced as 3
+    with pytest.raises(ConfigError, match="bind it"):
+        model.predict("all_gather", 1_000_000)
+    bound = model.for_world(6)
+    assert float(bound.predict("all_gather", 1_000_000)) == pytest.approx(0.35 + 10 / 6)
+    assert float(bound.predict("all_gather", 1_000_000, 3)) == pytest.approx(0.2 + 4 / 3)
+    assert bound.has("all_gather") and bound.has("all_gather", 3) and not bound.has("all_reduce")
+    # the file: no device count, read back for any world
+    model.save(tmp_path / "collectives.json")
+    again = CollectiveModel.load(tmp_path / "collectives.json", 5)
+    assert again.ndevices is None and again.world == 5 and "world" not in json.loads(
+        (tmp_path / "collectives.json").read_text())
+    assert float(again.predict("all_gather", 1_000_000)) == pytest.approx(0.3 + 8 / 5)

@@ -21,6 +21,18 @@ what the plans of the problem can send), each the ranks' mean ms; the fit
 reports each form's MAPE on held-out samples beside the noise floor, the
 MAPE of the same samples measured again. Costs in ms; this module imports
 without torch.
+
+A model for any world size (`fit_world_collectives`, `ndevices` None) fits
+each collective over collections of several sizes at once, the group's size
+k an input: a ring moves (k - 1) / k of the tensor through each rank in
+k - 1 steps, so
+
+* "world_linear": ms = a + c (k - 1) + b N (k - 1) / k;
+* "world_hinge":  the same plus d max(0, N (k - 1) / k - m) (the drop past a
+  size, in what each rank moves);
+
+one fit prices every group size, those its data had and those between them;
+`for_world(n)` binds it to a problem of n ranks (its every-rank group).
 """
 
 from __future__ import annotations
@@ -32,13 +44,14 @@ from typing import Sequence
 import numpy as np
 
 from neuroshard.numerics import mape, nnls
-from neuroshard.types.codec import Record
+from neuroshard.types.codec import Record, json_field
 from neuroshard.types.errors import ConfigError
 from neuroshard.types.plan import COLLECTIVES, fit_key
 
 FORMAT = "neuroshard.collectives/1"
 FORMS = ("linear", "power", "hinge")  # simplest first: a tie (within TIE points) goes to the simpler
-NCOEF = {"linear": 2, "power": 2, "hinge": 4}
+WORLD_FORMS = ("world_linear", "world_hinge")  # over groups of any size (the model for any world size)
+NCOEF = {"linear": 2, "power": 2, "hinge": 4, "world_linear": 3, "world_hinge": 5}
 TIE = 0.1  # percentage points of held-out MAPE
 KNEES = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)  # the quantiles of the samples' sizes a hinge's knee is tried at
 SCALE = 1e6  # N in millions of elements, so both coefficients of a linear fit are of order 1
@@ -61,30 +74,60 @@ class CollectiveFit(Record):
     test_mape: dict[str, float] = field(default_factory=dict)
     noise_floor: float | None = None
 
-    def predict(self, numel) -> np.ndarray:
+    def predict(self, numel, k: int | None = None) -> np.ndarray:
+        """ms on N = `numel` elements (over groups of k ranks: a world form needs k)."""
+        if self.form in WORLD_FORMS:
+            if k is None:
+                raise ValueError(f"a {self.form} fit prices a group of a given size: pass k")
+            return _predict_world(self.form, self.coef, np.asarray(numel, dtype=np.float64), k)
         return _predict(self.form, self.coef, np.asarray(numel, dtype=np.float64))
 
 
 @dataclass
 class CollectiveModel(Record):
     """Per collective (`measure.collectives.COLLECTIVES`) and group size its `CollectiveFit` (`fit_key`), on
-    `ndevices` ranks."""
+    `ndevices` ranks; or, `ndevices` None, one fit per collective for groups of any size (`sizes`: the group
+    sizes its data had), bound to a world of n ranks by `for_world(n)`."""
 
-    ndevices: int
+    ndevices: int | None
     fits: dict[str, CollectiveFit]
+    sizes: list[int] = json_field(default_factory=list, omit=lambda v: not v)
+    world: int | None = json_field(None, omit=lambda v: True)  # the world size it is bound to (not in the file)
+
+    @property
+    def any_world(self) -> bool:
+        """One fit per collective for groups of any size."""
+        return self.ndevices is None
+
+    def for_world(self, n: int) -> "CollectiveModel":
+        """This model for a problem of n ranks: a model for any world size bound to n (its every-rank group), a
+        per-size one as it is."""
+        from dataclasses import replace
+
+        return replace(self, world=int(n)) if self.any_world else self
 
     def predict(self, op: str, numel, k: int | None = None) -> np.ndarray:
         """ms of `op` on N = `numel` elements over a group of k ranks (None: every one of the model's
-        `ndevices`), 0 for N = 0."""
+        `ndevices`, or of the world it is bound to), 0 for N = 0."""
         fit = self.fit_of(op, k)
         n = np.asarray(numel, dtype=np.float64)
-        return np.where(n > 0, fit.predict(np.maximum(n, 1.0)), 0.0)
+        size = (k or self.world) if self.any_world else None
+        return np.where(n > 0, fit.predict(np.maximum(n, 1.0), size), 0.0)
 
     def has(self, op: str, k: int | None = None) -> bool:
         """The model has a fit of `op` over groups of k ranks (None: every rank)."""
+        if self.any_world:
+            return op in self.fits and (k is not None or self.world is not None)
         return fit_key(op, k, self.ndevices) in self.fits
 
     def fit_of(self, op: str, k: int | None = None) -> CollectiveFit:
+        if self.any_world:
+            if op not in self.fits:
+                raise ConfigError("--collective_model", f"has no fit of {op} (it has {', '.join(self.fits)})")
+            if k is None and self.world is None:
+                raise ConfigError("--collective_model", "is for any world size: bind it to the problem's ranks "
+                                                        "(for_world) or name the group's size")
+            return self.fits[op]
         key = fit_key(op, k, self.ndevices)
         if key not in self.fits:
             raise ConfigError("--collective_model", f"has no fit of {key} (it has {', '.join(self.fits)})")
@@ -100,13 +143,17 @@ class CollectiveModel(Record):
         if d.get("format") != FORMAT:
             raise ValueError(f"format {d.get('format')!r}, expected {FORMAT!r}")
         model = super().from_json(d)
+        forms = WORLD_FORMS if model.any_world else FORMS
         for key, f in model.fits.items():
             op, _, k = key.partition("@")
-            if op not in COLLECTIVES or (k and not (k.isdigit() and 2 <= int(k) < model.ndevices
-                                                    and model.ndevices % int(k) == 0)):
+            if model.any_world and (op not in COLLECTIVES or k):
+                raise ValueError(f"fit {key!r}: not a collective ({', '.join(COLLECTIVES)}); a model for any world "
+                                 "size has one fit per collective")
+            if not model.any_world and (op not in COLLECTIVES or (k and not (
+                    k.isdigit() and 2 <= int(k) < model.ndevices and model.ndevices % int(k) == 0))):
                 raise ValueError(f"fit {key!r}: not a collective ({', '.join(COLLECTIVES)}), optionally @ a group "
                                  f"size that divides the {model.ndevices} ranks")
-            if f.form not in FORMS or len(f.coef) != NCOEF[f.form] or not all(np.isfinite(f.coef)):
+            if f.form not in forms or len(f.coef) != NCOEF[f.form] or not all(np.isfinite(f.coef)):
                 raise ValueError(f"{key}: form {f.form!r}, coefficients {f.coef}")
         return model
 
@@ -117,11 +164,43 @@ class CollectiveModel(Record):
 
     @classmethod
     def load(cls, path, ndevices: int) -> "CollectiveModel":
-        """The model at `path` (`formats.io.read_model_file`): InputError naming it when missing, malformed or
-        fitted for other ranks than `ndevices`."""
+        """The model at `path` (`formats.io.read_model_file`) for `ndevices` ranks (a model for any world size
+        bound to them): InputError naming it when missing, malformed or fitted for other ranks."""
         from neuroshard.formats.io import read_model_file
 
-        return read_model_file(path, cls, "collective model", "collect_collective_cost_data.py fits one", ndevices)
+        return read_model_file(path, cls, "collective model", "collect_collective_cost_data.py fits one",
+                               ndevices).for_world(ndevices)
+
+
+def _moved(x: np.ndarray, k) -> np.ndarray:
+    """What each of k ranks moves of a ring collective on x (millions of) elements: x (k - 1) / k."""
+    k = np.asarray(k, dtype=np.float64)
+    return x * (k - 1) / k
+
+
+def _predict_world(form: str, coef: Sequence[float], numel: np.ndarray, k) -> np.ndarray:
+    v = _moved(numel / SCALE, k)
+    out = coef[0] + coef[1] * (np.asarray(k, dtype=np.float64) - 1) + coef[2] * v
+    if form == "world_hinge":
+        out = out + coef[3] * np.maximum(0.0, v - coef[4])
+    return out
+
+
+def _fit_world(form: str, x: np.ndarray, k: np.ndarray, y: np.ndarray) -> list[float]:
+    """Coefficients of a world form on N = x (millions), group sizes k and ms y, by non-negative least squares of
+    the relative error (the hinge's knee the best of `KNEES`' quantiles of what each rank moves)."""
+    v = _moved(x, k)
+    cols = [np.ones_like(x), k - 1.0, v]
+    if form == "world_linear":
+        return [float(c) for c in nnls(np.stack(cols, axis=1) / y[:, None], np.ones(len(y)))]
+    best = None
+    for m in np.unique(np.quantile(v, KNEES)):
+        a = np.stack([*cols, np.maximum(0.0, v - m)], axis=1) / y[:, None]
+        coef = nnls(a, np.ones(len(y)))
+        err = float(np.sum((a @ coef - 1.0) ** 2))
+        if best is None or err < best[0]:
+            best = (err, [float(c) for c in coef] + [float(m)])
+    return best[1]
 
 
 def _predict(form: str, coef: Sequence[float], numel: np.ndarray) -> np.ndarray:
@@ -183,3 +262,56 @@ def fit_collectives(samples: Sequence[dict], ndevices: int, folds: int = 4, seed
         floor = 100 * mape(np.array([b for _, b in again]), np.array([a for a, _ in again])) if again else None
         fits[key] = CollectiveFit(form, _fit(form, x, y), len(mine), scores, floor)
     return CollectiveModel(ndevices, fits)
+
+
+def fit_world_collectives(collections: Sequence[tuple[int, Sequence[dict], Sequence[tuple[str, float, float]]]],
+                          folds: int = 4, seed: int = 0) -> CollectiveModel:
+    """One fit per collective over collections of several world sizes (each (ndevices, samples, noise) as
+    `fit_collectives` takes them; a sample's group is its host's, k, or every rank): the world form that predicts
+    held-out samples better (`folds` seeded folds over all the samples; a tie within TIE points to the simpler),
+    refitted on all. Its held-out MAPE per form, and the noise floor over every collection's re-measured samples.
+    ValueError for a collective with fewer than 4 samples or a non-positive time."""
+    rng = np.random.default_rng(seed)
+    rows = [(s["op"], s["numel"] / SCALE, s.get("k") or n, s["ms"]) for n, samples, _ in collections for s in samples]
+    sizes = sorted({k for _, _, k, _ in rows})
+    fits = {}
+    for op in dict.fromkeys(r[0] for r in rows):
+        mine = [r for r in rows if r[0] == op]
+        x, k, y = (np.array([r[i] for r in mine], dtype=np.float64) for i in (1, 2, 3))
+        if len(mine) < 4:
+            raise ValueError(f"{op}: {len(mine)} samples, need at least 4")
+        if (y <= 0).any() or (x <= 0).any():
+            raise ValueError(f"{op}: every sample needs numel > 0 and ms > 0")
+        fold = rng.permutation(len(y)) % min(folds, len(y))
+        scores = {}
+        for form in WORLD_FORMS:
+            pred = np.empty(len(y))
+            for f in np.unique(fold):
+                test = fold == f
+                pred[test] = _predict_world(form, _fit_world(form, x[~test], k[~test], y[~test]), x[test] * SCALE,
+                                            k[test])
+            scores[form] = 100 * mape(pred, y)
+        best = min(scores.values())
+        form = next(f for f in WORLD_FORMS if scores[f] <= best + TIE)
+        again = [(a, b) for n, _, noise in collections for key, a, b in noise
+                 if key.partition("@")[0] == op and a > 0]
+        floor = 100 * mape(np.array([b for _, b in again]), np.array([a for a, _ in again])) if again else None
+        fits[op] = CollectiveFit(form, _fit_world(form, x, k, y), len(mine), scores, floor)
+    return CollectiveModel(None, fits, sizes)
+
+
+def check_collectives(model: CollectiveModel, ndevices: int, samples: Sequence[dict],
+                      noise: Sequence[tuple[str, float, float]] = ()) -> dict[str, dict]:
+    """A model's error on a collection of `ndevices` ranks (a world size it may never have seen), per fit key
+    (`fit_key`): {"samples", "mape" (%), "floor" (%, the collection's re-measured samples), "over_floor"}."""
+    bound = model.for_world(ndevices)
+    out = {}
+    for key in dict.fromkeys(fit_key(s["op"], s.get("k"), ndevices) for s in samples):
+        mine = [s for s in samples if fit_key(s["op"], s.get("k"), ndevices) == key]
+        pred = np.array([float(bound.predict(s["op"], s["numel"], s.get("k"))) for s in mine])
+        error = 100 * mape(pred, np.array([s["ms"] for s in mine]))
+        again = [(a, b) for o, a, b in noise if o == key and a > 0]
+        floor = 100 * mape(np.array([b for _, b in again]), np.array([a for a, _ in again])) if again else None
+        out[key] = {"samples": len(mine), "mape": error, "floor": floor,
+                    "over_floor": error / floor if floor else None}
+    return out
