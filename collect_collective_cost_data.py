@@ -68,9 +68,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--world_data_dirs", default=None,
                    help="comma list of finished collections of other world sizes: fit one model for any world size "
                         "over them and this one (collectives.json)")
-    p.add_argument("--check_data_dirs", default=None,
-                   help="with --world_data_dirs: collections (world sizes the model may never have seen) it is "
-                        "judged on, each against its own noise floor")
+    add_flag(p, "check_data_dirs", help="with --world_data_dirs: finished collections of world sizes the model may "
+                                        "never have seen (comma list), each judged against its own noise floor")
     add_progress_arg(p)
     return parse_flags(p, argv, __file__)
 

@@ -26,6 +26,7 @@ collections of sizes they never saw, each against its own noise floor:
 """
 
 import argparse
+from pathlib import Path
 
 from neuroshard.cli import add_progress_arg, run_main
 from neuroshard.settings import add_flag, parse_flags
@@ -44,11 +45,11 @@ def main(argv=None):
                    help="1: the forward model adds each rank's wait for the last rank (max sleep - own sleep) to "
                         "the MLP, which learns the transfer; 0: the MLP learns the whole time (DESIGN §6 as "
                         "written); 1 brings the forward model closer to its noise floor")
-    p.add_argument("--bw_linear", type=int, choices=[0, 1], default=1,
-                   help="1: the backward model is linear in the per-device dim sums (one n x n layer), fitted on "
-                        "the squared error (--loss is for the other model); 0: DESIGN §6's MLP (128, 64, 32, 16). "
-                        "The linear model has the same held-out error and no dips fitted into the noisy backward "
-                        "times for a search to find")
+    add_flag(p, "bw_linear", help="1: the backward model is linear in the per-device dim sums (one n x n layer), "
+                                  "fitted on the squared error (--loss is for the other model); 0: DESIGN §6's MLP "
+                                  "(128, 64, 32, 16). The linear model has the same held-out error and no dips fitted "
+                                  "into the noisy backward times for a search to find. Unset: 1, and 0 with --world 1 "
+                                  "(a network: see train/comm_model.world_settings)")
     p.add_argument("--fw_inputs", choices=["waits", "sleeps"], default="waits",
                    help="what the forward model's MLP sees beside the dims: each rank's wait for the last rank "
                         "(max sleep - own sleep) or its sleep (DESIGN §6); waits cut the per-rank forward error and "
@@ -57,9 +58,8 @@ def main(argv=None):
     p.add_argument("--world", type=int, choices=[0, 1], default=0,
                    help="1: one forward and one backward model for any world size, trained on the collections of "
                         "--data_dir (a comma list, one world size each)")
-    p.add_argument("--check_data_dirs", default=None,
-                   help="with --world 1: comma list of collections (world sizes the models may never have seen) "
-                        "the trained models are judged on, each against its own noise floor")
+    add_flag(p, "check_data_dirs", help="with --world 1: comm collections of world sizes the models may never have "
+                                        "seen (comma list), each judged against its own noise floor")
     TrainConfig.add_args(p)
     add_progress_arg(p)
     args = parse_flags(p, argv, __file__)
@@ -74,7 +74,7 @@ def main(argv=None):
                                         "train on one (or add --world 1 for one model of every world size)")
     results = train_comm_models(args.data_dir, cfg, args.fw_out_path, args.bw_out_path, fw_wait=bool(args.fw_wait),
                                 progress=not args.no_progress, plan_data_dir=args.plan_data_dir,
-                                bw_linear=bool(args.bw_linear), fw_wait_inputs=args.fw_inputs == "waits")
+                                bw_linear=args.bw_linear != 0, fw_wait_inputs=args.fw_inputs == "waits")
     for kind, res in results.items():
         name = "forward" if kind == "fw" else "backward"
         print(f"{name} comm model ({res['ndevices']} devices, {res['num_samples']} samples, "
@@ -98,7 +98,7 @@ def _world(args, cfg) -> None:
         raise ConfigError("--plan_data_dir", "on-policy samples are of one world size: train its own models")
     dirs = [d for d in args.data_dir.split(",") if d]
     results = train_world_comm_models(dirs, cfg, args.fw_out_path, args.bw_out_path, progress=not args.no_progress,
-                                      bw_linear=bool(args.bw_linear))
+                                      bw_linear=args.bw_linear == 1)
     checks = [d for d in (args.check_data_dirs or "").split(",") if d]
     for kind, res in results.items():
         name = "forward" if kind == "fw" else "backward"
@@ -119,7 +119,7 @@ def _world(args, cfg) -> None:
                                                          f"({row['over_floor']:.2f}x)")
                 print(f"  held out, {row['ndevices']} ranks ({row['data_dir']}): MAPE {100 * row['mape']:.2f}%"
                       f"{floor}")
-            metrics = load_json(res["metrics_path"])
+            metrics = load_json(Path(res["metrics_path"]))
             write_json_atomic(res["metrics_path"], {**metrics, "checks": res["checks"]})
         print(f"model {res['checkpoint']}; scatter {res['scatter']}; metrics {res['metrics_path']}")
 

@@ -108,6 +108,13 @@ FLAGS: dict[str, dict] = {
     "test_share": {"default": 0.25, "type": float, "help": "share of the samples held out to measure the fit's "
                                                            "error on unseen ones"},
     "folds": {"default": 5, "type": int, "help": "cross-validation folds: each sample judged by a fit without it"},
+    "check_data_dirs": {"default": None, "metavar": "DIR,..",
+                        "help": "collections of world sizes the model for any world size may never have seen (comma "
+                                "list), each judged against its own noise floor"},
+    "bw_linear": {"default": None, "type": int, "choices": [0, 1],
+                  "help": "1: the backward comm model linear in its features (per-rank dim sums for one world size), "
+                          "fitted on the squared error; 0: a network on --loss. Unset: 1 for one world size, 0 for "
+                          "any (--world 1)"},
     "results": {"default": None, "help": "an evaluation's results.json (measured plans)"},
     "round_anchors": {"default": None, "help": "per-round calibration: plans of tasks that are not evaluated, "
                                                "measured in every round, spread over it: each round's speed against "

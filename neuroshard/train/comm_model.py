@@ -99,13 +99,20 @@ def train_comm_models(data_dir, cfg: TrainConfig, fw_out_path=None, bw_out_path=
         rank_noise = read_rank_noise(plan_data_dir)  # plans measured twice: how much noise the ranks share
         if rank_noise is not None:
             extra["rank_noise"] = rank_noise.to_json()
-    # The linear backward model is fitted to the mean time (squared error): its targets are noisy, and a
-    # relative loss fits below their mean, so plans' backward exchanges would be under-estimated.
-    fw = dict(cfg=cfg, wait_term=fw_wait, hidden=COMM_HIDDEN, wait_inputs=fw_wait_inputs)
-    bw = dict(cfg=replace(cfg, loss="mse"), hidden=()) if bw_linear else dict(cfg=cfg, hidden=COMM_HIDDEN)
     return {kind: train_comm_model(samples, kind, out_path=paths[kind], data_dir=data_dir, progress=progress,
-                                   extra=extra, **(fw if kind == "fw" else bw))
+                                   extra=extra, **per_count_settings(kind, cfg, fw_wait, bw_linear, fw_wait_inputs))
             for kind in KINDS}
+
+
+def per_count_settings(kind: str, cfg: TrainConfig, fw_wait: bool = True, bw_linear: bool = True,
+                       fw_wait_inputs: bool = True) -> dict:
+    """How `train_comm_models` trains the model of direction `kind` for one world size (`train_comm_model`'s
+    `cfg`, `hidden`, and for the forward one `wait_term`, `wait_inputs`). The linear backward model is fitted to
+    the mean time (squared error): its targets are noisy, and a relative loss fits below their mean, so plans'
+    backward exchanges would be under-estimated."""
+    if kind == "fw":
+        return dict(cfg=cfg, wait_term=fw_wait, hidden=COMM_HIDDEN, wait_inputs=fw_wait_inputs)
+    return dict(cfg=replace(cfg, loss="mse"), hidden=()) if bw_linear else dict(cfg=cfg, hidden=COMM_HIDDEN)
 
 
 # --------------------------------------------------------------------------- any world size
@@ -149,13 +156,24 @@ def read_world_data(data_dirs: Sequence) -> list[CommSample]:
     return samples
 
 
+def world_settings(kind: str, cfg: TrainConfig, bw_linear: bool = False) -> tuple[tuple[int, ...], TrainConfig]:
+    """The hidden layers and training settings of a world-size-aware model of direction `kind`: both directions'
+    networks `WORLD_HIDDEN` on `cfg`'s loss (the relative error by default), or with `bw_linear` the backward one
+    linear in the features and fitted on the squared error, as the per-count backward model. (On exchanges of
+    several sizes the per-rank backward times are not linear in the symmetric features a world model sees: the
+    linear fit missed them by half again as much as a network did, docs/EXPERIMENTS.md.)"""
+    if kind == "bw" and bw_linear:
+        return (), replace(cfg, loss="mse")
+    return WORLD_HIDDEN, cfg
+
+
 def train_world_comm_models(data_dirs: Sequence, cfg: TrainConfig, fw_out_path=None, bw_out_path=None,
-                            progress: bool = True, bw_linear: bool = True) -> dict:
+                            progress: bool = True, bw_linear: bool = False) -> dict:
     """Train one forward and one backward model over the comm data of several world sizes (`data_dirs`, one
     collection each): {"fw": summary, "bw": summary}, each summary also the test split's error by world size
     and, where a collection has a noise floor, its floor (a world size is judged against its own floor).
-    `bw_linear`: the backward network linear in the features and fitted on the squared error, as the per-count
-    backward model. Output paths default to ``models/comm_fw.pt`` / ``_bw.pt`` (no device count: any)."""
+    `bw_linear`: `world_settings`. Output paths default to ``models/comm_fw.pt`` / ``_bw.pt`` (no device count:
+    any)."""
     samples = read_world_data(data_dirs)
     sizes = sorted({s.ndevices for s in samples})
     paths = {"fw": fw_out_path or "models/comm_fw.pt", "bw": bw_out_path or "models/comm_bw.pt"}
@@ -164,9 +182,7 @@ def train_world_comm_models(data_dirs: Sequence, cfg: TrainConfig, fw_out_path=N
     results = {}
     for kind in KINDS:
         x, counts, y = world_tensors(samples, kind)
-        linear = kind == "bw" and bw_linear
-        kcfg = replace(cfg, loss="mse") if linear else cfg
-        hidden = () if linear else WORLD_HIDDEN
+        hidden, kcfg = world_settings(kind, cfg, bw_linear)
         model, report = train_ensemble(lambda: build_world_model(kind, x, counts, hidden, sizes), (x, counts), y,
                                        kcfg, desc=f"{kind} comm model (world sizes {sizes})", progress=progress)
         floors = {read_comm_data(d)[0].ndevices: read_noise_floor(d, kind) for d in data_dirs}
@@ -215,13 +231,13 @@ def check_world_comm_model(model, data_dir, kind: str) -> dict:
            "mape": mape(pred, y.numpy()), "floor": None if floor is None else floor["mean"]}
     if floor is not None and floor.get("mean"):
         out["over_floor"] = out["mape"] / floor["mean"]
-        values = _floor_values(data_dir, kind)
+        values = floor_values(data_dir, kind)
         if values:
             out["over_floor_interval"] = ratio_interval(rel_errors(pred, y.numpy()), values)
     return out
 
 
-def _floor_values(data_dir, kind: str) -> list[float]:
+def floor_values(data_dir, kind: str) -> list[float]:
     """The per-entry differences of a collection's noise report, where it keeps them (`values`)."""
     from neuroshard.formats.io import load_json
 

@@ -205,12 +205,14 @@ class CommCostModel(nn.Module):
 
 # --------------------------------------------------------------------------- any world size
 
-# The per-rank features of `WorldCommModel`, in order: the world's size; the rank's own dim sum and the ranks'
-# total, largest and smallest; what the rank sends and receives of an all-to-all (a rank holding [B, d_r] sends
-# (n - 1) / n of it and receives 1 / n of every other rank's: in units of B floats), and the most any rank
-# receives; and, forward only, the rank's wait for the last rank to start, the longest and the mean wait, and
-# the gap between the last and the second-last rank to start (how close behind the last one the others came).
-WORLD_FEATURES = {"bw": ("n", "own", "total", "largest", "smallest", "send", "recv", "max_recv")}
+# The per-rank features of `WorldCommModel`, in order: the world's size; the rank's place in it (r / (n - 1), and
+# whether it is rank 0: the collectives' peers are paired in rank order, and the ranks of one size do not take
+# the same time for the same exchange); the rank's own dim sum and the ranks' total, largest and smallest; what
+# the rank sends and receives of an all-to-all (a rank holding [B, d_r] sends (n - 1) / n of it and receives
+# 1 / n of every other rank's: in units of B floats), and the most any rank receives; and, forward only, the
+# rank's wait for the last rank to start, the longest and the mean wait, and the gap between the last and the
+# second-last rank to start (how close behind the last one the others came).
+WORLD_FEATURES = {"bw": ("n", "rank", "first", "own", "total", "largest", "smallest", "send", "recv", "max_recv")}
 WORLD_FEATURES["fw"] = WORLD_FEATURES["bw"] + ("wait", "max_wait", "mean_wait", "gap")
 WORLD_HIDDEN = (64, 32)  # the per-rank network's hidden layers
 
@@ -225,7 +227,10 @@ def world_features(kind: str, dims: torch.Tensor, sleeps: torch.Tensor | None, c
     total = d.sum(1, keepdim=True)
     largest = d.max(1, keepdim=True).values
     smallest = torch.where(valid, d, torch.full_like(d, float("inf"))).min(1, keepdim=True).values
-    cols = [size, d, total, largest, smallest, d * (size - 1) / size, (total - d) / size, (total - smallest) / size]
+    index = torch.arange(n, device=dims.device, dtype=dims.dtype)[None, :].expand(m, n)
+    place = index / (size - 1).clamp_min(1.0)
+    cols = [size, place, (index == 0).to(dims.dtype), d, total, largest, smallest, d * (size - 1) / size,
+            (total - d) / size, (total - smallest) / size]
     if kind == "fw":
         s = torch.where(valid, sleeps, torch.full_like(sleeps, -float("inf")))
         wait = torch.where(valid, s.max(1, keepdim=True).values - s, torch.zeros_like(s))

@@ -13,11 +13,13 @@ def test_world_features_by_hand():
     f = world_features("fw", dims, sleeps, torch.tensor([2, 4]))
     names = WORLD_FEATURES["fw"]
     row = dict(zip(names, f[0, 0].tolist()))
-    # n 2, own 64 of 96 (largest 64, smallest 32); sends 64 x 1/2, receives 32 / 2; the most anyone receives:
-    # (96 - 32) / 2; it waits 5 ms for rank 1, the longest wait 5, the mean 2.5, the gap to the last rank 5
-    assert row == {"n": 2, "own": 64, "total": 96, "largest": 64, "smallest": 32, "send": 32, "recv": 16,
-                   "max_recv": 32, "wait": 5, "max_wait": 5, "mean_wait": 2.5, "gap": 5}
+    # n 2, rank 0 of it, own 64 of 96 (largest 64, smallest 32); sends 64 x 1/2, receives 32 / 2; the most anyone
+    # receives: (96 - 32) / 2; it waits 5 ms for rank 1, the longest wait 5, the mean 2.5, the gap to the last rank 5
+    assert row == {"n": 2, "rank": 0, "first": 1, "own": 64, "total": 96, "largest": 64, "smallest": 32, "send": 32,
+                   "recv": 16, "max_recv": 32, "wait": 5, "max_wait": 5, "mean_wait": 2.5, "gap": 5}
     assert dict(zip(names, f[0, 1].tolist()))["wait"] == 0 and f[0, 2:].abs().sum() == 0  # padded ranks: 0
+    assert dict(zip(names, f[0, 1].tolist()))["rank"] == 1  # rank 1 of 2: the last
+    assert abs(dict(zip(names, f[1, 2].tolist()))["rank"] - 2 / 3) < 1e-6  # rank 2 of 4
     row = dict(zip(names, f[1, 0].tolist()))
     # waits 3, 2, 0, 1: mean 1.5; the second rank to last started 1 ms before the last
     assert row["send"] == 7.5 and row["recv"] == 22.5 and row["max_recv"] == 22.5
