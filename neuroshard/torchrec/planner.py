@@ -30,7 +30,8 @@ Two kinds of table are decided before the search, *by memory*, as TorchRec
 places what its estimate cannot tell apart: a table whose types leave nothing
 to place on a device (only row-wise, table-row-wise or data-parallel: the kind
 the cost models price, else row-wise before table-row-wise before
-data-parallel), and a table larger than every device even in its narrowest
+data-parallel; data-parallel, where another kind is allowed, only for a small
+table: `simulator.replicable`), and a table larger than every device even in its narrowest
 pieces that may be row-wise (or table-row-wise). A table-row-wise one goes to
 the host with the most room. Their memory is taken from their ranks before the
 others are placed. The plan's estimate covers them where the cost models price
@@ -86,6 +87,7 @@ from torchrec.distributed.types import ShardingPlan, ShardingPlanner
 
 from neuroshard.planner.registry import get_sharder
 from neuroshard.planner.shard import ShardResult, shard
+from neuroshard.planner.simulator import replicable, simulate
 from neuroshard.problem import Problem
 from neuroshard.torchrec.export import table_sharding
 from neuroshard.torchrec.sharding_options import (
@@ -237,6 +239,7 @@ class NeuroShardPlanner(ShardingPlanner):
         to place on a device, and one that fits no device in its narrowest pieces but may be row-wise or
         table-row-wise (neither named in `ranks` or `colocate`)."""
         priced, capacity = self._priced(), self._capacity()
+        room = self._problem([c / 2**30 for c in capacity])
         named = {*self._ranks, *(n for g in self._colocate for n in g)}
         out = {}
         for i in sorted(range(len(tables)), key=lambda i: -tables[i].least):
@@ -247,6 +250,8 @@ class NeuroShardPlanner(ShardingPlanner):
                                       f"table {t.name!r} is {'/'.join(t.spread_kinds)} only (over every rank or a "
                                       "host): it takes no ranks or co-location")
                 kinds = [k for k in KIND_ORDER if k in t.spread_kinds]
+                if kinds != [DATA_PARALLEL] and not replicable(ShardTable(i, i, t.table), room):
+                    kinds = [k for k in kinds if k != DATA_PARALLEL]  # no replica of a large table by choice
                 out[i] = self._roomiest(tables, out, i, [next((k for k in kinds if k in priced), kinds[0])])
             elif t.name not in named and {ROW_WISE, TABLE_ROW_WISE} & set(t.spread_kinds) and \
                     self._narrowest(t) > max(capacity):
@@ -388,7 +393,6 @@ class NeuroShardPlanner(ShardingPlanner):
         warning naming the others."""
         from neuroshard.formats.plan_file import plan_view
         from neuroshard.planner.costs import extrapolation
-        from neuroshard.planner.simulator import simulate
 
         world = self._topology.world_size
         every = [ShardTable(i, i, t.table) for i, t in enumerate(tables)]

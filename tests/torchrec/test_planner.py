@@ -523,3 +523,22 @@ def test_models_from_a_runs_folder(tmp_path):
     plan = planner.plan(collection("t", [(8000, 64), (100, 8)]), [all_types_sharder()]).plan[""]  # t0: 2 MB
     assert (plan["t0"].sharding_type, plan["t0"].ranks) == ("row_wise", [0, 1])
     assert not [w for w in planner.last_result.warnings if "not modelled" in w]
+
+
+def test_a_large_table_is_not_replicated_by_choice():
+    """t0 (200,000 x 64, 51 MB) and t1 (1,000 x 16) each limited to data-parallel or table-row-wise, on 4 GPUs of 1
+    GB on 2 hosts, models that price data-parallel but not table-row-wise: the small table is replicated, the
+    large one is table-row-wise (a replica on every rank of more than `simulator.replicable` allows is taken only
+    when it is the one kind allowed)."""
+    from dataclasses import replace
+
+    from tests.torchrec.test_planner_contract import contract_models
+
+    m = contract_models(4)
+    m = replace(m, collectives=replace(m.collectives, fits={k: v for k, v in m.collectives.fits.items()
+                                                            if "@" not in k}))
+    cons = {n: ParameterConstraints(sharding_types=["data_parallel", "table_row_wise"]) for n in ("t0", "t1")}
+    hosts = Topology(world_size=4, local_world_size=2, compute_device="cuda", hbm_cap=2**30)
+    plan = NeuroShardPlanner(hosts, models=m, constraints=cons).plan(collection("t", [(200_000, 64), (1000, 16)]),
+                                                                      sharders()).plan[""]
+    assert (plan["t0"].sharding_type, plan["t1"].sharding_type) == ("table_row_wise", "data_parallel")
