@@ -74,7 +74,6 @@ torchrec: load it lazily (`neuroshard.NeuroShardPlanner` does).
 from __future__ import annotations
 
 import copy
-import json
 import logging
 import math
 import time
@@ -95,11 +94,12 @@ from neuroshard.torchrec.sharding_options import (
     TABLE_COLUMN_WISE,
     TABLE_WISE,
     PlannedTable,
+    read_table_stats,
     read_tables,
     state_bytes,
 )
 from neuroshard.types.constraints import TableConstraints
-from neuroshard.types.errors import ConfigError, InputError, NeuroShardError, OutOfMemoryError
+from neuroshard.types.errors import ConfigError, NeuroShardError, OutOfMemoryError
 from neuroshard.types.plan import (
     DATA_PARALLEL,
     ROW_WISE,
@@ -110,7 +110,7 @@ from neuroshard.types.plan import (
     plan_from_pieces,
     plan_pieces,
 )
-from neuroshard.types.tables import NUM_BINS, ShardTable
+from neuroshard.types.tables import ShardTable
 
 logger = logging.getLogger(__name__)
 
@@ -162,7 +162,7 @@ class NeuroShardPlanner(ShardingPlanner):
                                                                             f"{factors}")
         self._ranks = _check_ranks(ranks, topology.world_size)
         self._colocate = _check_groups(colocate)
-        self._stats = _read_table_stats(table_stats)
+        self._stats = read_table_stats(table_stats)
         self._alg, self._memory, self._reserve, self._seed, self._options = alg, memory, reserve, seed, options
         if isinstance(models, (str, Path)):
             from neuroshard.planner.costs.cost_models import CostModels
@@ -242,7 +242,7 @@ class NeuroShardPlanner(ShardingPlanner):
         room = self._problem([c / 2**30 for c in capacity])
         named = {*self._ranks, *(n for g in self._colocate for n in g)}
         out = {}
-        for i in sorted(range(len(tables)), key=lambda i: -tables[i].least):
+        for i in sorted(range(len(tables)), key=lambda i: -tables[i].weight_bytes):
             t = tables[i]
             if not t.placeable:
                 if t.name in named:
@@ -329,7 +329,7 @@ class NeuroShardPlanner(ShardingPlanner):
                         and {ROW_WISE, TABLE_ROW_WISE} & set(t.spread_kinds)]
                 if not free or attempt == _MAX_REPLANS:
                     raise
-                i = max(free, key=lambda i: (tables[i].least, -i))
+                i = max(free, key=lambda i: (tables[i].weight_bytes, -i))
                 fixed = {**fixed, i: self._roomiest(tables, fixed, i, [ROW_WISE, TABLE_ROW_WISE])}
                 logger.warning("NeuroShardPlanner: no plan fits; %s made %s to make room", tables[i].name,
                                fixed[i].kind)
@@ -459,6 +459,20 @@ class NeuroShardPlanner(ShardingPlanner):
         kind = "hbm" if self._topology.compute_device != "cpu" else "ddr"
         return [float(getattr(s.storage, kind)) + state_bytes(opt, s, t.state) for s in opt.shards]
 
+    def _least(self, t: PlannedTable) -> float:
+        """Bytes of the table's cheapest option in TorchRec's count, all its shards: each type it allows cut as
+        TorchRec's enumerator cuts it on this topology."""
+        from torchrec.distributed.sharding_plan import calculate_shard_sizes_and_offsets
+
+        world = self._topology.world_size
+        out = math.inf
+        for kind in t.types:
+            sizes, offsets = calculate_shard_sizes_and_offsets(t.option(kind).tensor, world,
+                                                               self._topology.local_world_size or world, kind,
+                                                               t.min_dim)
+            out = min(out, sum(self._estimate(t, kind, [Shard(size=s, offset=o) for s, o in zip(sizes, offsets)])))
+        return out
+
     def device_storage(self, tables: list[PlannedTable], plan: Plan) -> list[float]:
         """Bytes per device of `plan` (over `tables`) as counted for the plan (TorchRec's storage estimator per
         shard, and the optimizer state it does not count)."""
@@ -482,8 +496,7 @@ class NeuroShardPlanner(ShardingPlanner):
         memory = self._device_memory()
         need = [self._storage(t, [t.dim])[0] if self._memory == "torchrec" else
                 _weight_bytes(t.table.row, t.table.dim) for t in tables]
-        least = sum(t.least if self._memory == "torchrec" else _weight_bytes(t.table.row, t.table.dim)
-                    for t in tables)
+        least = sum(self._least(t) if self._memory == "torchrec" else t.weight_bytes for t in tables)
         big = max(range(len(tables)), key=lambda i: need[i])
         devices = (f"{len(memory)} devices of {memory[0] / 2**30:.4g} GB each" if len(set(memory)) == 1 else
                    f"{len(memory)} devices of {_gb_list(memory)} GB")
@@ -566,28 +579,3 @@ def _weight_bytes(rows: int, dim: int) -> float:
 
 def _gb_list(xs) -> str:
     return "[" + ", ".join(f"{x / 2**30:.3g}" for x in xs) + "]"
-
-
-def _read_table_stats(stats) -> dict[str, tuple[float, ...]]:
-    """{table name: bins} from a dict or a JSON file of one, each 17 non-negative numbers."""
-    if stats is None:
-        return {}
-    path = None
-    if isinstance(stats, (str, Path)):
-        path = Path(stats)
-        try:
-            stats = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise InputError(path, "table stats file not found") from None
-        except (OSError, json.JSONDecodeError) as e:
-            raise InputError(path, f"not a JSON object of table name -> bins ({e})") from None
-    if not isinstance(stats, dict):
-        raise InputError(path or "table_stats", "expected {table name: 17 locality bins}")
-    out = {}
-    for name, bins in stats.items():
-        if not isinstance(bins, (list, tuple)) or len(bins) != NUM_BINS or \
-                not all(isinstance(b, (int, float)) and b >= 0 for b in bins):
-            raise InputError(path or "table_stats", f"table {name!r}: expected {NUM_BINS} non-negative bins, "
-                                                    f"got {bins!r}")
-        out[str(name)] = tuple(float(b) for b in bins)
-    return out

@@ -14,7 +14,8 @@ planner refuses (`INVALID_COMPUTE_KERNEL`). A table left with no option at all
 is TorchRec's own error (the enumerator's), word for word.
 
 Each table becomes a `PlannedTable`: its statistics as the cost models read
-them (rows, the sum of its pooling factors, locality bins, its dim, rounded up
+them (rows, the sum of its pooling factors, locality bins from `table_stats`
+(`read_table_stats`), its dim, rounded up
 to a multiple of 4 for the costs), its options by type, the optimizer state
 TorchRec's storage count leaves out (`OPTIMIZER_STATE`), its
 `min_partition`. Imports torchrec.
@@ -22,17 +23,20 @@ TorchRec's storage count leaves out (`OPTIMIZER_STATE`), its
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import warnings
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 from torchrec.distributed.planner.enumerators import GUARDED_COMPUTE_KERNELS, EmbeddingEnumerator
 from torchrec.distributed.planner.shard_estimators import EmbeddingStorageEstimator
 from torchrec.distributed.planner.types import ParameterConstraints, PlannerError, PlannerErrorType
 
+from neuroshard.types.errors import InputError
 from neuroshard.types.plan import DATA_PARALLEL, SPREAD_KINDS
-from neuroshard.types.tables import DEFAULT_BINS, TableConfig, can_split
+from neuroshard.types.tables import DEFAULT_BINS, NUM_BINS, TableConfig, can_split
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +73,6 @@ class PlannedTable:
     state: tuple[float, float] = (0.0, 0.0)  # optimizer state TorchRec does not count: per weight, per row
     min_dim: int | None = None  # ParameterConstraints.min_partition: the narrowest column shard
     pooled: bool = True
-    least: float = field(default=0.0)  # bytes of its cheapest option in TorchRec's count (all shards)
 
     @property
     def types(self) -> tuple[str, ...]:
@@ -100,8 +103,13 @@ class PlannedTable:
     def kernel(self, sharding_type: str) -> str:
         return self.options[sharding_type].compute_kernel
 
+    @property
+    def weight_bytes(self) -> float:
+        return 4.0 * self.table.row * self.dim
+
     def option(self, sharding_type: str):
-        """TorchRec's option of that type, or (to estimate a type it does not offer) any of its options."""
+        """TorchRec's option of that type, or (to estimate a type it does not offer) any of its options: a
+        template, its shards those of a one-rank topology (`read_tables`); the estimates set its own."""
         return self.options.get(sharding_type) or next(iter(self.options.values()))
 
     def fused_fields(self) -> dict:
@@ -145,19 +153,41 @@ def enumeration_constraints(module, sharders, constraints: dict, device: str) ->
     return out
 
 
+class _NoEstimate:
+    """An estimator that leaves the options as they are: `read_tables` estimates the shards it needs itself."""
+
+    def estimate(self, sharding_options, sharder_data_map=None) -> None:
+        pass
+
+
+def one_rank(topology):
+    """A one-rank copy of `topology` (its device type, the largest memory of each kind), for listing a model's
+    options: which types and kernels TorchRec offers does not depend on the ranks, and TorchRec copies every
+    option's shards, one per rank for most types, each time it lists them."""
+    from torchrec.distributed.planner.types import Topology
+
+    caps = {f"{k}_cap": max(int(getattr(d.storage, k)) for d in topology.devices) for k in ("hbm", "ddr", "ssd")}
+    try:  # a copy, not a user's topology: without TorchRec's note that a topology is better made by its factory
+        return Topology(world_size=1, compute_device=topology.compute_device, local_world_size=1,
+                        created_by_factory=True, **caps)
+    except TypeError:  # a TorchRec without that argument
+        return Topology(world_size=1, compute_device=topology.compute_device, local_world_size=1, **caps)
+
+
 def read_tables(module, sharders, topology, batch_size: int, constraints: dict, stats: dict):
-    """The model's tables (`PlannedTable`, in TorchRec's enumeration order), TorchRec's storage estimator and its
-    sharder data (to estimate other shards later), and the notes to log. PlannerError for what the planner does
-    not plan (EmbeddingTower modules; a table whose only options are types it does not know, or the dense kernel
-    off data-parallel); TorchRec's own RuntimeError for a table without any option."""
+    """The model's tables (`PlannedTable`, in TorchRec's enumeration order; their options listed by TorchRec's
+    enumerator on a one-rank copy of the topology, `one_rank`), TorchRec's storage estimator for the topology
+    and its sharder data (to estimate shards: `NeuroShardPlanner._estimate`), and the notes to log. PlannerError
+    for what the planner does not plan (EmbeddingTower modules; a table whose only options are types it does
+    not know, or the dense kernel off data-parallel); TorchRec's own RuntimeError for a table without any
+    option."""
     enum_cons = enumeration_constraints(module, sharders, constraints, topology.compute_device)
     estimator = EmbeddingStorageEstimator(topology, enum_cons)
-    enumerator = EmbeddingEnumerator(topology, batch_size, enum_cons, estimator=[estimator])
+    enumerator = EmbeddingEnumerator(one_rank(topology), batch_size, enum_cons, estimator=[_NoEstimate()])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # TorchRec's deprecation notes
         found = enumerator.enumerate(module, sharders)
     state_of = _optimizer_state(sharders)
-    kind = "hbm" if topology.compute_device != "cpu" else "ddr"
     by_key: dict[tuple[str, str], list] = {}
     for opt in found:
         if opt.dependency is not None:
@@ -195,11 +225,9 @@ def read_tables(module, sharders, topology, batch_size: int, constraints: dict, 
         # the state of fused_params' optimizer, unless TorchRec counts one (apply_optimizer_in_backward)
         counted = getattr(first.tensor, "_optimizer_classes", [None])[0] is not None
         state = (0.0, 0.0) if counted else state_of.get(first.module[1].__class__, (0.0, 0.0))
-        least = min(sum(float(getattr(s.storage, kind)) + state_bytes(o, s, state) for s in o.shards)
-                    for o in options.values())
         tables.append(PlannedTable(path, name, TableConfig(rows, pooling, tuple(bins), 4 * math.ceil(dim / 4)),
                                    options, dim, state=state, min_dim=None if cons is None else cons.min_partition,
-                                   pooled=first.is_pooled, least=least))
+                                   pooled=first.is_pooled))
     notes = []
     if unknown_pooling:
         notes.append(f"no ParameterConstraints.pooling_factors for {', '.join(unknown_pooling)}: pooling factor "
@@ -231,3 +259,27 @@ def _optimizer_state(sharders) -> dict:
         out[s.module_type] = OPTIMIZER_STATE.get(key, (1.0, 0.0))
     return out
 
+
+def read_table_stats(stats) -> dict[str, tuple[float, ...]]:
+    """{table name: bins} from a dict or a JSON file of one, each 17 non-negative numbers."""
+    if stats is None:
+        return {}
+    path = None
+    if isinstance(stats, (str, Path)):
+        path = Path(stats)
+        try:
+            stats = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise InputError(path, "table stats file not found") from None
+        except (OSError, json.JSONDecodeError) as e:
+            raise InputError(path, f"not a JSON object of table name -> bins ({e})") from None
+    if not isinstance(stats, dict):
+        raise InputError(path or "table_stats", "expected {table name: 17 locality bins}")
+    out = {}
+    for name, bins in stats.items():
+        if not isinstance(bins, (list, tuple)) or len(bins) != NUM_BINS or \
+                not all(isinstance(b, (int, float)) and b >= 0 for b in bins):
+            raise InputError(path or "table_stats", f"table {name!r}: expected {NUM_BINS} non-negative bins, "
+                                                    f"got {bins!r}")
+        out[str(name)] = tuple(float(b) for b in bins)
+    return out
