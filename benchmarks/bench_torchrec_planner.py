@@ -67,7 +67,7 @@ def main(argv=None) -> int:
 
     logging.getLogger("neuroshard").setLevel(logging.ERROR)
     warnings.simplefilter("ignore")
-    models = (CostModels.load(args.models_dir, args.ranks) if args.models_dir else
+    models = (CostModels.load_run(args.models_dir, args.ranks) if args.models_dir else
               load_models(argparse.Namespace(compute_model=None, comm_models=None), args.ranks, args.seed))
     model, constraints = build_model(args.num_tables, args.seed)
     topology = Topology(world_size=args.ranks, compute_device="cuda", hbm_cap=16 * 2**30)

@@ -3,7 +3,7 @@
 The planner as a library, in one import:
 
     import neuroshard as ns
-    models = ns.CostModels.load("results/quick/models", ndevices=4)    # checks ndevices once
+    models = ns.CostModels.load("results/quick")    # all a run plans with; print(models.describe())
     configs = ns.read_dataset_configs("results/quick/dataset")
     tables = ns.tables_from_task(configs, ns.read_tasks("results/quick/tasks/data.txt")[0])
     # or your own tables: [ns.TableConfig(row=..., pooling_factor=..., bins=ns.DEFAULT_BINS, dim=64), ...]

@@ -90,8 +90,9 @@ FLAGS: dict[str, dict] = {
                                                   "paper's runtime (collectives_<ndevices>.json; "
                                                   "collect_collective_cost_data.py fits it; default: those tables are "
                                                   "not priced there)"},
-    "models_dir": {"default": None, "help": "cost models as the pipeline writes them: compute.pt, "
-                                            "comm_<ndevices>_fw.pt, comm_<ndevices>_bw.pt (e.g. results/quick/models)"},
+    "models_dir": {"default": None, "help": "a pipeline run's cost models: the run's folder (e.g. results/quick), "
+                                            "its models/ or models/onpolicy/; loaded with all the run plans with "
+                                            "(CostModels.load_run: the on-policy models, the collective model)"},
     "models": {"default": None, "help": "a folder of cost models as the pipeline writes them"},
     "runtime_model": {"default": None, "help": "a TorchRec runtime model (torchrec_runtime_<ndevices>.json; "
                                                "train_torchrec_cost_model.py fits it)"},

@@ -67,6 +67,20 @@ def test_six_tables_give_a_valid_plan_the_device_table_and_a_torchrec_plan(tmp_p
         v["name"] for v in rec.view]
 
 
+def test_a_runs_folder_is_loaded_whole(tmp_path, capsys):
+    """--models_dir a pipeline run's folder: its on-policy models, the collective model beside the random data's
+    (`CostModels.load_run`), said on stderr."""
+    from tests.planner.costs.test_cost_models import _write_run
+
+    run_dir = _write_run(tmp_path / "quick")
+    tables_csv = write_csv(tmp_path / "tables.csv", ROWS[2:4])
+    args = ["--tables", str(tables_csv), "--ndevices", "2", "--max_mem", "1", "--models_dir", str(run_dir),
+            "--alg", "size_greedy", "--out", str(tmp_path / "p.json")]
+    assert load_tool("shard_tables").main(args) == 0
+    assert f"cost models from {run_dir / 'models' / 'onpolicy'} (retrained on on-policy data) for 2 devices: " \
+           "compute, comm_2 fw/bw; collective model (reduce_scatter, all_gather, all_reduce)" in capsys.readouterr().err
+
+
 def test_other_algorithms_plan_without_models(tmp_path, capsys):
     tables_csv = write_csv(tmp_path / "tables.csv", [r + "," + ",".join(["0.1"] * 10 + ["0"] * 7) for r in ROWS],
                            header=HEADER + "," + BINS)
@@ -121,20 +135,27 @@ def test_bad_input_as_a_script_and_other_errors(tmp_path, models_dir):
 
 def test_memory_torchrec_counts_what_torchrec_counts(tmp_path):
     # 16M x 4 fp32 = 256,000,000 B on devices of 0.26 GB (279,172,874 B): the weights fit, TorchRec's count
-    # (weights + buffers, within 90% of the device) does not, and a dim-4 table cannot be split
+    # (weights + buffers, within 90% of the device) does not. Kept whole (a dim-4 table cannot be split
+    # anyway), it is refused; free, it goes row-wise (128,000,000 B of weights a rank), as TorchRec's planner
+    # would have it
     from neuroshard.types.errors import OutOfMemoryError
 
-    tables_csv = write_csv(tmp_path / "tables.csv", ["big,16000000,4,1", "small,1000,8,1"])
+    tables_csv = write_csv(tmp_path / "tables.csv", ["big,16000000,4,1,1", "small,1000,8,1,0"],
+                           header=HEADER + ",whole")
     args = ["--tables", str(tables_csv), "--ndevices", "2", "--max_mem", "0.26", "--alg", "size_greedy"]
     assert load_tool("shard_tables").main(args + ["--out", str(tmp_path / "w.json")]) == 0
     with pytest.raises(OutOfMemoryError, match=r"cannot place 2 tables on 2 devices of 0.26 GB each \(the "
                                                r"topology's, 10% reserved; torchrec count\).* the largest \(big\) "
                                                r"0.2384 GB; 'big' could not be placed"):
         load_tool("shard_tables").main(args + ["--memory", "torchrec", "--out", str(tmp_path / "t.json")])
-    args[5] = "0.3"  # 322,122,547 B: fits in TorchRec's count too
+    args[1] = str(write_csv(tmp_path / "free.csv", ["big,16000000,4,1", "small,1000,8,1"]))
     assert load_tool("shard_tables").main(args + ["--memory", "torchrec", "--out", str(tmp_path / "t.json")]) == 0
     (rec,) = read_plans(tmp_path / "t.json")
-    assert rec.plan.ndevices == 2
+    assert [(s.table, s.kind, s.ranks) for s in rec.plan.spread] == [(0, "row_wise", (0, 1))]
+    args[1], args[5] = str(tables_csv), "0.3"  # 322,122,547 B: fits whole in TorchRec's count too
+    assert load_tool("shard_tables").main(args + ["--memory", "torchrec", "--out", str(tmp_path / "t.json")]) == 0
+    (rec,) = read_plans(tmp_path / "t.json")
+    assert rec.plan.ndevices == 2 and not rec.plan.spread
 
 
 def test_calibration_scales_the_models_the_plan_is_costed_with(tmp_path, models_dir):

@@ -196,6 +196,29 @@ def test_table_constraints_by_hand():
     assert TableConstraints().empty and not c.empty
 
 
+def test_a_tables_narrowest_piece_bounds_its_splits():
+    """`min_dim` (TorchRec's min_partition): table 0 of dim 64 may be halved down to pieces of 16, not 8; a piece
+    of 8 is a violation; table 1, not listed, splits while its halves' dims are multiples of 4."""
+    from neuroshard.types.constraints import TableConstraints
+    from neuroshard.types.errors import ConfigError
+    from neuroshard.types.plan import ColumnPiece
+
+    c = TableConstraints(min_dim=((0, 16),), whole=(2,))
+    assert [c.may_halve(0, d) for d in (64, 32, 16)] == [True, True, False]
+    assert [c.may_halve(1, d) for d in (64, 8, 12)] == [True, True, False]
+    assert not c.may_halve(2, 64) and not c.empty
+    halves = [ColumnPiece(0, 32, 0), ColumnPiece(32, 16, 1), ColumnPiece(48, 16, 0)]
+    assert c.violation([halves, [ColumnPiece(0, 8, 1)], [ColumnPiece(0, 8, 1)]]) is None
+    quarter = [ColumnPiece(0, 32, 0), ColumnPiece(32, 16, 1), ColumnPiece(48, 8, 0), ColumnPiece(56, 8, 1)]
+    assert c.violation([quarter, [], []]) == "table 0 may be split into pieces of 16 columns or more, the plan " \
+                                             "has one of 8"
+    assert TableConstraints.from_json(c.to_json()) == c
+    with pytest.raises(ConfigError, match="table 0: the narrowest piece dim must be >= 1, got 0"):
+        TableConstraints(min_dim=((0, 0),))
+    with pytest.raises(ConfigError, match="table 5: the task has 3 tables"):
+        TableConstraints(min_dim=((5, 8),)).check(3, 2)
+
+
 def test_table_constraints_errors_name_the_table():
     from neuroshard.types.constraints import TableConstraints
     from neuroshard.types.errors import ConfigError

@@ -1,9 +1,9 @@
 """Shard your own embedding tables: a plan, its per-device costs, and optionally a TorchRec plan.
 
     python tools/shard_tables.py --tables my_tables.csv --ndevices 4 --max_mem 4 \
-        --models_dir results/quick/models --out my_plan.json
+        --models_dir results/quick --out my_plan.json
     python tools/shard_tables.py --tables my_tables.csv --ndevices 4 --max_mem 4 \
-        --models_dir results/quick/models --torchrec_out my_plan.pt       # + my_plan.json for TorchRec
+        --models_dir results/quick --torchrec_out my_plan.pt       # + my_plan.json for TorchRec
     python tools/shard_tables.py --tables my_tables.json --alg torchrec --batch_size 65536 ...
 
 The table list is a CSV with a header (or a JSON list of objects) with
@@ -12,8 +12,10 @@ locality bins of DESIGN §3; a table without them gets the locality profile
 of the public DLRM dataset (`neuroshard.types.DEFAULT_BINS`) and a warning.
 Dims must be multiples of 4; a table that fits no device even split
 column-wise to its narrowest piece is refused, naming its row. The cost
-models are the pipeline's (`--models_dir`, whose comm models must be for
-`--ndevices`), or the three checkpoints by path; `neuroshard` needs them,
+models are a pipeline run's (`--models_dir`: the run's folder, its models/ or
+models/onpolicy/, loaded as `CostModels.load_run` does: the on-policy models,
+the collective model, ...; their comm models must be for `--ndevices`), or the
+three checkpoints by path; `neuroshard` needs them,
 the other algorithms plan without them (then no estimated ms are shown).
 `--memory torchrec` plans through `NeuroShardPlanner` so that the plan fits
 in what TorchRec's storage estimator counts (weights, input and output
@@ -99,7 +101,9 @@ def main(argv=None) -> int:
         raise NeuroShardError("give all three of --compute_model, --fw_comm_model, --bw_comm_model "
                                  "(or --models_dir)")
     models = (CostModels.from_paths(*paths, ndevices) if all(paths) else
-              CostModels.load(args.models_dir, ndevices) if args.models_dir else None)
+              CostModels.load_run(args.models_dir, ndevices) if args.models_dir else None)
+    if models is not None and args.models_dir:
+        print(models.describe(), file=sys.stderr)
     if args.calibration:
         from neuroshard.eval.drift import calibrated, read_calibration
 

@@ -37,7 +37,7 @@ from neuroshard.planner.simulator import device_caps, table_elements
 from neuroshard.problem import Problem
 from neuroshard.types.errors import OutOfMemoryError
 from neuroshard.types.plan import Plan, apply_column_steps
-from neuroshard.types.tables import BYTES_PER_ELEMENT, ShardTable, can_split
+from neuroshard.types.tables import BYTES_PER_ELEMENT, ShardTable
 
 
 def no_room_error(t: int, table: ShardTable, problem: Problem, used: Sequence[int],
@@ -81,7 +81,7 @@ def oversize_steps(tables: Sequence[ShardTable], problem: Problem) -> list[int]:
         if cons.kept_whole(t) or cons.allowed(t) is not None:
             continue
         dim, halvings = table.dim, 0
-        while table.config.row * dim > cap and can_split(dim):
+        while table.config.row * dim > cap and cons.may_halve(t, dim):
             dim, halvings = dim // 2, halvings + 1
         if not halvings or table.config.row * dim > cap:
             continue

@@ -1,7 +1,7 @@
 """Shard a set of tables with any registered algorithm: the planner's library call.
 
     import neuroshard as ns
-    models = ns.CostModels.load("results/quick/models", ndevices=4)
+    models = ns.CostModels.load("results/quick")  # everything the run plans with
     tables = ns.tables_from_task(ns.read_dataset_configs("results/quick/dataset"), task)
     result = ns.shard(tables, ns.Problem(ndevices=4, max_mem=1.0), models=models, alg="neuroshard", beam_k=3)
     result.plan, result.cost_ms, result.breakdown, result.view, result.search_ms, result.warnings

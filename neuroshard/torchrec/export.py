@@ -29,11 +29,12 @@ from neuroshard.formats.plan_file import plan_view
 from neuroshard.settings import Settings, common, setting
 from neuroshard.torchrec.sharder import embedding_bag_collection, require_torchrec
 from neuroshard.types.errors import ConfigError, InputError, InvalidPlanError
-from neuroshard.types.plan import DATA_PARALLEL, ROW_WISE, Plan, plan_pieces
+from neuroshard.types.plan import DATA_PARALLEL, ROW_WISE, TABLE_ROW_WISE, Plan, plan_pieces
 from neuroshard.types.records import PlanRecord
 from neuroshard.types.tables import ShardTable
 
 DEVICE_TYPES = ("cuda", "cpu")
+TABLE_WISE, COLUMN_WISE = "table_wise", "column_wise"
 
 
 def torchrec_sharding_plan(tables: Sequence[ShardTable], plan: Plan, names: Sequence[str],
@@ -49,14 +50,7 @@ def torchrec_sharding_plan(tables: Sequence[ShardTable], plan: Plan, names: Sequ
     require_torchrec()
     from torchrec.distributed.embedding_types import EmbeddingComputeKernel
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
-    from torchrec.distributed.sharding_plan import (
-        column_wise,
-        construct_module_sharding_plan,
-        data_parallel,
-        row_wise,
-        table_row_wise,
-        table_wise,
-    )
+    from torchrec.distributed.sharding_plan import construct_module_sharding_plan
     from torchrec.distributed.types import ShardingPlan
 
     if len(names) != len(tables) or len(set(names)) != len(names):
@@ -69,32 +63,41 @@ def torchrec_sharding_plan(tables: Sequence[ShardTable], plan: Plan, names: Sequ
     plan_view(tables, plan)  # InvalidPlanError on illegal splits, or tables placed twice or never
     fused = EmbeddingComputeKernel.FUSED.value
     local = local_size or n
-    per_table = {}
+    per_table, kinds = {}, {}
     for t, (name, pieces) in enumerate(zip(names, plan_pieces(tables, plan))):
-        spread = plan.spread_of(t)
-        if spread is not None:
-            if spread.kind == ROW_WISE:
-                per_table[name] = row_wise(compute_kernel=fused)
-            elif spread.kind == DATA_PARALLEL:
-                per_table[name] = data_parallel()  # TorchRec's kernel for it: dense
-            else:
-                if len(spread.ranks) != local:
-                    raise InvalidPlanError(f"table {t} ({name}) is table_row_wise over ranks {list(spread.ranks)}, "
-                                           f"not one host of {local} ranks")
-                per_table[name] = table_row_wise(host_index=spread.ranks[0] // local)
-        elif len(pieces) == 1:
-            per_table[name] = table_wise(rank=pieces[0].device, compute_kernel=fused)
-        else:
-            width = min(p.dim for p in pieces)
-            ranks = [p.device for p in pieces for _ in range(p.dim // width)]
-            per_table[name] = column_wise(ranks=ranks, compute_kernel=fused)
+        per_table[name], kinds[name] = table_sharding(pieces, plan.spread_of(t), local, fused, f"table {t} ({name})")
     module_plan = construct_module_sharding_plan(
         embedding_bag_collection(tables, names), per_table, sharder=EmbeddingBagCollectionSharder(),
         local_size=local, world_size=n, device_type=device_type)
-    for s in plan.spread:  # table_row_wise() has no kernel argument: it would pick dense
-        if s.kind != DATA_PARALLEL:
-            module_plan[names[s.table]].compute_kernel = fused
+    for name, kind in kinds.items():
+        if kind != DATA_PARALLEL:  # TorchRec's kernel for it: dense
+            module_plan[name].compute_kernel = fused
     return ShardingPlan({module_path: module_plan})
+
+
+def table_sharding(pieces, spread, local: int, kernel: str, what: str, whole: str = TABLE_WISE,
+                   split: str = COLUMN_WISE):
+    """(TorchRec's ParameterSharding generator, the sharding type) of one table of a plan: its column `pieces`
+    (`types.plan.plan_pieces`) or its `spread`, on hosts of `local` ranks, on `kernel`. A table whole is
+    `whole` (table-wise; column-wise or table-column-wise as one shard), one split `split` (column-wise or
+    table-column-wise: its shards as column-wise's, the caller names the type). The generators of
+    table-row-wise and data-parallel tables take no kernel: the caller sets it on the ParameterSharding."""
+    from torchrec.distributed.sharding_plan import column_wise, data_parallel, row_wise, table_row_wise, table_wise
+
+    if spread is not None:
+        if spread.kind == ROW_WISE:
+            return row_wise(compute_kernel=kernel), ROW_WISE
+        if spread.kind == DATA_PARALLEL:
+            return data_parallel(), DATA_PARALLEL
+        if len(spread.ranks) != local or spread.ranks[0] % local:
+            raise InvalidPlanError(f"{what} is table_row_wise over ranks {list(spread.ranks)}, not one host of "
+                                   f"{local} ranks")
+        return table_row_wise(host_index=spread.ranks[0] // local), TABLE_ROW_WISE
+    if len(pieces) == 1 and whole == TABLE_WISE:
+        return table_wise(rank=pieces[0].device, compute_kernel=kernel), TABLE_WISE
+    width = min(p.dim for p in pieces)
+    ranks = [p.device for p in pieces for _ in range(p.dim // width)]
+    return column_wise(ranks=ranks, compute_kernel=kernel), whole if len(pieces) == 1 else split
 
 
 def torchrec_plan_json(sharding_plan, world_size: int) -> dict:

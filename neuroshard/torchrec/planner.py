@@ -1,36 +1,49 @@
 """NeuroShard as a TorchRec `ShardingPlanner`: plan any model's embedding tables from inside TorchRec.
 
     from neuroshard.torchrec.planner import NeuroShardPlanner   # or ns.NeuroShardPlanner
-    planner = NeuroShardPlanner(topology, models=ns.CostModels.load("results/quick/models", 4),
+    planner = NeuroShardPlanner(topology, models="results/quick",   # a run's models: ns.CostModels.load
                                 constraints={"t0": ParameterConstraints(pooling_factors=[12.0])})
     plan = planner.collective_plan(model, sharders, pg)      # rank 0 plans, every rank gets the plan
     model = DistributedModelParallel(model, plan=plan, sharders=sharders)
 
-What TorchRec knows is read from TorchRec: the tables (every module a given
-sharder shards, e.g. each `EmbeddingBagCollection`, at any module path; rows,
-dims and names from their configs), the pooling factors
-(`ParameterConstraints.pooling_factors`; 1.0 with a warning where none is
-given), the allowed sharding types, the devices and each one's memory
-(`Topology`, per rank). Locality bins come from `table_stats` ({table name:
-17 bins}, or a JSON file of it), else `types.DEFAULT_BINS` with a warning.
+It holds TorchRec's planner contract (tests/torchrec/test_planner_contract.py
+runs TorchRec's planner tests against both). What TorchRec knows is read from
+TorchRec (`sharding_options`): the tables (every module a given sharder
+shards, at any module path), the sharding types the sharder offers for the
+topology's device and the constraints allow, each type's kernel, the pooling
+factors (`ParameterConstraints.pooling_factors`; 1.0 with a warning where none
+is given), the devices and each one's memory (`Topology`, per rank). Locality
+bins come from `table_stats` ({table name: 17 bins}, or a JSON file of it),
+else `types.DEFAULT_BINS` with a warning. Nothing to shard is an empty plan.
 
-Constraints act inside the search (`types.constraints`), for every algorithm:
-a table whose `ParameterConstraints.sharding_types` exclude column-wise is
-never split; `ranks={name: [ranks]}` limits the devices of a table's shards;
+Every sharding type is planned where a table's offer allows it: table-wise,
+column-wise and table-column-wise (equal shards; split only while the pieces
+stay multiples of 4 and no narrower than `min_partition`; a table whole whose
+types do not include table-wise is one column shard; table-column-wise pieces
+on one host), row-wise, table-row-wise (one host's ranks) and data-parallel.
+Constraints act inside the search (`types.constraints`), for every algorithm;
+`ranks={name: [ranks]}` limits the devices of a table's shards;
 `colocate=[[name, name], ...]` puts tables whole on one device together (a
-request TorchRec's planner has no way to say). A table limited to
-data-parallel is replicated on every rank (TorchRec's dense kernel, its
-memory taken from every device) and left out of the search; its cost is not
-in the plan's estimate (a warning says so). With cost models for TorchRec's
-runtime (`CostModels.for_runtime("torchrec")`) fitted on row-wise and
-data-parallel plans, NeuroShard also chooses row-wise and data-parallel
-tables where the model says they pay (`planner.search.sharding_types`),
-among the types each table's `sharding_types` allow and its sharder offers
-for the topology's device; so it does with paper-runtime models that have a
-collective model, and with its fits over host groups and a topology of
-several hosts (`local_world_size`), table-row-wise tables too. They are
-emitted as TorchRec's `row_wise`, `table_row_wise` and `data_parallel`
-shardings and counted by TorchRec's storage estimator.
+request TorchRec's planner has no way to say).
+
+Two kinds of table are decided before the search, *by memory*, as TorchRec
+places what its estimate cannot tell apart: a table whose types leave nothing
+to place on a device (only row-wise, table-row-wise or data-parallel: the kind
+the cost models price, else row-wise before table-row-wise before
+data-parallel; data-parallel, where another kind is allowed, only for a small
+table: `simulator.replicable`), and a table larger than every device even in its narrowest
+pieces that may be row-wise (or table-row-wise). A table-row-wise one goes to
+the host with the most room. Their memory is taken from their ranks before the
+others are placed. The plan's estimate covers them where the cost models price
+their kind (the collective model on the paper runtime, the runtime model's
+fitted types under TorchRec's); where not, it leaves them out and a warning
+says their cost is not modelled. With cost models for TorchRec's runtime
+(`CostModels.for_runtime("torchrec")`) fitted on row-wise and data-parallel
+plans, the search itself also makes tables row-wise or data-parallel where the
+model says they pay (`planner.search.sharding_types`), among the types each
+table allows; so it does with paper-runtime models that have a collective
+model, and with its fits over host groups and a topology of several hosts,
+table-row-wise tables too.
 
 Memory is counted as TorchRec counts it (`memory="torchrec"`, the default):
 each shard's storage by TorchRec's own `EmbeddingStorageEstimator` for the
@@ -40,113 +53,90 @@ storage reservation (`reserve`, a share as in TorchRec's
 `FixedPercentageStorageReservation`). Beyond TorchRec's count, the optimizer
 state a sharder's `fused_params` name (`{"optimizer": EmbOptimType.ADAM}`,
 the usual way to train with the fused kernels, which TorchRec's estimator
-does not count) is added (`OPTIMIZER_STATE`). The search places tables by
-their weights; the cap it gets per device is its capacity less an even
-share of what is counted beyond the weights, and the plan is checked with
-the full count (the cap of a device over it shrinks and the search reruns).
-`memory="weights"` counts fp32 weights only, as the rest of the suite
-does. Anything that cannot be placed is TorchRec's `PlannerError` naming
-the devices' memory as the topology gives it and the table.
+does not count) is added (`sharding_options.OPTIMIZER_STATE`). The search
+places tables by their weights; the cap it gets per device is its capacity
+less the tables decided before it and an even share of what is counted
+beyond the weights, and the plan is checked with the full count (the cap of a
+device over it shrinks and the search reruns). `memory="weights"` counts fp32
+weights only, as the rest of the suite does. What cannot be placed is
+TorchRec's `PlannerError` naming the devices' memory and the table, of
+TorchRec's type: INSUFFICIENT_STORAGE when the tables' smallest options
+together exceed every device's memory together, else STRICT_CONSTRAINTS.
 
-Any registered algorithm can plan (`alg=`): NeuroShard (default),
-NeuroShard+, the greedy baselines, TorchRec's own planner. The plan is
-turned into one `ParameterSharding` per table (table-wise, column-wise with
-equal shards, or data-parallel; `torchrec.export`) under each module's path.
-Imports torchrec: load it lazily (`neuroshard.NeuroShardPlanner` does).
+Each `ParameterSharding` carries the fields TorchRec's planner carries from
+the table's `ParameterConstraints` (`cache_params`, `enforce_hbm`,
+`stochastic_rounding`, `bounds_check_mode`, `output_dtype`,
+`key_value_params`). Any registered algorithm can plan (`alg=`): NeuroShard
+(default), NeuroShard+, the greedy baselines, TorchRec's own planner. Imports
+torchrec: load it lazily (`neuroshard.NeuroShardPlanner` does).
 """
 
 from __future__ import annotations
 
-import json
+import copy
 import logging
 import math
 import time
-import warnings
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from torchrec.distributed.planner.enumerators import EmbeddingEnumerator
-from torchrec.distributed.planner.shard_estimators import EmbeddingStorageEstimator
 from torchrec.distributed.planner.types import PlannerError, PlannerErrorType, Shard
-from torchrec.distributed.sharding_plan import (
-    column_wise,
-    construct_module_sharding_plan,
-    data_parallel,
-    row_wise,
-    table_row_wise,
-    table_wise,
-)
+from torchrec.distributed.sharding_plan import construct_module_sharding_plan
 from torchrec.distributed.types import ShardingPlan, ShardingPlanner
 
 from neuroshard.planner.registry import get_sharder
 from neuroshard.planner.shard import ShardResult, shard
+from neuroshard.planner.simulator import replicable, simulate
 from neuroshard.problem import Problem
+from neuroshard.torchrec.export import table_sharding
+from neuroshard.torchrec.sharding_options import (
+    COLUMN_WISE,
+    TABLE_COLUMN_WISE,
+    TABLE_WISE,
+    PlannedTable,
+    read_table_stats,
+    read_tables,
+    state_bytes,
+)
 from neuroshard.types.constraints import TableConstraints
-from neuroshard.types.errors import (
-    ConfigError,
-    InputError,
-    NeuroShardError,
-    OutOfMemoryError,
+from neuroshard.types.errors import ConfigError, NeuroShardError, OutOfMemoryError
+from neuroshard.types.plan import (
+    DATA_PARALLEL,
+    ROW_WISE,
+    TABLE_ROW_WISE,
+    Plan,
+    Spread,
+    host_groups,
+    plan_from_pieces,
+    plan_pieces,
 )
-from neuroshard.types.plan import ROW_WISE, SPREAD_KINDS, TABLE_ROW_WISE, Plan, Spread, plan_pieces
-from neuroshard.types.tables import (
-    DEFAULT_BINS,
-    NUM_BINS,
-    ShardTable,
-    TableConfig,
-    can_split,
-)
+from neuroshard.types.tables import ShardTable
 
 logger = logging.getLogger(__name__)
 
-TABLE_WISE, COLUMN_WISE, DATA_PARALLEL = "table_wise", "column_wise", "data_parallel"
 MEMORY_MODES = ("torchrec", "weights")
 BATCH_SIZE = 512  # per rank, TorchRec's planner default
 _MAX_REPLANS = 6
-# Optimizer state of the fused kernels (fbgemm's `EmbOptimType` values) in fp32 values: per weight, and per row
-# of each shard (the row-wise optimizers keep one value per row); an optimizer not listed counts one per weight.
-OPTIMIZER_STATE = {
-    "sgd": (0.0, 0.0), "exact_sgd": (0.0, 0.0),
-    "adam": (2.0, 0.0), "lamb": (2.0, 0.0),
-    "partial_row_wise_adam": (1.0, 1.0), "partial_row_wise_lamb": (1.0, 1.0),
-    "exact_adagrad": (1.0, 0.0), "lars_sgd": (1.0, 0.0),
-    "exact_row_wise_adagrad": (0.0, 1.0), "row_wise_adagrad": (0.0, 1.0),
-    "exact_row_wise_weighted_adagrad": (0.0, 1.0), "ensemble_row_wise_adagrad": (0.0, 1.0),
-    "ema_in_place_row_wise_adagrad": (0.0, 1.0), "none": (0.0, 0.0),
-}
-
-
-@dataclass
-class PlannedTable:
-    """One table of the model as the planner sees it: where it lives, what it is, how TorchRec counts it."""
-
-    path: str  # the module path of its collection ("" for the model itself)
-    name: str
-    table: TableConfig
-    splittable: bool  # column-wise allowed by the sharder and the constraints
-    kernel: str  # the compute kernel of its shards
-    option: object  # TorchRec's table-wise (or data-parallel) ShardingOption (its storage estimated)
-    replicated: bool = False  # data-parallel: on every rank, outside the search
-    state: tuple[float, float] = (0.0, 0.0)  # optimizer state TorchRec does not count: per weight, per row
-    spread_kinds: tuple[str, ...] = ()  # the row-wise / data-parallel kinds the search may give it
+_ESTIMATE_GB = 2.0**20  # the memory of a device in the plan's estimate: the planner counts memory itself
+KIND_ORDER = (ROW_WISE, TABLE_ROW_WISE, DATA_PARALLEL)  # a table decided by memory: the least per rank first
 
 
 class NeuroShardPlanner(ShardingPlanner):
     """A TorchRec `ShardingPlanner` that plans with NeuroShard's search and cost models (module doc).
 
     `topology`: TorchRec's `Topology` (its world size must be the comm models' device count; each rank's
-    memory is its own); `models`: `CostModels` (or a models directory with compute.pt and
-    comm_<n>_fw/bw.pt), needed by the algorithms that use cost models; `batch_size`: per rank, for
-    TorchRec's memory count and the costs (the global batch is every rank's; left out, TorchRec's 512 for
-    the memory and the batch of the models' data for the costs); `constraints`: TorchRec's
-    {table name: ParameterConstraints}; `ranks`:
-    {table name: the ranks its shards may use}; `colocate`: groups of table names placed whole on one
-    rank together; `table_stats`: {table name: 17 locality bins} or a JSON file of it; `alg` and
-    `**options`: any registered algorithm and its options; `memory`: "torchrec" or "weights"; `reserve`:
-    the share of each device's memory kept free. After `plan`, `last_result` holds the planner's
-    `ShardResult` (plan, simulated cost, warnings; over the searched tables, the data-parallel ones left
-    out) and `last_seconds` the planning time without the cost models' loading.
+    memory is its own); `models`: `CostModels`, or a pipeline run's folder (or its models folder) to load
+    them from (`CostModels.load_run`: the on-policy models, the collective model, ...), needed by the
+    algorithms that use cost models; `batch_size`: per rank, for TorchRec's memory count and the costs (the
+    global batch is every rank's; left out, TorchRec's 512 for the memory and the batch of the models' data
+    for the costs); `constraints`: TorchRec's {table name: ParameterConstraints}; `ranks`: {table name: the
+    ranks its shards may use}; `colocate`: groups of table names placed whole on one rank together;
+    `table_stats`: {table name: 17 locality bins} or a JSON file of it; `alg` and `**options`: any registered
+    algorithm and its options; `memory`: "torchrec" or "weights"; `reserve`: the share of each device's
+    memory kept free. After `plan`, `last_result` holds a `ShardResult` over every table (in `_tables`
+    order): the plan (the tables decided before the search in its `spread`), the estimate over the tables
+    whose sharding types the models price, the warnings; None after an empty plan. `last_seconds`: the
+    planning time without the cost models' loading.
     """
 
     def __init__(self, topology, models=None, batch_size: int | None = None, constraints: dict | None = None,
@@ -172,15 +162,20 @@ class NeuroShardPlanner(ShardingPlanner):
                                                                             f"{factors}")
         self._ranks = _check_ranks(ranks, topology.world_size)
         self._colocate = _check_groups(colocate)
-        self._stats = _read_table_stats(table_stats)
+        self._stats = read_table_stats(table_stats)
         self._alg, self._memory, self._reserve, self._seed, self._options = alg, memory, reserve, seed, options
         if isinstance(models, (str, Path)):
             from neuroshard.planner.costs.cost_models import CostModels
 
-            models = CostModels.load(models, topology.world_size)
+            models = CostModels.load_run(models, topology.world_size)
         if models is not None and models.ndevices != topology.world_size:
             raise ConfigError("models", f"the comm models are for {models.ndevices} devices, the topology has "
                                         f"{topology.world_size}")
+        if models is not None and self._cost_batch is None:
+            try:
+                models.global_batch
+            except ConfigError:  # models that do not record their data's batch: TorchRec's, for the collectives
+                self._cost_batch = self._batch_size * topology.world_size
         self._models = models
         self.last_result: ShardResult | None = None
         self.last_seconds: float | None = None
@@ -200,115 +195,96 @@ class NeuroShardPlanner(ShardingPlanner):
         return box[0]
 
     def plan(self, module, sharders) -> ShardingPlan:
-        """The `ShardingPlan` of every table the sharders shard in `module`."""
+        """The `ShardingPlan` of every table the sharders shard in `module` (empty when there is none)."""
         t0 = time.perf_counter()
         tables, by_type = self._tables(module, sharders)
-        if not tables:
-            raise PlannerError("NeuroShardPlanner found no table to shard: none of the modules has a sharder "
-                               f"among {[type(s).__name__ for s in sharders]}", PlannerErrorType.OTHER)
+        self.last_result = None
+        if not tables:  # TorchRec's planner: no shardable parameters, an empty plan
+            self.last_seconds = time.perf_counter() - t0
+            return ShardingPlan({})
         names = {t.name for t in tables}
         unknown = [n for n in [*self._ranks, *(n for g in self._colocate for n in g)] if n not in names]
         if unknown:
             raise ConfigError("ranks" if unknown[0] in self._ranks else "colocate",
                               f"no table {unknown[0]!r} in the model (tables: {', '.join(sorted(names))})")
-        searched = [t for t in tables if not t.replicated]
-        result = self._search(tables, searched)
+        fixed = self._decided(tables)
+        result = self._search(tables, fixed)
         self.last_result, self.last_seconds = result, time.perf_counter() - t0
-        return self._sharding_plan(module, tables, searched, result.plan, by_type)
+        return self._sharding_plan(module, tables, result.plan, by_type)
 
     # ------------------------------------------------------------------ the steps
 
     def _tables(self, module, sharders) -> tuple[list[PlannedTable], dict]:
-        """The tables of `module` (TorchRec's enumeration with its storage estimate) and the sharder per module
+        """The tables of `module` (`sharding_options.read_tables`, its notes logged) and the sharder per module
         type."""
-        constraints = self._enumeration_constraints(module, sharders)
-        estimator = EmbeddingStorageEstimator(self._topology, constraints)
-        enumerator = EmbeddingEnumerator(self._topology, self._batch_size, constraints, estimator=[estimator])
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # TorchRec's deprecation notes
-            options = enumerator.enumerate(module, sharders)
-        self._estimator, self._sharder_data = estimator, enumerator._sharder_data_map
-        offered = {type(sub): set(sharder.sharding_types(self._topology.compute_device))
-                   for sharder in sharders for _, sub in module.named_modules()
-                   if type(sub) is sharder.module_type}
-        state_of = _optimizer_state(sharders)
-        by_key: dict[tuple[str, str], list] = {}
-        for opt in options:
-            by_key.setdefault((opt.path, opt.name), []).append(opt)
-        tables, unknown_pooling, unknown_bins, replicated = [], [], [], []
-        for (path, name), opts in by_key.items():
-            types = {o.sharding_type for o in opts}
-            if TABLE_WISE in types:
-                pick = [o for o in opts if o.sharding_type == TABLE_WISE]
-                kernels = [o.compute_kernel for o in pick]
-                kernel = "fused" if "fused" in kernels else kernels[0]
-            elif DATA_PARALLEL in types:
-                pick = [o for o in opts if o.sharding_type == DATA_PARALLEL]
-                kernel = pick[0].compute_kernel
-                replicated.append(name)
-            else:
-                raise PlannerError(f"table {name} ({path or 'the model'}): NeuroShardPlanner plans table-wise, "
-                                   f"column-wise and data-parallel shards, its constraints allow {sorted(types)}",
-                                   PlannerErrorType.STRICT_CONSTRAINTS)
-            option = next(o for o in pick if o.compute_kernel == kernel)
-            rows, dim = (int(x) for x in option.tensor.shape)
-            cons = self._constraints.get(name)
-            if cons is not None and cons.pooling_factors:
-                pooling = float(sum(cons.pooling_factors))
-            else:
-                pooling = 1.0
-                unknown_pooling.append(name)
-            bins = self._stats.get(name)
-            if bins is None:
-                bins = DEFAULT_BINS
-                unknown_bins.append(name)
-            splittable = COLUMN_WISE in types and can_split(dim)
-            # the state of fused_params' optimizer, unless TorchRec counts one (apply_optimizer_in_backward)
-            counted = getattr(option.tensor, "_optimizer_classes", [None])[0] is not None
-            state = (0.0, 0.0) if counted or kernel == "dense" else state_of.get(option.module[1].__class__,
-                                                                                  (0.0, 0.0))
-            asked = None if cons is None else cons.sharding_types
-            kinds = tuple(k for k in SPREAD_KINDS if k in offered.get(type(option.module[1]), set())
-                          and (asked is None or k in asked))
-            tables.append(PlannedTable(path, name, TableConfig(rows, pooling, tuple(bins), dim), splittable, kernel,
-                                       option, replicated=name in replicated, state=state, spread_kinds=kinds))
-        if unknown_pooling:
-            logger.warning("NeuroShardPlanner: no ParameterConstraints.pooling_factors for %s: pooling factor 1.0 "
-                           "assumed", ", ".join(unknown_pooling))
-        if unknown_bins:
-            logger.warning("NeuroShardPlanner: no locality stats (table_stats) for %s: the default bins assumed",
-                           ", ".join(unknown_bins))
-        if replicated:
-            logger.warning("NeuroShardPlanner: %s data-parallel (replicated on every rank; their cost is not in the "
-                           "cost models' estimate)", ", ".join(replicated))
+        tables, self._estimator, self._sharder_data, notes = read_tables(
+            module, sharders, self._topology, self._batch_size, self._constraints, self._stats)
+        for note in notes:
+            logger.warning("NeuroShardPlanner: %s", note)
         return tables, {s.module_type: s for s in sharders}
 
-    def _enumeration_constraints(self, module, sharders) -> dict:
-        """The user's constraints, each table's sharding types narrowed to table-wise and column-wise (all the
-        search makes) or, for a table limited to data-parallel, to that; the kernel to the fused one (the
-        dense one for data-parallel) unless the user chose: TorchRec then enumerates and estimates only the
-        options a plan can use."""
-        from dataclasses import replace
+    def _problem(self, caps_gb, constraints: TableConstraints | None = None) -> Problem:
+        return Problem(ndevices=self._topology.world_size, max_mem=tuple(caps_gb), seed=self._seed,
+                       constraints=constraints, batch_size=self._cost_batch,
+                       local_world_size=self._topology.local_world_size or None)
 
-        from torchrec.distributed.planner.types import ParameterConstraints
+    def _priced(self) -> tuple[str, ...]:
+        """The spread kinds the cost models price on this topology (`sharding_types.spread_kinds`)."""
+        from neuroshard.planner.search.sharding_types import spread_kinds
 
-        kinds = {s.module_type: s for s in sharders}
-        out = dict(self._constraints)
-        for _, sub in module.named_modules():
-            sharder = kinds.get(type(sub))
-            if sharder is None:
-                continue
-            for name in sharder.shardable_parameters(sub):
-                cons = out.get(name) or ParameterConstraints()
-                types = [t for t in (cons.sharding_types or [TABLE_WISE, COLUMN_WISE]) if t in (TABLE_WISE,
-                                                                                                COLUMN_WISE)]
-                if not types and DATA_PARALLEL in (cons.sharding_types or []):
-                    out[name] = replace(cons, sharding_types=[DATA_PARALLEL],
-                                        compute_kernels=cons.compute_kernels or ["dense"])
-                else:
-                    out[name] = replace(cons, sharding_types=types or cons.sharding_types,
-                                        compute_kernels=cons.compute_kernels or ["fused"])
+        return () if self._models is None else spread_kinds(self._models, self._problem([1.0]))
+
+    def _decided(self, tables: list[PlannedTable]) -> dict[int, Spread]:
+        """{table index: its Spread} of the tables decided before the search (module doc): a table with nothing
+        to place on a device, and one that fits no device in its narrowest pieces but may be row-wise or
+        table-row-wise (neither named in `ranks` or `colocate`)."""
+        priced, capacity = self._priced(), self._capacity()
+        room = self._problem([c / 2**30 for c in capacity])
+        named = {*self._ranks, *(n for g in self._colocate for n in g)}
+        out = {}
+        for i in sorted(range(len(tables)), key=lambda i: -tables[i].weight_bytes):
+            t = tables[i]
+            if not t.placeable:
+                if t.name in named:
+                    raise ConfigError("ranks" if t.name in self._ranks else "colocate",
+                                      f"table {t.name!r} is {'/'.join(t.spread_kinds)} only (over every rank or a "
+                                      "host): it takes no ranks or co-location")
+                kinds = [k for k in KIND_ORDER if k in t.spread_kinds]
+                if kinds != [DATA_PARALLEL] and not replicable(ShardTable(i, i, t.table), room):
+                    kinds = [k for k in kinds if k != DATA_PARALLEL]  # no replica of a large table by choice
+                out[i] = self._roomiest(tables, out, i, [next((k for k in kinds if k in priced), kinds[0])])
+            elif t.name not in named and {ROW_WISE, TABLE_ROW_WISE} & set(t.spread_kinds) and \
+                    self._narrowest(t) > max(capacity):
+                out[i] = self._roomiest(tables, out, i, [ROW_WISE, TABLE_ROW_WISE])
         return out
+
+    def _roomiest(self, tables: list[PlannedTable], fixed: dict[int, Spread], i: int, kinds) -> Spread:
+        """Table i as the one of `kinds` it allows (over every rank; table-row-wise over each host in turn) that
+        leaves the most room on the rank with the least, beside the `fixed` tables."""
+        world = self._topology.world_size
+        room = self._capacity()
+        for j, s in fixed.items():
+            for r, b in zip(s.ranks, self._spread_storage(tables[j], s)):
+                room[r] -= b
+        best = None
+        for kind in (k for k in kinds if k in tables[i].spread_kinds):
+            groups = host_groups(self._topology.local_world_size or world, world) if kind == TABLE_ROW_WISE else \
+                [tuple(range(world))]
+            for ranks in groups:
+                s = Spread(i, kind, ranks)
+                left = list(room)
+                for r, b in zip(ranks, self._spread_storage(tables[i], s)):
+                    left[r] -= b
+                if best is None or min(left) > best[0]:
+                    best = (min(left), s)
+        return best[1]
+
+    def _narrowest(self, t: PlannedTable) -> float:
+        """Bytes of the table's narrowest piece on one device (whole, unless it may be split)."""
+        width = t.dim
+        while t.splittable and width % 8 == 0 and width // 2 >= (t.min_dim or 1):
+            width //= 2
+        return self._storage(t, [width])[0] if self._memory == "torchrec" else _weight_bytes(t.table.row, width)
 
     def _capacity(self) -> list[float]:
         """Each device's bytes for the tables: its HBM (its DDR on CPU) less the reservation."""
@@ -320,51 +296,80 @@ class NeuroShardPlanner(ShardingPlanner):
         return [float(getattr(d.storage, kind)) for d in self._topology.devices]
 
     def _table_constraints(self, searched: list[PlannedTable]) -> TableConstraints:
-        """The search's constraints over the searched tables (by position)."""
+        """The search's constraints over the searched tables (by position); a table that may be split only
+        table-column-wise keeps its pieces on one host (the hosts taken in turn)."""
         index = {t.name: i for i, t in enumerate(searched)}
-        replicated = [n for n in [*self._ranks, *(n for g in self._colocate for n in g)] if n not in index]
-        if replicated:
-            raise ConfigError("ranks" if replicated[0] in self._ranks else "colocate",
-                              f"table {replicated[0]!r} is data-parallel (on every rank): it takes no ranks or "
-                              "co-location")
+        world = self._topology.world_size
+        hosts = host_groups(self._topology.local_world_size or world, world)
+        devices = {index[n]: r for n, r in self._ranks.items()}
+        one_host = [i for i, t in enumerate(searched) if t.splittable and COLUMN_WISE not in t.options
+                    and TABLE_COLUMN_WISE in t.options and len(hosts) > 1]
+        for k, i in enumerate(one_host):
+            mine = devices.get(i, tuple(range(world)))
+            host = max(hosts[k % len(hosts):] + hosts[:k % len(hosts)], key=lambda h: len(set(h) & set(mine)))
+            devices[i] = tuple(r for r in mine if r in host)
         return TableConstraints(whole=tuple(i for i, t in enumerate(searched) if not t.splittable),
-                                devices=tuple((index[n], tuple(r)) for n, r in self._ranks.items()),
+                                devices=tuple(devices.items()),
                                 colocate=tuple(tuple(index[n] for n in g) for g in self._colocate),
-                                kinds=tuple((i, t.spread_kinds) for i, t in enumerate(searched)))
+                                kinds=tuple((i, t.spread_kinds) for i, t in enumerate(searched)),
+                                min_dim=tuple((i, t.min_dim) for i, t in enumerate(searched) if t.min_dim))
 
-    def _search(self, tables: list[PlannedTable], searched: list[PlannedTable]) -> ShardResult:
-        """Plan the searched tables with the algorithm under per-device weights caps (each device's capacity
-        less the replicated tables and, with memory="torchrec", an even share of what is counted beyond the
-        weights); shrink the cap of a device over the full count until every device fits."""
+    def _search(self, tables: list[PlannedTable], fixed: dict[int, Spread]) -> ShardResult:
+        """`_search_around` the `fixed` tables; while nothing fits, the largest table left that may be row-wise
+        or table-row-wise (and is not named in `ranks` or `colocate`) is made so by memory (`_roomiest`), as
+        TorchRec would, and the search runs again (at most `_MAX_REPLANS` times)."""
+        named = {*self._ranks, *(n for g in self._colocate for n in g)}
+        for attempt in range(_MAX_REPLANS + 1):
+            try:
+                return self._search_around(tables, fixed)
+            except PlannerError as e:
+                if e.error_type not in (PlannerErrorType.INSUFFICIENT_STORAGE, PlannerErrorType.STRICT_CONSTRAINTS):
+                    raise
+                free = [i for i, t in enumerate(tables) if i not in fixed and t.name not in named
+                        and {ROW_WISE, TABLE_ROW_WISE} & set(t.spread_kinds)]
+                if not free or attempt == _MAX_REPLANS:
+                    raise
+                i = max(free, key=lambda i: (tables[i].weight_bytes, -i))
+                fixed = {**fixed, i: self._roomiest(tables, fixed, i, [ROW_WISE, TABLE_ROW_WISE])}
+                logger.warning("NeuroShardPlanner: no plan fits; %s made %s to make room", tables[i].name,
+                               fixed[i].kind)
+
+    def _search_around(self, tables: list[PlannedTable], fixed: dict[int, Spread]) -> ShardResult:
+        """Plan the tables not `fixed` with the algorithm under per-device weights caps (each device's capacity
+        less the fixed tables and, with memory="torchrec", an even share of what is counted beyond the
+        weights); shrink the cap of a device over the full count until every device fits. The result is over
+        every table (`_combined`)."""
         capacity = self._capacity()
         world = self._topology.world_size
-        replicated = [t for t in tables if t.replicated]
-        copies = sum(self._storage(t, [t.table.dim])[0] for t in replicated)  # on every rank
-        caps = [c - copies for c in capacity]
+        held = [0.0] * world  # the fixed tables' bytes per rank
+        for i, s in fixed.items():
+            for r, b in zip(s.ranks, self._spread_storage(tables[i], s)):
+                held[r] += b
+        caps = [c - h for c, h in zip(capacity, held)]
         if min(caps) <= 0:
-            raise self._no_fit(tables, f"the data-parallel tables ({', '.join(t.name for t in replicated)}) need "
-                                       f"{copies / 2**30:.4g} GB on every rank")
+            r = caps.index(min(caps))
+            raise self._no_fit(tables, f"the tables sharded over every rank or a host "
+                                       f"({', '.join(tables[i].name for i, s in fixed.items() if r in s.ranks)}) "
+                                       f"need {held[r] / 2**30:.4g} GB on rank {r}")
+        searched_at = [i for i in range(len(tables)) if i not in fixed]
+        searched = [tables[i] for i in searched_at]
         if self._memory == "torchrec":
             # what is counted beyond the weights (buffers, optimizer state), spread evenly to start with
-            extra = sum(self._storage(t, [t.table.dim])[0] - _weight_bytes(t.table.row, t.table.dim)
-                        for t in searched)
+            extra = sum(self._storage(t, [t.dim])[0] - _weight_bytes(t.table.row, t.table.dim) for t in searched)
             caps = [c - extra / world for c in caps]
             if min(caps) <= 0:
                 raise self._no_fit(tables, "the buffers and optimizer state alone fill the devices")
         if not searched:
-            return ShardResult(self._alg, Plan((), ((),) * world), None, None, [], 0.0, [], [])
+            return self._combined(tables, fixed, [], None)
         shard_tables = [ShardTable(i, i, t.table) for i, t in enumerate(searched)]
         constraints = self._table_constraints(searched)
-        options = dict(self._options)
         for _ in range(_MAX_REPLANS):
-            problem = Problem(ndevices=world, max_mem=tuple(c / 2**30 for c in caps), seed=self._seed,
-                              constraints=constraints, batch_size=self._cost_batch,
-                              local_world_size=self._topology.local_world_size or None)
+            problem = self._problem([c / 2**30 for c in caps], constraints)
             try:
-                result = shard(shard_tables, problem, models=self._models, alg=self._alg, **options)
+                result = shard(shard_tables, problem, models=self._models, alg=self._alg, **self._options)
             except OutOfMemoryError as e:
                 table = None if e.table is None else searched[e.table].name
-                left = "" if self._memory == "weights" and not copies else \
+                left = "" if self._memory == "weights" and not fixed else \
                     f" (beside what else is counted, the weights have {_gb_list(caps)} GB per device)"
                 bound = "" if constraints.empty else " within the constraints"
                 raise self._no_fit(tables, f"{self._alg} found no placement{bound}{left}", table) from None
@@ -374,56 +379,103 @@ class NeuroShardPlanner(ShardingPlanner):
                 raise PlannerError(f"NeuroShardPlanner ({self._alg}): {_named(e, searched)}",
                                    PlannerErrorType.OTHER) from None
             if self._memory == "weights":
-                return result
-            used = [u + copies for u in self.device_storage(searched, result.plan)]
-            over = [u / c for u, c in zip(used, capacity)]
-            if max(over) <= 1.0:
-                return result
-            caps = [c * 0.98 / o if o > 1.0 else c for c, o in zip(caps, over)]
+                return self._combined(tables, fixed, searched_at, result)
+            used = [u + h for u, h in zip(self.device_storage(searched, result.plan), held)]
+            if max(u / c for u, c in zip(used, capacity)) <= 1.0:
+                return self._combined(tables, fixed, searched_at, result)
+            caps = [c * 0.98 / (u / m) if u > m else c for c, u, m in zip(caps, used, capacity)]
         raise self._no_fit(tables, f"TorchRec's count of the last plan: {_gb_list(used)} GB per device")
 
+    def _combined(self, tables: list[PlannedTable], fixed: dict[int, Spread], searched_at: list[int],
+                  result: ShardResult | None) -> ShardResult:
+        """The plan over every table: the search's (its tables at `searched_at`) and the fixed tables; its
+        estimate over the tables whose kinds the models price (the search's own when nothing is fixed), a
+        warning naming the others."""
+        from neuroshard.formats.plan_file import plan_view
+        from neuroshard.planner.costs import extrapolation
+
+        world = self._topology.world_size
+        every = [ShardTable(i, i, t.table) for i, t in enumerate(tables)]
+        pieces, spread = [[] for _ in tables], [*fixed.values()]
+        if result is not None:
+            for i, p in zip(searched_at, plan_pieces(result.tables, result.plan)):
+                pieces[i] = p
+            spread += [Spread(searched_at[s.table], s.kind, s.ranks) for s in result.plan.spread]
+        plan = plan_from_pieces(every, pieces, world, sorted(spread, key=lambda s: s.table))
+        notes = [] if result is None else list(result.warnings)
+        if not fixed and result is not None:
+            return result
+        cost, breakdown, seconds = None, None, 0.0 if result is None else result.search_ms
+        if self._models is not None:
+            priced = self._priced()
+            left = [i for i, s in fixed.items() if s.kind not in priced]
+            if left:
+                left.sort(key=lambda i: tables[i].name)
+                what = ", ".join(f"{tables[i].name} ({fixed[i].kind})" for i in left)
+                notes.append(f"{what}: placed by memory; their cost is not modelled (the cost models price "
+                             f"{', '.join(priced) or 'no row-wise, table-row-wise or data-parallel tables'}), "
+                             "so the estimate leaves them out")
+                logger.warning("NeuroShardPlanner: %s", notes[-1])
+            keep = [i for i in range(len(tables)) if i not in left]
+            sub = [ShardTable(k, k, tables[i].table) for k, i in enumerate(keep)]
+            at = {i: k for k, i in enumerate(keep)}
+            sub_plan = plan_from_pieces(sub, [pieces[i] for i in keep], world,
+                                        [Spread(at[s.table], s.kind, s.ranks) for s in plan.spread
+                                         if s.table in at])
+            if sub:
+                models = self._models.at_batch(self._cost_batch) if self._cost_batch else self._models
+                breakdown = simulate(sub, sub_plan, models, self._problem([_ESTIMATE_GB] * world))
+                cost = breakdown.cost
+                notes += extrapolation.warnings(sub, sub_plan, breakdown, models, [tables[i].name for i in keep])
+        return ShardResult(self._alg, plan, cost, breakdown, plan_view(every, plan), seconds, every, notes)
+
     def _storage(self, t: PlannedTable, widths: Sequence[int]) -> list[float]:
-        """The bytes on the compute device of `t`'s shards of these widths (`_estimate`); a data-parallel table
-        outside the search: its enumerated replicas."""
-        if t.replicated:
-            return self._estimate(t)
+        """The bytes on the compute device of `t`'s shards of these widths, placed as the plan would make them
+        (`_estimate`)."""
         offsets = [sum(widths[:k]) for k in range(len(widths))]
-        return self._estimate(t, TABLE_WISE if len(widths) == 1 else COLUMN_WISE,
+        return self._estimate(t, t.placed_type(len(widths)) if t.placeable else TABLE_WISE,
                               [Shard(size=[t.table.row, w], offset=[0, o]) for w, o in zip(widths, offsets)])
 
     def _spread_storage(self, t: PlannedTable, spread: Spread) -> list[float]:
         """The bytes on each of `spread.ranks` of `t` sharded row-wise or table-row-wise (TorchRec's blocks) or
-        data-parallel (a replica on the dense kernel) (`_estimate`)."""
-        rows, dim = t.table.row, t.table.dim
+        data-parallel (a replica on its kernel, the dense one unless the table's offer says otherwise)
+        (`_estimate`)."""
+        rows, dim = t.table.row, t.dim
         if spread.kind != DATA_PARALLEL:
             blocks = spread.rows_on(rows)
             return self._estimate(t, spread.kind, [Shard(size=[b, dim], offset=[sum(blocks[:j]), 0])
                                                    for j, b in enumerate(blocks)])
-        return self._estimate(t, DATA_PARALLEL, [Shard(size=[rows, dim], offset=[0, 0]) for _ in spread.ranks],
-                              kernel="dense")
+        return self._estimate(t, DATA_PARALLEL, [Shard(size=[rows, dim], offset=[0, 0]) for _ in spread.ranks])
 
-    def _estimate(self, t: PlannedTable, sharding_type: str | None = None, shards=None,
-                  kernel: str | None = None) -> list[float]:
+    def _estimate(self, t: PlannedTable, sharding_type: str, shards) -> list[float]:
         """Per shard, the bytes TorchRec's storage estimator counts for `t` sharded `sharding_type` into `shards`
-        (on `kernel`; left out: its enumerated option as it is), plus the optimizer state of the sharder's fused
-        parameters that TorchRec does not count (`t.state`, per weight and per row of each shard; none on the
-        dense kernel, whose optimizer is the dense one)."""
-        import copy
-
-        opt = copy.copy(t.option)
-        if sharding_type is not None:
-            opt.sharding_type, opt.shards = sharding_type, shards
-        if kernel is not None:
-            opt.compute_kernel = kernel
+        (on that type's kernel; data-parallel on the dense one where the table does not offer it), plus the
+        optimizer state of the sharder's fused parameters that TorchRec does not count (`t.state`)."""
+        opt = copy.copy(t.option(sharding_type))
+        opt.sharding_type, opt.shards = sharding_type, shards
+        if sharding_type == DATA_PARALLEL and sharding_type not in t.options:
+            opt.compute_kernel = "dense"
         self._estimator.estimate([opt], self._sharder_data)
         kind = "hbm" if self._topology.compute_device != "cpu" else "ddr"
-        per_weight, per_row = (0.0, 0.0) if opt.compute_kernel == "dense" else t.state
-        return [float(getattr(s.storage, kind)) + 4.0 * s.size[0] * (per_weight * s.size[1] + per_row)
-                for s in opt.shards]
+        return [float(getattr(s.storage, kind)) + state_bytes(opt, s, t.state) for s in opt.shards]
+
+    def _least(self, t: PlannedTable) -> float:
+        """Bytes of the table's cheapest option in TorchRec's count, all its shards: each type it allows cut as
+        TorchRec's enumerator cuts it on this topology."""
+        from torchrec.distributed.sharding_plan import calculate_shard_sizes_and_offsets
+
+        world = self._topology.world_size
+        out = math.inf
+        for kind in t.types:
+            sizes, offsets = calculate_shard_sizes_and_offsets(t.option(kind).tensor, world,
+                                                               self._topology.local_world_size or world, kind,
+                                                               t.min_dim)
+            out = min(out, sum(self._estimate(t, kind, [Shard(size=s, offset=o) for s, o in zip(sizes, offsets)])))
+        return out
 
     def device_storage(self, tables: list[PlannedTable], plan: Plan) -> list[float]:
-        """Bytes per device of `plan` (over `tables`, none of them replicated outside the search) as counted
-        for the plan (TorchRec's storage estimator per shard, and the optimizer state it does not count)."""
+        """Bytes per device of `plan` (over `tables`) as counted for the plan (TorchRec's storage estimator per
+        shard, and the optimizer state it does not count)."""
         used = [0.0] * plan.ndevices
         for s in plan.spread:
             for r, b in zip(s.ranks, self._spread_storage(tables[s.table], s)):
@@ -438,71 +490,52 @@ class NeuroShardPlanner(ShardingPlanner):
         return used
 
     def _no_fit(self, tables: list[PlannedTable], why: str, table: str | None = None) -> PlannerError:
+        """TorchRec's PlannerError for a model that cannot be placed: INSUFFICIENT_STORAGE when the tables'
+        smallest options together exceed the devices' capacity together (as TorchRec's planner tells), else
+        STRICT_CONSTRAINTS."""
         memory = self._device_memory()
-        need = [self._storage(t, [t.table.dim])[0] if self._memory == "torchrec" else
+        need = [self._storage(t, [t.dim])[0] if self._memory == "torchrec" else
                 _weight_bytes(t.table.row, t.table.dim) for t in tables]
+        least = sum(self._least(t) if self._memory == "torchrec" else t.weight_bytes for t in tables)
         big = max(range(len(tables)), key=lambda i: need[i])
         devices = (f"{len(memory)} devices of {memory[0] / 2**30:.4g} GB each" if len(set(memory)) == 1 else
                    f"{len(memory)} devices of {_gb_list(memory)} GB")
         named = "" if table is None else f"; {table!r} could not be placed"
+        kind = PlannerErrorType.INSUFFICIENT_STORAGE if least > sum(self._capacity()) else \
+            PlannerErrorType.STRICT_CONSTRAINTS
         return PlannerError(
             f"NeuroShardPlanner ({self._alg}) cannot place {len(tables)} tables on {devices} (the topology's, "
             f"{100 * self._reserve:g}% reserved; {self._memory} count): they need {sum(need) / 2**30:.4g} GB in "
-            f"all, the largest ({tables[big].name}) {need[big] / 2**30:.4g} GB{named}; {why}",
-            PlannerErrorType.INSUFFICIENT_STORAGE)
+            f"all, the largest ({tables[big].name}) {need[big] / 2**30:.4g} GB{named}; {why}", kind)
 
-    def _sharding_plan(self, module, tables: list[PlannedTable], searched: list[PlannedTable], plan: Plan,
-                       by_type: dict) -> ShardingPlan:
-        """One `ParameterSharding` per table, grouped into each collection's module plan."""
+    def _sharding_plan(self, module, tables: list[PlannedTable], plan: Plan, by_type: dict) -> ShardingPlan:
+        """One `ParameterSharding` per table (`export.table_sharding`, its type and kernel the table's offer's,
+        the fields of its constraints TorchRec carries), grouped into each collection's module plan."""
         world = self._topology.world_size
         local = self._topology.local_world_size or world
-        device = self._topology.compute_device
         modules = dict(module.named_modules())
         per_module: dict[str, dict] = {}
-        kernels: dict[tuple[str, str], str] = {}
-        pieces = plan_pieces([ShardTable(i, i, t.table) for i, t in enumerate(searched)], plan)
-        for i, (t, ps) in enumerate(zip(searched, pieces)):
+        kinds: dict[tuple[str, str], str] = {}
+        pieces = plan_pieces([ShardTable(i, i, t.table) for i, t in enumerate(tables)], plan)
+        for i, (t, ps) in enumerate(zip(tables, pieces)):
             spread = plan.spread_of(i)
-            if spread is not None and spread.kind == ROW_WISE:
-                gen = row_wise(compute_kernel=t.kernel)
-            elif spread is not None and spread.kind == TABLE_ROW_WISE:
-                gen = table_row_wise(host_index=spread.ranks[0] // local)
-                kernels[(t.path, t.name)] = t.kernel  # table_row_wise() has no kernel argument
-            elif spread is not None:
-                gen = data_parallel()
-            elif len(ps) == 1:
-                gen = table_wise(rank=ps[0].device, compute_kernel=t.kernel)
-            else:
-                width = min(p.dim for p in ps)
-                gen = column_wise(ranks=[p.device for p in ps for _ in range(p.dim // width)],
-                                  compute_kernel=t.kernel)
+            kind = spread.kind if spread is not None else t.placed_type(len(ps))
+            gen, kind = table_sharding(ps, spread, local, t.kernel(kind), f"table {t.name}", kind, kind)
             per_module.setdefault(t.path, {})[t.name] = gen
-        for t in tables:
-            if t.replicated:
-                per_module.setdefault(t.path, {})[t.name] = data_parallel()
+            kinds[(t.path, t.name)] = kind
+        by_name = {(t.path, t.name): t for t in tables}
         out = {}
         for path, per_table in per_module.items():
             sub = modules[path]
-            sharder = by_type.get(type(sub))
-            out[path] = construct_module_sharding_plan(sub, per_table, sharder=sharder, local_size=local,
-                                                       world_size=world, device_type=device)
+            out[path] = construct_module_sharding_plan(sub, per_table, sharder=by_type.get(type(sub)),
+                                                       local_size=local, world_size=world,
+                                                       device_type=self._topology.compute_device)
             for name in per_table:
-                if (path, name) in kernels:
-                    out[path][name].compute_kernel = kernels[(path, name)]
+                ps, t, kind = out[path][name], by_name[(path, name)], kinds[(path, name)]
+                ps.sharding_type, ps.compute_kernel = kind, t.kernel(kind)
+                for key, value in t.fused_fields().items():
+                    setattr(ps, key, copy.deepcopy(value))
         return ShardingPlan(out)
-
-
-def _optimizer_state(sharders) -> dict:
-    """{module type: (state per weight, per row)} of the optimizer each sharder's `fused_params` name (none
-    where it names none)."""
-    out = {}
-    for s in sharders:
-        opt = (getattr(s, "fused_params", None) or {}).get("optimizer")
-        if opt is None:
-            continue
-        key = str(getattr(opt, "value", opt)).lower()
-        out[s.module_type] = OPTIMIZER_STATE.get(key, (1.0, 0.0))
-    return out
 
 
 def _check_ranks(ranks, world: int) -> dict[str, tuple[int, ...]]:
@@ -546,28 +579,3 @@ def _weight_bytes(rows: int, dim: int) -> float:
 
 def _gb_list(xs) -> str:
     return "[" + ", ".join(f"{x / 2**30:.3g}" for x in xs) + "]"
-
-
-def _read_table_stats(stats) -> dict[str, tuple[float, ...]]:
-    """{table name: bins} from a dict or a JSON file of one, each 17 non-negative numbers."""
-    if stats is None:
-        return {}
-    path = None
-    if isinstance(stats, (str, Path)):
-        path = Path(stats)
-        try:
-            stats = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise InputError(path, "table stats file not found") from None
-        except (OSError, json.JSONDecodeError) as e:
-            raise InputError(path, f"not a JSON object of table name -> bins ({e})") from None
-    if not isinstance(stats, dict):
-        raise InputError(path or "table_stats", "expected {table name: 17 locality bins}")
-    out = {}
-    for name, bins in stats.items():
-        if not isinstance(bins, (list, tuple)) or len(bins) != NUM_BINS or \
-                not all(isinstance(b, (int, float)) and b >= 0 for b in bins):
-            raise InputError(path or "table_stats", f"table {name!r}: expected {NUM_BINS} non-negative bins, "
-                                                    f"got {bins!r}")
-        out[str(name)] = tuple(float(b) for b in bins)
-    return out

@@ -180,6 +180,8 @@ def plan_with_torchrec(tables: Sequence[ShardTable], problem: Problem, cfg: Torc
     constraints = {}
     for i, (name, t) in enumerate(zip(names, tables)):
         shards = 1 if cons.kept_whole(i) else column_shards_for(t.dim, cfg.torchrec_column_shards)
+        while shards > 1 and not cons.may_halve(i, 2 * t.dim // shards):  # no piece below its narrowest
+            shards //= 2
         constraints[name] = ParameterConstraints(
             sharding_types=[TABLE_WISE, COLUMN_WISE] if shards > 1 else [TABLE_WISE],
             compute_kernels=[EmbeddingComputeKernel.FUSED.value],

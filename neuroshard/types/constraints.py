@@ -16,7 +16,10 @@ checks every plan against it, whichever algorithm made it:
   table-row-wise, data-parallel) it may take (TorchRec's
   `ParameterConstraints.sharding_types`); a table not listed may take any,
   unless it is in `whole` (then it is table-wise only). A table on some
-  devices only or co-located is never spread.
+  devices only or co-located is never spread;
+* `min_dim`: per table, the narrowest column piece it may be split into
+  (TorchRec's `ParameterConstraints.min_partition`); a table not listed is
+  split while its halves' dims stay multiples of 4 (`types.tables.can_split`).
 
     problem = Problem(4, 1.0, constraints=TableConstraints(whole=(0,), devices=((2, (0, 1)),),
                                                            colocate=((3, 5),)))
@@ -30,6 +33,7 @@ from typing import Sequence
 from neuroshard.types.codec import Record, json_field
 from neuroshard.types.errors import ConfigError
 from neuroshard.types.plan import SPREAD_KINDS
+from neuroshard.types.tables import can_split
 
 
 @dataclass(frozen=True)
@@ -41,6 +45,7 @@ class TableConstraints(Record):
     devices: tuple[tuple[int, tuple[int, ...]], ...] = json_field((), omit=lambda v: not v)
     colocate: tuple[tuple[int, ...], ...] = json_field((), omit=lambda v: not v)
     kinds: tuple[tuple[int, tuple[str, ...]], ...] = json_field((), omit=lambda v: not v)
+    min_dim: tuple[tuple[int, int], ...] = json_field((), omit=lambda v: not v)
 
     def __post_init__(self):
         object.__setattr__(self, "whole", tuple(sorted({int(t) for t in self.whole})))
@@ -48,6 +53,13 @@ class TableConstraints(Record):
                                                          for t, ds in self.devices)))
         object.__setattr__(self, "colocate", tuple(tuple(int(t) for t in g) for g in self.colocate))
         object.__setattr__(self, "kinds", tuple(sorted((int(t), tuple(sorted(set(ks)))) for t, ks in self.kinds)))
+        object.__setattr__(self, "min_dim", tuple(sorted((int(t), int(d)) for t, d in self.min_dim)))
+        if len({t for t, _ in self.min_dim}) != len(self.min_dim):
+            raise ConfigError("constraints", "a table is given two narrowest piece dims")
+        bad = [(t, d) for t, d in self.min_dim if d < 1]
+        if bad:
+            raise ConfigError("constraints", f"table {bad[0][0]}: the narrowest piece dim must be >= 1, got "
+                                             f"{bad[0][1]}")
         for t, ks in self.kinds:
             bad = [k for k in ks if k not in SPREAD_KINDS]
             if bad:
@@ -76,7 +88,12 @@ class TableConstraints(Record):
 
     @property
     def empty(self) -> bool:
-        return not (self.whole or self.devices or self.colocate or self.kinds)
+        return not (self.whole or self.devices or self.colocate or self.kinds or self.min_dim)
+
+    def may_halve(self, t: int, dim: int) -> bool:
+        """A piece of `dim` columns of table `t` may be split in two: the table is not kept whole, the halves'
+        dims are multiples of 4 and not narrower than its `min_dim`."""
+        return can_split(dim) and not self.kept_whole(t) and dim // 2 >= dict(self.min_dim).get(t, 1)
 
     def may_spread(self, t: int, kind: str, ndevices: int) -> bool:
         """Table `t` may be sharded `kind` over every rank: not co-located, allowed every device, and `kind`
@@ -115,7 +132,7 @@ class TableConstraints(Record):
     def check(self, ntables: int, ndevices: int) -> None:
         """ConfigError naming the table or device when the constraints name what the task does not have."""
         named = list(self.whole) + [t for t, _ in self.devices] + [t for g in self.colocate for t in g] + [
-            t for t, _ in self.kinds]
+            t for t, _ in self.kinds] + [t for t, _ in self.min_dim]
         bad = [t for t in named if not 0 <= t < ntables]
         if bad:
             raise ConfigError("constraints", f"table {bad[0]}: the task has {ntables} tables (0..{ntables - 1})")
@@ -143,6 +160,10 @@ class TableConstraints(Record):
                        f"{len(pieces[t])} devices"
             if self.kept_whole(t) and len(pieces[t]) > 1 and t not in kinds:
                 return f"table {t} must stay whole, the plan splits it into {len(pieces[t])} pieces"
+            narrow = dict(self.min_dim).get(t)
+            if narrow is not None and t not in kinds and len(pieces[t]) > 1 and min(p.dim for p in pieces[t]) < narrow:
+                return f"table {t} may be split into pieces of {narrow} columns or more, the plan has one of " \
+                       f"{min(p.dim for p in pieces[t])}"
             ds = self.allowed(t)
             if ds is not None:
                 off = [p.device for p in pieces[t] if p.device not in ds]

@@ -1,6 +1,7 @@
 """NeuroShardPlanner inside TorchRec: tables found at any module path, constraints honoured, memory as TorchRec
 counts it, TorchRec's error with the numbers, and a model with two collections trained by
-DistributedModelParallel on 2 gloo ranks with the planner's plan, losses equal to the unsharded model's."""
+DistributedModelParallel on 2 gloo ranks with the planner's plan (every sharding type among them), losses equal
+to the unsharded model's. TorchRec's own planner contract: test_planner_contract.py."""
 
 import json
 import os
@@ -19,6 +20,7 @@ from torchrec.modules.embedding_configs import EmbeddingBagConfig  # noqa: E402
 from torchrec.modules.embedding_modules import EmbeddingBagCollection  # noqa: E402
 
 from neuroshard.torchrec.planner import NeuroShardPlanner  # noqa: E402
+from neuroshard.torchrec.training import all_types_sharder  # noqa: E402
 from neuroshard.types.errors import (
     ConfigError,
     InputError,  # noqa: E402
@@ -147,29 +149,46 @@ def _batch(rank: int, step: int):
     return out, target
 
 
+def _types_constraints():
+    """Each table limited to one type (the `types` case): a0 row-wise, a1 table-column-wise, a2 column-wise, b0
+    table-row-wise (with a bounds-check mode for its kernel), b1 data-parallel."""
+    from torchrec.distributed.types import BoundsCheckMode
+
+    limited = {"a0": "row_wise", "a1": "table_column_wise", "a2": "column_wise", "b0": "table_row_wise",
+               "b1": "data_parallel"}
+    return {name: ParameterConstraints(sharding_types=[kind], pooling_factors=[2.0],
+                                       bounds_check_mode=BoundsCheckMode.WARNING if name == "b0" else None)
+            for name, kind in limited.items()}
+
+
 # the wider case: b1 limited to data-parallel, b0 to rank 1, a0 and a2 on one rank together
-WIDE = {"constraints": {**CONSTRAINTS, "b1": ParameterConstraints(sharding_types=["data_parallel"],
-                                                                  pooling_factors=[2.0])},
-        "ranks": {"b0": [1]}, "colocate": [["a0", "a2"]]}
+CASES = {"plain": lambda: {"constraints": CONSTRAINTS},
+         "wide": lambda: {"constraints": {**CONSTRAINTS, "b1": ParameterConstraints(sharding_types=["data_parallel"],
+                                                                                   pooling_factors=[2.0])},
+                          "ranks": {"b0": [1]}, "colocate": [["a0", "a2"]]},
+         "types": lambda: {"constraints": _types_constraints()}}
 
 
-def _dmp_rank(rank: int, world: int, port: int, out_dir: str, wide: bool = False) -> None:
-    """One gloo rank: plan with NeuroShardPlanner.collective_plan, shard with DistributedModelParallel, give
-    the shards the reference weights, train three steps (fused exact SGD; a data-parallel table's gradient
-    averaged over the ranks by DistributedDataParallel, then the same SGD step) and record the losses."""
+def _dmp_rank(rank: int, world: int, port: int, out_dir: str, case: str = "plain") -> None:
+    """One gloo rank: plan with NeuroShardPlanner.collective_plan (the `CASES` settings; `types` with TorchRec's
+    sharder offering row-wise and table-row-wise on CPU too), shard with DistributedModelParallel, give the
+    shards the reference weights, train three steps (fused exact SGD; a data-parallel table's gradient averaged
+    over the ranks by DistributedDataParallel, then the same SGD step) and record the losses."""
     import torch.distributed as dist
     from fbgemm_gpu.split_embedding_configs import EmbOptimType
     from torchrec.distributed.model_parallel import DistributedModelParallel
 
+    from neuroshard.torchrec.training import all_types_sharder
+
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=60))
-    sharder = EmbeddingBagCollectionSharder(fused_params={"optimizer": EmbOptimType.EXACT_SGD, "learning_rate": 0.1})
-    settings = WIDE if wide else {"constraints": CONSTRAINTS}
-    planner = NeuroShardPlanner(topology(), models=random_models(2, 3), alg="neuroshard", **settings)
+    fused = {"optimizer": EmbOptimType.EXACT_SGD, "learning_rate": 0.1}
+    sharder = all_types_sharder(fused) if case == "types" else EmbeddingBagCollectionSharder(fused_params=fused)
+    planner = NeuroShardPlanner(topology(), models=random_models(2, 3), alg="neuroshard", **CASES[case]())
     model = TwoCollections()
     plan = planner.collective_plan(model, [sharder], dist.group.WORLD)
     dmp = DistributedModelParallel(model, device=torch.device("cpu"), plan=plan, sharders=[sharder],
-                                   init_data_parallel=wide)
+                                   init_data_parallel=case != "plain")
     torch.manual_seed(0)  # the reference weights, the same on every rank
     reference = TwoCollections(device="cpu")
     for p in reference.parameters():
@@ -196,8 +215,11 @@ def _dmp_rank(rank: int, world: int, port: int, out_dir: str, wide: bool = False
         losses.append(float(loss))
     kinds = {name: ps.sharding_type for mp in plan.plan.values() for name, ps in mp.items()}
     ranks = {name: ps.ranks for mp in plan.plan.values() for name, ps in mp.items()}
+    checks = {name: getattr(ps.bounds_check_mode, "name", None) for mp in plan.plan.values() for name, ps in mp.items()}
+    warned = planner.last_result.warnings if rank == 0 else []
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as fh:
-        json.dump({"losses": losses, "kinds": kinds, "ranks": ranks, "paths": sorted(plan.plan)}, fh)
+        json.dump({"losses": losses, "kinds": kinds, "ranks": ranks, "paths": sorted(plan.plan), "checks": checks,
+                   "warned": warned}, fh)
     dist.destroy_process_group()
 
 
@@ -224,8 +246,8 @@ def _reference_losses(world: int) -> list[list[float]]:
     return out
 
 
-def _train(tmp_path, wide: bool) -> list[dict]:
-    spawn_ranks(_dmp_rank, str(tmp_path), wide, seconds=180, what="DistributedModelParallel ranks")
+def _train(tmp_path, case: str) -> list[dict]:
+    spawn_ranks(_dmp_rank, str(tmp_path), case, seconds=180, what="DistributedModelParallel ranks")
     results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     assert results[0]["kinds"] == results[1]["kinds"] and results[0]["ranks"] == results[1]["ranks"]
     assert results[0]["paths"] == ["ebc_b", "sparse.ebc_a"]
@@ -237,18 +259,33 @@ def _train(tmp_path, wide: bool) -> list[dict]:
 
 
 def test_distributed_model_parallel_trains_with_the_planners_plan(tmp_path):
-    results = _train(tmp_path, wide=False)
+    results = _train(tmp_path, "plain")
     assert results[0]["kinds"]["a1"] == "table_wise"
 
 
 def test_a_data_parallel_table_a_rank_list_and_a_colocated_pair_train(tmp_path):
     """b1 data-parallel (dense kernel, replicated, its gradient all-reduced), b0 on rank 1 only, a0 and a2 whole
     on one rank: planned inside the search, trained by DistributedModelParallel with the unsharded losses."""
-    results = _train(tmp_path, wide=True)
+    results = _train(tmp_path, "wide")
     kinds, ranks = results[0]["kinds"], results[0]["ranks"]
     assert kinds["b1"] == "data_parallel" and ranks["b1"] == [0, 1]
     assert ranks["b0"] == [1] and kinds["a1"] == "table_wise"
     assert kinds["a0"] == kinds["a2"] == "table_wise" and ranks["a0"] == ranks["a2"]
+
+
+def test_every_sharding_type_the_planner_gives_trains(tmp_path):
+    """One table limited to each of row-wise, table-column-wise, column-wise, table-row-wise and data-parallel:
+    the plan gives each its type (those without a table-wise option placed by memory, their cost not modelled
+    by models without a collective model: said), and DistributedModelParallel trains it on 2 gloo ranks with
+    the unsharded model's losses; the bounds-check mode of b0's constraints reaches its ParameterSharding."""
+    results = _train(tmp_path, "types")
+    kinds, ranks = results[0]["kinds"], results[0]["ranks"]
+    assert kinds == {"a0": "row_wise", "a1": "table_column_wise", "a2": "column_wise", "b0": "table_row_wise",
+                     "b1": "data_parallel"}
+    assert ranks["a0"] == ranks["b0"] == ranks["b1"] == [0, 1]
+    assert results[0]["checks"]["b0"] == "WARNING" and results[0]["checks"]["a0"] is None
+    (note,) = [w for w in results[0]["warned"] if "not modelled" in w]
+    assert note.startswith("a0 (row_wise), b0 (table_row_wise), b1 (data_parallel): placed by memory")
 
 
 def test_readme_example_runs_as_written(tmp_path):
@@ -444,3 +481,64 @@ def test_a_topology_of_two_hosts_gets_a_table_row_wise_table_where_the_collectiv
                             constraints=cons, memory="weights", table_stats={f"hot{i}": [1 / 17] * 17
                                                                               for i in range(8)})
     assert one.plan(model, sharders()).plan[""]["hot0"].sharding_type == "table_wise"
+
+
+def test_a_table_without_a_table_wise_option_is_placed_by_memory_and_priced_where_the_models_can():
+    """t0 limited to row-wise, the others to table-wise and column-wise (a sharder offering row-wise on CPU): t0
+    is row-wise over both ranks before the search. With a collective model its reduce-scatter and all-gather are in the estimate; without one, the
+    same plan is costed without t0 and a warning says its cost is not modelled."""
+    from dataclasses import replace
+
+    from tests.torchrec.test_planner_contract import contract_models
+
+    priced = contract_models(2)
+    model = collection("t", [(1000, 16), (800, 32), (600, 16), (400, 8)])
+    cons = {f"t{i}": ParameterConstraints(sharding_types=["row_wise"] if i == 0 else ["table_wise", "column_wise"],
+                                          pooling_factors=[4.0]) for i in range(4)}
+    results = {}
+    for name, m in (("priced", priced), ("unpriced", replace(priced, collectives=None))):
+        planner = NeuroShardPlanner(topology(), models=m, constraints=cons, alg="size_greedy")
+        plan = planner.plan(model, [all_types_sharder()]).plan[""]
+        assert (plan["t0"].sharding_type, plan["t0"].ranks) == ("row_wise", [0, 1])
+        results[name] = planner.last_result
+    assert results["priced"].plan == results["unpriced"].plan
+    assert results["priced"].plan.spread_of(0).kind == "row_wise"
+    assert not [w for w in results["priced"].warnings if "not modelled" in w]
+    (note,) = [w for w in results["unpriced"].warnings if "not modelled" in w]
+    assert note == ("t0 (row_wise): placed by memory; their cost is not modelled (the cost models price no "
+                    "row-wise, table-row-wise or data-parallel tables), so the estimate leaves them out")
+    # the collective model's reduce-scatter (forward) and all-gather (backward) of 512 x 2 x 16 elements
+    assert results["priced"].cost_ms > results["unpriced"].cost_ms + 4.8 + 3.0
+
+
+def test_models_from_a_runs_folder(tmp_path):
+    """`models=` a pipeline run's folder: the planner loads everything the run plans with (`CostModels.load_run`),
+    the collective model too, so a table larger than a rank goes row-wise with its cost in the estimate."""
+    from tests.planner.costs.test_cost_models import _write_run
+
+    run = _write_run(tmp_path / "quick")
+    planner = NeuroShardPlanner(topology(cap=2**21), models=run, alg="size_greedy", memory="weights",
+                                constraints={"t0": ParameterConstraints(sharding_types=["table_wise", "row_wise"])})
+    assert planner._models.collectives is not None and planner._models.torchrec_runtime is not None
+    plan = planner.plan(collection("t", [(8000, 64), (100, 8)]), [all_types_sharder()]).plan[""]  # t0: 2 MB
+    assert (plan["t0"].sharding_type, plan["t0"].ranks) == ("row_wise", [0, 1])
+    assert not [w for w in planner.last_result.warnings if "not modelled" in w]
+
+
+def test_a_large_table_is_not_replicated_by_choice():
+    """t0 (200,000 x 64, 51 MB) and t1 (1,000 x 16) each limited to data-parallel or table-row-wise, on 4 GPUs of 1
+    GB on 2 hosts, models that price data-parallel but not table-row-wise: the small table is replicated, the
+    large one is table-row-wise (a replica on every rank of more than `simulator.replicable` allows is taken only
+    when it is the one kind allowed)."""
+    from dataclasses import replace
+
+    from tests.torchrec.test_planner_contract import contract_models
+
+    m = contract_models(4)
+    m = replace(m, collectives=replace(m.collectives, fits={k: v for k, v in m.collectives.fits.items()
+                                                            if "@" not in k}))
+    cons = {n: ParameterConstraints(sharding_types=["data_parallel", "table_row_wise"]) for n in ("t0", "t1")}
+    hosts = Topology(world_size=4, local_world_size=2, compute_device="cuda", hbm_cap=2**30)
+    plan = NeuroShardPlanner(hosts, models=m, constraints=cons).plan(collection("t", [(200_000, 64), (1000, 16)]),
+                                                                      sharders()).plan[""]
+    assert (plan["t0"].sharding_type, plan["t1"].sharding_type) == ("table_row_wise", "data_parallel")

@@ -9,7 +9,9 @@ and the search itself runs on NumPy copies of the weights
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -17,6 +19,9 @@ from typing import Any, Optional
 from neuroshard.settings import add_flag
 from neuroshard.types.costs import PlanError, RankNoise
 from neuroshard.types.errors import ConfigError, InputError, NeuroShardError
+
+logger = logging.getLogger(__name__)
+ONPOLICY = "onpolicy"  # a run's models retrained on on-policy data: <run>/models/onpolicy
 
 
 @dataclass(frozen=True, eq=False)
@@ -45,6 +50,10 @@ class CostModels:
     # a `collective_model.CollectiveModel`: on the paper's runtime, the collectives of row-wise and data-parallel
     # tables (None: such tables are not priced there)
     collectives: Any = None
+    # the TorchRec runtime model found with these models (`load_run`), held aside: `for_runtime("torchrec")`
+    # costs plans with it; plans are costed for the paper's runtime until then
+    torchrec_runtime: Any = None
+    origin: str | None = None  # the folder the checkpoints came from (`load_run`), for `describe`
 
     def __post_init__(self):
         for name, model, kind in (("fw", self.fw, "fw"), ("bw", self.bw, "bw")):
@@ -59,6 +68,9 @@ class CostModels:
         if self.collectives is not None and self.collectives.ndevices != self.ndevices:
             raise ConfigError("--collective_model", f"the collective model is for {self.collectives.ndevices} "
                                                      f"ranks, the comm models for {self.ndevices}")
+        if self.torchrec_runtime is not None and self.torchrec_runtime.ndevices != self.ndevices:
+            raise ConfigError("--runtime_model", f"the runtime model is for {self.torchrec_runtime.ndevices} "
+                                                 f"ranks, the comm models for {self.ndevices}")
 
     def with_collectives(self, path) -> "CostModels":
         """These models with the collective model at `path` (`collective_model.CollectiveModel`; None: as
@@ -87,8 +99,8 @@ class CostModels:
 
     def for_runtime(self, runtime: str, path=None) -> "CostModels":
         """These models costing plans for `runtime`: "paper" (without a runtime model) or "torchrec" (the
-        runtime model at `path`, or the one these models already hold). ConfigError for another name or
-        when "torchrec" has no runtime model."""
+        runtime model at `path`, or the one these models already hold or were loaded with: `load_run`).
+        ConfigError for another name or when "torchrec" has no runtime model."""
         from dataclasses import replace
 
         from neuroshard.planner.costs.runtime_model import TorchRecRuntimeModel
@@ -99,6 +111,8 @@ class CostModels:
             raise ConfigError("--runtime", f"expected paper or torchrec, got {runtime!r}")
         if path is not None:
             return replace(self, runtime=TorchRecRuntimeModel.load(path, self.ndevices))
+        if self.runtime is None and self.torchrec_runtime is not None:
+            return replace(self, runtime=self.torchrec_runtime)
         if self.runtime is None:
             raise ConfigError("--runtime", "torchrec needs a TorchRec runtime model (--runtime_model; "
                                            "train_torchrec_cost_model.py fits one)")
@@ -181,18 +195,103 @@ class CostModels:
                           err.sd if err else 0.0, err.rank if err else 0.0)
 
     @classmethod
-    def load(cls, models_dir, ndevices: int) -> "CostModels":
-        """The pipeline's layout: `<dir>/compute.pt`, `<dir>/comm_<n>_fw.pt`, `<dir>/comm_<n>_bw.pt`, and
-        `<dir>/collectives_<n>.json` when it is there (`collective_model.default_path`)."""
+    def load(cls, models_dir, ndevices: int | None = None) -> "CostModels":
+        """Cost models from a folder, in one of two ways.
+
+        `load(folder, n)` of a folder that holds the checkpoints (`compute.pt`, `comm_<n>_fw.pt`,
+        `comm_<n>_bw.pt`): those models and `collectives_<n>.json` beside them when it is there, as this call
+        always did (the scripts name the folder they mean). Any other call -- a pipeline run's folder
+        (`results/quick`), its `models` folder or `models/onpolicy`, `n` left out (inferred when the folder
+        holds comm models for one device count) -- is `load_run`: everything the run plans with."""
+        d = Path(models_dir)
+        if ndevices is not None and (d / "compute.pt").is_file():
+            return cls._load_dir(d, ndevices)
+        return cls.load_run(d, ndevices)
+
+    @classmethod
+    def _load_dir(cls, d: Path, ndevices: int) -> "CostModels":
         from neuroshard.planner.costs.collective_model import default_path
 
-        d = Path(models_dir)
-        if not d.is_dir():
-            raise InputError(d, "models directory not found")
         models = cls.from_paths(d / "compute.pt", d / f"comm_{ndevices}_fw.pt", d / f"comm_{ndevices}_bw.pt",
                                 ndevices)
         coll = default_path(d, ndevices)
         return models.with_collectives(coll if coll.exists() else None)
+
+    @classmethod
+    def load_run(cls, folder, ndevices: int | None = None) -> "CostModels":
+        """Everything a pipeline run plans with, from the run's folder, its `models` folder or `models/onpolicy`:
+        the on-policy models where the run has them (`models/onpolicy/`, their checkpoints carrying the
+        calibrated band), else the random data's (`models/`); the collective model (`collectives_<n>.json`,
+        beside the random data's models); the TorchRec runtime model where one was fitted
+        (`torchrec_runtime_<n>.json`, held aside: `for_runtime("torchrec")`). `ndevices`: the comm models' device
+        count (None: the one the folder has; ConfigError when it has several). InputError naming the folder
+        when it holds no models. `describe()` says what was found; it is also logged (INFO)."""
+        from dataclasses import replace
+
+        from neuroshard.planner.costs import collective_model, runtime_model
+
+        d = Path(folder)
+        if not d.is_dir():
+            raise InputError(d, "models directory not found")
+        if (d / "models").is_dir():
+            base, own = d / "models", None
+        elif d.name == ONPOLICY and (d / "compute.pt").is_file():
+            base, own = d.parent, d
+        else:
+            base, own = d, None
+        if own is None:
+            own = base / ONPOLICY if (base / ONPOLICY / "compute.pt").is_file() else base
+        if not (own / "compute.pt").is_file():
+            raise InputError(d, "no cost models here (compute.pt and comm_<n>_fw/bw.pt in it, in its models/ or "
+                                "models/onpolicy/; a pipeline run writes them)")
+        if ndevices is None:
+            counts = sorted({int(m.group(1)) for p in own.glob("comm_*_fw.pt")
+                             if (m := re.fullmatch(r"comm_(\d+)_fw\.pt", p.name))})
+            if not counts:
+                raise InputError(own, "no comm models here (comm_<n>_fw.pt)")
+            if len(counts) > 1:
+                raise ConfigError("ndevices", f"{own} holds comm models for {', '.join(map(str, counts))} devices: "
+                                              "give the device count")
+            ndevices = counts[0]
+        models = cls.from_paths(own / "compute.pt", own / f"comm_{ndevices}_fw.pt", own / f"comm_{ndevices}_bw.pt",
+                                ndevices)
+        found = {}
+        for key, where, load in (("collectives", collective_model.default_path, collective_model.CollectiveModel),
+                                 ("torchrec_runtime", runtime_model.default_path,
+                                  runtime_model.TorchRecRuntimeModel)):
+            path = next((p for p in (where(own, ndevices), where(base, ndevices)) if p.is_file()), None)
+            if path is not None:
+                found[key] = load.load(path, ndevices)
+        models = replace(models, origin=str(own), **found)
+        logger.info("%s", models.describe())
+        return models
+
+    def describe(self) -> str:
+        """One line: where these models come from and what they hold (the collective model, the calibrated band,
+        a TorchRec runtime model, the batch plans are costed at)."""
+        if self.analytic is not None:
+            return f"TorchRec's estimator fitted to the cost data, for {self.ndevices} devices"
+        n = self.ndevices
+        where = "" if self.origin is None else f" from {self.origin}" + (
+            " (retrained on on-policy data)" if Path(self.origin).name == ONPOLICY else " (the random data's)")
+        parts = [f"compute, comm_{n} fw/bw"]
+        if self.collectives is not None:
+            parts.append(f"collective model ({', '.join(self.collectives.fits)})")
+        else:
+            parts.append("no collective model (row-wise, table-row-wise and data-parallel tables not priced on "
+                         "the paper's runtime)")
+        extra = getattr(self.fw, "checkpoint_extra", None) or {}
+        parts.append("calibrated band" if extra.get("plan_error") else "no calibrated band")
+        runtime = self.runtime or self.torchrec_runtime
+        if runtime is None:
+            parts.append("no TorchRec runtime model")
+        else:
+            use = "costing plans" if self.runtime is not None else 'for_runtime("torchrec")'
+            kinds = ", ".join(runtime.types) or "table-wise and column-wise plans"
+            parts.append(f"TorchRec runtime model ({use}; fitted on {kinds})")
+        if self.batch is not None:
+            parts.append(f"costed at global batch {self.batch}")
+        return f"cost models{where} for {n} devices: " + "; ".join(parts)
 
     @classmethod
     def from_paths(cls, compute, fw, bw, ndevices: int) -> "CostModels":

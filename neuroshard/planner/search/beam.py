@@ -54,7 +54,7 @@ from neuroshard.problem import Problem
 from neuroshard.settings import Settings, setting
 from neuroshard.types.errors import ConfigError, NeuroShardError, OutOfMemoryError
 from neuroshard.types.plan import Plan
-from neuroshard.types.tables import ShardTable, can_split
+from neuroshard.types.tables import ShardTable
 
 # The states of one batched greedy are chunked so its arrays stay below this size (a bound: only the
 # rows in use are touched); one chunk per beam round up to ~10,000 tables x 1,024 devices.
@@ -132,7 +132,8 @@ class SearchSpace:
     `to_units` convert from and to the task's tables (without co-located groups the two are the same).
     A "gid" is one (unit, split level): `start[u]` is unit u's unsplit gid, gid + 1 its half;
     per gid: `dim`, `size` (fp32 elements), `proj` (compute-model accumulator increment),
-    `cost1` (single-unit compute ms), `can_split` (never for a unit the constraints keep whole), `allow`
+    `cost1` (single-unit compute ms), `can_split` (never for a unit the constraints keep whole, nor below a
+    table's narrowest piece: `TableConstraints.may_halve`), `allow`
     (the devices it may use, [G, n] bool; None without device constraints). `cap`: memory per device
     (elements, [n]).
     """
@@ -164,7 +165,7 @@ class SearchSpace:
             while True:
                 entries.append([self.tables[t].config.with_dim(d if len(members) == 1 else self.tables[t].dim)
                                 for t in members])
-                can.append(can_split(d) and not whole)
+                can.append(not whole and cons.may_halve(members[0], d))
                 allowed.append(devices)
                 if not can[-1]:
                     break

@@ -99,10 +99,11 @@ def spread_kinds(models, problem: Problem | None = None) -> tuple[str, ...]:
     return kinds
 
 
-def narrowest_elements(table: ShardTable) -> int:
-    """The fp32 elements of the table's narrowest column shard (its dim halved while it can be)."""
+def narrowest_elements(table: ShardTable, cons: TableConstraints | None = None, t: int | None = None) -> int:
+    """The fp32 elements of the table's narrowest column shard (its dim halved while it can be; as table `t`
+    of `cons`, while those allow: `TableConstraints.may_halve`)."""
     d = table.dim
-    while can_split(d):
+    while can_split(d) if cons is None else cons.may_halve(t, d):
         d //= 2
     return int(table.config.row) * d
 
@@ -138,7 +139,8 @@ def sub_problem(tables: Sequence[ShardTable], spread: Sequence[Spread],
         cons = TableConstraints(whole=tuple(new[t] for t in cons.whole if t in new),
                                 devices=tuple((new[t], ds) for t, ds in cons.devices if t in new),
                                 colocate=tuple(tuple(new[t] for t in g) for g in cons.colocate),
-                                kinds=tuple((new[t], ks) for t, ks in cons.kinds if t in new))
+                                kinds=tuple((new[t], ks) for t, ks in cons.kinds if t in new),
+                                min_dim=tuple((new[t], d) for t, d in cons.min_dim if t in new))
         room = replace(room, constraints=cons)
     return keep, sub, room
 
@@ -255,7 +257,7 @@ def spread_search(tables: Sequence[ShardTable], problem: Problem, models,
             free[DATA_PARALLEL] = [t for t in free[DATA_PARALLEL] if replicable(tables[t], problem)]
         biggest = max(device_caps(problem))
         forced = [Spread(t, ROW_WISE, every) for t in free.get(ROW_WISE, [])
-                  if narrowest_elements(tables[t]) > biggest]
+                  if narrowest_elements(tables[t], cons, t) > biggest]
         plan, cost = place_around(tables, forced, problem, models, config)
         chosen = list(forced)
         if config.spread_rounds == 0:

@@ -255,3 +255,101 @@ def test_the_batch_scales_the_lookups_and_the_exchanged_bytes():
         "volume"]
     with pytest.raises(Exception, match="batch_size: expected a global batch >= 1, got 0"):
         models.at_batch(0)
+
+
+# --------------------------------------------------------------------------- a run's models in one load
+
+
+def _write_run(root, onpolicy=True, runtime=True):
+    """A pipeline run's models for 2 devices as the pipeline lays them out: models/ (the random data's, with the
+    collective model beside them) and models/onpolicy/ (their compute model's bias 1 ms higher, the calibrated
+    band in the forward checkpoint, the TorchRec runtime model)."""
+    from neuroshard.planner.costs.collective_model import CollectiveFit, CollectiveModel
+    from neuroshard.planner.costs.runtime_model import FEATURES, TorchRecRuntimeModel
+    from neuroshard.types.costs import PlanError
+
+    models = root / "models"
+    for folder, base in ((models, 0.5), (models / "onpolicy", 1.5)):
+        if folder.name == "onpolicy" and not onpolicy:
+            continue
+        band = {"plan_error": PlanError(20, 0.1, 0.6, 0.8).to_json()} if folder.name == "onpolicy" else {}
+        save_model(linear_compute_model(0.01, base), folder / "compute.pt")
+        save_model(linear_comm_model("fw", 2, np.hstack([0.02 * np.eye(2), 0.5 * np.eye(2)]), np.full(2, 0.1)),
+                   folder / "comm_2_fw.pt", extra=band)
+        save_model(linear_comm_model("bw", 2, 0.02 * np.eye(2), np.full(2, 0.1)), folder / "comm_2_bw.pt")
+    CollectiveModel(2, {op: CollectiveFit("linear", [0.1, 1.0], 8) for op in ("reduce_scatter", "all_gather",
+                                                                              "all_reduce")}).save(
+        models / "collectives_2.json")
+    if runtime:
+        TorchRecRuntimeModel(2, 4096, tuple([1.0] + [0.0] * (len(FEATURES) - 1)), types=("row_wise",)).save(
+            models / ("onpolicy" if onpolicy else "") / "torchrec_runtime_2.json")
+    return root
+
+
+def _compute_bias(models) -> float:
+    """The compute model's ms for nothing (0.5 + 0.01 x dim sum: the random data's, 1.5 + ...: the on-policy)."""
+    return float(models.compute.predict_sets([TableConfig(10, 1.0, BINS, 4)], [[0]])[0]) - 0.04
+
+
+def test_a_runs_models_load_at_once_from_any_of_its_folders(tmp_path, caplog):
+    """`CostModels.load(run)`: the on-policy models (their band), the collective model beside the random data's
+    models, the TorchRec runtime model held aside for `for_runtime("torchrec")`, the device count read from the
+    folder; the same from the run's models/ or models/onpolicy/; and said in one line (and logged)."""
+    import logging
+
+    from neuroshard.planner.costs.cost_models import CostModels
+
+    run = _write_run(tmp_path / "quick")
+    with caplog.at_level(logging.INFO, logger="neuroshard.planner.costs.cost_models"):
+        models = CostModels.load(run)
+    assert models.describe() == (
+        f"cost models from {run / 'models' / 'onpolicy'} (retrained on on-policy data) for 2 devices: compute, "
+        "comm_2 fw/bw; collective model (reduce_scatter, all_gather, all_reduce); calibrated band; TorchRec runtime "
+        "model "
+        "(for_runtime(\"torchrec\"); fitted on row_wise)")
+    assert models.describe() in caplog.text
+    assert models.ndevices == 2 and models.runtime is None and models.noise_model.plan == pytest.approx(0.1)
+    assert _compute_bias(models) == pytest.approx(1.5, abs=1e-5)
+    assert models.for_runtime("torchrec").runtime is models.torchrec_runtime
+    assert models.for_runtime("torchrec").for_runtime("paper").runtime is None
+    for where in (run / "models", run / "models" / "onpolicy"):
+        again = CostModels.load(where)
+        assert again.describe() == models.describe() and _compute_bias(again) == pytest.approx(1.5, abs=1e-5)
+        assert CostModels.load_run(where, 2).describe() == models.describe()
+    assert CostModels.load(run, 2).describe() == models.describe()  # a run's folder holds no checkpoint itself
+
+
+def test_a_checkpoint_folder_with_its_device_count_loads_as_it_always_did(tmp_path):
+    """`CostModels.load(folder, n)` of a folder of checkpoints: those, and a collective model beside them; no
+    on-policy models, runtime model or collective model from elsewhere."""
+    from neuroshard.planner.costs.cost_models import CostModels
+
+    run = _write_run(tmp_path / "quick")
+    random = CostModels.load(run / "models", 2)
+    assert _compute_bias(random) == pytest.approx(0.5, abs=1e-5) and random.collectives is not None
+    assert random.torchrec_runtime is None and random.origin is None
+    onpolicy = CostModels.load(run / "models" / "onpolicy", 2)
+    assert _compute_bias(onpolicy) == pytest.approx(1.5, abs=1e-5) and onpolicy.collectives is None
+    assert onpolicy.describe() == ("cost models for 2 devices: compute, comm_2 fw/bw; no collective model "
+                                   "(row-wise, table-row-wise and data-parallel tables not priced on the paper's "
+                                   "runtime); calibrated band; no TorchRec runtime model")
+
+
+def test_a_run_without_on_policy_models_loads_the_random_datas(tmp_path):
+    from neuroshard.planner.costs.cost_models import CostModels
+    from neuroshard.types.errors import ConfigError
+
+    run = _write_run(tmp_path / "quick", onpolicy=False)
+    models = CostModels.load(run)
+    assert _compute_bias(models) == pytest.approx(0.5, abs=1e-5) and models.torchrec_runtime is not None
+    assert models.describe().startswith(f"cost models from {run / 'models'} (the random data's) for 2 devices")
+    assert "no calibrated band" in models.describe()
+    save_model(linear_comm_model("fw", 4, np.hstack([0.02 * np.eye(4), 0.5 * np.eye(4)]), np.full(4, 0.1)),
+               run / "models" / "comm_4_fw.pt")
+    with pytest.raises(ConfigError, match="holds comm models for 2, 4 devices: give the device count"):
+        CostModels.load(run)
+    assert CostModels.load(run, 2).ndevices == 2
+    with pytest.raises(InputError, match="no cost models here"):
+        CostModels.load(tmp_path)
+    with pytest.raises(InputError, match="models directory not found"):
+        CostModels.load(tmp_path / "nowhere")

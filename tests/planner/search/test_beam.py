@@ -378,6 +378,29 @@ def test_the_search_keeps_the_constraints_on_devices_of_unequal_memory(seed, alg
         assert {p.device for p in pieces[t]} <= set(ds)
 
 
+@pytest.mark.parametrize("alg", ["neuroshard", "neuroshard_plus", "size_greedy"])
+def test_no_piece_is_narrower_than_its_tables_narrowest(alg):
+    """A 64-dim table with a narrowest piece of 32 (`TableConstraints.min_dim`): the search space halves it once,
+    not down to 8; a 0.64 GB table on devices of 0.24 GB then fits no device (its halves have 0.32 GB) and no
+    algorithm finds a plan, where quarters would fit (the greedy's oversize halving finds them without it)."""
+    from neuroshard.planner.search.beam import make_space
+    from neuroshard.planner.shard import shard
+    from neuroshard.types.constraints import TableConstraints
+    from neuroshard.types.tables import DEFAULT_BINS
+
+    models = random_models(4, 5)
+    big = [ShardTable(0, 0, TableConfig(2_500_000, 1.0, DEFAULT_BINS, 64)),
+           ShardTable(1, 1, TableConfig(1000, 1.0, DEFAULT_BINS, 64))]
+    cons = TableConstraints(min_dim=((0, 32),))
+    space = make_space(big, Problem(4, 1.0, constraints=cons), models)
+    assert space.dim[space.start[0]:space.start[0] + 2].tolist() == [64, 32]
+    assert space.can_split[space.start[0]:space.start[0] + 2].tolist() == [True, False]
+    assert space.can_split[space.start[1]:space.start[1] + 5].tolist() == [True] * 4 + [False]  # 64 .. 4
+    with pytest.raises(OutOfMemoryError):
+        shard(big, Problem(4, 0.24, constraints=cons), models=models, alg=alg)
+    assert shard(big, Problem(4, 0.24), models=models, alg="size_greedy").plan.column_steps == (0, 0, 2)
+
+
 def test_a_colocated_group_is_searched_as_one_unit():
     """Units and tables: the group's projection, size and dim are its tables' sums; plans convert both ways."""
     from neuroshard.planner.search.beam import make_space

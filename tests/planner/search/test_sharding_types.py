@@ -122,6 +122,22 @@ def paper_models(rs=(0.1, 1000.0), ag=(0.1, 1000.0), ar=(0.01, 100.0), n=4):
     return replace(base, collectives=CollectiveModel(n, fits)).at_batch(4096)
 
 
+def test_a_table_kept_whole_that_fits_no_device_is_row_wise_where_allowed():
+    """A 100,000 x 8 table (3.2 MB) on devices of 2 MB: its halves' quarters would fit, but kept whole
+    (TorchRec's table-wise and row-wise only) it fits no device: row-wise when its kinds allow it, else no plan;
+    with a narrowest piece of 8 columns (`min_dim`) the same."""
+    tables = [ShardTable(0, 0, TableConfig(100_000, 1.0, BINS, 8))] + [
+        ShardTable(i, i, TableConfig(1000, 1.0, BINS, 32)) for i in range(1, 4)]
+    m, mb = models(compute_max=1.0, reduce=0.1), 2e6 / 2**30
+    for cons in (TableConstraints(whole=(0,), kinds=((0, ("row_wise",)),)),
+                 TableConstraints(min_dim=((0, 8),), kinds=((0, ("row_wise",)),))):
+        assert narrowest_elements(tables[0], cons, 0) == 800_000 > narrowest_elements(tables[0]) == 400_000
+        plan, _ = spread_search(tables, Problem(4, mb, constraints=cons), m, SearchConfig(spread_rounds=0))
+        assert plan.spread == (Spread(0, "row_wise", EVERY),)
+    with pytest.raises(OutOfMemoryError):
+        spread_search(tables, Problem(4, mb, constraints=TableConstraints(whole=(0,))), m)
+
+
 def test_on_the_paper_runtime_the_collective_model_prices_the_same_choices():
     # the hot table data-parallel: each rank's kernel runs it over a quarter of the batch (pooling 50: 0.004 +
     # 2 ms), its 400 elements all-reduced (0.01 + 0.04 ms); row-wise would reduce-scatter and all-gather 4096 x 4
