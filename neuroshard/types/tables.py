@@ -40,6 +40,11 @@ def can_split(dim: int) -> bool:
     return dim % 8 == 0
 
 
+def _check_dim(dim) -> None:
+    if isinstance(dim, bool) or not isinstance(dim, numbers.Integral) or dim <= 0 or dim % 4:
+        raise ValueError(f"dim must be a positive multiple of 4, got {dim!r}")
+
+
 @dataclass(frozen=True)
 class TableConfig:
     """Statistics of one embedding table (one entry of `table_configs.json`).
@@ -75,9 +80,8 @@ class TableConfig:
                 raise ValueError(f"bin_{j} must be a fraction in [0, 1], got {b!r}")
         if sum(self.bins) > 1.0 + 1e-3:  # the published stats are rounded to 3 digits
             raise ValueError(f"bins sum to {sum(self.bins):.6g} > 1 (they are fractions of the distinct rows)")
-        if self.dim is not None and (isinstance(self.dim, bool) or not isinstance(self.dim, numbers.Integral)
-                                     or self.dim <= 0 or self.dim % 4):
-            raise ValueError(f"dim must be a positive multiple of 4, got {self.dim!r}")
+        if self.dim is not None:
+            _check_dim(self.dim)
         if self.row_lookups is not None:
             shares = self.row_lookups
             if not 1 <= len(shares) <= self.row or any(
@@ -87,7 +91,14 @@ class TableConfig:
                 raise ValueError(f"row_lookups sum to {sum(shares):.6g}, not 1 (they are shares of the lookups)")
 
     def with_dim(self, dim: int) -> "TableConfig":
-        return replace(self, dim=dim)
+        # a copy with another dim: the other fields were checked when this config was made (the search makes
+        # one config per table and split level, tens of thousands at scale)
+        if dim is not None:
+            _check_dim(dim)
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        object.__setattr__(new, "dim", dim)
+        return new
 
     def batch_share(self, k: int) -> "TableConfig":
         """This table over 1/k of the samples (a data-parallel rank's local batch): the same rows and locality,
