@@ -323,7 +323,7 @@ class SearchSpace:
             state[rows[rows >= 0]] = s
         gids = gid_order[state]  # [R, P] in greedy order, as res.devices
         parts = group_parts(self.scorer, self.proj, gids, res.devices.T, self.piece[gids], self.pool[gids],
-                            self.dim[gids], self.n, self.runtime.batch_size, self.spread_parts)
+                            self.dim[gids], self.n, self.runtime.batch_size, self.spread_parts, res.compute)
         return self.runtime.predict(features(parts))
 
     def plan(self, steps: Sequence[int], scored: _Scored) -> Plan:

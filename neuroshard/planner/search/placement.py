@@ -44,6 +44,9 @@ NO_LIMIT = np.iinfo(np.int64).max // 4
 # From this many devices on, rows keep per-dim device keys; below it a plain scan of every device
 # is cheaper than keeping them (same result either way).
 KEYS_FROM = 16
+# From this many devices on, a row's keys are cut into blocks of BLOCK devices with each block's smallest key
+# kept, so that a pick reads a block's minima and one block rather than every device (same result).
+BLOCKS_FROM, BLOCK = 256, 32
 
 
 @dataclass
@@ -171,7 +174,15 @@ class _Greedy:
         self.mroom = np.empty((C, n), dtype=np.int64)  # memory left (fp32 elements)
         self.mroom[:] = self.cap
         self.dsum = np.zeros((C, n), dtype=np.int64)  # dim sums
-        self.key = np.empty((C * V if n >= KEYS_FROM else 0, n), dtype=ACC_DTYPE)  # row b, dim v at b * V + v
+        # blocks of keys: nb of `bs` devices, the last one padded with inf
+        self.bs = BLOCK if n >= BLOCKS_FROM else n
+        self.nb = -(-n // self.bs)
+        npad = self.npad = self.nb * self.bs
+        self.key = np.empty((C * V if n >= KEYS_FROM else 0, npad), dtype=ACC_DTYPE)  # row b, dim v at b * V + v
+        self.key2 = self.key.reshape(-1, self.bs)  # key row k, block i at k * nb + i
+        # each block's smallest key (with more than one block)
+        self.bmin = np.empty((len(self.key) if self.nb > 1 else 0, self.nb), dtype=ACC_DTYPE)
+        self.bmin_flat = self.bmin.ravel()
         self.acc = np.empty((C * n, A), dtype=ACC_DTYPE)  # row b, device d at b * n + d
         self.acc[:S * n] = acc0
         self.accv = self.acc.view(self.row_dtype).ravel()
@@ -180,7 +191,7 @@ class _Greedy:
         self.key_flat = self.key.ravel()
         self.base = self.ar * n  # flat index of device 0 of each row
         self.key_row = self.ar * V  # first key row of each row
-        self.key_at = (self.key_row[:, None] + np.arange(V)) * n  # flat index of device 0 in each key row
+        self.key_rows = self.key_row[:, None] + np.arange(V)  # the key row of each row and dim [C, V]
         self.rows = S
         self.n_failed = 0
         self.keys = n >= KEYS_FROM
@@ -229,8 +240,12 @@ class _Greedy:
         if not self.keys:
             return
         room = (self.lim_hi[rows][:, None] - self.dims_u)[:, :, None]  # [K, V, 1]
-        key = np.where(self.dsum[rows][:, None, :] <= room, self.cost[rows][:, None, :], np.inf)
-        self.key[(self.key_row[rows][:, None] + np.arange(self.V)).ravel()] = key.reshape(-1, self.n)
+        key = np.full((len(rows), self.V, self.npad), np.inf, dtype=ACC_DTYPE)
+        key[:, :, :self.n] = np.where(self.dsum[rows][:, None, :] <= room, self.cost[rows][:, None, :], np.inf)
+        at = self.key_rows[rows].ravel()
+        self.key[at] = key.reshape(-1, self.npad)
+        if self.nb > 1:
+            self.bmin[at] = key.reshape(len(at), self.nb, self.bs).min(axis=2)
 
     # ------------------------------------------------------------------ picking a device
 
@@ -254,8 +269,11 @@ class _Greedy:
         if not self.keys:
             dev, none = self._scan(slice(0, B), size, dm, self.lim_hi[:B], g)
             return dev, none, self.base[:B] + dev
-        key = self.key.take(self.key_row[:B] + vi, axis=0)
-        dev, best = _first(key, self.ar[:B], lambda t: self.mroom[t])
+        at = self.key_row[:B] + vi
+        if self.nb > 1:
+            dev, best = self._pick_blocks(at)
+        else:
+            dev, best = _first(self.key.take(at, axis=0), self.ar[:B], lambda t: self.mroom[t])
         fi = self.base[:B] + dev
         bad = self.mroom_flat.take(fi) < size  # no memory room there
         bad |= best == np.inf  # no dim room anywhere
@@ -268,6 +286,52 @@ class _Greedy:
             dev[bad], none[bad] = self._scan(bad, size[bad], dm[bad], self.lim_hi[bad], g[bad])
             fi[bad] = self.base[bad] + dev[bad]
         return dev, none, fi
+
+    def _pick_blocks(self, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """`_first` over the key rows `at` of the B rows, from the blocks' minima: the block with the smallest,
+        then the smallest key in it; a row with another block or device at that key (a tie, decided by memory
+        left) is decided on its whole key row."""
+        ar, bs = self.ar[:len(at)], self.bs
+        kb = self.bmin.take(at, axis=0)
+        kc = kb.argmin(axis=1)
+        best = kb[ar, kc]
+        blk = self.key2.take(at * self.nb + kc, axis=0)
+        ic = blk.argmin(axis=1)
+        # the next smallest block minimum and the next smallest key in the block: equal to the smallest is a tie
+        kb[ar, kc] = np.inf
+        blk[ar, ic] = np.inf
+        tie = (kb[ar, kb.argmin(axis=1)] == best) | (blk[ar, blk.argmin(axis=1)] == best)
+        dev = kc * bs + ic
+        if tie.any():
+            tie = (tie & (best < np.inf)).nonzero()[0]
+            if len(tie):
+                key = self.key.take(at[tie], axis=0)[:, :self.n]
+                dev[tie] = np.where(key == best[tie, None], self.mroom[tie], -1).argmax(axis=1)
+        return dev, best
+
+    def _set_keys(self, B: int, dev: np.ndarray, need: np.ndarray, cost: np.ndarray) -> None:
+        """The keys of each row's placed device `dev` (its new `cost` and dim sum `need`), and with blocks their
+        blocks' minima: a block's minimum moves down to a smaller key, and is looked for again only where the
+        device held it and its key rose."""
+        room = (self.lim_hi[:B] - need)[:, None] >= self.dims_u
+        new = np.where(room, cost[:, None], np.inf)  # [B, V]
+        rows = self.key_rows[:B]
+        at = rows * self.npad + dev[:, None]
+        if self.nb == 1:
+            self.key_flat[at] = new
+            return
+        old = self.key_flat[at]
+        self.key_flat[at] = new
+        blocks = rows * self.nb + (dev // self.bs)[:, None]
+        was = self.bmin_flat[blocks]
+        lower = new < was
+        if lower.any():
+            self.bmin_flat[blocks[lower]] = new[lower]
+        again = (new > was) & (old == was)
+        if again.any():
+            blocks = blocks[again]
+            keys = self.key2.take(blocks, axis=0)
+            self.bmin_flat[blocks] = keys[np.arange(len(blocks)), keys.argmin(axis=1)]
 
     # ------------------------------------------------------------------ groups of scales
 
@@ -304,7 +368,9 @@ class _Greedy:
         for arr in (self.state, self.lo, self.hi, self.lim_lo, self.lim_hi, self.failed, self.cost, self.mroom,
                     self.dsum):
             arr[:k] = arr[keep]
-        for arr, width in ((self.key, self.V), (self.acc, self.n)) if self.keys else ((self.acc, self.n),):
+        moved = [(self.acc, self.n)] + ([(self.key, self.V)] if self.keys else []) + (
+            [(self.bmin, self.V)] if len(self.bmin) else [])
+        for arr, width in moved:
             per_row = arr.reshape(-1, width, arr.shape[1])
             per_row[:k] = per_row[keep]
         self.hist[:k] = self.hist[keep]
@@ -348,8 +414,7 @@ class _Greedy:
         self.mroom_flat[fi] -= size
         self.dsum_flat[fi] = need
         if self.keys:  # the placed device's key for each table dim
-            room = (self.lim_hi[:B] - need)[:, None] >= self.dims_u
-            self.key_flat[self.key_at[:B] + dev[:, None]] = np.where(room, cost[:, None], np.inf)
+            self._set_keys(B, dev, need, cost)
         self.hist[:B, j] = dev
         if self.n_failed and 3 * self.n_failed >= B:  # drop failed rows once they are a third
             self._compact()
