@@ -1,4 +1,5 @@
-"""Small generic numerics the layers share: non-negative least squares and the relative error of a prediction.
+"""Small generic numerics the layers share: non-negative least squares, the relative error of a prediction, and
+sums in a given order.
 
 NumPy only; imports nothing else of the package, so every layer may use it.
 """
@@ -48,3 +49,26 @@ def mape(pred, true) -> float:
     `rel_errors`; nan when every target is 0."""
     errors = rel_errors(pred, true)
     return float(np.mean(errors)) if len(errors) else float("nan")
+
+
+def ordered_sums(target, values: np.ndarray, ntargets: int, start) -> np.ndarray:
+    """Per target t (0..ntargets-1): `start` plus the rows of `values` whose `target` is t, added one at a time
+    in their order, as the loop `out[target[i]] += values[i]` adds them (a float sum's bits depend on its
+    order). Vectorised: one step adds each target's k-th row, so the steps are as many as the most rows one
+    target gets."""
+    target = np.asarray(target, dtype=np.int64)
+    out = np.empty((ntargets,) + values.shape[1:], dtype=values.dtype)
+    out[...] = start
+    if not len(target):
+        return out
+    order = np.argsort(target, kind="stable")
+    counts = np.bincount(target, minlength=ntargets)
+    rank = np.empty(len(target), dtype=np.int64)
+    rank[order] = np.arange(len(target)) - (np.cumsum(counts) - counts)[target[order]]  # k: the target's k-th row
+    by_rank = np.argsort(rank, kind="stable")
+    lo = 0
+    for k in np.bincount(rank).tolist():  # each target has at most one row of each rank
+        rows = by_rank[lo:lo + k]
+        out[target[rows]] += values[rows]
+        lo += k
+    return out

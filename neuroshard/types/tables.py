@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Sequence
 
 NUM_BINS = 17
@@ -38,6 +38,11 @@ def dim_set(max_dim: int) -> list[int]:
 def can_split(dim: int) -> bool:
     """A table can be column-split while its half dim is still a multiple of 4."""
     return dim % 8 == 0
+
+
+def _check_dim(dim) -> None:
+    if isinstance(dim, bool) or not isinstance(dim, numbers.Integral) or dim <= 0 or dim % 4:
+        raise ValueError(f"dim must be a positive multiple of 4, got {dim!r}")
 
 
 @dataclass(frozen=True)
@@ -75,9 +80,8 @@ class TableConfig:
                 raise ValueError(f"bin_{j} must be a fraction in [0, 1], got {b!r}")
         if sum(self.bins) > 1.0 + 1e-3:  # the published stats are rounded to 3 digits
             raise ValueError(f"bins sum to {sum(self.bins):.6g} > 1 (they are fractions of the distinct rows)")
-        if self.dim is not None and (isinstance(self.dim, bool) or not isinstance(self.dim, numbers.Integral)
-                                     or self.dim <= 0 or self.dim % 4):
-            raise ValueError(f"dim must be a positive multiple of 4, got {self.dim!r}")
+        if self.dim is not None:
+            _check_dim(self.dim)
         if self.row_lookups is not None:
             shares = self.row_lookups
             if not 1 <= len(shares) <= self.row or any(
@@ -86,13 +90,27 @@ class TableConfig:
             if abs(sum(shares) - 1.0) > 1e-3 and sum(shares) > 0:
                 raise ValueError(f"row_lookups sum to {sum(shares):.6g}, not 1 (they are shares of the lookups)")
 
+    def _derived(self, **fields) -> "TableConfig":
+        """A copy with `fields` changed, checked by the caller: the others were checked when this config was
+        made (the search derives one config per table and split level, and the spread search one per rank of a
+        row-wise table: tens of thousands at scale)."""
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        for name, value in fields.items():
+            object.__setattr__(new, name, value)
+        return new
+
     def with_dim(self, dim: int) -> "TableConfig":
-        return replace(self, dim=dim)
+        if dim is not None:
+            _check_dim(dim)
+        return self._derived(dim=dim)
 
     def batch_share(self, k: int) -> "TableConfig":
         """This table over 1/k of the samples (a data-parallel rank's local batch): the same rows and locality,
         a k-th of the lookups per sample of the whole batch."""
-        return replace(self, pooling_factor=self.pooling_factor / k)
+        if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
+            raise ValueError(f"a batch share needs k >= 1 ranks, got {k!r}")
+        return self._derived(pooling_factor=self.pooling_factor / k)
 
     def row_block(self, lo: int, hi: int) -> "TableConfig":
         """Rows [lo, hi) of this table (a row-wise block) with the lookups that fall in them and the table's
@@ -101,8 +119,8 @@ class TableConfig:
         small block's own reuse statistics fall outside what the compute model was trained on (whole tables)."""
         if not 0 <= lo < hi <= self.row:
             raise ValueError(f"row block [{lo}, {hi}) is not inside the table's {self.row} rows")
-        return replace(self, row=hi - lo, pooling_factor=self.pooling_factor * self.lookup_share(lo, hi),
-                       row_lookups=None)
+        return self._derived(row=hi - lo, pooling_factor=self.pooling_factor * self.lookup_share(lo, hi),
+                             row_lookups=None)
 
     def lookup_share(self, lo: int, hi: int) -> float:
         """The share of the table's lookups that fall in rows [lo, hi) (`row_block`)."""

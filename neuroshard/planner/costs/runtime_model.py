@@ -72,12 +72,13 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
-from neuroshard.numerics import nnls
+from neuroshard.numerics import nnls, ordered_sums
 from neuroshard.types.codec import Record, json_field
 from neuroshard.types.errors import InvalidPlanError
 from neuroshard.types.plan import DATA_PARALLEL, ROW_WISE, TABLE_ROW_WISE, Plan, Spread, apply_column_steps
@@ -117,35 +118,45 @@ class GroupParts:
 
 def group_parts(scorer, proj: np.ndarray, index: np.ndarray, device: np.ndarray, group: np.ndarray,
                 pool: np.ndarray, dim: np.ndarray, ndevices: int, batch: int,
-                spread: GroupParts | None = None) -> GroupParts:
+                spread: GroupParts | None = None, compute: np.ndarray | None = None) -> GroupParts:
     """The per-rank, per-group parts of M placements of P pieces each.
 
     `proj` [G, A]: the compute model's accumulator increment of each piece kind (`scorer.project`);
     `index`, `device`, `group` [M, P]: each piece's kind, rank and group (0 table-wise, 1 column-wise);
     `pool`, `dim` [P] or [M, P]: its pooling factor and dim. Pieces are accumulated in position order
     (the order `simulate` uses too). `spread`: the parts of the plan's spread tables (`spread_parts`, the
-    same for every placement), added as their own groups.
+    same for every placement), added as their own groups. `compute` [M, n]: when known, each rank's compute
+    ms over all its pieces accumulated in that order (what the greedy placement keeps): a rank whose pieces
+    are all of one group takes it, and only the ranks with pieces of two groups are accumulated here.
     """
     index = np.asarray(index, dtype=np.int64)
     M, P = index.shape
-    n, A, G = int(ndevices), proj.shape[1], len(GROUPS)
-    acc = np.empty((M, n, G, A), dtype=proj.dtype)
-    acc[...] = scorer.acc0
-    count = np.zeros((M, n, G), dtype=np.int64)
-    ids = np.zeros((M, n, G))
-    out = np.zeros((M, n, G))
+    n, G = int(ndevices), len(GROUPS)
+    size = M * n * G
+    # each piece's (placement, rank, group) cell, placement by placement and pieces in position order
+    target = ((np.arange(M)[:, None] * n + np.asarray(device, dtype=np.int64)) * G
+              + np.asarray(group, dtype=np.int64)).ravel()
+    count = np.bincount(target, minlength=size)
+    scale = batch / 1e6
     pool = np.broadcast_to(np.asarray(pool, dtype=np.float64), (M, P))
     dim = np.broadcast_to(np.asarray(dim, dtype=np.float64), (M, P))
-    rows = np.arange(M)
-    scale = batch / 1e6
-    for p in range(P):
-        d, g = device[:, p], group[:, p]
-        acc[rows, d, g] += proj[index[:, p]]
-        count[rows, d, g] += 1
-        ids[rows, d, g] += pool[:, p] * scale
-        out[rows, d, g] += dim[:, p] * scale
-    compute = scorer.cost_from_acc(acc.reshape(-1, A), overwrite=True).astype(np.float64).reshape(M, n, G)
-    parts = GroupParts(np.where(count > 0, compute, 0.0), ids, out, count, np.zeros(M))
+    # in order, as a loop adds (float64 also without pieces)
+    ids = np.bincount(target, weights=(pool * scale).ravel(), minlength=size).astype(np.float64, copy=False)
+    out = np.bincount(target, weights=(dim * scale).ravel(), minlength=size).astype(np.float64, copy=False)
+    cost = np.zeros(size)
+    mine = slice(None)  # the pieces accumulated here
+    if compute is not None and size:
+        used = count.reshape(M * n, G) > 0
+        one = used.sum(axis=1) == 1
+        rank = one.nonzero()[0]
+        cost[rank * G + used[rank].argmax(axis=1)] = np.asarray(compute).reshape(-1)[rank].astype(np.float64)
+        mine = ~one[target // G]
+    cells, slot = np.unique(target[mine], return_inverse=True)
+    if len(cells):
+        acc = ordered_sums(slot, proj[index.reshape(-1)[mine]], len(cells), scorer.acc0)
+        cost[cells] = scorer.cost_from_acc(acc, overwrite=True).astype(np.float64)
+    parts = GroupParts(cost.reshape(M, n, G), ids.reshape(M, n, G), out.reshape(M, n, G), count.reshape(M, n, G),
+                       np.zeros(M))
     if spread is not None:
         for name in ("compute", "ids", "out", "count"):
             getattr(parts, name)[:, :, EXCHANGED:] = getattr(spread, name)[0, :, EXCHANGED:]
@@ -161,38 +172,46 @@ def spread_parts(scorer, tables: Sequence[ShardTable], spread: Sequence[Spread],
     compute model as one kernel."""
     n, G = int(ndevices), len(GROUPS)
     configs: list = []
-    where: list[tuple[int, int]] = []  # (rank, group) of each config
+    cells: list = []  # the (rank, group) cell of each config
     ids, out = np.zeros((1, n, G)), np.zeros((1, n, G))
     count = np.zeros((1, n, G), dtype=np.int64)
     allreduce = 0.0
     scale = batch / 1e6
-    for s in spread:
+    for s in spread:  # each cell gets at most one config of a table, so the tables add up in order
         t = tables[s.table]
         g = GROUP_OF[s.kind]
-        if s.kind == DATA_PARALLEL:  # the whole table over the local batch: 1/n of its lookups
-            local = replace(t.config, pooling_factor=t.config.pooling_factor / n)
-            placed = [(r, local) for r in s.ranks]
+        ranks, placed = _placed(t.config, s.kind, s.ranks, n)
+        configs += placed
+        cells.append(ranks * G + g)
+        count[0, ranks, g] += 1
+        if s.kind == DATA_PARALLEL:
             allreduce += int(t.config.row) * t.dim / 1e6
         else:
-            placed = [(r, t.config.row_block(lo, hi))
-                      for r, (lo, hi) in zip(s.ranks, s.ranges_on(int(t.config.row))) if hi > lo]
-        for r, config in placed:
-            configs.append(config)
-            where.append((r, g))
-            count[0, r, g] += 1
-            if s.kind != DATA_PARALLEL:
-                ids[0, r, g] += config.pooling_factor * scale
-                out[0, r, g] += t.dim * scale
+            ids[0, ranks, g] += np.array([c.pooling_factor for c in placed]) * scale
+            out[0, ranks, g] += t.dim * scale
     compute = np.zeros((1, n, G))
     if configs:
         proj = scorer.project(scorer.embed(configs))
-        acc = np.empty((n * G, proj.shape[1]), dtype=proj.dtype)
-        acc[...] = scorer.acc0
-        for k, (r, g) in enumerate(where):
-            acc[r * G + g] += proj[k]
+        acc = ordered_sums(np.concatenate(cells), proj, n * G, scorer.acc0)
         cost = scorer.cost_from_acc(acc, overwrite=True).astype(np.float64).reshape(1, n, G)
         compute = np.where(count > 0, cost, 0.0)
     return GroupParts(compute, ids, out, count, np.array([allreduce]))
+
+
+@lru_cache(maxsize=4096)
+def _placed(config, kind: str, ranks: tuple[int, ...], n: int) -> tuple[np.ndarray, tuple]:
+    """The ranks (read-only) of a spread table and the config each runs (`spread_parts`): a data-parallel replica
+    the whole table over the local batch (1/n of its lookups), a row-wise or table-row-wise rank its non-empty
+    block. Cached: the spread search prices the same tables in many trials."""
+    if kind == DATA_PARALLEL:
+        local = replace(config, pooling_factor=config.pooling_factor / n)
+        placed = [(r, local) for r in ranks]
+    else:
+        ranges = Spread(0, kind, ranks).ranges_on(int(config.row))
+        placed = [(r, config.row_block(lo, hi)) for r, (lo, hi) in zip(ranks, ranges) if hi > lo]
+    out = np.array([r for r, _ in placed], dtype=np.int64)
+    out.flags.writeable = False
+    return out, tuple(c for _, c in placed)
 
 
 def features(parts: GroupParts) -> np.ndarray:

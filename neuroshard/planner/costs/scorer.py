@@ -17,6 +17,7 @@ from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
+from neuroshard.numerics import ordered_sums
 from neuroshard.planner.costs.features import ACC_DTYPE, batch_scaled, feature_matrix
 from neuroshard.types.errors import NeuroShardError
 from neuroshard.types.tables import TableConfig
@@ -289,11 +290,7 @@ class PlanScorer:
 
     def shard_costs(self, emb: np.ndarray, shards: Sequence[Sequence[int]]) -> np.ndarray:
         """Compute ms [n] of each shard (indices into emb), accumulated in shard-list order; empty -> 0."""
-        proj = self.project(emb)
-        acc = np.tile(self.acc0, (len(shards), 1))
-        for r, shard in enumerate(shards):
-            for i in shard:  # sequential on purpose: the search accumulates in this order too
-                acc[r] += proj[i]
+        acc = shard_accumulators(self.project(emb), shards, self.acc0)
         counts = np.array([len(s) for s in shards])
         return np.where(counts > 0, self.cost_from_acc(acc).astype(np.float64), 0.0)
 
@@ -441,12 +438,7 @@ class EnsembleScorer:
         return out
 
     def _acc(self, emb: np.ndarray, shards: Sequence[Sequence[int]]) -> np.ndarray:
-        proj = self.project(emb)
-        acc = np.tile(self.acc0, (len(shards), 1))
-        for r, shard in enumerate(shards):
-            for i in shard:  # sequential, as the search accumulates
-                acc[r] += proj[i]
-        return acc
+        return shard_accumulators(self.project(emb), shards, self.acc0)
 
     def shard_costs(self, emb: np.ndarray, shards: Sequence[Sequence[int]]) -> np.ndarray:
         counts = np.array([len(s) for s in shards])
@@ -492,6 +484,14 @@ class EnsembleScorer:
         bw, fw = self.comm_members(dims, np.broadcast_to(np.asarray(compute, dtype=np.float64),
                                                          (k, *np.shape(compute))))
         return bw.mean(axis=0), fw.mean(axis=0)
+
+
+def shard_accumulators(proj: np.ndarray, shards: Sequence[Sequence[int]], acc0: np.ndarray) -> np.ndarray:
+    """Each shard's accumulator [len(shards), A]: `acc0` plus its members' rows of `proj`, added in shard-list
+    order, the order in which the search's placement adds them (so the bits agree)."""
+    lengths = [len(s) for s in shards]
+    members = np.fromiter((i for s in shards for i in s), dtype=np.int64, count=sum(lengths))
+    return ordered_sums(np.repeat(np.arange(len(shards)), lengths), proj[members], len(shards), acc0)
 
 
 def _no_tables_no_comm(dims: np.ndarray, bw: np.ndarray, fw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

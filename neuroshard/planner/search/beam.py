@@ -157,10 +157,13 @@ class SearchSpace:
         for u, members in enumerate(self.units):
             self.unit_of[members] = u
         entries, start, can, allowed = [], [], [], []  # per gid: its tables' configs
+        free = cons.empty
         for members in self.units:
             start.append(len(entries))
-            devices = cons.group_devices(members, self.n)
-            whole = len(members) > 1 or cons.kept_whole(members[0])
+            devices = None if free else cons.group_devices(members, self.n)
+            if devices is not None and len(devices) == self.n:
+                devices = None  # every device: no constraint (and no mask to apply)
+            whole = len(members) > 1 or (not free and cons.kept_whole(members[0]))
             d = self.tables[members[0]].dim
             while True:
                 entries.append([self.tables[t].config.with_dim(d if len(members) == 1 else self.tables[t].dim)
@@ -321,7 +324,7 @@ class SearchSpace:
             state[rows[rows >= 0]] = s
         gids = gid_order[state]  # [R, P] in greedy order, as res.devices
         parts = group_parts(self.scorer, self.proj, gids, res.devices.T, self.piece[gids], self.pool[gids],
-                            self.dim[gids], self.n, self.runtime.batch_size, self.spread_parts)
+                            self.dim[gids], self.n, self.runtime.batch_size, self.spread_parts, res.compute)
         return self.runtime.predict(features(parts))
 
     def plan(self, steps: Sequence[int], scored: _Scored) -> Plan:

@@ -44,6 +44,9 @@ NO_LIMIT = np.iinfo(np.int64).max // 4
 # From this many devices on, rows keep per-dim device keys; below it a plain scan of every device
 # is cheaper than keeping them (same result either way).
 KEYS_FROM = 16
+# From this many devices on, a row's keys are cut into blocks of BLOCK devices with each block's smallest key
+# kept, so that a pick reads a block's minima and one block rather than every device (same result).
+BLOCKS_FROM, BLOCK = 256, 32
 
 
 @dataclass
@@ -118,16 +121,17 @@ def size_order(gids: np.ndarray, size: np.ndarray) -> np.ndarray:
 
 def _first(cost: np.ndarray, rows: np.ndarray, mroom_of) -> tuple[np.ndarray, np.ndarray]:
     """(column, value) of the first entry of each row of `cost` [B, n] in the order (cost, most memory
-    left, column). `rows` is arange(B); `mroom_of(rows)`: memory left of those rows, fetched only on ties."""
+    left, column); `cost` is scratch (it is changed). `rows` is arange(B); `mroom_of(rows)`: memory left of
+    those rows, fetched only on ties."""
     col = cost.argmin(axis=1)
     best = cost[rows, col]
-    if cost.shape[1] > 1 and np.count_nonzero(cost == best[:, None]) > len(col):
-        # some row has equal costs at its minimum (NumPy's min/max along a short axis are
-        # slow; argmin is not, hence the detour)
-        key = cost.copy()
-        key[rows, col] = np.inf
-        tie = ((key[rows, key.argmin(axis=1)] == best) & (best < np.inf)).nonzero()[0]
+    if cost.shape[1] > 1:
+        # a tie: the row's next smallest entry equals its smallest (two argmins are cheaper than counting
+        # the entries equal to the minimum)
+        cost[rows, col] = np.inf
+        tie = ((cost[rows, cost.argmin(axis=1)] == best) & (best < np.inf)).nonzero()[0]
         if len(tie):
+            cost[tie, col[tie]] = best[tie]
             col[tie] = np.where(cost[tie] == best[tie, None], mroom_of(tie), -1).argmax(axis=1)
     return col, best
 
@@ -136,7 +140,9 @@ class _Greedy:
     """One batched greedy run. Per row (a group of scales of one state) and device: the compute
     cost, memory left, dim sum and accumulator, and per table dim v the device's key for a table
     of dim v (its cost, or inf when its dim sum has no room for v under the row's largest limit).
-    Arrays are allocated once for the most rows; `*_flat` are flat views of them."""
+    Arrays are allocated once for the most rows; `*_flat` are flat views of them, `accv` a view of
+    the accumulators with one element per device (a row of A floats), so that a device's
+    accumulator is gathered and stored in one move."""
 
     def __init__(self, gid_order, limits, n, cap, size, dim, proj, acc0, head, allow=None):
         S, P = gid_order.shape
@@ -144,12 +150,15 @@ class _Greedy:
         R = len(limits)
         self.n, self.P, self.R, self.S = n, P, R, S
         self.limits = np.asarray(limits, dtype=np.int64)
-        self.proj, self.head = proj, head
-        # per step j and state s: the table, its size, and the index of its dim in dims_u
-        self.gid = np.ascontiguousarray(gid_order.T)
-        self.size_of = size[self.gid]
-        self.dims_u, vi = np.unique(dim[self.gid], return_inverse=True)
-        self.vi_of = vi.reshape(self.gid.shape)
+        self.cap = np.broadcast_to(np.asarray(cap, dtype=np.int64), (n,))
+        self.proj, self.head, self.acc0 = proj, head, acc0
+        A = len(acc0)
+        self.row_dtype = np.dtype((np.void, A * np.dtype(ACC_DTYPE).itemsize))
+        self.projv = np.ascontiguousarray(proj, dtype=ACC_DTYPE).view(self.row_dtype).ravel()
+        # per step j and state s: the table id, its size, the index of its dim in dims_u, its dim
+        gid = np.ascontiguousarray(gid_order.T)
+        self.dims_u, vi = np.unique(dim[gid], return_inverse=True)
+        self.info = np.stack([gid, size[gid], vi.reshape(gid.shape), dim[gid]], axis=1)  # [P, 4, S]
         V = self.V = len(self.dims_u)
 
         C = S * R  # most rows: every scale of every state on its own (pages are touched only when used)
@@ -163,29 +172,80 @@ class _Greedy:
         self.failed = np.zeros(C, dtype=bool)
         self.cost = np.zeros((C, n), dtype=ACC_DTYPE)  # compute ms, 0 while empty
         self.mroom = np.empty((C, n), dtype=np.int64)  # memory left (fp32 elements)
-        self.mroom[:] = np.asarray(cap, dtype=np.int64)
+        self.mroom[:] = self.cap
         self.dsum = np.zeros((C, n), dtype=np.int64)  # dim sums
-        self.key = np.empty((C * V if n >= KEYS_FROM else 0, n), dtype=ACC_DTYPE)  # row b, dim v at b * V + v
-        self.acc = np.empty((C * n, len(acc0)), dtype=ACC_DTYPE)  # row b, device d at b * n + d
+        # blocks of keys: nb of `bs` devices, the last one padded with inf
+        self.bs = BLOCK if n >= BLOCKS_FROM else n
+        self.nb = -(-n // self.bs)
+        npad = self.npad = self.nb * self.bs
+        self.key = np.empty((C * V if n >= KEYS_FROM else 0, npad), dtype=ACC_DTYPE)  # row b, dim v at b * V + v
+        self.key2 = self.key.reshape(-1, self.bs)  # key row k, block i at k * nb + i
+        # each block's smallest key (with more than one block)
+        self.bmin = np.empty((len(self.key) if self.nb > 1 else 0, self.nb), dtype=ACC_DTYPE)
+        self.bmin_flat = self.bmin.ravel()
+        self.acc = np.empty((C * n, A), dtype=ACC_DTYPE)  # row b, device d at b * n + d
         self.acc[:S * n] = acc0
-        self.hist = np.zeros((P, C), dtype=np.int32)  # device chosen at each step, per row
+        self.accv = self.acc.view(self.row_dtype).ravel()
+        self.hist = np.zeros((C, P), dtype=np.int32)  # device chosen at each step, per row (a split copies a row)
         self.cost_flat, self.mroom_flat, self.dsum_flat = self.cost.ravel(), self.mroom.ravel(), self.dsum.ravel()
         self.key_flat = self.key.ravel()
         self.base = self.ar * n  # flat index of device 0 of each row
         self.key_row = self.ar * V  # first key row of each row
-        self.key_at = (self.key_row[:, None] + np.arange(V)) * n  # flat index of device 0 in each key row
+        self.key_rows = self.key_row[:, None] + np.arange(V)  # the key row of each row and dim [C, V]
         self.rows = S
         self.n_failed = 0
         self.keys = n >= KEYS_FROM
+        self.start = self._prefill()
         self._refresh(np.arange(S))
+
+    def _prefill(self) -> int:
+        """Place the first tables of every state while the choice is forced, all steps at once; how many.
+
+        While some devices are empty (cost 0) and every other device's cost is above 0, a table goes to an
+        empty device: the one with the most memory, then the lowest index (the order `(cost, most memory
+        left, index)`), which the j-th table is, for each state, the j-th device in order of memory (ties by
+        index) when that device may hold it (memory, its dim within every scale's limit, `allow`). The
+        steps run this way give the same accumulators, costs and choices as running them one by one.
+        """
+        n, S = self.n, self.S
+        J = min(n, self.P)
+        if J == 0 or S == 0:
+            return 0
+        order = np.argsort(-self.cap, kind="stable")[:J]  # empty devices in the order of choice
+        g, size, _, dm = (x[:J] for x in self.info.transpose(1, 0, 2))  # [J, S] each
+        acc = np.empty((J * S, len(self.acc0)), dtype=ACC_DTYPE)
+        acc[:] = self.acc0
+        acc += self.proj[g.ravel()]
+        cost = self.head(acc.copy(), overwrite=True).reshape(J, S)
+        ok = (size <= self.cap[order][:, None]) & (dm <= self.limits[0])
+        if self.allow is not None:
+            ok &= self.allow[g, order[:, None]]
+        first_bad = np.flatnonzero(~ok.all(axis=1))
+        # step j needs every earlier table's device above cost 0
+        not_positive = np.flatnonzero(~(cost > 0).all(axis=1))
+        j0 = min(first_bad[0] if len(first_bad) else J, not_positive[0] + 1 if len(not_positive) else J)
+        if j0 == 0:
+            return 0
+        dev = order[:j0]
+        flat = (np.arange(S)[None, :] * n + dev[:, None]).ravel()  # step-major, as `acc` and `cost`
+        self.acc[flat] = acc[:j0 * S]
+        self.cost_flat[flat] = cost[:j0].ravel()
+        self.mroom_flat[flat] = (self.cap[dev][:, None] - size[:j0]).ravel()
+        self.dsum_flat[flat] = dm[:j0].ravel()
+        self.hist[:S, :j0] = dev
+        return int(j0)
 
     def _refresh(self, rows: np.ndarray) -> None:
         """Keys of `rows` from scratch: new rows, or a new dim limit."""
         if not self.keys:
             return
         room = (self.lim_hi[rows][:, None] - self.dims_u)[:, :, None]  # [K, V, 1]
-        key = np.where(self.dsum[rows][:, None, :] <= room, self.cost[rows][:, None, :], np.inf)
-        self.key[(self.key_row[rows][:, None] + np.arange(self.V)).ravel()] = key.reshape(-1, self.n)
+        key = np.full((len(rows), self.V, self.npad), np.inf, dtype=ACC_DTYPE)
+        key[:, :, :self.n] = np.where(self.dsum[rows][:, None, :] <= room, self.cost[rows][:, None, :], np.inf)
+        at = self.key_rows[rows].ravel()
+        self.key[at] = key.reshape(-1, self.npad)
+        if self.nb > 1:
+            self.bmin[at] = key.reshape(len(at), self.nb, self.bs).min(axis=2)
 
     # ------------------------------------------------------------------ picking a device
 
@@ -209,8 +269,11 @@ class _Greedy:
         if not self.keys:
             dev, none = self._scan(slice(0, B), size, dm, self.lim_hi[:B], g)
             return dev, none, self.base[:B] + dev
-        key = self.key.take(self.key_row[:B] + vi, axis=0)
-        dev, best = _first(key, self.ar[:B], lambda t: self.mroom[t])
+        at = self.key_row[:B] + vi
+        if self.nb > 1:
+            dev, best = self._pick_blocks(at)
+        else:
+            dev, best = _first(self.key.take(at, axis=0), self.ar[:B], lambda t: self.mroom[t])
         fi = self.base[:B] + dev
         bad = self.mroom_flat.take(fi) < size  # no memory room there
         bad |= best == np.inf  # no dim room anywhere
@@ -224,27 +287,70 @@ class _Greedy:
             fi[bad] = self.base[bad] + dev[bad]
         return dev, none, fi
 
+    def _pick_blocks(self, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """`_first` over the key rows `at` of the B rows, from the blocks' minima: the block with the smallest,
+        then the smallest key in it; a row with another block or device at that key (a tie, decided by memory
+        left) is decided on its whole key row."""
+        ar, bs = self.ar[:len(at)], self.bs
+        kb = self.bmin.take(at, axis=0)
+        kc = kb.argmin(axis=1)
+        best = kb[ar, kc]
+        blk = self.key2.take(at * self.nb + kc, axis=0)
+        ic = blk.argmin(axis=1)
+        # the next smallest block minimum and the next smallest key in the block: equal to the smallest is a tie
+        kb[ar, kc] = np.inf
+        blk[ar, ic] = np.inf
+        tie = (kb[ar, kb.argmin(axis=1)] == best) | (blk[ar, blk.argmin(axis=1)] == best)
+        dev = kc * bs + ic
+        if tie.any():
+            tie = (tie & (best < np.inf)).nonzero()[0]
+            if len(tie):
+                key = self.key.take(at[tie], axis=0)[:, :self.n]
+                dev[tie] = np.where(key == best[tie, None], self.mroom[tie], -1).argmax(axis=1)
+        return dev, best
+
+    def _set_keys(self, B: int, dev: np.ndarray, need: np.ndarray, cost: np.ndarray) -> None:
+        """The keys of each row's placed device `dev` (its new `cost` and dim sum `need`), and with blocks their
+        blocks' minima: a block's minimum moves down to a smaller key, and is looked for again only where the
+        device held it and its key rose."""
+        room = (self.lim_hi[:B] - need)[:, None] >= self.dims_u
+        new = np.where(room, cost[:, None], np.inf)  # [B, V]
+        rows = self.key_rows[:B]
+        at = rows * self.npad + dev[:, None]
+        if self.nb == 1:
+            self.key_flat[at] = new
+            return
+        old = self.key_flat[at]
+        self.key_flat[at] = new
+        blocks = rows * self.nb + (dev // self.bs)[:, None]
+        was = self.bmin_flat[blocks]
+        lower = new < was
+        if lower.any():
+            self.bmin_flat[blocks[lower]] = new[lower]
+        again = (new > was) & (old == was)
+        if again.any():
+            blocks = blocks[again]
+            keys = self.key2.take(blocks, axis=0)
+            self.bmin_flat[blocks] = keys[np.arange(len(blocks)), keys.argmin(axis=1)]
+
     # ------------------------------------------------------------------ groups of scales
 
     def _split(self, j: int, rows: np.ndarray, need: np.ndarray) -> np.ndarray:
         """Split off, from each of `rows`, the scales whose limit is below `need`; the new rows' indices."""
-        new = []
         n = self.n
-        for b, nd in zip(rows.tolist(), need.tolist()):
-            k = int(np.searchsorted(self.limits, nd, side="left")) - 1  # last scale that cannot take it
-            c = self.rows
-            self.rows += 1
-            for arr in (self.state, self.cost, self.mroom, self.dsum):
-                arr[c] = arr[b]
-            self.acc[c * n:(c + 1) * n] = self.acc[b * n:(b + 1) * n]
-            self.hist[:j, c] = self.hist[:j, b]
-            self.failed[c] = False
-            self.lo[c], self.hi[c] = self.lo[b], k
-            self.lim_lo[c], self.lim_hi[c] = self.limits[self.lo[b]], self.limits[k]
-            self.lo[b] = k + 1
-            self.lim_lo[b] = self.limits[k + 1]
-            new.append(c)
-        new = np.array(new, dtype=np.int64)
+        k = np.searchsorted(self.limits, need, side="left") - 1  # each row's last scale that cannot take it
+        new = np.arange(self.rows, self.rows + len(rows))
+        self.rows += len(rows)
+        for arr in (self.state, self.cost, self.mroom, self.dsum):
+            arr[new] = arr[rows]
+        self.acc.reshape(-1, n, self.acc.shape[1])[new] = self.acc.reshape(-1, n, self.acc.shape[1])[rows]
+        self.hist[new, :j] = self.hist[rows, :j]
+        self.failed[new] = False
+        lo = self.lo[rows]
+        self.lo[new], self.hi[new] = lo, k
+        self.lim_lo[new], self.lim_hi[new] = self.limits[lo], self.limits[k]
+        self.lo[rows] = k + 1
+        self.lim_lo[rows] = self.limits[k + 1]
         self._refresh(new)
         return new
 
@@ -262,16 +368,18 @@ class _Greedy:
         for arr in (self.state, self.lo, self.hi, self.lim_lo, self.lim_hi, self.failed, self.cost, self.mroom,
                     self.dsum):
             arr[:k] = arr[keep]
-        for arr, width in ((self.key, self.V), (self.acc, self.n)) if self.keys else ((self.acc, self.n),):
+        moved = [(self.acc, self.n)] + ([(self.key, self.V)] if self.keys else []) + (
+            [(self.bmin, self.V)] if len(self.bmin) else [])
+        for arr, width in moved:
             per_row = arr.reshape(-1, width, arr.shape[1])
             per_row[:k] = per_row[keep]
-        self.hist[:, :k] = self.hist[:, keep]
+        self.hist[:k] = self.hist[keep]
         self.rows, self.n_failed = k, 0
 
     # ------------------------------------------------------------------ the run
 
     def run(self) -> GreedyResult:
-        for j in range(self.P):
+        for j in range(self.start, self.P):
             if self.rows == 0:
                 break
             self._step(j)
@@ -279,9 +387,7 @@ class _Greedy:
 
     def _step(self, j: int) -> None:
         B = self.rows
-        st = self.state[:B]
-        g, size, vi = self.gid[j].take(st), self.size_of[j].take(st), self.vi_of[j].take(st)
-        dm = self.dims_u.take(vi)
+        g, size, vi, dm = self.info[j].take(self.state[:B], axis=1)
         dev, none, fi = self._pick(vi, size, dm, g)
         if none is not None and none.any():
             self._park(none.nonzero()[0])
@@ -289,30 +395,27 @@ class _Greedy:
         split = (need > self.lim_lo[:B]).nonzero()[0]
         while len(split):  # some scales of these rows cannot follow: they go on as rows of their own
             new = self._split(j, split, need[split])
-            st_new = self.state[new]
-            g_new, size_new = self.gid[j][st_new], self.size_of[j][st_new]
-            dm_new = self.dims_u[self.vi_of[j][st_new]]
+            g_new, size_new, _, dm_new = self.info[j].take(self.state[new], axis=1)
             dev_new, none_new = self._scan(new, size_new, dm_new, self.lim_hi[new], g_new)
             if none_new.any():
                 self._park(new[none_new])
             fi_new = self.base[new] + dev_new
             need_new = self.dsum_flat.take(fi_new) + dm_new
-            g, size, dm = np.concatenate([g, g_new]), np.concatenate([size, size_new]), np.concatenate([dm, dm_new])
+            g, size = np.concatenate([g, g_new]), np.concatenate([size, size_new])
             dev, need = np.concatenate([dev, dev_new]), np.concatenate([need, need_new])
             fi = np.concatenate([fi, fi_new])
             split = new[need_new > self.lim_lo[new]]
         B = self.rows
-        a = self.acc.take(fi, axis=0)
-        a += self.proj.take(g, axis=0)
-        self.acc[fi] = a
+        a = self.accv.take(fi).view(ACC_DTYPE).reshape(B, -1)
+        a += self.projv.take(g).view(ACC_DTYPE).reshape(B, -1)
+        self.accv[fi] = a.view(self.row_dtype).ravel()
         cost = self.head(a, overwrite=True)
         self.cost_flat[fi] = cost
         self.mroom_flat[fi] -= size
         self.dsum_flat[fi] = need
         if self.keys:  # the placed device's key for each table dim
-            room = (self.lim_hi[:B] - need)[:, None] >= self.dims_u
-            self.key_flat[self.key_at[:B] + dev[:, None]] = np.where(room, cost[:, None], np.inf)
-        self.hist[j, :B] = dev
+            self._set_keys(B, dev, need, cost)
+        self.hist[:B, j] = dev
         if self.n_failed and 3 * self.n_failed >= B:  # drop failed rows once they are a third
             self._compact()
 
@@ -321,4 +424,4 @@ class _Greedy:
         row_of = np.full((self.S, self.R), -1, dtype=np.int64)
         for i, b in enumerate(live.tolist()):
             row_of[self.state[b], self.lo[b]:self.hi[b] + 1] = i
-        return GreedyResult(devices=self.hist[:, live], compute=self.cost[live], dims=self.dsum[live], row_of=row_of)
+        return GreedyResult(devices=self.hist[live].T, compute=self.cost[live], dims=self.dsum[live], row_of=row_of)

@@ -54,10 +54,11 @@ from neuroshard.planner.costs.cost_models import CostModels, require_models
 from neuroshard.planner.costs.scorer import get_scorer, single_threaded_blas
 from neuroshard.planner.registry import ShardingContext, register
 from neuroshard.planner.search.beam import SearchConfig, beam_search, make_space, search
+from neuroshard.planner.search.spread_trials import SpreadTrials, by_table, patched
 from neuroshard.planner.simulator import device_caps, replicable, simulate, spread_room
 from neuroshard.problem import Problem
 from neuroshard.types.constraints import TableConstraints
-from neuroshard.types.errors import InvalidPlanError, OutOfMemoryError
+from neuroshard.types.errors import OutOfMemoryError
 from neuroshard.types.plan import (
     DATA_PARALLEL,
     KIND_COLLECTIVES,
@@ -72,11 +73,6 @@ from neuroshard.types.plan import (
 from neuroshard.types.tables import ShardTable, can_split
 
 CANDIDATES = 32  # per ranking (size, lookups): a round tries at most 2 x this many tables
-
-
-def by_table(spread: Sequence[Spread]) -> tuple[Spread, ...]:
-    """Spread entries in table order (a plan's canonical form)."""
-    return tuple(sorted(spread, key=lambda s: s.table))
 
 
 def spread_kinds(models, problem: Problem | None = None) -> tuple[str, ...]:
@@ -154,14 +150,6 @@ def lift(tables: Sequence[ShardTable], keep: Sequence[int], sub: Sequence[ShardT
     return plan_from_pieces(tables, pieces, plan.ndevices, by_table(spread))
 
 
-def patched(tables: Sequence[ShardTable], plan: Plan, spread: Sequence[Spread]) -> Plan:
-    """`plan` with the tables of `spread` taken off their devices and spread instead."""
-    pieces = plan_pieces(tables, plan)
-    for s in spread:
-        pieces[s.table] = []
-    return plan_from_pieces(tables, pieces, plan.ndevices, by_table(spread))
-
-
 def place_around(tables: Sequence[ShardTable], spread: Sequence[Spread], problem: Problem, models,
                  config: SearchConfig) -> tuple[Plan, float]:
     """NeuroShard's search over the tables not in `spread`, with the spread tables' memory and parts fixed;
@@ -186,19 +174,15 @@ def place_around(tables: Sequence[ShardTable], spread: Sequence[Spread], problem
     return lift(tables, keep, sub, res.plan, spread), res.cost
 
 
-def _tried(tables: Sequence[ShardTable], plan: Plan, trial: list[Spread], models,
-           problem: Problem) -> tuple[float, list[Spread], Plan] | None:
-    """(estimated ms, `trial`, the plan) of `plan` patched with the spread tables of `trial`; None when that
+def _tried(trials: SpreadTrials, trial: list[Spread]) -> tuple[float, list[Spread]] | None:
+    """(estimated ms, `trial`) of the round's plan patched with the spread tables of `trial`; None when that
     does not fit or is not a valid plan."""
-    try:
-        trial_plan = patched(tables, plan, trial)
-        return simulate(tables, trial_plan, models, problem).cost, trial, trial_plan
-    except (OutOfMemoryError, InvalidPlanError):
-        return None
+    cost = trials.cost(trial)
+    return None if cost is None else (cost, trial)
 
 
-def _bundles(tables: Sequence[ShardTable], plan: Plan, chosen: list[Spread], singles: Sequence[tuple],
-             models, problem: Problem) -> list[tuple[float, list[Spread], Plan]]:
+def _bundles(tables: Sequence[ShardTable], trials: SpreadTrials, chosen: list[Spread],
+             singles: Sequence[tuple]) -> list[tuple[float, list[Spread]]]:
     """Trials that spread several tables of one kind at once: per kind and group of ranks, the first 2, 4, 8, ...
     of its single trials (`singles`, from `_tried`) patched into `plan` together, in two orders: the cheapest
     single trials first, and the most looked-up tables (lookups x dim) first. The tables of a kind share one
@@ -206,7 +190,7 @@ def _bundles(tables: Sequence[ShardTable], plan: Plan, chosen: list[Spread], sin
     first table of the kind pays alone: several tables can pay together where none pays by itself. A single trial's cost
     hides that: while another table keeps its device the slowest, taking one hot table off its device saves
     nothing, so the hot tables' single trials are not the cheapest; hence the second order."""
-    added = [(cost, trial[-1]) for cost, trial, _ in singles]  # each single trial's own table
+    added = [(cost, trial[-1]) for cost, trial in singles]  # each single trial's own table
     out, seen = [], set()
     for group in sorted({(s.kind, s.ranks) for _, s in added}):
         cheapest = [s for _, s in sorted(added, key=lambda x: (x[0], x[1].table)) if (s.kind, s.ranks) == group]
@@ -217,7 +201,7 @@ def _bundles(tables: Sequence[ShardTable], plan: Plan, chosen: list[Spread], sin
                 key = (group, frozenset(s.table for s in ranked[:m]))
                 if key not in seen:
                     seen.add(key)
-                    trial = _tried(tables, plan, chosen + ranked[:m], models, problem)
+                    trial = _tried(trials, chosen + ranked[:m])
                     if trial is not None:
                         out.append(trial)
                 m *= 2
@@ -266,20 +250,21 @@ def spread_search(tables: Sequence[ShardTable], problem: Problem, models,
         for _ in range(config.spread_rounds):
             taken = {s.table for s in chosen}
             hosts = _trial_hosts(tables, plan, models, problem) if TABLE_ROW_WISE in kinds else None
+            trials = SpreadTrials(tables, plan, models, problem)
             singles = []
             for t in pool:
                 if t in taken:
                     continue
                 for kind in (k for k in kinds if t in free[k]):
                     for ranks in (hosts(t) if kind == TABLE_ROW_WISE else (every,)):
-                        trial = _tried(tables, plan, chosen + [Spread(t, kind, ranks)], models, problem)
+                        trial = _tried(trials, chosen + [Spread(t, kind, ranks)])
                         if trial is not None:
                             singles.append(trial)
-            best = min(singles + _bundles(tables, plan, chosen, singles, models, problem),
-                       key=lambda x: x[0], default=None)
+            best = min(singles + _bundles(tables, trials, chosen, singles), key=lambda x: x[0], default=None)
             if best is None or not best[0] < cost:
                 break
-            cost, chosen, plan = best
+            cost, chosen = best
+            plan = patched(tables, plan, chosen)
         if len(chosen) > len(forced):
             try:
                 again, again_cost = place_around(tables, chosen, problem, models, config)
