@@ -33,8 +33,8 @@ from neuroshard.planner.registry import add_sharder_args
 from neuroshard.settings import add_flag, parse_flags
 
 # --quick: about 10 minutes on 2 idle cores (docs/EXPERIMENTS.md); any of these given on the command line wins
-QUICK = {"tasks_per_set": 2, "tables_per_task": "3,3", "max_space": 30, "rounds": 2, "search_rounds": 1,
-         "search_batch": 4, "saturation": 4, "search_steps": 2, "final_top": 2, "train_iters": 6}
+QUICK = {"tasks_per_set": 2, "set_tasks": "oversize=1", "tables_per_task": "2,2", "max_space": 12, "rounds": 2,
+         "search_rounds": 1, "search_batch": 3, "saturation": 3, "search_steps": 1, "final_top": 1, "train_iters": 6}
 
 
 def parse_args(argv=None):
@@ -131,7 +131,7 @@ def main(argv=None) -> int:
                                      models.variants(), out / "plans" / f"{name}.json", progress=not args.no_progress)
         per_set[name] = (inputs, records)
         show(f"{name}: {len(inputs.tasks)} tasks planned ({time.perf_counter() - t0:.0f} s)")
-    spaces = []
+    spaces, seconds = [], {}
     for runtime in cfg.runtime_list():
         specs = rs.space_spec(cfg, runtime, problem, models.collectives is not None)
         if args.dry_run:
@@ -139,15 +139,19 @@ def main(argv=None) -> int:
                 rs.print_sizes(inputs, records, problem, specs[0], cfg, runtime)
             continue
         measure = measurer(runtime, args, problem)
+        started = time.perf_counter()
         for name, (inputs, records) in per_set.items():
             spaces += rs.measure_runtime(runtime, inputs, records, problem, specs,
                                          models.estimators(problem, inputs.batch_size), models.guide(runtime),
                                          measure, cfg, out / runtime / name, show=show)
             show(f"{runtime} / {name}: measured ({time.perf_counter() - t0:.0f} s)")
+        seconds[runtime] = time.perf_counter() - started
     if args.dry_run:
         return 0
     batch = next(iter(per_set.values()))[0].batch_size
     summary = summarize(spaces, models.specs(batch), seed=args.seed)
+    for runtime, s in seconds.items():  # this invocation's time: 0 where every stage was read back
+        summary[runtime]["seconds"] = s
     write_json_atomic(out / "config.json", {**config, "seconds": time.perf_counter() - t0})
     rs.write_outputs(out, spaces, summary)
     print((out / "summary.md").read_text())

@@ -121,6 +121,19 @@ def round_noise(spaces: Sequence) -> float:
     return paired_noise(ordered)
 
 
+def unpaired_noise(spaces: Sequence) -> float:
+    """What `round_noise` would be without pairing by round: sqrt(2) x the sd of one plan's cost across rounds
+    relative to its mean, pooled over every plan and task (the sd of the difference of two measurements made at
+    different times). Against `round_noise`, what measuring a task's plans together in each round buys."""
+    sq, dof = 0.0, 0
+    for costs in spaces:
+        c = np.asarray(costs, dtype=np.float64)
+        rel = c / c.mean(axis=1, keepdims=True) - 1.0
+        sq += float((rel ** 2).sum())
+        dof += c.shape[0] * (c.shape[1] - 1)
+    return math.sqrt(2.0 * sq / dof) if dof else 0.0
+
+
 def hits(costs, noise: float, z: float = HIT_Z) -> np.ndarray:
     """Per plan: 0, 0.5 or 1, the share of the two halves on whose judging rounds it is within z x noise /
     sqrt(judging rounds) of the other half's chosen best (module doc)."""
@@ -252,6 +265,8 @@ def summarize(spaces: Sequence[TaskSpace], models: Sequence[ModelSpec] = (), see
         resolved = [t["runner_up"]["resolved"] for t in per_task if t["runner_up"]]
         stable = [t["runner_up"]["stable"] for t in per_task if t["runner_up"]]
         out[runtime] = {"tasks": len(mine), "rounds": rounds, "noise": noise,
+                        "measurements": sum(len(s.plans) * len(s.costs[0]) for s in mine),
+                        "noise_unpaired": unpaired_noise([s.matrix for s in mine]) if crossfit else None,
                         "resolvable": 2.8 * noise / math.sqrt(rounds) if crossfit else None,
                         "resolved": sum(resolved), "stable": sum(stable), "algorithms": algs, "per_task": per_task,
                         "models": [_model_row(mine, m, noise, crossfit, seed) for m in models
@@ -322,9 +337,14 @@ def summary_markdown(summary: dict) -> str:
     for runtime, r in summary.items():
         lines += [f"## Runtime: {runtime}", ""]
         lines.append(f"{r['tasks']} tasks, {r['rounds']} rounds. One round's relative difference between two plans "
-                     f"of a task varies by s = {100 * r['noise']:.1f}% (sd, pooled)"
+                     f"of a task varies by s = {100 * r['noise']:.1f}% (sd, pooled; "
+                     + (f"{100 * r['noise_unpaired']:.1f}% between measurements of other rounds)"
+                        if r.get("noise_unpaired") is not None else "one round)")
                      + (f"; a paired gap of {100 * r['resolvable']:.1f}% is resolved with 80% power at this many "
                         "rounds" if r["resolvable"] else "") + ".")
+        if r.get("seconds") is not None:
+            lines.append(f"Measured in {r['seconds']:.0f} s ({r['measurements']} plan measurements in the final "
+                         "rounds; stages read back from an earlier run take none).")
         lines.append(f"Best plan against the runner-up: resolved (95% interval of the gap above 0) in "
                      f"{r['resolved']} of {r['tasks']} tasks; both halves of the rounds choose the same best in "
                      f"{r['stable']}.")

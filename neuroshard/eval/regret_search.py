@@ -65,6 +65,8 @@ class RegretConfig(Settings):
     TITLE: ClassVar[str] = "regret"
 
     tasks_per_set: int = setting(8, "tasks drawn from each task set's dataset")
+    set_tasks: str = setting("", "per-set task counts instead of --tasks_per_set, e.g. oversize=1 (its 1-2 GB "
+                                 "tables take seconds to build for each TorchRec measurement)")
     tables_per_task: tuple[int, int] = setting((3, 3), "tables per task, inclusive range (lo,hi)")
     draw_seed: int = setting(3000, "seed of the task draws (none of the pipeline's: no model trained on them)")
     runtimes: str = setting(",".join(RUNTIMES), "runtimes measured: paper (the plan job), torchrec (TorchRec "
@@ -86,6 +88,8 @@ class RegretConfig(Settings):
 
     def validate(self) -> None:
         check_int("--tasks_per_set", self.tasks_per_set, 1)
+        for count in self.set_counts().values():
+            check_int("--set_tasks", count, 1)
         lo, hi = self.tables_per_task
         check_int("--tables_per_task", lo, 1)
         check_int("--tables_per_task", hi, lo)
@@ -106,6 +110,19 @@ class RegretConfig(Settings):
         check_int("--search_steps", self.search_steps, 0)
         check_float("--search_confidence", self.search_confidence, 0.0, 1.0, hi_open=True)
         check_int("--final_top", self.final_top, 1)
+
+    def set_counts(self) -> dict[str, int]:
+        out = {}
+        for item in (x.strip() for x in self.set_tasks.split(",") if x.strip()):
+            name, sep, count = item.partition("=")
+            if not sep or not count.strip().isdigit():
+                raise ConfigError("--set_tasks", f"expected SET=COUNT, got {item!r}")
+            out[name.strip()] = int(count)
+        return out
+
+    def tasks_for(self, task_set: str) -> int:
+        """The tasks drawn from `task_set`: its `--set_tasks` count, else `--tasks_per_set`."""
+        return self.set_counts().get(task_set, self.tasks_per_set)
 
     def runtime_list(self) -> list[str]:
         return [r.strip() for r in self.runtimes.split(",") if r.strip()]
@@ -149,7 +166,7 @@ class SetInputs:
 
 def draw_tasks(name: str, data_dir, set_tasks_config: dict, cfg: RegretConfig, out_dir,
                train_tasks=None) -> SetInputs:
-    """`cfg.tasks_per_set` tasks of `cfg.tables_per_task` tables over the dataset in `data_dir`, drawn like the
+    """`cfg.tasks_for(name)` tasks of `cfg.tables_per_task` tables over the dataset in `data_dir`, drawn like the
     set's own tasks (`set_tasks_config`: its gen_tasks.py config.json: the problem, the largest dim, a table
     larger than a device and a hot one where the set's tasks have them) with `cfg.draw_seed`; written with their
     config.json to `out_dir/data.txt` (the same draw again when it is there). InputError when one of them is a
@@ -162,7 +179,7 @@ def draw_tasks(name: str, data_dir, set_tasks_config: dict, cfg: RegretConfig, o
     src = dict(set_tasks_config)
     problem = Problem(**{k: v for k, v in src.get("problem", {}).items() if k in ("ndevices", "max_mem")},
                       seed=cfg.draw_seed)
-    spec = TaskSpec(data_size=cfg.tasks_per_set, T_range=tuple(cfg.tables_per_task), max_dim=src.get("max_dim", 128),
+    spec = TaskSpec(data_size=cfg.tasks_for(name), T_range=tuple(cfg.tables_per_task), max_dim=src.get("max_dim", 128),
                     problem=problem, oversize=src.get("oversize", 0), hot=src.get("hot", 0),
                     hot_min_pooling=src.get("hot_min_pooling", 100.0), max_tries=MAX_DRAWS)
     configs = read_table_configs(Path(data_dir) / "table_configs.json")

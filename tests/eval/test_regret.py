@@ -112,3 +112,13 @@ def test_summary_over_tasks():
     assert m["right"] == 0.5
     text = summary_markdown({"paper": s})
     assert "| a | 2 |" in text and "a model" in text
+
+
+def test_unpaired_noise_is_what_pairing_by_round_takes_out():
+    from neuroshard.eval.regret import unpaired_noise
+
+    # two plans of the same cost, both 20% slower in round 1: paired, their difference does not move; unpaired,
+    # each measurement is 1/11 off its mean
+    c = [[10.0, 12.0], [10.0, 12.0]]
+    assert round_noise([c]) == pytest.approx(0.0)
+    assert unpaired_noise([c]) == pytest.approx(math.sqrt(2 * 4 * (1 / 11) ** 2 / 2))
