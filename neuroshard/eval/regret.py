@@ -249,7 +249,8 @@ def summarize(spaces: Sequence[TaskSpace], models: Sequence[ModelSpec] = (), see
             ru = runner_up(c, noise)
             per_task.append({"task_set": s.task_set, "task": s.task, "plans": len(s.plans), "enumerated": s.enumerated,
                              "space_size": s.space_size, "runner_up": None if ru is None else ru.to_json(),
-                             "search_steps": len(s.search),
+                             "search_steps": sum(1 for c in s.search if c.get("step", 0) > 0),
+                             "search_stopped": next((c["stopped"] for c in s.search if "stopped" in c), None),
                              "regret": {a: {"naive": float(naive[k]), "crossfit": None if cf is None else float(cf[k]),
                                             "hit": None if hit is None else float(hit[k])}
                                         for a, k in s.algs.items()}})
@@ -357,7 +358,8 @@ def summary_markdown(summary: dict) -> str:
         lines += ["", "| task | plans | best vs runner-up: gap [95% CI] | resolved | stable |", "|---|---|---|---|---|"]
         for t in r["per_task"]:
             ru = t["runner_up"]
-            kind = "all" if t["enumerated"] else f"searched, {t['search_steps']} steps"
+            kind = "all" if t["enumerated"] else \
+                f"searched, {t['search_steps']} steps, {t['search_stopped'] or 'stopped'}"
             if ru is None:
                 lines.append(f"| {t['task_set']} {t['task']} | {t['plans']} ({kind}) | - | - | - |")
                 continue

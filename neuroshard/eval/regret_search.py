@@ -368,7 +368,10 @@ def measure_runtime(runtime: str, inputs: SetInputs, records: Sequence[PlanRecor
         try:
             space = enumerate_plans(tables, problem, enum_spec, limit=cfg.max_space)
         except SpaceTooLarge:
-            starts[t] = distinct
+            if distinct:
+                starts[t] = distinct
+            elif show is not None:  # nothing to search from
+                show(f"{inputs.name} task {t}: no algorithm planned it and its space is too large: left out")
             continue
         keys = {plan_key(tables, p, problem) for p in space}
         enumerated[t] = len(space)
