@@ -358,8 +358,9 @@ def summary_markdown(summary: dict) -> str:
         lines += ["", "| task | plans | best vs runner-up: gap [95% CI] | resolved | stable |", "|---|---|---|---|---|"]
         for t in r["per_task"]:
             ru = t["runner_up"]
+            why = {"saturated": "saturated", "exhausted": "no neighbour left", "steps": "at the step cap"}
             kind = "all" if t["enumerated"] else \
-                f"searched, {t['search_steps']} steps, {t['search_stopped'] or 'stopped'}"
+                f"searched: {t['search_steps']} step(s), {why.get(t['search_stopped'], 'stopped')}"
             if ru is None:
                 lines.append(f"| {t['task_set']} {t['task']} | {t['plans']} ({kind}) | - | - | - |")
                 continue
