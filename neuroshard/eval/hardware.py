@@ -119,6 +119,25 @@ def plan_identity(rec: PlanRecord, repeat: int = 0) -> str:
     return json.dumps([rec.task, rec.alg, rec.plan_key, repeat], separators=(",", ":"))
 
 
+def measured_before(out_dir, items: Sequence[PlanRecord], config: dict, repeats: int) -> list[PlanRecord] | None:
+    """The results of an evaluation that `run_evaluation` finished in `out_dir` with `config` (its config.json)
+    on exactly these plan records (task, algorithm and plan, in order), each measured `repeats` times: a crash or
+    a kill after the measuring job loses nothing. None otherwise (a rerun then measures them, resuming an
+    interrupted job itself)."""
+    from neuroshard.formats.io import read_json
+    from neuroshard.formats.plan_file import read_plans
+
+    out = Path(out_dir)
+    res, conf = out / "results.json", out / "config.json"
+    if not (res.exists() and conf.exists()) or (out / PARTIAL_DIR).exists():
+        return None
+    if read_json(conf) != json.loads(json.dumps(config)):
+        return None
+    got = read_plans(res)
+    same = [(r.task, r.alg, r.plan_key) for r in got] == [(r.task, r.alg, r.plan_key) for r in items]
+    return got if same and all(r.repeat_costs and len(r.repeat_costs) == repeats for r in got) else None
+
+
 def run_evaluation(records: Sequence[PlanRecord], data_dir, task_path, cfg: HardwareConfig, out_dir,
                    algs: Sequence[str], num_tasks: int, config: dict | None = None,
                    show: Callable[[str], None] | None = print, worker_module: str | None = None,

@@ -158,7 +158,7 @@ def refine_records(records: Sequence[PlanRecord], tasks, configs, models, refine
     `problem`: the evaluation's (each task planned with its own seed, as `eval.planning` plans it); `hw`:
     how candidates are measured (`measure.plan_job.HardwareConfig`; its `repeats` is
     `refine.refine_repeats`); `run`: the measuring run (default `eval.hardware.run_evaluation`)."""
-    from neuroshard.eval.hardware import run_evaluation
+    from neuroshard.eval.hardware import measured_before, run_evaluation
     from neuroshard.eval.planning import task_seed
     from neuroshard.formats.plan_file import plan_view
     from neuroshard.planner.simulator import simulate
@@ -185,10 +185,11 @@ def refine_records(records: Sequence[PlanRecord], tasks, configs, models, refine
     labels = list(dict.fromkeys(r.alg for r in items))
     t2 = time.perf_counter()
     cfg = replace(hw, repeats=refine.refine_repeats)
-    results = _measured_before(Path(work_dir), items, cfg)
+    config = {"refine_hardware": cfg.to_json()}
+    results = measured_before(Path(work_dir), items, config, cfg.repeats)
     if results is None:
-        results, _ = run(items, data_dir, task_path, cfg, Path(work_dir), labels, len(tasks),
-                         config={"refine_hardware": cfg.to_json()}, show=None)
+        results, _ = run(items, data_dir, task_path, cfg, Path(work_dir), labels, len(tasks), config=config,
+                         show=None)
     job_s = time.perf_counter() - t2
     measured = {(r.task, r.alg): r for r in results}
     estimated = {(r.task, r.alg): r.estimated_cost for r in items}
@@ -223,25 +224,6 @@ def refine_records(records: Sequence[PlanRecord], tasks, configs, models, refine
     if show is not None:
         show(f"refine: {len(items)} candidates of {len(todo)} plans measured in {time.perf_counter() - t0:.1f} s")
     return out
-
-
-def _measured_before(work_dir: Path, items: Sequence[PlanRecord], cfg) -> list[PlanRecord] | None:
-    """The selection's results when a run with the same measurement settings (`work_dir/config.json`) already
-    measured exactly these candidates to the end: a crash or a kill after the measuring job loses nothing. None
-    otherwise (the job then measures them, resuming an interrupted job itself)."""
-    import json
-
-    from neuroshard.formats.io import read_json
-    from neuroshard.formats.plan_file import read_plans
-
-    res, conf = work_dir / "results.json", work_dir / "config.json"
-    if not (res.exists() and conf.exists()):
-        return None
-    if read_json(conf).get("refine_hardware") != json.loads(json.dumps(cfg.to_json())):
-        return None
-    got = read_plans(res)
-    same = [(r.task, r.alg, r.plan_key) for r in got] == [(r.task, r.alg, r.plan_key) for r in items]
-    return got if same and all(r.repeat_costs and len(r.repeat_costs) == cfg.repeats for r in got) else None
 
 
 def append_onpolicy(results: Sequence[PlanRecord], tasks, configs, data_dir) -> None:

@@ -527,3 +527,29 @@ def run_torchrec_eval(records: Sequence[PlanRecord], tasks: Sequence[Task], conf
 
 def print_summary(summary: dict, file=sys.stdout) -> None:
     print(summary_markdown(summary), file=file)
+
+
+def train_measure(cfg: TorchRecTrainConfig, progress: bool = True):
+    """A `Measure` of `eval.regret_search` by TorchRec training (`run_torchrec_eval`, `cfg` its settings, `repeats`
+    the rounds): {(task, label): step ms of each round}; a finished stage (its results.json, of these plans, with
+    the same settings) read back, else trained (resuming its log)."""
+    from dataclasses import replace
+
+    from neuroshard.formats.io import read_json
+
+    def measure(inputs, records: list, rounds: int, stage: Path) -> dict:
+        train = replace(cfg, repeats=rounds)
+        config = {"regret_stage": str(inputs.task_path)}
+        written = json.loads(json.dumps({**config, "training": train.to_json(), "batch_size": inputs.batch_size}))
+        res, conf = Path(stage) / RESULTS_JSON, Path(stage) / "config.json"
+        got = read_json(res) if res.exists() and conf.exists() and not (Path(stage) / PARTIAL_DIR).exists() \
+            and read_json(conf) == written else None
+        if got is None or [(g["task"], g["alg"], g["plan"], len(g["step_ms"])) for g in got] != \
+                [(r.task, r.alg, r.plan.to_json(), rounds) for r in records]:
+            labels = list(dict.fromkeys(r.alg for r in records))
+            run_torchrec_eval(records, inputs.tasks, inputs.configs, inputs.data_dir, inputs.batch_size, train, stage,
+                              labels, labels[0], config=config, show=None, progress=progress)
+            got = read_json(res)
+        return {(g["task"], g["alg"]): list(g["step_ms"]) for g in got}
+
+    return measure

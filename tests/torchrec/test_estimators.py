@@ -81,3 +81,17 @@ def test_the_fitted_and_neural_torchrec_planners_plan_valid_plans(tmp_path):
         ns.shard(tables, Problem(4, 1.0), models=models, alg="torchrec_fitted")
     with pytest.raises(ns.InputError, match="fitted for 4 ranks, the plans are for 2"):
         ns.shard(tables, Problem(2, 1.0), alg="torchrec_fitted", torchrec_estimator=str(tmp_path / "est.json"))
+
+
+def test_torchrecs_default_estimator_is_its_own_figures():
+    from torchrec.distributed.planner import constants
+
+    from neuroshard.planner.costs import analytic
+
+    assert analytic.TORCHREC_HBM_MEM_BW == pytest.approx(constants.HBM_MEM_BW)
+    assert analytic.TORCHREC_INTRA_NODE_BANDWIDTH == pytest.approx(constants.INTRA_NODE_BANDWIDTH)
+    model = AnalyticModel.torchrec_default(4, 4096)
+    table = TableConfig(1000, 2.0, ns.DEFAULT_BINS, 128)
+    # TorchRec's forward compute of a 128-wide shard: (IR + LU + OW) / HBM bandwidth, backward twice that
+    ir, lu, ow = np.ceil(8 * 4096 * 2.0), 4 * 4096 * 2.0 * 128, 4 * 4096 * 128
+    assert model.table_compute([table])[0] == pytest.approx(3 * (ir + lu + ow) / constants.HBM_MEM_BW)

@@ -375,3 +375,31 @@ def test_the_hosts_torchrec_sees_while_sharding(monkeypatch):
     with pytest.raises(ValueError, match="the problem has 2 ranks per host, torchrun ran 3 per machine"):
         with hosts_env(2, 0, 6):
             pass
+
+
+def test_train_measure_reads_a_finished_stage_back_and_trains_a_changed_one(tiny, tmp_path, monkeypatch):
+    """The regret measurement's stage (`train_measure`): a stage that run_torchrec_eval finished with the same
+    settings and plans is read back without a job; other settings train it again (a stand-in writes its files)."""
+    from neuroshard.eval.regret_search import SetInputs
+    from neuroshard.torchrec import training_eval
+
+    d, configs, task, records = tiny
+    inputs = SetInputs("s", d / "ds", configs, BATCH, d / "tasks.txt", [task])
+    cfg = TorchRecTrainConfig(problem=Problem(2), warmup=0, iters=2, timeout=60)
+    calls = []
+
+    def fake_eval(recs, tasks, cfgs, data_dir, batch, train, out, algs, reference, config=None, **kw):
+        calls.append(train.repeats)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "config.json").write_text(json.dumps({**config, "training": train.to_json(), "batch_size": batch}))
+        (out / "results.json").write_text(json.dumps([{"task": r.task, "alg": r.alg, "plan": r.plan.to_json(),
+                                                       "step_ms": [1.0 + k] * train.repeats}
+                                                      for k, r in enumerate(recs)]))
+
+    monkeypatch.setattr(training_eval, "run_torchrec_eval", fake_eval)
+    measure = training_eval.train_measure(cfg, progress=False)
+    got = measure(inputs, records, 2, tmp_path / "final")
+    assert got == {(0, "table_wise"): [1.0, 1.0], (0, "column"): [2.0, 2.0]} and calls == [2]
+    assert measure(inputs, records, 2, tmp_path / "final") == got and calls == [2]  # read back
+    measure(inputs, records, 3, tmp_path / "final")  # three rounds: other settings, trained again
+    assert calls == [2, 3]

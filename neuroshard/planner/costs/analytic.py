@@ -41,6 +41,11 @@ FORMAT = "neuroshard.torchrec_estimator.v1"
 DEVICE_BW = 1.0e6  # bytes per ms the coefficients are relative to (TorchRec divides by the device bandwidth)
 BWD_MULTIPLIER = 2.0  # TorchRec's BWD_COMPUTE_MULTIPLIER
 TERMS = ("input_read", "lookup", "output", "hash_size")
+# TorchRec 1.8's own figures (`torchrec.distributed.planner.constants`, bytes per ms): the HBM bandwidth its compute
+# terms are divided by and the intra-host bandwidth of its all-to-alls; `AnalyticModel.torchrec_default` holds them
+# (tests/torchrec/test_estimators.py compares them with TorchRec's)
+TORCHREC_HBM_MEM_BW = 897 * 1024 ** 3 / 1000
+TORCHREC_INTRA_NODE_BANDWIDTH = 600 * 1024 ** 3 / 1000
 
 
 def block_penalty(dims: np.ndarray) -> np.ndarray:
@@ -97,6 +102,14 @@ class AnalyticModel(Record):
     def scaled(self, compute: float = 1.0, comm: float = 1.0) -> "AnalyticModel":
         """The model with its compute times `compute` and its exchanges' times `comm` (a machine's drift)."""
         return replace(self, coef=tuple(c * compute for c in self.coef), a2a_bw=self.a2a_bw / comm)
+
+    @classmethod
+    def torchrec_default(cls, ndevices: int, batch: int) -> "AnalyticModel":
+        """TorchRec's estimator as it ships: coefficients 1, 1, 1, 0 over a GPU's HBM bandwidth, its intra-host
+        all-to-all bandwidth (TorchRec's default topology), for `ndevices` ranks at global `batch`."""
+        scale = DEVICE_BW / TORCHREC_HBM_MEM_BW
+        return cls(ndevices, (scale, scale, scale, 0.0), TORCHREC_INTRA_NODE_BANDWIDTH, batch,
+                   source={"torchrec_default": True})
 
     def json_extra(self) -> dict:
         return {"format": FORMAT, "terms": list(TERMS), "device_bw": DEVICE_BW, "bwd_multiplier": BWD_MULTIPLIER}
