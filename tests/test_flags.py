@@ -29,28 +29,28 @@ SCRIPTS = sorted([*ROOT.glob("*.py"), *(ROOT / "tools").glob("*.py"), *(ROOT / "
 SCRIPTS = [p for p in SCRIPTS if p.name != "setup.py"]
 
 
-def _site(frame_info) -> str:
-    """Where an option was declared, from the frames above `add_argument`."""
-    for info in frame_info:
-        code = info.frame.f_code
-        if info.filename == settings.__file__ and code.co_name == "add_args":
-            cls, f = info.frame.f_locals["cls"], info.frame.f_locals["f"]
+def _site(frame) -> str:
+    """Where an option was declared, from `frame` (the caller of `add_argument`) and the frames above it (walked
+    by hand: `inspect.stack` reads every frame's source and made this test several times slower)."""
+    while frame is not None:
+        code, filename = frame.f_code, frame.f_code.co_filename
+        if filename == settings.__file__ and code.co_name == "add_args":
+            cls, f = frame.f_locals["cls"], frame.f_locals["f"]
             if f.metadata.get("catalog"):
                 return f"settings.FLAGS[{f.metadata['catalog']!r}]"
             return f"{cls.__module__}.{cls.__qualname__}.{f.name}"
-        if info.filename == settings.__file__ and code.co_name == "add_flag":
-            return f"settings.FLAGS[{info.frame.f_locals['name']!r}]"
-        if info.filename != argparse.__file__ and info.filename != __file__:
-            path = Path(info.filename).resolve()
-            return f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}:{info.lineno}"
+        if filename == settings.__file__ and code.co_name == "add_flag":
+            return f"settings.FLAGS[{frame.f_locals['name']!r}]"
+        if filename != argparse.__file__ and filename != __file__:
+            path = Path(filename).resolve()
+            return f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}:{frame.f_lineno}"
+        frame = frame.f_back
     raise AssertionError("no caller")
 
 
 def _watch(scripts) -> tuple[dict[str, set[str]], dict[str, set[str]], dict[str, set[str]]]:
     """Run each script's `main(["--help"])` with `add_argument` watched: (option string -> the places that
     declared it, script name -> its option strings, script name -> the names it gave `settings.parse_flags`)."""
-    import inspect
-
     sites: dict[str, set[str]] = defaultdict(set)
     options: dict[str, set[str]] = defaultdict(set)
     parsed_as: dict[str, set[str]] = defaultdict(set)
@@ -59,7 +59,7 @@ def _watch(scripts) -> tuple[dict[str, set[str]], dict[str, set[str]], dict[str,
     current = [""]
 
     def watched(self, *names, **kw):
-        site = _site(inspect.stack(context=0)[1:])
+        site = _site(sys._getframe(1))
         for n in names:
             if n.startswith("--") and n != "--help":
                 sites[n].add(site)

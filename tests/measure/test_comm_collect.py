@@ -149,6 +149,7 @@ def _lines(path):
         return f.read().split(b"\n")
 
 
+@pytest.mark.heavy
 def test_resume_after_kill(tmp_path):
     """SIGKILL the collector mid-run (ranks must go too), tear the last line, resume.
 
