@@ -177,7 +177,7 @@ def _wait_lines(path: Path, n: int, proc, timeout: float = 180) -> None:
     raise AssertionError(f"no {n} measurements within {timeout} s")
 
 
-@pytest.mark.heavy
+@pytest.mark.heavy(19)
 def test_eval_resumes_after_kill_and_ctrl_c_without_measuring_a_plan_twice(setup, tmp_path):
     import signal
 
@@ -234,7 +234,7 @@ def _set(args: list, flag: str, value: str) -> list:
     return out
 
 
-@pytest.mark.heavy
+@pytest.mark.heavy(18)
 def test_eval_script_on_two_nodes_measures_all_four_ranks(setup, tmp_path):
     """The same eval.py command on two "nodes" (2 ranks each, one rendezvous on 127.0.0.1): node 0
     plans and writes; node 1 lends its ranks, reads its own dataset copy, writes nothing."""

@@ -61,7 +61,7 @@ def _run(command: str, added: list[str], cwd) -> tuple[int, str, str]:
     return res.returncode, res.stdout, res.stderr
 
 
-@pytest.mark.heavy
+@pytest.mark.heavy(30)
 def test_the_original_readme_runs_as_written(tmp_path):
     _public_file(tmp_path / "fbgemm_t12_bs64.pt", 12, 64)
     out = {}

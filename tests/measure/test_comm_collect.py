@@ -149,7 +149,7 @@ def _lines(path):
         return f.read().split(b"\n")
 
 
-@pytest.mark.heavy
+@pytest.mark.heavy(15)
 def test_resume_after_kill(tmp_path):
     """SIGKILL the collector mid-run (ranks must go too), tear the last line, resume.
 

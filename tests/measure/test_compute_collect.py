@@ -106,7 +106,7 @@ def test_sampler_respects_limits_and_seed():
         ShardSampler(aug, 5, 1e-9, seed=0)
 
 
-@pytest.mark.heavy
+@pytest.mark.heavy(15)
 def test_two_workers_poisoned_sample_and_dead_worker(dataset_dir, tmp_path):
     out = tmp_path / "c"
     faulty = FaultyMeasurer(dataset_dir, tmp_path / "calls", fail=2, crash=5)

@@ -31,7 +31,7 @@ def config_of(out):
     return json.loads((out / "config.json").read_text())
 
 
-@pytest.mark.heavy
+@pytest.mark.heavy(120)
 def test_tiny_pipeline_writes_every_artifact_and_skips_on_rerun(tmp_path):
     out = tmp_path / "run"
     r = _driver(out)

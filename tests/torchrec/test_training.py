@@ -114,7 +114,7 @@ def trained(tiny, tmp_path_factory):
     return items, cfg, train_plans([{**it, "repeat": 0} for it in items], d / "ds", BATCH, cfg)
 
 
-@pytest.mark.heavy
+@pytest.mark.heavy(15)
 def test_two_rank_job_trains_every_plan_and_times_it(trained):
     """Three iterations of each plan, two timed: finite, positive, the slowest rank's."""
     items, _, steps = trained
