@@ -58,6 +58,9 @@ Parts (--parts, comma list):
   tables, 128 devices); prints the planning-time ratio TorchRec / NeuroShard.
   Skipped without torchrec.
 
+(Over 600 lines: the six parts share their synthetic tasks, cost models and timers, and a user runs any mix of
+them in one command; each part is one function, `part_<name>`.)
+
 Cost models: trained checkpoints when given (--compute_model, and
 --comm_models per device count); otherwise synthetic ones, built here with
 hand-set weights plus a seeded random part, at the scale of PLATFORM.md's
