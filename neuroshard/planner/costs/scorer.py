@@ -129,6 +129,9 @@ class PlanScorer:
         nd_fw, nd_bw = getattr(fw_model, "ndevices", None), getattr(bw_model, "ndevices", None)
         if nd_fw != nd_bw:
             raise NeuroShardError(f"forward comm model is for {nd_fw} devices, backward for {nd_bw}")
+        if nd_fw is None:
+            raise NeuroShardError("the comm models are for any world size: bind them to the problem's device count "
+                                  "first (CostModels.for_world)")
         self.ndevices = int(nd_fw)
         self._table = self._extract_table_mlp(compute_model)
         self._head = self._extract_head(compute_model)
@@ -372,8 +375,8 @@ class EnsembleScorer:
         self.parts = [PlanScorer(parts[0][i % len(parts[0])], parts[1][i % len(parts[1])],
                                  parts[2][i % len(parts[2])]) for i in range(k)]
         heads = [p._head for p in self.parts]
-        if not all(p.uses_numpy for p in self.parts) or not all(isinstance(h.rest, tuple) for h in heads) \
-                or len({h.relu1 for h in heads}) != 1:
+        if not all(p._table is not None and h is not None for p, h in zip(self.parts, heads)) \
+                or not all(isinstance(h.rest, tuple) for h in heads) or len({h.relu1 for h in heads}) != 1:
             raise NeuroShardError("ensemble members must have the standard cost-model layout")
         self.ndevices = self.parts[0].ndevices
         self._w1 = np.stack([h.w1 for h in heads])  # [K, E, A] float64
@@ -385,8 +388,9 @@ class EnsembleScorer:
         self._w2_mean = (self._w2 / ACC_DTYPE(k)).reshape(-1).astype(ACC_DTYPE)  # [K A]
         self._b2_mean = self._b2.mean(dtype=ACC_DTYPE)
         self._zeros = np.zeros_like(self._b1)
-        self._comm_params = {kind: self._stack_comm([getattr(p, f"_{kind}") for p in self.parts])
-                             for kind in ("fw", "bw")}
+        # a comm model without a NumPy copy (one for any world size, `nets.WorldAtCount`): each member's torch model
+        self._comm_params = {kind: self._stack_comm(params) if all(q is not None for q in params) else None
+                             for kind in ("fw", "bw") for params in [[getattr(p, f"_{kind}") for p in self.parts]]}
 
     @staticmethod
     def _stack_comm(params):
@@ -397,7 +401,10 @@ class EnsembleScorer:
         scale = np.array([p[3] for p in params], dtype=np.float32)[:, None, None]
         return layers, mean, std, scale, params[0][4], params[0][5]
 
-    uses_numpy = True
+    @property
+    def uses_numpy(self) -> bool:
+        """True when every model runs as NumPy copies (the compute models always do here)."""
+        return all(p is not None for p in self._comm_params.values())
 
     @property
     def embed_dim(self) -> int:
@@ -451,6 +458,9 @@ class EnsembleScorer:
 
     def _comm(self, kind: str, dims: np.ndarray, sleeps) -> np.ndarray:
         """Every member's prediction [K, M, n] (float64); `sleeps` [K, M, n] (fw) or None (bw)."""
+        if self._comm_params[kind] is None:
+            return np.stack([p._torch_comm(kind, dims, None if sleeps is None else sleeps[k])
+                             for k, p in enumerate(self.parts)])
         layers, mean, std, scale, wait_term, wait_inputs = self._comm_params[kind]
         x = np.broadcast_to(dims.astype(np.float32), (self.members, *dims.shape))
         if kind == "fw":
