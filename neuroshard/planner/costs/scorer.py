@@ -94,6 +94,37 @@ def _run_mlp(layers, x: np.ndarray) -> np.ndarray:
 
 
 
+def world_inputs(kind: str, dims: np.ndarray, sleeps) -> np.ndarray:
+    """`nets.world_features` of exchanges over every one of their n ranks, as NumPy: [..., n, F] float32 from
+    dims (and for "fw" sleeps) [..., n]."""
+    d = np.asarray(dims, dtype=np.float32)
+    n = d.shape[-1]
+    index = np.arange(n, dtype=np.float32)
+    total, smallest = d.sum(-1, keepdims=True), d.min(-1, keepdims=True)
+    cols = [np.float32(n), index / max(n - 1, 1), index == 0, d, total, d.max(-1, keepdims=True), smallest,
+            d * np.float32((n - 1) / n), (total - d) / n, (total - smallest) / n]
+    if kind == "fw":
+        s = np.asarray(sleeps, dtype=np.float32)
+        wait = s.max(-1, keepdims=True) - s
+        gap = np.sort(wait, axis=-1)[..., 1:2] if n > 1 else np.zeros_like(total)
+        cols += [wait, wait.max(-1, keepdims=True), wait.sum(-1, keepdims=True) / n, gap]
+    return np.stack([np.broadcast_to(np.asarray(c, dtype=np.float32), d.shape) for c in cols], axis=-1)
+
+
+class _Comm(NamedTuple):
+    """A comm model as NumPy: its MLP `layers` ((W^T, b, relu) float32), its input's `mean` / `std`, the target
+    `scale`; `wait_term` / `wait_inputs` as `nets.CommCostModel`'s; `world`: a model for any world size (its
+    input each rank's features, `world_inputs`; one output per rank)."""
+
+    layers: list
+    mean: np.ndarray
+    std: np.ndarray
+    scale: Any
+    wait_term: bool
+    wait_inputs: bool
+    world: bool
+
+
 class _Head(NamedTuple):
     """The compute model's head as NumPy: its first linear layer (`w1` [32, A] float64, `b1` [A], then a
     ReLU if `relu1`), the remaining layers (`rest`: (w [A], b) of the usual A -> 1 output layer with the
@@ -171,16 +202,20 @@ class PlanScorer:
 
     @staticmethod
     def _extract_comm(model):
-        layers = _numpy_mlp(getattr(model, "mlp", None))
-        if layers is None or not all(hasattr(model, a) for a in ("x_mean", "x_std", "target_scale")):
+        world = getattr(model, "world_model", None)  # one for any world size bound to a count (nets.WorldAtCount)
+        net = model if world is None else world
+        names = ("x_mean", "x_std") if world is None else ("f_mean", "f_std")
+        layers = _numpy_mlp(getattr(net, "mlp", None))
+        if layers is None or not all(hasattr(net, a) for a in (*names, "target_scale")):
             return None
         # float32 like the model itself: scoring thousands of placements is the second-largest
         # cost of the search, and float32 halves it
         layers = [(w.astype(np.float32), b.astype(np.float32), r) for w, b, r in layers]
-        mean = model.x_mean.detach().numpy().astype(np.float32)
-        std = model.x_std.detach().numpy().astype(np.float32)
-        return (layers, mean, std, np.float32(model.target_scale), bool(getattr(model, "wait_term", False)),
-                bool(getattr(model, "wait_inputs", False)))
+        mean, std = (getattr(net, a).detach().numpy().astype(np.float32) for a in names)
+        if world is not None:  # per-rank features, the wait for the last rank added (nets.WorldCommModel)
+            return _Comm(layers, mean, std, np.float32(net.target_scale), net.kind == "fw", False, True)
+        return _Comm(layers, mean, std, np.float32(model.target_scale), bool(getattr(model, "wait_term", False)),
+                     bool(getattr(model, "wait_inputs", False)), False)
 
     def _check_against_torch(self) -> None:
         """Drop a NumPy copy that disagrees with its torch model (an unknown layout)."""
@@ -303,13 +338,17 @@ class PlanScorer:
         params = self._fw if kind == "fw" else self._bw
         if params is None:
             return self._torch_comm(kind, dims, sleeps)
-        layers, mean, std, scale, wait_term, wait_inputs = params
-        if kind == "bw":
+        layers, mean, std, scale, wait_term, wait_inputs, world = params
+        if kind == "fw":
+            waits = sleeps.max(axis=-1, keepdims=True) - sleeps  # see nets.CommCostModel
+        if world:
+            x = world_inputs(kind, dims, sleeps)
+        elif kind == "bw":
             x = dims
         else:
-            waits = sleeps.max(axis=-1, keepdims=True) - sleeps  # see nets.CommCostModel
             x = np.concatenate([dims, waits if wait_inputs else sleeps], axis=-1)
         out = _run_mlp(layers, (x.astype(np.float32) - mean) / std)
+        out = out[..., 0] if world else out
         out *= scale
         out = out.astype(np.float64)
         if wait_term:  # see nets.CommCostModel: the wait for the last rank, from the inputs
@@ -399,7 +438,9 @@ class EnsembleScorer:
         mean = np.stack([p[1] for p in params])[:, None]  # [K, 1, in]
         std = np.stack([p[2] for p in params])[:, None]
         scale = np.array([p[3] for p in params], dtype=np.float32)[:, None, None]
-        return layers, mean, std, scale, params[0][4], params[0][5]
+        if len({p.world for p in params}) != 1:
+            raise NeuroShardError("ensemble members must be comm models of one kind")
+        return _Comm(layers, mean, std, scale, params[0][4], params[0][5], params[0].world)
 
     @property
     def uses_numpy(self) -> bool:
@@ -461,10 +502,14 @@ class EnsembleScorer:
         if self._comm_params[kind] is None:
             return np.stack([p._torch_comm(kind, dims, None if sleeps is None else sleeps[k])
                              for k, p in enumerate(self.parts)])
-        layers, mean, std, scale, wait_term, wait_inputs = self._comm_params[kind]
-        x = np.broadcast_to(dims.astype(np.float32), (self.members, *dims.shape))
+        layers, mean, std, scale, wait_term, wait_inputs, world = self._comm_params[kind]
+        k, (m, n) = self.members, dims.shape
+        x = np.broadcast_to(dims.astype(np.float32), (k, m, n))
         if kind == "fw":
             waits = sleeps.max(axis=-1, keepdims=True) - sleeps
+        if world:  # every rank a row: [K, M n, F]
+            x = world_inputs(kind, x, sleeps).reshape(k, m * n, -1)
+        elif kind == "fw":
             x = np.concatenate([x, (waits if wait_inputs else sleeps).astype(np.float32)], axis=-1)
         x = (x - mean) / std
         for w, b, relu in layers:
@@ -472,6 +517,7 @@ class EnsembleScorer:
             x += b
             if relu:
                 np.maximum(x, 0.0, out=x)
+        x = x.reshape(k, m, n) if world else x
         out = (x * scale).astype(np.float64)
         if wait_term:
             out += waits
