@@ -215,3 +215,22 @@ def test_one_model_pair_learns_every_world_size_and_prices_one_it_never_saw(tmp_
     assert held["ndevices"] == 3 and held["samples"] == 150 and held["mape"] < 0.02
     fw = check_world_comm_model(load_comm_model(tmp_path / "m" / "comm_fw.pt", 3, "fw"), dirs[2], "fw")
     assert fw["mape"] < 0.08
+
+
+def test_world_models_record_their_collections_batch_and_refuse_two(tmp_path):
+    from neuroshard.formats.io import write_json_atomic
+    from neuroshard.train.comm_model import train_world_comm_models
+
+    dirs = []
+    for n, batch in ((2, 4032), (4, 4032), (3, 2016)):
+        d = tmp_path / f"comm_{n}"
+        d.mkdir()
+        write_comm_data(d, world_samples(n, 20, seed=1))
+        write_json_atomic(d / "config.json", {"ndevices": n, "batch_size": batch})
+        dirs.append(d)
+    cfg = TrainConfig(epochs=2, seed=0)
+    train_world_comm_models(dirs[:2], cfg, tmp_path / "comm_fw.pt", tmp_path / "comm_bw.pt", progress=False)
+    assert load_comm_model(tmp_path / "comm_bw.pt", 3, "bw").checkpoint_extra["batch"] == {"ref": 4032,
+                                                                                           "sizes": [4032]}
+    with pytest.raises(InputError, match=r"comm_3/config.json: measured at batch 2016, .*comm_2 at 4032"):
+        train_world_comm_models(dirs, cfg, tmp_path / "x_fw.pt", tmp_path / "x_bw.pt", progress=False)

@@ -301,7 +301,7 @@ class WorldAtCount(nn.Module):
     `ndevices` ranks, with a per-count `CommCostModel`'s interface: `predict(dims, sleeps)` of width n,
     `forward(x)`, `ndevices`, `kind`, `checkpoint_extra`; an ensemble's `members` bound alike. The planner binds
     a bundle to a problem's ranks with `CostModels.for_world` (one wrapper per model and count: `at_world`); the
-    scorer runs it through its torch fall-back. `world_model`: the wrapped model."""
+    scorer runs it as a NumPy copy of `world_model` (the wrapped model), or through its torch fall-back."""
 
     def __init__(self, model: nn.Module, ndevices: int):
         super().__init__()
