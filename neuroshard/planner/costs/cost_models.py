@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from neuroshard.planner.costs.any_world import comm_paths, world_warning
 from neuroshard.settings import add_flag
 from neuroshard.types.costs import PlanError, RankNoise
 from neuroshard.types.errors import ConfigError, InputError, NeuroShardError
@@ -352,26 +353,6 @@ class CostModels:
         (then bound to `ndevices`: `for_world`)."""
         return cls(load_compute_model(compute), load_comm_model(fw, ndevices, "fw"),
                    load_comm_model(bw, ndevices, "bw")).for_world(ndevices)
-
-
-def comm_paths(folder, ndevices: int | None) -> tuple[Path, Path]:
-    """The (forward, backward) comm checkpoints of `folder` for `ndevices` ranks: its pair for that count
-    (`comm_<n>_fw.pt`, `comm_<n>_bw.pt`), else its pair for any world size (`comm_fw.pt`, `comm_bw.pt`) when it
-    has one; for `ndevices` None, the pair for any world size. (Loading a pair that is not there names it.)"""
-    folder = Path(folder)
-    world = (folder / "comm_fw.pt", folder / "comm_bw.pt")
-    if ndevices is None:
-        return world
-    own = (folder / f"comm_{ndevices}_fw.pt", folder / f"comm_{ndevices}_bw.pt")
-    return world if not own[0].is_file() and world[0].is_file() else own
-
-
-def world_warning(what: str, sizes, ndevices: int) -> str | None:
-    """The warning for `what` (a model for any world size, trained on world sizes `sizes`) pricing `ndevices`
-    ranks outside them; None between them (or when they are not recorded)."""
-    if not sizes or min(sizes) <= ndevices <= max(sizes):
-        return None
-    return f"{what} trained on {min(sizes)}-{max(sizes)} ranks; {ndevices} is extrapolation"
 
 
 def _world_model(model):

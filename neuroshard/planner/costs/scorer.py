@@ -18,6 +18,7 @@ from typing import Any, NamedTuple, Sequence
 import numpy as np
 
 from neuroshard.numerics import ordered_sums
+from neuroshard.planner.costs.any_world import world_inputs
 from neuroshard.planner.costs.features import ACC_DTYPE, batch_scaled, feature_matrix
 from neuroshard.types.errors import NeuroShardError
 from neuroshard.types.tables import TableConfig
@@ -92,37 +93,6 @@ def _run_mlp(layers, x: np.ndarray) -> np.ndarray:
     return x
 
 
-
-
-def world_inputs(kind: str, dims: np.ndarray, sleeps) -> np.ndarray:
-    """`nets.world_features` of exchanges over every one of their n ranks, as NumPy: [..., n, F] float32 from
-    dims (and for "fw" sleeps) [..., n]."""
-    d = np.asarray(dims, dtype=np.float32)
-    n = d.shape[-1]
-    index = np.arange(n, dtype=np.float32)
-    total, smallest = d.sum(-1, keepdims=True), d.min(-1, keepdims=True)
-    cols = [np.float32(n), index / max(n - 1, 1), index == 0, d, total, d.max(-1, keepdims=True), smallest,
-            d * np.float32((n - 1) / n), (total - d) / n, (total - smallest) / n]
-    if kind == "fw":
-        s = np.asarray(sleeps, dtype=np.float32)
-        wait = s.max(-1, keepdims=True) - s
-        gap = np.sort(wait, axis=-1)[..., 1:2] if n > 1 else np.zeros_like(total)
-        cols += [wait, wait.max(-1, keepdims=True), wait.sum(-1, keepdims=True) / n, gap]
-    return np.stack([np.broadcast_to(np.asarray(c, dtype=np.float32), d.shape) for c in cols], axis=-1)
-
-
-class _Comm(NamedTuple):
-    """A comm model as NumPy: its MLP `layers` ((W^T, b, relu) float32), its input's `mean` / `std`, the target
-    `scale`; `wait_term` / `wait_inputs` as `nets.CommCostModel`'s; `world`: a model for any world size (its
-    input each rank's features, `world_inputs`; one output per rank)."""
-
-    layers: list
-    mean: np.ndarray
-    std: np.ndarray
-    scale: Any
-    wait_term: bool
-    wait_inputs: bool
-    world: bool
 
 
 class _Head(NamedTuple):
@@ -202,6 +172,8 @@ class PlanScorer:
 
     @staticmethod
     def _extract_comm(model):
+        """(MLP layers, input mean, std, target scale, wait_term, wait_inputs, world) as NumPy, or None; `world`:
+        a model for any world size (its input each rank's features, `world_inputs`; one output per rank)."""
         world = getattr(model, "world_model", None)  # one for any world size bound to a count (nets.WorldAtCount)
         net = model if world is None else world
         names = ("x_mean", "x_std") if world is None else ("f_mean", "f_std")
@@ -213,9 +185,9 @@ class PlanScorer:
         layers = [(w.astype(np.float32), b.astype(np.float32), r) for w, b, r in layers]
         mean, std = (getattr(net, a).detach().numpy().astype(np.float32) for a in names)
         if world is not None:  # per-rank features, the wait for the last rank added (nets.WorldCommModel)
-            return _Comm(layers, mean, std, np.float32(net.target_scale), net.kind == "fw", False, True)
-        return _Comm(layers, mean, std, np.float32(model.target_scale), bool(getattr(model, "wait_term", False)),
-                     bool(getattr(model, "wait_inputs", False)), False)
+            return layers, mean, std, np.float32(net.target_scale), net.kind == "fw", False, True
+        return (layers, mean, std, np.float32(model.target_scale), bool(getattr(model, "wait_term", False)),
+                bool(getattr(model, "wait_inputs", False)), False)
 
     def _check_against_torch(self) -> None:
         """Drop a NumPy copy that disagrees with its torch model (an unknown layout)."""
@@ -427,7 +399,6 @@ class EnsembleScorer:
         self._w2_mean = (self._w2 / ACC_DTYPE(k)).reshape(-1).astype(ACC_DTYPE)  # [K A]
         self._b2_mean = self._b2.mean(dtype=ACC_DTYPE)
         self._zeros = np.zeros_like(self._b1)
-        # a comm model without a NumPy copy (one for any world size, `nets.WorldAtCount`): each member's torch model
         self._comm_params = {kind: self._stack_comm(params) if all(q is not None for q in params) else None
                              for kind in ("fw", "bw") for params in [[getattr(p, f"_{kind}") for p in self.parts]]}
 
@@ -438,9 +409,7 @@ class EnsembleScorer:
         mean = np.stack([p[1] for p in params])[:, None]  # [K, 1, in]
         std = np.stack([p[2] for p in params])[:, None]
         scale = np.array([p[3] for p in params], dtype=np.float32)[:, None, None]
-        if len({p.world for p in params}) != 1:
-            raise NeuroShardError("ensemble members must be comm models of one kind")
-        return _Comm(layers, mean, std, scale, params[0][4], params[0][5], params[0].world)
+        return layers, mean, std, scale, *params[0][4:]
 
     @property
     def uses_numpy(self) -> bool:
@@ -499,7 +468,7 @@ class EnsembleScorer:
 
     def _comm(self, kind: str, dims: np.ndarray, sleeps) -> np.ndarray:
         """Every member's prediction [K, M, n] (float64); `sleeps` [K, M, n] (fw) or None (bw)."""
-        if self._comm_params[kind] is None:
+        if self._comm_params[kind] is None:  # a layout without NumPy copies: each member's torch model
             return np.stack([p._torch_comm(kind, dims, None if sleeps is None else sleeps[k])
                              for k, p in enumerate(self.parts)])
         layers, mean, std, scale, wait_term, wait_inputs, world = self._comm_params[kind]
