@@ -252,9 +252,19 @@ class CostModels:
     def _load_dir(cls, d: Path, ndevices: int) -> "CostModels":
         from neuroshard.planner.costs.collective_model import default_path
 
-        models = cls.from_paths(d / "compute.pt", *comm_paths(d, ndevices), ndevices)
-        coll = default_path(d, None if models.any_world else ndevices)
-        return models.with_collectives(coll if coll.exists() else None)
+        fw, bw = comm_paths(d, ndevices)
+        if fw != comm_paths(d, None)[0]:
+            models = cls.from_paths(d / "compute.pt", fw, bw, ndevices)
+            coll = default_path(d, ndevices)
+            return models.with_collectives(coll if coll.exists() else None)
+        coll = default_path(d, None)  # any world size: bound with its collective model (both warned of once)
+        return cls._any_world(d, fw, bw).with_collectives(coll if coll.exists() else None).for_world(ndevices)
+
+    @classmethod
+    def _any_world(cls, d: Path, fw: Path, bw: Path) -> "CostModels":
+        """The compute model of folder `d` and the comm models for any world size at `fw`, `bw`, not bound."""
+        return cls(load_compute_model(d / "compute.pt"), load_comm_model(fw, None, "fw"),
+                   load_comm_model(bw, None, "bw"))
 
     @classmethod
     def load_run(cls, folder, ndevices: int | None = None) -> "CostModels":
@@ -286,7 +296,7 @@ class CostModels:
         if not (own / "compute.pt").is_file():
             raise InputError(d, "no cost models here (compute.pt and comm_<n>_fw/bw.pt in it, in its models/ or "
                                 "models/onpolicy/; a pipeline run writes them)")
-        world = ndevices is None and comm_paths(own, None)[0].is_file()
+        world = comm_paths(own, None)[0].is_file() and comm_paths(own, ndevices)[0] == comm_paths(own, None)[0]
         if ndevices is None and not world:
             counts = sorted({int(m.group(1)) for p in own.glob("comm_*_fw.pt")
                              if (m := re.fullmatch(r"comm_(\d+)_fw\.pt", p.name))})
@@ -297,11 +307,7 @@ class CostModels:
                                               "give the device count")
             ndevices = counts[0]
         fw, bw = comm_paths(own, ndevices)
-        if world:
-            models = cls(load_compute_model(own / "compute.pt"), load_comm_model(fw, None, "fw"),
-                         load_comm_model(bw, None, "bw"))
-        else:
-            models = cls.from_paths(own / "compute.pt", fw, bw, ndevices)
+        models = cls._any_world(own, fw, bw) if world else cls.from_paths(own / "compute.pt", fw, bw, ndevices)
         found = {}
         for key, where, load in (("collectives", collective_model.default_path, collective_model.CollectiveModel),
                                  ("torchrec_runtime", runtime_model.default_path,
@@ -311,8 +317,10 @@ class CostModels:
             n = None if models.any_world else ndevices
             path = next((p for p in (where(own, n), where(base, n)) if p.is_file()), None)
             if path is not None:
-                found[key] = load.load(path, ndevices)
+                found[key] = load.load(path, n)
         models = replace(models, origin=str(own), **found)
+        if world and ndevices is not None:  # bound with its collective model (both warned of once)
+            models = models.for_world(ndevices)
         logger.info("%s", models.describe())
         return models
 

@@ -434,6 +434,10 @@ def test_a_count_outside_the_trained_sizes_is_a_warning_and_per_count_models_are
                                                 "collective model trained on 2-8 ranks; 16 is extrapolation"]
     with pytest.raises(NeuroShardError, match=r"bind them to the problem's device count first \(CostModels"):
         get_scorer(models)
+    for load in (CostModels.load, CostModels.load_run):  # loaded for a count: bound with the collective model
+        with pytest.warns(UserWarning) as caught:
+            load(tmp_path, 16)
+        assert [str(w.message).split()[0] for w in caught] == ["comm", "collective"]
     # a folder with a per-count pair too: that count's own pair, any other count and no count the world pair
     save_model(linear_comm_model("fw", 4, np.hstack([0.02 * np.eye(4), 0.5 * np.eye(4)]), np.full(4, 0.1)),
                tmp_path / "comm_4_fw.pt")
