@@ -12,6 +12,7 @@ from neuroshard.planner.simulator import score_placements, simulate
 from neuroshard.problem import Problem
 from neuroshard.types.plan import Plan
 from tests.planner.test_simulator import diagonal_comm_model, random_models, tables_of
+from tests.train.test_comm_model import one_thread  # noqa: F401 - a fixture
 
 
 def hand_ensemble() -> CostModels:
@@ -93,9 +94,12 @@ def test_one_pass_over_forward_members_with_wait_inputs_equals_each_member_alone
         np.testing.assert_allclose(fw[k], alone.comm(dims, compute[k])[1], rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.usefixtures("one_thread")  # tiny torch models: extra threads only contend
 def test_comm_models_for_any_world_size_run_as_numpy_copies_equal_to_their_networks():
     """A bound model for any world size (one, and an ensemble of three: each member's own) runs as a NumPy copy of
     its per-rank network, equal to the torch model's predictions; the search and the simulator agree on it."""
+    from dataclasses import replace
+
     import torch
 
     from neuroshard.planner.costs.nets import WORLD_FEATURES, WorldCommModel, at_world
@@ -130,6 +134,15 @@ def test_comm_models_for_any_world_size_run_as_numpy_copies_equal_to_their_netwo
     tables = tables_of(rng.choice([8, 16, 32, 64], size=9).tolist())
     res = search(tables, Problem(5, 1.0), ens)
     assert res.cost == pytest.approx(simulate(tables, res.plan, ens, Problem(5, 1.0)).cost, rel=1e-6)
+    # a layout without a NumPy copy (a tanh): each member's torch model, in the ensemble's scorer too
+    for m in fws:
+        m.mlp[1] = torch.nn.Tanh()
+    scorer = get_scorer(replace(ens, fw=at_world(CostEnsemble(fws), n)))
+    assert isinstance(scorer, EnsembleScorer) and not scorer.uses_numpy
+    _, fw = scorer.comm_members(dims, compute)
+    for k in range(3):
+        torch_fw = at_world(fws[k], n).predict(dims, compute[k] + bw[k] - (compute[k] + bw[k]).min(-1, keepdims=True))
+        np.testing.assert_allclose(fw[k], torch_fw, rtol=1e-5, atol=1e-6)
 
 
 def test_ensemble_checkpoints_round_trip(tmp_path):
