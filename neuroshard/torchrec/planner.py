@@ -126,9 +126,8 @@ class NeuroShardPlanner(ShardingPlanner):
 
     `topology`: TorchRec's `Topology` (its world size must be the comm models' device count, unless they are
     for any world size: `CostModels.for_world`; each rank's memory is its own); `models`: `CostModels`, or a
-    pipeline run's folder (or its models folder) to load
-    them from (`CostModels.load_run`: the on-policy models, the collective model, ...), needed by the
-    algorithms that use cost models; `batch_size`: per rank, for TorchRec's memory count and the costs (the
+    pipeline run's folder (or its models folder) to load them from (`CostModels.load_run`: the on-policy
+    models, the collective model, ...), needed by the algorithms that use cost models; `batch_size`: per rank, for TorchRec's memory count and the costs (the
     global batch is every rank's; left out, TorchRec's 512 for the memory and the batch of the models' data
     for the costs); `constraints`: TorchRec's {table name: ParameterConstraints}; `ranks`: {table name: the
     ranks its shards may use}; `colocate`: groups of table names placed whole on one rank together;
