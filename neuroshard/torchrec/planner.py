@@ -124,19 +124,19 @@ KIND_ORDER = (ROW_WISE, TABLE_ROW_WISE, DATA_PARALLEL)  # a table decided by mem
 class NeuroShardPlanner(ShardingPlanner):
     """A TorchRec `ShardingPlanner` that plans with NeuroShard's search and cost models (module doc).
 
-    `topology`: TorchRec's `Topology` (its world size must be the comm models' device count, unless they are for any
-    world size: `CostModels.for_world`; each rank's memory is its own); `models`: `CostModels`, or a pipeline run's
-    folder (or its models folder) to load them from (`CostModels.load_run`: the on-policy models, the collective
-    model, ...), needed by the algorithms that use cost models; `batch_size`: per rank, for TorchRec's memory count
-    and the costs (the global batch is every rank's; left out, TorchRec's 512 for the memory and the batch of the
-    models' data for the costs); `constraints`: TorchRec's {table name: ParameterConstraints}; `ranks`: {table name:
-    the ranks its shards may use}; `colocate`: groups of table names placed whole on one rank together;
+    `topology`: TorchRec's `Topology` (its world size must be the comm models' count, if they have one; each rank's
+    memory is its own); `models`: `CostModels`, or a pipeline run's folder (or its models folder) to load
+    them from (`CostModels.load_run`: the on-policy models, the collective model, ...), needed by the
+    algorithms that use cost models; `batch_size`: per rank, for TorchRec's memory count and the costs (the
+    global batch is every rank's; left out, TorchRec's 512 for the memory and the batch of the models' data
+    for the costs); `constraints`: TorchRec's {table name: ParameterConstraints}; `ranks`: {table name: the
+    ranks its shards may use}; `colocate`: groups of table names placed whole on one rank together;
     `table_stats`: {table name: 17 locality bins} or a JSON file of it; `alg` and `**options`: any registered
-    algorithm and its options; `memory`: "torchrec" or "weights"; `reserve`: the share of each device's memory kept
-    free. After `plan`, `last_result` holds a `ShardResult` over every table (in `_tables` order): the plan (the
-    tables decided before the search in its `spread`), the estimate over the tables whose sharding types the models
-    price, the warnings; None after an empty plan. `last_seconds`: the planning time without the cost models'
-    loading.
+    algorithm and its options; `memory`: "torchrec" or "weights"; `reserve`: the share of each device's
+    memory kept free. After `plan`, `last_result` holds a `ShardResult` over every table (in `_tables`
+    order): the plan (the tables decided before the search in its `spread`), the estimate over the tables
+    whose sharding types the models price, the warnings; None after an empty plan. `last_seconds`: the
+    planning time without the cost models' loading.
     """
 
     def __init__(self, topology, models=None, batch_size: int | None = None, constraints: dict | None = None,
