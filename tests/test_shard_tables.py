@@ -81,6 +81,27 @@ def test_a_runs_folder_is_loaded_whole(tmp_path, capsys):
            "compute, comm_2 fw/bw; collective model (reduce_scatter, all_gather, all_reduce)" in capsys.readouterr().err
 
 
+def test_one_model_set_for_any_world_size_plans_every_count(tmp_path, capsys):
+    """--models_dir a folder of comm models for any world size: 2, 3 and 6 ranks planned with them, each rank's
+    exchanges priced as the hand models say."""
+    from tests.planner.costs.test_cost_models import hand_comm, write_world_models
+
+    folder = write_world_models(tmp_path)
+    (folder / "collectives.json").unlink()  # table-wise plans: the hand exchanges alone
+    tables_csv = write_csv(tmp_path / "tables.csv", ROWS[1:])
+    for n in (2, 3, 6):
+        args = ["--tables", str(tables_csv), "--ndevices", str(n), "--max_mem", "1", "--models_dir", str(folder),
+                "--max_length", "2", "--out", str(tmp_path / f"p{n}.json")]
+        assert load_tool("shard_tables").main(args) == 0
+        assert f"cost models from {folder} (the random data's) for {n} devices: compute, comm models for any world " \
+               "size (trained on 2, 8)" in capsys.readouterr().err
+        (rec,) = read_plans(tmp_path / f"p{n}.json")
+        assert rec.plan.ndevices == n and rec.num_tables == 5
+        bw, fw = hand_comm(rec.estimate.dims, rec.estimate.compute)
+        assert rec.estimate.bw_comm == pytest.approx(bw, abs=1e-3) and rec.estimate.fw_comm == pytest.approx(fw,
+                                                                                                               abs=1e-3)
+
+
 def test_other_algorithms_plan_without_models(tmp_path, capsys):
     tables_csv = write_csv(tmp_path / "tables.csv", [r + "," + ",".join(["0.1"] * 10 + ["0"] * 7) for r in ROWS],
                            header=HEADER + "," + BINS)

@@ -14,8 +14,8 @@ Dims must be multiples of 4; a table that fits no device even split
 column-wise to its narrowest piece is refused, naming its row. The cost
 models are a pipeline run's (`--models_dir`: the run's folder, its models/ or
 models/onpolicy/, loaded as `CostModels.load_run` does: the on-policy models,
-the collective model, ...; their comm models must be for `--ndevices`), or the
-three checkpoints by path; `neuroshard` needs them,
+the collective model, ...; their comm models must be for `--ndevices`, or for
+any world size: comm_fw.pt and comm_bw.pt), or the three checkpoints by path; `neuroshard` needs them,
 the other algorithms plan without them (then no estimated ms are shown).
 `--memory torchrec` plans through `NeuroShardPlanner` so that the plan fits
 in what TorchRec's storage estimator counts (weights, input and output

@@ -127,6 +127,8 @@ def shard(tables: Sequence[ShardTable | TableConfig], problem: Problem, models=N
     if not isinstance(problem, Problem):
         raise TypeError(f"problem: expected a neuroshard.Problem, got {type(problem).__name__}")
     problem.table_constraints.check(len(tables), problem.ndevices)  # before any search: names the table
+    if models is not None:  # comm models for any world size priced at this problem's ranks
+        models = models.for_world(problem.ndevices)
     if models is not None and problem.batch_size is not None:
         models = models.at_batch(problem.batch_size)
     ctx = ShardingContext(models=models, options=dict(options))

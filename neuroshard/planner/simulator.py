@@ -243,7 +243,7 @@ def simulate(tables: Sequence[ShardTable], plan: Plan, models, problem: Problem)
     (`planner.costs.runtime_model`).
     """
     with single_threaded_blas():
-        return _simulate(tables, plan, models, problem)
+        return _simulate(tables, plan, _at_world(models, problem), problem)
 
 
 def _simulate_runtime(scorer, tables, split, plan: Plan, runtime) -> CostBreakdown:
@@ -281,12 +281,18 @@ def plan_cost_samples(tables: Sequence[ShardTable], plan: Plan, models, problem:
     """The cost samples [J] of a valid plan (`uncertainty.cost_samples`, without the plan-level error that
     `uncertainty.calibrate_plan_sd` calibrates from them); the point cost alone for one model and no noise."""
     with single_threaded_blas():
-        paper = models.for_runtime("paper")  # the members' spread is the paper runtime's
+        paper = _at_world(models, problem).for_runtime("paper")  # the members' spread is the paper runtime's
         unpriced(plan, paper)
         scorer = get_scorer(paper)
         split = validate_plan(tables, plan, problem)
         emb, shards, dims, coll = _paper_parts(scorer, tables, split, plan, paper)
         return _member_samples(scorer, emb, shards, dims, paper.noise_model, coll)[1][0]
+
+
+def _at_world(models, problem: Problem):
+    """`models` pricing `problem`'s ranks: comm models for any world size bound to its count
+    (`CostModels.for_world`), others as they are."""
+    return models.for_world(problem.ndevices) if hasattr(models, "for_world") else models
 
 
 def unpriced(plan: Plan, models) -> None:

@@ -124,7 +124,7 @@ KIND_ORDER = (ROW_WISE, TABLE_ROW_WISE, DATA_PARALLEL)  # a table decided by mem
 class NeuroShardPlanner(ShardingPlanner):
     """A TorchRec `ShardingPlanner` that plans with NeuroShard's search and cost models (module doc).
 
-    `topology`: TorchRec's `Topology` (its world size must be the comm models' device count; each rank's
+    `topology`: TorchRec's `Topology` (its world size must be the comm models' count, if they have one; each rank's
     memory is its own); `models`: `CostModels`, or a pipeline run's folder (or its models folder) to load
     them from (`CostModels.load_run`: the on-policy models, the collective model, ...), needed by the
     algorithms that use cost models; `batch_size`: per rank, for TorchRec's memory count and the costs (the
@@ -168,6 +168,8 @@ class NeuroShardPlanner(ShardingPlanner):
             from neuroshard.planner.costs.cost_models import CostModels
 
             models = CostModels.load_run(models, topology.world_size)
+        if models is not None:  # comm models for any world size priced at the topology's ranks
+            models = models.for_world(topology.world_size)
         if models is not None and models.ndevices != topology.world_size:
             raise ConfigError("models", f"the comm models are for {models.ndevices} devices, the topology has "
                                         f"{topology.world_size}")

@@ -18,6 +18,7 @@ from neuroshard.checks import check_output_file
 from neuroshard.formats.cost_data import (
     DATA_TXT,
     CommSample,
+    collection_batch,
     read_comm_data,
     read_noise_floor,
     read_rank_noise,
@@ -173,9 +174,15 @@ def train_world_comm_models(data_dirs: Sequence, cfg: TrainConfig, fw_out_path=N
     collection each): {"fw": summary, "bw": summary}, each summary also the test split's error by world size
     and, where a collection has a noise floor, its floor (a world size is judged against its own floor).
     `bw_linear`: `world_settings`. Output paths default to ``models/comm_fw.pt`` / ``_bw.pt`` (no device count:
-    any)."""
+    any). The checkpoints record the collections' batch (`CostModels.at_batch` reads plans' exchanges against it);
+    InputError naming a collection measured at another batch than the first (a dim sum is bytes at one batch)."""
     samples = read_world_data(data_dirs)
     sizes = sorted({s.ndevices for s in samples})
+    batch = collection_batch(data_dirs[0])
+    for d in data_dirs[1:]:
+        if collection_batch(d) != batch:
+            raise InputError(Path(d) / "config.json", f"measured at batch {collection_batch(d)}, {data_dirs[0]} at "
+                                                      f"{batch}: one model's collections need one batch")
     paths = {"fw": fw_out_path or "models/comm_fw.pt", "bw": bw_out_path or "models/comm_bw.pt"}
     for kind in KINDS:
         check_output_file(f"--{kind}_out_path", paths[kind])
@@ -188,7 +195,8 @@ def train_world_comm_models(data_dirs: Sequence, cfg: TrainConfig, fw_out_path=N
         floors = {read_comm_data(d)[0].ndevices: read_noise_floor(d, kind) for d in data_dirs}
         result = {"kind": kind, "ndevices": None, "sizes": sizes, "data_dirs": [str(d) for d in data_dirs],
                   "num_samples": len(samples), "hidden": list(hidden), "loss": kcfg.loss,
-                  "ranges": comm_ranges(samples), "by_size": _by_size(model, x, counts, y, kcfg, floors)}
+                  "ranges": comm_ranges(samples), "by_size": _by_size(model, x, counts, y, kcfg, floors),
+                  "batch": None if batch is None else {"ref": batch, "sizes": [batch]}}
         name = "forward" if kind == "fw" else "backward"
         results[kind] = save_trained(model, report, paths[kind], f"{name} comm model (world sizes "
                                      f"{', '.join(map(str, sizes))}), test split", result)

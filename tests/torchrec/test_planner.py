@@ -525,6 +525,25 @@ def test_models_from_a_runs_folder(tmp_path):
     assert not [w for w in planner.last_result.warnings if "not modelled" in w]
 
 
+def test_one_model_set_for_any_world_size_plans_every_topology(tmp_path):
+    """`models=` a folder of comm models for any world size, or those models loaded: topologies of 2, 3 and 6 ranks
+    planned with them, the estimate's exchanges as the hand models price them."""
+    from neuroshard.planner.costs.cost_models import CostModels
+    from tests.planner.costs.test_cost_models import hand_comm, write_world_models
+
+    folder = write_world_models(tmp_path)
+    (folder / "collectives.json").unlink()  # table-wise plans: the hand exchanges alone
+    specs = [(1000, 8), (2000, 16), (500, 32), (3000, 8), (800, 16), (1500, 4), (700, 24)]
+    for n, models in ((2, folder), (3, CostModels.load(folder)), (6, folder)):
+        planner = NeuroShardPlanner(topology(world=n), models=models, max_length=2)
+        assert planner._models.ndevices == n
+        plan = planner.plan(collection("t", specs), sharders()).plan[""]
+        assert len(plan) == len(specs) and {r for p in plan.values() for r in p.ranks} <= set(range(n))
+        est = planner.last_result.breakdown
+        bw, fw = hand_comm(est.dims, est.compute)
+        assert est.bw_comm == pytest.approx(bw, abs=1e-3) and est.fw_comm == pytest.approx(fw, abs=1e-3)
+
+
 def test_a_large_table_is_not_replicated_by_choice():
     """t0 (200,000 x 64, 51 MB) and t1 (1,000 x 16) each limited to data-parallel or table-row-wise, on 4 GPUs of 1
     GB on 2 hosts, models that price data-parallel but not table-row-wise: the small table is replicated, the

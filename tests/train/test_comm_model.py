@@ -192,15 +192,24 @@ def world_samples(ndevices: int, n_samples: int, seed: int):
     return out
 
 
+def world_dirs(root, sizes, n_samples: int, batch: int = 4032) -> list:
+    """A comm collection of `world_samples` per world size in `sizes`, each measured at `batch` (config.json)."""
+    from neuroshard.formats.io import write_json_atomic
+
+    dirs = []
+    for n in sizes:
+        d = root / f"comm_{n}"
+        d.mkdir()
+        write_comm_data(d, world_samples(n, n_samples, seed=1))
+        write_json_atomic(d / "config.json", {"ndevices": n, "batch_size": batch})
+        dirs.append(d)
+    return dirs
+
+
 def test_one_model_pair_learns_every_world_size_and_prices_one_it_never_saw(tmp_path, one_thread):
     from neuroshard.train.comm_model import check_world_comm_model, train_world_comm_models, world_tensors
 
-    dirs = []
-    for n in (2, 4, 3):
-        d = tmp_path / f"comm_{n}"
-        d.mkdir()
-        write_comm_data(d, world_samples(n, 150, seed=1))
-        dirs.append(d)
+    dirs = world_dirs(tmp_path, (2, 4, 3), 150)
     # padded to the largest world: 2-rank exchanges have NaN targets at ranks 2, 3
     x, counts, y = world_tensors(world_samples(2, 1, 0) + world_samples(4, 1, 0), "fw")
     assert x.shape == (2, 8) and counts.tolist() == [2, 4] and torch.isnan(y[0, 2:]).all() and not y[1].isnan().any()
@@ -210,8 +219,19 @@ def test_one_model_pair_learns_every_world_size_and_prices_one_it_never_saw(tmp_
     assert res["fw"]["sizes"] == [2, 4] and set(res["fw"]["by_size"]) == {"2", "4"}
     model = load_comm_model(tmp_path / "m" / "comm_bw.pt", 3, "bw")  # a model for any world size loads for 3
     assert model.ndevices is None and model.sizes == (2, 4)
+    assert model.checkpoint_extra["batch"] == {"ref": 4032, "sizes": [4032]}  # the collections' batch
     # the backward network finds the law: a world of 3 it never saw priced within 2%
     held = check_world_comm_model(model, dirs[2], "bw")
     assert held["ndevices"] == 3 and held["samples"] == 150 and held["mape"] < 0.02
     fw = check_world_comm_model(load_comm_model(tmp_path / "m" / "comm_fw.pt", 3, "fw"), dirs[2], "fw")
     assert fw["mape"] < 0.08
+
+
+def test_world_models_refuse_collections_of_two_batches(tmp_path):
+    from neuroshard.train.comm_model import train_world_comm_models
+
+    dirs = world_dirs(tmp_path, (2, 4), 4) + world_dirs(tmp_path, (3,), 4, batch=2016)
+    with pytest.raises(InputError, match=r"comm_3/config.json: measured at batch 2016, .*comm_2 at 4032"):
+        train_world_comm_models(dirs, TrainConfig(epochs=2, seed=0), tmp_path / "fw.pt", tmp_path / "bw.pt",
+                                progress=False)
+    assert not (tmp_path / "fw.pt").exists()

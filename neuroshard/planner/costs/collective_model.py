@@ -57,9 +57,9 @@ KNEES = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)  # the quantiles of the samples' siz
 SCALE = 1e6  # N in millions of elements, so both coefficients of a linear fit are of order 1
 
 
-def default_path(models_dir, ndevices: int) -> Path:
-    """Where the pipeline keeps the collective model for `ndevices` ranks."""
-    return Path(models_dir) / f"collectives_{ndevices}.json"
+def default_path(models_dir, ndevices: int | None) -> Path:
+    """Where the pipeline keeps the collective model for `ndevices` ranks (None: for any world size)."""
+    return Path(models_dir) / ("collectives.json" if ndevices is None else f"collectives_{ndevices}.json")
 
 
 @dataclass
@@ -163,13 +163,14 @@ class CollectiveModel(Record):
         write_model_file(path, self)
 
     @classmethod
-    def load(cls, path, ndevices: int) -> "CollectiveModel":
+    def load(cls, path, ndevices: int | None) -> "CollectiveModel":
         """The model at `path` (`formats.io.read_model_file`) for `ndevices` ranks (a model for any world size
-        bound to them): InputError naming it when missing, malformed or fitted for other ranks."""
+        bound to them; None: any model, as it is): InputError naming it when missing, malformed or fitted for
+        other ranks."""
         from neuroshard.formats.io import read_model_file
 
-        return read_model_file(path, cls, "collective model", "collect_collective_cost_data.py fits one",
-                               ndevices).for_world(ndevices)
+        model = read_model_file(path, cls, "collective model", "collect_collective_cost_data.py fits one", ndevices)
+        return model if ndevices is None else model.for_world(ndevices)
 
 
 def _moved(x: np.ndarray, k) -> np.ndarray:

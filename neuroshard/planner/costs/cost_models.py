@@ -12,10 +12,12 @@ from __future__ import annotations
 import logging
 import os
 import re
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from neuroshard.planner.costs.any_world import comm_paths, world_warning
 from neuroshard.settings import add_flag
 from neuroshard.types.costs import PlanError, RankNoise
 from neuroshard.types.errors import ConfigError, InputError, NeuroShardError
@@ -60,17 +62,51 @@ class CostModels:
             if getattr(model, "kind", kind) != kind:
                 raise ConfigError(f"{name} model", f"expected a {kind} comm model, got a {model.kind} one")
         if getattr(self.fw, "ndevices", None) != getattr(self.bw, "ndevices", None):
-            raise ConfigError("comm models", f"forward model is for {self.fw.ndevices} devices, "
-                                             f"backward for {self.bw.ndevices}")
+            raise ConfigError("comm models", f"forward model is for {_count(self.fw)} devices, "
+                                             f"backward for {_count(self.bw)}")
         if self.runtime is not None and self.runtime.ndevices != self.ndevices:
             raise ConfigError("--runtime torchrec", f"the runtime model is for {self.runtime.ndevices} ranks, the "
-                                                    f"comm models for {self.ndevices}")
-        if self.collectives is not None and self.collectives.ndevices != self.ndevices:
-            raise ConfigError("--collective_model", f"the collective model is for {self.collectives.ndevices} "
-                                                     f"ranks, the comm models for {self.ndevices}")
+                                                    f"comm models for {_count(self.fw)}")
+        coll = self.collectives
+        if coll is not None and (coll.world if coll.ndevices is None else coll.ndevices) != self.ndevices:
+            raise ConfigError("--collective_model", f"the collective model is for {_count(coll)} ranks, the comm "
+                                                     f"models for {_count(self.fw)}")
         if self.torchrec_runtime is not None and self.torchrec_runtime.ndevices != self.ndevices:
             raise ConfigError("--runtime_model", f"the runtime model is for {self.torchrec_runtime.ndevices} "
-                                                 f"ranks, the comm models for {self.ndevices}")
+                                                 f"ranks, the comm models for {_count(self.fw)}")
+
+    @property
+    def any_world(self) -> bool:
+        """The comm models are for any world size (`nets.WorldCommModel`), bound to a count or not (`for_world`)."""
+        return self.analytic is None and _world_model(self.fw) is not None
+
+    @property
+    def world_sizes(self) -> tuple[int, ...]:
+        """The world sizes the comm models for any world size were trained on (() for per-count models)."""
+        return tuple(_world_model(self.fw).sizes) if self.any_world else ()
+
+    def for_world(self, ndevices: int) -> "CostModels":
+        """These models pricing plans for `ndevices` ranks: comm models for any world size bound to that count
+        (`nets.at_world`: the per-count models' interface, the count fed to the world network) and so is a
+        collective model for any world size; per-count models as they are (a plan for another count is refused
+        where it is costed). A count outside the world sizes the comm models were trained on is a warning
+        (`world_warning`), never a refusal. ConfigError for a count that is not an integer >= 1."""
+        from dataclasses import replace
+
+        if not self.any_world or self.ndevices == ndevices:
+            return self
+        if isinstance(ndevices, bool) or not isinstance(ndevices, int) or ndevices < 1:
+            raise ConfigError("ndevices", f"expected a device count >= 1, got {ndevices!r}")
+        coll = self.collectives
+        for note in (world_warning("comm models", self.world_sizes, ndevices),
+                     world_warning("collective model", coll.sizes if coll is not None and coll.any_world else (),
+                                   ndevices)):
+            if note:
+                warnings.warn(note, stacklevel=2)
+        nets = _nets()
+        return replace(self, fw=nets.at_world(_world_model(self.fw), ndevices),
+                       bw=nets.at_world(_world_model(self.bw), ndevices),
+                       collectives=coll if coll is None else coll.for_world(ndevices))
 
     def with_collectives(self, path) -> "CostModels":
         """These models with the collective model at `path` (`collective_model.CollectiveModel`; None: as
@@ -172,9 +208,11 @@ class CostModels:
         return out[0], out[1]
 
     @property
-    def ndevices(self) -> int:
-        """The device count the comm models (or the analytic model) were fitted for."""
-        return int(self.analytic.ndevices if self.analytic is not None else self.fw.ndevices)
+    def ndevices(self) -> int | None:
+        """The device count the comm models (or the analytic model) were fitted for, or comm models for any world
+        size are bound to; None for those not bound to one (`for_world`)."""
+        n = self.analytic.ndevices if self.analytic is not None else self.fw.ndevices
+        return None if n is None else int(n)
 
     @property
     def noise_model(self):
@@ -199,10 +237,12 @@ class CostModels:
         """Cost models from a folder, in one of two ways.
 
         `load(folder, n)` of a folder that holds the checkpoints (`compute.pt`, `comm_<n>_fw.pt`,
-        `comm_<n>_bw.pt`): those models and `collectives_<n>.json` beside them when it is there, as this call
-        always did (the scripts name the folder they mean). Any other call -- a pipeline run's folder
-        (`results/quick`), its `models` folder or `models/onpolicy`, `n` left out (inferred when the folder
-        holds comm models for one device count) -- is `load_run`: everything the run plans with."""
+        `comm_<n>_bw.pt`, or `comm_fw.pt`, `comm_bw.pt` for any world size: `comm_paths`): those models and
+        their collective model beside them when it is there, as this call always did (the scripts name the
+        folder they mean). Any other call -- a pipeline run's folder (`results/quick`), its `models` folder or
+        `models/onpolicy`, `n` left out (comm models for any world size, not yet bound to a count, `for_world`,
+        when the folder has them, else inferred when it holds comm models for one device count) -- is
+        `load_run`: everything the run plans with."""
         d = Path(models_dir)
         if ndevices is not None and (d / "compute.pt").is_file():
             return cls._load_dir(d, ndevices)
@@ -212,10 +252,19 @@ class CostModels:
     def _load_dir(cls, d: Path, ndevices: int) -> "CostModels":
         from neuroshard.planner.costs.collective_model import default_path
 
-        models = cls.from_paths(d / "compute.pt", d / f"comm_{ndevices}_fw.pt", d / f"comm_{ndevices}_bw.pt",
-                                ndevices)
-        coll = default_path(d, ndevices)
-        return models.with_collectives(coll if coll.exists() else None)
+        fw, bw = comm_paths(d, ndevices)
+        if fw != comm_paths(d, None)[0]:
+            models = cls.from_paths(d / "compute.pt", fw, bw, ndevices)
+            coll = default_path(d, ndevices)
+            return models.with_collectives(coll if coll.exists() else None)
+        coll = default_path(d, None)  # any world size: bound with its collective model (both warned of once)
+        return cls._any_world(d, fw, bw).with_collectives(coll if coll.exists() else None).for_world(ndevices)
+
+    @classmethod
+    def _any_world(cls, d: Path, fw: Path, bw: Path) -> "CostModels":
+        """The compute model of folder `d` and the comm models for any world size at `fw`, `bw`, not bound."""
+        return cls(load_compute_model(d / "compute.pt"), load_comm_model(fw, None, "fw"),
+                   load_comm_model(bw, None, "bw"))
 
     @classmethod
     def load_run(cls, folder, ndevices: int | None = None) -> "CostModels":
@@ -224,7 +273,10 @@ class CostModels:
         calibrated band), else the random data's (`models/`); the collective model (`collectives_<n>.json`,
         beside the random data's models); the TorchRec runtime model where one was fitted
         (`torchrec_runtime_<n>.json`, held aside: `for_runtime("torchrec")`). `ndevices`: the comm models' device
-        count (None: the one the folder has; ConfigError when it has several). InputError naming the folder
+        count (None: the one the folder has; ConfigError when it has several). Comm models for any world size
+        (`comm_fw.pt`, `comm_bw.pt`) are used for a count without its own pair (`comm_paths`), and with
+        `ndevices` None, not bound to a count (`for_world`), with the collective model for any world size
+        (`collectives.json`; no TorchRec runtime model: those are per count). InputError naming the folder
         when it holds no models. `describe()` says what was found; it is also logged (INFO)."""
         from dataclasses import replace
 
@@ -244,25 +296,31 @@ class CostModels:
         if not (own / "compute.pt").is_file():
             raise InputError(d, "no cost models here (compute.pt and comm_<n>_fw/bw.pt in it, in its models/ or "
                                 "models/onpolicy/; a pipeline run writes them)")
-        if ndevices is None:
+        world = comm_paths(own, None)[0].is_file() and comm_paths(own, ndevices)[0] == comm_paths(own, None)[0]
+        if ndevices is None and not world:
             counts = sorted({int(m.group(1)) for p in own.glob("comm_*_fw.pt")
                              if (m := re.fullmatch(r"comm_(\d+)_fw\.pt", p.name))})
             if not counts:
-                raise InputError(own, "no comm models here (comm_<n>_fw.pt)")
+                raise InputError(own, "no comm models here (comm_<n>_fw.pt, or comm_fw.pt for any world size)")
             if len(counts) > 1:
                 raise ConfigError("ndevices", f"{own} holds comm models for {', '.join(map(str, counts))} devices: "
                                               "give the device count")
             ndevices = counts[0]
-        models = cls.from_paths(own / "compute.pt", own / f"comm_{ndevices}_fw.pt", own / f"comm_{ndevices}_bw.pt",
-                                ndevices)
+        fw, bw = comm_paths(own, ndevices)
+        models = cls._any_world(own, fw, bw) if world else cls.from_paths(own / "compute.pt", fw, bw, ndevices)
         found = {}
         for key, where, load in (("collectives", collective_model.default_path, collective_model.CollectiveModel),
                                  ("torchrec_runtime", runtime_model.default_path,
                                   runtime_model.TorchRecRuntimeModel)):
-            path = next((p for p in (where(own, ndevices), where(base, ndevices)) if p.is_file()), None)
+            if models.any_world and key == "torchrec_runtime":
+                continue
+            n = None if models.any_world else ndevices
+            path = next((p for p in (where(own, n), where(base, n)) if p.is_file()), None)
             if path is not None:
-                found[key] = load.load(path, ndevices)
+                found[key] = load.load(path, n)
         models = replace(models, origin=str(own), **found)
+        if world and ndevices is not None:  # bound with its collective model (both warned of once)
+            models = models.for_world(ndevices)
         logger.info("%s", models.describe())
         return models
 
@@ -274,9 +332,13 @@ class CostModels:
         n = self.ndevices
         where = "" if self.origin is None else f" from {self.origin}" + (
             " (retrained on on-policy data)" if Path(self.origin).name == ONPOLICY else " (the random data's)")
-        parts = [f"compute, comm_{n} fw/bw"]
-        if self.collectives is not None:
-            parts.append(f"collective model ({', '.join(self.collectives.fits)})")
+        any_world = "for any world size (trained on {})"
+        parts = [f"compute, comm models {any_world.format(', '.join(map(str, self.world_sizes)))}"
+                 if self.any_world else f"compute, comm_{n} fw/bw"]
+        coll = self.collectives
+        if coll is not None:
+            parts.append(f"collective model ({', '.join(coll.fits)})" + (
+                f" {any_world.format(', '.join(map(str, coll.sizes)))}" if coll.any_world else ""))
         else:
             parts.append("no collective model (row-wise, table-row-wise and data-parallel tables not priced on "
                          "the paper's runtime)")
@@ -291,13 +353,29 @@ class CostModels:
             parts.append(f"TorchRec runtime model ({use}; fitted on {kinds})")
         if self.batch is not None:
             parts.append(f"costed at global batch {self.batch}")
-        return f"cost models{where} for {n} devices: " + "; ".join(parts)
+        return f"cost models{where}{'' if n is None else f' for {n} devices'}: " + "; ".join(parts)
 
     @classmethod
     def from_paths(cls, compute, fw, bw, ndevices: int) -> "CostModels":
-        """Load three checkpoints; the comm models must be trained for `ndevices` devices."""
+        """Load three checkpoints; the comm models must be trained for `ndevices` devices, or for any world size
+        (then bound to `ndevices`: `for_world`)."""
         return cls(load_compute_model(compute), load_comm_model(fw, ndevices, "fw"),
-                   load_comm_model(bw, ndevices, "bw"))
+                   load_comm_model(bw, ndevices, "bw")).for_world(ndevices)
+
+
+def _world_model(model):
+    """The model for any world size behind a comm model (bound to a count or not), None for a per-count one."""
+    inner = getattr(model, "world_model", None)
+    if inner is not None:
+        return inner
+    return model if model is not None and getattr(model, "ndevices", 0) is None else None
+
+
+def _count(model) -> str:
+    """A model's rank count for a message: its `ndevices`, the count it is bound to, or "any number of"."""
+    n = getattr(model, "ndevices", None)
+    n = getattr(model, "world", None) if n is None else n
+    return "any number of" if n is None else str(n)
 
 
 def model_batches(model) -> tuple[int | None, list[int]]:
@@ -464,13 +542,17 @@ def load_compute_model(path):
     return model
 
 
-def load_comm_model(path, ndevices: int, kind: str):
-    """Load a comm model and check it was trained for `ndevices` devices and direction `kind`."""
+def load_comm_model(path, ndevices: int | None, kind: str):
+    """Load a comm model and check it was trained for `ndevices` devices (None: for any world size) and direction
+    `kind`."""
     model = load_model(path)
     if not isinstance(members(model)[0], (_nets().CommCostModel, _nets().WorldCommModel)):
         raise InputError(path, "expected a comm cost model, found a compute cost model")
     if model.kind != kind:
         raise InputError(path, f"expected a {kind} comm model, found a {model.kind} one")
+    if model.ndevices is not None and ndevices is None:
+        raise InputError(path, f"comm model was trained for ndevices={model.ndevices}, not for any world size "
+                               "(train_comm_cost_model.py --world 1 trains one)")
     if model.ndevices is not None and model.ndevices != ndevices:  # a world-size-aware model takes any
         raise InputError(path, f"comm model was trained for ndevices={model.ndevices}, asked for {ndevices}")
     return model

@@ -296,6 +296,61 @@ class WorldCommModel(nn.Module):
         return out.reshape(np.shape(dims))
 
 
+class WorldAtCount(nn.Module):
+    """A model for any world size (`WorldCommModel`, or an ensemble of them) pricing the exchanges of
+    `ndevices` ranks, with a per-count `CommCostModel`'s interface: `predict(dims, sleeps)` of width n,
+    `forward(x)`, `ndevices`, `kind`, `checkpoint_extra`; an ensemble's `members` bound alike. The planner binds
+    a bundle to a problem's ranks with `CostModels.for_world` (one wrapper per model and count: `at_world`); the
+    scorer runs it as a NumPy copy of `world_model` (the wrapped model), or through its torch fall-back."""
+
+    def __init__(self, model: nn.Module, ndevices: int):
+        super().__init__()
+        self.world_model = model
+        self.ndevices = int(ndevices)
+
+    @property
+    def kind(self) -> str:
+        return self.world_model.kind
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        return tuple(self.world_model.sizes)
+
+    @property
+    def checkpoint_extra(self) -> dict:
+        return getattr(self.world_model, "checkpoint_extra", None) or {}
+
+    @property
+    def target_scale(self) -> torch.Tensor:  # a single model's (CostModels.scaled multiplies it in place)
+        return self.world_model.target_scale
+
+    @property
+    def members(self) -> list:
+        if "members" not in self.world_model._modules:  # a single model: no members (hasattr is then False)
+            raise AttributeError("members")
+        return [at_world(m, self.ndevices) for m in self.world_model.members]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.world_model(x, torch.full((x.shape[0],), self.ndevices, dtype=torch.long))
+
+    @torch.inference_mode()
+    def predict(self, dims, sleeps=None) -> np.ndarray:
+        """Per-rank ms [M, n] for M dim vectors [M, n] (and sleeps [M, n] for fw)."""
+        if np.shape(dims)[-1] != self.ndevices:
+            raise ValueError(f"{self.kind} comm model bound to {self.ndevices} ranks got dims of width "
+                             f"{np.shape(dims)[-1]}")
+        return self.world_model.predict(dims, sleeps)
+
+
+def at_world(model: nn.Module, ndevices: int) -> WorldAtCount:
+    """`model` (for any world size) bound to `ndevices` ranks: one wrapper per model and count, kept on the model,
+    so a scorer built for it once is found again (`scorer.get_scorer` caches per model)."""
+    bound = model.__dict__.setdefault("_at_world", {})
+    if ndevices not in bound:
+        bound[ndevices] = WorldAtCount(model, ndevices)
+    return bound[ndevices]
+
+
 # --------------------------------------------------------------------------- ensembles
 
 
@@ -386,4 +441,18 @@ def linear_comm_model(kind: str, ndevices: int, weight, bias) -> CommCostModel:
             layer.weight[:n_in, :n_in] = torch.eye(n_in)
         linears[-1].weight[:, :n_in] = torch.as_tensor(np.asarray(weight, dtype=np.float32))
         linears[-1].bias[:] = torch.as_tensor(np.asarray(bias, dtype=np.float32))
+    return m.eval()
+
+
+def linear_world_model(kind: str, coef: dict, bias: float, sizes: Sequence[int] = ()) -> WorldCommModel:
+    """A comm model for any world size computing exactly `bias + sum of coef[f] x feature f` ms per rank (f among
+    `WORLD_FEATURES[kind]`; the forward one plus the rank's wait for the last rank), as if trained on world sizes
+    `sizes`, for tests and benchmarks."""
+    names = WORLD_FEATURES[kind]
+    m = WorldCommModel(kind, torch.zeros(len(names)), torch.ones(len(names)), hidden=(), sizes=sizes)
+    with torch.no_grad():
+        m.mlp[0].weight.zero_()
+        for name, c in coef.items():
+            m.mlp[0].weight[0, names.index(name)] = float(c)
+        m.mlp[0].bias.fill_(float(bias))
     return m.eval()

@@ -18,6 +18,7 @@ from typing import Any, NamedTuple, Sequence
 import numpy as np
 
 from neuroshard.numerics import ordered_sums
+from neuroshard.planner.costs.any_world import world_inputs
 from neuroshard.planner.costs.features import ACC_DTYPE, batch_scaled, feature_matrix
 from neuroshard.types.errors import NeuroShardError
 from neuroshard.types.tables import TableConfig
@@ -129,6 +130,9 @@ class PlanScorer:
         nd_fw, nd_bw = getattr(fw_model, "ndevices", None), getattr(bw_model, "ndevices", None)
         if nd_fw != nd_bw:
             raise NeuroShardError(f"forward comm model is for {nd_fw} devices, backward for {nd_bw}")
+        if nd_fw is None:
+            raise NeuroShardError("the comm models are for any world size: bind them to the problem's device count "
+                                  "first (CostModels.for_world)")
         self.ndevices = int(nd_fw)
         self._table = self._extract_table_mlp(compute_model)
         self._head = self._extract_head(compute_model)
@@ -168,16 +172,22 @@ class PlanScorer:
 
     @staticmethod
     def _extract_comm(model):
-        layers = _numpy_mlp(getattr(model, "mlp", None))
-        if layers is None or not all(hasattr(model, a) for a in ("x_mean", "x_std", "target_scale")):
+        """(MLP layers, input mean, std, target scale, wait_term, wait_inputs, world) as NumPy, or None; `world`:
+        a model for any world size (its input each rank's features, `world_inputs`; one output per rank)."""
+        world = getattr(model, "world_model", None)  # one for any world size bound to a count (nets.WorldAtCount)
+        net = model if world is None else world
+        names = ("x_mean", "x_std") if world is None else ("f_mean", "f_std")
+        layers = _numpy_mlp(getattr(net, "mlp", None))
+        if layers is None or not all(hasattr(net, a) for a in (*names, "target_scale")):
             return None
         # float32 like the model itself: scoring thousands of placements is the second-largest
         # cost of the search, and float32 halves it
         layers = [(w.astype(np.float32), b.astype(np.float32), r) for w, b, r in layers]
-        mean = model.x_mean.detach().numpy().astype(np.float32)
-        std = model.x_std.detach().numpy().astype(np.float32)
+        mean, std = (getattr(net, a).detach().numpy().astype(np.float32) for a in names)
+        if world is not None:  # per-rank features, the wait for the last rank added (nets.WorldCommModel)
+            return layers, mean, std, np.float32(net.target_scale), net.kind == "fw", False, True
         return (layers, mean, std, np.float32(model.target_scale), bool(getattr(model, "wait_term", False)),
-                bool(getattr(model, "wait_inputs", False)))
+                bool(getattr(model, "wait_inputs", False)), False)
 
     def _check_against_torch(self) -> None:
         """Drop a NumPy copy that disagrees with its torch model (an unknown layout)."""
@@ -300,13 +310,17 @@ class PlanScorer:
         params = self._fw if kind == "fw" else self._bw
         if params is None:
             return self._torch_comm(kind, dims, sleeps)
-        layers, mean, std, scale, wait_term, wait_inputs = params
-        if kind == "bw":
+        layers, mean, std, scale, wait_term, wait_inputs, world = params
+        if kind == "fw":
+            waits = sleeps.max(axis=-1, keepdims=True) - sleeps  # see nets.CommCostModel
+        if world:
+            x = world_inputs(kind, dims, sleeps)
+        elif kind == "bw":
             x = dims
         else:
-            waits = sleeps.max(axis=-1, keepdims=True) - sleeps  # see nets.CommCostModel
             x = np.concatenate([dims, waits if wait_inputs else sleeps], axis=-1)
         out = _run_mlp(layers, (x.astype(np.float32) - mean) / std)
+        out = out[..., 0] if world else out
         out *= scale
         out = out.astype(np.float64)
         if wait_term:  # see nets.CommCostModel: the wait for the last rank, from the inputs
@@ -372,8 +386,8 @@ class EnsembleScorer:
         self.parts = [PlanScorer(parts[0][i % len(parts[0])], parts[1][i % len(parts[1])],
                                  parts[2][i % len(parts[2])]) for i in range(k)]
         heads = [p._head for p in self.parts]
-        if not all(p.uses_numpy for p in self.parts) or not all(isinstance(h.rest, tuple) for h in heads) \
-                or len({h.relu1 for h in heads}) != 1:
+        if not all(p._table is not None and h is not None for p, h in zip(self.parts, heads)) \
+                or not all(isinstance(h.rest, tuple) for h in heads) or len({h.relu1 for h in heads}) != 1:
             raise NeuroShardError("ensemble members must have the standard cost-model layout")
         self.ndevices = self.parts[0].ndevices
         self._w1 = np.stack([h.w1 for h in heads])  # [K, E, A] float64
@@ -385,8 +399,8 @@ class EnsembleScorer:
         self._w2_mean = (self._w2 / ACC_DTYPE(k)).reshape(-1).astype(ACC_DTYPE)  # [K A]
         self._b2_mean = self._b2.mean(dtype=ACC_DTYPE)
         self._zeros = np.zeros_like(self._b1)
-        self._comm_params = {kind: self._stack_comm([getattr(p, f"_{kind}") for p in self.parts])
-                             for kind in ("fw", "bw")}
+        self._comm_params = {kind: self._stack_comm(params) if all(q is not None for q in params) else None
+                             for kind in ("fw", "bw") for params in [[getattr(p, f"_{kind}") for p in self.parts]]}
 
     @staticmethod
     def _stack_comm(params):
@@ -395,9 +409,12 @@ class EnsembleScorer:
         mean = np.stack([p[1] for p in params])[:, None]  # [K, 1, in]
         std = np.stack([p[2] for p in params])[:, None]
         scale = np.array([p[3] for p in params], dtype=np.float32)[:, None, None]
-        return layers, mean, std, scale, params[0][4], params[0][5]
+        return layers, mean, std, scale, *params[0][4:]
 
-    uses_numpy = True
+    @property
+    def uses_numpy(self) -> bool:
+        """True when every model runs as NumPy copies (the compute models always do here)."""
+        return all(p is not None for p in self._comm_params.values())
 
     @property
     def embed_dim(self) -> int:
@@ -451,10 +468,17 @@ class EnsembleScorer:
 
     def _comm(self, kind: str, dims: np.ndarray, sleeps) -> np.ndarray:
         """Every member's prediction [K, M, n] (float64); `sleeps` [K, M, n] (fw) or None (bw)."""
-        layers, mean, std, scale, wait_term, wait_inputs = self._comm_params[kind]
-        x = np.broadcast_to(dims.astype(np.float32), (self.members, *dims.shape))
+        if self._comm_params[kind] is None:  # a layout without NumPy copies: each member's torch model
+            return np.stack([p._torch_comm(kind, dims, None if sleeps is None else sleeps[k])
+                             for k, p in enumerate(self.parts)])
+        layers, mean, std, scale, wait_term, wait_inputs, world = self._comm_params[kind]
+        k, (m, n) = self.members, dims.shape
+        x = np.broadcast_to(dims.astype(np.float32), (k, m, n))
         if kind == "fw":
             waits = sleeps.max(axis=-1, keepdims=True) - sleeps
+        if world:  # every rank a row: [K, M n, F]
+            x = world_inputs(kind, x, sleeps).reshape(k, m * n, -1)
+        elif kind == "fw":
             x = np.concatenate([x, (waits if wait_inputs else sleeps).astype(np.float32)], axis=-1)
         x = (x - mean) / std
         for w, b, relu in layers:
@@ -462,6 +486,7 @@ class EnsembleScorer:
             x += b
             if relu:
                 np.maximum(x, 0.0, out=x)
+        x = x.reshape(k, m, n) if world else x
         out = (x * scale).astype(np.float64)
         if wait_term:
             out += waits

@@ -18,7 +18,7 @@ from neuroshard.planner.costs.nets import (
     table_features,
 )
 from neuroshard.types.errors import InputError
-from neuroshard.types.tables import TableConfig
+from neuroshard.types.tables import ShardTable, TableConfig
 
 BINS = tuple([0.25] * 4 + [0.0] * 13)
 
@@ -353,3 +353,97 @@ def test_a_run_without_on_policy_models_loads_the_random_datas(tmp_path):
         CostModels.load(tmp_path)
     with pytest.raises(InputError, match="models directory not found"):
         CostModels.load(tmp_path / "nowhere")
+
+
+# --------------------------------------------------------------------------- one model set for any world size
+
+
+def write_world_models(folder, sizes=(2, 8)):
+    """A folder of models for any world size, as if trained on `sizes`: the hand compute model (0.5 + 0.01 x dim
+    sum ms, its data's batch 4032), hand linear world comm models (per rank: bw 0.1 + 0.01 x (send + recv) ms,
+    fw 0.2 + 0.02 x (send + recv) + its wait for the last rank, `hand_comm`) and a collective model for any world
+    size."""
+    from neuroshard.planner.costs.collective_model import CollectiveFit, CollectiveModel
+    from neuroshard.planner.costs.nets import linear_world_model
+
+    save_model(linear_compute_model(0.01, 0.5), folder / "compute.pt", extra={"batch": {"ref": 4032}})
+    save_model(linear_world_model("fw", {"send": 0.02, "recv": 0.02}, 0.2, sizes), folder / "comm_fw.pt")
+    save_model(linear_world_model("bw", {"send": 0.01, "recv": 0.01}, 0.1, sizes), folder / "comm_bw.pt")
+    CollectiveModel(None, {op: CollectiveFit("world_linear", [0.1, 0.05, 1.0], 8) for op in (
+        "reduce_scatter", "all_gather", "all_reduce")}, list(sizes)).save(folder / "collectives.json")
+    return folder
+
+
+def hand_comm(dims, compute):
+    """`write_world_models`' (bw, fw) ms per rank of a plan with per-rank dim sums `dims` and compute ms `compute`:
+    a rank sends d (n - 1) / n of its dims and receives (total - d) / n; it waits for the last rank to be ready."""
+    n, total = len(dims), sum(dims)
+    moved = [d * (n - 1) / n + (total - d) / n for d in dims]
+    bw = [0.1 + 0.01 * m for m in moved]
+    ready = [c + b for c, b in zip(compute, bw)]
+    return bw, [0.2 + 0.02 * m + max(ready) - r for m, r in zip(moved, ready)]
+
+
+WORLD_TABLES = [TableConfig(10 ** (3 + i % 3), 2.0, BINS, dim=4 * (1 + i)) for i in range(8)]
+
+
+def test_one_model_set_plans_any_world_size(tmp_path):
+    """`CostModels.load(folder)` of comm models for any world size: not bound to a count until a plan is made
+    (`for_world`); `ns.shard` prices 2, 3 and 6 ranks with them, each rank's exchanges as the hand formula says."""
+    from dataclasses import replace
+
+    import neuroshard as ns
+    from neuroshard.planner.costs.cost_models import CostModels
+
+    folder = write_world_models(tmp_path)
+    models = CostModels.load(folder)
+    assert models.any_world and models.ndevices is None and models.world_sizes == (2, 8)
+    assert models.describe() == (
+        f"cost models from {folder} (the random data's): compute, comm models for any world size (trained on 2, "
+        "8); collective model (reduce_scatter, all_gather, all_reduce) for any world size (trained on 2, 8); no "
+        "calibrated band; no TorchRec runtime model")
+    assert CostModels.load(folder, 3).describe().startswith("cost models for 3 devices: compute, comm models for "
+                                                            "any world size (trained on 2, 8); collective model")
+    for n in (2, 3, 6):
+        bound = models.for_world(n)
+        assert bound.ndevices == n and bound.collectives.world == n and bound.for_world(n) is bound
+        res = ns.shard([ShardTable(i, i, c) for i, c in enumerate(WORLD_TABLES)], ns.Problem(n, 1.0),
+                       models=replace(models, collectives=None), alg="neuroshard", max_length=2)  # table-wise
+        b = res.breakdown
+        assert len(b.compute) == n and b.compute == pytest.approx([0.5 + 0.01 * d if d else 0.0 for d in b.dims],
+                                                                 abs=1e-4)
+        bw, fw = hand_comm(b.dims, b.compute)
+        assert b.bw_comm == pytest.approx(bw, abs=1e-4) and b.fw_comm == pytest.approx(fw, abs=1e-4)
+        assert res.cost_ms == pytest.approx(max(map(sum, zip(b.compute, bw, fw))), abs=1e-4)
+
+
+def test_a_count_outside_the_trained_sizes_is_a_warning_and_per_count_models_are_kept(tmp_path):
+    import warnings
+
+    from neuroshard.planner.costs.cost_models import CostModels
+    from neuroshard.planner.costs.scorer import get_scorer
+    from neuroshard.types.errors import NeuroShardError
+
+    models = CostModels.load(write_world_models(tmp_path))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        models.for_world(3)  # between the trained sizes: no warning
+    with pytest.warns(UserWarning) as caught:
+        assert models.for_world(16).ndevices == 16
+    assert [str(w.message) for w in caught] == ["comm models trained on 2-8 ranks; 16 is extrapolation",
+                                                "collective model trained on 2-8 ranks; 16 is extrapolation"]
+    with pytest.raises(NeuroShardError, match=r"bind them to the problem's device count first \(CostModels"):
+        get_scorer(models)
+    for load in (CostModels.load, CostModels.load_run):  # loaded for a count: bound with the collective model
+        with pytest.warns(UserWarning) as caught:
+            load(tmp_path, 16)
+        assert [str(w.message).split()[0] for w in caught] == ["comm", "collective"]
+    # a folder with a per-count pair too: that count's own pair, any other count and no count the world pair
+    save_model(linear_comm_model("fw", 4, np.hstack([0.02 * np.eye(4), 0.5 * np.eye(4)]), np.full(4, 0.1)),
+               tmp_path / "comm_4_fw.pt")
+    save_model(linear_comm_model("bw", 4, 0.02 * np.eye(4), np.full(4, 0.1)), tmp_path / "comm_4_bw.pt")
+    per = CostModels.load(tmp_path, 4)
+    assert not per.any_world and per.ndevices == 4 and per.for_world(4) is per and per.for_world(3) is per
+    assert CostModels.load(tmp_path, 3).any_world and CostModels.load(tmp_path).ndevices is None
+    with pytest.raises(InputError, match="trained for ndevices=4, not for any world size"):
+        load_comm_model(tmp_path / "comm_4_fw.pt", None, "fw")

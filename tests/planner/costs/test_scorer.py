@@ -12,6 +12,7 @@ from neuroshard.planner.simulator import score_placements, simulate
 from neuroshard.problem import Problem
 from neuroshard.types.plan import Plan
 from tests.planner.test_simulator import diagonal_comm_model, random_models, tables_of
+from tests.train.test_comm_model import one_thread  # noqa: F401 - a fixture
 
 
 def hand_ensemble() -> CostModels:
@@ -91,6 +92,57 @@ def test_one_pass_over_forward_members_with_wait_inputs_equals_each_member_alone
         alone = PlanScorer(base.compute, m, base.bw)
         assert alone.uses_numpy  # the NumPy copy reproduced the waits, or it would have fallen back to torch
         np.testing.assert_allclose(fw[k], alone.comm(dims, compute[k])[1], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.usefixtures("one_thread")  # tiny torch models: extra threads only contend
+def test_comm_models_for_any_world_size_run_as_numpy_copies_equal_to_their_networks():
+    """A bound model for any world size (one, and an ensemble of three: each member's own) runs as a NumPy copy of
+    its per-rank network, equal to the torch model's predictions; the search and the simulator agree on it."""
+    from dataclasses import replace
+
+    import torch
+
+    from neuroshard.planner.costs.nets import WORLD_FEATURES, WorldCommModel, at_world
+
+    def world(kind, seed):
+        torch.manual_seed(seed)
+        f = len(WORLD_FEATURES[kind])
+        return WorldCommModel(kind, torch.full((f,), 50.0), torch.full((f,), 80.0), target_scale=2.0,
+                              sizes=(2, 8)).eval()
+
+    base = random_models(3, seed=1)
+    rng = np.random.default_rng(0)
+    for n in (3, 5):
+        dims = rng.integers(0, 300, size=(6, n)).astype(float)
+        compute = rng.uniform(1, 5, size=(3, 6, n))
+        single = PlanScorer(base.compute, at_world(world("fw", 1), n), at_world(world("bw", 2), n))
+        assert single.uses_numpy  # or it fell back to torch
+        for kind, sleeps in (("bw", None), ("fw", compute[0])):
+            np.testing.assert_allclose(single._comm(kind, dims, sleeps), single._torch_comm(kind, dims, sleeps),
+                                       rtol=1e-4, atol=1e-5)
+        fws, bws = [world("fw", s) for s in (3, 4, 5)], [world("bw", s) for s in (6, 7, 8)]
+        ens = CostModels(CostEnsemble([random_models(n, seed=s).compute for s in (1, 2, 3)]), CostEnsemble(fws),
+                         CostEnsemble(bws)).for_world(n)
+        scorer = get_scorer(ens)
+        assert isinstance(scorer, EnsembleScorer) and scorer.uses_numpy
+        bw, fw = scorer.comm_members(dims, compute)
+        for k in range(3):
+            alone = PlanScorer(ens.compute.members[k], at_world(fws[k], n), at_world(bws[k], n))
+            sbw, sfw = alone.comm(dims, compute[k])
+            np.testing.assert_allclose(bw[k], sbw, rtol=1e-4, atol=1e-5)
+            np.testing.assert_allclose(fw[k], sfw, rtol=1e-4, atol=1e-5)
+    tables = tables_of(rng.choice([8, 16, 32, 64], size=9).tolist())
+    res = search(tables, Problem(5, 1.0), ens)
+    assert res.cost == pytest.approx(simulate(tables, res.plan, ens, Problem(5, 1.0)).cost, rel=1e-6)
+    # a layout without a NumPy copy (a tanh): each member's torch model, in the ensemble's scorer too
+    for m in fws:
+        m.mlp[1] = torch.nn.Tanh()
+    scorer = get_scorer(replace(ens, fw=at_world(CostEnsemble(fws), n)))
+    assert isinstance(scorer, EnsembleScorer) and not scorer.uses_numpy
+    _, fw = scorer.comm_members(dims, compute)
+    for k in range(3):
+        torch_fw = at_world(fws[k], n).predict(dims, compute[k] + bw[k] - (compute[k] + bw[k]).min(-1, keepdims=True))
+        np.testing.assert_allclose(fw[k], torch_fw, rtol=1e-5, atol=1e-6)
 
 
 def test_ensemble_checkpoints_round_trip(tmp_path):
