@@ -99,16 +99,16 @@ def main(argv=None) -> int:
             Path(args.out_json).write_text(json.dumps({"world": WORLD, "steps": args.steps, "cases": results}))
     rows = [row(r, counted(MemoryCase.from_json(r["case"]), WORLD)) for r in results]
     mb = 1e6
-    print(f"{'case':58s} {'base':>5s} {'built':>6s} {'peak':>6s} | {'NS':>6s} {'weights':>7s} {'TorchRec':>8s} "
+    print(f"{'case':64s} {'base':>5s} {'built':>6s} {'peak':>6s} | {'NS':>6s} {'weights':>7s} {'TorchRec':>8s} "
           f"{'fp32':>6s} | peak / NS  (MB per rank, the larger rank; base: the baseline RSS)")
     for r in rows:
         label = MemoryCase.from_json(r["case"]).label
         if r["error"]:
-            print(f"{label:58s} not trained: {r['error']}")
+            print(f"{label:64s} not trained: {r['error']}")
             continue
         m, c = r["measured"], r["counts"]
         peak = max(m["step_peak"])
-        print(f"{label:58s} {max(m['baseline']) / mb:5.0f} {max(m['built']) / mb:6.1f} {peak / mb:6.1f} | "
+        print(f"{label:64s} {max(m['baseline']) / mb:5.0f} {max(m['built']) / mb:6.1f} {peak / mb:6.1f} | "
               + " ".join(f"{max(c[k]) / mb:{w}.1f}" for k, w in zip(COUNTS, (6, 7, 8, 6)))
               + f" | {peak / max(c['neuroshard']):5.2f}")
     if args.out_json:
