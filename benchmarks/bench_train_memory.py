@@ -2,8 +2,8 @@
 the counts a planner makes of it.
 
     python benchmarks/bench_train_memory.py --out_json results/train_memory.json        # the grid (~10 min)
-    python benchmarks/bench_train_memory.py --quick                                      # four cases
-    python benchmarks/bench_train_memory.py --heldout --out_json results/train_memory_heldout.json
+    python benchmarks/bench_train_memory.py --cases quick                                # four cases
+    python benchmarks/bench_train_memory.py --cases heldout --out_json results/train_memory_heldout.json
     python benchmarks/bench_train_memory.py --measured results/train_memory.json        # recount, no training
 
 Trains 4 tables of 50,000 x 64 (12.8 MB each in fp32) on 2 gloo CPU ranks (one torchrun job,
@@ -34,15 +34,15 @@ WORLD, ROWS, DIM, TABLES, POOLING = 2, 50_000, 64, 4, 20
 COUNTS = ("neuroshard", "weights", "torchrec", "fp32")
 
 
-def grid(quick: bool, heldout: bool = False):
+def grid(cases: str = "grid"):
     from neuroshard.torchrec.memory import FUSED, IN_BACKWARD, SHARDING_TYPES, MemoryCase
 
     tables = [[f"t{k}", ROWS, DIM] for k in range(TABLES)]
-    if heldout:  # other shapes, pooling factors and batch than the grid the step buffers were read from
+    if cases == "heldout":  # other shapes, pooling factors and batch than the grid the step buffers were read from
         mixed = [["a", 80_000, 128], ["b", 40_000, 32], ["c", 120_000, 32], ["d", 20_000, 128]]
         return [MemoryCase(kind, opt, FUSED, "fp32", 4096, pooling, mixed) for pooling in (5, 50)
                 for kind in SHARDING_TYPES for opt in ("sgd", "row_wise_adagrad")]
-    if quick:
+    if cases == "quick":
         return [MemoryCase(t, o, v, d, 8192, POOLING, tables) for t, o, v, d in (
             ("table_wise", "sgd", FUSED, "fp32"), ("row_wise", "row_wise_adagrad", IN_BACKWARD, "fp32"),
             ("column_wise", "sgd", FUSED, "fp16"), ("data_parallel", "adam", FUSED, "fp32"))]
@@ -71,9 +71,9 @@ def row(result, counts) -> dict:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--quick", action="store_true", help="four cases instead of the grid")
-    p.add_argument("--heldout", action="store_true", help="16 cases of other tables, pooling factors (5, 50) and "
-                                                          "batch (4096) instead of the grid")
+    p.add_argument("--cases", choices=("grid", "quick", "heldout"), default="grid",
+                   help="grid (default), quick (four cases), or heldout (16 cases of other tables, pooling factors "
+                        "5 and 50 and batch 4096)")
     p.add_argument("--measured", help="a JSON this script wrote: count its cases again without training")
     p.add_argument("--steps", type=int, default=3, help="training steps per case (default: 3)")
     add_flag(p, "out_json")
@@ -85,15 +85,21 @@ def main(argv=None) -> int:
 
     logging.getLogger("neuroshard").setLevel(logging.ERROR)
     warnings.simplefilter("ignore")
+    if args.steps < 1:
+        p.error(f"--steps: must be >= 1, got {args.steps}")
     if args.measured:
-        results = json.loads(Path(args.measured).read_text())["cases"]
+        try:
+            results = json.loads(Path(args.measured).read_text())["cases"]
+            [MemoryCase.from_json(r["case"]) for r in results]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            p.error(f"--measured {args.measured}: not a file this script wrote ({type(e).__name__}: {e})")
     else:
         t0 = time.time()
 
         def note(r):
             print(f"  {time.time() - t0:5.0f} s  {r.case.label}: {r.error or 'measured'}", file=sys.stderr, flush=True)
 
-        results = [r.to_json() for r in measure_cases(grid(args.quick, args.heldout), WORLD, args.steps, note)]
+        results = [r.to_json() for r in measure_cases(grid(args.cases), WORLD, args.steps, note)]
         if args.out_json:  # the measurements, before anything else can fail
             Path(args.out_json).parent.mkdir(parents=True, exist_ok=True)
             Path(args.out_json).write_text(json.dumps({"world": WORLD, "steps": args.steps, "cases": results}))
