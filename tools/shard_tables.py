@@ -18,10 +18,10 @@ the collective model, ...; their comm models must be for `--ndevices`, or for
 any world size: comm_fw.pt and comm_bw.pt), or the three checkpoints by path; `neuroshard` needs them,
 the other algorithms plan without them (then no estimated ms are shown).
 `--memory torchrec` plans through `NeuroShardPlanner` so that the plan fits
-in what TorchRec's storage estimator counts (weights, input and output
-buffers at the per-rank batch `--batch_size / --ndevices`, TorchRec's 512
-without it, within 90% of `--max_mem`); the default, `weights`, counts the
-fp32 weights.
+in what it counts a rank holds in training (TorchRec's storage estimate of
+weights, input and output buffers at the per-rank batch `--batch_size /
+--ndevices`, TorchRec's 512 without it, and what that estimate misses; within
+90% of `--max_mem`); the default, `weights`, counts the fp32 weights.
 
 Prints the plan per device (tables, dim sum, memory, estimated compute,
 comm and total ms) and writes it as a one-task plans file (`--out`; the
@@ -58,9 +58,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     add_flag(p, "batch_size", help="global training batch the costs are for (default: the batch of the cost "
                                    "models' data) and TorchRec's (default: 65536, the public dataset's)")
     p.add_argument("--memory", choices=("weights", "torchrec"), default="weights",
-                   help="what must fit in --max_mem: the fp32 weights (default), or TorchRec's storage count "
-                        "(weights, input/output buffers at the per-rank batch, a 10%% reservation; "
-                        "planned through NeuroShardPlanner)")
+                   help="what must fit in --max_mem: the fp32 weights (default), or what NeuroShardPlanner counts "
+                        "a rank holds in training (TorchRec's storage count and what it misses, at the per-rank "
+                        "batch, a 10%% reservation)")
     add_flag(p, "out", "shard_plan.json", help="plan file to write")
     p.add_argument("--torchrec_out", default=None,
                    help="also write the TorchRec ShardingPlan here (e.g. plan.pt) and its JSON view beside it")
@@ -133,7 +133,7 @@ def main(argv=None) -> int:
 
 def torchrec_counted(user, problem: Problem, models, args, options: dict):
     """The user's tables planned by NeuroShardPlanner (one EmbeddingBagCollection, a --torchrec_device topology
-    of --max_mem GB per device) so that the plan fits in TorchRec's storage count; its ShardResult."""
+    of --max_mem GB per device) so that the plan fits in its memory count; its ShardResult."""
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
     from torchrec.distributed.planner import ParameterConstraints
     from torchrec.distributed.planner.types import PlannerError, Topology

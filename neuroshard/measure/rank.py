@@ -48,6 +48,7 @@ MODULE = "neuroshard.measure.rank"
 WORKERS = {"alltoall": "neuroshard.measure.alltoall_job:AllToAllWorker",
            "collectives": "neuroshard.measure.collectives:CollectiveWorker",
            "plans": "neuroshard.measure.plan_job:PlanWorker",
+           "torchrec_memory": "neuroshard.torchrec.memory:TorchRecMemoryWorker",
            "torchrec_train": "neuroshard.torchrec.training:TorchRecTrainWorker"}
 T = TypeVar("T")
 

@@ -45,23 +45,26 @@ table allows; so it does with paper-runtime models that have a collective
 model, and with its fits over host groups and a topology of several hosts,
 table-row-wise tables too.
 
-Memory is counted as TorchRec counts it (`memory="torchrec"`, the default):
+Memory (`memory="torchrec"`, the default) is what a rank holds in training:
 each shard's storage by TorchRec's own `EmbeddingStorageEstimator` for the
-given sharders (weights, input and output buffers, and the optimizer state
-of `apply_optimizer_in_backward`) against each device's capacity less the
-storage reservation (`reserve`, a share as in TorchRec's
-`FixedPercentageStorageReservation`). Beyond TorchRec's count, the optimizer
-state a sharder's `fused_params` name (`{"optimizer": EmbOptimType.ADAM}`,
-the usual way to train with the fused kernels, which TorchRec's estimator
-does not count) is added (`sharding_options.OPTIMIZER_STATE`). The search
-places tables by their weights; the cap it gets per device is its capacity
-less the tables decided before it and an even share of what is counted
-beyond the weights, and the plan is checked with the full count (the cap of a
-device over it shrinks and the search reruns). `memory="weights"` counts fp32
-weights only, as the rest of the suite does. What cannot be placed is
-TorchRec's `PlannerError` naming the devices' memory and the table, of
-TorchRec's type: INSUFFICIENT_STORAGE when the tables' smallest options
-together exceed every device's memory together, else STRICT_CONSTRAINTS.
+given sharders (weights at their `EmbeddingBagConfig.data_type`, input ids,
+pooled outputs, an `apply_optimizer_in_backward` optimizer's state) and what
+it leaves out or under-counts (`sharding_options.training_bytes`,
+`step_bytes`): the state of the optimizer the sharder's `fused_params` name;
+an in-backward optimizer's state as FBGEMM keeps it (fp32, row-wise per shard
+row); outputs at fp32 whatever the weights; a data-parallel replica's gradient
+and all-reduce buffer; on CPU ranks, a step's buffers (`CPU_STEP_BUFFERS`
+times the ids and outputs TorchRec counts once). It is held against each
+device's capacity less `reserve` (as TorchRec's
+`FixedPercentageStorageReservation`). The search places tables by their fp32
+weights under a cap per device (its capacity less the tables decided before
+it and an even share of the rest of the count); the plan is checked with the
+full count (a device over it gets a smaller cap and the search reruns).
+`memory="weights"` counts the weights alone. `storage()` counts any
+`ShardingPlan` so. What cannot be placed is TorchRec's `PlannerError` naming
+the devices' memory and the table: INSUFFICIENT_STORAGE when the tables'
+smallest options together exceed every device's memory together, else
+STRICT_CONSTRAINTS.
 
 Each `ParameterSharding` carries the fields TorchRec's planner carries from
 the table's `ParameterConstraints` (`cache_params`, `enforce_hbm`,
@@ -94,9 +97,13 @@ from neuroshard.torchrec.sharding_options import (
     TABLE_COLUMN_WISE,
     TABLE_WISE,
     PlannedTable,
+    check_groups,
+    check_ranks,
+    plan_shards,
     read_table_stats,
     read_tables,
-    state_bytes,
+    step_bytes,
+    training_bytes,
 )
 from neuroshard.types.constraints import TableConstraints
 from neuroshard.types.errors import ConfigError, NeuroShardError, OutOfMemoryError
@@ -160,8 +167,8 @@ class NeuroShardPlanner(ShardingPlanner):
             if not all(isinstance(f, (int, float)) and math.isfinite(f) and f >= 0 for f in factors):
                 raise ConfigError(f"constraints[{name!r}].pooling_factors", f"must be finite numbers >= 0, got "
                                                                             f"{factors}")
-        self._ranks = _check_ranks(ranks, topology.world_size)
-        self._colocate = _check_groups(colocate)
+        self._ranks = check_ranks(ranks, topology.world_size)
+        self._colocate = check_groups(colocate)
         self._stats = read_table_stats(table_stats)
         self._alg, self._memory, self._reserve, self._seed, self._options = alg, memory, reserve, seed, options
         if isinstance(models, (str, Path)):
@@ -286,7 +293,7 @@ class NeuroShardPlanner(ShardingPlanner):
         width = t.dim
         while t.splittable and width % 8 == 0 and width // 2 >= (t.min_dim or 1):
             width //= 2
-        return self._storage(t, [width])[0] if self._memory == "torchrec" else _weight_bytes(t.table.row, width)
+        return self._storage(t, [width])[0]
 
     def _capacity(self) -> list[float]:
         """Each device's bytes for the tables: its HBM (its DDR on CPU) less the reservation."""
@@ -355,12 +362,12 @@ class NeuroShardPlanner(ShardingPlanner):
                                        f"need {held[r] / 2**30:.4g} GB on rank {r}")
         searched_at = [i for i in range(len(tables)) if i not in fixed]
         searched = [tables[i] for i in searched_at]
-        if self._memory == "torchrec":
-            # what is counted beyond the weights (buffers, optimizer state), spread evenly to start with
-            extra = sum(self._storage(t, [t.dim])[0] - _weight_bytes(t.table.row, t.table.dim) for t in searched)
-            caps = [c - extra / world for c in caps]
-            if min(caps) <= 0:
-                raise self._no_fit(tables, "the buffers and optimizer state alone fill the devices")
+        # what is counted beyond the weights as the search sees them (fp32; buffers, optimizer state, a dtype of
+        # fewer bytes), spread evenly to start with
+        extra = sum(self._storage(t, [t.dim])[0] - _search_bytes(t) for t in searched)
+        caps = [c - extra / world for c in caps]
+        if min(caps) <= 0:
+            raise self._no_fit(tables, "the buffers and optimizer state alone fill the devices")
         if not searched:
             return self._combined(tables, fixed, [], None)
         shard_tables = [ShardTable(i, i, t.table) for i, t in enumerate(searched)]
@@ -380,13 +387,13 @@ class NeuroShardPlanner(ShardingPlanner):
             except NeuroShardError as e:
                 raise PlannerError(f"NeuroShardPlanner ({self._alg}): {_named(e, searched)}",
                                    PlannerErrorType.OTHER) from None
-            if self._memory == "weights":
+            if not extra:  # the search counted what the planner counts
                 return self._combined(tables, fixed, searched_at, result)
             used = [u + h for u, h in zip(self.device_storage(searched, result.plan), held)]
             if max(u / c for u, c in zip(used, capacity)) <= 1.0:
                 return self._combined(tables, fixed, searched_at, result)
             caps = [c * 0.98 / (u / m) if u > m else c for c, u, m in zip(caps, used, capacity)]
-        raise self._no_fit(tables, f"TorchRec's count of the last plan: {_gb_list(used)} GB per device")
+        raise self._no_fit(tables, f"the {self._memory} count of the last plan: {_gb_list(used)} GB per device")
 
     def _combined(self, tables: list[PlannedTable], fixed: dict[int, Spread], searched_at: list[int],
                   result: ShardResult | None) -> ShardResult:
@@ -449,17 +456,53 @@ class NeuroShardPlanner(ShardingPlanner):
                                                    for j, b in enumerate(blocks)])
         return self._estimate(t, DATA_PARALLEL, [Shard(size=[rows, dim], offset=[0, 0]) for _ in spread.ranks])
 
-    def _estimate(self, t: PlannedTable, sharding_type: str, shards) -> list[float]:
-        """Per shard, the bytes TorchRec's storage estimator counts for `t` sharded `sharding_type` into `shards`
-        (on that type's kernel; data-parallel on the dense one where the table does not offer it), plus the
-        optimizer state of the sharder's fused parameters that TorchRec does not count (`t.state`)."""
+    def _estimate(self, t: PlannedTable, sharding_type: str, shards, kernel: str | None = None,
+                  count: str | None = None) -> list[float]:
+        """Per shard, the bytes of `t` sharded `sharding_type` into `shards` (on `kernel`, else that type's;
+        data-parallel on the dense one where the table does not offer it) in `count` (default the planner's
+        memory mode; "estimator": TorchRec's count alone; module doc)."""
+        count = count or self._memory
+        if count == "weights":
+            return [float(t.weight_size * s.size[0] * s.size[1]) for s in shards]
         opt = copy.copy(t.option(sharding_type))
         opt.sharding_type, opt.shards = sharding_type, shards
-        if sharding_type == DATA_PARALLEL and sharding_type not in t.options:
+        if kernel is not None:
+            opt.compute_kernel = kernel
+        elif sharding_type == DATA_PARALLEL and sharding_type not in t.options:
             opt.compute_kernel = "dense"
+        if count != "estimator" and opt.output_dtype is None and \
+                "output_dtype" not in (self._sharder_data[opt.module_type_key].fused_params or {}):
+            # the kernels output fp32 unless told otherwise; TorchRec counts the outputs at the weights' dtype
+            from torchrec.modules.embedding_configs import DataType
+
+            opt.output_dtype = DataType.FP32
         self._estimator.estimate([opt], self._sharder_data)
         kind = "hbm" if self._topology.compute_device != "cpu" else "ddr"
-        return [float(getattr(s.storage, kind)) + state_bytes(opt, s, t.state) for s in opt.shards]
+        counted = [float(getattr(s.storage, kind)) for s in opt.shards]
+        if count == "estimator":
+            return counted
+        step = self._topology.compute_device == "cpu"
+        return [c + training_bytes(opt, s, t) + (step_bytes(c, s, t) if step else 0.0)
+                for c, s in zip(counted, opt.shards)]
+
+    def storage(self, module, sharders, sharding_plan, count: str | None = None) -> list[float]:
+        """Bytes per rank of a TorchRec `sharding_plan` of `module`'s tables (this planner's or any other's), as
+        this planner counts memory (`count`: "torchrec", "weights", or "estimator" for TorchRec's storage
+        estimate alone; default the planner's `memory`). ConfigError naming a table the plan leaves out."""
+        if count not in (None, "estimator", *MEMORY_MODES):
+            raise ConfigError("count", f"must be one of estimator, {', '.join(MEMORY_MODES)}, got {count!r}")
+        tables, _ = self._tables(module, sharders)
+        world = self._topology.world_size
+        used = [0.0] * world
+        for t in tables:
+            found = plan_shards(sharding_plan, t.path, t.name, world)
+            if found is None:
+                raise ConfigError("sharding_plan", f"no sharding for table {t.name!r} ({t.path or 'the model'})")
+            kind, kernel, placed = found
+            shards = [Shard(size=size or [t.table.row, t.dim], offset=offset or [0, 0]) for _, size, offset in placed]
+            for (r, _, _), b in zip(placed, self._estimate(t, kind, shards, kernel, count)):
+                used[r] += b
+        return used
 
     def _least(self, t: PlannedTable) -> float:
         """Bytes of the table's cheapest option in TorchRec's count, all its shards: each type it allows cut as
@@ -476,8 +519,7 @@ class NeuroShardPlanner(ShardingPlanner):
         return out
 
     def device_storage(self, tables: list[PlannedTable], plan: Plan) -> list[float]:
-        """Bytes per device of `plan` (over `tables`) as counted for the plan (TorchRec's storage estimator per
-        shard, and the optimizer state it does not count)."""
+        """Bytes per device of `plan` (over `tables`) as the planner counts memory (`_estimate`)."""
         used = [0.0] * plan.ndevices
         for s in plan.spread:
             for r, b in zip(s.ranks, self._spread_storage(tables[s.table], s)):
@@ -496,8 +538,7 @@ class NeuroShardPlanner(ShardingPlanner):
         smallest options together exceed the devices' capacity together (as TorchRec's planner tells), else
         STRICT_CONSTRAINTS."""
         memory = self._device_memory()
-        need = [self._storage(t, [t.dim])[0] if self._memory == "torchrec" else
-                _weight_bytes(t.table.row, t.table.dim) for t in tables]
+        need = [self._storage(t, [t.dim])[0] for t in tables]
         least = sum(self._least(t) if self._memory == "torchrec" else t.weight_bytes for t in tables)
         big = max(range(len(tables)), key=lambda i: need[i])
         devices = (f"{len(memory)} devices of {memory[0] / 2**30:.4g} GB each" if len(set(memory)) == 1 else
@@ -540,33 +581,6 @@ class NeuroShardPlanner(ShardingPlanner):
         return ShardingPlan(out)
 
 
-def _check_ranks(ranks, world: int) -> dict[str, tuple[int, ...]]:
-    """{table name: ranks}, each a non-empty list of ranks of the topology; ConfigError naming the table."""
-    out = {}
-    for name, rs in (ranks or {}).items():
-        rs = list(rs) if isinstance(rs, (list, tuple, set, frozenset)) else None
-        if not rs or not all(isinstance(r, int) and not isinstance(r, bool) and 0 <= r < world for r in rs):
-            raise ConfigError(f"ranks[{name!r}]", f"expected a non-empty list of ranks in 0..{world - 1}, got "
-                                                  f"{ranks[name]!r}")
-        out[str(name)] = tuple(sorted(set(rs)))
-    return out
-
-
-def _check_groups(colocate) -> list[tuple[str, ...]]:
-    """Groups of table names, each of two or more, no name in two; ConfigError naming the group."""
-    out, seen = [], set()
-    for group in colocate or []:
-        names = list(group) if isinstance(group, (list, tuple)) else None
-        if not names or len(names) < 2 or not all(isinstance(n, str) for n in names):
-            raise ConfigError("colocate", f"each group is a list of two or more table names, got {group!r}")
-        twice = [n for n in names if n in seen]
-        if twice:
-            raise ConfigError("colocate", f"table {twice[0]!r} is in two groups")
-        seen.update(names)
-        out.append(tuple(names))
-    return out
-
-
 def _named(e: Exception, searched: list[PlannedTable]) -> str:
     """An error from the search with its table indices ("table 3") given as the model's table names."""
     import re
@@ -575,8 +589,9 @@ def _named(e: Exception, searched: list[PlannedTable]) -> str:
                   if int(m.group(1)) < len(searched) else m.group(0), str(e))
 
 
-def _weight_bytes(rows: int, dim: int) -> float:
-    return 4.0 * rows * dim
+def _search_bytes(t: PlannedTable) -> float:
+    """The table's bytes as the search counts them: fp32 weights (`types.tables.size_gb`)."""
+    return 4.0 * t.table.row * t.table.dim
 
 
 def _gb_list(xs) -> str:

@@ -16,9 +16,13 @@ is TorchRec's own error (the enumerator's), word for word.
 Each table becomes a `PlannedTable`: its statistics as the cost models read
 them (rows, the sum of its pooling factors, locality bins from `table_stats`
 (`read_table_stats`), its dim, rounded up
-to a multiple of 4 for the costs), its options by type, the optimizer state
-TorchRec's storage count leaves out (`OPTIMIZER_STATE`), its
-`min_partition`. Imports torchrec.
+to a multiple of 4 for the costs), its options by type, its weights' bytes
+per value, the optimizer state TorchRec's storage count leaves out
+(`OPTIMIZER_STATE`) or counts at the weights' dtype, its `min_partition`.
+What a shard holds in training beyond TorchRec's count is `training_bytes`
+and, on CPU ranks, `step_bytes` (measured by benchmarks/bench_train_memory.py).
+The planner's checks of the user's `ranks` and `colocate` are here too. Imports
+torchrec.
 """
 
 from __future__ import annotations
@@ -31,10 +35,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from torchrec.distributed.planner.enumerators import GUARDED_COMPUTE_KERNELS, EmbeddingEnumerator
-from torchrec.distributed.planner.shard_estimators import EmbeddingStorageEstimator
+from torchrec.distributed.planner.shard_estimators import EmbeddingStorageEstimator, _get_optimizer_multipler
 from torchrec.distributed.planner.types import ParameterConstraints, PlannerError, PlannerErrorType
 
-from neuroshard.types.errors import InputError
+from neuroshard.types.errors import ConfigError, InputError
 from neuroshard.types.plan import DATA_PARALLEL, SPREAD_KINDS
 from neuroshard.types.tables import DEFAULT_BINS, NUM_BINS, TableConfig, can_split
 
@@ -56,6 +60,15 @@ OPTIMIZER_STATE = {
     "exact_row_wise_weighted_adagrad": (0.0, 1.0), "ensemble_row_wise_adagrad": (0.0, 1.0),
     "ema_in_place_row_wise_adagrad": (0.0, 1.0), "none": (0.0, 0.0),
 }
+# optimizers given through apply_optimizer_in_backward (class names) -> the fused kernel's optimizer TorchRec maps
+# them to (`OPTIMIZER_STATE`)
+IN_BACKWARD = {"SGD": "exact_sgd", "Adam": "adam", "RowWiseAdagrad": "exact_row_wise_adagrad",
+               "Adagrad": "exact_adagrad"}
+# How many times over a training step on a CPU rank holds the input ids and pooled outputs TorchRec's storage
+# estimate counts once: the ids before and after their all-to-all, the outputs and their gradients on both sides
+# of theirs, FBGEMM's sorted ids in the backward, and the freed buffers the allocator keeps within the step
+# (benchmarks/bench_train_memory.py measures it; GPUs are not measured, so there TorchRec's count stands).
+CPU_STEP_BUFFERS = 8
 # the ParameterConstraints fields TorchRec's planner carries into each ParameterSharding (`to_sharding_plan`)
 FUSED_FIELDS = ("cache_params", "enforce_hbm", "stochastic_rounding", "bounds_check_mode", "output_dtype",
                 "key_value_params")
@@ -71,8 +84,11 @@ class PlannedTable:
     options: dict  # sharding type -> TorchRec's ShardingOption of its kernel (storage estimated)
     dim: int  # the table's own dim
     state: tuple[float, float] = (0.0, 0.0)  # optimizer state TorchRec does not count: per weight, per row
+    counted_state: float = 0.0  # state per weight TorchRec counts (at the weights' dtype): an in-backward optimizer
+    in_backward_state: tuple[float, float] | None = None  # that optimizer's state in FBGEMM: per weight, per row
     min_dim: int | None = None  # ParameterConstraints.min_partition: the narrowest column shard
     pooled: bool = True
+    weight_size: int = 4  # bytes per weight: its EmbeddingBagConfig.data_type's (2 for fp16 and bf16)
 
     @property
     def types(self) -> tuple[str, ...]:
@@ -105,7 +121,7 @@ class PlannedTable:
 
     @property
     def weight_bytes(self) -> float:
-        return 4.0 * self.table.row * self.dim
+        return float(self.weight_size * self.table.row * self.dim)
 
     def option(self, sharding_type: str):
         """TorchRec's option of that type, or (to estimate a type it does not offer) any of its options: a
@@ -223,11 +239,14 @@ def read_tables(module, sharders, topology, batch_size: int, constraints: dict, 
             bins = DEFAULT_BINS
             unknown_bins.append(name)
         # the state of fused_params' optimizer, unless TorchRec counts one (apply_optimizer_in_backward)
-        counted = getattr(first.tensor, "_optimizer_classes", [None])[0] is not None
-        state = (0.0, 0.0) if counted else state_of.get(first.module[1].__class__, (0.0, 0.0))
+        in_backward = getattr(first.tensor, "_optimizer_classes", [None])[0]
+        state = (0.0, 0.0) if in_backward is not None else state_of.get(first.module[1].__class__, (0.0, 0.0))
+        counted_state = 0.0 if in_backward is None else _get_optimizer_multipler(in_backward, first.tensor.shape)
+        fbgemm_state = None if in_backward is None else OPTIMIZER_STATE.get(IN_BACKWARD.get(in_backward.__name__))
         tables.append(PlannedTable(path, name, TableConfig(rows, pooling, tuple(bins), 4 * math.ceil(dim / 4)),
                                    options, dim, state=state, min_dim=None if cons is None else cons.min_partition,
-                                   pooled=first.is_pooled))
+                                   pooled=first.is_pooled, weight_size=first.tensor.element_size(),
+                                   counted_state=float(counted_state), in_backward_state=fbgemm_state))
     notes = []
     if unknown_pooling:
         notes.append(f"no ParameterConstraints.pooling_factors for {', '.join(unknown_pooling)}: pooling factor "
@@ -240,11 +259,44 @@ def read_tables(module, sharders, topology, batch_size: int, constraints: dict, 
     return tables, estimator, enumerator._sharder_data_map, notes
 
 
-def state_bytes(opt, shard, state: tuple[float, float]) -> float:
-    """The optimizer state of one shard TorchRec does not count (none on the dense kernel, whose optimizer is
-    the dense one)."""
-    per_weight, per_row = (0.0, 0.0) if opt.compute_kernel == DENSE else state
-    return 4.0 * shard.size[0] * (per_weight * shard.size[1] + per_row)
+def plan_shards(sharding_plan, path: str, name: str, world: int):
+    """(sharding type, compute kernel, [(rank, size, offset)]) of table `name` of the collection at `path` in a
+    TorchRec `ShardingPlan` (a data-parallel table: whole on every rank); None where the plan has no such table."""
+    ps = (sharding_plan.plan.get(path) or {}).get(name)
+    if ps is None:
+        return None
+    if ps.sharding_type == DATA_PARALLEL or ps.sharding_spec is None:
+        return ps.sharding_type, ps.compute_kernel, [(r, None, None) for r in (ps.ranks or range(world))]
+    return ps.sharding_type, ps.compute_kernel, [(s.placement.rank(), list(s.shard_sizes), list(s.shard_offsets))
+                                                 for s in ps.sharding_spec.shards]
+
+
+def training_bytes(opt, shard, t: PlannedTable) -> float:
+    """What one shard of `t` holds in training beyond TorchRec's storage estimate (on the kernel of `opt`):
+    the state of the optimizer the sharder's fused_params name (fp32 values; on the dense kernel of a
+    data-parallel replica, that of a dense optimizer of the same kind); on the fused kernels, an in-backward
+    optimizer's state as FBGEMM keeps it (fp32, a row-wise optimizer one value per row of each shard) less
+    TorchRec's count of it (at the weights' dtype, a row-wise one per row of the whole table's width); on the
+    dense kernel, the replica's gradient and the buffer DDP all-reduces it in, each the size of the weights."""
+    rows, cols = shard.size
+    per_weight, per_row = t.state
+    out = 4.0 * rows * (per_weight * cols + per_row)
+    if opt.compute_kernel == DENSE:
+        out += 2.0 * t.weight_size * rows * cols
+    elif t.in_backward_state is not None:
+        per_weight, per_row = t.in_backward_state
+        out += 4.0 * rows * (per_weight * cols + per_row) - t.counted_state * t.weight_size * rows * cols
+    return out
+
+
+def step_bytes(counted: float, shard, t: PlannedTable) -> float:
+    """The buffers of a training step on a CPU rank that TorchRec's count of one shard (`counted`, bytes on
+    DDR) leaves out: it counts the shard's input ids and pooled outputs once (beside its weights and an
+    in-backward optimizer's state); a step holds them `CPU_STEP_BUFFERS` times over."""
+    rows, cols = shard.size
+    weights = t.weight_size * rows * cols
+    io = counted - weights - math.ceil(weights * t.counted_state)
+    return (CPU_STEP_BUFFERS - 1) * max(io, 0.0)
 
 
 def _optimizer_state(sharders) -> dict:
@@ -282,4 +334,31 @@ def read_table_stats(stats) -> dict[str, tuple[float, ...]]:
             raise InputError(path or "table_stats", f"table {name!r}: expected {NUM_BINS} non-negative bins, "
                                                     f"got {bins!r}")
         out[str(name)] = tuple(float(b) for b in bins)
+    return out
+
+
+def check_ranks(ranks, world: int) -> dict[str, tuple[int, ...]]:
+    """{table name: ranks}, each a non-empty list of ranks of the topology; ConfigError naming the table."""
+    out = {}
+    for name, rs in (ranks or {}).items():
+        rs = list(rs) if isinstance(rs, (list, tuple, set, frozenset)) else None
+        if not rs or not all(isinstance(r, int) and not isinstance(r, bool) and 0 <= r < world for r in rs):
+            raise ConfigError(f"ranks[{name!r}]", f"expected a non-empty list of ranks in 0..{world - 1}, got "
+                                                  f"{ranks[name]!r}")
+        out[str(name)] = tuple(sorted(set(rs)))
+    return out
+
+
+def check_groups(colocate) -> list[tuple[str, ...]]:
+    """Groups of table names, each of two or more, no name in two; ConfigError naming the group."""
+    out, seen = [], set()
+    for group in colocate or []:
+        names = list(group) if isinstance(group, (list, tuple)) else None
+        if not names or len(names) < 2 or not all(isinstance(n, str) for n in names):
+            raise ConfigError("colocate", f"each group is a list of two or more table names, got {group!r}")
+        twice = [n for n in names if n in seen]
+        if twice:
+            raise ConfigError("colocate", f"table {twice[0]!r} is in two groups")
+        seen.update(names)
+        out.append(tuple(names))
     return out

@@ -15,7 +15,7 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder  # noqa: E402
 from torchrec.distributed.planner import ParameterConstraints, Topology  # noqa: E402
-from torchrec.distributed.planner.types import PlannerError  # noqa: E402
+from torchrec.distributed.planner.types import PlannerError, Shard  # noqa: E402
 from torchrec.modules.embedding_configs import EmbeddingBagConfig  # noqa: E402
 from torchrec.modules.embedding_modules import EmbeddingBagCollection  # noqa: E402
 
@@ -82,30 +82,36 @@ def test_finds_every_collection_and_honours_the_constraints():
 
 
 def test_memory_counted_as_torchrec_counts_it():
-    # four 1000 x 64 tables on 2 devices of 800,000 B less 10%: 720,000 B each. Their fp32 weights (256,000 B
+    # four 1000 x 64 tables on 2 CPU ranks of 800,000 B less 10%: 720,000 B each. Their fp32 weights (256,000 B
     # each, two per device) fit; TorchRec's count at batch 512 (weights + input and output buffers: 526,336 B per
-    # table, 267,264 B per half) does not, whatever the split
+    # table, 267,264 B per half) does not, whatever the split; nor does the planner's, which adds a CPU step's
+    # buffers: 7 more times TorchRec's input and output buffers (270,336 B a table, 139,264 B a half)
     model = collection("t", [(1000, 64)] * 4)
     weights = NeuroShardPlanner(topology(800_000), alg="size_greedy", memory="weights")
     plan = weights.plan(model, sharders())
     assert sorted(len([n for n, ps in plan.plan[""].items() if ps.ranks == [r]]) for r in (0, 1)) == [2, 2]
     full = NeuroShardPlanner(topology(800_000), alg="size_greedy")
     tables, _ = full._tables(model, sharders())
-    assert full._storage(tables[0], [64]) == [526336.0] and full._storage(tables[0], [32, 32]) == [267264.0] * 2
+    whole, half = [Shard(size=[1000, 64], offset=[0, 0])], [Shard(size=[1000, 32], offset=[0, 32 * k]) for k in (0, 1)]
+    assert full._estimate(tables[0], "table_wise", whole, count="estimator") == [526336.0]
+    assert full._estimate(tables[0], "column_wise", half, count="estimator") == [267264.0] * 2
+    assert full._storage(tables[0], [64]) == [526336.0 + 7 * 270336] == [2418688.0]
+    assert full._storage(tables[0], [32, 32]) == [267264.0 + 7 * 139264] * 2
     with pytest.raises(PlannerError, match=r"cannot place 4 tables on 2 devices of 0.0007451 GB each \(the "
-                                           r"topology's, 10% reserved; torchrec count\): they need 0.001961 GB in "
-                                           r"all, the largest \(t0\) 0.0004902 GB; 't\d' could not be placed"):
+                                           r"topology's, 10% reserved; torchrec count\): they need 0.00901 GB in "
+                                           r"all, the largest \(t0\) 0.002253 GB; the buffers and optimizer state"):
         full.plan(model, sharders())
-    # with room for three tables per device, the plan fits in TorchRec's count
-    roomy = NeuroShardPlanner(topology(2_000_000), alg="size_greedy")
+    # with room for three tables per device (7,290,000 B against 3 x 2,418,688), the plan fits in the count
+    roomy = NeuroShardPlanner(topology(8_100_000), alg="size_greedy")
     plan = roomy.plan(model, sharders())
     used = roomy.device_storage(tables, roomy.last_result.plan)
-    assert sum(used) == pytest.approx(4 * 526336) and max(used) <= 0.9 * 2_000_000
+    assert sum(used) == pytest.approx(4 * 2418688) and max(used) <= 0.9 * 8_100_000
 
 
 def test_an_unplaceable_table_is_torchrecs_error_with_the_numbers():
     with pytest.raises(PlannerError, match=r"they need 0\.002159 GB in all, the largest \(big0\) 0\.002159 GB"):
-        NeuroShardPlanner(topology(1_000_000), alg="size_greedy").plan(collection("big", [(8000, 64)]), sharders())
+        NeuroShardPlanner(topology(1_000_000, device="cuda"), alg="size_greedy").plan(collection("big", [(8000, 64)]),
+                                                                                      sharders())
 
 
 def test_bad_settings_are_one_line_errors(tmp_path):
@@ -336,7 +342,8 @@ def test_table_wise_only_tables_are_kept_whole_while_searching(alg):
     # held 0.05175 GB against its 0.05063 GB; searched with the constraint, every algorithm keeps them whole
     # and fits TorchRec's count on both ranks
     cap = 60 * MIB
-    planner = NeuroShardPlanner(topology(cap), models=random_models(2, 3), constraints=_tw_constraints(), alg=alg)
+    planner = NeuroShardPlanner(topology(cap, device="cuda"), models=random_models(2, 3), constraints=_tw_constraints(),
+                                alg=alg)
     model = collection("t", TW_SPECS)
     plan = planner.plan(model, sharders())
     assert all(plan.plan[""][f"t{i}"].sharding_type == "table_wise" for i in range(3))
@@ -377,7 +384,7 @@ def test_each_rank_has_its_own_memory():
 
 
 def test_optimizer_state_of_fused_params_is_counted():
-    # four 1000 x 64 tables (256,000 B of weights each; TorchRec's count at batch 512 526,336 B) on 2 ranks of
+    # four 1000 x 64 tables (256,000 B of weights each; TorchRec's count at batch 512 526,336 B) on 2 GPUs of
     # 2,000,000 B (1,800,000 after the reservation): they fit with exact SGD; with Adam's two fp32 moments
     # (512,000 B more per table, which TorchRec's estimator does not count from fused_params) they need
     # 4 x 1,038,336 B = 0.003868 GB and are refused with the numbers
@@ -386,8 +393,8 @@ def test_optimizer_state_of_fused_params_is_counted():
     model = collection("t", [(1000, 64)] * 4)
     sgd = EmbeddingBagCollectionSharder(fused_params={"optimizer": EmbOptimType.EXACT_SGD})
     adam = EmbeddingBagCollectionSharder(fused_params={"optimizer": EmbOptimType.ADAM})
-    NeuroShardPlanner(topology(2_000_000), alg="size_greedy").plan(model, [sgd])
-    planner = NeuroShardPlanner(topology(2_000_000), alg="size_greedy")
+    NeuroShardPlanner(topology(2_000_000, device="cuda"), alg="size_greedy").plan(model, [sgd])
+    planner = NeuroShardPlanner(topology(2_000_000, device="cuda"), alg="size_greedy")
     tables, _ = planner._tables(model, [adam])
     assert planner._storage(tables[0], [64]) == [526336.0 + 512000.0]
     assert planner._storage(tables[0], [32, 32]) == [267264.0 + 256000.0] * 2
@@ -561,3 +568,58 @@ def test_a_large_table_is_not_replicated_by_choice():
     plan = NeuroShardPlanner(hosts, models=m, constraints=cons).plan(collection("t", [(200_000, 64), (1000, 16)]),
                                                                       sharders()).plan[""]
     assert (plan["t0"].sharding_type, plan["t1"].sharding_type) == ("table_row_wise", "data_parallel")
+
+
+def _one_table(rows, dim, fp16=False):
+    from torchrec.modules.embedding_configs import DataType
+
+    return EmbeddingBagCollection(tables=[EmbeddingBagConfig(
+        name="t0", embedding_dim=dim, num_embeddings=rows, feature_names=["t0"],
+        data_type=DataType.FP16 if fp16 else DataType.FP32)], device=torch.device("meta"))
+
+
+def _plan_of(ebc, generator, sharder):
+    from torchrec.distributed.sharding_plan import construct_module_sharding_plan
+    from torchrec.distributed.types import ShardingPlan
+
+    return ShardingPlan({"": construct_module_sharding_plan(ebc, {"t0": generator}, sharder=sharder, local_size=2,
+                                                             world_size=2, device_type="cuda")})
+
+
+def test_training_memory_the_count_adds_to_torchrecs():
+    # one 1000 x 64 table on 2 GPUs at batch 512 per rank, pooling 1: TorchRec counts weights, 8,192 B of input
+    # ids (512 x 2 ranks x 8 B) and the pooled outputs (512 x 2 x 64 values) at the weights' dtype
+    from fbgemm_gpu.split_embedding_configs import EmbOptimType
+    from torchrec.distributed.sharding_plan import column_wise, data_parallel, table_wise
+    from torchrec.optim import RowWiseAdagrad
+    from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
+
+    planner = NeuroShardPlanner(topology(device="cuda"), alg="size_greedy")
+    sgd = EmbeddingBagCollectionSharder(fused_params={"optimizer": EmbOptimType.EXACT_SGD})
+    fp16 = _one_table(1000, 64, fp16=True)
+    tw = _plan_of(fp16, table_wise(rank=0, compute_kernel="fused"), sgd)
+    # fp16 weights: 128,000 B; TorchRec counts the outputs at 2 B (131,072 B), the kernel writes fp32 (262,144 B)
+    assert planner.storage(fp16, [sgd], tw, count="weights") == [128000.0, 0.0]
+    assert planner.storage(fp16, [sgd], tw, count="estimator") == [128000.0 + 8192 + 131072, 0.0]
+    assert planner.storage(fp16, [sgd], tw) == [128000.0 + 8192 + 262144, 0.0]
+    # row-wise Adagrad in backward: FBGEMM keeps one fp32 value per row of each shard (4,000 B); TorchRec counts
+    # 1/64 of the shard's fp16 bytes: 2,000 B whole, 1,000 B per half
+    for rows_state, generator, counted in ((4000, table_wise(rank=0, compute_kernel="fused"), 2000),
+                                           (4000, column_wise(ranks=[0, 1], compute_kernel="fused"), 1000)):
+        ebc = _one_table(1000, 64, fp16=True)
+        apply_optimizer_in_backward(RowWiseAdagrad, ebc.parameters(), {"lr": 0.1})
+        plan = _plan_of(ebc, generator, sgd)
+        theirs, ours = planner.storage(ebc, [sgd], plan, count="estimator"), planner.storage(ebc, [sgd], plan)
+        shards = [r for r in (0, 1) if theirs[r]]
+        outputs = 512 * 2 * (64 // len(shards)) * 2  # the outputs at fp32 beyond TorchRec's fp16
+        assert [ours[r] - theirs[r] for r in shards] == [rows_state - counted + outputs] * len(shards)
+    # a data-parallel replica (dense kernel) of fp32 weights: its gradient and DDP's all-reduce buffer, 256,000 B
+    # each, beside TorchRec's count; with row-wise Adagrad through fused_params also its 4,000 B of state
+    fp32 = _one_table(1000, 64)
+    rowwise = EmbeddingBagCollectionSharder(fused_params={"optimizer": EmbOptimType.EXACT_ROWWISE_ADAGRAD})
+    for sharder, state in ((sgd, 0), (rowwise, 4000)):
+        dp = _plan_of(fp32, data_parallel(), sharder)
+        theirs = planner.storage(fp32, [sharder], dp, count="estimator")
+        assert planner.storage(fp32, [sharder], dp) == [t + 2 * 256000 + state for t in theirs]
+    with pytest.raises(ConfigError, match="count: must be one of"):
+        planner.storage(fp32, [sgd], tw, count="fp32")
