@@ -16,7 +16,9 @@ is TorchRec's own error (the enumerator's), word for word.
 Each table becomes a `PlannedTable`: its statistics as the cost models read
 them (rows, the sum of its pooling factors, locality bins from `table_stats`
 (`read_table_stats`), its dim, rounded up
-to a multiple of 4 for the costs), its options by type, the optimizer state
+to a multiple of 4 for the costs, its kind: pooled for an
+`EmbeddingBagCollection`'s table, unpooled for an `EmbeddingCollection`'s,
+as TorchRec's option says, `is_pooled`), its options by type, the optimizer state
 TorchRec's storage count leaves out (`OPTIMIZER_STATE`), its
 `min_partition`. Imports torchrec.
 """
@@ -72,7 +74,6 @@ class PlannedTable:
     dim: int  # the table's own dim
     state: tuple[float, float] = (0.0, 0.0)  # optimizer state TorchRec does not count: per weight, per row
     min_dim: int | None = None  # ParameterConstraints.min_partition: the narrowest column shard
-    pooled: bool = True
 
     @property
     def types(self) -> tuple[str, ...]:
@@ -225,19 +226,27 @@ def read_tables(module, sharders, topology, batch_size: int, constraints: dict, 
         # the state of fused_params' optimizer, unless TorchRec counts one (apply_optimizer_in_backward)
         counted = getattr(first.tensor, "_optimizer_classes", [None])[0] is not None
         state = (0.0, 0.0) if counted else state_of.get(first.module[1].__class__, (0.0, 0.0))
-        tables.append(PlannedTable(path, name, TableConfig(rows, pooling, tuple(bins), 4 * math.ceil(dim / 4)),
-                                   options, dim, state=state, min_dim=None if cons is None else cons.min_partition,
-                                   pooled=first.is_pooled))
+        config = TableConfig(rows, pooling, tuple(bins), 4 * math.ceil(dim / 4), pooled=bool(first.is_pooled))
+        tables.append(PlannedTable(path, name, config, options, dim, state=state,
+                                   min_dim=None if cons is None else cons.min_partition))
     notes = []
     if unknown_pooling:
         notes.append(f"no ParameterConstraints.pooling_factors for {', '.join(unknown_pooling)}: pooling factor "
                      "1.0 assumed")
     if unknown_bins:
         notes.append(f"no locality stats (table_stats) for {', '.join(unknown_bins)}: the default bins assumed")
-    unpooled = [t.name for t in tables if not t.pooled]
+    unpooled = [t.name for t in tables if not t.table.pooled]
     if unpooled:
-        notes.append(f"{', '.join(unpooled)} unpooled (sequence) tables: costed as pooled bags")
+        notes.append(unpooled_note(unpooled))
     return tables, estimator, enumerator._sharder_data_map, notes
+
+
+def unpooled_note(names) -> str:
+    """The one line that says how the unpooled (sequence) tables `names` are costed."""
+    return (f"{', '.join(names)}: unpooled (sequence) tables: their exchange is costed at dim x pooling factor per "
+            "sample, their compute by the pooled compute model at a measured unpooled/pooled kernel-time ratio "
+            "times their pooling factor (planner.costs.features.unpooled_ratio; no compute data of unpooled "
+            "kernels, about 35% off on held-out shards)")
 
 
 def state_bytes(opt, shard, state: tuple[float, float]) -> float:
