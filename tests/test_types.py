@@ -319,3 +319,21 @@ def test_spread_tables_keep_out_of_the_pieces_and_survive_merging():
     assert merge_colocated_halves(tables, plan) == Plan((), ((0,), (1,)), (Spread(2, "row_wise", (0, 1)),))
     with pytest.raises(InvalidPlanError, match="table 2 is spread and has column pieces too"):
         plan_from_pieces(tables, [pieces[0], pieces[1], [ColumnPiece(0, 32, 0)]], 2, plan.spread)
+
+
+def test_a_tables_kind_and_what_it_exchanges():
+    """Pooled by default (its JSON unchanged); an unpooled (sequence) table sends every looked-up row: dim x
+    pooling factor floats per sample, in its split pieces too; its row-wise collectives carry as much."""
+    pooled = TableConfig(1000, 3.5, BINS, dim=16)
+    seq = TableConfig(1000, 3.5, BINS, dim=16, pooled=False)
+    assert pooled.pooled and "pooled" not in pooled.to_json()
+    assert seq.to_json()["pooled"] is False and TableConfig.from_json(seq.to_json()) == seq != pooled
+    assert TableConfig.from_json({**seq.to_json(), "pooled": True}) == pooled
+    with pytest.raises(ValueError, match="pooled must be true or false, got 'no'"):
+        TableConfig.from_json({**seq.to_json(), "pooled": "no"})
+    assert (pooled.exchange_dim, seq.exchange_dim, seq.with_dim(8).exchange_dim) == (16, 56, 28)
+    assert ShardTable(0, 0, seq).exchange_dim == 56 and not seq.batch_share(2).pooled
+    # table 0 row-wise and unpooled: 64 x 56 partial rows; table 1 data-parallel and unpooled: its 100 x 16 weights
+    got = spread_collectives([16, 16], [1000, 100], [Spread(0, "row_wise", (0, 1)),
+                                                     Spread(1, "data_parallel", (0, 1))], 64, [56, 56])
+    assert [c.numel for c in got] == [64 * 56, 64 * 56, 100 * 16]

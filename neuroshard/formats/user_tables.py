@@ -24,6 +24,7 @@ from neuroshard.types.tables import (
 
 USER_TABLE_FIELDS = ("name", "rows", "dim", "pooling_factor")
 CONSTRAINT_FIELDS = ("whole", "ranks", "group")  # optional: kept whole (0/1), its devices ("0;2"), a co-location label
+KINDS = ("pooled", "sequence")  # the optional `kind`: an EmbeddingBagCollection's table, or an EmbeddingCollection's
 _NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
 
 
@@ -94,6 +95,9 @@ def _user_table(row: dict, max_mem: float | None) -> tuple[str, TableConfig, boo
         raise ValueError(f"table {name!r}: give all of bin_0..bin_{NUM_BINS - 1} or none, missing "
                          f"{', '.join(missing)}")
     bins = tuple(number(f"bin_{j}", False) for j in range(NUM_BINS)) if given else DEFAULT_BINS
+    kind = str(row.get("kind") or "pooled").strip().lower()
+    if kind not in KINDS:
+        raise ValueError(f"table {name!r}: kind must be {' or '.join(KINDS)}, got {row.get('kind')!r}")
     if any(not 0 <= b <= 1 for b in bins):
         raise ValueError(f"table {name!r}: locality bins must lie in [0, 1]")
     if max_mem is not None:
@@ -103,7 +107,7 @@ def _user_table(row: dict, max_mem: float | None) -> tuple[str, TableConfig, boo
         if size_gb(rows, narrow) > max_mem:
             raise ValueError(f"table {name!r} ({size_gb(rows, dim):.4g} GB) does not fit a device of {max_mem:g} GB "
                              f"even split column-wise down to dim {narrow} ({size_gb(rows, narrow):.4g} GB)")
-    return name, TableConfig(rows, pf, bins, dim), not given
+    return name, TableConfig(rows, pf, bins, dim, pooled=kind == "pooled"), not given
 
 
 def _constraint_fields(row: dict, name: str, out: UserTables) -> None:
@@ -136,7 +140,10 @@ def read_user_tables(path, max_mem: float | None = None, warn: bool = True) -> U
     `bin_16` (all or none; without them a table gets `types.DEFAULT_BINS`,
     and a warning names it) and the constraints: `whole` (1: never split),
     `ranks` (the devices it may use, "0;2"), `group` (tables with the same
-    label go whole to one device together). Names are unique, of letters, digits, `_`, `-`.
+    label go whole to one device together); `kind`: `pooled` (the default, an
+    EmbeddingBagCollection's table) or `sequence` (an EmbeddingCollection's,
+    unpooled: its costs count every looked-up row, `TableConfig.pooled`).
+    Names are unique, of letters, digits, `_`, `-`.
     Dims are multiples of 4. With `max_mem` (GB), a table that fits no device
     even at its narrowest column split is refused. Each bad row is an
     InputError naming the file, the line (CSV) or table index (JSON), and the value.
@@ -187,13 +194,13 @@ def read_user_tables(path, max_mem: float | None = None, warn: bool = True) -> U
             _constraint_fields(d, name, out)
         except ValueError as e:
             raise InputError(path, one_line(f"{label}: {e}" if label else str(e)), line) from None
-    known = set(USER_TABLE_FIELDS) | set(CONSTRAINT_FIELDS) | {f"bin_{j}" for j in range(NUM_BINS)}
+    known = set(USER_TABLE_FIELDS) | set(CONSTRAINT_FIELDS) | {f"bin_{j}" for j in range(NUM_BINS)} | {"kind"}
     unknown = list(dict.fromkeys(k for _, _, d in rows if isinstance(d, dict) for k in d
                                  if k is not None and k not in known))
     if unknown and warn:
         print_warning(f"{path}: ignoring unknown column(s) {', '.join(map(repr, unknown[:5]))}"
                       f"{', ...' if len(unknown) > 5 else ''} (known: {', '.join(USER_TABLE_FIELDS)}, "
-                      f"bin_0..bin_{NUM_BINS - 1}, {', '.join(CONSTRAINT_FIELDS)})")
+                      f"bin_0..bin_{NUM_BINS - 1}, {', '.join(CONSTRAINT_FIELDS)}, kind)")
     if out.default_bins and warn:
         shown = ", ".join(out.default_bins[:5]) + (", ..." if len(out.default_bins) > 5 else "")
         print_warning(f"{path}: {len(out.default_bins)} table(s) without locality bins ({shown}) get the default "

@@ -77,8 +77,9 @@ def augment_table_configs(configs: Sequence[TableConfig], max_dim: int) -> list[
 
 
 def augmented_bench_tables(aug: Sequence[TableConfig], num_dataset_tables: int) -> list[BenchTable]:
-    """BenchTables of the augmented list: rows and dim of each, lookups of its dataset table."""
-    return [BenchTable(c.row, c.dim, i % num_dataset_tables) for i, c in enumerate(aug)]
+    """BenchTables of the augmented list: rows, dim and kind of each, lookups of its dataset table (an unpooled
+    dataset table is timed unpooled, as its data's `pooled` says the compute model reads it)."""
+    return [BenchTable(c.row, c.dim, i % num_dataset_tables, pooled=c.pooled) for i, c in enumerate(aug)]
 
 
 class ShardTask(NamedTuple):

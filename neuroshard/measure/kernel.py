@@ -6,6 +6,11 @@ it uses). `ShardBenchmark.measure` builds one table-batched embedding bag op
 feeds the real lookups of those tables concatenated table-major, and times
 forward + backward (a random upstream gradient [B, sum of dims]) with the
 shared timing helper: warm-up, timed iterations, a cache flush before each.
+An unpooled (sequence) table, as an `EmbeddingCollection` runs it, is an op
+with `PoolingMode.NONE`: every looked-up row is an output row ([lookups, dim],
+its gradient as wide). FBGEMM takes unpooled tables of one dim per op only,
+so a shard runs its pooled tables in one op and its unpooled ones in one op
+per dim (`op_groups`), timed together.
 The same code runs on CPU (`fbgemm-gpu-cpu`: weights in `HOST` memory,
 `ComputeDevice.CPU`) and on a GPU (`fbgemm-gpu`: `DEVICE` + `CUDA`).
 
@@ -63,17 +68,27 @@ class BenchTable:
     """One table of a shard: `rows` x `dim` fp32 weights fed with the lookups of dataset table `table_id`;
     `part` None: all of them; ("rows", lo, hi): a row-wise block, the ids in [lo, hi) less lo, every sample
     (`data.row_blocks.block_lookups`); ("bags", lo, hi): a data-parallel rank's local batch, the lookups of
-    samples [lo, hi) only (the others' bags left empty, so the op keeps the shard's batch)."""
+    samples [lo, hi) only (the others' bags left empty, so the op keeps the shard's batch). `pooled` False: an
+    unpooled (sequence) table (module doc)."""
 
     rows: int
     dim: int
     table_id: int
     part: tuple | None = None
+    pooled: bool = True
+
+
+def op_groups(tables: Sequence[BenchTable]) -> list[list[BenchTable]]:
+    """The ops a shard runs (module doc): its pooled tables in one, then its unpooled ones in one per dim, in
+    dim order; each group in shard order."""
+    pooled = [t for t in tables if t.pooled]
+    dims = sorted({t.dim for t in tables if not t.pooled})
+    return ([pooled] if pooled else []) + [[t for t in tables if not t.pooled and t.dim == d] for d in dims]
 
 
 def bench_tables(tables: Sequence[ShardTable]) -> list[BenchTable]:
     """BenchTables of (possibly column-split) task tables: a split half keeps its table's lookups."""
-    return [BenchTable(t.config.row, t.dim, t.table_id) for t in tables]
+    return [BenchTable(t.config.row, t.dim, t.table_id, pooled=t.config.pooled) for t in tables]
 
 
 def spread_bench_tables(tables: Sequence[ShardTable], spread, rank: int, batch: int) -> list[BenchTable]:
@@ -130,6 +145,7 @@ def _fbgemm():
             BoundsCheckMode,
             ComputeDevice,
             EmbeddingLocation,
+            PoolingMode,
         )
         from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
             SplitTableBatchedEmbeddingBagsCodegen,
@@ -138,7 +154,7 @@ def _fbgemm():
         raise NeuroShardError(f"FBGEMM is not installed ({e}); install fbgemm-gpu-cpu (CPU) "
                               "or fbgemm-gpu (CUDA)") from None
     return SplitTableBatchedEmbeddingBagsCodegen, EmbeddingLocation, ComputeDevice, BoundsCheckMode, \
-        EmbOptimType, SparseType
+        EmbOptimType, SparseType, PoolingMode
 
 
 class ShardBenchmark:
@@ -182,7 +198,7 @@ class ShardBenchmark:
         self._grad_pool = torch.empty(0)
         self._arena = torch.empty(0)
         self._arena_numel = int(arena_gb * 2**30) // 4
-        (self._Op, self._Loc, self._Dev, self._Bounds, self._Optim, self._Sparse) = _fbgemm()
+        (self._Op, self._Loc, self._Dev, self._Bounds, self._Optim, self._Sparse, self._Pooling) = _fbgemm()
         self._can_prealloc = "preallocated_host_buffers" in inspect.signature(self._Op.__init__).parameters
 
     # ------------------------------------------------------------------ inputs
@@ -234,9 +250,11 @@ class ShardBenchmark:
 
     def shard_inputs(self, tables: Sequence[BenchTable],
                      batch: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Indices, offsets (T*B+1, table-major) and a random upstream gradient [B, sum dims], B the first
-        `batch` samples of the dataset's batch (all of it by default)."""
+        """Indices, offsets (T*B+1, table-major) and a random upstream gradient [B, sum dims] of one op's
+        tables, B the first `batch` samples of the dataset's batch (all of it by default); of unpooled tables (one
+        dim, `op_groups`) the gradient is [lookups, dim]."""
         b = self.check_batch(batch)
+        pooled = _one_kind(tables)
         idx_parts, off_parts = [], [torch.zeros(1, dtype=torch.int64)]
         base = 0
         for t in tables:
@@ -249,28 +267,30 @@ class ShardBenchmark:
             base += idx.numel()
         indices = torch.cat(idx_parts)
         offsets = torch.cat(off_parts)
-        n = b * sum(t.dim for t in tables)
+        n = b * sum(t.dim for t in tables) if pooled else indices.numel() * tables[0].dim
         # One random pool reused by all shards: a fresh randn per shard would
         # cost as much as a small shard's kernel. The values only feed the
         # gradient, never the timing.
         if self._grad_pool.numel() < n:
             self._grad_pool = torch.randn(max(n, 2 * self._grad_pool.numel()), generator=self._gen)
-        grad = self._grad_pool[:n].view(b, -1)
+        grad = self._grad_pool[:n].view(b if pooled else indices.numel(), -1)
         if self.cuda:
             indices, offsets, grad = (x.to(self.device) for x in (indices, offsets, grad))
         return indices, offsets, grad
 
     # ------------------------------------------------------------------ op
 
-    def build_op(self, tables: Sequence[BenchTable]):
-        """The table-batched embedding bag op over `tables` (fp32, EXACT_SGD)."""
+    def build_op(self, tables: Sequence[BenchTable], at: int = 0):
+        """The table-batched embedding op over one op's `tables` (fp32, EXACT_SGD; `PoolingMode.NONE` for
+        unpooled tables of one dim, `op_groups`), its CPU weights from element `at` of the arena on."""
         if self.cuda:
             loc, dev = self._Loc.DEVICE, self._Dev.CUDA
         else:
             loc, dev = self._Loc.HOST, self._Dev.CPU
-        kwargs = {}
+        kwargs = {} if _one_kind(tables) else {"pooling_mode": self._Pooling.NONE}
         if not self.cuda and self._can_prealloc:
-            kwargs["preallocated_host_buffers"] = {"weights": self._host_weights(sum(t.rows * t.dim for t in tables))}
+            kwargs["preallocated_host_buffers"] = {"weights": self._host_weights(sum(t.rows * t.dim for t in tables),
+                                                                                 at)}
         return self._Op(
             [(t.rows, t.dim, loc, dev) for t in tables],
             optimizer=self._Optim.EXACT_SGD,
@@ -288,21 +308,24 @@ class ShardBenchmark:
             self._arena = torch.empty(0)
             self._arena = torch.zeros(self._arena_numel, dtype=torch.float32)
 
-    def _host_weights(self, numel: int) -> torch.Tensor:
-        """A 1-D fp32 CPU buffer for `numel` weights: a prefix of the arena, or its own if too large."""
-        if numel > self._arena_numel:
+    def _host_weights(self, numel: int, at: int = 0) -> torch.Tensor:
+        """A 1-D fp32 CPU buffer for `numel` weights: the arena's from element `at` on, or its own if they do
+        not fit there."""
+        if at + numel > self._arena_numel:
             return _zero_buffer(numel)
         if self._arena.numel() == 0:
             self._arena = _zero_buffer(self._arena_numel)
-        return self._arena[:numel]
+        return self._arena[at:at + numel]
 
     def prepare(self, tables: Sequence[BenchTable]):
-        """(op, indices, offsets, upstream gradient) of a non-empty shard, validated, on the
+        """(op, indices, offsets, upstream gradient) of a non-empty shard of pooled tables, validated, on the
         benchmark's device: for callers that drive the op themselves (e.g. end-to-end timing
         of a training step in neuroshard.measure.plan_job)."""
         tables = list(tables)
         if not tables:
             raise ValueError("prepare needs at least one table")
+        if not all(t.pooled for t in tables):
+            raise ValueError("prepare builds one pooled op: unpooled tables are measured by `measure`")
         self.validate(tables)
         indices, offsets, grad = self.shard_inputs(tables)
         return self.build_op(tables), indices, offsets, grad
@@ -320,16 +343,31 @@ class ShardBenchmark:
         if self.clock == "cpu" and torch.get_num_threads() != 1:
             raise ValueError(f"clock='cpu' needs torch.set_num_threads(1), found {torch.get_num_threads()} "
                              "threads: work on other threads would not be counted")
+        groups = op_groups(tables)
         t0 = time.perf_counter()
-        indices, offsets, grad = self.shard_inputs(tables, batch)
+        inputs = [self.shard_inputs(g, batch) for g in groups]
         t1 = time.perf_counter()
-        op = self.build_op(tables)
+        starts = [sum(t.rows * t.dim for g in groups[:k] for t in g) for k in range(len(groups))]
+        ops = [self.build_op(g, at) for g, at in zip(groups, starts)]  # each op's weights of their own
         t2 = time.perf_counter()
 
+        def step():
+            for op, (indices, offsets, grad) in zip(ops, inputs):
+                op(indices, offsets).backward(grad)
+
         walls: list[float] = []  # elapsed ms of every timed iteration, for the wall-time breakdown
-        times = benchmark(lambda: op(indices, offsets).backward(grad), warmup=self.warmup, iters=self.iters,
+        times = benchmark(step, warmup=self.warmup, iters=self.iters,
                           device=str(self.device), flush=self.flush, clock=self.clock, wall_ms=walls)
         t3 = time.perf_counter()
-        op = None  # noqa: F841 - release the op (and its weights) now, not when the closure goes
+        ops.clear()  # release the ops (and their weights) now, not when the closure goes
         return BenchResult(median(times), times, build_s=t2 - t1, inputs_s=t1 - t0, bench_s=t3 - t2,
                            timed_s=sum(walls) / 1e3, wall_median_ms=median(walls))
+
+
+def _one_kind(tables: Sequence[BenchTable]) -> bool:
+    """Whether one op's tables are pooled; ValueError for an op mixing kinds, or unpooled tables of several
+    dims (`op_groups` makes the ops)."""
+    kinds = {t.pooled for t in tables}
+    if len(kinds) > 1 or (False in kinds and len({t.dim for t in tables}) > 1):
+        raise ValueError("one op takes pooled tables, or unpooled ones of one dim (op_groups)")
+    return kinds != {False}

@@ -166,7 +166,12 @@ def dataset_fingerprint(dataset) -> dict:
 
 
 def shard_layout(task: Task, configs, plan: Plan):
-    """(post-split tables, per-device table lists, per-device dim sums) of a plan for a task."""
+    """(post-split tables, per-device table lists, per-device dim sums) of a plan for a task. ValueError for a
+    task with an unpooled (sequence) table: the job's exchanges are pooled outputs, B/n x the dims."""
+    unpooled = [t for t in task.table_ids if not configs[t].pooled]
+    if unpooled:
+        raise ValueError(f"dataset table {unpooled[0]} is unpooled (sequence): the plan job exchanges pooled "
+                         "outputs only (TorchRec training runs EmbeddingCollections)")
     split = apply_column_steps(task.tables(configs), plan.column_steps)
     shards = [[split[i] for i in s] for s in plan.shards]
     return split, shards, [sum(t.dim for t in s) for s in shards]

@@ -5,7 +5,9 @@ nothing else: per device, `compute[r]` from the compute model (0 for an
 empty device), `bw[r]` from the backward comm model on the per-device dim
 sums, `skew[r] = compute[r] + bw[r] - min_r(compute + bw)`, `fw[r]` from the
 forward comm model on `dims + skew`; `total[r] = compute + bw + fw`; plan
-cost = `max_r total[r]`. Times in ms, sizes in GB.
+cost = `max_r total[r]`. Times in ms, sizes in GB. A device's dim sum counts
+what its tables send per sample (`TableConfig.exchange_dim`): a pooled table
+its dim, an unpooled one its dim times its pooling factor.
 
 `score_placements` is the one plan-cost function: `simulate` calls it for one
 plan, the NeuroShard search for thousands of candidate placements at once,
@@ -213,7 +215,7 @@ def collective_parts(models, tables: Sequence[ShardTable], spread: Sequence[Spre
 
     fw, bw = np.zeros(ndevices), np.zeros(ndevices)
     for c in spread_collectives([t.dim for t in tables], [int(t.config.row) for t in tables], spread,
-                                models.global_batch):
+                                models.global_batch, [t.exchange_dim for t in tables]):
         part = bw if c.backward else fw
         part[list(c.ranks)] += float(models.collectives.predict(c.op, c.numel, len(c.ranks)))
     return fw, bw
@@ -225,7 +227,7 @@ def _paper_parts(scorer, tables, split, plan: Plan, models):
     extra, of_rank = spread_configs(tables, plan.spread, plan.ndevices)
     emb = scorer.embed([t.config for t in split] + extra)
     shards = [list(shard) + [len(split) + i for i in mine] for shard, mine in zip(plan.shards, of_rank)]
-    dims = np.array([[sum(split[i].dim for i in s) for s in plan.shards]], dtype=np.float64)
+    dims = np.array([[sum(split[i].exchange_dim for i in s) for s in plan.shards]], dtype=np.float64)
     coll = collective_parts(models, tables, plan.spread, plan.ndevices) if plan.spread else None
     return emb, shards, dims, coll
 
@@ -259,7 +261,7 @@ def _simulate_runtime(scorer, tables, split, plan: Plan, runtime) -> CostBreakdo
     n = plan.ndevices
     return CostBreakdown(
         compute=parts.compute[0].sum(axis=1).tolist(), bw_comm=[0.0] * n, fw_comm=[0.0] * n,
-        dims=[int(sum(split[i].dim for i in s)) for s in plan.shards],
+        dims=[int(sum(split[i].exchange_dim for i in s)) for s in plan.shards],
         mem_gb=[_gb(u) for u in device_elements(tables, split, plan)],
         runtime=RuntimeEstimate("torchrec", cost, runtime.terms(x)))
 

@@ -2,8 +2,10 @@
 
 The plan is for an `EmbeddingBagCollection` with one table per task table,
 named as the user named them (dataset tables: `t<id>`, see
-`torchrec.sharder.table_names`), built with TorchRec's own
-constructors and the fused kernel:
+`torchrec.sharder.table_names`); the unpooled (sequence) tables
+(`TableConfig.pooled` False) are an `EmbeddingCollection`'s, their module
+plan made with TorchRec's `EmbeddingCollectionSharder` (which offers no
+table-row-wise sharding). Built with TorchRec's own constructors and the fused kernel:
 
 * a table on one device -> `table_wise(rank=r)`;
 * a column-split table -> `column_wise(ranks=[...])`: equal shards of its
@@ -38,20 +40,27 @@ TABLE_WISE, COLUMN_WISE = "table_wise", "column_wise"
 
 
 def torchrec_sharding_plan(tables: Sequence[ShardTable], plan: Plan, names: Sequence[str],
-                           device_type: str = "cuda", module_path: str = "", local_size: int | None = None):
+                           device_type: str = "cuda", module_path: str = "", local_size: int | None = None,
+                           sequence_path: str | None = None):
     """The TorchRec `ShardingPlan` of `plan` (its splits and placements checked first; memory is not).
 
-    `names`: one per table, the EmbeddingBagCollection's table names;
+    `names`: one per table, the collections' table names;
     `device_type`: "cuda" (placements `rank:r/cuda:<r % local_size>`) or "cpu";
     `module_path`: where the EmbeddingBagCollection sits in the model handed
     to DistributedModelParallel ("" when it is the model itself);
+    `sequence_path`: where the EmbeddingCollection of the unpooled tables sits
+    (default: `module_path` when every table is unpooled; a plan of both kinds
+    needs it);
     `local_size`: ranks per host (default: all ranks on one host).
     """
     require_torchrec()
+    from torchrec.distributed.embedding import EmbeddingCollectionSharder
     from torchrec.distributed.embedding_types import EmbeddingComputeKernel
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
     from torchrec.distributed.sharding_plan import construct_module_sharding_plan
     from torchrec.distributed.types import ShardingPlan
+
+    from neuroshard.torchrec.sharder import embedding_collection
 
     if len(names) != len(tables) or len(set(names)) != len(names):
         raise InvalidPlanError(f"need {len(tables)} distinct table names, got {list(names)}")
@@ -61,18 +70,37 @@ def torchrec_sharding_plan(tables: Sequence[ShardTable], plan: Plan, names: Sequ
     if local_size is not None and (local_size < 1 or n % local_size):
         raise ConfigError("--local_world_size", f"{local_size} ranks per host do not divide the plan's {n} ranks")
     plan_view(tables, plan)  # InvalidPlanError on illegal splits, or tables placed twice or never
+    sequence = [t for t, x in enumerate(tables) if not x.config.pooled]
+    pooled = [t for t in range(len(tables)) if t not in sequence]
+    if sequence_path is None and sequence and pooled:
+        raise ConfigError("--sequence_module_path", f"the plan has pooled and unpooled (sequence) tables "
+                                                    f"({names[sequence[0]]}, ...): name where the "
+                                                    "EmbeddingCollection of the unpooled ones sits")
+    sequence_path = module_path if sequence_path is None else sequence_path
+    if sequence and pooled and sequence_path == module_path:
+        raise ConfigError("--sequence_module_path", f"{sequence_path!r} is the EmbeddingBagCollection's path too: "
+                                                    "the two collections sit at two paths")
     fused = EmbeddingComputeKernel.FUSED.value
     local = local_size or n
     per_table, kinds = {}, {}
     for t, (name, pieces) in enumerate(zip(names, plan_pieces(tables, plan))):
         per_table[name], kinds[name] = table_sharding(pieces, plan.spread_of(t), local, fused, f"table {t} ({name})")
-    module_plan = construct_module_sharding_plan(
-        embedding_bag_collection(tables, names), per_table, sharder=EmbeddingBagCollectionSharder(),
-        local_size=local, world_size=n, device_type=device_type)
-    for name, kind in kinds.items():
-        if kind != DATA_PARALLEL:  # TorchRec's kernel for it: dense
-            module_plan[name].compute_kernel = fused
-    return ShardingPlan({module_path: module_plan})
+        if t in sequence and kinds[name] == TABLE_ROW_WISE:
+            raise InvalidPlanError(f"table {t} ({name}) is unpooled and table_row_wise: TorchRec's "
+                                   "EmbeddingCollectionSharder has no table-row-wise sharding")
+    out = {}
+    for path, at, build, sharder in ((module_path, pooled, embedding_bag_collection, EmbeddingBagCollectionSharder),
+                                     (sequence_path, sequence, embedding_collection, EmbeddingCollectionSharder)):
+        if not at:
+            continue
+        mine = [names[t] for t in at]
+        out[path] = construct_module_sharding_plan(
+            build([tables[t] for t in at], mine), {name: per_table[name] for name in mine}, sharder=sharder(),
+            local_size=local, world_size=n, device_type=device_type)
+        for name in mine:
+            if kinds[name] != DATA_PARALLEL:  # TorchRec's kernel for it: dense
+                out[path][name].compute_kernel = fused
+    return ShardingPlan(out)
 
 
 def table_sharding(pieces, spread, local: int, kernel: str, what: str, whole: str = TABLE_WISE,
@@ -117,11 +145,12 @@ def torchrec_plan_json(sharding_plan, world_size: int) -> dict:
 
 
 def export_torchrec_plan(path, tables: Sequence[ShardTable], plan: Plan, names: Sequence[str],
-                         device_type: str = "cuda", module_path: str = "", local_size: int | None = None) -> list:
+                         device_type: str = "cuda", module_path: str = "", local_size: int | None = None,
+                         sequence_path: str | None = None) -> list:
     """Write `plan` as a TorchRec plan file `path` (torch.save) and its JSON view beside it; returns both paths."""
     from neuroshard.formats.sharding_file import write_torchrec_plan
 
-    sharding_plan = torchrec_sharding_plan(tables, plan, names, device_type, module_path, local_size)
+    sharding_plan = torchrec_sharding_plan(tables, plan, names, device_type, module_path, local_size, sequence_path)
     return write_torchrec_plan(path, sharding_plan, torchrec_plan_json(sharding_plan, plan.ndevices))
 
 
@@ -145,18 +174,23 @@ class ExportConfig(Settings):
     module_path: str = setting("", "path of the EmbeddingBagCollection in the model given to DistributedModelParallel, "
                                    "e.g. 'sparse.ebc' (default: '', the EmbeddingBagCollection itself)",
                                show_default=False)
+    sequence_module_path: str | None = setting(None, "path of the EmbeddingCollection of the unpooled (kind "
+                                                     "sequence) tables, e.g. 'sparse.ec' (default: --module_path "
+                                                     "when every table is unpooled)", show_default=False)
     local_world_size: int | None = common("local_world_size", show_default=False)
 
     def __post_init__(self):
         check_choice("--torchrec_device", self.torchrec_device, DEVICE_TYPES)
         check_module_path("--module_path", self.module_path)
+        if self.sequence_module_path is not None:
+            check_module_path("--sequence_module_path", self.sequence_module_path)
         if self.local_world_size is not None:
             check_int("--local_world_size", self.local_world_size, 1)
 
     def export(self, path, tables: Sequence[ShardTable], plan: Plan, names: Sequence[str]) -> list:
         """`export_torchrec_plan` with these settings."""
         return export_torchrec_plan(path, tables, plan, names, self.torchrec_device, self.module_path,
-                                    self.local_world_size)
+                                    self.local_world_size, self.sequence_module_path)
 
 
 def plan_tables(data_dir, task_path, tables_path, task: int) -> tuple[list[ShardTable], list[str]]:

@@ -134,6 +134,19 @@ def embedding_bag_collection(tables: Sequence[ShardTable], names: Sequence[str],
     return EmbeddingBagCollection(tables=configs, device=torch.device(device))
 
 
+def embedding_collection(tables: Sequence[ShardTable], names: Sequence[str], device: str = "meta"):
+    """An `EmbeddingCollection` (unpooled: every looked-up row is an output row) with one table per task table,
+    one feature `<name>` each; on the meta device by default, as `embedding_bag_collection`."""
+    require_torchrec()
+    import torch
+    from torchrec.modules.embedding_configs import EmbeddingConfig
+    from torchrec.modules.embedding_modules import EmbeddingCollection
+
+    configs = [EmbeddingConfig(name=name, embedding_dim=t.dim, num_embeddings=t.config.row, feature_names=[name])
+               for t, name in zip(tables, names)]
+    return EmbeddingCollection(tables=configs, device=torch.device(device))
+
+
 def _weights_only_storage_estimator():
     """A TorchRec shard estimator that counts each shard's fp32 weights and nothing else."""
     from torchrec.distributed.planner.types import ShardEstimator, Storage

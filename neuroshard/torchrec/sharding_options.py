@@ -16,8 +16,10 @@ is TorchRec's own error (the enumerator's), word for word.
 Each table becomes a `PlannedTable`: its statistics as the cost models read
 them (rows, the sum of its pooling factors, locality bins from `table_stats`
 (`read_table_stats`), its dim, rounded up
-to a multiple of 4 for the costs), its options by type, its weights' bytes
-per value, the optimizer state TorchRec's storage count leaves out
+to a multiple of 4 for the costs, its kind: pooled for an
+`EmbeddingBagCollection`'s table, unpooled for an `EmbeddingCollection`'s,
+as TorchRec's option says, `is_pooled`), its options by type, its weights'
+bytes per value, the optimizer state TorchRec's storage count leaves out
 (`OPTIMIZER_STATE`) or counts at the weights' dtype, its `min_partition`.
 What a shard holds in training beyond TorchRec's count is `training_bytes`
 and, on CPU ranks, `step_bytes` (measured by benchmarks/bench_train_memory.py).
@@ -87,7 +89,6 @@ class PlannedTable:
     counted_state: float = 0.0  # state per weight TorchRec counts (at the weights' dtype): an in-backward optimizer
     in_backward_state: tuple[float, float] | None = None  # that optimizer's state in FBGEMM: per weight, per row
     min_dim: int | None = None  # ParameterConstraints.min_partition: the narrowest column shard
-    pooled: bool = True
     weight_size: int = 4  # bytes per weight: its EmbeddingBagConfig.data_type's (2 for fp16 and bf16)
 
     @property
@@ -243,20 +244,29 @@ def read_tables(module, sharders, topology, batch_size: int, constraints: dict, 
         state = (0.0, 0.0) if in_backward is not None else state_of.get(first.module[1].__class__, (0.0, 0.0))
         counted_state = 0.0 if in_backward is None else _get_optimizer_multipler(in_backward, first.tensor.shape)
         fbgemm_state = None if in_backward is None else OPTIMIZER_STATE.get(IN_BACKWARD.get(in_backward.__name__))
-        tables.append(PlannedTable(path, name, TableConfig(rows, pooling, tuple(bins), 4 * math.ceil(dim / 4)),
-                                   options, dim, state=state, min_dim=None if cons is None else cons.min_partition,
-                                   pooled=first.is_pooled, weight_size=first.tensor.element_size(),
-                                   counted_state=float(counted_state), in_backward_state=fbgemm_state))
+        config = TableConfig(rows, pooling, tuple(bins), 4 * math.ceil(dim / 4), pooled=bool(first.is_pooled))
+        tables.append(PlannedTable(path, name, config, options, dim, state=state,
+                                   min_dim=None if cons is None else cons.min_partition,
+                                   weight_size=first.tensor.element_size(), counted_state=float(counted_state),
+                                   in_backward_state=fbgemm_state))
     notes = []
     if unknown_pooling:
         notes.append(f"no ParameterConstraints.pooling_factors for {', '.join(unknown_pooling)}: pooling factor "
                      "1.0 assumed")
     if unknown_bins:
         notes.append(f"no locality stats (table_stats) for {', '.join(unknown_bins)}: the default bins assumed")
-    unpooled = [t.name for t in tables if not t.pooled]
+    unpooled = [t.name for t in tables if not t.table.pooled]
     if unpooled:
-        notes.append(f"{', '.join(unpooled)} unpooled (sequence) tables: costed as pooled bags")
+        notes.append(unpooled_note(unpooled))
     return tables, estimator, enumerator._sharder_data_map, notes
+
+
+def unpooled_note(names) -> str:
+    """The one line that says how the unpooled (sequence) tables `names` are costed."""
+    return (f"{', '.join(names)}: unpooled (sequence) tables: their exchange is costed at dim x pooling factor per "
+            "sample, their compute by the pooled compute model at a measured unpooled/pooled kernel-time ratio "
+            "times their pooling factor (planner.costs.features.unpooled_ratio; no compute data of unpooled "
+            "kernels, about 35% off on held-out shards)")
 
 
 def plan_shards(sharding_plan, path: str, name: str, world: int):

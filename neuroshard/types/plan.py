@@ -137,16 +137,18 @@ class SpreadCollective:
 
 
 def spread_collectives(dims: Sequence[int], rows: Sequence[int], spread: Sequence[Spread],
-                       batch: int) -> list[SpreadCollective]:
+                       batch: int, widths: Sequence[int] | None = None) -> list[SpreadCollective]:
     """The collectives of `spread` tables (task tables of `dims` and `rows`) at global batch `batch`, per group
     of ranks (in order of first appearance): the row-wise and table-row-wise tables of a group reduce-scatter
-    their B x (their dims) partial sums forward and all-gather the gradient backward; its data-parallel tables
-    all-reduce their (rows x dim) gradients backward, one collective for all of them."""
+    their B x (their output widths: `widths`, `TableConfig.exchange_dim`, else their dims) partial sums forward
+    and all-gather the gradient backward; its data-parallel tables all-reduce their (rows x dim) gradients
+    backward, one collective for all of them."""
+    widths = dims if widths is None else widths
     groups: dict[tuple[tuple[int, ...], bool], int] = {}
     for s in spread:
         rw = s.kind != DATA_PARALLEL
         key = (tuple(s.ranks), rw)
-        groups[key] = groups.get(key, 0) + (batch * dims[s.table] if rw else rows[s.table] * dims[s.table])
+        groups[key] = groups.get(key, 0) + (batch * widths[s.table] if rw else rows[s.table] * dims[s.table])
     out = []
     for (ranks, rw), numel in groups.items():
         if rw:

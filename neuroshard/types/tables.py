@@ -56,6 +56,11 @@ class TableConfig:
     share of them in each of len(row_lookups) equal ranges of the rows (None:
     not known, a range of rows is assumed to take its share of the rows);
     a row-wise block's lookups come from it (`row_block`).
+    `pooled`: the table's kind. True (the default): a pooled bag (an
+    `EmbeddingBagCollection`'s table), each sample's lookups summed into one
+    row of `dim`; False: an unpooled sequence table (an `EmbeddingCollection`'s),
+    every looked-up row its own output row, so a sample sends `pooling_factor`
+    rows of `dim` back (`exchange_dim`).
     """
 
     row: int
@@ -63,6 +68,7 @@ class TableConfig:
     bins: tuple[float, ...]
     dim: int | None = None
     row_lookups: tuple[float, ...] | None = None
+    pooled: bool = True
 
     def __post_init__(self):
         # Every config is checked where it is made (file, generator or library call): a NaN or
@@ -89,6 +95,8 @@ class TableConfig:
                 raise ValueError(f"row_lookups must be 1 to row ({self.row}) shares in [0, 1], got {list(shares)!r}")
             if abs(sum(shares) - 1.0) > 1e-3 and sum(shares) > 0:
                 raise ValueError(f"row_lookups sum to {sum(shares):.6g}, not 1 (they are shares of the lookups)")
+        if not isinstance(self.pooled, bool):
+            raise ValueError(f"pooled must be true or false, got {self.pooled!r}")
 
     def _derived(self, **fields) -> "TableConfig":
         """A copy with `fields` changed, checked by the caller: the others were checked when this config was
@@ -138,6 +146,15 @@ class TableConfig:
             raise ValueError("table has no dim")
         return size_gb(self.row, self.dim)
 
+    @property
+    def exchange_dim(self) -> int:
+        """The floats per sample of this table's output exchange, in the unit of the comm models' per-device dim
+        sums: its dim when pooled; when unpooled, its dim times its pooling factor (every looked-up row goes back
+        to the sample's rank), rounded to whole floats."""
+        if self.dim is None:
+            raise ValueError("table has no dim")
+        return self.dim if self.pooled else round(self.dim * self.pooling_factor)
+
     def to_json(self) -> dict:
         d = {"row": self.row, "pooling_factor": self.pooling_factor}
         d.update({f"bin_{j}": b for j, b in enumerate(self.bins)})
@@ -145,6 +162,8 @@ class TableConfig:
             d["dim"] = self.dim
         if self.row_lookups is not None:
             d["row_lookups"] = list(self.row_lookups)
+        if not self.pooled:
+            d["pooled"] = False
         return d
 
     @classmethod
@@ -157,7 +176,7 @@ class TableConfig:
         if shares is not None and not isinstance(shares, list):
             raise TypeError(f"row_lookups must be a list of shares, got {shares!r}")
         return cls(row, d["pooling_factor"], tuple(d[f"bin_{j}"] for j in range(NUM_BINS)), d.get("dim"),
-                   None if shares is None else tuple(shares))
+                   None if shares is None else tuple(shares), d.get("pooled", True))
 
 
 @dataclass(frozen=True)
@@ -199,3 +218,7 @@ class ShardTable:
     @property
     def size_gb(self) -> float:
         return self.config.size_gb
+
+    @property
+    def exchange_dim(self) -> int:
+        return self.config.exchange_dim

@@ -26,6 +26,15 @@ def test_user_tables_from_json_with_and_without_bins(tmp_path, capsys):
     expect_error(lambda: read_user_tables(path), path, "no tables")
 
 
+def test_a_tables_kind_is_pooled_unless_it_says_sequence(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("name,rows,dim,pooling_factor,kind\na,100,8,1,\nb,100,8,2,sequence\nc,100,8,2,Pooled\n")
+    assert [c.pooled for c in read_user_tables(path, warn=False).configs] == [True, False, True]
+    path.write_text("name,rows,dim,pooling_factor,kind\na,100,8,1,bag\n")
+    expect_error(lambda: read_user_tables(path), path, "table 'a': kind must be pooled or sequence, got 'bag'",
+                 line=2)
+
+
 def test_user_tables_csv_header_is_checked(tmp_path):
     path = tmp_path / "t.csv"
     path.write_text("name,rows,dims,pooling_factor\na,1,4,1\n")

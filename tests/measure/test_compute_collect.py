@@ -89,6 +89,10 @@ def test_augmented_list_is_dim_major():
     configs = [TableConfig(100 + i, 1.0, (0.0,) * 17) for i in range(3)]
     aug = augment_table_configs(configs, 16)
     assert [(c.row, c.dim) for c in aug] == [(r, d) for d in (16, 8, 4) for r in (100, 101, 102)]
+    # an unpooled dataset table stays unpooled at every dim, and is timed so
+    aug = augment_table_configs([configs[0], TableConfig(50, 1.0, (0.0,) * 17, pooled=False)], 8)
+    assert [(t.table_id, t.dim, t.pooled) for t in augmented_bench_tables(aug, 2)] == [
+        (0, 8, True), (1, 8, False), (0, 4, True), (1, 4, False)]
 
 
 def test_sampler_respects_limits_and_seed():

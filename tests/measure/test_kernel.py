@@ -8,6 +8,7 @@ from neuroshard.measure.kernel import (
     IndexRangeError,
     ShardBenchmark,
     bench_tables,
+    op_groups,
     spread_bench_tables,
 )
 from neuroshard.types.errors import NeuroShardError
@@ -79,6 +80,42 @@ def test_inputs_are_table_major_lookups_of_each_dataset_table(dataset, bench):
                                           dataset.offsets[t.table_id][:-1].long(), mode="sum")
         for t, w in zip(tables, weights)], dim=1)
     torch.testing.assert_close(out, expected)
+
+
+def test_an_unpooled_table_runs_fbgemms_kernel_without_pooling(dataset, bench):
+    """The same table pooled and unpooled (`PoolingMode.NONE`) on the real FBGEMM kernel: the unpooled op's output
+    is every looked-up row ([lookups, dim], its gradient as wide), whose sums per sample are the pooled op's output;
+    a backward step updates the same rows by the same amounts. A shard of both kinds and two unpooled dims runs
+    three ops (pooled, then one per dim) and is timed as one."""
+    pooled = BenchTable(dataset.configs[1].row, 8, 1)
+    unpooled = BenchTable(dataset.configs[1].row, 8, 1, pooled=False)
+    idx, off = dataset.indices[1].long(), dataset.offsets[1].long()
+    outs, weights = [], []
+    for t in (pooled, unpooled):
+        indices, offsets, grad = bench.shard_inputs([t])
+        assert grad.shape == ((dataset.batch_size, 8) if t.pooled else (idx.numel(), 8))
+        op = bench.build_op([t])
+        (w,) = op.split_embedding_weights()
+        w.copy_(torch.randn(w.shape, generator=torch.Generator().manual_seed(0)))
+        start = w.clone()
+        out = op(indices, offsets)
+        outs.append(out.detach())
+        out.backward(torch.ones_like(out))  # every looked-up row gets -lr per lookup, in both kinds
+        weights.append((start, w.detach().clone()))
+    assert outs[1].shape == (idx.numel(), 8)
+    torch.testing.assert_close(outs[1], weights[1][0][idx])  # the rows themselves
+    sample = torch.repeat_interleave(torch.arange(dataset.batch_size), off[1:] - off[:-1])
+    torch.testing.assert_close(torch.zeros_like(outs[0]).index_add(0, sample, outs[1]), outs[0])
+    torch.testing.assert_close(weights[0][1] - weights[0][0], weights[1][1] - weights[1][0])
+    # op groups by hand, and a mixed shard's time
+    shard = [BenchTable(dataset.configs[0].row, 16, 0, pooled=False), pooled,
+             BenchTable(dataset.configs[2].row, 8, 2, pooled=False), BenchTable(dataset.configs[3].row, 4, 3)]
+    assert op_groups(shard) == [[shard[1], shard[3]], [shard[2]], [shard[0]]]
+    assert bench.measure(shard).median_ms > 0
+    with pytest.raises(ValueError, match="one op takes pooled tables, or unpooled ones of one dim"):
+        bench.build_op([shard[0], shard[2]])
+    with pytest.raises(ValueError, match="prepare builds one pooled op"):
+        bench.prepare([unpooled])
 
 
 def test_a_smaller_batch_is_the_first_samples_of_the_datasets(dataset, bench):

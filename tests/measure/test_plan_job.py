@@ -5,6 +5,7 @@ timing), merged into records and summarised, and a failing rank that ends the jo
 import glob
 import os
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -57,6 +58,10 @@ def test_shard_layout_applies_splits(tiny):
     assert [t.dim for t in split] == [16, 8, 16, 16, 16]
     assert [t.table_id for t in shards[0]] == [0, 2]  # the split half keeps table 2's lookups
     assert dims == [32, 40]
+    unpooled = [*configs[:2], replace(configs[2], pooled=False), *configs[3:]]
+    with pytest.raises(ValueError, match=r"dataset table 2 is unpooled \(sequence\): the plan job exchanges pooled "
+                                         "outputs only"):
+        shard_layout(tasks[0], unpooled, Plan((2,), ((0, 4), (1, 2, 3))))
 
 
 def test_the_job_runs_every_plan_with_a_plan():

@@ -90,6 +90,18 @@ def test_empty_device_costs_zero_compute_and_splits_are_applied():
     np.testing.assert_allclose(bd.skew, ready - ready.min(), atol=1e-6)
 
 
+def test_an_unpooled_table_sends_dim_times_pooling_factor():
+    # table 1 unpooled, dim 8, 3 lookups per sample: 24 floats per sample to the comm models; bw = 0.02 * dims + 0.1
+    tables = [ShardTable(0, 0, TableConfig(1000, 1.0, BINS, 16)),
+              ShardTable(1, 1, TableConfig(1000, 3.0, BINS, 8, pooled=False))]
+    bd = simulate(tables, Plan((), ((0,), (1,))), hand_models(2), Problem(2, 1.0))
+    assert bd.dims == [16, 24]
+    np.testing.assert_allclose(bd.bw_comm, [0.42, 0.58], rtol=1e-6)
+    pooled = simulate([tables[0], ShardTable(1, 1, replace(tables[1].config, pooled=True))], Plan((), ((0,), (1,))),
+                      hand_models(2), Problem(2, 1.0))
+    assert pooled.dims == [16, 8]
+
+
 # --------------------------------------------------------------------------- fast copies equal the models
 
 

@@ -73,6 +73,35 @@ def test_spread_tables_are_exported_with_torchrecs_types_blocks_and_kernels():
         torchrec_sharding_plan(tables, plan, names, device_type="cpu")
 
 
+def test_unpooled_tables_are_exported_as_an_embedding_collections_plan():
+    """Pooled tables go to the EmbeddingBagCollection's module plan, unpooled ones to the EmbeddingCollection's (its
+    path given), each made by its own sharder; a plan of both kinds needs the second path, and an unpooled table
+    cannot be table-row-wise (TorchRec's EmbeddingCollectionSharder has no such sharding)."""
+    from dataclasses import replace
+
+    from neuroshard.types.errors import ConfigError
+
+    tables = tables_of((100, 16), (200, 8), (300, 16))
+    tables[1] = replace(tables[1], config=replace(tables[1].config, pooled=False))
+    names = ["a", "s", "b"]
+    plan = Plan((), ((0,), (1, 2)))
+    exported = torchrec_sharding_plan(tables, plan, names, device_type="cpu", module_path="sparse.ebc",
+                                      sequence_path="sparse.ec").plan
+    assert {p: sorted(m) for p, m in exported.items()} == {"sparse.ebc": ["a", "b"], "sparse.ec": ["s"]}
+    assert (exported["sparse.ec"]["s"].sharding_type, exported["sparse.ec"]["s"].ranks) == ("table_wise", [1])
+    assert exported["sparse.ec"]["s"].compute_kernel == "fused"
+    only = torchrec_sharding_plan([replace(tables[1], origin=0)], Plan((), ((), (0,))), ["s"], device_type="cpu").plan
+    assert list(only) == [""] and list(only[""]) == ["s"]
+    with pytest.raises(ConfigError, match=r"--sequence_module_path: the plan has pooled and unpooled \(sequence\) "
+                                          r"tables \(s, ...\)"):
+        torchrec_sharding_plan(tables, plan, names, device_type="cpu")
+    with pytest.raises(ConfigError, match="'x' is the EmbeddingBagCollection's path too"):
+        torchrec_sharding_plan(tables, plan, names, device_type="cpu", module_path="x", sequence_path="x")
+    with pytest.raises(InvalidPlanError, match=r"table 1 \(s\) is unpooled and table_row_wise"):
+        torchrec_sharding_plan(tables, Plan((), ((0,), (2,)), (Spread(1, "table_row_wise", (0, 1)),)), names,
+                               device_type="cpu", sequence_path="ec")
+
+
 def test_uneven_split_is_exported_as_adjacent_equal_shards():
     tables = tables_of((1000, 16), (500, 32), (200, 32))
     names = ["user_id", "item", "ad"]

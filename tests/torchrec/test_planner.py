@@ -1,7 +1,8 @@
 """NeuroShardPlanner inside TorchRec: tables found at any module path, constraints honoured, memory as TorchRec
 counts it, TorchRec's error with the numbers, and a model with two collections trained by
-DistributedModelParallel on 2 gloo ranks with the planner's plan (every sharding type among them), losses equal
-to the unsharded model's. TorchRec's own planner contract: test_planner_contract.py."""
+DistributedModelParallel on 2 gloo ranks with the planner's plan (every sharding type among them; and beside them
+an EmbeddingCollection's unpooled tables, planned as one problem), losses equal to the unsharded model's.
+TorchRec's own planner contract: test_planner_contract.py."""
 
 import json
 import os
@@ -13,11 +14,12 @@ pytest.importorskip("torchrec")
 
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
+from torchrec.distributed.embedding import EmbeddingCollectionSharder  # noqa: E402
 from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder  # noqa: E402
 from torchrec.distributed.planner import ParameterConstraints, Topology  # noqa: E402
 from torchrec.distributed.planner.types import PlannerError, Shard  # noqa: E402
-from torchrec.modules.embedding_configs import EmbeddingBagConfig  # noqa: E402
-from torchrec.modules.embedding_modules import EmbeddingBagCollection  # noqa: E402
+from torchrec.modules.embedding_configs import EmbeddingBagConfig, EmbeddingConfig  # noqa: E402
+from torchrec.modules.embedding_modules import EmbeddingBagCollection, EmbeddingCollection  # noqa: E402
 
 from neuroshard.torchrec.planner import NeuroShardPlanner  # noqa: E402
 from neuroshard.torchrec.training import all_types_sharder  # noqa: E402
@@ -30,6 +32,7 @@ from tests.two_nodes import spawn_ranks  # noqa: E402
 
 A_TABLES = [(60, 16), (50, 32), (40, 8)]  # (rows, dim) of sparse.ebc_a's a0, a1, a2
 B_TABLES = [(70, 32), (30, 16)]  # ebc_b's b0, b1
+C_TABLES = [(80, 16), (50, 16), (40, 16)]  # the EmbeddingCollection's c0, c1, c2 (unpooled; one dim, as it needs)
 CONSTRAINTS = {"a1": ParameterConstraints(sharding_types=["table_wise"], pooling_factors=[3.0]),
                "b0": ParameterConstraints(pooling_factors=[2.0])}
 
@@ -52,6 +55,24 @@ class TwoCollections(nn.Module):
     def forward(self, kjt_a, kjt_b):
         a, b = self.sparse.ebc_a(kjt_a), self.ebc_b(kjt_b)
         return torch.cat([a.values(), b.values()], dim=1).sum(dim=1)
+
+
+class Mixed(TwoCollections):
+    """`TwoCollections` and an EmbeddingCollection (`ec`, unpooled): per sample, the sum of its pooled embeddings
+    and of every row its sequences looked up."""
+
+    def __init__(self, device="meta"):
+        super().__init__(device)
+        self.ec = EmbeddingCollection(tables=[EmbeddingConfig(name=f"c{i}", embedding_dim=d, num_embeddings=r,
+                                                              feature_names=[f"c{i}"])
+                                              for i, (r, d) in enumerate(C_TABLES)], device=torch.device(device))
+
+    def forward(self, kjt_a, kjt_b, kjt_c):
+        out = super().forward(kjt_a, kjt_b)
+        for seq in self.ec(kjt_c).values():  # a JaggedTensor per feature: its rows, the samples' lengths
+            sample = torch.repeat_interleave(torch.arange(len(seq.lengths())), seq.lengths())
+            out = out.index_add(0, sample, seq.values().sum(dim=1))
+        return out
 
 
 def topology(cap=2**30, world=2, device="cpu"):
@@ -79,6 +100,26 @@ def test_finds_every_collection_and_honours_the_constraints():
     assert seen == {"a0": (60, 16, 1.0, True), "a1": (50, 32, 3.0, False), "a2": (40, 8, 1.0, True),
                     "b0": (70, 32, 2.0, True), "b1": (30, 16, 1.0, True)}
     assert planner.last_result is not None and planner.last_seconds > 0
+
+
+def test_embedding_bag_and_embedding_collections_are_planned_as_one_problem(caplog):
+    """Two EmbeddingBagCollections and an EmbeddingCollection (`Mixed`): every table found, the EC's unpooled (said
+    once, in one line naming them), in a module plan of its own. The plan's dim sums are what the devices send
+    per sample: 56 + 48 floats of the bags' dims, and of the EC's tables dim x pooling factor (16 x 1.5 + 16 + 16)."""
+    import logging
+
+    cons = {**CONSTRAINTS, "c0": ParameterConstraints(pooling_factors=[1.5])}
+    planner = NeuroShardPlanner(topology(), models=random_models(2, 3), constraints=cons, alg="neuroshard")
+    sharders = [EmbeddingBagCollectionSharder(), EmbeddingCollectionSharder()]
+    with caplog.at_level(logging.WARNING, logger="neuroshard.torchrec.planner"):
+        plan = planner.plan(Mixed(), sharders)
+    notes = [r.getMessage() for r in caplog.records if "unpooled" in r.getMessage()]
+    assert set(plan.plan) == {"sparse.ebc_a", "ebc_b", "ec"} and set(plan.plan["ec"]) == {"c0", "c1", "c2"}
+    tables, _ = planner._tables(Mixed(), sharders)
+    assert {t.name: t.table.pooled for t in tables} == {**{n: True for n in ("a0", "a1", "a2", "b0", "b1")},
+                                                         "c0": False, "c1": False, "c2": False}
+    assert len(notes) == 1 and notes[0].startswith("NeuroShardPlanner: c0, c1, c2: unpooled (sequence) tables")
+    assert sum(planner.last_result.breakdown.dims) == 56 + 48 + 24 + 16 + 16
 
 
 def test_memory_counted_as_torchrec_counts_it():
@@ -140,12 +181,14 @@ def test_bad_settings_are_one_line_errors(tmp_path):
 # --------------------------------------------------------------------------- DistributedModelParallel, 2 ranks
 
 
-def _batch(rank: int, step: int):
+def _batch(rank: int, step: int, case: str = "plain"):
+    """Each collection's KeyedJaggedTensor of this rank's 4 samples at `step` (0 to 3 ids per feature), and the
+    targets."""
     from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
     g = torch.Generator().manual_seed(1000 * step + rank)
     out = []
-    for prefix, specs in (("a", A_TABLES), ("b", B_TABLES)):
+    for prefix, specs in (("a", A_TABLES), ("b", B_TABLES), ("c", C_TABLES))[:3 if case in MODELS else 2]:
         lengths = torch.randint(0, 4, (len(specs) * 4,), generator=g)
         values = torch.cat([torch.randint(0, rows, (int(lengths[t * 4:(t + 1) * 4].sum()),), generator=g)
                             for t, (rows, _) in enumerate(specs)])
@@ -168,11 +211,12 @@ def _types_constraints():
 
 
 # the wider case: b1 limited to data-parallel, b0 to rank 1, a0 and a2 on one rank together
-CASES = {"plain": lambda: {"constraints": CONSTRAINTS},
+CASES = {"plain": lambda: {"constraints": {**CONSTRAINTS, "c0": ParameterConstraints(pooling_factors=[1.5])}},
          "wide": lambda: {"constraints": {**CONSTRAINTS, "b1": ParameterConstraints(sharding_types=["data_parallel"],
                                                                                    pooling_factors=[2.0])},
                           "ranks": {"b0": [1]}, "colocate": [["a0", "a2"]]},
          "types": lambda: {"constraints": _types_constraints()}}
+MODELS = {"plain": Mixed}  # the model of a case: TwoCollections unless named here
 
 
 def _dmp_rank(rank: int, world: int, port: int, out_dir: str, case: str = "plain") -> None:
@@ -189,14 +233,16 @@ def _dmp_rank(rank: int, world: int, port: int, out_dir: str, case: str = "plain
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=60))
     fused = {"optimizer": EmbOptimType.EXACT_SGD, "learning_rate": 0.1}
-    sharder = all_types_sharder(fused) if case == "types" else EmbeddingBagCollectionSharder(fused_params=fused)
+    sharders = [all_types_sharder(fused) if case == "types" else EmbeddingBagCollectionSharder(fused_params=fused),
+                EmbeddingCollectionSharder(fused_params=fused)]
     planner = NeuroShardPlanner(topology(), models=random_models(2, 3), alg="neuroshard", **CASES[case]())
-    model = TwoCollections()
-    plan = planner.collective_plan(model, [sharder], dist.group.WORLD)
-    dmp = DistributedModelParallel(model, device=torch.device("cpu"), plan=plan, sharders=[sharder],
+    kind = MODELS.get(case, TwoCollections)
+    model = kind()
+    plan = planner.collective_plan(model, sharders, dist.group.WORLD)
+    dmp = DistributedModelParallel(model, device=torch.device("cpu"), plan=plan, sharders=sharders,
                                    init_data_parallel=case != "plain")
     torch.manual_seed(0)  # the reference weights, the same on every rank
-    reference = TwoCollections(device="cpu")
+    reference = kind(device="cpu")
     for p in reference.parameters():
         torch.nn.init.uniform_(p, -0.5, 0.5)
     full = reference.state_dict()
@@ -210,8 +256,8 @@ def _dmp_rank(rank: int, world: int, port: int, out_dir: str, case: str = "plain
                 shard.tensor.detach().copy_(full[key][r0:r0 + nr, c0:c0 + nc])
     losses = []
     for step in range(3):
-        (kjt_a, kjt_b), target = _batch(rank, step)
-        loss = ((dmp(kjt_a, kjt_b) - target) ** 2).mean()
+        kjts, target = _batch(rank, step, case)
+        loss = ((dmp(*kjts) - target) ** 2).mean()
         loss.backward()
         with torch.no_grad():  # the dense (data-parallel) weights: their averaged gradient, one SGD step
             for p in dmp.parameters():
@@ -229,12 +275,12 @@ def _dmp_rank(rank: int, world: int, port: int, out_dir: str, case: str = "plain
     dist.destroy_process_group()
 
 
-def _reference_losses(world: int) -> list[list[float]]:
+def _reference_losses(world: int, case: str = "plain") -> list[list[float]]:
     """The unsharded model trained on the same batches: each step, every rank's loss, then one SGD step on their
     mean (what the sharded embeddings' fused update does: the gradients of all ranks' samples, summed by the
     backward exchange and divided by the world size, as data parallelism averages dense gradients)."""
     torch.manual_seed(0)
-    model = TwoCollections(device="cpu")
+    model = MODELS.get(case, TwoCollections)(device="cpu")
     for p in model.parameters():
         torch.nn.init.uniform_(p, -0.5, 0.5)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -243,8 +289,8 @@ def _reference_losses(world: int) -> list[list[float]]:
         opt.zero_grad()
         total = 0.0
         for rank in range(world):
-            (kjt_a, kjt_b), target = _batch(rank, step)
-            loss = ((model(kjt_a, kjt_b) - target) ** 2).mean()
+            kjts, target = _batch(rank, step, case)
+            loss = ((model(*kjts) - target) ** 2).mean()
             out[rank].append(loss.item())
             total = total + loss
         (total / world).backward()
@@ -256,8 +302,8 @@ def _train(tmp_path, case: str) -> list[dict]:
     spawn_ranks(_dmp_rank, str(tmp_path), case, seconds=180, what="DistributedModelParallel ranks")
     results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     assert results[0]["kinds"] == results[1]["kinds"] and results[0]["ranks"] == results[1]["ranks"]
-    assert results[0]["paths"] == ["ebc_b", "sparse.ebc_a"]
-    want = _reference_losses(2)
+    assert results[0]["paths"] == ["ebc_b", *(["ec"] if case in MODELS else []), "sparse.ebc_a"]
+    want = _reference_losses(2, case)
     for rank, res in enumerate(results):
         assert res["losses"] == pytest.approx(want[rank], rel=1e-5, abs=1e-6)
     assert want[0][0] != want[0][2]  # the steps trained
@@ -265,8 +311,12 @@ def _train(tmp_path, case: str) -> list[dict]:
 
 
 def test_distributed_model_parallel_trains_with_the_planners_plan(tmp_path):
+    """Two EmbeddingBagCollections and an EmbeddingCollection (unpooled tables) planned as one problem, the EC's
+    module plan made with its own sharder: DistributedModelParallel trains all three on 2 gloo ranks with the
+    unsharded model's losses."""
     results = _train(tmp_path, "plain")
     assert results[0]["kinds"]["a1"] == "table_wise"
+    assert set(results[0]["kinds"]) == {"a0", "a1", "a2", "b0", "b1", "c0", "c1", "c2"}
 
 
 def test_a_data_parallel_table_a_rank_list_and_a_colocated_pair_train(tmp_path):

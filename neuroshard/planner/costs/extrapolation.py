@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from neuroshard.planner.costs.features import compute_pooling
 from neuroshard.types.costs import CostBreakdown
 from neuroshard.types.plan import Plan, apply_column_steps
 from neuroshard.types.tables import ShardTable
@@ -87,7 +88,7 @@ def warnings(tables: Sequence[ShardTable], plan: Plan, breakdown: CostBreakdown,
     what = {"rows": "rows", "pooling": "pooling factor"}
     for t in tables:
         bad = []
-        for key, value in (("rows", t.config.row), ("pooling", t.config.pooling_factor * rc)):
+        for key, value in (("rows", t.config.row), ("pooling", compute_pooling(t.config) * rc)):
             if _outside(value, comp.get(key)):
                 lo, hi = comp[key]
                 bad.append(f"{what[key]} {_fmt(value)} (trained on {_fmt(lo)}-{_fmt(hi)})")
@@ -105,15 +106,16 @@ def warnings(tables: Sequence[ShardTable], plan: Plan, breakdown: CostBreakdown,
             continue
         bad = []
         dim_sum = sum(split[i].dim for i in shard)
+        exchanged = sum(split[i].exchange_dim for i in shard)  # the comm models' input (unpooled: dim x pooling)
         if _outside(dim_sum, comp.get("shard_dim_sum")):
             bad.append(f"compute: dim sum {dim_sum} (trained on {comp['shard_dim_sum'][0]}-"
                        f"{comp['shard_dim_sum'][1]})")
         if comp.get("shard_tables") and len(shard) > comp["shard_tables"][1]:
             bad.append(f"compute: {len(shard)} tables (trained on at most {comp['shard_tables'][1]})")
         comm = fw.get("dim_sum") or bw.get("dim_sum")
-        if _outside(dim_sum * rm, comm):
-            at = "" if rm == 1.0 else f", {_fmt(dim_sum * rm)} at the data's batch"
-            bad.append(f"comm: dim sum {dim_sum}{at} (trained on {comm[0]}-{comm[1]})")
+        if _outside(exchanged * rm, comm):
+            at = "" if rm == 1.0 else f", {_fmt(exchanged * rm)} at the data's batch"
+            bad.append(f"comm: dim sum {exchanged}{at} (trained on {comm[0]}-{comm[1]})")
         if fw.get("sleep") and breakdown.skew and len(breakdown.skew) > d and breakdown.skew[d] > fw["sleep"][1]:
             bad.append(f"forward comm: start delay {breakdown.skew[d]:.1f} ms (trained on at most "
                        f"{fw['sleep'][1]:g} ms)")

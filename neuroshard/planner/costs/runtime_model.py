@@ -188,7 +188,7 @@ def spread_parts(scorer, tables: Sequence[ShardTable], spread: Sequence[Spread],
             allreduce += int(t.config.row) * t.dim / 1e6
         else:
             ids[0, ranks, g] += np.array([c.pooling_factor for c in placed]) * scale
-            out[0, ranks, g] += t.dim * scale
+            out[0, ranks, g] += t.exchange_dim * scale
     compute = np.zeros((1, n, G))
     if configs:
         proj = scorer.project(scorer.embed(configs))
@@ -248,7 +248,7 @@ def plan_parts(scorer, tables: Sequence[ShardTable], plan: Plan, batch: int,
     dev = np.array([[r for r, _ in order]], dtype=np.int64).reshape(1, len(order))
     grp = np.array([[groups[i] for _, i in order]], dtype=np.int64).reshape(1, len(order))
     pool = np.array([split[i].config.pooling_factor for _, i in order], dtype=np.float64)
-    dim = np.array([split[i].dim for _, i in order], dtype=np.float64)
+    dim = np.array([split[i].exchange_dim for _, i in order], dtype=np.float64)  # outputs: unpooled dim x pooling
     spread = spread_parts(scorer, tables, plan.spread, plan.ndevices, batch) if plan.spread else None
     return group_parts(scorer, proj, idx, dev, grp, pool, dim, plan.ndevices, batch, spread)
 

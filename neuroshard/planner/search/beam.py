@@ -176,7 +176,8 @@ class SearchSpace:
         # a "gid" is one (unit, split level); splitting gid g gives two gid g+1
         self.start = np.array(start, dtype=np.int64)
         self.can_split = np.array(can, dtype=bool)
-        self.dim = np.array([sum(c.dim for c in e) for e in entries], dtype=np.int64)
+        # what the comm models read: the floats a unit sends per sample (an unpooled table: dim x pooling factor)
+        self.dim = np.array([sum(c.exchange_dim for c in e) for e in entries], dtype=np.int64)
         self.size = np.array([sum(c.row * c.dim for c in e) for e in entries], dtype=np.int64)  # fp32 elements
         self.pool = np.array([sum(c.pooling_factor for c in e) for e in entries], dtype=np.float64)
         self.piece = np.ones(len(entries), dtype=np.int64)  # 1: a piece of a split table (column-wise)
@@ -196,7 +197,7 @@ class SearchSpace:
                     self.allow[g] = False
                     self.allow[g, list(a)] = True
         self.cap = np.array(device_caps(problem), dtype=np.int64)
-        total_dim = int(sum(t.dim for t in self.tables))
+        total_dim = int(sum(t.exchange_dim for t in self.tables))
         mean_dim = total_dim / self.n
         # dim_sum + dim <= s * mean_dim, with integer sums, is dim_sum + dim <= floor(s * mean_dim)
         self.scales = cfg.scales()

@@ -69,7 +69,7 @@ class SpreadTrials:
         self.dev = np.array([r for r, shard in enumerate(base.shards) for _ in shard], dtype=np.int64)
         self.idx = np.array([i for shard in base.shards for i in shard], dtype=np.int64)
         self.origin = np.array([split[i].origin for i in self.idx], dtype=np.int64)
-        self.dim = np.array([split[i].dim for i in self.idx], dtype=np.int64)
+        self.dim = np.array([split[i].exchange_dim for i in self.idx], dtype=np.int64)
         self.elements = np.array([int(split[i].config.row) * int(split[i].dim) for i in self.idx], dtype=np.int64)
         self.pieces_of: dict[int, np.ndarray] = {}
         for t in np.unique(self.origin).tolist():

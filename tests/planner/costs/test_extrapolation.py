@@ -59,3 +59,13 @@ def test_every_feature_outside_the_ranges_is_named_per_table_and_device():
 def test_models_without_recorded_ranges_warn_nothing():
     tables = [ShardTable(0, 0, TableConfig(40_000_000, 2.0, BINS, 64))]
     assert warnings(tables, Plan((), ((0,),)), breakdown(1, [0.0]), models_with({}, {})) == []
+
+
+def test_an_unpooled_table_is_checked_as_the_models_read_it():
+    # unpooled, dim 64, 10 lookups a sample, bin_0 1.0: the compute model reads pooling factor
+    # 10 x exp(-0.381 + 0.617 ln 10 + 1.574) = 10 x 13.649 = 136.5 (beyond 50), the comm models a dim sum of 640 (beyond 512); the
+    # compute dim sum stays 64
+    seq = [ShardTable(0, 0, TableConfig(1000, 10.0, BINS, 64, pooled=False))]
+    got = warnings(seq, Plan((), ((0,), ())), breakdown(2, [0.0, 0.0]), models_with(COMPUTE, COMM))
+    assert got == ["table 0: pooling factor 136.494 (trained on 1-50): the compute estimate is extrapolated",
+                   "device 0: comm: dim sum 640 (trained on 0-512): the estimate is extrapolated"]
