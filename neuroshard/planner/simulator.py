@@ -104,8 +104,12 @@ def spread_room(tables: Sequence[ShardTable], spread: Sequence[Spread], problem:
 
 
 def device_caps(problem: Problem) -> list[int]:
-    """Each device's memory in fp32 elements (`mem_cap_elements` of its GB)."""
-    return [mem_cap_elements(m) for m in problem.caps]
+    """Each device's memory in fp32 elements (`mem_cap_elements` of its GB), each distinct size converted once
+    (called per table by `replicable`, on problems of a thousand devices)."""
+    if problem.uniform:
+        return [mem_cap_elements(problem.max_mem)] * problem.ndevices
+    elements = {m: mem_cap_elements(m) for m in set(problem.caps)}
+    return [elements[m] for m in problem.caps]
 
 
 def validate_plan(tables: Sequence[ShardTable], plan: Plan, problem: Problem) -> list[ShardTable]:
