@@ -124,12 +124,14 @@ def _first(cost: np.ndarray, rows: np.ndarray, mroom_of) -> tuple[np.ndarray, np
     left, column); `cost` is scratch (it is changed). `rows` is arange(B); `mroom_of(rows)`: memory left of
     those rows, fetched only on ties."""
     col = cost.argmin(axis=1)
-    best = cost[rows, col]
-    if cost.shape[1] > 1:
+    width = cost.shape[1]
+    flat, at = cost.reshape(-1), rows * width
+    best = flat.take(at + col)
+    if width > 1:
         # a tie: the row's next smallest entry equals its smallest (two argmins are cheaper than counting
         # the entries equal to the minimum)
-        cost[rows, col] = np.inf
-        tie = ((cost[rows, cost.argmin(axis=1)] == best) & (best < np.inf)).nonzero()[0]
+        flat[at + col] = np.inf
+        tie = ((flat.take(at + cost.argmin(axis=1)) == best) & (best < np.inf)).nonzero()[0]
         if len(tie):
             cost[tie, col[tie]] = best[tie]
             col[tie] = np.where(cost[tie] == best[tie, None], mroom_of(tie), -1).argmax(axis=1)
@@ -192,6 +194,7 @@ class _Greedy:
         self.base = self.ar * n  # flat index of device 0 of each row
         self.key_row = self.ar * V  # first key row of each row
         self.key_rows = self.key_row[:, None] + np.arange(V)  # the key row of each row and dim [C, V]
+        self.key_at = self.key_rows * npad  # the flat index of device 0 in each of them
         self.rows = S
         self.n_failed = 0
         self.keys = n >= KEYS_FROM
@@ -316,7 +319,7 @@ class _Greedy:
         room = (self.lim_hi[:B] - need)[:, None] >= self.dims_u
         new = np.where(room, cost[:, None], np.inf)  # [B, V]
         rows = self.key_rows[:B]
-        at = rows * self.npad + dev[:, None]
+        at = self.key_at[:B] + dev[:, None]
         if self.nb == 1:
             self.key_flat[at] = new
             return
