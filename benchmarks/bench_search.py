@@ -86,6 +86,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import math
+import os
 import resource
 import time
 
@@ -705,6 +706,16 @@ def _vm_hwm_gb(pid: int) -> float | None:
     return None
 
 
+def _cpu_s(pid: int) -> float | None:
+    """CPU seconds (user + system) of a live process so far; None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def torchrec_at_scale(args) -> dict:
     """NeuroShard (table-wise + column-wise) in this process and TorchRec's planner in a child process given
     --torchrec_timeout s of planning after its imports, on the first scale task: planning time, simulated cost,
@@ -736,6 +747,7 @@ def torchrec_at_scale(args) -> dict:
                 break
         peak = _vm_hwm_gb(child.pid) or peak
         if start is not None and time.perf_counter() - start > args.torchrec_timeout:
+            got["cpu_s"] = _cpu_s(child.pid)  # its imports included
             child.kill()
             break
     child.join()
@@ -749,7 +761,8 @@ def torchrec_at_scale(args) -> dict:
     else:
         why = (f"did not finish in {args.torchrec_timeout:g} s" if start is not None
                else f"stopped before planning (exit code {child.exitcode})")
-        print(f"  TorchRec's planner {why}; peak RSS so far {peak or math.nan:.2f} GB")
+        cpu = f" ({got['cpu_s']:.0f} s CPU with its imports)" if got.get("cpu_s") is not None else ""
+        print(f"  TorchRec's planner {why}{cpu}; peak RSS so far {peak or math.nan:.2f} GB")
         row.update(finished=False, peak_rss_gb=peak)
     return row
 
