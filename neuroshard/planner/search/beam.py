@@ -279,7 +279,10 @@ class SearchSpace:
         # greedy order per state: single-table compute cost desc, ties by index (stable sort)
         order = np.argsort(-self.cost1[gids], axis=1, kind="stable")
         gid_order = np.take_along_axis(gids, order, axis=1)
-        res = self._greedy_grid(gid_order)
+        res = self._greedy(gid_order, self.limits[:G])
+        stuck = (res.row_of < 0).all(axis=1).nonzero()[0] if len(self.limits) > G else ()
+        if len(stuck):  # every scale failed: the greedy without the dim limit (--dim_fallback), for those alone
+            res = _with_fallback(res, stuck, self._greedy(gid_order[stuck], self.limits[G:]))
         costs = self._row_costs(gid_order, res)[res.row_of]
         out = []
         for s in range(S):
@@ -307,25 +310,7 @@ class SearchSpace:
                                      packed.devices[:, packed.row_of[k, r]].copy())
         return out
 
-    def _greedy_grid(self, gid_order: np.ndarray) -> GreedyResult:
-        """The greedy of each state at each scale, and (--dim_fallback) without a dim limit as `row_of`'s last
-        column. On the paper's runtime the latter runs only for the states every scale failed (it is used only
-        for them), unless the scales leave fewer than two distinct placements to score: a batch of one
-        placement takes BLAS's matrix-vector path, whose last bits differ from a row of a larger batch, so the
-        batch keeps the size it has with every state's. Under the runtime model every state's runs as a scale:
-        its matrix-vector product gives a row bits that depend on where the row sits in the batch."""
-        G = len(self.scales)
-        if len(self.limits) == G or self.runtime is not None:
-            return self._greedy(gid_order, self.limits)
-        res = self._greedy(gid_order, self.limits[:G])
-        stuck = (res.row_of < 0).all(axis=1).nonzero()[0]
-        if len(res.compute) and len(_distinct_rows(_placements(res))[0]) < 2:
-            stuck = np.arange(len(gid_order))
-        if len(stuck):
-            res = _with_fallback(res, stuck, self._greedy(gid_order[stuck], self.limits[G:]))
-        return res
-
-    def _greedy(self, gid_order: np.ndarray, limits: np.ndarray) -> GreedyResult:
+    def _greedy(self, gid_order: np.ndarray, limits: np.ndarray):
         return run_greedy(gid_order, limits, self.n, self.cap, self.size, self.dim, self.proj, self.scorer.acc0,
                           self.scorer.cost_from_acc, self.allow)
 
@@ -335,7 +320,8 @@ class SearchSpace:
         if len(res.compute) and self.runtime is not None:
             row_cost[:-1] = self._runtime_costs(gid_order, res)
         elif len(res.compute):
-            uniq, inv = _distinct_rows(_placements(res))
+            uniq, inv = _distinct_rows(np.concatenate([res.compute.astype(np.float64),
+                                                       res.dims.astype(np.float64)], axis=1))
             row_cost[:-1] = score_placements(self.scorer, uniq[:, :self.n], uniq[:, self.n:])[3][inv]
         return row_cost
 
@@ -360,11 +346,6 @@ class SearchSpace:
         for i, d in zip(scored.order, scored.devices):  # greedy order: simulate() accumulates the same way
             shards[int(d)].append(int(i))
         return self.from_units(Plan(tuple(int(s) for s in steps), tuple(tuple(s) for s in shards)))
-
-
-def _placements(res: GreedyResult) -> np.ndarray:
-    """Each live row's per-device compute ms and dim sums, side by side [L, 2n] (float64)."""
-    return np.concatenate([res.compute.astype(np.float64), res.dims.astype(np.float64)], axis=1)
 
 
 def _with_fallback(res: GreedyResult, stuck: np.ndarray, extra: GreedyResult) -> GreedyResult:

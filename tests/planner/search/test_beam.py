@@ -306,27 +306,6 @@ def test_dim_constraint_failure_falls_back_to_memory_only_greedy():
         grid_search(tables, Problem(4, 1.0), models, SearchConfig(dim_fallback=False))
 
 
-
-def test_the_greedy_without_a_dim_limit_runs_for_the_states_every_scale_failed():
-    # tables of dims 64, 64, 16 on 4 devices: limits 36..54. State x (both 64s halved) places at some scales;
-    # state y (one 64 halved, one half halved again) keeps the other 64 whole, over every limit: only the greedy
-    # without a limit places it. In one batch each state gets what it gets alone, to the bit (alone, x's scales
-    # give one placement: its greedy without a limit joins the batch, as in a batch of every state's).
-    from neuroshard.planner.search.beam import make_space
-
-    tables = [ShardTable(i, i, TableConfig(100 * (i + 1), 2.0, BINS, d)) for i, d in enumerate((64, 64, 16))]
-    space = make_space(tables, Problem(4, 1.0), random_models(4, 3))
-    a, b, c = space.start
-    x = np.array([a + 1, b + 1, c, a + 1, b + 1])
-    y = np.array([a + 1, b, c, a + 2, a + 2])
-    both = space.grid_search([x, y])
-    alone = [space.grid_search([x])[0], space.grid_search([y])[0]]
-    assert math.isfinite(both[0].scale) and both[1].scale == math.inf and math.isfinite(both[1].cost)
-    for got, want in zip(both, alone):
-        assert (got.cost, got.scale) == (want.cost, want.scale)
-        assert got.order.tolist() == want.order.tolist() and got.devices.tolist() == want.devices.tolist()
-
-
 def test_deterministic_and_registered_with_options():
     rng = np.random.default_rng(9)
     models = random_models(4, 9)
