@@ -48,14 +48,7 @@ import numpy as np
 
 from neuroshard.checks import check_float, check_int
 from neuroshard.planner.costs.scorer import PlanScorer, get_scorer, single_threaded_blas
-from neuroshard.planner.search.placement import (
-    NO_LIMIT,
-    GreedyResult,
-    pack_by_size,
-    run_greedy,
-    size_order,
-    state_bytes,
-)
+from neuroshard.planner.search.placement import NO_LIMIT, pack_by_size, run_greedy, size_order, state_bytes
 from neuroshard.planner.simulator import device_caps, score_placements
 from neuroshard.problem import Problem
 from neuroshard.settings import Settings, setting
@@ -279,10 +272,8 @@ class SearchSpace:
         # greedy order per state: single-table compute cost desc, ties by index (stable sort)
         order = np.argsort(-self.cost1[gids], axis=1, kind="stable")
         gid_order = np.take_along_axis(gids, order, axis=1)
-        res = self._greedy(gid_order, self.limits[:G])
-        stuck = (res.row_of < 0).all(axis=1).nonzero()[0] if len(self.limits) > G else ()
-        if len(stuck):  # every scale failed: the greedy without the dim limit (--dim_fallback), for those alone
-            res = _with_fallback(res, stuck, self._greedy(gid_order[stuck], self.limits[G:]))
+        res = run_greedy(gid_order, self.limits, self.n, self.cap, self.size, self.dim, self.proj,
+                         self.scorer.acc0, self.scorer.cost_from_acc, self.allow)
         costs = self._row_costs(gid_order, res)[res.row_of]
         out = []
         for s in range(S):
@@ -309,10 +300,6 @@ class SearchSpace:
                     out[s] = _Scored(float(costs[k, r]), math.inf, order[k].copy(),
                                      packed.devices[:, packed.row_of[k, r]].copy())
         return out
-
-    def _greedy(self, gid_order: np.ndarray, limits: np.ndarray):
-        return run_greedy(gid_order, limits, self.n, self.cap, self.size, self.dim, self.proj, self.scorer.acc0,
-                          self.scorer.cost_from_acc, self.allow)
 
     def _row_costs(self, gid_order: np.ndarray, res) -> np.ndarray:
         """Each live row's plan cost of `res` (a `GreedyResult` of states `gid_order`), then inf (for row -1)."""
@@ -346,17 +333,6 @@ class SearchSpace:
         for i, d in zip(scored.order, scored.devices):  # greedy order: simulate() accumulates the same way
             shards[int(d)].append(int(i))
         return self.from_units(Plan(tuple(int(s) for s in steps), tuple(tuple(s) for s in shards)))
-
-
-def _with_fallback(res: GreedyResult, stuck: np.ndarray, extra: GreedyResult) -> GreedyResult:
-    """`res` (S states at the grid's scales) with the greedy without a dim limit of its states `stuck`
-    (`extra`) as one more column of `row_of`, its rows after `res`'s, so that all are scored in one batch."""
-    row_of = np.full((len(res.row_of), res.row_of.shape[1] + 1), -1, dtype=np.int64)
-    row_of[:, :-1] = res.row_of
-    row_of[stuck, -1] = np.where(extra.row_of[:, 0] >= 0, extra.row_of[:, 0] + len(res.compute), -1)
-    return GreedyResult(devices=np.concatenate([res.devices, extra.devices], axis=1),
-                        compute=np.concatenate([res.compute, extra.compute]),
-                        dims=np.concatenate([res.dims, extra.dims]), row_of=row_of)
 
 
 def _units(ntables: int, cons) -> list[list[int]]:
