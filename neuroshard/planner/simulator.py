@@ -216,8 +216,10 @@ def collective_parts(models, tables: Sequence[ShardTable], spread: Sequence[Spre
     from neuroshard.types.plan import spread_collectives
 
     fw, bw = np.zeros(ndevices), np.zeros(ndevices)
-    for c in spread_collectives([t.dim for t in tables], [int(t.config.row) for t in tables], spread,
-                                models.global_batch):
+    # the spread tables' dims and rows alone: the spread search prices hundreds of trials of thousands of tables
+    dims = {s.table: tables[s.table].dim for s in spread}
+    rows = {s.table: int(tables[s.table].config.row) for s in spread}
+    for c in spread_collectives(dims, rows, spread, models.global_batch):
         part = bw if c.backward else fw
         part[list(c.ranks)] += float(models.collectives.predict(c.op, c.numel, len(c.ranks)))
     return fw, bw
