@@ -5,6 +5,7 @@
     python benchmarks/bench_search.py --parts speed --ensemble 3           # ensembles and NeuroShard+ beside it
     python benchmarks/bench_search.py --parts speed --ensemble 3 --noise 0.08,0.15,0.07,0.93,0.14  # ... sampling noise
     python benchmarks/bench_search.py --parts torchrec --torchrec_tasks 3   # TorchRec beside NeuroShard
+    python benchmarks/bench_search.py --parts torchrec_scale --torchrec_timeout 600   # ... on 1,000 x 128
     python benchmarks/bench_search.py --parts scale --scale_tables 10000 --scale_devices 1024
     python benchmarks/bench_search.py --parts exhaustive,baselines --compute_model results/quick/models/compute.pt \
         --comm_models 2:results/quick/models/comm_2_fw.pt,results/quick/models/comm_2_bw.pt ... (also 3, 4 and 8)
@@ -56,11 +57,15 @@ Parts (--parts, comma list):
 * torchrec: TorchRec's planner (`--alg torchrec`) beside NeuroShard on the same
   tasks and cost models: planning time (the library call's `search_ms`) and
   simulated plan cost, per T = 10, ..., 60 on 4 and 8 devices
-  (--torchrec_tasks per T), and on the first scale task (default 1,000
-  tables, 128 devices); prints the planning-time ratio TorchRec / NeuroShard.
+  (--torchrec_tasks per T), and on the first scale task as torchrec_scale
+  does; prints the planning-time ratio TorchRec / NeuroShard.
   Skipped without torchrec.
+* torchrec_scale: the torchrec part's scale task alone: NeuroShard (table-wise
+  + column-wise) here, TorchRec's planner in a child process with
+  --torchrec_timeout s to plan (after its imports): planning wall and CPU
+  time, simulated cost and the child's peak RSS, or "did not finish in N s".
 
-(Over 600 lines: the six parts share their synthetic tasks, cost models and timers, and a user runs any mix of
+(Over 600 lines: the seven parts share their synthetic tasks, cost models and timers, and a user runs any mix of
 them in one command; each part is one function, `part_<name>`.)
 
 Cost models: trained checkpoints when given (--compute_model, and
@@ -81,6 +86,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import math
+import os
 import resource
 import time
 
@@ -336,10 +342,8 @@ def part_scale(args, out: dict) -> None:
     for T, n in sizes:
         print(f"== scale: {T} tables on {n} devices ==")
         models = load_models(args, n, args.seed)
-        rng = np.random.default_rng(args.seed + 1000)
-        tables = random_task(rng, T)
+        tables, cap = _scale_task(args, T, n)
         total = sum(t.size_gb for t in tables)
-        cap = max(1.3 * total / n, 1.05 * max(t.size_gb for t in tables))
         t0, c0 = time.perf_counter(), time.process_time()
         res = search(tables, Problem(n, cap), models)
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
@@ -404,10 +408,9 @@ def part_spread(args, out: dict) -> None:
                             for r in args.spread_runtimes.split(",")):
         print(f"== spread: {T} tables on {n} devices, {runtime} runtime ==")
         models = spread_models(args, n, runtime)
-        tables = random_task(np.random.default_rng(args.seed + 1000), T)
-        total = sum(t.size_gb for t in tables)
+        tables, cap = _scale_task(args, T, n)
         hosts = args.local_world_size if runtime == "paper" else None
-        problem = Problem(n, max(1.3 * total / n, 1.05 * max(t.size_gb for t in tables)), local_world_size=hosts)
+        problem = Problem(n, cap, local_world_size=hosts)
         walls, cpus = {"tw_cw": [], "all_types": []}, {"tw_cw": [], "all_types": []}
         for _ in range(args.spread_reps):  # in turn, so a slow spell of the machine hits both
             t0, c0 = time.perf_counter(), time.process_time()
@@ -651,19 +654,117 @@ def part_torchrec(args, out: dict) -> None:
         print(f"  {n} devices, all T: planning-time ratio TorchRec / NeuroShard, median over T "
               f"{np.median(ratios):.1f} (range {min(ratios):.1f}-{max(ratios):.1f})")
         res[n] = {"per_T": rows, "median_time_ratio": float(np.median(ratios))}
+    res["scale"] = torchrec_at_scale(args)
+    out["torchrec"] = res
+
+
+def part_torchrec_scale(args, out: dict) -> None:
+    from neuroshard.planner.registry import missing_requirement
+
+    print("== torchrec_scale: TorchRec's planner vs NeuroShard on the scale task (TorchRec in a child process) ==")
+    if missing_requirement("torchrec"):
+        print("  skipped: torchrec is not installed (pip install --no-deps -r requirements-torchrec.txt)")
+        return
+    out["torchrec_scale"] = torchrec_at_scale(args)
+
+
+def _scale_task(args, T: int, n: int):
+    """The scale part's task of T tables for n devices and its memory cap (GB)."""
+    tables = random_task(np.random.default_rng(args.seed + 1000), T)
+    return tables, max(1.3 * sum(t.size_gb for t in tables) / n, 1.05 * max(t.size_gb for t in tables))
+
+
+def _torchrec_child(conn, args, T: int, n: int) -> None:
+    """In a child process: TorchRec's planner on the scale task; sends ("ready", RSS GB) once torchrec is imported,
+    then ("done", planning ms, simulated cost ms (inf: out of memory), CPU s, peak RSS GB)."""
+    from neuroshard.planner.registry import prepare
+    from neuroshard.planner.shard import shard
+
+    prepare("torchrec")
+    models = load_models(args, n, args.seed)
+    tables, cap = _scale_task(args, T, n)
+    get_scorer(models)
+    conn.send(("ready", peak_rss_gb()))
+    c0 = time.process_time()
+    try:
+        r = shard(tables, Problem(n, cap), models, alg="torchrec")
+        ms, cost = r.search_ms, r.cost_ms
+    except OutOfMemoryError:
+        ms, cost = math.nan, math.inf
+    conn.send(("done", ms, cost, time.process_time() - c0, peak_rss_gb()))
+
+
+def _vm_hwm_gb(pid: int) -> float | None:
+    """Peak resident memory of a live process so far (VmHWM), GB; None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 2**20
+    except OSError:
+        return None
+    return None
+
+
+def _cpu_s(pid: int) -> float | None:
+    """CPU seconds (user + system) of a live process so far; None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def torchrec_at_scale(args) -> dict:
+    """NeuroShard (table-wise + column-wise) in this process and TorchRec's planner in a child process given
+    --torchrec_timeout s of planning after its imports, on the first scale task: planning time, simulated cost,
+    TorchRec's peak RSS (its process's, the imports included)."""
+    import multiprocessing
+
     T, n = scale_sizes(args.scale_tables, args.scale_devices)[0]
     models = load_models(args, n, args.seed)
-    tables = random_task(np.random.default_rng(args.seed + 1000), T)  # the scale part's task
-    cap = max(1.3 * sum(t.size_gb for t in tables) / n, 1.05 * max(t.size_gb for t in tables))
+    tables, cap = _scale_task(args, T, n)
     get_scorer(models)  # built once per model set, as the evaluation does before timing
-    got = _plan_both(tables, n, cap, models)
-    ratio = got["torchrec"][0] / got["neuroshard"][0]
-    print(f"  {T} tables on {n} devices, max_mem {cap:.3f} GB: NeuroShard {got['neuroshard'][0] / 1e3:.2f} s, "
-          f"cost {got['neuroshard'][1]!r} ms; TorchRec {got['torchrec'][0] / 1e3:.2f} s, cost "
-          f"{got['torchrec'][1]!r} ms; planning-time ratio TorchRec / NeuroShard {ratio:.1f}")
-    res["scale"] = {"tables": T, "devices": n, "max_mem_gb": cap, "planning_ms": {a: v[0] for a, v in got.items()},
-                    "cost_ms": {a: v[1] for a, v in got.items()}, "time_ratio": ratio}
-    out["torchrec"] = res
+    t0 = time.perf_counter()
+    ns = search(tables, Problem(n, cap), models)
+    ns_s = time.perf_counter() - t0
+    print(f"  {T} tables on {n} devices, max_mem {cap:.3f} GB: NeuroShard {ns_s:.2f} s, cost {ns.cost!r} ms",
+          flush=True)
+    ctx = multiprocessing.get_context("spawn")
+    ours, theirs = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=_torchrec_child, args=(theirs, args, T, n), daemon=True)
+    child.start()
+    theirs.close()
+    got, peak, start = {}, None, None
+    while child.is_alive() or ours.poll():
+        if ours.poll(0.2):
+            msg = ours.recv()
+            if msg[0] == "ready":
+                start, got["rss_after_imports_gb"] = time.perf_counter(), msg[1]
+            else:
+                got.update(planning_ms=msg[1], cost_ms=msg[2], cpu_s=msg[3], peak_rss_gb=msg[4])
+                break
+        peak = _vm_hwm_gb(child.pid) or peak
+        if start is not None and time.perf_counter() - start > args.torchrec_timeout:
+            got["cpu_s"] = _cpu_s(child.pid)  # its imports included
+            child.kill()
+            break
+    child.join()
+    row = {"tables": T, "devices": n, "max_mem_gb": cap, "neuroshard_s": ns_s, "neuroshard_cost_ms": ns.cost,
+           "timeout_s": args.torchrec_timeout, **got}
+    if "planning_ms" in got:
+        print(f"  TorchRec's planner {got['planning_ms'] / 1e3:.2f} s ({got['cpu_s']:.2f} s CPU), cost "
+              f"{got['cost_ms']!r} ms, peak RSS {got['peak_rss_gb']:.2f} GB ({got['rss_after_imports_gb']:.2f} GB "
+              f"after its imports); planning-time ratio TorchRec / NeuroShard "
+              f"{got['planning_ms'] / 1e3 / ns_s:.1f}")
+    else:
+        why = (f"did not finish in {args.torchrec_timeout:g} s" if start is not None
+               else f"stopped before planning (exit code {child.exitcode})")
+        cpu = f" ({got['cpu_s']:.0f} s CPU with its imports)" if got.get("cpu_s") is not None else ""
+        print(f"  TorchRec's planner {why}{cpu}; peak RSS so far {peak or math.nan:.2f} GB")
+        row.update(finished=False, peak_rss_gb=peak)
+    return row
 
 
 def main(argv=None) -> int:
@@ -698,13 +799,15 @@ def main(argv=None) -> int:
     p.add_argument("--baseline_tasks", type=int, default=20, help="per device count (default: 20)")
     p.add_argument("--torchrec_tasks", type=int, default=3,
                    help="torchrec: tasks per table count and device count (default: 3)")
+    p.add_argument("--torchrec_timeout", type=float, default=600.0,
+                   help="torchrec, torchrec_scale: seconds TorchRec's planner may plan the scale task (default: 600)")
     add_flag(p, "out_json")
     args = parse_flags(p, argv, __file__)
     if args.ensemble < 1:
         raise NeuroShardError(f"--ensemble: at least 1 member, got {args.ensemble}")
     parts = [x.strip() for x in args.parts.split(",") if x.strip()]
     known = {"speed": part_speed, "scale": part_scale, "exhaustive": part_exhaustive, "baselines": part_baselines,
-             "torchrec": part_torchrec, "spread": part_spread}
+             "torchrec": part_torchrec, "spread": part_spread, "torchrec_scale": part_torchrec_scale}
     bad = [x for x in parts if x not in known]
     if bad:
         raise NeuroShardError(f"--parts: unknown {', '.join(bad)}; choose from {', '.join(known)}")

@@ -106,8 +106,12 @@ def spread_room(tables: Sequence[ShardTable], spread: Sequence[Spread], problem:
 
 
 def device_caps(problem: Problem) -> list[int]:
-    """Each device's memory in fp32 elements (`mem_cap_elements` of its GB)."""
-    return [mem_cap_elements(m) for m in problem.caps]
+    """Each device's memory in fp32 elements (`mem_cap_elements` of its GB), each distinct size converted once
+    (called per table by `replicable`, on problems of a thousand devices)."""
+    if problem.uniform:
+        return [mem_cap_elements(problem.max_mem)] * problem.ndevices
+    elements = {m: mem_cap_elements(m) for m in set(problem.caps)}
+    return [elements[m] for m in problem.caps]
 
 
 def validate_plan(tables: Sequence[ShardTable], plan: Plan, problem: Problem) -> list[ShardTable]:
@@ -214,8 +218,12 @@ def collective_parts(models, tables: Sequence[ShardTable], spread: Sequence[Spre
     from neuroshard.types.plan import spread_collectives
 
     fw, bw = np.zeros(ndevices), np.zeros(ndevices)
-    for c in spread_collectives([t.dim for t in tables], [int(t.config.row) for t in tables], spread,
-                                models.global_batch, [t.exchange_dim for t in tables]):
+    # the spread tables' dims, rows and output widths alone: the spread search prices hundreds of trials of
+    # thousands of tables
+    dims = {s.table: tables[s.table].dim for s in spread}
+    rows = {s.table: int(tables[s.table].config.row) for s in spread}
+    widths = {s.table: tables[s.table].exchange_dim for s in spread}
+    for c in spread_collectives(dims, rows, spread, models.global_batch, widths):
         part = bw if c.backward else fw
         part[list(c.ranks)] += float(models.collectives.predict(c.op, c.numel, len(c.ranks)))
     return fw, bw

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numbers
 from dataclasses import dataclass, replace
-from typing import NamedTuple, Sequence
+from typing import Mapping, NamedTuple, Sequence
 
 from neuroshard.types.codec import Record, json_field
 from neuroshard.types.errors import InvalidPlanError
@@ -136,13 +136,14 @@ class SpreadCollective:
     backward: bool
 
 
-def spread_collectives(dims: Sequence[int], rows: Sequence[int], spread: Sequence[Spread],
-                       batch: int, widths: Sequence[int] | None = None) -> list[SpreadCollective]:
-    """The collectives of `spread` tables (task tables of `dims` and `rows`) at global batch `batch`, per group
-    of ranks (in order of first appearance): the row-wise and table-row-wise tables of a group reduce-scatter
-    their B x (their output widths: `widths`, `TableConfig.exchange_dim`, else their dims) partial sums forward
-    and all-gather the gradient backward; its data-parallel tables all-reduce their (rows x dim) gradients
-    backward, one collective for all of them."""
+def spread_collectives(dims: Sequence[int] | Mapping[int, int], rows: Sequence[int] | Mapping[int, int],
+                       spread: Sequence[Spread], batch: int,
+                       widths: Sequence[int] | Mapping[int, int] | None = None) -> list[SpreadCollective]:
+    """The collectives of `spread` tables (task tables of `dims` and `rows`, by table index) at global batch
+    `batch`, per group of ranks (in order of first appearance): the row-wise and table-row-wise tables of a group
+    reduce-scatter their B x (their output widths: `widths`, `TableConfig.exchange_dim`, else their dims) partial
+    sums forward and all-gather the gradient backward; its data-parallel tables all-reduce their (rows x dim)
+    gradients backward, one collective for all of them."""
     widths = dims if widths is None else widths
     groups: dict[tuple[tuple[int, ...], bool], int] = {}
     for s in spread:

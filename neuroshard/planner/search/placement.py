@@ -124,12 +124,14 @@ def _first(cost: np.ndarray, rows: np.ndarray, mroom_of) -> tuple[np.ndarray, np
     left, column); `cost` is scratch (it is changed). `rows` is arange(B); `mroom_of(rows)`: memory left of
     those rows, fetched only on ties."""
     col = cost.argmin(axis=1)
-    best = cost[rows, col]
-    if cost.shape[1] > 1:
+    width = cost.shape[1]
+    flat, at = cost.reshape(-1), rows * width
+    best = flat.take(at + col)
+    if width > 1:
         # a tie: the row's next smallest entry equals its smallest (two argmins are cheaper than counting
         # the entries equal to the minimum)
-        cost[rows, col] = np.inf
-        tie = ((cost[rows, cost.argmin(axis=1)] == best) & (best < np.inf)).nonzero()[0]
+        flat[at + col] = np.inf
+        tie = ((flat.take(at + cost.argmin(axis=1)) == best) & (best < np.inf)).nonzero()[0]
         if len(tie):
             cost[tie, col[tie]] = best[tie]
             col[tie] = np.where(cost[tie] == best[tie, None], mroom_of(tie), -1).argmax(axis=1)
@@ -192,6 +194,9 @@ class _Greedy:
         self.base = self.ar * n  # flat index of device 0 of each row
         self.key_row = self.ar * V  # first key row of each row
         self.key_rows = self.key_row[:, None] + np.arange(V)  # the key row of each row and dim [C, V]
+        self.key_at = self.key_rows * npad  # the flat index of device 0 in each of them
+        self.key_blocks = self.key_rows * self.nb  # the index of their first block in `key2`
+        self.block_at = np.arange(C * V if self.nb > 1 else 0, dtype=np.int64) * self.bs  # a block's first key
         self.rows = S
         self.n_failed = 0
         self.keys = n >= KEYS_FROM
@@ -311,27 +316,15 @@ class _Greedy:
 
     def _set_keys(self, B: int, dev: np.ndarray, need: np.ndarray, cost: np.ndarray) -> None:
         """The keys of each row's placed device `dev` (its new `cost` and dim sum `need`), and with blocks their
-        blocks' minima: a block's minimum moves down to a smaller key, and is looked for again only where the
-        device held it and its key rose."""
+        blocks' minima, looked for again (the placed device mostly held its block's minimum, which then rose)."""
         room = (self.lim_hi[:B] - need)[:, None] >= self.dims_u
         new = np.where(room, cost[:, None], np.inf)  # [B, V]
-        rows = self.key_rows[:B]
-        at = rows * self.npad + dev[:, None]
+        self.key_flat[self.key_at[:B] + dev[:, None]] = new
         if self.nb == 1:
-            self.key_flat[at] = new
             return
-        old = self.key_flat[at]
-        self.key_flat[at] = new
-        blocks = rows * self.nb + (dev // self.bs)[:, None]
-        was = self.bmin_flat[blocks]
-        lower = new < was
-        if lower.any():
-            self.bmin_flat[blocks[lower]] = new[lower]
-        again = (new > was) & (old == was)
-        if again.any():
-            blocks = blocks[again]
-            keys = self.key2.take(blocks, axis=0)
-            self.bmin_flat[blocks] = keys[np.arange(len(blocks)), keys.argmin(axis=1)]
+        blocks = (self.key_blocks[:B] + (dev // self.bs)[:, None]).ravel()
+        keys = self.key2.take(blocks, axis=0)
+        self.bmin_flat[blocks] = keys.reshape(-1).take(self.block_at[:len(blocks)] + keys.argmin(axis=1))
 
     # ------------------------------------------------------------------ groups of scales
 

@@ -156,3 +156,20 @@ def test_packing_by_size_spreads_then_packs_tight():
     allow[1] = [False, True]
     res = pack_by_size(np.array([[1, 0]]), 2, 8, size, dim, proj, np.zeros(1, np.float32), _count_head, allow)
     assert res.row_of.tolist() == [[0, 1]] and res.devices.T.tolist() == [[1, 0], [1, 1]]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_blocks_of_keys_match_the_plain_greedy(seed, monkeypatch):
+    # keys cut into blocks of 8 devices from 16 devices on (the path of 256 devices and more, cheaper here): 37
+    # devices, the last block padded; tight memory (full scans), dim limits that split groups, ties (constant
+    # models)
+    import neuroshard.planner.search.placement as placement
+
+    monkeypatch.setattr(placement, "BLOCKS_FROM", 16)
+    monkeypatch.setattr(placement, "BLOCK", 8)
+    rng = np.random.default_rng(900 + seed)
+    tables = random_task(rng, 80)
+    mem = max(1.2 * sum(t.size_gb for t in tables) / 37, 1.05 * max(t.size_gb for t in tables))
+    models = random_models(37, seed) if seed < 2 else linear_models(37, per_dim=0.0)
+    res = check(tables, 37, mem, models, states=3, seed=seed)
+    assert len(res.compute) > 3
