@@ -194,15 +194,19 @@ class Preset:
         return replace(self, task_sets=sets)
 
 
+# a comm sample's cost on CPU ranks in units of one rank's share: a sample at k ranks costs about k + RANK_FIXED
+# (the straggler sleeps and each sample's set-up do not grow with the ranks; docs/EXPERIMENTS.md, the entry on comm
+# data at several world sizes: 8 ranks 1.35x and 1.83x the time of 2, 4 ranks 0.80x and 1.06x)
+RANK_FIXED = 8
+
+
 def world_samples(samples: int, ndevices: int, count: int, others: int, least: int) -> int:
     """The samples collected at `count` ranks beside a collection of `samples` at the problem's `ndevices`, so
-    that the `others` counts collected together cost about what that one does: a sample's time grows about in
-    proportion to the ranks on CPU, where every rank is a process on the same cores (docs/EXPERIMENTS.md, the
-    entry on comm data at several world sizes), so each count gets samples x ndevices / (others x count); at
-    least `least` (a script's minimum), none where `samples` is none."""
+    that the `others` counts collected together cost about what that one does: samples x (ndevices + RANK_FIXED)
+    / (others x (count + RANK_FIXED)); at least `least` (a script's minimum), none where `samples` is none."""
     if samples <= 0:
         return 0
-    return max(least, round(samples * ndevices / (others * count)))
+    return max(least, round(samples * (ndevices + RANK_FIXED) / (others * (count + RANK_FIXED))))
 
 
 def paper_set(tables: int, tasks: int, eval_tasks: int, train_tasks: int, compute_samples: int,

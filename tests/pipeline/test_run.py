@@ -79,8 +79,8 @@ def test_tiny_pipeline_writes_every_artifact_and_skips_on_rerun(tmp_path):
     assert "model_error.py" in r.stdout and f"--collective_model {out / 'models' / 'collectives_2.json'}" in \
         r.stdout.split("$ python model_error.py", 1)[1].splitlines()[0]
     # steps 3f-3h, 4k, 4l: the comm data and the collectives at 4 ranks too (its share of 3c's 16 samples at 2 ranks:
-    # 8, raised to 12), and the models for any world size over 2 and 4 ranks beside the per-count ones
-    assert len(read_comm_data(out / "comm_data_4", ndevices=4)) == 12
+    # 16 x (2 + 8) / (4 + 8)), and the models for any world size over 2 and 4 ranks beside the per-count ones
+    assert len(read_comm_data(out / "comm_data_4", ndevices=4)) == 13
     assert (out / "comm_data_4" / "noise_floor.json").is_file()
     for kind in ("fw", "bw"):
         m = json.loads((out / "models" / f"comm_{kind}_metrics.json").read_text())

@@ -22,11 +22,11 @@ def flags_of(step) -> dict:
 
 
 def test_each_count_gets_its_share_of_what_the_own_counts_collection_costs():
-    # 500 samples at 4 ranks cost 2,000 rank-samples; two other counts share them: 2 ranks 1,000 / 2 = 500,
-    # 8 ranks 1,000 / 8 = 125
-    assert world_samples(500, 4, 2, 2, 12) == 500 and world_samples(500, 4, 8, 2, 12) == 125
-    assert world_samples(16, 2, 4, 1, 12) == 12  # 16 x 2 / 4 = 8, raised to the script's least
-    assert world_samples(4, 2, 4, 1, 1) == 2 and world_samples(0, 2, 4, 1, 12) == 0
+    # a sample at k ranks costs k + 8 units: 500 samples at 4 ranks cost 6,000; two other counts share them:
+    # 2 ranks 3,000 / 10 = 300, 8 ranks 3,000 / 16 = 187.5
+    assert world_samples(500, 4, 2, 2, 12) == 300 and world_samples(500, 4, 8, 2, 12) == 188
+    assert world_samples(10, 2, 4, 1, 12) == 12  # 10 x 10 / 12 = 8.3, raised to the script's least
+    assert world_samples(4, 2, 4, 1, 1) == 3 and world_samples(0, 2, 4, 1, 12) == 0
     with pytest.raises(ValueError, match="divide the comm batch 4096"):
         replace(PRESETS["study"], world_counts=(2, 3, 4))
     with pytest.raises(ValueError, match="at least two of them trained on"):
@@ -43,7 +43,7 @@ def test_the_study_collects_its_other_world_counts_and_trains_the_world_models_j
     assert [k for k in steps if k[:2] in ("3f", "3g", "3h", "4k", "4l")] == \
         ["3f@2", "3f@8", "3g@2", "3g@8", "3h@2", "3h@8", "4k", "4l"]
     own, floor, coll = (flags_of(steps[k]) for k in ("3c", "3d", "3e"))
-    for k, samples, noise, coll_samples, coll_noise in ((2, "500", "100", "240", "30"), (8, "125", "25", "60", "8")):
+    for k, samples, noise, coll_samples, coll_noise in ((2, "300", "60", "144", "18"), (8, "188", "38", "90", "11")):
         data = flags_of(steps[f"3f@{k}"])
         assert data == {**own, "--out_dir": str(R / f"comm_data_{k}"), "--data_size": samples, "--ndevices": str(k)}
         assert flags_of(steps[f"3g@{k}"]) == {**floor, "--out_dir": data["--out_dir"], "--noise_floor": noise,
@@ -74,10 +74,10 @@ def test_the_world_steps_run_where_the_preset_asks_and_follow_the_problems_count
     assert [k for k in tiny if k[:2] in ("3f", "3g", "3h", "4k", "4l")] == ["3f@4", "3g@4", "3h@4", "4k", "4l"]
     assert flags_of(tiny["4k"])["--data_dir"] == f"{R / 'comm_data'},{R / 'comm_data_4'}"
     assert "--check_data_dirs" not in tiny["4k"].argv and "--check_data_dirs" not in tiny["4l"].argv
-    # 8 devices: 3c's data is the 8 ranks', the others collected; each count's share of 3c's 500 x 8 rank-samples
+    # 8 devices: 3c's data is the 8 ranks', the others collected; each count's share of 3c's 500 x (8 + 8) units
     eight = steps_of("--preset", "study", "--ndevices", "8")
     assert [k for k in eight if k.startswith("3f")] == ["3f@2", "3f@4"]
-    assert [flags_of(eight[k])["--data_size"] for k in ("3f@2", "3f@4")] == ["1000", "500"]
+    assert [flags_of(eight[k])["--data_size"] for k in ("3f@2", "3f@4")] == ["400", "333"]
     assert flags_of(eight["4k"])["--data_dir"] == f"{R / 'comm_data_2'},{R / 'comm_data'}"
     assert flags_of(eight["4k"])["--check_data_dirs"] == str(R / "comm_data_4")
     # GPUs: the first k of the run's
