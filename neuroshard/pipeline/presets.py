@@ -195,8 +195,8 @@ class Preset:
 
 
 # a comm sample's cost on CPU ranks in units of one rank's share: a sample at k ranks costs about k + RANK_FIXED
-# (the straggler sleeps and each sample's set-up do not grow with the ranks; docs/EXPERIMENTS.md, the entry on comm
-# data at several world sizes: 8 ranks 1.35x and 1.83x the time of 2, 4 ranks 0.80x and 1.06x)
+# (the straggler sleeps and each sample's set-up do not grow with the ranks: docs/EXPERIMENTS.md, the entry on the
+# pipeline's several world sizes)
 RANK_FIXED = 8
 
 
@@ -236,7 +236,7 @@ def oversize_set(tasks: int, compute_samples: int, onpolicy_tasks: int, train_ta
 
 
 PRESETS = {
-    # For the end-to-end smoke test: every step, seconds each.
+    # For the end-to-end smoke test: every step, seconds each (the world steps at 4 ranks too).
     "tiny": Preset("tiny", Problem(ndevices=2, max_mem=1.0),
                    (paper_set(tables=16, tasks=3, eval_tasks=2, train_tasks=4, compute_samples=100,
                               onpolicy_tasks=2),),
@@ -286,7 +286,9 @@ PRESETS = {
 # 3,000 the compute model's held-out MAPE still fell with more data; 6,000 collected in one go took it a fifth
 # lower. Data added from another hour did not help: the machine's speed had moved between the two. 24 anchor
 # tasks: a round's factors are medians over its anchors, so each anchor's own model error reaches every plan of
-# the round through them; 24 rather than 12 halve that variance for about 2% more measurements.
+# the round through them; 24 rather than 12 halve that variance for about 2% more measurements. World counts 2 and
+# 8, with 4 held out: its 3c collection, the largest and the most re-measured, judges the models for any world size
+# on a count they never saw (3 and 6 do not divide the comm batch).
 PRESETS["study"] = replace(PRESETS["quick"], name="study", eval_repeats=2, eval_warmup=3, eval_iters=7,
                            comm_samples=500, noise_samples=100, drift_samples=50,
                            algs="neuroshard,neuroshard_plus,torchrec,autoshard", collective_samples=240,
