@@ -94,7 +94,8 @@ def comm_flags(run: Run, count: int | None = None) -> dict:
 def collective_collection(run: Run, count: int) -> dict:
     """collect_collective_cost_data.py's flags for the collectives on `count` ranks (3e's on the problem's, 3h's
     on another, their samples `world_samples`' share), the fit of that count's model written beside its data
-    (3e's: beside the models, where the steps find it)."""
+    (3e's: beside the models, where the steps find it). The hosts' groups are timed on the problem's ranks only
+    (another count's ranks need not split into those hosts)."""
     p, own = run.preset, count == run.problem.ndevices
     samples, noise = (p.collective_samples, p.collective_noise) if own else \
         (world_count(run, p.collective_samples, count, COLLECTIVE_LEAST),
@@ -103,7 +104,7 @@ def collective_collection(run: Run, count: int) -> dict:
     out_path = run.collective_model() if own else out_dir / f"collectives_{count}.json"
     return {"out_dir": out_dir, "out_path": out_path, "data_size": samples, "noise_samples": noise,
             "batch_size": p.batch_size, "warmup": p.warmup, "iters": p.iters, "seed": run.problem.seed,
-            **run.ranks_at(count), **run.hosts(), "no_progress": True}
+            **run.ranks_at(count), **(run.hosts() if own else {}), "no_progress": True}
 
 
 # collect_collective_cost_data.py's fewest samples (and a comm collection's fewest beside it)

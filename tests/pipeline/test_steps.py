@@ -80,6 +80,9 @@ def test_the_world_steps_run_where_the_preset_asks_and_follow_the_problems_count
     assert [flags_of(eight[k])["--data_size"] for k in ("3f@2", "3f@4")] == ["400", "333"]
     assert flags_of(eight["4k"])["--data_dir"] == f"{R / 'comm_data_2'},{R / 'comm_data'}"
     assert flags_of(eight["4k"])["--check_data_dirs"] == str(R / "comm_data_4")
+    # hosts: their groups timed on the problem's ranks only
+    hosts = steps_of("--preset", "study", "--local_world_size", "2")
+    assert {k for k, s in hosts.items() if "--local_world_size" in s.argv and k[:2] in ("3e", "3h", "4l")} == {"3e"}
     # GPUs: the first k of the run's
     gpus = steps_of("--preset", "study", "--gpu_devices", "0,1,2,3,4,5,6,7")
     assert flags_of(gpus["3f@2"])["--gpu_devices"] == "0,1" and flags_of(gpus["3f@4"])["--gpu_devices"] == "0,1,2,3"
