@@ -177,7 +177,10 @@ class Run:
         return self.layout.collective_data if own else self.layout.out / f"collective_data_{count}"
 
     def ranks_at(self, count: int) -> dict:
-        """The ranks of a measurement on `count` devices: the first `count` GPUs, or `count` CPU ranks."""
+        """The ranks of a measurement on `count` devices: the problem's (`ranks`), else the first `count` GPUs, or
+        `count` CPU ranks."""
+        if count == self.problem.ndevices:
+            return self.ranks()
         if not self.gpu_devices:
             return {"ndevices": count}
         gpus = self.gpu_devices.split(",")
