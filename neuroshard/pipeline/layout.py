@@ -9,6 +9,7 @@ from pathlib import Path
 
 from neuroshard.pipeline.presets import Preset, TaskSet
 from neuroshard.problem import Problem
+from neuroshard.types.errors import ConfigError
 
 # the task generator's seeds: the evaluation's tasks, the training tasks (learned baselines, on-policy and runtime
 # data), the unmeasured tasks of prediction-powered verdicts, and the per-round anchors' tasks (none of them the
@@ -155,10 +156,48 @@ class Run:
         planning and hardware steps, TorchRec training); nothing on one host."""
         return {"local_world_size": self.problem.local_world_size}
 
+    @property
+    def world_others(self) -> list[int]:
+        """The device counts of the preset's world counts collected beside the problem's own (steps 3f-3h), in
+        the preset's order; the own count's data is 3c's and 3e's."""
+        return [k for k in self.preset.world_counts if k != self.problem.ndevices]
+
+    @property
+    def world_trained(self) -> list[int]:
+        """The counts the models for any world size are trained on (4k, 4l): the world counts not held out."""
+        return [k for k in self.preset.world_counts if k not in self.preset.world_held]
+
+    def comm_data_at(self, count: int) -> Path:
+        """The comm data of `count` ranks: 3c's for the problem's count, else 3f's."""
+        return self.layout.comm_data if count == self.problem.ndevices else self.layout.out / f"comm_data_{count}"
+
+    def collective_data_at(self, count: int) -> Path:
+        """The collectives timed on `count` ranks: 3e's for the problem's count, else 3h's."""
+        own = count == self.problem.ndevices
+        return self.layout.collective_data if own else self.layout.out / f"collective_data_{count}"
+
+    def ranks_at(self, count: int) -> dict:
+        """The ranks of a measurement on `count` devices: the problem's (`ranks`), else the first `count` GPUs, or
+        `count` CPU ranks."""
+        if count == self.problem.ndevices:
+            return self.ranks()
+        if not self.gpu_devices:
+            return {"ndevices": count}
+        gpus = self.gpu_devices.split(",")
+        if count > len(gpus):
+            raise ConfigError("--gpu_devices", f"{self.gpu_devices} has {len(gpus)} GPUs; the preset's world counts "
+                                               f"need {count}")
+        return {"gpu_devices": ",".join(gpus[:count])}
+
     def collective_model(self) -> Path:
         """Where step 3e writes the collective model: beside the random data's models, where `CostModels.load`
         finds it too."""
         return self.layout.models / f"collectives_{self.problem.ndevices}.json"
+
+    def world_collective_model(self) -> Path:
+        """The collective model for any world size (4l), where `CostModels.load` finds it beside the comm models
+        for any world size."""
+        return self.layout.models / "collectives.json"
 
     def estimator(self) -> Path:
         """TorchRec's estimator fitted to the cost data (4j)."""

@@ -164,6 +164,22 @@ class Preset:
     # there and prices the plans that have them (0: off, table-wise and column-wise only)
     collective_samples: int = 0
     collective_noise: int = 0
+    # comm models for any world size (steps 3f-3h, 4k, 4l): comm data (and the collectives, where 3e runs) collected
+    # at these device counts too, the problem's own count reusing 3c's and 3e's; one model pair trained on the
+    # counts not in `world_held` and judged on those it never saw. An extra artifact (models/comm_fw.pt, comm_bw.pt,
+    # collectives.json): the run plans with its own count's models. Each count's samples cost what 3c's would
+    # spread over the counts (`world_samples`). Every count divides the comm batch: one model's collections share
+    # one batch (a dim sum is bytes at one batch), and 3c's is the dataset's. () off
+    world_counts: tuple[int, ...] = ()
+    world_held: tuple[int, ...] = ()
+
+    def __post_init__(self):
+        counts, held = self.world_counts, set(self.world_held)
+        if counts and (not held <= set(counts) or len(set(counts)) < len(counts) or min(counts) < 1
+                       or len(set(counts) - held) < 2 or any(self.comm_batch_size % k for k in counts)):
+            raise ValueError(f"preset {self.name!r}: world_counts {counts} must be distinct counts >= 1 that divide "
+                             f"the comm batch {self.comm_batch_size}, at least two of them trained on, world_held "
+                             f"{self.world_held} among them")
 
     @property
     def first(self) -> TaskSet:
@@ -176,6 +192,21 @@ class Preset:
         if sets == self.task_sets and name not in {s.name for s in self.task_sets}:
             raise KeyError(name)
         return replace(self, task_sets=sets)
+
+
+# a comm sample's cost on CPU ranks in units of one rank's share: a sample at k ranks costs about k + RANK_FIXED
+# (the straggler sleeps and each sample's set-up do not grow with the ranks: docs/EXPERIMENTS.md, the entry on the
+# pipeline's several world sizes)
+RANK_FIXED = 8
+
+
+def world_samples(samples: int, ndevices: int, count: int, others: int, least: int) -> int:
+    """The samples collected at `count` ranks beside a collection of `samples` at the problem's `ndevices`, so
+    that the `others` counts collected together cost about what that one does: samples x (ndevices + RANK_FIXED)
+    / (others x (count + RANK_FIXED)); at least `least` (a script's minimum), none where `samples` is none."""
+    if samples <= 0:
+        return 0
+    return max(least, round(samples * (ndevices + RANK_FIXED) / (others * (count + RANK_FIXED))))
 
 
 def paper_set(tables: int, tasks: int, eval_tasks: int, train_tasks: int, compute_samples: int,
@@ -205,7 +236,7 @@ def oversize_set(tasks: int, compute_samples: int, onpolicy_tasks: int, train_ta
 
 
 PRESETS = {
-    # For the end-to-end smoke test: every step, seconds each.
+    # For the end-to-end smoke test: every step, seconds each (the world steps at 4 ranks too).
     "tiny": Preset("tiny", Problem(ndevices=2, max_mem=1.0),
                    (paper_set(tables=16, tasks=3, eval_tasks=2, train_tasks=4, compute_samples=100,
                               onpolicy_tasks=2),),
@@ -219,7 +250,7 @@ PRESETS = {
                    eval_warmup=1, eval_iters=2, eval_repeats=2, drift_samples=4, ensemble=2,
                    plus_lambdas="0,1", torchrec_tasks=2, torchrec_warmup=1, torchrec_iters=3,
                    torchrec_repeats=2, refine=2, refine_repeats=1, ablation=True, collective_samples=12,
-                   collective_noise=3),
+                   collective_noise=3, world_counts=(2, 4)),
     # `make demo`: the whole pipeline on CPU within 15 minutes, install included, on the default synthetic
     # dataset of gen_dlrm_data.py. The comm batch equals the dataset's, as eval.py uses it. 600 tables, not
     # fewer: the compute model generalises to unseen tables with the number of distinct tables it trains on,
@@ -255,11 +286,13 @@ PRESETS = {
 # 3,000 the compute model's held-out MAPE still fell with more data; 6,000 collected in one go took it a fifth
 # lower. Data added from another hour did not help: the machine's speed had moved between the two. 24 anchor
 # tasks: a round's factors are medians over its anchors, so each anchor's own model error reaches every plan of
-# the round through them; 24 rather than 12 halve that variance for about 2% more measurements.
+# the round through them; 24 rather than 12 halve that variance for about 2% more measurements. World counts 2 and
+# 8, with 4 held out: its 3c collection, the largest and the most re-measured, judges the models for any world size
+# on a count they never saw (3 and 6 do not divide the comm batch).
 PRESETS["study"] = replace(PRESETS["quick"], name="study", eval_repeats=2, eval_warmup=3, eval_iters=7,
                            comm_samples=500, noise_samples=100, drift_samples=50,
                            algs="neuroshard,neuroshard_plus,torchrec,autoshard", collective_samples=240,
-                           collective_noise=30, round_anchors=24,
+                           collective_noise=30, round_anchors=24, world_counts=(2, 4, 8), world_held=(4,),
                            task_sets=(paper_set(tables=600, tasks=220, eval_tasks=220, train_tasks=50,
                                                 compute_samples=6000, onpolicy_tasks=6, unmeasured_tasks=440),
                                       oversize_set(tasks=6, compute_samples=600, onpolicy_tasks=4)))

@@ -5,6 +5,7 @@
     python -m neuroshard.pipeline --preset quick --seed 1  # fresh measurements -> results/quick-seed1
     python -m neuroshard.pipeline --preset quick --only 5c,6b   # these steps of every task set (or a phase: 5)
     python -m neuroshard.pipeline --preset quick --only 6b:oversize   # one step of one task set (or a set: oversize)
+    python -m neuroshard.pipeline --preset study --only 3f@8   # one step of one world count (3f: of every count)
     python -m neuroshard.pipeline --preset quick --list   # the steps x task sets, what each reads and writes
     python -m neuroshard.pipeline --preset quick --torchrec_train  # also phase 7: the plans trained in TorchRec
     python -m neuroshard.pipeline --preset paper --data fbgemm_t856_bs65536.pt.gz --gpu_devices 0,1,2,3
@@ -42,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _stamp_path(out: Path, step: Step) -> Path:
-    return out / "steps" / (f"{step.key}.json" if step.task_set is None else f"{step.key}-{step.task_set}.json")
+    return out / "steps" / f"{step.name.replace(':', '-')}.json"
 
 
 def _up_to_date(out: Path, step: Step, argv: list[str], upstream: list[dict]) -> dict | None:
@@ -206,16 +207,17 @@ def _title(steps: list[Step], key: str) -> str:
 
 
 def list_steps(steps: list[Step]) -> str:
-    """The steps as a table of steps x task sets (x: the step runs for the set; a step run once has no set),
-    then each step with its script and what it reads and writes."""
+    """The steps as a table of steps x task sets (x: the step runs for the set; a step run once has no set; a
+    step of each world count: its counts, `@2,8`), then each step with its script and what it reads and writes."""
     sets = list(dict.fromkeys(st.task_set for st in steps if st.task_set is not None))
     keys = list(dict.fromkeys(st.key for st in steps))
     width = max(len(st.title) for st in steps)
     lines = [f"{'step':<5} {'':<{width}}  " + "  ".join(sets)]
     for key in keys:
         of_key = [st for st in steps if st.key == key]
+        once = "once" if of_key[0].world is None else "@" + ",".join(str(st.world) for st in of_key)
         marks = ["x" if any(st.task_set == ts for st in of_key) else "-" for ts in sets] \
-            if of_key[0].task_set is not None else ["once" if i == 0 else "" for i in range(len(sets))]
+            if of_key[0].task_set is not None else [once if i == 0 else "" for i in range(len(sets))]
         lines.append(f"{key:<5} {of_key[0].title:<{width}}  " + "  ".join(f"{m:<{len(ts)}}" for m, ts in
                                                                           zip(marks, sets)).rstrip())
     lines.append("")

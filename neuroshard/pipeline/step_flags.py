@@ -7,7 +7,7 @@ from pathlib import Path
 
 from neuroshard.eval.onpolicy import LAMBDA_JSON
 from neuroshard.pipeline.layout import Run
-from neuroshard.pipeline.presets import TORCHREC_FULL, TaskSet
+from neuroshard.pipeline.presets import TORCHREC_FULL, TaskSet, world_samples
 from neuroshard.types.errors import NeuroShardError
 
 
@@ -83,11 +83,71 @@ def chosen_lambda(run: Run, s: TaskSet | None = None) -> dict:
     return {} if choice.chosen is None else {"plus_lambda": f"{choice.chosen:g}"}
 
 
-def comm_flags(run: Run) -> dict:
+def comm_flags(run: Run, count: int | None = None) -> dict:
+    """collect_comm_cost_data.py's flags but the collection's: on the problem's ranks, or on `count`."""
     p = run.preset
     return {"T_range": p.comm_t_range, "sleep_range": p.sleep_range, "spread_dist": p.spread_dist,
             "max_dim": p.max_dim, "batch_size": p.comm_batch_size, "warmup": p.warmup, "iters": p.iters,
-            "seed": run.problem.seed, **run.ranks()}
+            "seed": run.problem.seed, **(run.ranks() if count is None else run.ranks_at(count))}
+
+
+def collective_collection(run: Run, count: int) -> dict:
+    """collect_collective_cost_data.py's flags for the collectives on `count` ranks (3e's on the problem's, 3h's
+    on another, their samples `world_samples`' share), the fit of that count's model written beside its data
+    (3e's: beside the models, where the steps find it). The hosts' groups are timed on the problem's ranks only
+    (another count's ranks need not split into those hosts)."""
+    p, own = run.preset, count == run.problem.ndevices
+    samples, noise = (p.collective_samples, p.collective_noise) if own else \
+        (world_count(run, p.collective_samples, count, COLLECTIVE_LEAST),
+         world_count(run, p.collective_noise, count, 1))
+    out_dir = run.collective_data_at(count)
+    out_path = run.collective_model() if own else out_dir / f"collectives_{count}.json"
+    return {"out_dir": out_dir, "out_path": out_path, "data_size": samples, "noise_samples": noise,
+            "batch_size": p.batch_size, "warmup": p.warmup, "iters": p.iters, "seed": run.problem.seed,
+            **run.ranks_at(count), **(run.hosts() if own else {}), "no_progress": True}
+
+
+# collect_collective_cost_data.py's fewest samples (and a comm collection's fewest beside it)
+COLLECTIVE_LEAST = 12
+
+
+def world_count(run: Run, samples: int, count: int, least: int) -> int:
+    """`samples` of the problem's count as `count`'s share (`presets.world_samples`) among the run's other
+    world counts."""
+    return world_samples(samples, run.problem.ndevices, count, len(run.world_others), least)
+
+
+def world_comm_collection(run: Run, count: int, noise: bool) -> dict:
+    """Step 3f's comm collection on `count` ranks, or with `noise` step 3g's noise floor of it."""
+    p = run.preset
+    size = {"noise_floor": world_count(run, p.noise_samples, count, 1)} if noise else \
+        {"data_size": world_count(run, p.comm_samples, count, COLLECTIVE_LEAST)}
+    return {"out_dir": run.comm_data_at(count), **size, **comm_flags(run, count)}
+
+
+def world_comm_fit(run: Run) -> dict:
+    """train_comm_cost_model.py's flags for the comm models for any world size (4k): the trained counts'
+    collections, the held ones to judge them on, into models/ beside the per-count pairs."""
+    fw, bw = world_comm_models(run)
+    held = [run.comm_data_at(k) for k in run.preset.world_held]
+    return {"world": 1, "data_dir": ",".join(str(run.comm_data_at(k)) for k in run.world_trained),
+            "check_data_dirs": ",".join(map(str, held)) if held else None, "epochs": run.preset.epochs,
+            "fw_out_path": fw, "bw_out_path": bw, **ensemble_flags(run), "seed": run.problem.seed, "no_progress": True}
+
+
+def world_comm_models(run: Run) -> tuple[Path, Path]:
+    return run.layout.models / "comm_fw.pt", run.layout.models / "comm_bw.pt"
+
+
+def world_collective_fit(run: Run) -> dict:
+    """collect_collective_cost_data.py's flags for the collective model for any world size (4l): the first
+    trained count's collection (its own flags: finished, nothing is timed again) with the other trained counts'
+    and the held ones', written to models/collectives.json."""
+    first, *rest = run.world_trained
+    held = [run.collective_data_at(k) for k in run.preset.world_held]
+    return {**collective_collection(run, first), "out_path": run.world_collective_model(),
+            "world_data_dirs": ",".join(str(run.collective_data_at(k)) for k in rest) or None,
+            "check_data_dirs": ",".join(map(str, held)) if held else None}
 
 
 def no_alg(flags: dict) -> dict:

@@ -58,8 +58,9 @@ class StepSpec:
     """One row of the table: `inputs` and `outputs` (paths of the run), `flags` (what the script gets),
     `when` (does this run, for this set, have the step), `each_set` (the step runs once per task set; else once,
     its functions given the first set), `extra` (argv appended as is: a preset's own flags for a script),
-    `late` (flags known only once an earlier step ran: NeuroShard+'s lambda chosen on hardware). Every function
-    takes the run and a task set."""
+    `late` (flags known only once an earlier step ran: NeuroShard+'s lambda chosen on hardware), `each_world`
+    (the step runs once per device count of `Run.world_others`). Every function takes the run and a task set (a
+    step of each world count: the count instead)."""
 
     key: str
     title: str
@@ -71,12 +72,14 @@ class StepSpec:
     each_set: bool = False
     extra: Callable[[Run, TaskSet], tuple[str, ...]] = lambda run, s: ()
     late: Callable[[Run, TaskSet], dict] | None = None
+    each_world: bool = False
 
 
 @dataclass
 class Step:
     """A step of one run, ready to run: the command (script and argv, relative to the repository root). `name`
-    is its key, with `:set` for a step of each set (`6b:oversize`)."""
+    is its key, with `:set` for a step of each set (`6b:oversize`), `@count` for a step of each world count
+    (`3f@8`)."""
 
     key: str
     title: str
@@ -85,9 +88,12 @@ class Step:
     inputs: list[Path] = field(default_factory=list)
     late: Callable[[], list[str]] | None = None
     task_set: str | None = None
+    world: int | None = None
 
     @property
     def name(self) -> str:
+        if self.world is not None:
+            return f"{self.key}@{self.world}"
         return self.key if self.task_set is None else f"{self.key}:{self.task_set}"
 
     def command(self) -> list[str]:
@@ -144,6 +150,12 @@ def _torchrec(run: Run, s: TaskSet) -> bool:
     return run.torchrec_train
 
 
+def _world_collectives(run: Run) -> bool:
+    """The collectives are timed at the preset's world counts too (3h, 4l): where 3e times them, on 2 ranks or
+    more (every world count)."""
+    return run.collectives and bool(run.preset.world_counts) and min(run.preset.world_counts) > 1
+
+
 # --------------------------------------------------------------------------- the table
 
 STEPS: list[StepSpec] = [
@@ -188,12 +200,20 @@ STEPS: list[StepSpec] = [
              lambda r, s: [r.layout.comm_data / "noise_floor.json"],
              lambda r, s: {"out_dir": r.layout.comm_data, "noise_floor": r.preset.noise_samples, **f.comm_flags(r)}),
     StepSpec("3e", "collective cost data and model", "collect_collective_cost_data.py", lambda r, s: [],
-             lambda r, s: [r.collective_model()],
-             lambda r, s: {"out_dir": r.layout.collective_data, "out_path": r.collective_model(),
-                           "data_size": r.preset.collective_samples, "noise_samples": r.preset.collective_noise,
-                           "batch_size": r.preset.batch_size, "warmup": r.preset.warmup, "iters": r.preset.iters,
-                           "seed": r.problem.seed, **r.ranks(), **r.hosts(), "no_progress": True},
+             lambda r, s: [r.collective_model()], lambda r, s: f.collective_collection(r, r.problem.ndevices),
              when=lambda r, s: r.collectives),
+    # the same data at the preset's other world counts, for models of any world size (4k, 4l), each count's
+    # samples its share of what 3c's cost (`presets.world_samples`), with its noise floor
+    StepSpec("3f", "comm cost data at other world sizes", "collect_comm_cost_data.py", lambda r, k: [],
+             lambda r, k: [f.data_txt(r.comm_data_at(k))],
+             lambda r, k: f.world_comm_collection(r, k, noise=False), each_world=True),
+    StepSpec("3g", "comm noise floor at other world sizes", "collect_comm_cost_data.py",
+             lambda r, k: [r.comm_data_at(k)], lambda r, k: [r.comm_data_at(k) / "noise_floor.json"],
+             lambda r, k: f.world_comm_collection(r, k, noise=True), each_world=True),
+    StepSpec("3h", "collectives at other world sizes", "collect_collective_cost_data.py", lambda r, k: [],
+             lambda r, k: [f.collective_collection(r, k)["out_path"]],
+             lambda r, k: f.collective_collection(r, k), when=lambda r, k: _world_collectives(r),
+             each_world=True),
     # 4: cost models, first on the random cost data
     StepSpec("4a", "compute cost model", "train_compute_cost_model.py",
              lambda r, s: [r.at(s).compute_data, *f.other_compute(r)],
@@ -260,6 +280,17 @@ STEPS: list[StepSpec] = [
                            "plan_data_dir": r.at(s).plan_data if r.onpolicy else None,
                            **f.extra_compute(r, onpolicy=True), "out_path": r.estimator(), "seed": r.problem.seed},
              when=lambda r, s: r.preset.ablation),
+    # the models for any world size, over the preset's world counts (the problem's own 3c's and 3e's data), judged
+    # on the held counts: an extra artifact, `CostModels.load(run / "models", n)`; the run plans with its own
+    # count's models
+    StepSpec("4k", "comm models for any world size", "train_comm_cost_model.py",
+             lambda r, s: [r.comm_data_at(k) for k in r.preset.world_counts],
+             lambda r, s: list(f.world_comm_models(r)), lambda r, s: f.world_comm_fit(r),
+             when=lambda r, s: bool(r.preset.world_counts)),
+    StepSpec("4l", "collective model for any world size", "collect_collective_cost_data.py",
+             lambda r, s: [r.collective_data_at(k) for k in r.preset.world_counts],
+             lambda r, s: [r.world_collective_model()], lambda r, s: f.world_collective_fit(r),
+             when=lambda r, s: _world_collectives(r)),
     # 5: planning. Just before it, the machine's speed now: the planning and measuring steps scale the models by
     # it (--calibration)
     *remeasure("5a", "calibration", lambda r: r.layout.calibration),
@@ -377,14 +408,15 @@ STEPS: list[StepSpec] = [
 
 
 def build_steps(run: Run) -> list[Step]:
-    """The steps of one run, in order: the rows of `STEPS` this run has, a step of each set once per set, their
-    flags evaluated."""
+    """The steps of one run, in order: the rows of `STEPS` this run has, a step of each set once per set (of each
+    world count once per count), their flags evaluated."""
     steps = []
     for spec in STEPS:
-        for s in (run.sets if spec.each_set else [run.first]):
+        for s in (run.world_others if spec.each_world else run.sets if spec.each_set else [run.first]):
             if not spec.when(run, s):
                 continue
             late = None if spec.late is None else (lambda sp=spec, ts=s: to_argv(sp.late(run, ts)))
             steps.append(Step(spec.key, spec.title, [spec.script, *to_argv(spec.flags(run, s)), *spec.extra(run, s)],
-                              spec.outputs(run, s), spec.inputs(run, s), late, s.name if spec.each_set else None))
+                              spec.outputs(run, s), spec.inputs(run, s), late, s.name if spec.each_set else None,
+                              s if spec.each_world else None))
     return steps

@@ -368,3 +368,26 @@ def test_model_table_gives_the_floor_ratio_its_interval_where_the_metrics_have_o
     text, rows = model_table(tmp_path)
     assert "| compute | 100 | 1 | 12.0% | 0.900 | 10.0% (8.0%) | 1.20 (0.95-1.50) |" in text
     assert "In brackets, the ratio's 95% interval" in text and rows[0]["mape_vs_noise"] == pytest.approx(1.2)
+
+
+def test_model_table_adds_the_world_models_errors_per_size_and_on_the_held_out_ones(tmp_path):
+    """Step 4k's metrics (`train_comm_cost_model.py --world 1`): each trained size's test MAPE against its floor,
+    each held-out size's with the ratio's interval; not a row of the per-count table; nothing without them."""
+    import json
+
+    from neuroshard.pipeline.report.report_models import model_table
+
+    models = tmp_path / "models"
+    models.mkdir()
+    assert "any world size" not in model_table(tmp_path)[0]
+    size = {"samples": 10, "mape": 0.24, "floor": 0.3, "over_floor": 0.8}
+    held = {"data_dir": "r/comm_data", "ndevices": 4, "samples": 500, "mape": 0.27, "floor": 0.25, "over_floor": 1.08,
+            "over_floor_interval": {"ratio": 1.08, "low": 0.9, "high": 1.3, "level": 0.95}}
+    (models / "comm_fw_metrics.json").write_text(json.dumps({
+        "sizes": [2, 8], "by_size": {"2": size, "8": {**size, "floor": None, "over_floor": None}}, "checks": [held],
+        "metrics": {"test": {"mse": 1.0, "mape": 0.2, "spearman": 0.9}}}))
+    text, rows = model_table(tmp_path)
+    assert rows == []
+    assert "- forward: test split 2 ranks 24.0% vs 30.0% (0.80x); 8 ranks 24.0%; held out (never trained on): 4 " \
+           "ranks 27.0% vs 25.0% (1.08x [0.90, 1.30])" in text.splitlines()
+    assert "Comm models for any world size (step 4k" in text and "- backward" not in text

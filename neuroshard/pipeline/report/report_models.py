@@ -85,8 +85,9 @@ def model_table(out: Path) -> tuple[str, list[dict]]:
     """Markdown: test MSE, MAPE, Spearman of each cost model next to its measured noise floor, and the
     compute model on tables it never saw (the held-out-table check), if it ran."""
     rows = []
+    # the per-count comm models (comm_<n>_fw, _bw); those for any world size are `world_lines`'
     for name, path in (("compute", out / "models" / "compute_metrics.json"),
-                       *[(f"comm {k}", p) for p in sorted((out / "models").glob("comm_*_metrics.json"))
+                       *[(f"comm {k}", p) for p in sorted((out / "models").glob("comm_*_*_metrics.json"))
                          for k in [p.name.split("_")[2]]]):
         m = load_json(path)
         if not m:
@@ -114,6 +115,7 @@ def model_table(out: Path) -> tuple[str, list[dict]]:
         lines += ["In brackets, the ratio's 95% interval with the test samples and the re-measured samples "
                   "resampled (the floor rests on a few hundred re-measurements at most)."]
     lines += collective_lines(out / "models", rows)
+    lines += world_lines(out / "models")
     held = load_json(out / "models" / "compute_heldout.json")
     if held:
         m = held["mape"]
@@ -127,3 +129,32 @@ def model_table(out: Path) -> tuple[str, list[dict]]:
                   f"| both halves | {held['shards']['mixed']} | {pct(m['mixed'])} |"]
         rows.append({"model": "compute (held-out tables)", **held["mape"], "unseen_vs_in": held["unseen_vs_in"]})
     return "\n".join(lines) + "\n", rows
+
+
+def world_lines(models: Path) -> list[str]:
+    """The comm models for any world size (step 4k) where the run trained them: each model's test MAPE per
+    world size it trained on and its MAPE on each held-out size, against that size's noise floor (nothing
+    otherwise)."""
+    pct = lambda x: "-" if x is None else f"{100 * x:.1f}%"  # noqa: E731
+
+    def against(row: dict) -> str:
+        if row.get("over_floor") is None:
+            return pct(row["mape"])
+        ci = row.get("over_floor_interval")
+        return f"{pct(row['mape'])} vs {pct(row['floor'])} ({row['over_floor']:.2f}x" + (
+            f" [{ci['low']:.2f}, {ci['high']:.2f}])" if ci else ")")
+
+    lines = []
+    for kind, name in (("fw", "forward"), ("bw", "backward")):
+        m = load_json(models / f"comm_{kind}_metrics.json")
+        if not m:
+            continue
+        tested = "; ".join(f"{k} ranks {against(row)}" for k, row in m["by_size"].items())
+        held = "; ".join(f"{row['ndevices']} ranks {against(row)}" for row in m.get("checks") or [])
+        lines.append(f"- {name}: test split {tested}" + (f"; held out (never trained on): {held}" if held else ""))
+    if not lines:
+        return []
+    return ["", "Comm models for any world size (step 4k, `models/comm_fw.pt`, `comm_bw.pt`; an extra artifact: "
+                "the run plans with its own count's models; `CostModels.load(run / \"models\", n)` binds them to n "
+                "ranks), MAPE vs each size's noise floor (the ratio, with its 95% interval where the floor keeps "
+                "its values):", "", *lines]
