@@ -124,3 +124,6 @@ def test_a_runs_world_models_load_beside_the_models_it_plans_with(tmp_path):
     assert other.any_world and other.ndevices == 4 and other.collectives.world == 4
     assert other.describe().startswith("cost models for 4 devices: compute, comm models for any world size (trained "
                                        "on 2, 8); collective model")
+    # the run's folder with another count: the on-policy models are its own count's, so the random data's world pair
+    assert CostModels.load(run, 4).describe() == other.describe().replace(
+        "cost models for", f"cost models from {run / 'models'} (the random data's) for")

@@ -273,7 +273,8 @@ class CostModels:
         calibrated band), else the random data's (`models/`); the collective model (`collectives_<n>.json`,
         beside the random data's models); the TorchRec runtime model where one was fitted
         (`torchrec_runtime_<n>.json`, held aside: `for_runtime("torchrec")`). `ndevices`: the comm models' device
-        count (None: the one the folder has; ConfigError when it has several). Comm models for any world size
+        count (None: the one the folder has; ConfigError when it has several; a count the on-policy models are not
+        for: the random data's models, where they cover it). Comm models for any world size
         (`comm_fw.pt`, `comm_bw.pt`) are used for a count without its own pair (`comm_paths`), and with
         `ndevices` None, not bound to a count (`for_world`), with the collective model for any world size
         (`collectives.json`; no TorchRec runtime model: those are per count). InputError naming the folder
@@ -293,6 +294,9 @@ class CostModels:
             base, own = d, None
         if own is None:
             own = base / ONPOLICY if (base / ONPOLICY / "compute.pt").is_file() else base
+            if ndevices is not None and own != base and not comm_paths(own, ndevices)[0].is_file() \
+                    and comm_paths(base, ndevices)[0].is_file():
+                own = base  # on-policy models are of the run's own count: another count is the random data's
         if not (own / "compute.pt").is_file():
             raise InputError(d, "no cost models here (compute.pt and comm_<n>_fw/bw.pt in it, in its models/ or "
                                 "models/onpolicy/; a pipeline run writes them)")
