@@ -236,7 +236,8 @@ def oversize_set(tasks: int, compute_samples: int, onpolicy_tasks: int, train_ta
 
 
 PRESETS = {
-    # For the end-to-end smoke test: every step, seconds each (the world steps at 4 ranks too).
+    # For the end-to-end smoke test: every step, seconds each, but the world-count steps (three 4-rank torchrun
+    # jobs would add 40 s to the suite's longest test; their commands are checked in tests/pipeline/test_steps.py).
     "tiny": Preset("tiny", Problem(ndevices=2, max_mem=1.0),
                    (paper_set(tables=16, tasks=3, eval_tasks=2, train_tasks=4, compute_samples=100,
                               onpolicy_tasks=2),),
@@ -250,7 +251,7 @@ PRESETS = {
                    eval_warmup=1, eval_iters=2, eval_repeats=2, drift_samples=4, ensemble=2,
                    plus_lambdas="0,1", torchrec_tasks=2, torchrec_warmup=1, torchrec_iters=3,
                    torchrec_repeats=2, refine=2, refine_repeats=1, ablation=True, collective_samples=12,
-                   collective_noise=3, world_counts=(2, 4)),
+                   collective_noise=3),
     # `make demo`: the whole pipeline on CPU within 15 minutes, install included, on the default synthetic
     # dataset of gen_dlrm_data.py. The comm batch equals the dataset's, as eval.py uses it. 600 tables, not
     # fewer: the compute model generalises to unseen tables with the number of distinct tables it trains on,

@@ -70,10 +70,8 @@ def test_the_study_collects_its_other_world_counts_and_trains_the_world_models_j
 def test_the_world_steps_run_where_the_preset_asks_and_follow_the_problems_count():
     quick = steps_of("--preset", "quick")  # the demo has no minute to spare
     assert not any(k[:2] in ("3f", "3g", "3h", "4k", "4l") for k in quick)
-    tiny = steps_of("--preset", "tiny")
-    assert [k for k in tiny if k[:2] in ("3f", "3g", "3h", "4k", "4l")] == ["3f@4", "3g@4", "3h@4", "4k", "4l"]
-    assert flags_of(tiny["4k"])["--data_dir"] == f"{R / 'comm_data'},{R / 'comm_data_4'}"
-    assert "--check_data_dirs" not in tiny["4k"].argv and "--check_data_dirs" not in tiny["4l"].argv
+    tiny = steps_of("--preset", "tiny")  # the suite's smoke test: three 4-rank jobs would add 40 s to it
+    assert not any(k[:2] in ("3f", "3g", "3h", "4k", "4l") for k in tiny)
     # 8 devices: 3c's data is the 8 ranks', the others collected; each count's share of 3c's 500 x (8 + 8) units
     eight = steps_of("--preset", "study", "--ndevices", "8")
     assert [k for k in eight if k.startswith("3f")] == ["3f@2", "3f@4"]
