@@ -245,24 +245,38 @@ def fit_collectives(samples: Sequence[dict], ndevices: int, folds: int = 4, seed
         mine = [s for s in samples if fit_key(s["op"], s.get("k"), ndevices) == key]
         x = np.array([s["numel"] for s in mine], dtype=np.float64) / SCALE
         y = np.array([s["ms"] for s in mine], dtype=np.float64)
-        if len(mine) < 4:
-            raise ValueError(f"{key}: {len(mine)} samples, need at least 4")
-        if (y <= 0).any() or (x <= 0).any():
-            raise ValueError(f"{key}: every sample needs numel > 0 and ms > 0")
-        fold = rng.permutation(len(y)) % min(folds, len(y))
-        scores = {}
-        for form in FORMS:
-            pred = np.empty(len(y))
-            for f in np.unique(fold):
-                test = fold == f
-                pred[test] = _predict(form, _fit(form, x[~test], y[~test]), x[test] * SCALE)
-            scores[form] = 100 * mape(pred, y)
-        best = min(scores.values())
-        form = next(f for f in FORMS if scores[f] <= best + TIE)
+        form, scores = _choose_form(key, FORMS, lambda form, t: _predict(form, _fit(form, x[~t], y[~t]), x[t] * SCALE),
+                                    x, y, folds, rng)
         again = [(a, b) for o, a, b in noise if o == key and a > 0]
-        floor = 100 * mape(np.array([b for _, b in again]), np.array([a for a, _ in again])) if again else None
-        fits[key] = CollectiveFit(form, _fit(form, x, y), len(mine), scores, floor)
+        fits[key] = CollectiveFit(form, _fit(form, x, y), len(mine), scores, _floor(again))
     return CollectiveModel(ndevices, fits)
+
+
+def _choose_form(key: str, forms: Sequence[str], held_out, x: np.ndarray, y: np.ndarray, folds: int,
+                 rng) -> tuple[str, dict[str, float]]:
+    """The form of `forms` whose fits predict held-out samples best (`folds` folds drawn from `rng`; a tie within
+    TIE points to the earlier, simpler one) and every form's held-out MAPE (%). `held_out(form, test)`: the
+    predictions for the samples of boolean mask `test` of a fit of `form` on the others. ValueError for fewer
+    than 4 samples or a non-positive size or time."""
+    if len(y) < 4:
+        raise ValueError(f"{key}: {len(y)} samples, need at least 4")
+    if (y <= 0).any() or (x <= 0).any():
+        raise ValueError(f"{key}: every sample needs numel > 0 and ms > 0")
+    fold = rng.permutation(len(y)) % min(folds, len(y))
+    scores = {}
+    for form in forms:
+        pred = np.empty(len(y))
+        for f in np.unique(fold):
+            test = fold == f
+            pred[test] = held_out(form, test)
+        scores[form] = 100 * mape(pred, y)
+    best = min(scores.values())
+    return next(f for f in forms if scores[f] <= best + TIE), scores
+
+
+def _floor(again: Sequence[tuple[float, float]]) -> float | None:
+    """The noise floor (%) of re-measured samples (recorded ms, ms measured again); None without any."""
+    return 100 * mape(np.array([b for _, b in again]), np.array([a for a, _ in again])) if again else None
 
 
 def fit_world_collectives(collections: Sequence[tuple[int, Sequence[dict], Sequence[tuple[str, float, float]]]],
@@ -279,25 +293,13 @@ def fit_world_collectives(collections: Sequence[tuple[int, Sequence[dict], Seque
     for op in dict.fromkeys(r[0] for r in rows):
         mine = [r for r in rows if r[0] == op]
         x, k, y = (np.array([r[i] for r in mine], dtype=np.float64) for i in (1, 2, 3))
-        if len(mine) < 4:
-            raise ValueError(f"{op}: {len(mine)} samples, need at least 4")
-        if (y <= 0).any() or (x <= 0).any():
-            raise ValueError(f"{op}: every sample needs numel > 0 and ms > 0")
-        fold = rng.permutation(len(y)) % min(folds, len(y))
-        scores = {}
-        for form in WORLD_FORMS:
-            pred = np.empty(len(y))
-            for f in np.unique(fold):
-                test = fold == f
-                pred[test] = _predict_world(form, _fit_world(form, x[~test], k[~test], y[~test]), x[test] * SCALE,
-                                            k[test])
-            scores[form] = 100 * mape(pred, y)
-        best = min(scores.values())
-        form = next(f for f in WORLD_FORMS if scores[f] <= best + TIE)
+        form, scores = _choose_form(
+            op, WORLD_FORMS,
+            lambda form, t: _predict_world(form, _fit_world(form, x[~t], k[~t], y[~t]), x[t] * SCALE, k[t]),
+            x, y, folds, rng)
         again = [(a, b) for n, _, noise in collections for key, a, b in noise
                  if key.partition("@")[0] == op and a > 0]
-        floor = 100 * mape(np.array([b for _, b in again]), np.array([a for a, _ in again])) if again else None
-        fits[op] = CollectiveFit(form, _fit_world(form, x, k, y), len(mine), scores, floor)
+        fits[op] = CollectiveFit(form, _fit_world(form, x, k, y), len(mine), scores, _floor(again))
     return CollectiveModel(None, fits, sizes)
 
 
